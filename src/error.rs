@@ -1,0 +1,192 @@
+//! The one error type of the crate.
+//!
+//! Every failure is typed: corruption names the file, the offset and what was expected and
+//! found; a store that hit an I/O error is *poisoned* and refuses writes until it is reopened
+//! (an `fsync` that failed is never retried and trusted: the kernel may have dropped the dirty
+//! pages, see Rebello et al., "Can Applications Recover from fsync Failures?", ATC'20).
+
+use std::fmt;
+use std::io;
+
+/// A `Result` whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in a sieve.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file's content failed a check: the data on disk is damaged, and nothing was guessed.
+    #[error("{file}: corrupt at offset {offset}: {what}")]
+    Corrupt {
+        /// The file name inside the sieve directory.
+        file: String,
+        /// The byte offset of the damaged structure.
+        offset: u64,
+        /// What was expected and what was found.
+        what: Corruption,
+    },
+    /// Another process (or another handle in this process) holds the directory's lock.
+    #[error("{dir} is locked: another crivello process is using it")]
+    Locked {
+        /// The directory.
+        dir: String,
+    },
+    /// A URL was refused; nothing was changed.
+    #[error("invalid URL: {0}")]
+    InvalidUrl(InvalidUrl),
+    /// An option value is out of range.
+    #[error("invalid option {option}: {reason}")]
+    InvalidOption {
+        /// The option's name.
+        option: &'static str,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// An earlier I/O error (fsync failure included) left the in-memory state unknown: the
+    /// sieve refuses further writes until it is reopened from what is durable.
+    #[error("the sieve refuses writes after an earlier I/O error; reopen it to recover")]
+    Poisoned,
+    /// The directory exists but holds no sieve, or a sieve of an unknown format version.
+    #[error("{dir}: {reason}")]
+    NotASieve {
+        /// The directory.
+        dir: String,
+        /// Why.
+        reason: String,
+    },
+    /// An I/O operation failed.
+    #[error("{op} {file}: {source}")]
+    Io {
+        /// The operation (`"read"`, `"write"`, `"fsync"`, ...).
+        op: &'static str,
+        /// The file it was applied to.
+        file: String,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// Builds a [`Error::Corrupt`].
+    pub(crate) fn corrupt(file: &str, offset: u64, what: Corruption) -> Error {
+        Error::Corrupt { file: file.to_owned(), offset, what }
+    }
+
+    /// Builds a [`Error::Io`].
+    pub(crate) fn io(op: &'static str, file: &str, source: io::Error) -> Error {
+        Error::Io { op, file: file.to_owned(), source }
+    }
+
+    /// Whether this error reports damaged data (as opposed to a failed operation).
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, Error::Corrupt { .. })
+    }
+}
+
+/// What a corrupt structure looked like.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Corruption {
+    /// A stored crc32 does not match the data.
+    Checksum {
+        /// The checksum stored in the file.
+        stored: u32,
+        /// The checksum of the bytes read.
+        computed: u32,
+    },
+    /// A file does not start (or end) with its magic number.
+    Magic {
+        /// The expected magic.
+        expected: u32,
+        /// What was read.
+        found: u32,
+    },
+    /// The format version is not one this build reads.
+    Version {
+        /// The version read.
+        found: u32,
+    },
+    /// The file ends before a structure it must hold.
+    Truncated {
+        /// Bytes the structure needs.
+        needed: u64,
+        /// Bytes available.
+        available: u64,
+    },
+    /// Signatures that must be strictly increasing are not.
+    OutOfOrder {
+        /// The previous signature.
+        previous: u64,
+        /// The signature that follows it.
+        got: u64,
+    },
+    /// A referenced file is missing.
+    Missing,
+    /// A field holds a value that is impossible in a well-formed file.
+    Field {
+        /// The field's name.
+        field: &'static str,
+        /// The value found.
+        found: u64,
+    },
+    /// A valid record of a later group commit follows a damaged one, so the damage is not a
+    /// torn tail: synced data was changed.
+    DamagedBeforeValid {
+        /// Offset of the later valid record.
+        next_valid: u64,
+    },
+}
+
+impl fmt::Display for Corruption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Corruption::Checksum { stored, computed } => {
+                write!(f, "checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")
+            }
+            Corruption::Magic { expected, found } => {
+                write!(f, "bad magic: expected {expected:#010x}, found {found:#010x}")
+            }
+            Corruption::Version { found } => write!(f, "unknown format version {found}"),
+            Corruption::Truncated { needed, available } => {
+                write!(f, "truncated: needs {needed} bytes, {available} available")
+            }
+            Corruption::OutOfOrder { previous, got } => {
+                write!(f, "signatures out of order: {previous:#018x} then {got:#018x}")
+            }
+            Corruption::Missing => write!(f, "file referenced by the manifest is missing"),
+            Corruption::Field { field, found } => write!(f, "impossible {field}: {found}"),
+            Corruption::DamagedBeforeValid { next_valid } => write!(
+                f,
+                "damaged record followed by a valid later commit at offset {next_valid} \
+                 (synced data was changed, not a torn write)"
+            ),
+        }
+    }
+}
+
+/// Why a URL was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InvalidUrl {
+    /// The URL is empty.
+    Empty,
+    /// The URL is longer than the configured maximum.
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+}
+
+impl fmt::Display for InvalidUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InvalidUrl::Empty => write!(f, "empty"),
+            InvalidUrl::TooLong { len, max } => {
+                write!(f, "{len} bytes, longer than the maximum of {max}")
+            }
+        }
+    }
+}

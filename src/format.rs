@@ -1,0 +1,134 @@
+//! Little-endian encoding helpers, magic numbers and format versions shared by every file.
+//!
+//! Every file starts with a 4-byte magic and a `u32` format version; every integer is
+//! little-endian; every header, frame, block and footer carries a crc32 (IEEE, `crc32fast`).
+
+use crate::error::{Corruption, Error, Result};
+
+/// The format version written by this build (see `docs/design.md`, "Format versions").
+pub const VERSION: u32 = 1;
+
+/// Magic of A (write-ahead log) files: `CRVA`.
+pub const MAGIC_A: u32 = u32::from_le_bytes(*b"CRVA");
+/// Magic of F (frontier) segment files: `CRVF`.
+pub const MAGIC_F: u32 = u32::from_le_bytes(*b"CRVF");
+/// Magic of Z (signature) segment files: `CRVZ`.
+pub const MAGIC_Z: u32 = u32::from_le_bytes(*b"CRVZ");
+/// Magic of the manifest: `CRVM`.
+pub const MAGIC_M: u32 = u32::from_le_bytes(*b"CRVM");
+/// Magic of the cursor: `CRVC`.
+pub const MAGIC_C: u32 = u32::from_le_bytes(*b"CRVC");
+/// Magic of a log frame: `FRM1`.
+pub const MAGIC_FRAME: u32 = u32::from_le_bytes(*b"FRM1");
+/// Magic of a Z footer's tail: `ZEND`.
+pub const MAGIC_ZEND: u32 = u32::from_le_bytes(*b"ZEND");
+
+/// The crc32 of `bytes`.
+pub fn crc(bytes: &[u8]) -> u32 {
+    crc32fast::hash(bytes)
+}
+
+/// Appends little-endian integers to a byte vector.
+pub trait PutLe {
+    /// Appends a `u32`.
+    fn put_u32(&mut self, v: u32);
+    /// Appends a `u64`.
+    fn put_u64(&mut self, v: u64);
+}
+
+impl PutLe for Vec<u8> {
+    fn put_u32(&mut self, v: u32) {
+        self.extend_from_slice(&v.to_le_bytes());
+    }
+    fn put_u64(&mut self, v: u64) {
+        self.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// A bounds-checked little-endian reader over a byte slice that reports corruption with the
+/// file name and absolute offset.
+pub struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    file: &'a str,
+    base: u64,
+}
+
+impl<'a> Cursor<'a> {
+    /// A reader over `bytes`, which start at offset `base` of `file`.
+    pub fn new(bytes: &'a [u8], file: &'a str, base: u64) -> Cursor<'a> {
+        Cursor { bytes, pos: 0, file, base }
+    }
+    /// The current absolute offset.
+    pub fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+    /// Bytes left.
+    pub fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+    /// Takes `n` bytes.
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.remaining() < n {
+            return Err(Error::corrupt(
+                self.file,
+                self.offset(),
+                Corruption::Truncated { needed: n as u64, available: self.remaining() as u64 },
+            ));
+        }
+        let s = &self.bytes[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+    /// Reads a `u32`.
+    pub fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+    /// Reads a `u64`.
+    pub fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    /// Reads a `u64` field that must not exceed `max`.
+    pub fn u64_max(&mut self, field: &'static str, max: u64) -> Result<u64> {
+        let at = self.offset();
+        let v = self.u64()?;
+        if v > max {
+            return Err(Error::corrupt(self.file, at, Corruption::Field { field, found: v }));
+        }
+        Ok(v)
+    }
+    /// Checks a magic number.
+    pub fn magic(&mut self, expected: u32) -> Result<()> {
+        let at = self.offset();
+        let found = self.u32()?;
+        if found != expected {
+            return Err(Error::corrupt(self.file, at, Corruption::Magic { expected, found }));
+        }
+        Ok(())
+    }
+    /// Checks the format version.
+    pub fn version(&mut self) -> Result<()> {
+        let at = self.offset();
+        let found = self.u32()?;
+        if found != VERSION {
+            return Err(Error::corrupt(self.file, at, Corruption::Version { found }));
+        }
+        Ok(())
+    }
+    /// Reads a stored crc32 and checks it against the crc of all bytes before it.
+    pub fn check_crc(&mut self) -> Result<()> {
+        let computed = crc(&self.bytes[..self.pos]);
+        let at = self.offset();
+        let stored = self.u32()?;
+        if stored != computed {
+            return Err(Error::corrupt(self.file, at, Corruption::Checksum { stored, computed }));
+        }
+        Ok(())
+    }
+}
+
+/// Appends the crc32 of everything in `buf` to it.
+pub fn seal(buf: &mut Vec<u8>) {
+    let c = crc(buf);
+    buf.put_u32(c);
+}

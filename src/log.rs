@@ -1,0 +1,297 @@
+//! Checksummed, group-committed record logs: the layout shared by A (the write-ahead log of
+//! pushed URLs) and F (the frontier of emitted URLs).
+//!
+//! A log file is a header followed by *frames*. A frame holds the records appended since the
+//! previous frame, and is written with one positional write:
+//!
+//! ```text
+//! frame := magic "FRM1" u32 | epoch u32 | payload_len u32 | count u32 | crc32 u32 | payload
+//! payload := count x ( len u32 | len bytes )          (len >= 1)
+//! crc32 covers the first 16 header bytes and the payload
+//! ```
+//!
+//! The *epoch* counts the syncs of the file: a frame of epoch `e + 1` is written only after
+//! the sync that ended epoch `e` returned. So when a damaged frame is followed by a valid
+//! frame two epochs later, the damaged one had been synced: that is corruption, not a torn
+//! write (see `docs/design.md`, "Torn tails").
+
+use std::sync::Arc;
+
+use crate::error::{Corruption, Error, Result};
+use crate::format::{PutLe, MAGIC_FRAME};
+use crate::storage::StorageFile;
+
+/// Bytes of a frame header.
+pub const FRAME_HEADER: usize = 20;
+/// A frame is written once its payload reaches this size.
+pub const FRAME_TARGET: usize = 1 << 20;
+
+/// Appends records to a log file in frames.
+pub struct LogWriter {
+    file: Arc<dyn StorageFile>,
+    name: String,
+    end: u64,
+    buf: Vec<u8>,
+    count: u32,
+    epoch: u32,
+    target: usize,
+}
+
+impl LogWriter {
+    /// A writer appending at `end` of `file`, starting in `epoch`.
+    pub fn new(file: Arc<dyn StorageFile>, name: String, end: u64, epoch: u32) -> LogWriter {
+        let mut buf = Vec::with_capacity(FRAME_HEADER + 4096);
+        buf.resize(FRAME_HEADER, 0);
+        LogWriter { file, name, end, buf, count: 0, epoch, target: FRAME_TARGET }
+    }
+
+    /// Sets the payload size at which a frame is written (tests use tiny frames).
+    pub fn set_frame_target(&mut self, target: usize) {
+        self.target = target.max(1);
+    }
+
+    /// The file name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The file.
+    pub fn file(&self) -> &Arc<dyn StorageFile> {
+        &self.file
+    }
+
+    /// Appends one record (`record` is not empty); writes a frame when the buffer is full.
+    pub fn append(&mut self, record: &[u8]) -> Result<()> {
+        debug_assert!(!record.is_empty());
+        self.buf.put_u32(record.len() as u32);
+        self.buf.extend_from_slice(record);
+        self.count += 1;
+        if self.buf.len() - FRAME_HEADER >= self.target {
+            self.write_frame()?;
+        }
+        Ok(())
+    }
+
+    /// Bytes buffered and not yet written.
+    pub fn buffered(&self) -> usize {
+        self.buf.len() - FRAME_HEADER
+    }
+
+    /// The end offset of the file once the buffer is written.
+    pub fn end(&self) -> u64 {
+        self.end + if self.count > 0 { self.buf.len() as u64 } else { 0 }
+    }
+
+    /// Writes the buffered records as one frame (not synced).
+    pub fn write_frame(&mut self) -> Result<()> {
+        if self.count == 0 {
+            return Ok(());
+        }
+        let payload_len = (self.buf.len() - FRAME_HEADER) as u32;
+        self.buf[0..4].copy_from_slice(&MAGIC_FRAME.to_le_bytes());
+        self.buf[4..8].copy_from_slice(&self.epoch.to_le_bytes());
+        self.buf[8..12].copy_from_slice(&payload_len.to_le_bytes());
+        self.buf[12..16].copy_from_slice(&self.count.to_le_bytes());
+        let mut h = crc32fast::Hasher::new();
+        h.update(&self.buf[0..16]);
+        h.update(&self.buf[FRAME_HEADER..]);
+        let c = h.finalize();
+        self.buf[16..20].copy_from_slice(&c.to_le_bytes());
+        self.file.write_all_at(&self.buf, self.end).map_err(|e| Error::io("write", &self.name, e))?;
+        self.end += self.buf.len() as u64;
+        self.buf.truncate(FRAME_HEADER);
+        if self.buf.capacity() > 2 * self.target + 2 * FRAME_HEADER {
+            self.buf.shrink_to(self.target + FRAME_HEADER);
+        }
+        self.count = 0;
+        Ok(())
+    }
+
+    /// Writes the buffered records and makes the file durable; ends the epoch.
+    pub fn sync(&mut self) -> Result<()> {
+        let wrote = self.count > 0;
+        self.write_frame()?;
+        self.file.sync().map_err(|e| Error::io("fsync", &self.name, e))?;
+        if wrote {
+            self.epoch += 1;
+        }
+        Ok(())
+    }
+}
+
+/// One frame read back.
+pub struct Frame {
+    /// Offset of the frame header in the file.
+    pub offset: u64,
+    /// The frame's epoch.
+    pub epoch: u32,
+    /// The number of records.
+    pub count: u32,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+impl Frame {
+    /// The records of the frame, in order.
+    pub fn records(&self) -> Records<'_> {
+        Records { payload: &self.payload, pos: 0 }
+    }
+}
+
+/// Iterator over the records of a frame.
+pub struct Records<'a> {
+    payload: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = &'a [u8];
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.pos + 4 > self.payload.len() {
+            return None;
+        }
+        let len = u32::from_le_bytes(self.payload[self.pos..self.pos + 4].try_into().ok()?);
+        let start = self.pos + 4;
+        let end = start + len as usize;
+        self.pos = end;
+        Some(&self.payload[start..end])
+    }
+}
+
+/// Why a frame could not be read.
+pub enum FrameError {
+    /// Nothing more: the offset is the end of the file.
+    End,
+    /// The bytes at the offset are not a valid frame.
+    Invalid(Corruption),
+    /// The storage failed.
+    Io(std::io::Error),
+}
+
+/// Reads frames of a log file.
+pub struct LogReader<'a> {
+    file: &'a dyn StorageFile,
+    len: u64,
+    max_payload: u64,
+}
+
+impl<'a> LogReader<'a> {
+    /// A reader over `file`, whose length is `len`; frames with a payload larger than
+    /// `max_payload` are invalid.
+    pub fn new(file: &'a dyn StorageFile, len: u64, max_payload: u64) -> LogReader<'a> {
+        LogReader { file, len, max_payload }
+    }
+
+    /// Reads the frame at `offset`.
+    pub fn frame_at(&self, offset: u64) -> std::result::Result<Frame, FrameError> {
+        if offset >= self.len {
+            return Err(FrameError::End);
+        }
+        let avail = self.len - offset;
+        if avail < FRAME_HEADER as u64 {
+            return Err(FrameError::Invalid(Corruption::Truncated {
+                needed: FRAME_HEADER as u64,
+                available: avail,
+            }));
+        }
+        let mut h = [0u8; FRAME_HEADER];
+        self.file.read_exact_at(&mut h, offset).map_err(FrameError::Io)?;
+        let word = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
+        let (magic, epoch, payload_len, count, stored) = (word(0), word(4), word(8), word(12), word(16));
+        if magic != MAGIC_FRAME {
+            return Err(FrameError::Invalid(Corruption::Magic { expected: MAGIC_FRAME, found: magic }));
+        }
+        let payload_len = payload_len as u64;
+        if payload_len > self.max_payload {
+            return Err(FrameError::Invalid(Corruption::Field {
+                field: "frame payload length",
+                found: payload_len,
+            }));
+        }
+        if payload_len > avail - FRAME_HEADER as u64 {
+            return Err(FrameError::Invalid(Corruption::Truncated {
+                needed: FRAME_HEADER as u64 + payload_len,
+                available: avail,
+            }));
+        }
+        let mut payload = vec![0u8; payload_len as usize];
+        self.file
+            .read_exact_at(&mut payload, offset + FRAME_HEADER as u64)
+            .map_err(FrameError::Io)?;
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&h[0..16]);
+        hasher.update(&payload);
+        let computed = hasher.finalize();
+        if computed != stored {
+            return Err(FrameError::Invalid(Corruption::Checksum { stored, computed }));
+        }
+        // A valid checksum over a malformed payload is not a torn write: check the structure.
+        let mut pos = 0usize;
+        let mut n = 0u32;
+        while pos < payload.len() {
+            if pos + 4 > payload.len() {
+                return Err(FrameError::Invalid(Corruption::Field {
+                    field: "record length",
+                    found: pos as u64,
+                }));
+            }
+            let len = u32::from_le_bytes(payload[pos..pos + 4].try_into().expect("4 bytes")) as usize;
+            if len == 0 || pos + 4 + len > payload.len() {
+                return Err(FrameError::Invalid(Corruption::Field {
+                    field: "record length",
+                    found: len as u64,
+                }));
+            }
+            pos += 4 + len;
+            n += 1;
+        }
+        if n != count || count == 0 {
+            return Err(FrameError::Invalid(Corruption::Field { field: "frame count", found: count as u64 }));
+        }
+        Ok(Frame { offset, epoch, count, payload })
+    }
+
+    /// Looks for a valid frame starting anywhere after `from`; returns its offset and epoch.
+    /// Used only on a damaged log, to tell a torn tail from corruption.
+    pub fn find_valid_after(&self, from: u64) -> std::result::Result<Option<(u64, u32)>, std::io::Error> {
+        const CHUNK: u64 = 1 << 16;
+        let magic = MAGIC_FRAME.to_le_bytes();
+        let mut off = from + 1;
+        while off + FRAME_HEADER as u64 <= self.len {
+            let n = CHUNK.min(self.len - off) as usize;
+            let mut buf = vec![0u8; n];
+            self.file.read_exact_at(&mut buf, off)?;
+            for i in 0..n.saturating_sub(3) {
+                if buf[i..i + 4] == magic {
+                    match self.frame_at(off + i as u64) {
+                        Ok(f) => return Ok(Some((f.offset, f.epoch))),
+                        Err(FrameError::Io(e)) => return Err(e),
+                        Err(_) => {}
+                    }
+                }
+            }
+            off += n.saturating_sub(3).max(1) as u64;
+        }
+        Ok(None)
+    }
+}
+
+/// Builds a frame in memory (for tests and fuzz harnesses that need valid checksums).
+pub fn encode_frame(epoch: u32, records: &[&[u8]]) -> Vec<u8> {
+    let mut payload = Vec::new();
+    for r in records {
+        payload.put_u32(r.len() as u32);
+        payload.extend_from_slice(r);
+    }
+    let mut out = Vec::with_capacity(FRAME_HEADER + payload.len());
+    out.put_u32(MAGIC_FRAME);
+    out.put_u32(epoch);
+    out.put_u32(payload.len() as u32);
+    out.put_u32(records.len() as u32);
+    let mut h = crc32fast::Hasher::new();
+    h.update(&out);
+    h.update(&payload);
+    out.put_u32(h.finalize());
+    out.extend_from_slice(&payload);
+    out
+}

@@ -1,0 +1,132 @@
+//! Options of a sieve.
+
+use crate::error::{Error, Result};
+
+/// Default memory budget: 64 MiB.
+pub const DEFAULT_MEMORY: usize = 64 << 20;
+/// Default maximum URL length: 64 KiB.
+pub const DEFAULT_MAX_URL_LEN: usize = 64 << 10;
+/// The largest maximum URL length accepted: 1 GiB.
+pub const MAX_MAX_URL_LEN: usize = 1 << 30;
+/// Bytes of the budget per slot of S: 8 in the buffer that fills, 8 in the buffer being
+/// flushed, and 16 for its sorted (signature, position) pairs.
+pub const BYTES_PER_SLOT: usize = 32;
+/// The smallest memory budget accepted: 1 MiB.
+pub const MIN_MEMORY: usize = 1 << 20;
+
+/// When pushes are made durable without an explicit [`crate::Sieve::sync`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncPolicy {
+    /// Only `sync`, `flush` and `close` make pushes durable (group commit by the caller).
+    #[default]
+    Manual,
+    /// Sync after every `n` pushes (`n >= 1`; 1 makes every push durable before it returns).
+    EveryPushes(u64),
+}
+
+/// How to open or create a sieve.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub(crate) memory: usize,
+    pub(crate) slots: Option<usize>,
+    pub(crate) max_url_len: usize,
+    pub(crate) sync: SyncPolicy,
+    pub(crate) seed: Option<u64>,
+    pub(crate) background: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            memory: DEFAULT_MEMORY,
+            slots: None,
+            max_url_len: DEFAULT_MAX_URL_LEN,
+            sync: SyncPolicy::Manual,
+            seed: None,
+            background: true,
+        }
+    }
+}
+
+impl Options {
+    /// Default options: 64 MiB, 64 KiB URLs, manual sync, a random seed, background flushes.
+    pub fn new() -> Options {
+        Options::default()
+    }
+
+    /// The RAM budget in bytes (at least 1 MiB); the number of slots of S derives from it.
+    pub fn memory(mut self, bytes: usize) -> Options {
+        self.memory = bytes;
+        self
+    }
+
+    /// Sets the number of slots of each of the two buffers of S directly, overriding the
+    /// memory budget (tests use tiny buffers to force many flushes).
+    pub fn slots(mut self, slots: usize) -> Options {
+        self.slots = Some(slots);
+        self
+    }
+
+    /// The longest URL accepted, in bytes (default 64 KiB, at most 1 GiB).
+    pub fn max_url_len(mut self, len: usize) -> Options {
+        self.max_url_len = len;
+        self
+    }
+
+    /// When pushes are synced.
+    pub fn sync(mut self, policy: SyncPolicy) -> Options {
+        self.sync = policy;
+        self
+    }
+
+    /// The signature seed, used only when the sieve is created (then kept in the manifest).
+    pub fn seed(mut self, seed: u64) -> Options {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Whether flushes run on a background thread while pushes continue (default) or inline.
+    pub fn background_flush(mut self, on: bool) -> Options {
+        self.background = on;
+        self
+    }
+
+    /// Checks the options and returns the number of slots per buffer of S.
+    pub(crate) fn validate(&self) -> Result<usize> {
+        if self.max_url_len == 0 || self.max_url_len > MAX_MAX_URL_LEN {
+            return Err(Error::InvalidOption {
+                option: "max_url_len",
+                reason: format!("{} is not between 1 and {MAX_MAX_URL_LEN}", self.max_url_len),
+            });
+        }
+        if let SyncPolicy::EveryPushes(0) = self.sync {
+            return Err(Error::InvalidOption { option: "sync", reason: "EveryPushes(0)".into() });
+        }
+        if let Some(slots) = self.slots {
+            if slots == 0 || slots > u32::MAX as usize {
+                return Err(Error::InvalidOption {
+                    option: "slots",
+                    reason: format!("{slots} is not between 1 and {}", u32::MAX),
+                });
+            }
+            return Ok(slots);
+        }
+        if self.memory < MIN_MEMORY {
+            return Err(Error::InvalidOption {
+                option: "memory",
+                reason: format!("{} bytes is below the minimum of 1 MiB", self.memory),
+            });
+        }
+        Ok(slots_for(self.memory))
+    }
+}
+
+/// The I/O buffers reserved out of a budget (frame, segment and read buffers).
+pub fn io_reserve(memory: usize) -> usize {
+    (4 << 20).min(memory / 4)
+}
+
+/// The number of slots per buffer of S for a budget.
+pub fn slots_for(memory: usize) -> usize {
+    ((memory - io_reserve(memory)) / BYTES_PER_SLOT).clamp(1, u32::MAX as usize)
+}

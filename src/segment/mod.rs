@@ -1,0 +1,443 @@
+//! Z segments: immutable files of strictly increasing signatures.
+//!
+//! ```text
+//! segment := header | block* | footer | tail
+//! header  := magic "CRVZ" u32 | version u32 | id u64 | crc32 u32                      (20 bytes)
+//! block   := count u32 | k u32 | first u64 | payload_len u32 | payload | crc32 u32
+//!            payload: count-1 Rice-coded gaps (see [`rice`]), whole little-endian u64 words
+//! footer  := blocks u64 | sigs u64 | blocks x (first u64 | offset u64 | count u32) | crc32 u32
+//! tail    := footer_offset u64 | crc32 u32 (of footer_offset) | magic "ZEND" u32     (16 bytes)
+//! ```
+//!
+//! The footer is the sparse index: the first signature and offset of every block, kept in
+//! memory, so that a lookup reads at most one block per segment. A block holds at most
+//! [`BLOCK_SIGS`] signatures.
+
+pub mod rice;
+
+use std::sync::Arc;
+
+use crate::error::{Corruption, Error, Result};
+use crate::format::{crc, seal, Cursor, PutLe, MAGIC_Z, MAGIC_ZEND, VERSION};
+use crate::storage::{Storage, StorageFile};
+
+use rice::{BitReader, BitWriter};
+
+/// Signatures per block.
+pub const BLOCK_SIGS: usize = 2048;
+/// Bytes of the header.
+pub const HEADER_LEN: u64 = 20;
+const BLOCK_HEADER: usize = 20;
+const TAIL_LEN: u64 = 16;
+const INDEX_ENTRY: u64 = 20;
+const WRITE_BUFFER: usize = 1 << 20;
+
+/// The name of the segment file with id `id`.
+pub fn file_name(id: u64) -> String {
+    format!("z-{id:016x}.seg")
+}
+
+/// One entry of the sparse index.
+#[derive(Debug, Clone, Copy)]
+pub struct IndexEntry {
+    /// The first signature of the block.
+    pub first: u64,
+    /// The block's offset in the file.
+    pub offset: u64,
+    /// The block's number of signatures.
+    pub count: u32,
+}
+
+/// Writes a segment from signatures given in strictly increasing order.
+pub struct SegmentWriter {
+    file: Arc<dyn StorageFile>,
+    name: String,
+    buf: Vec<u8>,
+    written: u64,
+    block: Vec<u64>,
+    index: Vec<IndexEntry>,
+    last: Option<u64>,
+    count: u64,
+}
+
+impl SegmentWriter {
+    /// Creates the segment file `id` (truncating any leftover with that name).
+    pub fn create(storage: &dyn Storage, id: u64) -> Result<SegmentWriter> {
+        let name = file_name(id);
+        let file = storage.create(&name).map_err(|e| Error::io("create", &name, e))?;
+        let mut buf = Vec::with_capacity(WRITE_BUFFER + 64 * 1024);
+        buf.put_u32(MAGIC_Z);
+        buf.put_u32(VERSION);
+        buf.put_u64(id);
+        seal(&mut buf);
+        Ok(SegmentWriter {
+            file,
+            name,
+            buf,
+            written: 0,
+            block: Vec::with_capacity(BLOCK_SIGS),
+            index: Vec::new(),
+            last: None,
+            count: 0,
+        })
+    }
+
+    /// Appends a signature, which must be larger than the previous one.
+    pub fn push(&mut self, sig: u64) -> Result<()> {
+        if let Some(prev) = self.last {
+            if sig <= prev {
+                return Err(Error::corrupt(
+                    &self.name,
+                    self.written + self.buf.len() as u64,
+                    Corruption::OutOfOrder { previous: prev, got: sig },
+                ));
+            }
+        }
+        self.last = Some(sig);
+        self.block.push(sig);
+        self.count += 1;
+        if self.block.len() == BLOCK_SIGS {
+            self.end_block()?;
+        }
+        Ok(())
+    }
+
+    fn end_block(&mut self) -> Result<()> {
+        if self.block.is_empty() {
+            return Ok(());
+        }
+        let first = self.block[0];
+        let last = *self.block.last().expect("not empty");
+        let n = self.block.len();
+        let k = rice::parameter(last - first - (n as u64 - 1), (n as u64).saturating_sub(1).max(1));
+        let mut w = BitWriter::new();
+        for pair in self.block.windows(2) {
+            w.write_rice(pair[1] - pair[0] - 1, k);
+        }
+        let payload = w.into_bytes();
+        let offset = self.written + self.buf.len() as u64;
+        let start = self.buf.len();
+        self.buf.put_u32(n as u32);
+        self.buf.put_u32(k);
+        self.buf.put_u64(first);
+        self.buf.put_u32(payload.len() as u32);
+        self.buf.extend_from_slice(&payload);
+        let c = crc(&self.buf[start..]);
+        self.buf.put_u32(c);
+        self.index.push(IndexEntry { first, offset, count: n as u32 });
+        self.block.clear();
+        if self.buf.len() >= WRITE_BUFFER {
+            self.drain()?;
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self) -> Result<()> {
+        self.file.write_all_at(&self.buf, self.written).map_err(|e| Error::io("write", &self.name, e))?;
+        self.written += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Writes the footer and makes the file durable (its directory entry is not synced here).
+    pub fn finish(mut self) -> Result<SegmentMeta> {
+        self.end_block()?;
+        let footer_offset = self.written + self.buf.len() as u64;
+        let start = self.buf.len();
+        self.buf.put_u64(self.index.len() as u64);
+        self.buf.put_u64(self.count);
+        for e in &self.index {
+            self.buf.put_u64(e.first);
+            self.buf.put_u64(e.offset);
+            self.buf.put_u32(e.count);
+        }
+        let c = crc(&self.buf[start..]);
+        self.buf.put_u32(c);
+        let tail_start = self.buf.len();
+        self.buf.put_u64(footer_offset);
+        let c = crc(&self.buf[tail_start..]);
+        self.buf.put_u32(c);
+        self.buf.put_u32(MAGIC_ZEND);
+        self.drain()?;
+        self.file.sync().map_err(|e| Error::io("fsync", &self.name, e))?;
+        Ok(SegmentMeta { id: self.id(), sigs: self.count, bytes: self.written })
+    }
+
+    fn id(&self) -> u64 {
+        u64::from_str_radix(&self.name[2..18], 16).unwrap_or(0)
+    }
+}
+
+/// What the manifest records of a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentMeta {
+    /// The segment's id (its file is [`file_name`]`(id)`).
+    pub id: u64,
+    /// Number of signatures.
+    pub sigs: u64,
+    /// Size of the file in bytes.
+    pub bytes: u64,
+}
+
+/// An open segment: the file and its sparse index.
+pub struct Segment {
+    file: Arc<dyn StorageFile>,
+    name: String,
+    meta: SegmentMeta,
+    index: Vec<IndexEntry>,
+}
+
+impl Segment {
+    /// Opens a segment and checks its header, footer and tail against `meta`.
+    pub fn open(storage: &dyn Storage, meta: SegmentMeta) -> Result<Segment> {
+        let name = file_name(meta.id);
+        let file = match storage.open(&name) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::corrupt(&name, 0, Corruption::Missing))
+            }
+            Err(e) => return Err(Error::io("open", &name, e)),
+        };
+        let len = file.len().map_err(|e| Error::io("stat", &name, e))?;
+        if len != meta.bytes {
+            return Err(Error::corrupt(
+                &name,
+                len.min(meta.bytes),
+                Corruption::Truncated { needed: meta.bytes, available: len },
+            ));
+        }
+        if len < HEADER_LEN + TAIL_LEN + 20 {
+            return Err(Error::corrupt(
+                &name,
+                0,
+                Corruption::Truncated { needed: HEADER_LEN + TAIL_LEN + 20, available: len },
+            ));
+        }
+        let mut header = [0u8; HEADER_LEN as usize];
+        file.read_exact_at(&mut header, 0).map_err(|e| Error::io("read", &name, e))?;
+        let mut c = Cursor::new(&header, &name, 0);
+        c.magic(MAGIC_Z)?;
+        c.version()?;
+        let id = c.u64()?;
+        c.check_crc()?;
+        if id != meta.id {
+            return Err(Error::corrupt(&name, 8, Corruption::Field { field: "segment id", found: id }));
+        }
+        let mut tail = [0u8; TAIL_LEN as usize];
+        file.read_exact_at(&mut tail, len - TAIL_LEN).map_err(|e| Error::io("read", &name, e))?;
+        let mut c = Cursor::new(&tail, &name, len - TAIL_LEN);
+        let footer_offset = c.u64()?;
+        c.check_crc()?;
+        c.magic(MAGIC_ZEND)?;
+        if footer_offset < HEADER_LEN || footer_offset + 20 > len - TAIL_LEN {
+            return Err(Error::corrupt(
+                &name,
+                len - TAIL_LEN,
+                Corruption::Field { field: "footer offset", found: footer_offset },
+            ));
+        }
+        let mut footer = vec![0u8; (len - TAIL_LEN - footer_offset) as usize];
+        file.read_exact_at(&mut footer, footer_offset).map_err(|e| Error::io("read", &name, e))?;
+        let mut c = Cursor::new(&footer, &name, footer_offset);
+        let blocks = c.u64()?;
+        let sigs = c.u64()?;
+        if blocks.checked_mul(INDEX_ENTRY).and_then(|b| b.checked_add(20)) != Some(footer.len() as u64) {
+            return Err(Error::corrupt(&name, footer_offset, Corruption::Field { field: "block count", found: blocks }));
+        }
+        let mut index = Vec::with_capacity(blocks as usize);
+        let mut total = 0u64;
+        let mut prev: Option<(u64, u64)> = None;
+        for _ in 0..blocks {
+            let at = c.offset();
+            let first = c.u64()?;
+            let offset = c.u64()?;
+            let count = c.u32()?;
+            let bad_order = prev.is_some_and(|(pf, po)| first <= pf || offset <= po);
+            if count == 0 || count as usize > BLOCK_SIGS || offset < HEADER_LEN || offset >= footer_offset || bad_order {
+                return Err(Error::corrupt(&name, at, Corruption::Field { field: "index entry", found: offset }));
+            }
+            prev = Some((first, offset));
+            total += count as u64;
+            index.push(IndexEntry { first, offset, count });
+        }
+        c.check_crc()?;
+        if total != sigs || sigs != meta.sigs {
+            return Err(Error::corrupt(&name, footer_offset, Corruption::Field { field: "signature count", found: sigs }));
+        }
+        Ok(Segment { file, name, meta, index })
+    }
+
+    /// The segment's manifest entry.
+    pub fn meta(&self) -> SegmentMeta {
+        self.meta
+    }
+
+    /// The file name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The sparse index.
+    pub fn index(&self) -> &[IndexEntry] {
+        &self.index
+    }
+
+    /// The index of the block that may hold `sig`, if any.
+    pub fn block_for(&self, sig: u64) -> Option<usize> {
+        match self.index.partition_point(|e| e.first <= sig) {
+            0 => None,
+            i => Some(i - 1),
+        }
+    }
+
+    /// Reads, checks and decodes block `i` into `out` (cleared first).
+    pub fn read_block(&self, i: usize, out: &mut Vec<u64>) -> Result<()> {
+        let e = self.index[i];
+        let end = self.index.get(i + 1).map_or_else(|| self.footer_offset(), |n| n.offset);
+        let mut bytes = vec![0u8; (end - e.offset) as usize];
+        self.file.read_exact_at(&mut bytes, e.offset).map_err(|err| Error::io("read", &self.name, err))?;
+        decode_block(&bytes, &self.name, e, out)
+    }
+
+    fn footer_offset(&self) -> u64 {
+        self.meta.bytes - TAIL_LEN - (self.index.len() as u64 * INDEX_ENTRY + 20)
+    }
+
+    /// Whether the segment holds `sig`; reads at most one block.
+    pub fn contains(&self, sig: u64) -> Result<bool> {
+        let Some(b) = self.block_for(sig) else { return Ok(false) };
+        if self.index[b].first == sig {
+            return Ok(true);
+        }
+        let mut block = Vec::with_capacity(BLOCK_SIGS);
+        self.read_block(b, &mut block)?;
+        Ok(block.binary_search(&sig).is_ok())
+    }
+
+    /// Iterates every signature in order, block by block.
+    pub fn iter(&self) -> SegmentIter<'_> {
+        SegmentIter { seg: self, block: 0, buf: Vec::with_capacity(BLOCK_SIGS), pos: 0 }
+    }
+}
+
+/// Decodes a block (`bytes` is the whole block, described by index entry `e`).
+fn decode_block(bytes: &[u8], name: &str, e: IndexEntry, out: &mut Vec<u64>) -> Result<()> {
+    out.clear();
+    let corrupt = |what| Error::corrupt(name, e.offset, what);
+    if bytes.len() < BLOCK_HEADER + 4 {
+        return Err(corrupt(Corruption::Truncated { needed: BLOCK_HEADER as u64 + 4, available: bytes.len() as u64 }));
+    }
+    let body = &bytes[..bytes.len() - 4];
+    let stored = u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes"));
+    let computed = crc(body);
+    if stored != computed {
+        return Err(corrupt(Corruption::Checksum { stored, computed }));
+    }
+    let mut c = Cursor::new(body, name, e.offset);
+    let count = c.u32()?;
+    let k = c.u32()?;
+    let first = c.u64()?;
+    let payload_len = c.u32()? as usize;
+    if count != e.count || first != e.first || k > 63 || payload_len != c.remaining() || payload_len % 8 != 0 {
+        return Err(corrupt(Corruption::Field { field: "block header", found: count as u64 }));
+    }
+    let payload = c.take(payload_len)?;
+    let mut r = BitReader::new(payload);
+    out.push(first);
+    let mut prev = first;
+    for _ in 1..count {
+        let next = r
+            .read_rice(k)
+            .and_then(|gap| prev.checked_add(gap)?.checked_add(1))
+            .ok_or_else(|| corrupt(Corruption::Field { field: "rice code", found: prev }))?;
+        out.push(next);
+        prev = next;
+    }
+    Ok(())
+}
+
+/// Iterator over a segment's signatures; yields `Err` once on a damaged block.
+pub struct SegmentIter<'a> {
+    seg: &'a Segment,
+    block: usize,
+    buf: Vec<u64>,
+    pos: usize,
+}
+
+impl Iterator for SegmentIter<'_> {
+    type Item = Result<u64>;
+    fn next(&mut self) -> Option<Result<u64>> {
+        while self.pos == self.buf.len() {
+            if self.block == self.seg.index.len() {
+                return None;
+            }
+            if let Err(e) = self.seg.read_block(self.block, &mut self.buf) {
+                self.block = self.seg.index.len();
+                self.buf.clear();
+                self.pos = 0;
+                return Some(Err(e));
+            }
+            self.block += 1;
+            self.pos = 0;
+        }
+        self.pos += 1;
+        Some(Ok(self.buf[self.pos - 1]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::SimDisk;
+
+    fn sigs(n: u64, seed: u64) -> Vec<u64> {
+        let mut v: Vec<u64> = (0..n).map(|i| xxhash_rust::xxh3::xxh3_64_with_seed(&i.to_le_bytes(), seed)).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    #[test]
+    fn a_segment_round_trips_and_answers_lookups() {
+        let disk = SimDisk::new();
+        for n in [1u64, 2, 2047, 2048, 2049, 10_000] {
+            let v = sigs(n, n);
+            let mut w = SegmentWriter::create(&disk, n).unwrap();
+            for &s in &v {
+                w.push(s).unwrap();
+            }
+            let meta = w.finish().unwrap();
+            let seg = Segment::open(&disk, meta).unwrap();
+            let back: Vec<u64> = seg.iter().map(|r| r.unwrap()).collect();
+            assert_eq!(back, v);
+            for &s in v.iter().step_by(97) {
+                assert!(seg.contains(s).unwrap());
+                assert!(!seg.contains(s ^ 1).unwrap() || v.binary_search(&(s ^ 1)).is_ok());
+            }
+        }
+    }
+
+    #[test]
+    fn the_writer_refuses_signatures_out_of_order() {
+        let disk = SimDisk::new();
+        let mut w = SegmentWriter::create(&disk, 1).unwrap();
+        w.push(10).unwrap();
+        let err = w.push(10).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { what: Corruption::OutOfOrder { previous: 10, got: 10 }, .. }));
+    }
+
+    #[test]
+    fn rice_blocks_are_near_the_information_bound() {
+        let disk = SimDisk::new();
+        let v = sigs(200_000, 7);
+        let mut w = SegmentWriter::create(&disk, 1).unwrap();
+        for &s in &v {
+            w.push(s).unwrap();
+        }
+        let meta = w.finish().unwrap();
+        let n = v.len() as f64;
+        let bound = (2f64.powi(64) / n).log2() + 1.4427;
+        let bits = meta.bytes as f64 * 8.0 / n;
+        assert!(bits < bound * 1.05, "{bits:.2} bits per signature, bound {bound:.2}");
+    }
+}

@@ -1,0 +1,500 @@
+//! The durable Mercator sieve.
+//!
+//! Pushed URLs are appended to A (the write-ahead log) and their signatures to S (a buffer
+//! in RAM). When S is full it is frozen and flushed on a background thread while pushes
+//! continue into a second buffer and a new A generation: the flush sorts the batch, drops
+//! what Z (every signature ever seen) already holds, writes the new signatures as a Z
+//! segment, appends the new URLs to F (the frontier) in the order of their first appearance,
+//! and commits the manifest. See `docs/design.md` for the file formats and the crash
+//! analysis of every step, and Heydon & Najork, "Mercator: A scalable, extensible Web
+//! crawler" (1999) for the original sieve.
+
+mod flush;
+mod recovery;
+pub(crate) mod wal;
+
+use std::any::Any;
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crate::error::{Error, InvalidUrl, Result};
+use crate::frontier::{self, Position};
+use crate::log::{FrameError, LogReader, LogWriter};
+use crate::manifest::Manifest;
+use crate::options::{Options, SyncPolicy};
+use crate::segment::Segment;
+use crate::storage::{DirStorage, Storage, StorageFile};
+
+use flush::{FlushDone, FlushJob, Gate};
+
+pub use flush::TIER_FANOUT;
+
+/// The signature of a URL: xxh3-64 with the sieve's seed.
+pub fn signature(url: &[u8], seed: u64) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(url, seed)
+}
+
+/// Counts and sizes of a sieve.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// URLs pushed, duplicates included (flushed, being flushed, and buffered).
+    pub pushed: u64,
+    /// URLs pushed since the last flush (buffered in S or being flushed).
+    pub buffered: u64,
+    /// Distinct URLs seen and flushed (signatures in Z).
+    pub distinct: u64,
+    /// URLs ever appended to the frontier F.
+    pub emitted: u64,
+    /// URLs consumed from the frontier (durable cursor).
+    pub consumed: u64,
+    /// URLs in the frontier not yet consumed.
+    pub pending: u64,
+    /// Flushes committed.
+    pub flushes: u64,
+    /// Z segments.
+    pub segments: u64,
+    /// Records of A dropped as torn tails by recoveries.
+    pub torn_records: u64,
+    /// Bytes of A dropped as torn tails by recoveries.
+    pub torn_bytes: u64,
+    /// Bytes on disk of A files.
+    pub bytes_a: u64,
+    /// Bytes on disk of Z segments.
+    pub bytes_z: u64,
+    /// Bytes on disk of F segments.
+    pub bytes_f: u64,
+    /// Bytes of the manifest and the cursor.
+    pub bytes_meta: u64,
+    /// The memory budget in bytes.
+    pub memory_budget: u64,
+    /// Slots per buffer of S.
+    pub slots: u64,
+    /// The signature seed.
+    pub seed: u64,
+}
+
+struct InFlight {
+    handle: JoinHandle<Result<FlushDone>>,
+    gate: Arc<Gate>,
+    pushes: u64,
+}
+
+/// A durable Mercator sieve over a directory.
+///
+/// ```
+/// # fn main() -> crivello::Result<()> {
+/// let dir = tempfile::tempdir().unwrap();
+/// let mut sieve = crivello::Sieve::open(dir.path(), crivello::Options::new())?;
+/// for url in ["http://a/", "http://b/", "http://a/"] {
+///     sieve.push(url.as_bytes())?;
+/// }
+/// sieve.flush()?; // new URLs become readable in the frontier, durably
+/// let urls = sieve.frontier_next(10)?;
+/// assert_eq!(urls, [b"http://a/".to_vec(), b"http://b/".to_vec()]);
+/// sieve.frontier_commit()?; // the consumer's cursor advances durably
+/// sieve.close()?;
+/// # Ok(()) }
+/// ```
+pub struct Sieve {
+    storage: Arc<dyn Storage>,
+    opts: Options,
+    slots: usize,
+    manifest: Manifest,
+    segments: Vec<Arc<Segment>>,
+    gen: u64,
+    wal: LogWriter,
+    s: Vec<u64>,
+    since_sync: u64,
+    inflight: Option<InFlight>,
+    poisoned: bool,
+    cursor: Position,
+    read: Position,
+    read_file: Option<(u64, Arc<dyn StorageFile>)>,
+    // Declared last: the lock is released after everything else is dropped.
+    _lock: Box<dyn Any + Send + Sync>,
+}
+
+impl Sieve {
+    /// Opens the sieve in directory `dir`, creating the directory and the sieve if needed,
+    /// and recovers from any crash. Takes the directory's exclusive lock.
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Sieve> {
+        let dir = dir.as_ref();
+        let storage = DirStorage::open(dir).map_err(|e| Error::io("open directory", &dir.display().to_string(), e))?;
+        Sieve::open_with(Arc::new(storage), opts)
+    }
+
+    /// Opens (or creates) the sieve on any [`Storage`], such as the simulated disk.
+    pub fn open_with(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
+        recovery::open(storage, opts)
+    }
+
+    fn writable(&self) -> Result<()> {
+        if self.poisoned {
+            Err(Error::Poisoned)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn poison<T>(&mut self, r: Result<T>) -> Result<T> {
+        if r.is_err() {
+            self.poisoned = true;
+        }
+        r
+    }
+
+    /// Checks a URL against the options.
+    pub fn validate(&self, url: &[u8]) -> Result<()> {
+        if url.is_empty() {
+            return Err(Error::InvalidUrl(InvalidUrl::Empty));
+        }
+        if url.len() > self.opts.max_url_len {
+            return Err(Error::InvalidUrl(InvalidUrl::TooLong { len: url.len(), max: self.opts.max_url_len }));
+        }
+        Ok(())
+    }
+
+    /// Pushes one URL. It is acknowledged (durable) once a later [`Sieve::sync`],
+    /// [`Sieve::flush`] or [`Sieve::close`] returns Ok. An invalid URL is refused and changes
+    /// nothing.
+    pub fn push(&mut self, url: &[u8]) -> Result<()> {
+        self.writable()?;
+        self.validate(url)?;
+        if self.s.len() >= self.slots {
+            let r = self.freeze();
+            self.poison(r)?;
+        }
+        let sig = signature(url, self.manifest.seed);
+        let r = self.wal.append(url);
+        self.poison(r)?;
+        self.s.push(sig);
+        self.since_sync += 1;
+        if let SyncPolicy::EveryPushes(n) = self.opts.sync {
+            if self.since_sync >= n {
+                self.sync()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Pushes a batch of URLs. All are validated first: if one is invalid, none is pushed.
+    pub fn push_batch<U: AsRef<[u8]>>(&mut self, urls: &[U]) -> Result<()> {
+        self.writable()?;
+        for u in urls {
+            self.validate(u.as_ref())?;
+        }
+        for u in urls {
+            self.push(u.as_ref())?;
+        }
+        Ok(())
+    }
+
+    /// Group commit: makes every earlier push durable.
+    pub fn sync(&mut self) -> Result<()> {
+        self.writable()?;
+        if let Some(f) = &self.inflight {
+            if !f.gate.wait() {
+                self.poisoned = true;
+                // The flush thread's error tells what failed.
+                let r = self.finish_inflight();
+                return Err(r.err().unwrap_or(Error::Poisoned));
+            }
+        }
+        let r = self.wal.sync();
+        self.poison(r)?;
+        self.since_sync = 0;
+        Ok(())
+    }
+
+    /// Flushes now: every URL pushed so far is merged with Z and, if new, appended to the
+    /// frontier. Returns when the flush is committed (durable); acknowledges every push.
+    pub fn flush(&mut self) -> Result<()> {
+        self.writable()?;
+        let r = self.finish_inflight();
+        self.poison(r)?;
+        if !self.s.is_empty() {
+            let r = self.freeze().and_then(|_| self.finish_inflight());
+            self.poison(r)?;
+        }
+        self.since_sync = 0;
+        Ok(())
+    }
+
+    /// Whether the flush thread is running.
+    pub fn is_flushing(&mut self) -> bool {
+        let _ = self.poll_inflight();
+        self.inflight.is_some()
+    }
+
+    /// Applies a finished background flush, without waiting for one still running.
+    fn poll_inflight(&mut self) -> Result<()> {
+        if self.inflight.as_ref().is_some_and(|f| f.handle.is_finished()) {
+            let r = self.finish_inflight();
+            return self.poison(r);
+        }
+        Ok(())
+    }
+
+    /// Waits for the background flush, if any, and applies its outcome.
+    fn finish_inflight(&mut self) -> Result<()> {
+        let Some(f) = self.inflight.take() else { return Ok(()) };
+        let done = match f.handle.join() {
+            Ok(r) => r,
+            Err(_) => Err(Error::Io {
+                op: "flush",
+                file: "(flush thread)".into(),
+                source: std::io::Error::other("the flush thread panicked"),
+            }),
+        };
+        let _ = f.pushes;
+        match done {
+            Ok(done) => {
+                self.manifest = done.manifest;
+                self.segments = done.segments;
+                Ok(())
+            }
+            Err(e) => {
+                self.poisoned = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// Freezes S and the current A generation into a flush job, opens the next generation,
+    /// and runs the job (in the background if so configured).
+    fn freeze(&mut self) -> Result<()> {
+        self.finish_inflight()?;
+        self.wal.write_frame()?;
+        let gate = Arc::new(Gate::default());
+        let pushes = self.s.len() as u64;
+        let job = FlushJob {
+            storage: self.storage.clone(),
+            manifest: self.manifest.clone(),
+            segments: self.segments.clone(),
+            gen: self.gen,
+            wal: self.wal.file().clone(),
+            skip: 0,
+            sigs: std::mem::replace(&mut self.s, Vec::with_capacity(self.slots.min(1 << 20))),
+            next: (self.gen + 1, 0),
+            torn: (0, 0),
+            gate: gate.clone(),
+            tier_base: self.slots as u64,
+        };
+        self.gen += 1;
+        self.wal = wal::create(&*self.storage, self.gen)?;
+        if self.opts.background {
+            let handle = std::thread::Builder::new()
+                .name("crivello-flush".into())
+                .spawn(move || flush::run(job))
+                .map_err(|e| Error::io("spawn", "flush thread", e))?;
+            self.inflight = Some(InFlight { handle, gate, pushes });
+            Ok(())
+        } else {
+            let done = flush::run(job)?;
+            self.manifest = done.manifest;
+            self.segments = done.segments;
+            Ok(())
+        }
+    }
+
+    /// Whether `url` was ever pushed and flushed, or is buffered. Reads at most one block of
+    /// each Z segment.
+    pub fn contains(&mut self, url: &[u8]) -> Result<bool> {
+        let r = self.finish_inflight();
+        self.poison(r)?;
+        let sig = signature(url, self.manifest.seed);
+        if self.s.contains(&sig) {
+            return Ok(true);
+        }
+        for seg in &self.segments {
+            if seg.contains(sig)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Reads up to `max` URLs of the frontier after the read position, and advances the read
+    /// position (not the durable cursor: see [`Sieve::frontier_commit`]). Returns fewer, or
+    /// none, when the frontier holds fewer; a flush makes more available.
+    pub fn frontier_next(&mut self, max: usize) -> Result<Vec<Vec<u8>>> {
+        self.poll_inflight()?;
+        let mut out = Vec::new();
+        while out.len() < max && self.read.consumed < self.manifest.f_count {
+            let seg = self.read.segment;
+            let file = match &self.read_file {
+                Some((id, f)) if *id == seg => f.clone(),
+                _ => {
+                    let name = frontier::file_name(seg);
+                    let f = self.storage.open(&name).map_err(|e| match e.kind() {
+                        std::io::ErrorKind::NotFound => {
+                            Error::corrupt(&name, 0, crate::error::Corruption::Missing)
+                        }
+                        _ => Error::io("open", &name, e),
+                    })?;
+                    self.read_file = Some((seg, f.clone()));
+                    f
+                }
+            };
+            let name = frontier::file_name(seg);
+            let limit = if seg == self.manifest.f_tail {
+                self.manifest.f_tail_len
+            } else {
+                file.len().map_err(|e| Error::io("stat", &name, e))?
+            };
+            if self.read.offset >= limit {
+                // This segment is consumed: move to the next one.
+                let next = next_f_segment(&*self.storage, seg)?.ok_or_else(|| {
+                    Error::corrupt(&name, limit, crate::error::Corruption::Missing)
+                })?;
+                let nname = frontier::file_name(next);
+                let nf = self.storage.open(&nname).map_err(|e| Error::io("open", &nname, e))?;
+                let mut h = vec![0u8; frontier::HEADER_LEN as usize];
+                nf.read_exact_at(&mut h, 0).map_err(|e| Error::io("read", &nname, e))?;
+                let first = frontier::check_header(&h, &nname, next)?;
+                if first != self.read.consumed {
+                    return Err(Error::corrupt(
+                        &nname,
+                        16,
+                        crate::error::Corruption::Field { field: "first record", found: first },
+                    ));
+                }
+                self.read = Position { segment: next, offset: frontier::HEADER_LEN, skip: 0, consumed: first };
+                self.read_file = Some((next, nf));
+                continue;
+            }
+            let reader = LogReader::new(&*file, limit, u64::MAX);
+            let frame = match reader.frame_at(self.read.offset) {
+                Ok(f) => f,
+                Err(FrameError::Io(e)) => return Err(Error::io("read", &name, e)),
+                Err(FrameError::End) => break,
+                Err(FrameError::Invalid(what)) => return Err(Error::corrupt(&name, self.read.offset, what)),
+            };
+            let skip = self.read.skip as usize;
+            if skip >= frame.count as usize {
+                return Err(Error::corrupt(
+                    frontier::CURSOR_FILE,
+                    0,
+                    crate::error::Corruption::Field { field: "cursor skip", found: skip as u64 },
+                ));
+            }
+            let want = max - out.len();
+            let mut taken = 0usize;
+            for url in frame.records().skip(skip).take(want) {
+                out.push(url.to_vec());
+                taken += 1;
+            }
+            self.read.consumed += taken as u64;
+            if skip + taken == frame.count as usize {
+                self.read.offset += (crate::log::FRAME_HEADER + frame.payload.len()) as u64;
+                self.read.skip = 0;
+            } else {
+                self.read.skip += taken as u32;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Makes the read position durable: the URLs read so far will not be returned again,
+    /// even after a crash. Frontier segments fully consumed are deleted.
+    pub fn frontier_commit(&mut self) -> Result<()> {
+        self.writable()?;
+        if self.read == self.cursor {
+            return Ok(());
+        }
+        let r = self.read.commit_to(&*self.storage);
+        self.poison(r)?;
+        let old = self.cursor.segment;
+        self.cursor = self.read;
+        if self.cursor.segment != old {
+            if let Ok(names) = self.storage.list() {
+                for n in names {
+                    if let Some(id) = recovery::parse_f_name(&n) {
+                        if id < self.cursor.segment {
+                            let _ = self.storage.remove(&n);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets reads not committed: the read position goes back to the durable cursor.
+    pub fn frontier_rewind(&mut self) {
+        self.read = self.cursor;
+    }
+
+    /// URLs in the frontier after the read position.
+    pub fn frontier_pending(&mut self) -> u64 {
+        let _ = self.poll_inflight();
+        self.manifest.f_count - self.read.consumed
+    }
+
+    /// Counts and sizes.
+    pub fn stats(&mut self) -> Result<Stats> {
+        let _ = self.poll_inflight();
+        let inflight = self.inflight.as_ref().map_or(0, |f| f.pushes);
+        let m = &self.manifest;
+        let mut st = Stats {
+            pushed: m.pushed + inflight + self.s.len() as u64,
+            buffered: inflight + self.s.len() as u64,
+            distinct: m.segments.iter().map(|s| s.sigs).sum(),
+            emitted: m.f_count,
+            consumed: self.cursor.consumed,
+            pending: m.f_count - self.cursor.consumed,
+            flushes: m.flushes,
+            segments: m.segments.len() as u64,
+            torn_records: m.torn_records,
+            torn_bytes: m.torn_bytes,
+            memory_budget: self.opts.memory as u64,
+            slots: self.slots as u64,
+            seed: m.seed,
+            ..Stats::default()
+        };
+        if self.opts.slots.is_some() {
+            st.memory_budget = (self.slots * crate::options::BYTES_PER_SLOT) as u64;
+        }
+        for name in self.storage.list().map_err(|e| Error::io("list", "directory", e))? {
+            let Ok(f) = self.storage.open(&name) else { continue };
+            let len = f.len().unwrap_or(0);
+            match name.as_bytes().first() {
+                Some(b'a') if name.ends_with(".log") => st.bytes_a += len,
+                Some(b'z') => st.bytes_z += len,
+                Some(b'f') => st.bytes_f += len,
+                _ if name == crate::manifest::FILE || name == frontier::CURSOR_FILE => st.bytes_meta += len,
+                _ => {}
+            }
+        }
+        Ok(st)
+    }
+
+    /// The signature seed of this sieve.
+    pub fn seed(&self) -> u64 {
+        self.manifest.seed
+    }
+
+    /// Waits for any flush, syncs, and closes. Buffered pushes stay in A and are flushed at the
+    /// next open.
+    pub fn close(mut self) -> Result<()> {
+        self.sync()?;
+        let r = self.finish_inflight();
+        self.poison(r)
+    }
+}
+
+impl Drop for Sieve {
+    fn drop(&mut self) {
+        // Never leave a flush writing after the lock is released.
+        if let Some(f) = self.inflight.take() {
+            let _ = f.handle.join();
+        }
+    }
+}
+
+/// The next F segment after `id`, if any.
+fn next_f_segment(storage: &dyn Storage, id: u64) -> Result<Option<u64>> {
+    let names = storage.list().map_err(|e| Error::io("list", "directory", e))?;
+    Ok(names.iter().filter_map(|n| recovery::parse_f_name(n)).filter(|&x| x > id).min())
+}

@@ -1,0 +1,84 @@
+//! The one seam for file I/O.
+//!
+//! Every byte the sieve reads or writes goes through [`Storage`] (a directory) and
+//! [`StorageFile`] (a file in it). [`DirStorage`] is the real backend; [`SimDisk`] is an
+//! in-memory disk that remembers what was synced and can crash, tear writes, fail fsyncs and
+//! flip bits, so that tests can enumerate every crash point (the approach of SQLite's crash
+//! VFS, RocksDB's `FaultInjectionTestFS` and redb's `StorageBackend`).
+//!
+//! The durability rules the engine follows live in [`durable`].
+
+pub mod durable;
+mod real;
+pub mod sim;
+
+use std::any::Any;
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+
+pub use real::{DirStorage, LOCK_FILE};
+pub use sim::SimDisk;
+
+/// A flat directory of files: the sieve directory.
+///
+/// Names are plain file names (no separators). Mutating operations are the crash points of
+/// the simulated disk.
+pub trait Storage: Send + Sync + fmt::Debug {
+    /// Creates `name` (truncating it if it exists), opened for reading and writing.
+    fn create(&self, name: &str) -> io::Result<Arc<dyn StorageFile>>;
+    /// Opens the existing file `name` for reading and writing.
+    fn open(&self, name: &str) -> io::Result<Arc<dyn StorageFile>>;
+    /// Atomically renames `from` to `to`, replacing `to`.
+    fn rename(&self, from: &str, to: &str) -> io::Result<()>;
+    /// Removes `name`.
+    fn remove(&self, name: &str) -> io::Result<()>;
+    /// Makes the directory's entries (creations, renames, removals) durable.
+    fn sync_dir(&self) -> io::Result<()>;
+    /// Lists the file names in the directory, sorted.
+    fn list(&self) -> io::Result<Vec<String>>;
+    /// Takes the directory's exclusive lock; it is held until the returned guard is dropped.
+    /// Fails with [`io::ErrorKind::WouldBlock`] when somebody else holds it.
+    fn lock(&self) -> io::Result<Box<dyn Any + Send + Sync>>;
+    /// A human-readable name of the directory, for messages.
+    fn describe(&self) -> String;
+}
+
+/// An open file of a [`Storage`].
+pub trait StorageFile: Send + Sync {
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at the end).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Writes all of `buf` at `offset`, extending the file if needed.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// The file's current length.
+    fn len(&self) -> io::Result<u64>;
+    /// Truncates or extends the file to `len` bytes.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Makes the file's data and size durable (`fsync`).
+    fn sync(&self) -> io::Result<()>;
+
+    /// Fills `buf` from `offset`; fails with [`io::ErrorKind::UnexpectedEof`] if the file
+    /// is shorter.
+    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, offset) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the whole file.
+    fn read_all(&self) -> io::Result<Vec<u8>> {
+        let len = usize::try_from(self.len()?).map_err(io::Error::other)?;
+        let mut buf = vec![0; len];
+        self.read_exact_at(&mut buf, 0)?;
+        Ok(buf)
+    }
+}

@@ -1,0 +1,118 @@
+//! The real backend: a directory of the operating system's file system.
+
+use std::any::Any;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use fs2::FileExt as _;
+
+use super::{Storage, StorageFile};
+
+/// The name of the lock file inside a sieve directory.
+pub const LOCK_FILE: &str = "LOCK";
+
+/// A real directory. Created (with its parents) if missing.
+#[derive(Debug, Clone)]
+pub struct DirStorage {
+    dir: PathBuf,
+}
+
+impl DirStorage {
+    /// Opens the directory `dir`, creating it if it does not exist.
+    pub fn open(dir: impl AsRef<Path>) -> io::Result<DirStorage> {
+        let dir = dir.as_ref().to_path_buf();
+        if !dir.exists() {
+            fs::create_dir_all(&dir)?;
+            if let Some(parent) = dir.parent() {
+                // Make the new directory's own entry durable.
+                let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
+                File::open(parent)?.sync_all()?;
+            }
+        } else if !dir.is_dir() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a directory"));
+        }
+        Ok(DirStorage { dir })
+    }
+
+    /// The directory's path.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+}
+
+struct RealFile(File);
+
+impl StorageFile for RealFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.0.sync_all()
+    }
+}
+
+impl Storage for DirStorage {
+    fn create(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(self.dir.join(name))?;
+        Ok(Arc::new(RealFile(f)))
+    }
+    fn open(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+        let f = OpenOptions::new().read(true).write(true).open(self.dir.join(name))?;
+        Ok(Arc::new(RealFile(f)))
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        fs::rename(self.dir.join(from), self.dir.join(to))
+    }
+    fn remove(&self, name: &str) -> io::Result<()> {
+        fs::remove_file(self.dir.join(name))
+    }
+    fn sync_dir(&self) -> io::Result<()> {
+        File::open(&self.dir)?.sync_all()
+    }
+    fn list(&self) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            if let Ok(name) = entry.file_name().into_string() {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+    fn lock(&self) -> io::Result<Box<dyn Any + Send + Sync>> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.dir.join(LOCK_FILE))?;
+        match f.try_lock_exclusive() {
+            Ok(()) => Ok(Box::new(f)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(11) => {
+                Err(io::ErrorKind::WouldBlock.into())
+            }
+            Err(e) => Err(e),
+        }
+    }
+    fn describe(&self) -> String {
+        self.dir.display().to_string()
+    }
+}
