@@ -39,6 +39,7 @@
 
 #![deny(missing_docs)]
 
+mod check;
 pub mod error;
 pub mod format;
 pub mod frontier;
@@ -49,6 +50,7 @@ pub mod segment;
 mod sieve;
 pub mod storage;
 
+pub use check::{check, check_storage, CheckReport};
 pub use error::{Corruption, Error, InvalidUrl, Result};
 pub use options::{Options, SyncPolicy};
 pub use sieve::{signature, Sieve, Stats, TIER_FANOUT};

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! frame := magic "FRM1" u32 | epoch u32 | payload_len u32 | count u32 | crc32 u32 | payload
-//! payload := count x ( len u32 | len bytes )          (len >= 1)
+//! payload := count x ( len u32 | len bytes )          (len >= 1; count 0: a seal)
 //! crc32 covers the first 16 header bytes and the payload
 //! ```
 //!
@@ -104,6 +104,25 @@ impl LogWriter {
             self.buf.shrink_to(self.target + FRAME_HEADER);
         }
         self.count = 0;
+        Ok(())
+    }
+
+    /// Syncs, then writes and syncs an empty frame of the next epoch. A valid frame two epochs
+    /// after any damaged one proves the damage is corruption, not a torn write, so after a
+    /// seal no data frame is ambiguous (see `docs/design.md`, "Torn tails").
+    pub fn seal(&mut self) -> Result<()> {
+        self.sync()?;
+        let mut frame = Vec::with_capacity(FRAME_HEADER);
+        frame.put_u32(MAGIC_FRAME);
+        frame.put_u32(self.epoch);
+        frame.put_u32(0);
+        frame.put_u32(0);
+        let c = crc32fast::hash(&frame);
+        frame.put_u32(c);
+        self.file.write_all_at(&frame, self.end).map_err(|e| Error::io("write", &self.name, e))?;
+        self.end += FRAME_HEADER as u64;
+        self.file.sync().map_err(|e| Error::io("fsync", &self.name, e))?;
+        self.epoch += 1;
         Ok(())
     }
 
@@ -245,7 +264,7 @@ impl<'a> LogReader<'a> {
             pos += 4 + len;
             n += 1;
         }
-        if n != count || count == 0 {
+        if n != count {
             return Err(FrameError::Invalid(Corruption::Field { field: "frame count", found: count as u64 }));
         }
         Ok(Frame { offset, epoch, count, payload })

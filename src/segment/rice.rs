@@ -165,6 +165,9 @@ mod tests {
         let mut r = BitReader::new(&[0u8; 16]);
         assert_eq!(r.read_rice(5), None);
         let mut r = BitReader::new(&[1u8, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(r.read_rice(63), Some(0));
+        assert_eq!(r.read_rice(0), None);
+        let mut r = BitReader::new(&[2u8, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(r.read_rice(63), None);
     }
 }

@@ -74,8 +74,6 @@ pub struct FlushJob {
 pub struct FlushDone {
     pub manifest: Manifest,
     pub segments: Vec<Arc<Segment>>,
-    /// URLs appended to F.
-    pub emitted: u64,
 }
 
 /// Closes the gate with "failed" if the flush ends before opening it.
@@ -130,7 +128,6 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
     let mut positions: Vec<u32> = pairs.iter().map(|p| p.1).collect();
     drop(pairs);
     positions.sort_unstable();
-    let emitted = positions.len() as u64;
     if !positions.is_empty() {
         created |= emit(storage, &mut m, &*job.wal, &wal_name, job.skip, &positions)?;
     }
@@ -156,7 +153,7 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
     for s in superseded {
         let _ = storage.remove(&crate::segment::file_name(s.id));
     }
-    Ok(FlushDone { manifest: m, segments, emitted })
+    Ok(FlushDone { manifest: m, segments })
 }
 
 /// Removes from `pairs` (sorted by signature) the signatures `seg` holds, reading only the

@@ -10,7 +10,7 @@
 //! crawler" (1999) for the original sieve.
 
 mod flush;
-mod recovery;
+pub(crate) mod recovery;
 pub(crate) mod wal;
 
 use std::any::Any;
@@ -480,6 +480,8 @@ impl Sieve {
     pub fn close(mut self) -> Result<()> {
         self.sync()?;
         let r = self.finish_inflight();
+        self.poison(r)?;
+        let r = self.wal.seal();
         self.poison(r)
     }
 }
