@@ -1,0 +1,401 @@
+//! The `crivello` command line: argument definitions, the mapping of errors to messages and
+//! exit codes, and the helpers the subcommands share.
+//!
+//! Each subcommand lives in its own module (`push`, `flush`, `pop`, `uniq`, `stats`,
+//! `check`) and returns an [`anyhow::Result`]; [`run`] turns an error into one line on
+//! stderr, `crivello: <what went wrong>: <what to do>`, and an exit code:
+//!
+//! | code | meaning |
+//! | ---: | --- |
+//! | 0 | success (also when the reader of stdout went away, as `head` does) |
+//! | 1 | runtime error: I/O, corruption met while working, a locked directory, an invalid input line |
+//! | 2 | usage error (bad arguments or option values) |
+//! | 3 | `check` found damage |
+
+mod check;
+mod flush;
+mod pop;
+mod progress;
+mod push;
+mod stats;
+mod stream;
+mod uniq;
+
+use std::fmt;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use crivello::options::{MAX_MAX_URL_LEN, MIN_MEMORY};
+use crivello::{Options, Sieve};
+
+/// Exit code of a runtime error.
+pub const EXIT_RUNTIME: u8 = 1;
+/// Exit code of a usage error (clap's own code for bad arguments).
+pub const EXIT_USAGE: u8 = 2;
+/// Exit code of `check` when it finds damage.
+pub const EXIT_DAMAGE: u8 = 3;
+
+/// The exit codes, shown at the end of `crivello --help`.
+const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0  success (also when the reader of standard output goes away, as `head` does)
+  1  runtime error: I/O, corruption met while working, a locked directory,
+     an invalid input line
+  2  usage error: bad arguments or option values
+  3  `check` found damage
+
+Errors are one line on stderr: `crivello: <what went wrong>: <what to do>`.";
+
+/// A durable Mercator sieve: each distinct URL exactly once, in first-appearance order.
+#[derive(Debug, Parser)]
+#[command(
+    name = "crivello",
+    version,
+    about = "A durable Mercator sieve: each distinct URL exactly once, in first-appearance order",
+    long_about = "A durable Mercator sieve: every distinct URL pushed is emitted exactly once, \
+                  in the order of its first appearance, with bounded memory, across restarts \
+                  and crashes.\n\n\
+                  `push` feeds URLs into a sieve directory, `flush` makes the new ones \
+                  available, `pop` prints them; `uniq` dedups lines of files like \
+                  `awk '!seen[$0]++'` without its memory.",
+    after_help = EXIT_CODES_HELP
+)]
+pub struct Cli {
+    /// The subcommand.
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Push URLs, one per line, into the sieve in DIR (created if missing).
+    ///
+    /// Each line without its ending ("\n", and then one "\r" if present) is one URL. An
+    /// invalid line (empty, or longer than --max-url-len) stops the command with an error
+    /// naming the file and line, after every line before it was made durable; with
+    /// --skip-invalid such lines are skipped and counted on stderr. Exit 0 means every line
+    /// read is durable. New URLs reach the frontier when a flush runs: automatically when
+    /// the memory buffer fills, or with `crivello flush`.
+    Push(push::PushArgs),
+    /// Flush now: the new URLs pushed so far become available to `pop`.
+    Flush(flush::FlushArgs),
+    /// Print up to N frontier URLs (default: all) in order, then durably advance the cursor.
+    ///
+    /// URLs are printed and committed in batches: a batch is committed only after it was
+    /// written to stdout, so an interrupted pop may print a URL again but never skips one.
+    /// pop does not flush: URLs pushed since the last flush are not printed yet.
+    Pop(pop::PopArgs),
+    /// Print each distinct line of the input once, in first-appearance order.
+    ///
+    /// The output is byte-identical to `LC_ALL=C awk '!seen[$0]++'`: lines are split at
+    /// "\n" only (a "\r" is part of the line), empty lines are lines, any byte is allowed,
+    /// and every output line ends with "\n". Memory stays within --memory: the lines seen go
+    /// to a temporary sieve in --tmp-dir, removed at exit.
+    Uniq(uniq::UniqArgs),
+    /// Print the counts and sizes of the sieve in DIR.
+    #[command(after_help = stats::KEYS_HELP)]
+    Stats(stats::StatsArgs),
+    /// Verify the checksums of the sieve in DIR; exit 3 on any damage.
+    ///
+    /// Verifies the manifest, the cursor, the headers, footers and indexes of the Z
+    /// segments, the write-ahead log (which opening the sieve replays) and every frontier
+    /// record after the cursor; prints "ok" and a summary when all is well.
+    Check(check::CheckArgs),
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, Clone, Args)]
+pub struct Common {
+    /// RAM budget: bytes, or a number with a unit K, M or G (powers of 1024; "B" or "iB"
+    /// may follow, any case), at least 1M.
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_memory)]
+    pub memory: usize,
+    /// No progress display and no notes on stderr (errors are still reported).
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Parses the arguments, runs the subcommand, and reports its outcome.
+pub fn run() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout with code 0, usage errors to stderr with 2.
+            let code = e.exit_code();
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(code).unwrap_or(EXIT_USAGE));
+        }
+    };
+    let result = match cli.command {
+        Command::Push(a) => push::run(a),
+        Command::Flush(a) => flush::run(a),
+        Command::Pop(a) => pop::run(a),
+        Command::Uniq(a) => uniq::run(a),
+        Command::Stats(a) => stats::run(a),
+        Command::Check(a) => check::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => report(&e),
+    }
+}
+
+/// An error the CLI explains itself: what went wrong, and what to do about it.
+#[derive(Debug)]
+pub struct Explained {
+    /// What went wrong.
+    pub what: String,
+    /// What to do.
+    pub todo: String,
+}
+
+impl fmt::Display for Explained {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
+impl std::error::Error for Explained {}
+
+/// Builds an [`Explained`] error.
+pub fn explained(what: impl Into<String>, todo: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Explained {
+        what: what.into(),
+        todo: todo.into(),
+    })
+}
+
+/// Damage found by `check` (exit code 3).
+#[derive(Debug)]
+pub struct Damage {
+    /// The sieve directory.
+    pub dir: PathBuf,
+    /// What was found.
+    pub source: anyhow::Error,
+}
+
+impl fmt::Display for Damage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} is damaged", self.dir.display())
+    }
+}
+
+impl std::error::Error for Damage {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.source.as_ref())
+    }
+}
+
+/// Standard output was closed by its reader: the command ends quietly with code 0.
+#[derive(Debug)]
+pub struct StdoutClosed;
+
+impl fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("standard output was closed")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// Prints the error as one line on stderr and returns its exit code.
+fn report(err: &anyhow::Error) -> ExitCode {
+    if err.downcast_ref::<StdoutClosed>().is_some() {
+        return ExitCode::SUCCESS;
+    }
+    let code = if err.downcast_ref::<Damage>().is_some() {
+        EXIT_DAMAGE
+    } else {
+        EXIT_RUNTIME
+    };
+    // Library errors repeat their source in their own message: print each text once.
+    let mut what = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if !what.contains(&text) {
+            if !what.is_empty() {
+                what.push_str(": ");
+            }
+            what.push_str(&text);
+        }
+    }
+    let line = format!("crivello: {what}: {}\n", hint(err));
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    ExitCode::from(code)
+}
+
+/// What to do about an error: the advice of the outermost cause that has one.
+fn hint(err: &anyhow::Error) -> String {
+    for cause in err.chain() {
+        if let Some(e) = cause.downcast_ref::<Explained>() {
+            return e.todo.clone();
+        }
+        if let Some(d) = cause.downcast_ref::<Damage>() {
+            return format!(
+                "keep a copy of {} for analysis and restore it from a backup; \
+                 the damaged file is named above",
+                d.dir.display()
+            );
+        }
+        if let Some(e) = cause.downcast_ref::<crivello::Error>() {
+            if let Some(h) = library_hint(e) {
+                return h.to_owned();
+            }
+        }
+        if let Some(e) = cause.downcast_ref::<std::io::Error>() {
+            return io_hint(e).to_owned();
+        }
+    }
+    "see `crivello --help`".to_owned()
+}
+
+/// Advice for a library error, or `None` to look further down the chain.
+fn library_hint(e: &crivello::Error) -> Option<&'static str> {
+    use crivello::Error as E;
+    Some(match e {
+        E::Corrupt { .. } => {
+            "the store is damaged: run `crivello check` on it, and restore it from a backup"
+        }
+        E::Locked { .. } => "wait for the other process to finish, or use another directory",
+        E::InvalidUrl(_) => "fix the input line",
+        E::InvalidOption { .. } => "change the option's value (see `crivello --help`)",
+        E::Poisoned => "run the command again: reopening recovers what was durable",
+        E::NotASieve { .. } => "use the directory of a sieve, or a new or empty directory",
+        E::Io { .. } => return None,
+        _ => "see `crivello --help`",
+    })
+}
+
+/// Advice for an operating-system error.
+fn io_hint(e: &std::io::Error) -> &'static str {
+    use std::io::ErrorKind as K;
+    const ENOSPC: i32 = 28;
+    match e.kind() {
+        K::NotFound => "check that the path exists",
+        K::PermissionDenied => "check the permissions of the path",
+        K::AlreadyExists => "remove the path or choose another",
+        _ if e.raw_os_error() == Some(ENOSPC) => "free some disk space and run the command again",
+        _ => "check the disk and the path, then run the command again",
+    }
+}
+
+/// Parses a size: bytes, or a number with a unit K, M or G (powers of 1024), optionally
+/// followed by "B" or "iB", in any case: `512K`, `64M`, `1GiB`, `4096`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let lower = text.trim().to_ascii_lowercase();
+    let split = lower
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(lower.len());
+    let (digits, unit) = lower.split_at(split);
+    let usage = "expected a number of bytes, optionally with a unit K, M or G, like 64M or 1G";
+    if digits.is_empty() {
+        return Err(usage.to_owned());
+    }
+    let shift = match unit {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => return Err(format!("unknown unit {unit:?}: {usage}")),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| "too large".to_owned())
+}
+
+/// Parses a size that must lie in `min..=max`.
+fn parse_bounded(text: &str, min: u64, max: u64, unit_help: &str) -> Result<usize, String> {
+    let n = parse_size(text)?;
+    if n < min || n > max {
+        return Err(format!(
+            "{n} bytes is not between {min} and {max} ({unit_help})"
+        ));
+    }
+    usize::try_from(n).map_err(|_| "too large for this machine".to_owned())
+}
+
+/// Parses `--memory`: a size of at least 1 MiB.
+pub fn parse_memory(text: &str) -> Result<usize, String> {
+    parse_bounded(text, MIN_MEMORY as u64, u64::MAX, "from 1M")
+}
+
+/// Parses `--max-url-len`: 1 byte to 1 GiB.
+pub fn parse_max_url_len(text: &str) -> Result<usize, String> {
+    parse_bounded(text, 1, MAX_MAX_URL_LEN as u64, "1 to 1G")
+}
+
+/// Parses `--max-line-length`: 1 byte to 1 GiB less one (one byte goes to the line's tag).
+pub fn parse_max_line_length(text: &str) -> Result<usize, String> {
+    parse_bounded(text, 1, MAX_MAX_URL_LEN as u64 - 1, "1 to 1G minus 1")
+}
+
+/// Opens (or creates) the sieve in `dir`.
+pub fn open_sieve(dir: &Path, opts: Options) -> anyhow::Result<Sieve> {
+    Sieve::open(dir, opts).map_err(|e| match e {
+        // The message already names the directory.
+        crivello::Error::Locked { .. } | crivello::Error::NotASieve { .. } => anyhow::Error::new(e),
+        e => anyhow::Error::new(e).context(format!("sieve {}", dir.display())),
+    })
+}
+
+/// Refuses a directory that does not exist or holds no sieve, so that a mistyped name is
+/// not silently created; only `push` creates sieves.
+pub fn require_sieve(dir: &Path) -> anyhow::Result<()> {
+    if !dir.is_dir() {
+        return Err(explained(
+            format!("{}: no such directory", dir.display()),
+            "give the directory of an existing sieve (`crivello push DIR` creates one)",
+        ));
+    }
+    let manifest = dir.join(crivello::manifest::FILE);
+    let exists = manifest
+        .try_exists()
+        .with_context(|| format!("look for {}", manifest.display()))?;
+    if !exists {
+        return Err(explained(
+            format!(
+                "{}: no sieve in this directory (no {})",
+                dir.display(),
+                crivello::manifest::FILE
+            ),
+            "give the directory of an existing sieve (`crivello push DIR` creates one)",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_units_in_any_case() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("512K"), Ok(512 << 10));
+        assert_eq!(parse_size("64m"), Ok(64 << 20));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("2mb"), Ok(2 << 20));
+        assert_eq!(parse_size("10B"), Ok(10));
+        for bad in ["", "M", "12Q", "1.5G", "-1", "1 T", "99999999999999999999"] {
+            assert!(parse_size(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn memory_below_one_mebibyte_is_refused() {
+        assert!(parse_memory("512K").is_err());
+        assert_eq!(parse_memory("1M"), Ok(1 << 20));
+    }
+
+    #[test]
+    fn the_definitions_are_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,134 @@
+//! `crivello stats DIR [--json]`: the counts and sizes of a sieve, one `key value` per line,
+//! or one JSON object whose keys are the field names of [`crivello::Stats`].
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use crivello::{Options, Stats};
+use indicatif::HumanBytes;
+
+use super::stream::Output;
+use super::{open_sieve, require_sieve, Common};
+
+/// The keys of the output and their meaning, shown by `crivello stats --help`.
+pub const KEYS_HELP: &str = "\
+Keys (the same in the text and the JSON output; every value is an unsigned integer):
+  pushed         URLs pushed, duplicates included
+  buffered       URLs pushed since the last flush
+  distinct       distinct URLs flushed (signatures in Z)
+  emitted        URLs ever appended to the frontier
+  consumed       URLs popped from the frontier (durable cursor)
+  pending        URLs in the frontier not yet popped
+  flushes        flushes committed
+  segments       Z segment files
+  torn_records   records of the write-ahead log dropped as torn tails by recoveries
+  torn_bytes     bytes of the write-ahead log dropped as torn tails by recoveries
+  bytes_a        bytes on disk of the write-ahead log (A)
+  bytes_z        bytes on disk of the Z segments
+  bytes_f        bytes on disk of the frontier (F)
+  bytes_meta     bytes of the manifest and the cursor
+  memory_budget  the memory budget in bytes
+  slots          slots per buffer of S (the in-memory signature buffer)
+  seed           the signature seed (a 64-bit integer)";
+
+/// The arguments of `stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// The sieve's directory (it must exist).
+    pub dir: PathBuf,
+    /// Print one JSON object instead of text (keys below).
+    #[arg(long)]
+    pub json: bool,
+    /// The options of every subcommand.
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Runs `stats`.
+pub fn run(args: StatsArgs) -> Result<()> {
+    require_sieve(&args.dir)?;
+    let mut sieve = open_sieve(&args.dir, Options::new().memory(args.common.memory))?;
+    let stats = sieve.stats()?;
+    sieve.close()?;
+    let mut out = Output::new();
+    if args.json {
+        let object: serde_json::Map<String, serde_json::Value> = fields(&stats)
+            .iter()
+            .map(|&(k, v)| (k.to_owned(), v.into()))
+            .collect();
+        out.line(serde_json::Value::Object(object).to_string().as_bytes())?;
+    } else {
+        for (key, value) in fields(&stats) {
+            let line = if key.starts_with("bytes_") || key == "memory_budget" {
+                format!("{key:<14} {value} ({})", HumanBytes(value))
+            } else {
+                format!("{key:<14} {value}")
+            };
+            out.line(line.as_bytes())?;
+        }
+    }
+    out.flush()
+}
+
+/// The fields of `stats` under their names, in declaration order.
+///
+/// The destructuring lists every field, so a field added to [`Stats`] fails to compile here
+/// until it is given a key (and a line in [`KEYS_HELP`] and the README).
+pub fn fields(stats: &Stats) -> [(&'static str, u64); 17] {
+    let Stats {
+        pushed,
+        buffered,
+        distinct,
+        emitted,
+        consumed,
+        pending,
+        flushes,
+        segments,
+        torn_records,
+        torn_bytes,
+        bytes_a,
+        bytes_z,
+        bytes_f,
+        bytes_meta,
+        memory_budget,
+        slots,
+        seed,
+    } = *stats;
+    [
+        ("pushed", pushed),
+        ("buffered", buffered),
+        ("distinct", distinct),
+        ("emitted", emitted),
+        ("consumed", consumed),
+        ("pending", pending),
+        ("flushes", flushes),
+        ("segments", segments),
+        ("torn_records", torn_records),
+        ("torn_bytes", torn_bytes),
+        ("bytes_a", bytes_a),
+        ("bytes_z", bytes_z),
+        ("bytes_f", bytes_f),
+        ("bytes_meta", bytes_meta),
+        ("memory_budget", memory_budget),
+        ("slots", slots),
+        ("seed", seed),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_is_documented_in_the_help() {
+        for (key, _) in fields(&Stats::default()) {
+            assert!(
+                KEYS_HELP
+                    .lines()
+                    .any(|l| l.split_whitespace().next() == Some(key)),
+                "{key} is not documented"
+            );
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Line input from files or standard input, and buffered standard output that turns a
+//! closed pipe into a quiet exit.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Read, StdoutLock, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+
+use super::StdoutClosed;
+
+/// The name of standard input in messages.
+pub const STDIN_NAME: &str = "<stdin>";
+/// The read buffer of an input.
+const READ_BUFFER: usize = 1 << 20;
+/// The write buffer of standard output.
+const WRITE_BUFFER: usize = 256 << 10;
+
+/// The inputs named on the command line, in order: `None` is standard input, read when no
+/// file is named and for each "-".
+pub fn sources(files: &[PathBuf]) -> Vec<Option<&Path>> {
+    if files.is_empty() {
+        return vec![None];
+    }
+    files
+        .iter()
+        .map(|f| (f.as_os_str() != "-").then_some(f.as_path()))
+        .collect()
+}
+
+/// How a line read by [`LineReader::read_line`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Line {
+    /// A whole line was read; the number of input bytes it took, its "\n" included.
+    Complete(usize),
+    /// The line is longer than the limit: only its first `limit` bytes were read. The rest
+    /// is still unread (see [`LineReader::skip_rest`]).
+    TooLong,
+}
+
+/// Reads the lines of one input with a large buffer, into a buffer the caller reuses.
+pub struct LineReader {
+    /// The input's name in messages: its path, or [`STDIN_NAME`].
+    name: String,
+    /// The buffered input.
+    reader: BufReader<Box<dyn Read>>,
+    /// The 1-based number of the last line read.
+    line: u64,
+}
+
+impl LineReader {
+    /// Opens a file, or standard input for `None`.
+    pub fn open(source: Option<&Path>) -> Result<LineReader> {
+        let (name, inner): (String, Box<dyn Read>) = match source {
+            None => (STDIN_NAME.to_owned(), Box::new(io::stdin().lock())),
+            Some(path) => {
+                let file =
+                    File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+                (path.display().to_string(), Box::new(file))
+            }
+        };
+        Ok(LineReader {
+            name,
+            reader: BufReader::with_capacity(READ_BUFFER, inner),
+            line: 0,
+        })
+    }
+
+    /// The input's name in messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The 1-based number of the last line read.
+    pub fn line_number(&self) -> u64 {
+        self.line
+    }
+
+    /// Appends the next line to `buf` without its "\n", reading at most `limit` bytes (its
+    /// "\n" included); a last line without "\n" is a line. Returns `None` at the end of the
+    /// input. Memory stays bounded by `limit` however long the line.
+    pub fn read_line(&mut self, buf: &mut Vec<u8>, limit: usize) -> Result<Option<Line>> {
+        let n = (&mut self.reader)
+            .take(limit as u64)
+            .read_until(b'\n', buf)
+            .with_context(|| format!("read {}", self.name))?;
+        if n == 0 {
+            return Ok(None);
+        }
+        self.line += 1;
+        if buf.last() == Some(&b'\n') {
+            buf.pop();
+            return Ok(Some(Line::Complete(n)));
+        }
+        if n == limit {
+            return Ok(Some(Line::TooLong));
+        }
+        Ok(Some(Line::Complete(n)))
+    }
+
+    /// Skips the rest of the current line, through its "\n"; returns the bytes skipped.
+    pub fn skip_rest(&mut self) -> Result<u64> {
+        let mut skipped = 0u64;
+        loop {
+            let chunk = self
+                .reader
+                .fill_buf()
+                .with_context(|| format!("read {}", self.name))?;
+            if chunk.is_empty() {
+                return Ok(skipped);
+            }
+            let (used, done) = match chunk.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (chunk.len(), false),
+            };
+            self.reader.consume(used);
+            skipped += used as u64;
+            if done {
+                return Ok(skipped);
+            }
+        }
+    }
+}
+
+/// Buffered standard output. Every write error is returned; a closed pipe becomes
+/// [`StdoutClosed`], which ends the command quietly with exit code 0.
+pub struct Output {
+    /// The buffered, locked standard output.
+    out: BufWriter<StdoutLock<'static>>,
+}
+
+impl Output {
+    /// Locks standard output for the rest of the command.
+    pub fn new() -> Output {
+        Output {
+            out: BufWriter::with_capacity(WRITE_BUFFER, io::stdout().lock()),
+        }
+    }
+
+    /// Writes `bytes` followed by "\n".
+    pub fn line(&mut self, bytes: &[u8]) -> Result<()> {
+        self.out.write_all(bytes).map_err(write_error)?;
+        self.out.write_all(b"\n").map_err(write_error)
+    }
+
+    /// Writes text as it is.
+    pub fn text(&mut self, text: &str) -> Result<()> {
+        self.out.write_all(text.as_bytes()).map_err(write_error)
+    }
+
+    /// Writes everything buffered to standard output.
+    pub fn flush(&mut self) -> Result<()> {
+        self.out.flush().map_err(write_error)
+    }
+}
+
+/// Turns a write error on standard output into the command's error.
+fn write_error(e: io::Error) -> anyhow::Error {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        anyhow::Error::new(StdoutClosed)
+    } else {
+        anyhow::Error::new(e).context("write to standard output")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reader(bytes: &'static [u8]) -> LineReader {
+        LineReader {
+            name: "test".into(),
+            reader: BufReader::with_capacity(4, Box::new(bytes)),
+            line: 0,
+        }
+    }
+
+    #[test]
+    fn lines_are_split_at_newlines_only() {
+        let mut r = reader(b"a\r\n\nlong line\nlast");
+        let mut buf = Vec::new();
+        let mut got = Vec::new();
+        while let Some(l) = r.read_line(&mut buf, 100).unwrap() {
+            got.push((buf.clone(), l));
+            buf.clear();
+        }
+        assert_eq!(
+            got,
+            [
+                (b"a\r".to_vec(), Line::Complete(3)),
+                (b"".to_vec(), Line::Complete(1)),
+                (b"long line".to_vec(), Line::Complete(10)),
+                (b"last".to_vec(), Line::Complete(4)),
+            ]
+        );
+        assert_eq!(r.line_number(), 4);
+    }
+
+    #[test]
+    fn an_over_long_line_is_reported_and_can_be_skipped() {
+        let mut r = reader(b"abc\nabcdef\nxy");
+        let mut buf = Vec::new();
+        assert_eq!(r.read_line(&mut buf, 4).unwrap(), Some(Line::Complete(4)));
+        buf.clear();
+        assert_eq!(r.read_line(&mut buf, 4).unwrap(), Some(Line::TooLong));
+        assert_eq!(r.line_number(), 2);
+        assert_eq!(r.skip_rest().unwrap(), 3);
+        buf.clear();
+        assert_eq!(r.read_line(&mut buf, 4).unwrap(), Some(Line::Complete(2)));
+        assert_eq!(buf, b"xy");
+        buf.clear();
+        assert_eq!(r.read_line(&mut buf, 4).unwrap(), None);
+    }
+
+    #[test]
+    fn dash_and_no_file_mean_standard_input() {
+        assert_eq!(sources(&[]), [None]);
+        let files = [PathBuf::from("a"), PathBuf::from("-")];
+        assert_eq!(sources(&files), [Some(Path::new("a")), None]);
+    }
+}
