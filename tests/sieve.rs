@@ -279,3 +279,46 @@ proptest! {
         check_against_model(&ops, slots, true);
     }
 }
+
+#[test]
+fn the_frontier_rolls_over_segments_and_deletes_consumed_ones() {
+    let disk = SimDisk::new();
+    let opts = Options::new().memory(16 << 20).seed(9);
+    let mut sieve = Sieve::open_with(Arc::new(disk.clone()), opts.clone()).unwrap();
+    let url = |i: u64| format!("http://host{}.example.org/a/rather/long/path/to/page-{i:012}.html", i % 1000).into_bytes();
+    let n = 1_300_000u64; // about 90 MB of frontier: two F segments
+    for i in 0..n {
+        sieve.push(&url(i)).unwrap();
+        if i % 3 == 0 {
+            sieve.push(&url(i / 2)).unwrap();
+        }
+    }
+    sieve.flush().unwrap();
+    let f_segments = |d: &SimDisk| d.files().iter().filter(|f| f.starts_with("f-")).count();
+    assert!(f_segments(&disk) >= 2, "{:?}", disk.files());
+    let mut next = 0u64;
+    while next < n / 2 {
+        for u in sieve.frontier_next(10_000).unwrap() {
+            assert_eq!(u, url(next));
+            next += 1;
+        }
+        sieve.frontier_commit().unwrap();
+    }
+    sieve.close().unwrap();
+    let mut sieve = Sieve::open_with(Arc::new(disk.clone()), opts).unwrap();
+    loop {
+        let batch = sieve.frontier_next(10_000).unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        for u in batch {
+            assert_eq!(u, url(next));
+            next += 1;
+        }
+        sieve.frontier_commit().unwrap();
+    }
+    assert_eq!(next, n);
+    assert_eq!(f_segments(&disk), 1, "consumed segments are deleted: {:?}", disk.files());
+    let st = sieve.stats().unwrap();
+    assert_eq!((st.emitted, st.consumed, st.pending, st.distinct), (n, n, 0, n));
+}

@@ -1,0 +1,95 @@
+//! Pushes a seeded synthetic crawl stream through a sieve and prints throughput and sizes.
+//!
+//! `cargo run --release --example throughput -- [PUSHES] [MEMORY_MIB]` (defaults 10^7, 64).
+//! The stream: ~100k hosts drawn from a Zipf-like law, ~70-byte URLs, ~80% of pushes repeat
+//! an earlier URL with a bias to recent ones (links on a page repeat its neighbourhood).
+
+use std::time::Instant;
+
+use crivello::storage::sim::Rng;
+use crivello::{Options, Sieve};
+
+struct Stream {
+    rng: Rng,
+    recent: Vec<Vec<u8>>,
+    next: usize,
+    made: u64,
+}
+
+impl Stream {
+    fn new(seed: u64) -> Stream {
+        Stream { rng: Rng::new(seed), recent: Vec::new(), next: 0, made: 0 }
+    }
+
+    fn url(&mut self) -> Vec<u8> {
+        if !self.recent.is_empty() && self.rng.below(100) < 80 {
+            // A repeat: recent ones are more likely.
+            let span = self.recent.len() as u64;
+            let back = (self.rng.below(span) * self.rng.below(span)) / span;
+            let i = (self.next as u64 + span - 1 - back) % span;
+            return self.recent[i as usize].clone();
+        }
+        // Zipf-like host rank in 1..=100_000: rank = 100_000^u.
+        let u = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        let host = (100_000f64.powf(u)) as u64;
+        self.made += 1;
+        let url = format!(
+            "https://www.host{host}.example.com/section{}/article-{}-{:x}.html",
+            self.rng.below(50),
+            self.made,
+            self.rng.next_u64() & 0xffff
+        )
+        .into_bytes();
+        const RECENT: usize = 1 << 16;
+        if self.recent.len() < RECENT {
+            self.recent.push(url.clone());
+        } else {
+            self.recent[self.next] = url.clone();
+        }
+        self.next = (self.next + 1) % RECENT;
+        url
+    }
+}
+
+fn main() -> crivello::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let pushes: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(10_000_000);
+    let mib: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(64);
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let mut sieve = Sieve::open(dir.path(), Options::new().memory(mib << 20).seed(1))?;
+    let mut stream = Stream::new(7);
+    let start = Instant::now();
+    let mut popped = 0u64;
+    for i in 0..pushes {
+        let u = stream.url();
+        sieve.push(&u)?;
+        if i % (1 << 20) == 0 {
+            loop {
+                let b = sieve.frontier_next(1 << 16)?;
+                if b.is_empty() {
+                    break;
+                }
+                popped += b.len() as u64;
+            }
+        }
+    }
+    sieve.flush()?;
+    let secs = start.elapsed().as_secs_f64();
+    let st = sieve.stats()?;
+    println!(
+        "pushes {pushes}  budget {mib} MiB  slots {}  time {secs:.2} s  rate {:.2} M pushes/s",
+        st.slots,
+        pushes as f64 / secs / 1e6
+    );
+    println!(
+        "distinct {}  flushes {}  segments {}  Z {:.2} bits/signature (bound {:.2})  A {} B  F {} B  read while pushing {popped}",
+        st.distinct,
+        st.flushes,
+        st.segments,
+        st.bytes_z as f64 * 8.0 / st.distinct as f64,
+        (2f64.powi(64) / st.distinct as f64).log2() + 1.4427,
+        st.bytes_a,
+        st.bytes_f
+    );
+    sieve.close()
+}
