@@ -18,7 +18,12 @@ struct Stream {
 
 impl Stream {
     fn new(seed: u64) -> Stream {
-        Stream { rng: Rng::new(seed), recent: Vec::new(), next: 0, made: 0 }
+        Stream {
+            rng: Rng::new(seed),
+            recent: Vec::new(),
+            next: 0,
+            made: 0,
+        }
     }
 
     fn url(&mut self) -> Vec<u8> {
@@ -53,7 +58,10 @@ impl Stream {
 
 fn main() -> crivello::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let pushes: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(10_000_000);
+    let pushes: u64 = args
+        .get(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000_000);
     let mib: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(64);
     let dir = tempfile::tempdir().expect("temporary directory");
     let mut sieve = Sieve::open(dir.path(), Options::new().memory(mib << 20).seed(1))?;
@@ -87,7 +95,7 @@ fn main() -> crivello::Result<()> {
         st.flushes,
         st.segments,
         st.bytes_z as f64 * 8.0 / st.distinct as f64,
-        (2f64.powi(64) / st.distinct as f64).log2() + 1.4427,
+        (2f64.powi(64) / st.distinct as f64).log2() + std::f64::consts::LOG2_E,
         st.bytes_a,
         st.bytes_f
     );

@@ -43,9 +43,13 @@ impl CheckReport {
 pub fn check(dir: impl AsRef<Path>) -> Result<CheckReport> {
     let dir = dir.as_ref();
     if !dir.is_dir() {
-        return Err(Error::NotASieve { dir: dir.display().to_string(), reason: "no such directory".into() });
+        return Err(Error::NotASieve {
+            dir: dir.display().to_string(),
+            reason: "no such directory".into(),
+        });
     }
-    let storage = DirStorage::open(dir).map_err(|e| Error::io("open directory", &dir.display().to_string(), e))?;
+    let storage = DirStorage::open(dir)
+        .map_err(|e| Error::io("open directory", &dir.display().to_string(), e))?;
     check_storage(Arc::new(storage))
 }
 
@@ -62,7 +66,12 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
     let mut r = CheckReport::default();
     let m = match Manifest::load(st) {
         Ok(Some(m)) => m,
-        Ok(None) => return Err(Error::NotASieve { dir: st.describe(), reason: "no MANIFEST: not a crivello sieve".into() }),
+        Ok(None) => {
+            return Err(Error::NotASieve {
+                dir: st.describe(),
+                reason: "no MANIFEST: not a crivello sieve".into(),
+            })
+        }
         Err(e) => {
             r.damage.push(e);
             return Ok(r);
@@ -95,7 +104,10 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
                         r.damage.push(Error::corrupt(
                             seg.name(),
                             seg.index()[i / crate::segment::BLOCK_SIGS].offset,
-                            Corruption::OutOfOrder { previous: p, got: s },
+                            Corruption::OutOfOrder {
+                                previous: p,
+                                got: s,
+                            },
                         ));
                         break;
                     }
@@ -114,8 +126,14 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
         check_frontier(st, &m, &c, &mut r);
     }
 
-    let names = st.list().map_err(|e| Error::io("list", &st.describe(), e))?;
-    let mut gens: Vec<u64> = names.iter().filter_map(|n| wal::parse_name(n)).filter(|&g| g >= m.a_gen).collect();
+    let names = st
+        .list()
+        .map_err(|e| Error::io("list", &st.describe(), e))?;
+    let mut gens: Vec<u64> = names
+        .iter()
+        .filter_map(|n| wal::parse_name(n))
+        .filter(|&g| g >= m.a_gen)
+        .collect();
     gens.sort_unstable();
     let last = gens.last().copied();
     for g in gens {
@@ -141,11 +159,17 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
 }
 
 fn check_frontier(st: &dyn Storage, m: &Manifest, c: &Position, r: &mut CheckReport) {
-    if c.consumed > m.f_count || c.segment > m.f_tail || (c.segment == m.f_tail && c.offset > m.f_tail_len) {
+    if c.consumed > m.f_count
+        || c.segment > m.f_tail
+        || (c.segment == m.f_tail && c.offset > m.f_tail_len)
+    {
         r.damage.push(Error::corrupt(
             frontier::CURSOR_FILE,
             0,
-            Corruption::Field { field: "cursor past the frontier's committed end", found: c.consumed },
+            Corruption::Field {
+                field: "cursor past the frontier's committed end",
+                found: c.consumed,
+            },
         ));
         return;
     }
@@ -157,7 +181,11 @@ fn check_frontier(st: &dyn Storage, m: &Manifest, c: &Position, r: &mut CheckRep
         .collect();
     ids.sort_unstable();
     if ids.first() != Some(&c.segment) || ids.last() != Some(&m.f_tail) {
-        r.damage.push(Error::corrupt(&frontier::file_name(c.segment), 0, Corruption::Missing));
+        r.damage.push(Error::corrupt(
+            &frontier::file_name(c.segment),
+            0,
+            Corruption::Missing,
+        ));
         return;
     }
     let mut count: Option<u64> = None;
@@ -169,14 +197,29 @@ fn check_frontier(st: &dyn Storage, m: &Manifest, c: &Position, r: &mut CheckRep
             let len = f.len().map_err(|e| Error::io("stat", &name, e))?;
             let limit = if id == m.f_tail { m.f_tail_len } else { len };
             if len < limit {
-                return Err(Error::corrupt(&name, len, Corruption::Truncated { needed: limit, available: len }));
+                return Err(Error::corrupt(
+                    &name,
+                    len,
+                    Corruption::Truncated {
+                        needed: limit,
+                        available: len,
+                    },
+                ));
             }
             let mut h = vec![0u8; frontier::HEADER_LEN as usize];
-            f.read_exact_at(&mut h, 0).map_err(|e| Error::io("read", &name, e))?;
+            f.read_exact_at(&mut h, 0)
+                .map_err(|e| Error::io("read", &name, e))?;
             let first = frontier::check_header(&h, &name, id)?;
             let mut n = *count.get_or_insert(first);
             if first != n {
-                return Err(Error::corrupt(&name, 16, Corruption::Field { field: "first record", found: first }));
+                return Err(Error::corrupt(
+                    &name,
+                    16,
+                    Corruption::Field {
+                        field: "first record",
+                        found: first,
+                    },
+                ));
             }
             let reader = LogReader::new(&*f, limit, u64::MAX);
             let mut off = frontier::HEADER_LEN;
@@ -204,7 +247,10 @@ fn check_frontier(st: &dyn Storage, m: &Manifest, c: &Position, r: &mut CheckRep
         r.damage.push(Error::corrupt(
             crate::manifest::FILE,
             0,
-            Corruption::Field { field: "frontier count", found: m.f_count },
+            Corruption::Field {
+                field: "frontier count",
+                found: m.f_count,
+            },
         ));
     }
     r.pending = m.f_count.saturating_sub(c.consumed);

@@ -70,12 +70,20 @@ pub enum Error {
 impl Error {
     /// Builds a [`Error::Corrupt`].
     pub(crate) fn corrupt(file: &str, offset: u64, what: Corruption) -> Error {
-        Error::Corrupt { file: file.to_owned(), offset, what }
+        Error::Corrupt {
+            file: file.to_owned(),
+            offset,
+            what,
+        }
     }
 
     /// Builds a [`Error::Io`].
     pub(crate) fn io(op: &'static str, file: &str, source: io::Error) -> Error {
-        Error::Io { op, file: file.to_owned(), source }
+        Error::Io {
+            op,
+            file: file.to_owned(),
+            source,
+        }
     }
 
     /// Whether this error reports damaged data (as opposed to a failed operation).
@@ -142,17 +150,26 @@ impl fmt::Display for Corruption {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Corruption::Checksum { stored, computed } => {
-                write!(f, "checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")
+                write!(
+                    f,
+                    "checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
+                )
             }
             Corruption::Magic { expected, found } => {
-                write!(f, "bad magic: expected {expected:#010x}, found {found:#010x}")
+                write!(
+                    f,
+                    "bad magic: expected {expected:#010x}, found {found:#010x}"
+                )
             }
             Corruption::Version { found } => write!(f, "unknown format version {found}"),
             Corruption::Truncated { needed, available } => {
                 write!(f, "truncated: needs {needed} bytes, {available} available")
             }
             Corruption::OutOfOrder { previous, got } => {
-                write!(f, "signatures out of order: {previous:#018x} then {got:#018x}")
+                write!(
+                    f,
+                    "signatures out of order: {previous:#018x} then {got:#018x}"
+                )
             }
             Corruption::Missing => write!(f, "file referenced by the manifest is missing"),
             Corruption::Field { field, found } => write!(f, "impossible {field}: {found}"),

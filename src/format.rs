@@ -57,7 +57,12 @@ pub struct Cursor<'a> {
 impl<'a> Cursor<'a> {
     /// A reader over `bytes`, which start at offset `base` of `file`.
     pub fn new(bytes: &'a [u8], file: &'a str, base: u64) -> Cursor<'a> {
-        Cursor { bytes, pos: 0, file, base }
+        Cursor {
+            bytes,
+            pos: 0,
+            file,
+            base,
+        }
     }
     /// The current absolute offset.
     pub fn offset(&self) -> u64 {
@@ -73,7 +78,10 @@ impl<'a> Cursor<'a> {
             return Err(Error::corrupt(
                 self.file,
                 self.offset(),
-                Corruption::Truncated { needed: n as u64, available: self.remaining() as u64 },
+                Corruption::Truncated {
+                    needed: n as u64,
+                    available: self.remaining() as u64,
+                },
             ));
         }
         let s = &self.bytes[self.pos..self.pos + n];
@@ -82,18 +90,26 @@ impl<'a> Cursor<'a> {
     }
     /// Reads a `u32`.
     pub fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
     }
     /// Reads a `u64`.
     pub fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
     }
     /// Reads a `u64` field that must not exceed `max`.
     pub fn u64_max(&mut self, field: &'static str, max: u64) -> Result<u64> {
         let at = self.offset();
         let v = self.u64()?;
         if v > max {
-            return Err(Error::corrupt(self.file, at, Corruption::Field { field, found: v }));
+            return Err(Error::corrupt(
+                self.file,
+                at,
+                Corruption::Field { field, found: v },
+            ));
         }
         Ok(v)
     }
@@ -102,7 +118,11 @@ impl<'a> Cursor<'a> {
         let at = self.offset();
         let found = self.u32()?;
         if found != expected {
-            return Err(Error::corrupt(self.file, at, Corruption::Magic { expected, found }));
+            return Err(Error::corrupt(
+                self.file,
+                at,
+                Corruption::Magic { expected, found },
+            ));
         }
         Ok(())
     }
@@ -121,7 +141,11 @@ impl<'a> Cursor<'a> {
         let at = self.offset();
         let stored = self.u32()?;
         if stored != computed {
-            return Err(Error::corrupt(self.file, at, Corruption::Checksum { stored, computed }));
+            return Err(Error::corrupt(
+                self.file,
+                at,
+                Corruption::Checksum { stored, computed },
+            ));
         }
         Ok(())
     }

@@ -50,7 +50,14 @@ pub fn check_header(bytes: &[u8], file: &str, id: u64) -> Result<u64> {
     let first = c.u64()?;
     c.check_crc()?;
     if found != id {
-        return Err(Error::corrupt(file, 8, Corruption::Field { field: "segment id", found }));
+        return Err(Error::corrupt(
+            file,
+            8,
+            Corruption::Field {
+                field: "segment id",
+                found,
+            },
+        ));
     }
     Ok(first)
 }
@@ -96,10 +103,18 @@ impl Position {
             return Err(Error::corrupt(
                 CURSOR_FILE,
                 c.offset(),
-                Corruption::Field { field: "trailing bytes", found: c.remaining() as u64 },
+                Corruption::Field {
+                    field: "trailing bytes",
+                    found: c.remaining() as u64,
+                },
             ));
         }
-        Ok(Position { segment, offset, skip, consumed })
+        Ok(Position {
+            segment,
+            offset,
+            skip,
+            consumed,
+        })
     }
 
     /// Reads the cursor; a missing cursor is corruption.
@@ -111,13 +126,16 @@ impl Position {
             }
             Err(e) => return Err(Error::io("open", CURSOR_FILE, e)),
         };
-        let bytes = f.read_all().map_err(|e| Error::io("read", CURSOR_FILE, e))?;
+        let bytes = f
+            .read_all()
+            .map_err(|e| Error::io("read", CURSOR_FILE, e))?;
         Position::decode(&bytes)
     }
 
     /// Makes this position durable (atomic replace).
     pub fn commit_to(&self, storage: &dyn Storage) -> Result<()> {
-        durable::replace(storage, CURSOR_FILE, &self.encode()).map_err(|e| Error::io("commit", CURSOR_FILE, e))
+        durable::replace(storage, CURSOR_FILE, &self.encode())
+            .map_err(|e| Error::io("commit", CURSOR_FILE, e))
     }
 }
 
@@ -127,7 +145,12 @@ mod tests {
 
     #[test]
     fn cursor_and_header_round_trip_and_catch_every_flipped_bit() {
-        let p = Position { segment: 3, offset: 1234, skip: 7, consumed: 99 };
+        let p = Position {
+            segment: 3,
+            offset: 1234,
+            skip: 7,
+            consumed: 99,
+        };
         let b = p.encode();
         assert_eq!(Position::decode(&b).unwrap(), p);
         for bit in 0..b.len() * 8 {

@@ -42,7 +42,15 @@ impl LogWriter {
     pub fn new(file: Arc<dyn StorageFile>, name: String, end: u64, epoch: u32) -> LogWriter {
         let mut buf = Vec::with_capacity(FRAME_HEADER + 4096);
         buf.resize(FRAME_HEADER, 0);
-        LogWriter { file, name, end, buf, count: 0, epoch, target: FRAME_TARGET }
+        LogWriter {
+            file,
+            name,
+            end,
+            buf,
+            count: 0,
+            epoch,
+            target: FRAME_TARGET,
+        }
     }
 
     /// Sets the payload size at which a frame is written (tests use tiny frames).
@@ -79,7 +87,12 @@ impl LogWriter {
 
     /// The end offset of the file once the buffer is written.
     pub fn end(&self) -> u64 {
-        self.end + if self.count > 0 { self.buf.len() as u64 } else { 0 }
+        self.end
+            + if self.count > 0 {
+                self.buf.len() as u64
+            } else {
+                0
+            }
     }
 
     /// Writes the buffered records as one frame (not synced).
@@ -97,7 +110,9 @@ impl LogWriter {
         h.update(&self.buf[FRAME_HEADER..]);
         let c = h.finalize();
         self.buf[16..20].copy_from_slice(&c.to_le_bytes());
-        self.file.write_all_at(&self.buf, self.end).map_err(|e| Error::io("write", &self.name, e))?;
+        self.file
+            .write_all_at(&self.buf, self.end)
+            .map_err(|e| Error::io("write", &self.name, e))?;
         self.end += self.buf.len() as u64;
         self.buf.truncate(FRAME_HEADER);
         if self.buf.capacity() > 2 * self.target + 2 * FRAME_HEADER {
@@ -119,9 +134,13 @@ impl LogWriter {
         frame.put_u32(0);
         let c = crc32fast::hash(&frame);
         frame.put_u32(c);
-        self.file.write_all_at(&frame, self.end).map_err(|e| Error::io("write", &self.name, e))?;
+        self.file
+            .write_all_at(&frame, self.end)
+            .map_err(|e| Error::io("write", &self.name, e))?;
         self.end += FRAME_HEADER as u64;
-        self.file.sync().map_err(|e| Error::io("fsync", &self.name, e))?;
+        self.file
+            .sync()
+            .map_err(|e| Error::io("fsync", &self.name, e))?;
         self.epoch += 1;
         Ok(())
     }
@@ -130,7 +149,9 @@ impl LogWriter {
     pub fn sync(&mut self) -> Result<()> {
         let wrote = self.count > 0;
         self.write_frame()?;
-        self.file.sync().map_err(|e| Error::io("fsync", &self.name, e))?;
+        self.file
+            .sync()
+            .map_err(|e| Error::io("fsync", &self.name, e))?;
         if wrote {
             self.epoch += 1;
         }
@@ -153,7 +174,10 @@ pub struct Frame {
 impl Frame {
     /// The records of the frame, in order.
     pub fn records(&self) -> Records<'_> {
-        Records { payload: &self.payload, pos: 0 }
+        Records {
+            payload: &self.payload,
+            pos: 0,
+        }
     }
 }
 
@@ -198,7 +222,11 @@ impl<'a> LogReader<'a> {
     /// A reader over `file`, whose length is `len`; frames with a payload larger than
     /// `max_payload` are invalid.
     pub fn new(file: &'a dyn StorageFile, len: u64, max_payload: u64) -> LogReader<'a> {
-        LogReader { file, len, max_payload }
+        LogReader {
+            file,
+            len,
+            max_payload,
+        }
     }
 
     /// Reads the frame at `offset`.
@@ -214,11 +242,17 @@ impl<'a> LogReader<'a> {
             }));
         }
         let mut h = [0u8; FRAME_HEADER];
-        self.file.read_exact_at(&mut h, offset).map_err(FrameError::Io)?;
+        self.file
+            .read_exact_at(&mut h, offset)
+            .map_err(FrameError::Io)?;
         let word = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
-        let (magic, epoch, payload_len, count, stored) = (word(0), word(4), word(8), word(12), word(16));
+        let (magic, epoch, payload_len, count, stored) =
+            (word(0), word(4), word(8), word(12), word(16));
         if magic != MAGIC_FRAME {
-            return Err(FrameError::Invalid(Corruption::Magic { expected: MAGIC_FRAME, found: magic }));
+            return Err(FrameError::Invalid(Corruption::Magic {
+                expected: MAGIC_FRAME,
+                found: magic,
+            }));
         }
         let payload_len = payload_len as u64;
         if payload_len > self.max_payload {
@@ -242,7 +276,10 @@ impl<'a> LogReader<'a> {
         hasher.update(&payload);
         let computed = hasher.finalize();
         if computed != stored {
-            return Err(FrameError::Invalid(Corruption::Checksum { stored, computed }));
+            return Err(FrameError::Invalid(Corruption::Checksum {
+                stored,
+                computed,
+            }));
         }
         // A valid checksum over a malformed payload is not a torn write: check the structure.
         let mut pos = 0usize;
@@ -254,7 +291,8 @@ impl<'a> LogReader<'a> {
                     found: pos as u64,
                 }));
             }
-            let len = u32::from_le_bytes(payload[pos..pos + 4].try_into().expect("4 bytes")) as usize;
+            let len =
+                u32::from_le_bytes(payload[pos..pos + 4].try_into().expect("4 bytes")) as usize;
             if len == 0 || pos + 4 + len > payload.len() {
                 return Err(FrameError::Invalid(Corruption::Field {
                     field: "record length",
@@ -265,14 +303,25 @@ impl<'a> LogReader<'a> {
             n += 1;
         }
         if n != count {
-            return Err(FrameError::Invalid(Corruption::Field { field: "frame count", found: count as u64 }));
+            return Err(FrameError::Invalid(Corruption::Field {
+                field: "frame count",
+                found: count as u64,
+            }));
         }
-        Ok(Frame { offset, epoch, count, payload })
+        Ok(Frame {
+            offset,
+            epoch,
+            count,
+            payload,
+        })
     }
 
     /// Looks for a valid frame starting anywhere after `from`; returns its offset and epoch.
     /// Used only on a damaged log, to tell a torn tail from corruption.
-    pub fn find_valid_after(&self, from: u64) -> std::result::Result<Option<(u64, u32)>, std::io::Error> {
+    pub fn find_valid_after(
+        &self,
+        from: u64,
+    ) -> std::result::Result<Option<(u64, u32)>, std::io::Error> {
         const CHUNK: u64 = 1 << 16;
         let magic = MAGIC_FRAME.to_le_bytes();
         let mut off = from + 1;

@@ -105,20 +105,30 @@ impl Manifest {
             return Err(Error::corrupt(
                 file,
                 at,
-                crate::error::Corruption::Field { field: "segment count", found: n as u64 },
+                crate::error::Corruption::Field {
+                    field: "segment count",
+                    found: n as u64,
+                },
             ));
         }
         let mut segments = Vec::with_capacity(n);
         for _ in 0..n {
             let id = c.u64_max("segment id", next_id)?;
-            segments.push(SegmentMeta { id, sigs: c.u64()?, bytes: c.u64()? });
+            segments.push(SegmentMeta {
+                id,
+                sigs: c.u64()?,
+                bytes: c.u64()?,
+            });
         }
         c.check_crc()?;
         if c.remaining() != 0 {
             return Err(Error::corrupt(
                 file,
                 c.offset(),
-                crate::error::Corruption::Field { field: "trailing bytes", found: c.remaining() as u64 },
+                crate::error::Corruption::Field {
+                    field: "trailing bytes",
+                    found: c.remaining() as u64,
+                },
             ));
         }
         Ok(Manifest {
@@ -174,17 +184,33 @@ mod tests {
             flushes: 9,
             torn_records: 10,
             torn_bytes: 11,
-            segments: vec![SegmentMeta { id: 1, sigs: 2, bytes: 3 }, SegmentMeta { id: 4, sigs: 5, bytes: 6 }],
+            segments: vec![
+                SegmentMeta {
+                    id: 1,
+                    sigs: 2,
+                    bytes: 3,
+                },
+                SegmentMeta {
+                    id: 4,
+                    sigs: 5,
+                    bytes: 6,
+                },
+            ],
         };
         let b = m.encode();
         assert_eq!(Manifest::decode(&b, FILE).unwrap(), m);
         for bit in 0..b.len() * 8 {
             let mut c = b.clone();
             c[bit / 8] ^= 1 << (bit % 8);
-            assert!(Manifest::decode(&c, FILE).unwrap_err().is_corruption(), "bit {bit}");
+            assert!(
+                Manifest::decode(&c, FILE).unwrap_err().is_corruption(),
+                "bit {bit}"
+            );
         }
         for len in 0..b.len() {
-            assert!(Manifest::decode(&b[..len], FILE).unwrap_err().is_corruption());
+            assert!(Manifest::decode(&b[..len], FILE)
+                .unwrap_err()
+                .is_corruption());
         }
     }
 }

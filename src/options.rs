@@ -96,11 +96,17 @@ impl Options {
         if self.max_url_len == 0 || self.max_url_len > MAX_MAX_URL_LEN {
             return Err(Error::InvalidOption {
                 option: "max_url_len",
-                reason: format!("{} is not between 1 and {MAX_MAX_URL_LEN}", self.max_url_len),
+                reason: format!(
+                    "{} is not between 1 and {MAX_MAX_URL_LEN}",
+                    self.max_url_len
+                ),
             });
         }
         if let SyncPolicy::EveryPushes(0) = self.sync {
-            return Err(Error::InvalidOption { option: "sync", reason: "EveryPushes(0)".into() });
+            return Err(Error::InvalidOption {
+                option: "sync",
+                reason: "EveryPushes(0)".into(),
+            });
         }
         if let Some(slots) = self.slots {
             if slots == 0 || slots > u32::MAX as usize {

@@ -23,7 +23,9 @@ fn opts() -> Options {
 }
 
 fn urls() -> Vec<Vec<u8>> {
-    (0..300u32).map(|i| format!("http://h{}.example/p/{}", i % 13, (i * 7) % 97).into_bytes()).collect()
+    (0..300u32)
+        .map(|i| format!("http://h{}.example/p/{}", i % 13, (i * 7) % 97).into_bytes())
+        .collect()
 }
 
 /// A store with several Z segments, F segments, a cursor inside F, and acknowledged URLs
@@ -79,9 +81,17 @@ fn every_flip_and_truncation_is_caught_or_harmless() {
     assert!(clean == expected, "the clean store is correct");
     let files: Vec<String> = disk.files().into_iter().filter(|n| n != "LOCK").collect();
     for kind in ["A", "Z", "F", "cursor", "manifest"] {
-        assert!(files.iter().any(|f| kind_of(f) == kind), "no {kind} file in {files:?}");
+        assert!(
+            files.iter().any(|f| kind_of(f) == kind),
+            "no {kind} file in {files:?}"
+        );
     }
-    let newest_a = files.iter().filter(|f| f.starts_with("a-")).max().cloned().unwrap();
+    let newest_a = files
+        .iter()
+        .filter(|f| f.starts_with("a-"))
+        .max()
+        .cloned()
+        .unwrap();
     let mut rng = Rng::new(42);
     let mut tally = std::collections::BTreeMap::<(&str, &str), usize>::new();
     for kind in ["A", "Z", "F", "cursor", "manifest"] {
@@ -102,8 +112,14 @@ fn every_flip_and_truncation_is_caught_or_harmless() {
             let report = check_storage(Arc::new(img.crash_image(CrashImage::KillProcess))).unwrap();
             let verdict = match outcome(&img) {
                 Err(Error::Corrupt { file, .. }) => {
-                    assert!(files.contains(&file) || file.ends_with(".log"), "the error names a real file: {file}");
-                    assert!(!report.is_sound(), "{what} of {name}: check missed what open found");
+                    assert!(
+                        files.contains(&file) || file.ends_with(".log"),
+                        "the error names a real file: {file}"
+                    );
+                    assert!(
+                        !report.is_sound(),
+                        "{what} of {name}: check missed what open found"
+                    );
                     "corrupt"
                 }
                 Err(e) => panic!("{what} of {name}: not a corruption error: {e}"),
@@ -111,7 +127,10 @@ fn every_flip_and_truncation_is_caught_or_harmless() {
                 Ok((out, torn)) => {
                     // Only the documented torn-tail case may shorten the output, and only
                     // at its end, counted, and listed by check.
-                    assert!(name == &newest_a, "{what} of {name}: wrong output, silently");
+                    assert!(
+                        name == &newest_a,
+                        "{what} of {name}: wrong output, silently"
+                    );
                     assert!(expected.starts_with(&out), "{what} of {name}: not a prefix");
                     if what == "truncate" && torn == 0 {
                         // A cut exactly at a frame boundary looks like a crash before those
@@ -119,7 +138,10 @@ fn every_flip_and_truncation_is_caught_or_harmless() {
                         "clean truncation of A's tail"
                     } else {
                         assert!(torn > 0, "{what} of {name}: dropped without being counted");
-                        assert!(!report.torn_tails.is_empty() || !report.is_sound(), "check did not list it");
+                        assert!(
+                            !report.torn_tails.is_empty() || !report.is_sound(),
+                            "check did not list it"
+                        );
                         "torn tail"
                     }
                 }

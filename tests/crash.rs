@@ -42,24 +42,33 @@ struct Observed {
 /// Runs `steps` until the first error; returns what was observed.
 fn run(disk: &SimDisk, slots: usize, steps: &[Step]) -> Observed {
     let mut o = Observed::default();
-    let Ok(mut sieve) = Sieve::open_with(Arc::new(disk.clone()), opts(slots)) else { return o };
+    let Ok(mut sieve) = Sieve::open_with(Arc::new(disk.clone()), opts(slots)) else {
+        return o;
+    };
     for step in steps {
         let r = match step {
-            Push(u) => sieve.push(u.as_bytes()).map(|_| o.pushed.push(u.as_bytes().to_vec())),
+            Push(u) => sieve
+                .push(u.as_bytes())
+                .map(|_| o.pushed.push(u.as_bytes().to_vec())),
             Sync => sieve.sync().map(|_| o.acked = o.pushed.len()),
             Flush => sieve.flush().map(|_| o.acked = o.pushed.len()),
             Pop(n) => match sieve.frontier_next(*n) {
                 Ok(urls) => {
                     o.in_doubt = urls;
-                    sieve.frontier_commit().map(|_| o.consumed.append(&mut o.in_doubt))
+                    sieve
+                        .frontier_commit()
+                        .map(|_| o.consumed.append(&mut o.in_doubt))
                 }
                 Err(e) => Err(e),
             },
             Close => {
-                let old = std::mem::replace(&mut sieve, match Sieve::open_with(Arc::new(SimDisk::new()), opts(slots)) {
-                    Ok(s) => s,
-                    Err(_) => return o,
-                });
+                let old = std::mem::replace(
+                    &mut sieve,
+                    match Sieve::open_with(Arc::new(SimDisk::new()), opts(slots)) {
+                        Ok(s) => s,
+                        Err(_) => return o,
+                    },
+                );
                 if old.close().is_err() {
                     return o;
                 }
@@ -85,17 +94,24 @@ fn run(disk: &SimDisk, slots: usize, steps: &[Step]) -> Observed {
 fn verify(disk: &SimDisk, slots: usize, o: &Observed) -> Result<(), String> {
     // Work on a copy: the image stays as the crash left it.
     let disk = disk.crash_image(CrashImage::KillProcess);
-    let mut sieve = Sieve::open_with(Arc::new(disk.clone()), opts(slots)).map_err(|e| format!("reopen failed: {e}"))?;
-    sieve.flush().map_err(|e| format!("flush after reopen failed: {e}"))?;
+    let mut sieve = Sieve::open_with(Arc::new(disk.clone()), opts(slots))
+        .map_err(|e| format!("reopen failed: {e}"))?;
+    sieve
+        .flush()
+        .map_err(|e| format!("flush after reopen failed: {e}"))?;
     let mut rest = Vec::new();
     loop {
-        let b = sieve.frontier_next(1000).map_err(|e| format!("read failed: {e}"))?;
+        let b = sieve
+            .frontier_next(1000)
+            .map_err(|e| format!("read failed: {e}"))?;
         if b.is_empty() {
             break;
         }
         rest.extend(b);
     }
-    sieve.frontier_commit().map_err(|e| format!("commit failed: {e}"))?;
+    sieve
+        .frontier_commit()
+        .map_err(|e| format!("commit failed: {e}"))?;
     // Committed reads are never re-emitted; acknowledged pushes are never lost; what was
     // lost is a suffix of the push stream.
     let mut f = o.consumed.clone();
@@ -110,8 +126,13 @@ fn verify(disk: &SimDisk, slots: usize, o: &Observed) -> Result<(), String> {
     if !ok {
         return Err(format!(
             "F = {:?} is not the model of a prefix of {:?} from {} (consumed {})",
-            f.iter().map(|u| String::from_utf8_lossy(u).into_owned()).collect::<Vec<_>>(),
-            o.pushed.iter().map(|u| String::from_utf8_lossy(u).into_owned()).collect::<Vec<_>>(),
+            f.iter()
+                .map(|u| String::from_utf8_lossy(u).into_owned())
+                .collect::<Vec<_>>(),
+            o.pushed
+                .iter()
+                .map(|u| String::from_utf8_lossy(u).into_owned())
+                .collect::<Vec<_>>(),
             o.acked,
             o.consumed.len()
         ));
@@ -121,7 +142,11 @@ fn verify(disk: &SimDisk, slots: usize, o: &Observed) -> Result<(), String> {
 }
 
 fn images() -> Vec<CrashImage> {
-    let mut v = vec![CrashImage::KillProcess, CrashImage::DropAll, CrashImage::KeepDataDropDir];
+    let mut v = vec![
+        CrashImage::KillProcess,
+        CrashImage::DropAll,
+        CrashImage::KeepDataDropDir,
+    ];
     v.extend((1..=6).map(CrashImage::Random));
     v
 }
@@ -130,7 +155,11 @@ fn images() -> Vec<CrashImage> {
 fn enumerate(name: &str, slots: usize, steps: &[Step]) -> usize {
     let clean = SimDisk::new();
     let o = run(&clean, slots, steps);
-    assert_eq!(o.pushed.len(), steps.iter().filter(|s| matches!(s, Push(_))).count(), "{name}: clean run failed");
+    assert_eq!(
+        o.pushed.len(),
+        steps.iter().filter(|s| matches!(s, Push(_))).count(),
+        "{name}: clean run failed"
+    );
     verify(&clean, slots, &o).unwrap_or_else(|e| panic!("{name}: clean run: {e}"));
     let total = clean.ops();
     let mut runs = 0;
@@ -142,11 +171,17 @@ fn enumerate(name: &str, slots: usize, steps: &[Step]) -> usize {
         for image in images() {
             let img = disk.crash_image(image);
             if let Err(e) = verify(&img, slots, &o) {
-                panic!("{name}: crash at op {k}/{total} ({:?}), image {image:?}: {e}", disk.trace().last());
+                panic!(
+                    "{name}: crash at op {k}/{total} ({:?}), image {image:?}: {e}",
+                    disk.trace().last()
+                );
             }
             runs += 1;
             // Recovery that itself crashes at each of its operations, then recovers.
-            if matches!(image, CrashImage::KillProcess | CrashImage::DropAll | CrashImage::Random(1)) {
+            if matches!(
+                image,
+                CrashImage::KillProcess | CrashImage::DropAll | CrashImage::Random(1)
+            ) {
                 let probe = img.crash_image(CrashImage::KillProcess);
                 let before = probe.ops();
                 drop(Sieve::open_with(Arc::new(probe.clone()), opts(slots)));
@@ -155,7 +190,11 @@ fn enumerate(name: &str, slots: usize, steps: &[Step]) -> usize {
                     let again = img.crash_image(CrashImage::KillProcess);
                     again.crash_at(j);
                     let _ = Sieve::open_with(Arc::new(again.clone()), opts(slots));
-                    for second in [CrashImage::KillProcess, CrashImage::DropAll, CrashImage::Random(j)] {
+                    for second in [
+                        CrashImage::KillProcess,
+                        CrashImage::DropAll,
+                        CrashImage::Random(j),
+                    ] {
                         let img2 = again.crash_image(second);
                         if let Err(e) = verify(&img2, slots, &o) {
                             panic!("{name}: crash at op {k}/{total} ({image:?}), recovery crash at {j} ({second:?}): {e}");
@@ -172,7 +211,18 @@ fn enumerate(name: &str, slots: usize, steps: &[Step]) -> usize {
 
 #[test]
 fn a_crash_at_every_operation_of_the_first_flush_loses_nothing_acknowledged() {
-    enumerate("first flush", 100, &[Push("http://a/"), Push("http://b/"), Push("http://a/"), Sync, Push("http://c/"), Flush]);
+    enumerate(
+        "first flush",
+        100,
+        &[
+            Push("http://a/"),
+            Push("http://b/"),
+            Push("http://a/"),
+            Sync,
+            Push("http://c/"),
+            Flush,
+        ],
+    );
 }
 
 #[test]
@@ -180,7 +230,16 @@ fn a_crash_at_every_operation_of_a_merge_into_an_existing_z_is_safe() {
     enumerate(
         "merge into Z",
         100,
-        &[Push("http://a/"), Push("http://b/"), Flush, Push("http://c/"), Push("http://a/"), Push("http://d/"), Sync, Flush],
+        &[
+            Push("http://a/"),
+            Push("http://b/"),
+            Flush,
+            Push("http://c/"),
+            Push("http://a/"),
+            Push("http://d/"),
+            Sync,
+            Flush,
+        ],
     );
 }
 
@@ -189,7 +248,16 @@ fn an_all_duplicate_batch_and_duplicates_inside_a_batch_are_safe() {
     enumerate(
         "duplicates",
         100,
-        &[Push("http://a/"), Push("http://a/"), Push("http://b/"), Flush, Push("http://b/"), Push("http://a/"), Sync, Flush],
+        &[
+            Push("http://a/"),
+            Push("http://a/"),
+            Push("http://b/"),
+            Flush,
+            Push("http://b/"),
+            Push("http://a/"),
+            Sync,
+            Flush,
+        ],
     );
 }
 
@@ -221,7 +289,17 @@ fn reopen_then_flush_and_group_commit_are_safe() {
     enumerate(
         "reopen then flush",
         100,
-        &[Push("http://a/"), Push("http://b/"), Sync, Push("http://c/"), Close, Push("http://d/"), Push("http://a/"), Flush, Pop(3)],
+        &[
+            Push("http://a/"),
+            Push("http://b/"),
+            Sync,
+            Push("http://c/"),
+            Close,
+            Push("http://d/"),
+            Push("http://a/"),
+            Flush,
+            Pop(3),
+        ],
     );
 }
 
@@ -229,7 +307,14 @@ fn reopen_then_flush_and_group_commit_are_safe() {
 fn tiered_compaction_is_safe() {
     // One slot per buffer: every push is a flush and segments merge by tiers.
     let steps: Vec<Step> = [
-        "http://a/", "http://b/", "http://c/", "http://d/", "http://e/", "http://a/", "http://f/", "http://g/",
+        "http://a/",
+        "http://b/",
+        "http://c/",
+        "http://d/",
+        "http://e/",
+        "http://a/",
+        "http://f/",
+        "http://g/",
     ]
     .into_iter()
     .map(Push)
@@ -240,7 +325,17 @@ fn tiered_compaction_is_safe() {
 
 #[test]
 fn an_io_error_at_any_operation_poisons_and_loses_nothing_acknowledged() {
-    let steps = [Push("http://a/"), Push("http://b/"), Sync, Push("http://c/"), Flush, Push("http://a/"), Push("http://d/"), Sync, Flush];
+    let steps = [
+        Push("http://a/"),
+        Push("http://b/"),
+        Sync,
+        Push("http://c/"),
+        Flush,
+        Push("http://a/"),
+        Push("http://d/"),
+        Sync,
+        Flush,
+    ];
     let clean = SimDisk::new();
     run(&clean, 2, &steps);
     let total = clean.ops();
@@ -257,20 +352,29 @@ fn an_io_error_at_any_operation_poisons_and_loses_nothing_acknowledged() {
                 let mut failed = false;
                 for step in &steps {
                     let r = match step {
-                        Push(u) => sieve.push(u.as_bytes()).map(|_| o.pushed.push(u.as_bytes().to_vec())),
+                        Push(u) => sieve
+                            .push(u.as_bytes())
+                            .map(|_| o.pushed.push(u.as_bytes().to_vec())),
                         Sync => sieve.sync().map(|_| o.acked = o.pushed.len()),
                         Flush => sieve.flush().map(|_| o.acked = o.pushed.len()),
                         _ => unreachable!(),
                     };
                     if failed {
-                        assert!(matches!(r, Err(Error::Poisoned)), "op {k}: a write after an error was accepted");
+                        assert!(
+                            matches!(r, Err(Error::Poisoned)),
+                            "op {k}: a write after an error was accepted"
+                        );
                     } else if r.is_err() {
                         failed = true;
                     }
                 }
                 drop(sieve);
                 // Power loss after the error, then reopen on a healthy disk.
-                for image in [CrashImage::KillProcess, CrashImage::DropAll, CrashImage::Random(k)] {
+                for image in [
+                    CrashImage::KillProcess,
+                    CrashImage::DropAll,
+                    CrashImage::Random(k),
+                ] {
                     let img = disk.crash_image(image);
                     if let Err(e) = verify(&img, 2, &o) {
                         panic!("fault {kind:?} sticky {sticky} at op {k}/{total}, image {image:?}: {e}");

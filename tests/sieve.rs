@@ -39,12 +39,24 @@ fn run_stream(stream: &[Vec<u8>], opts: Options) -> (Vec<Vec<u8>>, crivello::Sta
 #[test]
 fn the_ukwa_stream_gives_its_expected_file_at_every_budget() {
     let (stream, expected) = ukwa_fixture();
-    assert_eq!(emit_model(&stream), expected, "the fixture itself is consistent");
+    assert_eq!(
+        emit_model(&stream),
+        expected,
+        "the fixture itself is consistent"
+    );
     for slots in [97usize, 1000, 20_000, 1 << 20] {
         for background in [false, true] {
-            let (out, stats) =
-                run_stream(&stream, Options::new().slots(slots).seed(7).background_flush(background));
-            assert!(out == expected, "slots {slots}, background {background}: output differs");
+            let (out, stats) = run_stream(
+                &stream,
+                Options::new()
+                    .slots(slots)
+                    .seed(7)
+                    .background_flush(background),
+            );
+            assert!(
+                out == expected,
+                "slots {slots}, background {background}: output differs"
+            );
             assert_eq!(stats.distinct, expected.len() as u64);
             assert_eq!(stats.pushed, stream.len() as u64);
             if slots == 97 {
@@ -56,18 +68,35 @@ fn the_ukwa_stream_gives_its_expected_file_at_every_budget() {
 
 #[test]
 fn every_shared_bfs_stream_gives_its_expected_file() {
-    for name in ["hollins", "california", "ukwa-1996-hosts", "ukwa-1996-hosts.bfs-all"] {
+    for name in [
+        "hollins",
+        "california",
+        "ukwa-1996-hosts",
+        "ukwa-1996-hosts.bfs-all",
+    ] {
         let (s, e) = if name.ends_with("all") {
-            ("ukwa-1996-hosts.bfs-all-stream.txt.xz".to_string(), "ukwa-1996-hosts.bfs-all-expected.txt.xz".to_string())
+            (
+                "ukwa-1996-hosts.bfs-all-stream.txt.xz".to_string(),
+                "ukwa-1996-hosts.bfs-all-expected.txt.xz".to_string(),
+            )
         } else {
-            (format!("{name}.bfs-stream.txt.xz"), format!("{name}.bfs-expected.txt.xz"))
+            (
+                format!("{name}.bfs-stream.txt.xz"),
+                format!("{name}.bfs-expected.txt.xz"),
+            )
         };
-        let (Some(stream), Some(expected)) = (shared_lines(&s), shared_lines(&e)) else { continue };
+        let (Some(stream), Some(expected)) = (shared_lines(&s), shared_lines(&e)) else {
+            continue;
+        };
         for slots in [64usize, 500, 1 << 16] {
             let (out, stats) = run_stream(&stream, Options::new().slots(slots).seed(1));
             assert!(out == expected, "{name} with {slots} slots: output differs");
             if slots == 64 {
-                assert!(stats.flushes >= 300, "{name}: only {} flushes", stats.flushes);
+                assert!(
+                    stats.flushes >= 300,
+                    "{name}: only {} flushes",
+                    stats.flushes
+                );
             }
         }
     }
@@ -109,16 +138,26 @@ fn a_second_opener_gets_the_locked_error() {
         Ok(_) => panic!("a second open succeeded"),
     }
     drop(sieve);
-    Sieve::open(dir.path(), Options::new()).unwrap().close().unwrap();
+    Sieve::open(dir.path(), Options::new())
+        .unwrap()
+        .close()
+        .unwrap();
 }
 
 #[test]
 fn invalid_urls_are_refused_with_the_reason_and_change_nothing() {
     let disk = SimDisk::new();
-    let mut sieve = Sieve::open_with(Arc::new(disk.clone()), Options::new().max_url_len(10).background_flush(false)).unwrap();
+    let mut sieve = Sieve::open_with(
+        Arc::new(disk.clone()),
+        Options::new().max_url_len(10).background_flush(false),
+    )
+    .unwrap();
     sieve.push(b"http://a/").unwrap();
     let ops = disk.ops();
-    assert!(matches!(sieve.push(b""), Err(Error::InvalidUrl(InvalidUrl::Empty))));
+    assert!(matches!(
+        sieve.push(b""),
+        Err(Error::InvalidUrl(InvalidUrl::Empty))
+    ));
     match sieve.push(b"http://toolong/") {
         Err(Error::InvalidUrl(InvalidUrl::TooLong { len: 15, max: 10 })) => {}
         other => panic!("{other:?}"),
@@ -142,7 +181,10 @@ fn invalid_options_are_refused() {
         Options::new().slots(0),
         Options::new().sync(crivello::SyncPolicy::EveryPushes(0)),
     ] {
-        assert!(matches!(Sieve::open_with(disk.clone(), opts), Err(Error::InvalidOption { .. })));
+        assert!(matches!(
+            Sieve::open_with(disk.clone(), opts),
+            Err(Error::InvalidOption { .. })
+        ));
     }
 }
 
@@ -150,8 +192,14 @@ fn invalid_options_are_refused() {
 fn a_directory_holding_other_files_is_not_taken_over() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("notes.txt"), "mine").unwrap();
-    assert!(matches!(Sieve::open(dir.path(), Options::new()), Err(Error::NotASieve { .. })));
-    assert_eq!(std::fs::read(dir.path().join("notes.txt")).unwrap(), b"mine");
+    assert!(matches!(
+        Sieve::open(dir.path(), Options::new()),
+        Err(Error::NotASieve { .. })
+    ));
+    assert_eq!(
+        std::fs::read(dir.path().join("notes.txt")).unwrap(),
+        b"mine"
+    );
 }
 
 #[derive(Debug, Clone)]
@@ -187,7 +235,10 @@ fn url(i: u8) -> Vec<u8> {
 /// Runs a sequence of operations against the sieve and the model.
 fn check_against_model(ops: &[Op], slots: usize, background: bool) {
     let mut disk = SimDisk::new();
-    let opts = Options::new().slots(slots).seed(3).background_flush(background);
+    let opts = Options::new()
+        .slots(slots)
+        .seed(3)
+        .background_flush(background);
     let mut sieve = Sieve::open_with(Arc::new(disk.clone()), opts.clone()).unwrap();
     let mut urls: Vec<Vec<u8>> = Vec::new(); // pushed, in order
     let mut acked = 0usize;
@@ -206,7 +257,10 @@ fn check_against_model(ops: &[Op], slots: usize, background: bool) {
             Op::Flush => {
                 sieve.flush().unwrap();
                 acked = urls.len();
-                assert_eq!(sieve.frontier_pending() as usize + committed.len() + read.len(), emit_model(&urls).len());
+                assert_eq!(
+                    sieve.frontier_pending() as usize + committed.len() + read.len(),
+                    emit_model(&urls).len()
+                );
             }
             Op::Read(n) => {
                 let got = sieve.frontier_next(*n as usize).unwrap();
@@ -252,7 +306,12 @@ fn check_against_model(ops: &[Op], slots: usize, background: bool) {
                 let k = (acked..=urls.len())
                     .rev()
                     .find(|&k| emit_model(&urls[..k]) == f)
-                    .unwrap_or_else(|| panic!("F is not the model of any prefix between {acked} and {}", urls.len()));
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "F is not the model of any prefix between {acked} and {}",
+                            urls.len()
+                        )
+                    });
                 urls.truncate(k);
                 acked = k;
             }
@@ -285,7 +344,13 @@ fn the_frontier_rolls_over_segments_and_deletes_consumed_ones() {
     let disk = SimDisk::new();
     let opts = Options::new().memory(16 << 20).seed(9);
     let mut sieve = Sieve::open_with(Arc::new(disk.clone()), opts.clone()).unwrap();
-    let url = |i: u64| format!("http://host{}.example.org/a/rather/long/path/to/page-{i:012}.html", i % 1000).into_bytes();
+    let url = |i: u64| {
+        format!(
+            "http://host{}.example.org/a/rather/long/path/to/page-{i:012}.html",
+            i % 1000
+        )
+        .into_bytes()
+    };
     let n = 1_300_000u64; // about 90 MB of frontier: two F segments
     for i in 0..n {
         sieve.push(&url(i)).unwrap();
@@ -318,7 +383,15 @@ fn the_frontier_rolls_over_segments_and_deletes_consumed_ones() {
         sieve.frontier_commit().unwrap();
     }
     assert_eq!(next, n);
-    assert_eq!(f_segments(&disk), 1, "consumed segments are deleted: {:?}", disk.files());
+    assert_eq!(
+        f_segments(&disk),
+        1,
+        "consumed segments are deleted: {:?}",
+        disk.files()
+    );
     let st = sieve.stats().unwrap();
-    assert_eq!((st.emitted, st.consumed, st.pending, st.distinct), (n, n, 0, n));
+    assert_eq!(
+        (st.emitted, st.consumed, st.pending, st.distinct),
+        (n, n, 0, n)
+    );
 }

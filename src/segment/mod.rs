@@ -64,7 +64,9 @@ impl SegmentWriter {
     /// Creates the segment file `id` (truncating any leftover with that name).
     pub fn create(storage: &dyn Storage, id: u64) -> Result<SegmentWriter> {
         let name = file_name(id);
-        let file = storage.create(&name).map_err(|e| Error::io("create", &name, e))?;
+        let file = storage
+            .create(&name)
+            .map_err(|e| Error::io("create", &name, e))?;
         let mut buf = Vec::with_capacity(WRITE_BUFFER + 64 * 1024);
         buf.put_u32(MAGIC_Z);
         buf.put_u32(VERSION);
@@ -89,7 +91,10 @@ impl SegmentWriter {
                 return Err(Error::corrupt(
                     &self.name,
                     self.written + self.buf.len() as u64,
-                    Corruption::OutOfOrder { previous: prev, got: sig },
+                    Corruption::OutOfOrder {
+                        previous: prev,
+                        got: sig,
+                    },
                 ));
             }
         }
@@ -109,7 +114,10 @@ impl SegmentWriter {
         let first = self.block[0];
         let last = *self.block.last().expect("not empty");
         let n = self.block.len();
-        let k = rice::parameter(last - first - (n as u64 - 1), (n as u64).saturating_sub(1).max(1));
+        let k = rice::parameter(
+            last - first - (n as u64 - 1),
+            (n as u64).saturating_sub(1).max(1),
+        );
         let mut w = BitWriter::new();
         for pair in self.block.windows(2) {
             w.write_rice(pair[1] - pair[0] - 1, k);
@@ -124,7 +132,11 @@ impl SegmentWriter {
         self.buf.extend_from_slice(&payload);
         let c = crc(&self.buf[start..]);
         self.buf.put_u32(c);
-        self.index.push(IndexEntry { first, offset, count: n as u32 });
+        self.index.push(IndexEntry {
+            first,
+            offset,
+            count: n as u32,
+        });
         self.block.clear();
         if self.buf.len() >= WRITE_BUFFER {
             self.drain()?;
@@ -133,7 +145,9 @@ impl SegmentWriter {
     }
 
     fn drain(&mut self) -> Result<()> {
-        self.file.write_all_at(&self.buf, self.written).map_err(|e| Error::io("write", &self.name, e))?;
+        self.file
+            .write_all_at(&self.buf, self.written)
+            .map_err(|e| Error::io("write", &self.name, e))?;
         self.written += self.buf.len() as u64;
         self.buf.clear();
         Ok(())
@@ -159,8 +173,14 @@ impl SegmentWriter {
         self.buf.put_u32(c);
         self.buf.put_u32(MAGIC_ZEND);
         self.drain()?;
-        self.file.sync().map_err(|e| Error::io("fsync", &self.name, e))?;
-        Ok(SegmentMeta { id: self.id(), sigs: self.count, bytes: self.written })
+        self.file
+            .sync()
+            .map_err(|e| Error::io("fsync", &self.name, e))?;
+        Ok(SegmentMeta {
+            id: self.id(),
+            sigs: self.count,
+            bytes: self.written,
+        })
     }
 
     fn id(&self) -> u64 {
@@ -203,28 +223,43 @@ impl Segment {
             return Err(Error::corrupt(
                 &name,
                 len.min(meta.bytes),
-                Corruption::Truncated { needed: meta.bytes, available: len },
+                Corruption::Truncated {
+                    needed: meta.bytes,
+                    available: len,
+                },
             ));
         }
         if len < HEADER_LEN + TAIL_LEN + 20 {
             return Err(Error::corrupt(
                 &name,
                 0,
-                Corruption::Truncated { needed: HEADER_LEN + TAIL_LEN + 20, available: len },
+                Corruption::Truncated {
+                    needed: HEADER_LEN + TAIL_LEN + 20,
+                    available: len,
+                },
             ));
         }
         let mut header = [0u8; HEADER_LEN as usize];
-        file.read_exact_at(&mut header, 0).map_err(|e| Error::io("read", &name, e))?;
+        file.read_exact_at(&mut header, 0)
+            .map_err(|e| Error::io("read", &name, e))?;
         let mut c = Cursor::new(&header, &name, 0);
         c.magic(MAGIC_Z)?;
         c.version()?;
         let id = c.u64()?;
         c.check_crc()?;
         if id != meta.id {
-            return Err(Error::corrupt(&name, 8, Corruption::Field { field: "segment id", found: id }));
+            return Err(Error::corrupt(
+                &name,
+                8,
+                Corruption::Field {
+                    field: "segment id",
+                    found: id,
+                },
+            ));
         }
         let mut tail = [0u8; TAIL_LEN as usize];
-        file.read_exact_at(&mut tail, len - TAIL_LEN).map_err(|e| Error::io("read", &name, e))?;
+        file.read_exact_at(&mut tail, len - TAIL_LEN)
+            .map_err(|e| Error::io("read", &name, e))?;
         let mut c = Cursor::new(&tail, &name, len - TAIL_LEN);
         let footer_offset = c.u64()?;
         c.check_crc()?;
@@ -233,16 +268,31 @@ impl Segment {
             return Err(Error::corrupt(
                 &name,
                 len - TAIL_LEN,
-                Corruption::Field { field: "footer offset", found: footer_offset },
+                Corruption::Field {
+                    field: "footer offset",
+                    found: footer_offset,
+                },
             ));
         }
         let mut footer = vec![0u8; (len - TAIL_LEN - footer_offset) as usize];
-        file.read_exact_at(&mut footer, footer_offset).map_err(|e| Error::io("read", &name, e))?;
+        file.read_exact_at(&mut footer, footer_offset)
+            .map_err(|e| Error::io("read", &name, e))?;
         let mut c = Cursor::new(&footer, &name, footer_offset);
         let blocks = c.u64()?;
         let sigs = c.u64()?;
-        if blocks.checked_mul(INDEX_ENTRY).and_then(|b| b.checked_add(20)) != Some(footer.len() as u64) {
-            return Err(Error::corrupt(&name, footer_offset, Corruption::Field { field: "block count", found: blocks }));
+        if blocks
+            .checked_mul(INDEX_ENTRY)
+            .and_then(|b| b.checked_add(20))
+            != Some(footer.len() as u64)
+        {
+            return Err(Error::corrupt(
+                &name,
+                footer_offset,
+                Corruption::Field {
+                    field: "block count",
+                    found: blocks,
+                },
+            ));
         }
         let mut index = Vec::with_capacity(blocks as usize);
         let mut total = 0u64;
@@ -253,18 +303,46 @@ impl Segment {
             let offset = c.u64()?;
             let count = c.u32()?;
             let bad_order = prev.is_some_and(|(pf, po)| first <= pf || offset <= po);
-            if count == 0 || count as usize > BLOCK_SIGS || offset < HEADER_LEN || offset >= footer_offset || bad_order {
-                return Err(Error::corrupt(&name, at, Corruption::Field { field: "index entry", found: offset }));
+            if count == 0
+                || count as usize > BLOCK_SIGS
+                || offset < HEADER_LEN
+                || offset >= footer_offset
+                || bad_order
+            {
+                return Err(Error::corrupt(
+                    &name,
+                    at,
+                    Corruption::Field {
+                        field: "index entry",
+                        found: offset,
+                    },
+                ));
             }
             prev = Some((first, offset));
             total += count as u64;
-            index.push(IndexEntry { first, offset, count });
+            index.push(IndexEntry {
+                first,
+                offset,
+                count,
+            });
         }
         c.check_crc()?;
         if total != sigs || sigs != meta.sigs {
-            return Err(Error::corrupt(&name, footer_offset, Corruption::Field { field: "signature count", found: sigs }));
+            return Err(Error::corrupt(
+                &name,
+                footer_offset,
+                Corruption::Field {
+                    field: "signature count",
+                    found: sigs,
+                },
+            ));
         }
-        Ok(Segment { file, name, meta, index })
+        Ok(Segment {
+            file,
+            name,
+            meta,
+            index,
+        })
     }
 
     /// The segment's manifest entry.
@@ -293,9 +371,14 @@ impl Segment {
     /// Reads, checks and decodes block `i` into `out` (cleared first).
     pub fn read_block(&self, i: usize, out: &mut Vec<u64>) -> Result<()> {
         let e = self.index[i];
-        let end = self.index.get(i + 1).map_or_else(|| self.footer_offset(), |n| n.offset);
+        let end = self
+            .index
+            .get(i + 1)
+            .map_or_else(|| self.footer_offset(), |n| n.offset);
         let mut bytes = vec![0u8; (end - e.offset) as usize];
-        self.file.read_exact_at(&mut bytes, e.offset).map_err(|err| Error::io("read", &self.name, err))?;
+        self.file
+            .read_exact_at(&mut bytes, e.offset)
+            .map_err(|err| Error::io("read", &self.name, err))?;
         decode_block(&bytes, &self.name, e, out)
     }
 
@@ -305,7 +388,9 @@ impl Segment {
 
     /// Whether the segment holds `sig`; reads at most one block.
     pub fn contains(&self, sig: u64) -> Result<bool> {
-        let Some(b) = self.block_for(sig) else { return Ok(false) };
+        let Some(b) = self.block_for(sig) else {
+            return Ok(false);
+        };
         if self.index[b].first == sig {
             return Ok(true);
         }
@@ -316,7 +401,12 @@ impl Segment {
 
     /// Iterates every signature in order, block by block.
     pub fn iter(&self) -> SegmentIter<'_> {
-        SegmentIter { seg: self, block: 0, buf: Vec::with_capacity(BLOCK_SIGS), pos: 0 }
+        SegmentIter {
+            seg: self,
+            block: 0,
+            buf: Vec::with_capacity(BLOCK_SIGS),
+            pos: 0,
+        }
     }
 }
 
@@ -325,7 +415,10 @@ fn decode_block(bytes: &[u8], name: &str, e: IndexEntry, out: &mut Vec<u64>) -> 
     out.clear();
     let corrupt = |what| Error::corrupt(name, e.offset, what);
     if bytes.len() < BLOCK_HEADER + 4 {
-        return Err(corrupt(Corruption::Truncated { needed: BLOCK_HEADER as u64 + 4, available: bytes.len() as u64 }));
+        return Err(corrupt(Corruption::Truncated {
+            needed: BLOCK_HEADER as u64 + 4,
+            available: bytes.len() as u64,
+        }));
     }
     let body = &bytes[..bytes.len() - 4];
     let stored = u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes"));
@@ -338,8 +431,16 @@ fn decode_block(bytes: &[u8], name: &str, e: IndexEntry, out: &mut Vec<u64>) -> 
     let k = c.u32()?;
     let first = c.u64()?;
     let payload_len = c.u32()? as usize;
-    if count != e.count || first != e.first || k > 63 || payload_len != c.remaining() || payload_len % 8 != 0 {
-        return Err(corrupt(Corruption::Field { field: "block header", found: count as u64 }));
+    if count != e.count
+        || first != e.first
+        || k > 63
+        || payload_len != c.remaining()
+        || payload_len % 8 != 0
+    {
+        return Err(corrupt(Corruption::Field {
+            field: "block header",
+            found: count as u64,
+        }));
     }
     let payload = c.take(payload_len)?;
     let mut r = BitReader::new(payload);
@@ -349,7 +450,12 @@ fn decode_block(bytes: &[u8], name: &str, e: IndexEntry, out: &mut Vec<u64>) -> 
         let next = r
             .read_rice(k)
             .and_then(|gap| prev.checked_add(gap)?.checked_add(1))
-            .ok_or_else(|| corrupt(Corruption::Field { field: "rice code", found: prev }))?;
+            .ok_or_else(|| {
+                corrupt(Corruption::Field {
+                    field: "rice code",
+                    found: prev,
+                })
+            })?;
         out.push(next);
         prev = next;
     }
@@ -391,7 +497,9 @@ mod tests {
     use crate::storage::SimDisk;
 
     fn sigs(n: u64, seed: u64) -> Vec<u64> {
-        let mut v: Vec<u64> = (0..n).map(|i| xxhash_rust::xxh3::xxh3_64_with_seed(&i.to_le_bytes(), seed)).collect();
+        let mut v: Vec<u64> = (0..n)
+            .map(|i| xxhash_rust::xxh3::xxh3_64_with_seed(&i.to_le_bytes(), seed))
+            .collect();
         v.sort_unstable();
         v.dedup();
         v
@@ -423,7 +531,16 @@ mod tests {
         let mut w = SegmentWriter::create(&disk, 1).unwrap();
         w.push(10).unwrap();
         let err = w.push(10).unwrap_err();
-        assert!(matches!(err, Error::Corrupt { what: Corruption::OutOfOrder { previous: 10, got: 10 }, .. }));
+        assert!(matches!(
+            err,
+            Error::Corrupt {
+                what: Corruption::OutOfOrder {
+                    previous: 10,
+                    got: 10
+                },
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -436,8 +553,11 @@ mod tests {
         }
         let meta = w.finish().unwrap();
         let n = v.len() as f64;
-        let bound = (2f64.powi(64) / n).log2() + 1.4427;
+        let bound = (2f64.powi(64) / n).log2() + std::f64::consts::LOG2_E;
         let bits = meta.bytes as f64 * 8.0 / n;
-        assert!(bits < bound * 1.05, "{bits:.2} bits per signature, bound {bound:.2}");
+        assert!(
+            bits < bound * 1.05,
+            "{bits:.2} bits per signature, bound {bound:.2}"
+        );
     }
 }

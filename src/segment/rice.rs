@@ -89,7 +89,11 @@ pub struct BitReader<'a> {
 impl<'a> BitReader<'a> {
     /// A reader over `bytes` (a multiple of 8 bytes).
     pub fn new(bytes: &'a [u8]) -> BitReader<'a> {
-        BitReader { bytes, bits: 0, limit: bytes.len() as u64 / 8 * 64 }
+        BitReader {
+            bytes,
+            bits: 0,
+            limit: bytes.len() as u64 / 8 * 64,
+        }
     }
 
     #[inline]
@@ -134,7 +138,9 @@ impl<'a> BitReader<'a> {
             self.bits += k as u64;
             v & ((1u64 << k) - 1)
         };
-        q.checked_shl(k).filter(|hi| hi >> k == q).map(|hi| hi | low)
+        q.checked_shl(k)
+            .filter(|hi| hi >> k == q)
+            .map(|hi| hi | low)
     }
 }
 
@@ -146,7 +152,14 @@ mod tests {
     fn rice_round_trips_every_parameter() {
         for k in 0..64u32 {
             let gaps: Vec<u64> = (0..200u64)
-                .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) & if k >= 61 { u64::MAX >> 1 } else { (1u64 << (k + 2)) - 1 })
+                .map(|i| {
+                    i.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                        & if k >= 61 {
+                            u64::MAX >> 1
+                        } else {
+                            (1u64 << (k + 2)) - 1
+                        }
+                })
                 .collect();
             let mut w = BitWriter::new();
             for &g in &gaps {

@@ -89,7 +89,9 @@ impl Drop for GateGuard {
 pub fn run(job: FlushJob) -> Result<FlushDone> {
     let guard = GateGuard(job.gate.clone());
     let wal_name = wal::file_name(job.gen);
-    job.wal.sync().map_err(|e| Error::io("fsync", &wal_name, e))?;
+    job.wal
+        .sync()
+        .map_err(|e| Error::io("fsync", &wal_name, e))?;
     guard.0.open(true);
     let storage = &*job.storage;
     let mut m = job.manifest.clone();
@@ -97,8 +99,12 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
 
     // Sort by (signature, position): the first of each run of equal signatures is the first
     // occurrence in the push stream.
-    let mut pairs: Vec<(u64, u32)> =
-        job.sigs.iter().enumerate().map(|(i, &s)| (s, i as u32)).collect();
+    let mut pairs: Vec<(u64, u32)> = job
+        .sigs
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| (s, i as u32))
+        .collect();
     drop(job.sigs);
     pairs.sort_unstable();
     pairs.dedup_by_key(|p| p.0);
@@ -121,7 +127,13 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
         let meta = w.finish()?;
         segments.push(Arc::new(Segment::open(storage, meta)?));
         created = true;
-        compact(storage, &mut m, &mut segments, &mut superseded, job.tier_base)?;
+        compact(
+            storage,
+            &mut m,
+            &mut segments,
+            &mut superseded,
+            job.tier_base,
+        )?;
     }
 
     // Emit the new URLs in the order of their first appearance.
@@ -132,7 +144,9 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
         created |= emit(storage, &mut m, &*job.wal, &wal_name, job.skip, &positions)?;
     }
     if created {
-        storage.sync_dir().map_err(|e| Error::io("fsync", "directory", e))?;
+        storage
+            .sync_dir()
+            .map_err(|e| Error::io("fsync", "directory", e))?;
     }
 
     m.commit += 1;
@@ -153,7 +167,10 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
     for s in superseded {
         let _ = storage.remove(&crate::segment::file_name(s.id));
     }
-    Ok(FlushDone { manifest: m, segments })
+    Ok(FlushDone {
+        manifest: m,
+        segments,
+    })
 }
 
 /// Removes from `pairs` (sorted by signature) the signatures `seg` holds, reading only the
@@ -210,7 +227,10 @@ fn compact(
     loop {
         let mut by_tier: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
         for (i, s) in segments.iter().enumerate() {
-            by_tier.entry(tier(s.meta().sigs, base)).or_default().push(i);
+            by_tier
+                .entry(tier(s.meta().sigs, base))
+                .or_default()
+                .push(i);
         }
         let Some((_, group)) = by_tier.into_iter().find(|(_, g)| g.len() >= TIER_FANOUT) else {
             return Ok(());
@@ -225,12 +245,11 @@ fn compact(
             for (i, it) in iters.iter_mut().enumerate() {
                 match it.peek() {
                     None => {}
-                    Some(Err(_)) => return Err(it.next().expect("peeked").expect_err("peeked an error")),
-                    Some(Ok(v)) => {
-                        if best.is_none_or(|(_, b)| *v < b) {
-                            best = Some((i, *v));
-                        }
+                    Some(Err(_)) => {
+                        return Err(it.next().expect("peeked").expect_err("peeked an error"))
                     }
+                    Some(Ok(v)) if best.is_none_or(|(_, b)| *v < b) => best = Some((i, *v)),
+                    Some(Ok(_)) => {}
                 }
             }
             let Some((i, v)) = best else { break };
@@ -279,14 +298,19 @@ fn emit(
         tail = m.next_id;
         m.next_id += 1;
         let name = frontier::file_name(tail);
-        let f = storage.create(&name).map_err(|e| Error::io("create", &name, e))?;
-        f.write_all_at(&frontier::header(tail, m.f_count), 0).map_err(|e| Error::io("write", &name, e))?;
+        let f = storage
+            .create(&name)
+            .map_err(|e| Error::io("create", &name, e))?;
+        f.write_all_at(&frontier::header(tail, m.f_count), 0)
+            .map_err(|e| Error::io("write", &name, e))?;
         tail_len = frontier::HEADER_LEN;
         created = true;
         f
     } else {
         let name = frontier::file_name(tail);
-        storage.open(&name).map_err(|e| Error::io("open", &name, e))?
+        storage
+            .open(&name)
+            .map_err(|e| Error::io("open", &name, e))?
     };
     let name = frontier::file_name(tail);
     let mut out = LogWriter::new(file, name, tail_len, m.flushes as u32);
@@ -303,7 +327,10 @@ fn emit(
                 return Err(Error::corrupt(
                     wal_name,
                     offset,
-                    crate::error::Corruption::Truncated { needed: 1, available: 0 },
+                    crate::error::Corruption::Truncated {
+                        needed: 1,
+                        available: 0,
+                    },
                 ))
             }
             Err(FrameError::Invalid(what)) => return Err(Error::corrupt(wal_name, offset, what)),

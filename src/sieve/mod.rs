@@ -120,7 +120,8 @@ impl Sieve {
     /// and recovers from any crash. Takes the directory's exclusive lock.
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Sieve> {
         let dir = dir.as_ref();
-        let storage = DirStorage::open(dir).map_err(|e| Error::io("open directory", &dir.display().to_string(), e))?;
+        let storage = DirStorage::open(dir)
+            .map_err(|e| Error::io("open directory", &dir.display().to_string(), e))?;
         Sieve::open_with(Arc::new(storage), opts)
     }
 
@@ -150,7 +151,10 @@ impl Sieve {
             return Err(Error::InvalidUrl(InvalidUrl::Empty));
         }
         if url.len() > self.opts.max_url_len {
-            return Err(Error::InvalidUrl(InvalidUrl::TooLong { len: url.len(), max: self.opts.max_url_len }));
+            return Err(Error::InvalidUrl(InvalidUrl::TooLong {
+                len: url.len(),
+                max: self.opts.max_url_len,
+            }));
         }
         Ok(())
     }
@@ -229,7 +233,11 @@ impl Sieve {
 
     /// Applies a finished background flush, without waiting for one still running.
     fn poll_inflight(&mut self) -> Result<()> {
-        if self.inflight.as_ref().is_some_and(|f| f.handle.is_finished()) {
+        if self
+            .inflight
+            .as_ref()
+            .is_some_and(|f| f.handle.is_finished())
+        {
             let r = self.finish_inflight();
             return self.poison(r);
         }
@@ -238,7 +246,9 @@ impl Sieve {
 
     /// Waits for the background flush, if any, and applies its outcome.
     fn finish_inflight(&mut self) -> Result<()> {
-        let Some(f) = self.inflight.take() else { return Ok(()) };
+        let Some(f) = self.inflight.take() else {
+            return Ok(());
+        };
         let done = match f.handle.join() {
             Ok(r) => r,
             Err(_) => Err(Error::Io {
@@ -288,7 +298,11 @@ impl Sieve {
                 .name("crivello-flush".into())
                 .spawn(move || flush::run(job))
                 .map_err(|e| Error::io("spawn", "flush thread", e))?;
-            self.inflight = Some(InFlight { handle, gate, pushes });
+            self.inflight = Some(InFlight {
+                handle,
+                gate,
+                pushes,
+            });
             Ok(())
         } else {
             let done = flush::run(job)?;
@@ -349,18 +363,30 @@ impl Sieve {
                     Error::corrupt(&name, limit, crate::error::Corruption::Missing)
                 })?;
                 let nname = frontier::file_name(next);
-                let nf = self.storage.open(&nname).map_err(|e| Error::io("open", &nname, e))?;
+                let nf = self
+                    .storage
+                    .open(&nname)
+                    .map_err(|e| Error::io("open", &nname, e))?;
                 let mut h = vec![0u8; frontier::HEADER_LEN as usize];
-                nf.read_exact_at(&mut h, 0).map_err(|e| Error::io("read", &nname, e))?;
+                nf.read_exact_at(&mut h, 0)
+                    .map_err(|e| Error::io("read", &nname, e))?;
                 let first = frontier::check_header(&h, &nname, next)?;
                 if first != self.read.consumed {
                     return Err(Error::corrupt(
                         &nname,
                         16,
-                        crate::error::Corruption::Field { field: "first record", found: first },
+                        crate::error::Corruption::Field {
+                            field: "first record",
+                            found: first,
+                        },
                     ));
                 }
-                self.read = Position { segment: next, offset: frontier::HEADER_LEN, skip: 0, consumed: first };
+                self.read = Position {
+                    segment: next,
+                    offset: frontier::HEADER_LEN,
+                    skip: 0,
+                    consumed: first,
+                };
                 self.read_file = Some((next, nf));
                 continue;
             }
@@ -369,14 +395,19 @@ impl Sieve {
                 Ok(f) => f,
                 Err(FrameError::Io(e)) => return Err(Error::io("read", &name, e)),
                 Err(FrameError::End) => break,
-                Err(FrameError::Invalid(what)) => return Err(Error::corrupt(&name, self.read.offset, what)),
+                Err(FrameError::Invalid(what)) => {
+                    return Err(Error::corrupt(&name, self.read.offset, what))
+                }
             };
             let skip = self.read.skip as usize;
             if skip >= frame.count as usize {
                 return Err(Error::corrupt(
                     frontier::CURSOR_FILE,
                     0,
-                    crate::error::Corruption::Field { field: "cursor skip", found: skip as u64 },
+                    crate::error::Corruption::Field {
+                        field: "cursor skip",
+                        found: skip as u64,
+                    },
                 ));
             }
             let want = max - out.len();
@@ -456,14 +487,22 @@ impl Sieve {
         if self.opts.slots.is_some() {
             st.memory_budget = (self.slots * crate::options::BYTES_PER_SLOT) as u64;
         }
-        for name in self.storage.list().map_err(|e| Error::io("list", "directory", e))? {
-            let Ok(f) = self.storage.open(&name) else { continue };
+        for name in self
+            .storage
+            .list()
+            .map_err(|e| Error::io("list", "directory", e))?
+        {
+            let Ok(f) = self.storage.open(&name) else {
+                continue;
+            };
             let len = f.len().unwrap_or(0);
             match name.as_bytes().first() {
                 Some(b'a') if name.ends_with(".log") => st.bytes_a += len,
                 Some(b'z') => st.bytes_z += len,
                 Some(b'f') => st.bytes_f += len,
-                _ if name == crate::manifest::FILE || name == frontier::CURSOR_FILE => st.bytes_meta += len,
+                _ if name == crate::manifest::FILE || name == frontier::CURSOR_FILE => {
+                    st.bytes_meta += len
+                }
                 _ => {}
             }
         }
@@ -497,6 +536,12 @@ impl Drop for Sieve {
 
 /// The next F segment after `id`, if any.
 fn next_f_segment(storage: &dyn Storage, id: u64) -> Result<Option<u64>> {
-    let names = storage.list().map_err(|e| Error::io("list", "directory", e))?;
-    Ok(names.iter().filter_map(|n| recovery::parse_f_name(n)).filter(|&x| x > id).min())
+    let names = storage
+        .list()
+        .map_err(|e| Error::io("list", "directory", e))?;
+    Ok(names
+        .iter()
+        .filter_map(|n| recovery::parse_f_name(n))
+        .filter(|&x| x > id)
+        .min())
 }

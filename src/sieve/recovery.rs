@@ -50,13 +50,19 @@ pub fn is_ours(name: &str) -> bool {
 fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
     h.write_u32(std::process::id());
     h.finish()
 }
 
 fn list(storage: &dyn Storage) -> Result<Vec<String>> {
-    storage.list().map_err(|e| Error::io("list", &storage.describe(), e))
+    storage
+        .list()
+        .map_err(|e| Error::io("list", &storage.describe(), e))
 }
 
 /// Creates a new sieve: F's first segment and the cursor, then the manifest (the commit).
@@ -69,14 +75,22 @@ fn create(storage: &dyn Storage, opts: &Options) -> Result<Manifest> {
                 reason: format!("the directory holds {n:?}, which is not a crivello file; use an empty or new directory"),
             });
         }
-        let interrupted_creation = n.ends_with(".tmp") || n == frontier::CURSOR_FILE || parse_f_name(n) == Some(0);
+        let interrupted_creation =
+            n.ends_with(".tmp") || n == frontier::CURSOR_FILE || parse_f_name(n) == Some(0);
         if n != crate::storage::LOCK_FILE && !interrupted_creation {
             return Err(Error::corrupt(manifest::FILE, 0, Corruption::Missing));
         }
     }
     let f0 = frontier::file_name(0);
-    durable::create_synced(storage, &f0, &frontier::header(0, 0)).map_err(|e| Error::io("create", &f0, e))?;
-    Position { segment: 0, offset: frontier::HEADER_LEN, skip: 0, consumed: 0 }.commit_to(storage)?;
+    durable::create_synced(storage, &f0, &frontier::header(0, 0))
+        .map_err(|e| Error::io("create", &f0, e))?;
+    Position {
+        segment: 0,
+        offset: frontier::HEADER_LEN,
+        skip: 0,
+        consumed: 0,
+    }
+    .commit_to(storage)?;
     let m = Manifest {
         seed: opts.seed.unwrap_or_else(random_seed),
         commit: 0,
@@ -101,7 +115,9 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
     let slots = opts.validate()?;
     let lock = storage.lock().map_err(|e| {
         if e.kind() == std::io::ErrorKind::WouldBlock {
-            Error::Locked { dir: storage.describe() }
+            Error::Locked {
+                dir: storage.describe(),
+            }
         } else {
             Error::io("lock", &storage.describe(), e)
         }
@@ -122,7 +138,10 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         return Err(Error::corrupt(
             frontier::CURSOR_FILE,
             0,
-            Corruption::Field { field: "cursor past the frontier's committed end", found: cursor.consumed },
+            Corruption::Field {
+                field: "cursor past the frontier's committed end",
+                found: cursor.consumed,
+            },
         ));
     }
 
@@ -150,7 +169,11 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
     gens.sort_unstable();
     for (i, &g) in gens.iter().enumerate() {
         if g != m.a_gen + i as u64 {
-            return Err(Error::corrupt(&wal::file_name(m.a_gen + i as u64), 0, Corruption::Missing));
+            return Err(Error::corrupt(
+                &wal::file_name(m.a_gen + i as u64),
+                0,
+                Corruption::Missing,
+            ));
         }
     }
 
@@ -168,13 +191,22 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
     })?;
     let len = tail.len().map_err(|e| Error::io("stat", &tail_name, e))?;
     if len < m.f_tail_len {
-        return Err(Error::corrupt(&tail_name, len, Corruption::Truncated { needed: m.f_tail_len, available: len }));
+        return Err(Error::corrupt(
+            &tail_name,
+            len,
+            Corruption::Truncated {
+                needed: m.f_tail_len,
+                available: len,
+            },
+        ));
     }
     let mut h = vec![0u8; frontier::HEADER_LEN as usize];
-    tail.read_exact_at(&mut h, 0).map_err(|e| Error::io("read", &tail_name, e))?;
+    tail.read_exact_at(&mut h, 0)
+        .map_err(|e| Error::io("read", &tail_name, e))?;
     frontier::check_header(&h, &tail_name, m.f_tail)?;
     if len > m.f_tail_len {
-        tail.set_len(m.f_tail_len).map_err(|e| Error::io("truncate", &tail_name, e))?;
+        tail.set_len(m.f_tail_len)
+            .map_err(|e| Error::io("truncate", &tail_name, e))?;
         tail.sync().map_err(|e| Error::io("fsync", &tail_name, e))?;
     }
     if cursor.segment != m.f_tail {
@@ -201,7 +233,10 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
                 return Err(Error::corrupt(
                     &wal::file_name(g - 1),
                     0,
-                    Corruption::Field { field: "torn generation followed by synced records", found: g },
+                    Corruption::Field {
+                        field: "torn generation followed by synced records",
+                        found: g,
+                    },
                 ));
             }
             torn.0 += r.records + r.torn_records;
@@ -224,11 +259,22 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         // Chunks that filled S (only when the budget shrank since they were written).
         for (chunk_start, sigs) in pending {
             let end = chunk_start + sigs.len() as u64;
-            m = recovery_flush(&storage_arc, &m, &segments, g, &r.file, chunk_start, sigs, (g, end), (0, 0), slots)
-                .map(|(m2, segs)| {
-                    segments = segs;
-                    m2
-                })?;
+            m = recovery_flush(
+                &storage_arc,
+                &m,
+                &segments,
+                g,
+                &r.file,
+                chunk_start,
+                sigs,
+                (g, end),
+                (0, 0),
+                slots,
+            )
+            .map(|(m2, segs)| {
+                segments = segs;
+                m2
+            })?;
         }
         if r.torn {
             torn_seen = true;
@@ -236,12 +282,22 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
             torn.1 += r.torn_bytes;
         }
         let sigs = std::mem::take(&mut s);
-        m = recovery_flush(&storage_arc, &m, &segments, g, &r.file, start, sigs, (g + 1, 0), torn, slots).map(
-            |(m2, segs)| {
-                segments = segs;
-                m2
-            },
-        )?;
+        m = recovery_flush(
+            &storage_arc,
+            &m,
+            &segments,
+            g,
+            &r.file,
+            start,
+            sigs,
+            (g + 1, 0),
+            torn,
+            slots,
+        )
+        .map(|(m2, segs)| {
+            segments = segs;
+            m2
+        })?;
         torn = (0, 0);
     }
     if torn != (0, 0) {

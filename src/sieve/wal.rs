@@ -41,8 +41,11 @@ fn header(gen: u64) -> Vec<u8> {
 /// Creates generation `gen` with a durable header and directory entry.
 pub fn create(storage: &dyn Storage, gen: u64) -> Result<LogWriter> {
     let name = file_name(gen);
-    durable::create_synced(storage, &name, &header(gen)).map_err(|e| Error::io("create", &name, e))?;
-    let file = storage.open(&name).map_err(|e| Error::io("open", &name, e))?;
+    durable::create_synced(storage, &name, &header(gen))
+        .map_err(|e| Error::io("create", &name, e))?;
+    let file = storage
+        .open(&name)
+        .map_err(|e| Error::io("open", &name, e))?;
     Ok(LogWriter::new(file, name, HEADER_LEN, 0))
 }
 
@@ -77,28 +80,53 @@ pub fn replay(
     mut each: impl FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<Replay> {
     let name = file_name(gen);
-    let file = storage.open(&name).map_err(|e| Error::io("open", &name, e))?;
+    let file = storage
+        .open(&name)
+        .map_err(|e| Error::io("open", &name, e))?;
     let len = file.len().map_err(|e| Error::io("stat", &name, e))?;
     let header_ok = (|| -> Result<()> {
         let mut h = [0u8; HEADER_LEN as usize];
         if len < HEADER_LEN {
-            return Err(Error::corrupt(&name, 0, Corruption::Truncated { needed: HEADER_LEN, available: len }));
+            return Err(Error::corrupt(
+                &name,
+                0,
+                Corruption::Truncated {
+                    needed: HEADER_LEN,
+                    available: len,
+                },
+            ));
         }
-        file.read_exact_at(&mut h, 0).map_err(|e| Error::io("read", &name, e))?;
+        file.read_exact_at(&mut h, 0)
+            .map_err(|e| Error::io("read", &name, e))?;
         let mut c = Cursor::new(&h, &name, 0);
         c.magic(MAGIC_A)?;
         c.version()?;
         let found = c.u64()?;
         c.check_crc()?;
         if found != gen {
-            return Err(Error::corrupt(&name, 8, Corruption::Field { field: "generation", found }));
+            return Err(Error::corrupt(
+                &name,
+                8,
+                Corruption::Field {
+                    field: "generation",
+                    found,
+                },
+            ));
         }
         Ok(())
     })();
     if let Err(e) = header_ok {
         // A crash while the newest generation was being created; it holds nothing.
         if last && e.is_corruption() && len <= HEADER_LEN + FRAME_HEADER as u64 {
-            return Ok(Replay { file, records: 0, torn: true, torn_bytes: len, torn_records: 0, later_epoch: None, last_epoch: -1 });
+            return Ok(Replay {
+                file,
+                records: 0,
+                torn: true,
+                torn_bytes: len,
+                torn_records: 0,
+                later_epoch: None,
+                last_epoch: -1,
+            });
         }
         return Err(e);
     }
@@ -113,7 +141,10 @@ pub fn replay(
                     return Err(Error::corrupt(
                         &name,
                         offset,
-                        Corruption::Field { field: "frame epoch", found: frame.epoch as u64 },
+                        Corruption::Field {
+                            field: "frame epoch",
+                            found: frame.epoch as u64,
+                        },
                     ));
                 }
                 last_epoch = frame.epoch as i64;
@@ -124,7 +155,15 @@ pub fn replay(
                 offset += (FRAME_HEADER + frame.payload.len()) as u64;
             }
             Err(FrameError::End) => {
-                return Ok(Replay { file, records, torn: false, torn_bytes: 0, torn_records: 0, later_epoch: None, last_epoch })
+                return Ok(Replay {
+                    file,
+                    records,
+                    torn: false,
+                    torn_bytes: 0,
+                    torn_records: 0,
+                    later_epoch: None,
+                    last_epoch,
+                })
             }
             Err(FrameError::Io(e)) => return Err(Error::io("read", &name, e)),
             Err(FrameError::Invalid(_)) => {
@@ -132,11 +171,16 @@ pub fn replay(
                 let mut later_epoch = None;
                 let mut torn_records = 0u64;
                 let mut at = offset;
-                while let Some((off, epoch)) =
-                    reader.find_valid_after(at).map_err(|e| Error::io("read", &name, e))?
+                while let Some((off, epoch)) = reader
+                    .find_valid_after(at)
+                    .map_err(|e| Error::io("read", &name, e))?
                 {
                     if epoch as i64 >= last_epoch + 2 {
-                        return Err(Error::corrupt(&name, offset, Corruption::DamagedBeforeValid { next_valid: off }));
+                        return Err(Error::corrupt(
+                            &name,
+                            offset,
+                            Corruption::DamagedBeforeValid { next_valid: off },
+                        ));
                     }
                     later_epoch = later_epoch.max(Some(epoch));
                     if let Ok(f) = reader.frame_at(off) {

@@ -45,6 +45,7 @@ pub trait Storage: Send + Sync + fmt::Debug {
 }
 
 /// An open file of a [`Storage`].
+#[allow(clippy::len_without_is_empty)]
 pub trait StorageFile: Send + Sync {
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at the end).
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;

@@ -28,11 +28,18 @@ impl DirStorage {
             fs::create_dir_all(&dir)?;
             if let Some(parent) = dir.parent() {
                 // Make the new directory's own entry durable.
-                let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
+                let parent = if parent.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    parent
+                };
                 File::open(parent)?.sync_all()?;
             }
         } else if !dir.is_dir() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a directory"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a directory",
+            ));
         }
         Ok(DirStorage { dir })
     }
@@ -74,7 +81,10 @@ impl Storage for DirStorage {
         Ok(Arc::new(RealFile(f)))
     }
     fn open(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
-        let f = OpenOptions::new().read(true).write(true).open(self.dir.join(name))?;
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(self.dir.join(name))?;
         Ok(Arc::new(RealFile(f)))
     }
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {

@@ -289,7 +289,11 @@ impl State {
                         c
                     }
                 };
-                out.inodes.push(Inode { live: content.clone(), durable: content, pending: vec![] });
+                out.inodes.push(Inode {
+                    live: content.clone(),
+                    durable: content,
+                    pending: vec![],
+                });
                 out.inodes.len() - 1
             });
             out.live.insert(name.clone(), new_ino);
@@ -346,7 +350,9 @@ impl SimDisk {
     /// The disk as a crash would leave it: a new, healthy disk.
     pub fn crash_image(&self, image: CrashImage) -> SimDisk {
         let s = self.lock_state();
-        SimDisk { state: Arc::new(Mutex::new(s.image(image))) }
+        SimDisk {
+            state: Arc::new(Mutex::new(s.image(image))),
+        }
     }
 
     /// The names of the files, sorted.
@@ -364,7 +370,11 @@ impl SimDisk {
     pub fn set_content(&self, name: &str, data: Vec<u8>) {
         let mut s = self.lock_state();
         if let Some(&i) = s.live.get(name) {
-            s.inodes[i] = Inode { live: data.clone(), durable: data, pending: vec![] };
+            s.inodes[i] = Inode {
+                live: data.clone(),
+                durable: data,
+                pending: vec![],
+            };
         }
     }
 
@@ -412,14 +422,20 @@ impl StorageFile for SimFile {
                 let half = &buf[..buf.len() / 2];
                 let node = &mut s.inodes[self.ino];
                 apply_write(&mut node.live, offset, half);
-                node.pending.push(Pending::Write { offset, data: half.to_vec() });
+                node.pending.push(Pending::Write {
+                    offset,
+                    data: half.to_vec(),
+                });
                 return Err(io::Error::from_raw_os_error(5));
             }
             Err(e) => return Err(e),
         }
         let node = &mut s.inodes[self.ino];
         apply_write(&mut node.live, offset, buf);
-        node.pending.push(Pending::Write { offset, data: buf.to_vec() });
+        node.pending.push(Pending::Write {
+            offset,
+            data: buf.to_vec(),
+        });
         Ok(())
     }
 
@@ -483,15 +499,26 @@ impl Storage for SimDisk {
             ino
         };
         drop(s);
-        Ok(Arc::new(SimFile { disk: self.clone(), ino, name: name.to_owned() }))
+        Ok(Arc::new(SimFile {
+            disk: self.clone(),
+            ino,
+            name: name.to_owned(),
+        }))
     }
 
     fn open(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
         let s = self.lock_state();
         s.check_alive()?;
-        let ino = *s.live.get(name).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let ino = *s
+            .live
+            .get(name)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         drop(s);
-        Ok(Arc::new(SimFile { disk: self.clone(), ino, name: name.to_owned() }))
+        Ok(Arc::new(SimFile {
+            disk: self.clone(),
+            ino,
+            name: name.to_owned(),
+        }))
     }
 
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
@@ -503,7 +530,8 @@ impl Storage for SimDisk {
         s.step(Op::Rename(from.to_owned(), to.to_owned()))?;
         let ino = s.live.remove(from).expect("checked above");
         s.live.insert(to.to_owned(), ino);
-        s.pending_dir.push(DirOp::Rename(from.to_owned(), to.to_owned()));
+        s.pending_dir
+            .push(DirOp::Rename(from.to_owned(), to.to_owned()));
         Ok(())
     }
 

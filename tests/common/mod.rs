@@ -53,6 +53,8 @@ pub fn split_lines(bytes: &[u8]) -> Vec<Vec<u8>> {
 /// The fixture copy of the CC0 UKWA 1996 stream, always available.
 pub fn ukwa_fixture() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let stream = split_lines(include_bytes!("../fixtures/ukwa-1996-hosts.bfs-stream.txt"));
-    let expected = split_lines(include_bytes!("../fixtures/ukwa-1996-hosts.bfs-expected.txt"));
+    let expected = split_lines(include_bytes!(
+        "../fixtures/ukwa-1996-hosts.bfs-expected.txt"
+    ));
     (stream, expected)
 }
