@@ -1,0 +1,572 @@
+//! The command-line contract, tested through the built binary: every subcommand, every exit
+//! code, the error messages, `uniq` against `LC_ALL=C awk '!seen[$0]++'`, and
+//! `push`/`flush`/`pop` against the expected output of the real BFS streams in
+//! `../shared/data` (skipped with a message when that data or `xz` is missing).
+
+#![cfg(feature = "cli")]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// The binary under test.
+const BIN: &str = env!("CARGO_BIN_EXE_crivello");
+/// The shared data: BFS streams and their expected sieve output.
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/");
+/// The shared BFS streams, by prefix.
+const STREAMS: [&str; 4] = [
+    "hollins",
+    "california",
+    "ukwa-1996-hosts",
+    "ukwa-1996-hosts.bfs-all",
+];
+
+/// Runs the binary with `args`, feeding `stdin`.
+fn run(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn crivello");
+    let mut pipe = child.stdin.take().unwrap();
+    let input = stdin.to_vec();
+    // A command that fails early closes its stdin: ignore the write error.
+    let writer = std::thread::spawn(move || drop(pipe.write_all(&input)));
+    let out = child.wait_with_output().expect("wait for crivello");
+    writer.join().unwrap();
+    out
+}
+
+/// Runs the binary and requires exit code 0; returns stdout.
+fn ok(args: &[&str], stdin: &[u8]) -> Vec<u8> {
+    let out = run(args, stdin);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Runs the binary, requires exit code `code` and one error line on stderr; returns it.
+fn fails(code: i32, args: &[&str], stdin: &[u8]) -> String {
+    let out = run(args, stdin);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+    if code != 2 {
+        assert!(
+            err.starts_with("crivello: ") && err.lines().count() == 1,
+            "{args:?}: {err:?}"
+        );
+    }
+    err
+}
+
+/// `LC_ALL=C awk '!seen[$0]++' files...`, or `None` (with a message) without awk.
+fn awk_dedup(files: &[&Path]) -> Option<Vec<u8>> {
+    match Command::new("awk")
+        .env("LC_ALL", "C")
+        .arg("!seen[$0]++")
+        .args(files)
+        .output()
+    {
+        Ok(out) if out.status.success() => Some(out.stdout),
+        other => {
+            eprintln!("skipped: awk is not available ({other:?})");
+            None
+        }
+    }
+}
+
+/// The decompressed shared file `name`, or `None` (with a message) when it or xz is missing.
+fn shared(name: &str) -> Option<Vec<u8>> {
+    let path = PathBuf::from(DATA).join(name);
+    if !path.exists() {
+        eprintln!("skipped: {} is missing", path.display());
+        return None;
+    }
+    match Command::new("xz").arg("-dc").arg(&path).output() {
+        Ok(out) if out.status.success() => Some(out.stdout),
+        other => {
+            eprintln!(
+                "skipped: cannot decompress {} with xz ({other:?})",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// A shared BFS stream and its expected sieve output.
+fn stream(prefix: &str) -> Option<(Vec<u8>, Vec<u8>)> {
+    Some((
+        shared(&format!("{prefix}-stream.txt.xz"))?,
+        shared(&format!("{prefix}-expected.txt.xz"))?,
+    ))
+}
+
+/// The stream file prefix: `hollins` becomes `hollins.bfs`.
+fn bfs(name: &str) -> String {
+    if name.ends_with(".bfs-all") {
+        name.to_owned()
+    } else {
+        format!("{name}.bfs")
+    }
+}
+
+/// A fresh temporary directory.
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temporary directory")
+}
+
+/// The path as a `&str` argument.
+fn arg(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 temporary path")
+}
+
+/// A deterministic pseudo-random generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+/// Input that is hard to get byte-exact: empty lines, CRLF, invalid UTF-8, NUL bytes,
+/// 1.5 MiB lines, many duplicates, and a last line without "\n".
+fn adversarial() -> Vec<u8> {
+    let mut rng = Rng(0x5eed_c0ff_ee00_0001);
+    let long: Vec<u8> = (0..3 << 19).map(|i| b'a' + (i % 26) as u8).collect();
+    let mut v = Vec::new();
+    for i in 0..300_000u64 {
+        if i % 50_000 == 7 {
+            v.extend_from_slice(&long);
+            if i % 100_000 == 7 {
+                v.push(b'!');
+            }
+            v.push(b'\n');
+            continue;
+        }
+        match rng.next() % 100 {
+            0 => v.extend_from_slice(b""),
+            1 => v.extend_from_slice(b"crlf\r"),
+            2 => v.extend_from_slice(b"crlf"),
+            3 => v.extend_from_slice(&[0xff, 0xfe, b'x', (i % 7) as u8 + 0x80]),
+            4 => v.extend_from_slice(&[b'n', 0, b'u', 0, (i % 5) as u8]),
+            6 => v.extend_from_slice(b"\r"),
+            _ => v.extend_from_slice(
+                format!(
+                    "http://h{}.example/p/{}",
+                    rng.next() % 13,
+                    rng.next() % 5_000
+                )
+                .as_bytes(),
+            ),
+        }
+        v.push(b'\n');
+    }
+    v.extend_from_slice(b"last line without newline");
+    v
+}
+
+#[test]
+fn help_documents_the_exit_codes_and_version_prints() {
+    let help = String::from_utf8(ok(&["--help"], b"")).unwrap();
+    for needle in [
+        "Exit codes",
+        "0  success",
+        "1  runtime error",
+        "2  usage error",
+        "3  `check` found damage",
+    ] {
+        assert!(help.contains(needle), "{needle:?} missing from --help");
+    }
+    let stats_help = String::from_utf8(ok(&["stats", "--help"], b"")).unwrap();
+    assert!(stats_help.contains("memory_budget") && stats_help.contains("torn_records"));
+    let version = String::from_utf8(ok(&["--version"], b"")).unwrap();
+    assert_eq!(
+        version.trim(),
+        format!("crivello {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn usage_errors_exit_with_2() {
+    let err = fails(2, &["uniq", "--memory", "12Q"], b"");
+    assert!(
+        err.contains("--memory") && err.contains("unknown unit"),
+        "{err}"
+    );
+    let err = fails(2, &["push", "d", "--memory", "512K"], b"");
+    assert!(err.contains("--memory") && err.contains("between"), "{err}");
+    fails(2, &["pop"], b"");
+    fails(2, &["frobnicate"], b"");
+}
+
+#[test]
+fn push_flush_pop_emit_each_bfs_stream_exactly_as_expected() {
+    for name in STREAMS {
+        let Some((input, expected)) = stream(&bfs(name)) else {
+            continue;
+        };
+        let d = tmp();
+        let dir = d.path().join("sieve");
+        ok(&["push", arg(&dir), "--memory", "1M"], &input);
+        ok(&["flush", arg(&dir)], b"");
+        assert!(
+            ok(&["pop", arg(&dir)], b"") == expected,
+            "{name}: pop differs from the expected output"
+        );
+        assert!(
+            ok(&["pop", arg(&dir)], b"").is_empty(),
+            "{name}: a second pop repeats URLs"
+        );
+    }
+}
+
+#[test]
+fn pushes_in_several_runs_then_pop_equal_awk_dedup() {
+    let Some((input, expected)) = stream("california.bfs") else {
+        return;
+    };
+    let d = tmp();
+    let dir = d.path().join("sieve");
+    let lines: Vec<&[u8]> = input.split_inclusive(|&b| b == b'\n').collect();
+    for (i, chunk) in lines.chunks(lines.len() / 3 + 1).enumerate() {
+        ok(&["push", arg(&dir), "--memory", "1M"], &chunk.concat());
+        if i == 1 {
+            ok(&["flush", arg(&dir)], b"");
+        }
+    }
+    ok(&["flush", arg(&dir)], b"");
+    let popped = ok(&["pop", arg(&dir)], b"");
+    assert!(
+        popped == expected,
+        "pushes in several runs lose or repeat URLs"
+    );
+    let file = d.path().join("stream.txt");
+    std::fs::write(&file, &input).unwrap();
+    if let Some(awk) = awk_dedup(&[&file]) {
+        assert!(popped == awk);
+    }
+}
+
+#[test]
+fn pop_n_then_pop_prints_the_rest_without_repeats_or_skips() {
+    let d = tmp();
+    let dir = d.path().join("sieve");
+    let urls: Vec<String> = (0..10_000)
+        .map(|i| format!("http://example.com/{i}"))
+        .collect();
+    let input = urls
+        .iter()
+        .flat_map(|u| [u.as_str(), "\n", u.as_str(), "\n"])
+        .collect::<String>();
+    ok(&["push", arg(&dir)], input.as_bytes());
+    ok(&["flush", arg(&dir)], b"");
+    assert_eq!(
+        ok(&["pop", arg(&dir), "-n", "2"], b""),
+        format!("{}\n{}\n", urls[0], urls[1]).into_bytes()
+    );
+    let rest = String::from_utf8(ok(&["pop", arg(&dir), "--max", "5000"], b"")).unwrap()
+        + &String::from_utf8(ok(&["pop", arg(&dir)], b"")).unwrap();
+    assert_eq!(rest.lines().collect::<Vec<_>>(), urls[2..]);
+    let stats = String::from_utf8(ok(&["stats", arg(&dir), "--json"], b"")).unwrap();
+    assert!(
+        stats.contains("\"consumed\":10000") && stats.contains("\"pending\":0"),
+        "{stats}"
+    );
+}
+
+#[test]
+fn push_strips_crlf_and_reports_invalid_lines_by_file_and_line() {
+    let d = tmp();
+    let dir = d.path().join("sieve");
+    let dir = arg(&dir);
+    ok(&["push", dir], b"http://a/\r\nhttp://a/\nhttp://b/");
+    let err = fails(1, &["push", dir], b"http://c/\n\nhttp://d/\n");
+    assert!(
+        err.contains("<stdin>: line 2: empty line") && err.contains("--skip-invalid"),
+        "{err}"
+    );
+    let file = Path::new(dir).parent().unwrap().join("long.txt");
+    std::fs::write(&file, b"http://e/\nhttp://0123456789/\n").unwrap();
+    let err = fails(1, &["push", dir, "--max-url-len", "10", arg(&file)], b"");
+    assert!(
+        err.contains(&format!(
+            "{}: line 2: line longer than the maximum of 10 bytes",
+            file.display()
+        )),
+        "{err}"
+    );
+    // The lines before an invalid line are durable; skipped lines are counted.
+    let out = run(
+        &["push", dir, "--skip-invalid", "--max-url-len", "10"],
+        b"\r\nhttp://0123456789/\nhttp://f/\n",
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("skipped 2 invalid lines"));
+    ok(&["flush", dir], b"");
+    assert_eq!(
+        ok(&["pop", dir], b""),
+        b"http://a/\nhttp://b/\nhttp://c/\nhttp://e/\nhttp://f/\n"
+    );
+    let err = fails(1, &["push", dir, "/no/such/file"], b"");
+    assert!(err.contains("cannot open /no/such/file"), "{err}");
+}
+
+#[test]
+fn a_locked_directory_is_refused_clearly() {
+    let d = tmp();
+    let dir = d.path().join("sieve");
+    let held = crivello::Sieve::open(&dir, crivello::Options::new().memory(1 << 20)).unwrap();
+    let err = fails(1, &["push", arg(&dir)], b"http://a/\n");
+    assert!(
+        err.contains("locked") && err.contains("another crivello process is using"),
+        "{err}"
+    );
+    fails(1, &["check", arg(&dir)], b"");
+    held.close().unwrap();
+    ok(&["push", arg(&dir)], b"http://a/\n");
+}
+
+#[test]
+fn stats_prints_every_key_as_text_or_json_and_refuses_a_missing_directory() {
+    let d = tmp();
+    let dir = d.path().join("sieve");
+    ok(
+        &["push", arg(&dir), "--memory", "1M"],
+        b"http://a/\nhttp://b/\nhttp://a/\n",
+    );
+    let keys = [
+        "pushed",
+        "buffered",
+        "distinct",
+        "emitted",
+        "consumed",
+        "pending",
+        "flushes",
+        "segments",
+        "torn_records",
+        "torn_bytes",
+        "bytes_a",
+        "bytes_z",
+        "bytes_f",
+        "bytes_meta",
+        "memory_budget",
+        "slots",
+        "seed",
+    ];
+    let text = String::from_utf8(ok(&["stats", arg(&dir)], b"")).unwrap();
+    let json = ok(&["stats", arg(&dir), "--json", "--memory", "1M"], b"");
+    let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    let object = json.as_object().expect("one JSON object");
+    assert_eq!(object.len(), keys.len());
+    for key in keys {
+        assert!(object[key].is_u64(), "{key}");
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().next() == Some(key)),
+            "{key} missing from:\n{text}"
+        );
+    }
+    assert_eq!(object["pushed"], 3);
+    assert_eq!(object["memory_budget"], 1 << 20);
+    let missing = d.path().join("missing");
+    let err = fails(1, &["stats", arg(&missing)], b"");
+    assert!(err.contains("no such directory"), "{err}");
+    assert!(!missing.exists(), "stats created the directory");
+    let err = fails(1, &["check", arg(d.path())], b"");
+    assert!(err.contains("no sieve"), "{err}");
+}
+
+#[test]
+fn check_passes_a_sound_store_and_exits_3_on_a_flipped_byte() {
+    let d = tmp();
+    let dir = d.path().join("sieve");
+    let urls: String = (0..3000)
+        .map(|i| format!("http://example.org/page/{i}\n"))
+        .collect();
+    ok(&["push", arg(&dir)], urls.as_bytes());
+    ok(&["flush", arg(&dir)], b"");
+    let report = String::from_utf8(ok(&["check", arg(&dir)], b"")).unwrap();
+    assert!(report.starts_with("ok"), "{report}");
+    let f = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_str().unwrap().starts_with("f-"))
+        .expect("a frontier file");
+    let mut bytes = std::fs::read(&f).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&f, &bytes).unwrap();
+    let err = fails(3, &["check", arg(&dir)], b"");
+    assert!(
+        err.contains("damaged") && err.contains("f-") && err.contains("corrupt"),
+        "{err}"
+    );
+    // Met while working, corruption is a runtime error.
+    fails(1, &["pop", arg(&dir)], b"");
+}
+
+#[test]
+fn uniq_equals_awk_on_adversarial_input_with_many_flushes() {
+    let d = tmp();
+    let file = d.path().join("adversarial.txt");
+    std::fs::write(&file, adversarial()).unwrap();
+    let Some(expected) = awk_dedup(&[&file]) else {
+        return;
+    };
+    let out = ok(
+        &[
+            "uniq",
+            "--memory",
+            "1M",
+            "--tmp-dir",
+            arg(d.path()),
+            arg(&file),
+        ],
+        b"",
+    );
+    assert!(
+        out == expected,
+        "uniq differs from awk ({} vs {} bytes)",
+        out.len(),
+        expected.len()
+    );
+    // Several inputs, standard input among them; a file may end without "\n".
+    let second = d.path().join("second.txt");
+    std::fs::write(
+        &second,
+        b"crlf\r\n\nx\0y\nlast line without newline\nno newline",
+    )
+    .unwrap();
+    let Some(expected) = awk_dedup(&[&second, &file, &second]) else {
+        return;
+    };
+    let stdin = std::fs::read(&file).unwrap();
+    let out = ok(
+        &["uniq", "--memory", "1M", arg(&second), "-", arg(&second)],
+        &stdin,
+    );
+    assert!(out == expected, "uniq of several inputs differs from awk");
+    assert_eq!(
+        std::fs::read_dir(d.path()).unwrap().count(),
+        2,
+        "the temporary store was left behind"
+    );
+}
+
+#[test]
+fn uniq_equals_awk_on_the_bfs_streams() {
+    for name in STREAMS {
+        let Some((input, expected)) = stream(&bfs(name)) else {
+            continue;
+        };
+        let out = ok(&["uniq", "--memory", "1M", "--quiet"], &input);
+        assert!(
+            out == expected,
+            "{name}: uniq differs from the expected output"
+        );
+        let d = tmp();
+        let file = d.path().join("stream.txt");
+        std::fs::write(&file, &input).unwrap();
+        if let Some(awk) = awk_dedup(&[&file]) {
+            assert!(out == awk, "{name}: uniq differs from awk");
+        }
+    }
+}
+
+#[test]
+fn uniq_refuses_an_over_long_line_and_removes_its_store() {
+    let d = tmp();
+    let store = d.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    let err = fails(
+        1,
+        &["uniq", "--max-line-length", "10", "--tmp-dir", arg(&store)],
+        b"short\n0123456789A\n",
+    );
+    assert!(
+        err.contains("<stdin>: line 2: longer than the maximum of 10 bytes"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&store).unwrap().count(),
+        0,
+        "the temporary store was left behind"
+    );
+}
+
+#[test]
+fn uniq_into_a_closed_pipe_ends_quietly_with_0() {
+    let d = tmp();
+    let file = d.path().join("big.txt");
+    let lines: String = (0..400_000)
+        .map(|i| format!("http://example.net/{i}\n"))
+        .collect();
+    std::fs::write(&file, lines).unwrap();
+    let store = d.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    let (status, err) = (d.path().join("status"), d.path().join("stderr"));
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(r#"{ "$0" uniq "$1" --tmp-dir "$2" 2>"$3"; echo $? >"$4"; } | head -1"#)
+        .args([BIN, arg(&file), arg(&store), arg(&err), arg(&status)])
+        .output()
+        .expect("run sh");
+    assert_eq!(out.stdout, b"http://example.net/0\n");
+    assert_eq!(std::fs::read_to_string(&status).unwrap().trim(), "0");
+    assert_eq!(std::fs::read_to_string(&err).unwrap(), "");
+    assert_eq!(
+        std::fs::read_dir(&store).unwrap().count(),
+        0,
+        "the temporary store was left behind"
+    );
+}
+
+#[test]
+fn uniq_interrupted_removes_its_store_and_exits_130() {
+    let d = tmp();
+    let mut child = Command::new(BIN)
+        .args(["uniq", "--tmp-dir", arg(d.path())])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"http://a/\n").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::fs::read_dir(d.path()).unwrap().next().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "uniq did not create its store"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Give the handler time to be installed after the directory appears.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    if !killed.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: cannot send SIGINT with kill");
+        drop(stdin);
+        let _ = child.wait();
+        return;
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    assert_eq!(
+        std::fs::read_dir(d.path()).unwrap().count(),
+        0,
+        "the temporary store was left behind"
+    );
+}
