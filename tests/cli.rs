@@ -570,3 +570,39 @@ fn uniq_interrupted_removes_its_store_and_exits_130() {
         "the temporary store was left behind"
     );
 }
+
+/// The text of a file of the crate.
+fn crate_file(name: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(name)).unwrap()
+}
+
+#[test]
+fn the_readme_shows_the_crate_example_and_every_stats_key() {
+    let lib = crate_file("src/lib.rs");
+    let doc: String = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .map(|l| format!("{}\n", l.strip_prefix(' ').unwrap_or(l)))
+        .collect();
+    let example = |text: &str, fence: &str| -> String {
+        let start = text.find(fence).expect("an example") + fence.len();
+        text[start..start + text[start..].find("```").unwrap()].to_owned()
+    };
+    let readme = crate_file("README.md");
+    assert_eq!(
+        example(&readme, "```rust\n"),
+        example(&doc, "```\n"),
+        "README example != lib.rs example"
+    );
+    let d = tmp();
+    let dir = d.path().join("sieve");
+    ok(&["push", arg(&dir)], b"http://a/\n");
+    let json: serde_json::Value =
+        serde_json::from_slice(&ok(&["stats", arg(&dir), "--json"], b"")).unwrap();
+    for key in json.as_object().unwrap().keys() {
+        assert!(
+            readme.contains(&format!("| `{key}` |")),
+            "README does not document stats key {key}"
+        );
+    }
+}
