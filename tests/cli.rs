@@ -387,33 +387,56 @@ fn stats_prints_every_key_as_text_or_json_and_refuses_a_missing_directory() {
     assert!(err.contains("no sieve"), "{err}");
 }
 
-#[test]
-fn check_passes_a_sound_store_and_exits_3_on_a_flipped_byte() {
-    let d = tmp();
-    let dir = d.path().join("sieve");
+/// A sieve of 3000 URLs pushed and flushed in `parent`/sieve.
+fn flushed_sieve(parent: &Path) -> PathBuf {
+    let dir = parent.join("sieve");
     let urls: String = (0..3000)
         .map(|i| format!("http://example.org/page/{i}\n"))
         .collect();
     ok(&["push", arg(&dir)], urls.as_bytes());
     ok(&["flush", arg(&dir)], b"");
-    let report = String::from_utf8(ok(&["check", arg(&dir)], b"")).unwrap();
-    assert!(report.starts_with("ok"), "{report}");
-    let f = std::fs::read_dir(&dir)
+    dir
+}
+
+/// Flips one byte in the middle of the sieve file whose name starts with `prefix`.
+fn flip_middle_byte(dir: &Path, prefix: &str) {
+    let file = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .find(|p| p.file_name().unwrap().to_str().unwrap().starts_with("f-"))
-        .expect("a frontier file");
-    let mut bytes = std::fs::read(&f).unwrap();
+        .find(|p| p.file_name().unwrap().to_str().unwrap().starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix}* file"));
+    let mut bytes = std::fs::read(&file).unwrap();
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x40;
-    std::fs::write(&f, &bytes).unwrap();
-    let err = fails(3, &["check", arg(&dir)], b"");
+    std::fs::write(&file, &bytes).unwrap();
+}
+
+#[test]
+fn check_passes_a_sound_store_and_exits_3_on_a_flipped_byte() {
+    for prefix in ["f-", "z-"] {
+        let d = tmp();
+        let dir = flushed_sieve(d.path());
+        let report = String::from_utf8(ok(&["check", arg(&dir)], b"")).unwrap();
+        assert!(
+            report.starts_with("ok: ") && report.contains("3000 signatures"),
+            "{report}"
+        );
+        flip_middle_byte(&dir, prefix);
+        let err = fails(3, &["check", arg(&dir)], b"");
+        assert!(
+            err.contains("is damaged") && err.contains(prefix) && err.contains("corrupt"),
+            "{err}"
+        );
+    }
+    // Met while working, corruption is a runtime error.
+    let d = tmp();
+    let dir = flushed_sieve(d.path());
+    flip_middle_byte(&dir, "f-");
+    let err = fails(1, &["pop", arg(&dir)], b"");
     assert!(
-        err.contains("damaged") && err.contains("f-") && err.contains("corrupt"),
+        err.contains("corrupt") && err.contains("crivello check"),
         "{err}"
     );
-    // Met while working, corruption is a runtime error.
-    fails(1, &["pop", arg(&dir)], b"");
 }
 
 #[test]

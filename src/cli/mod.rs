@@ -102,11 +102,12 @@ enum Command {
     /// Print the counts and sizes of the sieve in DIR.
     #[command(after_help = stats::KEYS_HELP)]
     Stats(stats::StatsArgs),
-    /// Verify the checksums of the sieve in DIR; exit 3 on any damage.
+    /// Verify every checksum of the sieve in DIR, without changing it; exit 3 on any damage.
     ///
-    /// Verifies the manifest, the cursor, the headers, footers and indexes of the Z
-    /// segments, the write-ahead log (which opening the sieve replays) and every frontier
-    /// record after the cursor; prints "ok" and a summary when all is well.
+    /// Reads the manifest, the cursor, every block of every Z segment, every frontier
+    /// record after the cursor and the write-ahead log; prints "ok" and a summary when all
+    /// is well. A torn tail of the write-ahead log (pushes never acknowledged before a
+    /// crash) is noted, not counted as damage.
     Check(check::CheckArgs),
 }
 

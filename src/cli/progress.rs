@@ -73,7 +73,7 @@ impl Progress {
             HumanCount((self.lines as f64 / secs) as u64)
         );
         if let Some(f) = self.flushes {
-            msg.push_str(&format!(", {} flushes", HumanCount(f)));
+            msg.push_str(&format!(", flushes: {}", HumanCount(f)));
         }
         bar.set_message(msg);
     }
