@@ -134,17 +134,24 @@ pub fn run() -> ExitCode {
             return ExitCode::from(u8::try_from(code).unwrap_or(EXIT_USAGE));
         }
     };
-    let result = match cli.command {
+    // A bug must still end with one line on stderr and code 1, never a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        let what = info.to_string().replace('\n', " ");
+        let line = format!("crivello: internal error: {what}: please report this bug\n");
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    }));
+    let result = std::panic::catch_unwind(|| match cli.command {
         Command::Push(a) => push::run(a),
         Command::Flush(a) => flush::run(a),
         Command::Pop(a) => pop::run(a),
         Command::Uniq(a) => uniq::run(a),
         Command::Stats(a) => stats::run(a),
         Command::Check(a) => check::run(a),
-    };
+    });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report(&e),
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => report(&e),
+        Err(_) => ExitCode::from(EXIT_RUNTIME),
     }
 }
 
