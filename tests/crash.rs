@@ -384,3 +384,24 @@ fn an_io_error_at_any_operation_poisons_and_loses_nothing_acknowledged() {
         }
     }
 }
+
+#[test]
+fn continuing_a_sealed_empty_generation_after_reopen_is_safe() {
+    enumerate(
+        "continue sealed generation",
+        100,
+        &[
+            Push("http://a/"),
+            Flush,
+            Close,
+            Push("http://b/"),
+            Sync,
+            Push("http://a/"),
+            Push("http://c/"),
+            Sync,
+            Close,
+            Flush,
+            Pop(2),
+        ],
+    );
+}

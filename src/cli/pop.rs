@@ -11,7 +11,7 @@ use clap::Args;
 use crivello::Options;
 
 use super::progress::Progress;
-use super::stream::Output;
+use super::stream::{stop, Output, BATCH_BYTES};
 use super::{open_sieve, require_sieve, Common};
 
 /// URLs read, printed and committed at a time.
@@ -38,20 +38,25 @@ pub fn run(args: PopArgs) -> Result<()> {
     let mut out = Output::new();
     let mut left = args.max.unwrap_or(u64::MAX);
     while left > 0 {
-        let batch = sieve
-            .frontier_next(BATCH.min(left) as usize)
-            .with_context(|| context(&args))?;
-        if batch.is_empty() {
-            break;
-        }
-        for url in &batch {
-            out.line(url)?;
+        let mut failed = None;
+        let n = sieve.frontier_read(BATCH.min(left) as usize, BATCH_BYTES, |url| {
             progress.line(url.len() + 1, None);
+            out.line(url).map_err(|e| {
+                failed = Some(e);
+                stop()
+            })
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let n = n.with_context(|| context(&args))?;
+        if n == 0 {
+            break;
         }
         // Only what reached stdout may be committed.
         out.flush()?;
         sieve.frontier_commit().with_context(|| context(&args))?;
-        left -= batch.len() as u64;
+        left -= n as u64;
     }
     sieve.close()?;
     progress.finish();

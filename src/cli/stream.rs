@@ -15,6 +15,18 @@ pub const STDIN_NAME: &str = "<stdin>";
 const READ_BUFFER: usize = 1 << 20;
 /// The write buffer of standard output.
 const WRITE_BUFFER: usize = 256 << 10;
+/// Bytes of frontier URLs read per batch, whatever their number.
+pub const BATCH_BYTES: usize = 8 << 20;
+
+/// The error a frontier-reading callback returns to stop the read when writing failed; the
+/// caller reports the write error it kept instead.
+pub fn stop() -> crivello::Error {
+    crivello::Error::Io {
+        op: "write",
+        file: STDIN_NAME.replace("stdin", "stdout"),
+        source: io::Error::other("standard output failed"),
+    }
+}
 
 /// The inputs named on the command line, in order: `None` is standard input, read when no
 /// file is named and for each "-".

@@ -11,14 +11,15 @@
 //! handler removes it and exits with 130).
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, Result};
 use clap::Args;
+use crivello::storage::{DirStorage, Unsynced};
 use crivello::{Options, Sieve};
 
 use super::progress::Progress;
-use super::stream::{sources, Line, LineReader, Output};
+use super::stream::{sources, stop, Line, LineReader, Output, BATCH_BYTES};
 use super::{explained, parse_max_line_length, Common};
 
 /// The byte pushed in front of every line, so that an empty line is a non-empty URL.
@@ -96,8 +97,11 @@ fn dedup(args: &UniqArgs, dir: &Path) -> Result<()> {
     let opts = Options::new()
         .memory(args.common.memory)
         .max_url_len(args.max_line_length + 1);
-    let mut sieve =
-        Sieve::open(dir, opts).with_context(|| format!("temporary store {}", dir.display()))?;
+    // A throwaway store: no fsync (a crash loses nothing the user keeps).
+    let storage =
+        DirStorage::open(dir).with_context(|| format!("temporary store {}", dir.display()))?;
+    let mut sieve = Sieve::open_with(Arc::new(Unsynced(storage)), opts)
+        .with_context(|| format!("temporary store {}", dir.display()))?;
     let mut out = Output::new();
     let mut progress = Progress::new("uniq", args.common.quiet);
     // The tag, a line and its "\n": a longer read without "\n" is a line too long.
@@ -140,12 +144,18 @@ fn dedup(args: &UniqArgs, dir: &Path) -> Result<()> {
 /// Prints every line the frontier holds, without the tag, and flushes stdout.
 fn drain(sieve: &mut Sieve, out: &mut Output) -> Result<()> {
     loop {
-        let batch = sieve.frontier_next(BATCH)?;
-        if batch.is_empty() {
-            break;
+        let mut failed = None;
+        let n = sieve.frontier_read(BATCH, BATCH_BYTES, |line| {
+            out.line(line.get(1..).unwrap_or_default()).map_err(|e| {
+                failed = Some(e);
+                stop()
+            })
+        });
+        if let Some(e) = failed {
+            return Err(e);
         }
-        for line in &batch {
-            out.line(line.get(1..).unwrap_or_default())?;
+        if n? == 0 {
+            break;
         }
     }
     out.flush()?;

@@ -153,7 +153,7 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
     m.a_gen = job.next.0;
     m.a_skip = job.next.1;
     m.pushed += pushed;
-    m.flushes += 1;
+    m.flushes += u64::from(pushed > 0);
     m.torn_records += job.torn.0;
     m.torn_bytes += job.torn.1;
     m.segments = segments.iter().map(|s| s.meta()).collect();

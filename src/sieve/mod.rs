@@ -103,6 +103,8 @@ pub struct Sieve {
     manifest: Manifest,
     segments: Vec<Arc<Segment>>,
     gen: u64,
+    /// Records of the current generation before S's first one (already flushed).
+    gen_skip: u64,
     wal: LogWriter,
     s: Vec<u64>,
     since_sync: u64,
@@ -111,6 +113,7 @@ pub struct Sieve {
     cursor: Position,
     read: Position,
     read_file: Option<(u64, Arc<dyn StorageFile>)>,
+    read_frame: Option<(u64, u64, crate::log::Frame)>,
     // Declared last: the lock is released after everything else is dropped.
     _lock: Box<dyn Any + Send + Sync>,
 }
@@ -284,7 +287,7 @@ impl Sieve {
             segments: self.segments.clone(),
             gen: self.gen,
             wal: self.wal.file().clone(),
-            skip: 0,
+            skip: self.gen_skip,
             sigs: std::mem::replace(&mut self.s, Vec::with_capacity(self.slots.min(1 << 20))),
             next: (self.gen + 1, 0),
             torn: (0, 0),
@@ -292,6 +295,7 @@ impl Sieve {
             tier_base: self.slots as u64,
         };
         self.gen += 1;
+        self.gen_skip = 0;
         self.wal = wal::create(&*self.storage, self.gen)?;
         if self.opts.background {
             let handle = std::thread::Builder::new()
@@ -333,71 +337,33 @@ impl Sieve {
     /// position (not the durable cursor: see [`Sieve::frontier_commit`]). Returns fewer, or
     /// none, when the frontier holds fewer; a flush makes more available.
     pub fn frontier_next(&mut self, max: usize) -> Result<Vec<Vec<u8>>> {
-        self.poll_inflight()?;
         let mut out = Vec::new();
-        while out.len() < max && self.read.consumed < self.manifest.f_count {
-            let seg = self.read.segment;
-            let file = match &self.read_file {
-                Some((id, f)) if *id == seg => f.clone(),
-                _ => {
-                    let name = frontier::file_name(seg);
-                    let f = self.storage.open(&name).map_err(|e| match e.kind() {
-                        std::io::ErrorKind::NotFound => {
-                            Error::corrupt(&name, 0, crate::error::Corruption::Missing)
-                        }
-                        _ => Error::io("open", &name, e),
-                    })?;
-                    self.read_file = Some((seg, f.clone()));
-                    f
-                }
-            };
-            let name = frontier::file_name(seg);
-            let limit = if seg == self.manifest.f_tail {
-                self.manifest.f_tail_len
-            } else {
-                file.len().map_err(|e| Error::io("stat", &name, e))?
-            };
-            if self.read.offset >= limit {
-                // This segment is consumed: move to the next one.
-                let next = next_f_segment(&*self.storage, seg)?.ok_or_else(|| {
-                    Error::corrupt(&name, limit, crate::error::Corruption::Missing)
-                })?;
-                let nname = frontier::file_name(next);
-                let nf = self
-                    .storage
-                    .open(&nname)
-                    .map_err(|e| Error::io("open", &nname, e))?;
-                let mut h = vec![0u8; frontier::HEADER_LEN as usize];
-                nf.read_exact_at(&mut h, 0)
-                    .map_err(|e| Error::io("read", &nname, e))?;
-                let first = frontier::check_header(&h, &nname, next)?;
-                if first != self.read.consumed {
-                    return Err(Error::corrupt(
-                        &nname,
-                        16,
-                        crate::error::Corruption::Field {
-                            field: "first record",
-                            found: first,
-                        },
-                    ));
-                }
-                self.read = Position {
-                    segment: next,
-                    offset: frontier::HEADER_LEN,
-                    skip: 0,
-                    consumed: first,
-                };
-                self.read_file = Some((next, nf));
-                continue;
-            }
-            let reader = LogReader::new(&*file, limit, u64::MAX);
-            let frame = match reader.frame_at(self.read.offset) {
-                Ok(f) => f,
-                Err(FrameError::Io(e)) => return Err(Error::io("read", &name, e)),
-                Err(FrameError::End) => break,
-                Err(FrameError::Invalid(what)) => {
-                    return Err(Error::corrupt(&name, self.read.offset, what))
-                }
+        self.frontier_read(max, usize::MAX, |url| {
+            out.push(url.to_vec());
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Passes frontier URLs after the read position to `each`, until `max_urls` URLs or
+    /// `max_bytes` bytes of URLs were passed (at least one URL, if any is available), and
+    /// advances the read position past them. Returns how many were passed. If `each` fails,
+    /// the read position stays after the last URL it accepted.
+    pub fn frontier_read(
+        &mut self,
+        max_urls: usize,
+        max_bytes: usize,
+        mut each: impl FnMut(&[u8]) -> Result<()>,
+    ) -> Result<usize> {
+        self.poll_inflight()?;
+        let (mut urls, mut bytes) = (0usize, 0usize);
+        while urls < max_urls && bytes < max_bytes && self.read.consumed < self.manifest.f_count {
+            let frame = match self.read_frame.take() {
+                Some((seg, off, f)) if seg == self.read.segment && off == self.read.offset => f,
+                _ => match self.load_frame()? {
+                    Some(f) => f,
+                    None => continue, // moved to the next segment
+                },
             };
             let skip = self.read.skip as usize;
             if skip >= frame.count as usize {
@@ -410,11 +376,19 @@ impl Sieve {
                     },
                 ));
             }
-            let want = max - out.len();
             let mut taken = 0usize;
-            for url in frame.records().skip(skip).take(want) {
-                out.push(url.to_vec());
+            let mut result = Ok(());
+            for url in frame.records().skip(skip) {
+                if urls >= max_urls || (bytes >= max_bytes && urls > 0) {
+                    break;
+                }
+                if let Err(e) = each(url) {
+                    result = Err(e);
+                    break;
+                }
                 taken += 1;
+                urls += 1;
+                bytes += url.len();
             }
             self.read.consumed += taken as u64;
             if skip + taken == frame.count as usize {
@@ -422,9 +396,82 @@ impl Sieve {
                 self.read.skip = 0;
             } else {
                 self.read.skip += taken as u32;
+                self.read_frame = Some((self.read.segment, self.read.offset, frame));
             }
+            result?;
         }
-        Ok(out)
+        Ok(urls)
+    }
+
+    /// Reads the frame at the read position; `None` if the position moved to the next F
+    /// segment instead.
+    fn load_frame(&mut self) -> Result<Option<crate::log::Frame>> {
+        let seg = self.read.segment;
+        let name = frontier::file_name(seg);
+        let file = match &self.read_file {
+            Some((id, f)) if *id == seg => f.clone(),
+            _ => {
+                let f = self.storage.open(&name).map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        Error::corrupt(&name, 0, crate::error::Corruption::Missing)
+                    }
+                    _ => Error::io("open", &name, e),
+                })?;
+                self.read_file = Some((seg, f.clone()));
+                f
+            }
+        };
+        let limit = if seg == self.manifest.f_tail {
+            self.manifest.f_tail_len
+        } else {
+            file.len().map_err(|e| Error::io("stat", &name, e))?
+        };
+        if self.read.offset >= limit {
+            // This segment is consumed: move to the next one.
+            let next = next_f_segment(&*self.storage, seg)?
+                .ok_or_else(|| Error::corrupt(&name, limit, crate::error::Corruption::Missing))?;
+            let nname = frontier::file_name(next);
+            let nf = self
+                .storage
+                .open(&nname)
+                .map_err(|e| Error::io("open", &nname, e))?;
+            let mut h = vec![0u8; frontier::HEADER_LEN as usize];
+            nf.read_exact_at(&mut h, 0)
+                .map_err(|e| Error::io("read", &nname, e))?;
+            let first = frontier::check_header(&h, &nname, next)?;
+            if first != self.read.consumed {
+                return Err(Error::corrupt(
+                    &nname,
+                    16,
+                    crate::error::Corruption::Field {
+                        field: "first record",
+                        found: first,
+                    },
+                ));
+            }
+            self.read = Position {
+                segment: next,
+                offset: frontier::HEADER_LEN,
+                skip: 0,
+                consumed: first,
+            };
+            self.read_file = Some((next, nf));
+            return Ok(None);
+        }
+        let reader = LogReader::new(&*file, limit, u64::MAX);
+        match reader.frame_at(self.read.offset) {
+            Ok(f) => Ok(Some(f)),
+            Err(FrameError::Io(e)) => Err(Error::io("read", &name, e)),
+            Err(FrameError::End) => Err(Error::corrupt(
+                &name,
+                self.read.offset,
+                crate::error::Corruption::Truncated {
+                    needed: 1,
+                    available: 0,
+                },
+            )),
+            Err(FrameError::Invalid(what)) => Err(Error::corrupt(&name, self.read.offset, what)),
+        }
     }
 
     /// Makes the read position durable: the URLs read so far will not be returned again,
@@ -455,6 +502,7 @@ impl Sieve {
     /// Forgets reads not committed: the read position goes back to the durable cursor.
     pub fn frontier_rewind(&mut self) {
         self.read = self.cursor;
+        self.read_frame = None;
     }
 
     /// URLs in the frontier after the read position.

@@ -222,6 +222,7 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
     let mut torn_seen = false;
     let mut torn = (0u64, 0u64);
     let last_gen = gens.last().copied();
+    let mut reuse = None;
     for &g in &gens {
         let skip = if g == m.a_gen { m.a_skip } else { 0 };
         let mut start = skip;
@@ -256,10 +257,16 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
             }
             Ok(())
         })?;
+        // The newest generation, intact and with nothing to flush, is simply continued: an
+        // open after a clean close commits nothing.
+        if Some(g) == last_gen && !r.torn && pending.is_empty() && s.is_empty() {
+            reuse = Some((r.file.clone(), g, r.valid_end, r.last_epoch, r.records));
+            continue;
+        }
         // Chunks that filled S (only when the budget shrank since they were written).
         for (chunk_start, sigs) in pending {
             let end = chunk_start + sigs.len() as u64;
-            m = recovery_flush(
+            let (m2, segs) = recovery_flush(
                 &storage_arc,
                 &m,
                 &segments,
@@ -270,11 +277,9 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
                 (g, end),
                 (0, 0),
                 slots,
-            )
-            .map(|(m2, segs)| {
-                segments = segs;
-                m2
-            })?;
+            )?;
+            m = m2;
+            segments = segs;
         }
         if r.torn {
             torn_seen = true;
@@ -282,7 +287,7 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
             torn.1 += r.torn_bytes;
         }
         let sigs = std::mem::take(&mut s);
-        m = recovery_flush(
+        let (m2, segs) = recovery_flush(
             &storage_arc,
             &m,
             &segments,
@@ -293,11 +298,9 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
             (g + 1, 0),
             torn,
             slots,
-        )
-        .map(|(m2, segs)| {
-            segments = segs;
-            m2
-        })?;
+        )?;
+        m = m2;
+        segments = segs;
         torn = (0, 0);
     }
     if torn != (0, 0) {
@@ -314,14 +317,22 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         }
     }
 
-    let gen = m.a_gen.max(last_gen.map_or(0, |g| g + 1));
-    let wal = wal::create(st, gen)?;
+    let (gen, wal, gen_skip) = match reuse {
+        Some((file, g, end, last_epoch, records)) => {
+            (g, wal::reuse(file, g, end, last_epoch), records)
+        }
+        None => {
+            let gen = m.a_gen.max(last_gen.map_or(0, |g| g + 1));
+            (gen, wal::create(st, gen)?, 0)
+        }
+    };
     Ok(Sieve {
         storage,
         slots,
         manifest: m,
         segments,
         gen,
+        gen_skip,
         wal,
         s: Vec::new(),
         since_sync: 0,
@@ -330,6 +341,7 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         cursor,
         read: cursor,
         read_file: None,
+        read_frame: None,
         opts,
         _lock: lock,
     })

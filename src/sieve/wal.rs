@@ -38,6 +38,11 @@ fn header(gen: u64) -> Vec<u8> {
     b
 }
 
+/// Continues writing generation `gen` after its valid prefix `end`, in the epoch after `last_epoch`.
+pub fn reuse(file: Arc<dyn StorageFile>, gen: u64, end: u64, last_epoch: i64) -> LogWriter {
+    LogWriter::new(file, file_name(gen), end, (last_epoch + 1) as u32)
+}
+
 /// Creates generation `gen` with a durable header and directory entry.
 pub fn create(storage: &dyn Storage, gen: u64) -> Result<LogWriter> {
     let name = file_name(gen);
@@ -65,6 +70,8 @@ pub struct Replay {
     pub later_epoch: Option<u32>,
     /// The epoch of the last valid frame of the prefix (-1: none).
     pub last_epoch: i64,
+    /// The end of the valid prefix.
+    pub valid_end: u64,
 }
 
 /// Reads generation `gen`, calling `each(index, url)` for every record of the valid prefix.
@@ -126,6 +133,7 @@ pub fn replay(
                 torn_records: 0,
                 later_epoch: None,
                 last_epoch: -1,
+                valid_end: 0,
             });
         }
         return Err(e);
@@ -158,6 +166,7 @@ pub fn replay(
                 return Ok(Replay {
                     file,
                     records,
+                    valid_end: offset,
                     torn: false,
                     torn_bytes: 0,
                     torn_records: 0,
@@ -196,6 +205,7 @@ pub fn replay(
                     torn_records,
                     later_epoch,
                     last_epoch,
+                    valid_end: offset,
                 });
             }
         }

@@ -83,3 +83,56 @@ pub trait StorageFile: Send + Sync {
         Ok(buf)
     }
 }
+
+/// A storage whose `sync` and `sync_dir` do nothing: for throwaway stores that need no
+/// durability, such as the temporary sieve of `crivello uniq`. After a crash such a store may
+/// be in any state; never use it for data that must survive one.
+#[derive(Debug)]
+pub struct Unsynced<S>(pub S);
+
+struct UnsyncedFile(Arc<dyn StorageFile>);
+
+impl StorageFile for UnsyncedFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.0.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn sync(&self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<S: Storage> Storage for Unsynced<S> {
+    fn create(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+        Ok(Arc::new(UnsyncedFile(self.0.create(name)?)))
+    }
+    fn open(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+        Ok(Arc::new(UnsyncedFile(self.0.open(name)?)))
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.0.rename(from, to)
+    }
+    fn remove(&self, name: &str) -> io::Result<()> {
+        self.0.remove(name)
+    }
+    fn sync_dir(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn list(&self) -> io::Result<Vec<String>> {
+        self.0.list()
+    }
+    fn lock(&self) -> io::Result<Box<dyn Any + Send + Sync>> {
+        self.0.lock()
+    }
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+}
