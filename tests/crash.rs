@@ -39,6 +39,24 @@ struct Observed {
     in_doubt: Vec<Vec<u8>>,
 }
 
+/// Applies one step other than `Close`, recording what was acknowledged and consumed.
+fn apply(sieve: &mut Sieve, step: &Step, o: &mut Observed) -> crivello::Result<()> {
+    match step {
+        Push(u) => sieve
+            .push(u.as_bytes())
+            .map(|_| o.pushed.push(u.as_bytes().to_vec())),
+        Sync => sieve.sync().map(|_| o.acked = o.pushed.len()),
+        Flush => sieve.flush().map(|_| o.acked = o.pushed.len()),
+        Pop(n) => {
+            o.in_doubt = sieve.frontier_next(*n)?;
+            sieve
+                .frontier_commit()
+                .map(|_| o.consumed.append(&mut o.in_doubt))
+        }
+        Close => unreachable!("Close reopens the sieve: handled by run"),
+    }
+}
+
 /// Runs `steps` until the first error; returns what was observed.
 fn run(disk: &SimDisk, slots: usize, steps: &[Step]) -> Observed {
     let mut o = Observed::default();
@@ -46,43 +64,16 @@ fn run(disk: &SimDisk, slots: usize, steps: &[Step]) -> Observed {
         return o;
     };
     for step in steps {
-        let r = match step {
-            Push(u) => sieve
-                .push(u.as_bytes())
-                .map(|_| o.pushed.push(u.as_bytes().to_vec())),
-            Sync => sieve.sync().map(|_| o.acked = o.pushed.len()),
-            Flush => sieve.flush().map(|_| o.acked = o.pushed.len()),
-            Pop(n) => match sieve.frontier_next(*n) {
-                Ok(urls) => {
-                    o.in_doubt = urls;
-                    sieve
-                        .frontier_commit()
-                        .map(|_| o.consumed.append(&mut o.in_doubt))
-                }
-                Err(e) => Err(e),
-            },
-            Close => {
-                let old = std::mem::replace(
-                    &mut sieve,
-                    match Sieve::open_with(Arc::new(SimDisk::new()), opts(slots)) {
-                        Ok(s) => s,
-                        Err(_) => return o,
-                    },
-                );
-                if old.close().is_err() {
-                    return o;
-                }
-                o.acked = o.pushed.len();
-                match Sieve::open_with(Arc::new(disk.clone()), opts(slots)) {
-                    Ok(s) => {
-                        sieve = s;
-                        Ok(())
-                    }
-                    Err(e) => Err(e),
-                }
+        if let Close = step {
+            if sieve.close().is_err() {
+                return o;
             }
-        };
-        if r.is_err() {
+            o.acked = o.pushed.len();
+            sieve = match Sieve::open_with(Arc::new(disk.clone()), opts(slots)) {
+                Ok(s) => s,
+                Err(_) => return o,
+            };
+        } else if apply(&mut sieve, step, &mut o).is_err() {
             return o;
         }
     }
@@ -346,30 +337,21 @@ fn an_io_error_at_any_operation_poisons_and_loses_nothing_acknowledged() {
                 let disk = SimDisk::new();
                 disk.fail_at(k, kind, sticky);
                 let mut o = Observed::default();
-                let mut sieve = match Sieve::open_with(Arc::new(disk.clone()), opts(2)) {
-                    Ok(s) => s,
-                    Err(_) => continue,
-                };
-                let mut failed = false;
-                for step in &steps {
-                    let r = match step {
-                        Push(u) => sieve
-                            .push(u.as_bytes())
-                            .map(|_| o.pushed.push(u.as_bytes().to_vec())),
-                        Sync => sieve.sync().map(|_| o.acked = o.pushed.len()),
-                        Flush => sieve.flush().map(|_| o.acked = o.pushed.len()),
-                        _ => unreachable!(),
-                    };
-                    if failed {
-                        assert!(
-                            matches!(r, Err(Error::Poisoned)),
-                            "op {k}: a write after an error was accepted"
-                        );
-                    } else if r.is_err() {
-                        failed = true;
+                // A fault while creating the sieve must leave a disk that opens correctly too.
+                if let Ok(mut sieve) = Sieve::open_with(Arc::new(disk.clone()), opts(2)) {
+                    let mut failed = false;
+                    for step in &steps {
+                        let r = apply(&mut sieve, step, &mut o);
+                        if failed {
+                            assert!(
+                                matches!(r, Err(Error::Poisoned)),
+                                "op {k}: a write after an error was accepted"
+                            );
+                        } else if r.is_err() {
+                            failed = true;
+                        }
                     }
                 }
-                drop(sieve);
                 // Power loss after the error, then reopen on a healthy disk.
                 for image in [
                     CrashImage::KillProcess,

@@ -290,16 +290,7 @@ fn check_against_model(ops: &[Op], slots: usize, background: bool) {
                 read.clear();
                 // Some unacknowledged suffix may be lost: find which prefix survived.
                 sieve.flush().unwrap();
-                let rest = {
-                    let mut r = Vec::new();
-                    loop {
-                        let b = sieve.frontier_next(1000).unwrap();
-                        if b.is_empty() {
-                            break r;
-                        }
-                        r.extend(b);
-                    }
-                };
+                let rest = drain(&mut sieve);
                 sieve.frontier_rewind();
                 let mut f = committed.clone();
                 f.extend(rest);
