@@ -6,7 +6,7 @@
 use crate::error::{Corruption, Error, Result};
 
 /// The format version written by this build (see `docs/design.md`, "Format versions").
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Magic of A (write-ahead log) files: `CRVA`.
 pub const MAGIC_A: u32 = u32::from_le_bytes(*b"CRVA");
@@ -14,6 +14,8 @@ pub const MAGIC_A: u32 = u32::from_le_bytes(*b"CRVA");
 pub const MAGIC_F: u32 = u32::from_le_bytes(*b"CRVF");
 /// Magic of Z (signature) segment files: `CRVZ`.
 pub const MAGIC_Z: u32 = u32::from_le_bytes(*b"CRVZ");
+/// Magic of R (unmerged run) files: `CRVR`.
+pub const MAGIC_R: u32 = u32::from_le_bytes(*b"CRVR");
 /// Magic of the manifest: `CRVM`.
 pub const MAGIC_M: u32 = u32::from_le_bytes(*b"CRVM");
 /// Magic of the cursor: `CRVC`.

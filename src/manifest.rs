@@ -5,7 +5,9 @@
 //!           | a_gen u64 | a_skip u64                    first live record of A
 //!           | f_tail u64 | f_tail_len u64 | f_count u64 F's committed end, URLs in F
 //!           | pushed u64 | flushes u64 | torn_records u64 | torn_bytes u64
+//!           | merges u64
 //!           | segments u32 | segments x (id u64 | sigs u64 | bytes u64)
+//!           | runs u32 | runs x (id u64 | gen u64 | skip u64 | records u64 | pairs u64)
 //!           | crc32 u32
 //! ```
 //!
@@ -13,6 +15,7 @@
 
 use crate::error::{Error, Result};
 use crate::format::{seal, Cursor, PutLe, MAGIC_M, VERSION};
+use crate::run::RunMeta;
 use crate::segment::SegmentMeta;
 use crate::storage::{durable, Storage};
 
@@ -46,8 +49,12 @@ pub struct Manifest {
     pub torn_records: u64,
     /// Bytes dropped as torn tails of A at recovery.
     pub torn_bytes: u64,
-    /// Z's segments, oldest first.
+    /// Merges of unmerged runs with Z committed.
+    pub merges: u64,
+    /// Z's segments.
     pub segments: Vec<SegmentMeta>,
+    /// Spilled batches not yet merged with Z, in push order.
+    pub runs: Vec<RunMeta>,
 }
 
 impl Manifest {
@@ -69,6 +76,7 @@ impl Manifest {
             self.flushes,
             self.torn_records,
             self.torn_bytes,
+            self.merges,
         ] {
             b.put_u64(v);
         }
@@ -77,6 +85,12 @@ impl Manifest {
             b.put_u64(s.id);
             b.put_u64(s.sigs);
             b.put_u64(s.bytes);
+        }
+        b.put_u32(self.runs.len() as u32);
+        for r in &self.runs {
+            for v in [r.id, r.gen, r.skip, r.records, r.pairs] {
+                b.put_u64(v);
+            }
         }
         seal(&mut b);
         b
@@ -99,6 +113,7 @@ impl Manifest {
         let flushes = c.u64()?;
         let torn_records = c.u64()?;
         let torn_bytes = c.u64()?;
+        let merges = c.u64()?;
         let at = c.offset();
         let n = c.u32()? as usize;
         if n.saturating_mul(24) > c.remaining() {
@@ -118,6 +133,28 @@ impl Manifest {
                 id,
                 sigs: c.u64()?,
                 bytes: c.u64()?,
+            });
+        }
+        let at = c.offset();
+        let n = c.u32()? as usize;
+        if n.saturating_mul(40) > c.remaining() {
+            return Err(Error::corrupt(
+                file,
+                at,
+                crate::error::Corruption::Field {
+                    field: "run count",
+                    found: n as u64,
+                },
+            ));
+        }
+        let mut runs = Vec::with_capacity(n);
+        for _ in 0..n {
+            runs.push(RunMeta {
+                id: c.u64_max("run id", next_id)?,
+                gen: c.u64()?,
+                skip: c.u64()?,
+                records: c.u64()?,
+                pairs: c.u64()?,
             });
         }
         c.check_crc()?;
@@ -144,7 +181,9 @@ impl Manifest {
             flushes,
             torn_records,
             torn_bytes,
+            merges,
             segments,
+            runs,
         })
     }
 
@@ -184,6 +223,14 @@ mod tests {
             flushes: 9,
             torn_records: 10,
             torn_bytes: 11,
+            merges: 12,
+            runs: vec![RunMeta {
+                id: 7,
+                gen: 3,
+                skip: 0,
+                records: 100,
+                pairs: 60,
+            }],
             segments: vec![
                 SegmentMeta {
                     id: 1,

@@ -33,6 +33,7 @@ pub struct Options {
     pub(crate) sync: SyncPolicy,
     pub(crate) seed: Option<u64>,
     pub(crate) background: bool,
+    pub(crate) frontier_low: Option<u64>,
 }
 
 impl Default for Options {
@@ -44,6 +45,7 @@ impl Default for Options {
             sync: SyncPolicy::Manual,
             seed: None,
             background: true,
+            frontier_low: None,
         }
     }
 }
@@ -91,6 +93,15 @@ impl Options {
         self
     }
 
+    /// Merges early when the frontier runs low: a full buffer of S is merged with Z at once
+    /// (instead of being spilled as a run) whenever fewer than `urls` frontier URLs are
+    /// unread. The default is one buffer of S; 0 merges only when the runs are due (see
+    /// `docs/design.md`, "Flat cost") or on [`crate::Sieve::flush`].
+    pub fn frontier_low(mut self, urls: u64) -> Options {
+        self.frontier_low = Some(urls);
+        self
+    }
+
     /// Checks the options and returns the number of slots per buffer of S.
     pub(crate) fn validate(&self) -> Result<usize> {
         if self.max_url_len == 0 || self.max_url_len > MAX_MAX_URL_LEN {
@@ -130,6 +141,15 @@ impl Options {
 /// The I/O buffers reserved out of a budget (frame, segment and read buffers).
 pub fn io_reserve(memory: usize) -> usize {
     (4 << 20).min(memory / 4)
+}
+
+/// Bytes of buffers per input run of a merge (a decoded block, its raw bytes, and the
+/// buffer of the run's new positions).
+pub const MERGE_BYTES_PER_RUN: usize = 32 << 10;
+
+/// The most runs waiting for a merge: the merge's buffers must fit in the I/O reserve.
+pub fn max_runs(memory: usize) -> usize {
+    (io_reserve(memory) / MERGE_BYTES_PER_RUN).clamp(4, 128)
 }
 
 /// The number of slots per buffer of S for a budget.

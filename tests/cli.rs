@@ -340,8 +340,9 @@ fn stats_prints_every_key_as_text_or_json_and_refuses_a_missing_directory() {
         b"http://a/\nhttp://b/\nhttp://a/\n",
     );
     // The stable keys, in the order of the fields of `Stats`.
-    let keys = "pushed buffered distinct emitted consumed pending flushes segments torn_records \
-                torn_bytes bytes_a bytes_z bytes_f bytes_meta memory_budget slots seed";
+    let keys = "pushed buffered distinct emitted consumed pending unmerged runs flushes merges \
+                segments torn_records torn_bytes bytes_a bytes_z bytes_r bytes_f bytes_meta \
+                memory_budget slots seed";
     let keys: Vec<&str> = keys.split_whitespace().collect();
     let text = String::from_utf8(ok(&["stats", arg(&dir)], b"")).unwrap();
     let json = ok(&["stats", arg(&dir), "--json", "--memory", "1M"], b"");

@@ -1,4 +1,5 @@
-//! Bit flips and truncations of every file kind (A, Z segment, F segment, cursor, manifest):
+//! Bit flips and truncations of every file kind (A, Z segment, R run, F segment, cursor,
+//! manifest):
 //! the outcome is a typed corruption error naming the file, or the fully correct answer —
 //! never a panic, never a wrong or silently shortened output — and `check` reports each.
 //!
@@ -19,17 +20,26 @@ const FLIPS_PER_KIND: usize = 2000;
 const TRUNCATIONS_PER_KIND: usize = 200;
 
 fn opts() -> Options {
-    Options::new().slots(40).seed(5).background_flush(false)
+    Options::new()
+        .slots(40)
+        .seed(5)
+        .background_flush(false)
+        .frontier_low(0)
 }
 
+/// 280 distinct URLs, then 100 where repeats alternate with new ones: the last full buffer
+/// is spilled as a run, and the newest A generation holds new URLs.
 fn urls() -> Vec<Vec<u8>> {
-    (0..300u32)
-        .map(|i| format!("http://h{}.example/p/{}", i % 13, (i * 7) % 97).into_bytes())
+    let url = |i: u32| format!("http://h{}.example/p/{}", i % 13, (i * 7) % 97).into_bytes();
+    (0..280u32)
+        .map(url)
+        .chain((0..100u32).map(|j| if j % 2 == 0 { url(j) } else { url(280 + j / 2) }))
         .collect()
 }
 
-/// A store with several Z segments, F segments, a cursor inside F, and acknowledged URLs
-/// still in A (two group commits in the newest generation).
+/// A store with a Z segment, F segments, a cursor inside F, a run waiting for a merge (and
+/// the A generation it covers), and acknowledged URLs still in A (two group commits in the
+/// newest generation).
 fn build() -> (SimDisk, Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let disk = SimDisk::new();
     let urls = urls();
@@ -67,6 +77,7 @@ fn kind_of(name: &str) -> &'static str {
     match name.as_bytes()[0] {
         b'a' => "A",
         b'z' => "Z",
+        b'r' => "R",
         b'f' => "F",
         b'C' => "cursor",
         _ => "manifest",
@@ -80,7 +91,7 @@ fn every_flip_and_truncation_is_caught_or_harmless() {
     let (clean, _) = outcome(&disk.crash_image(CrashImage::KillProcess)).unwrap();
     assert!(clean == expected, "the clean store is correct");
     let files: Vec<String> = disk.files().into_iter().filter(|n| n != "LOCK").collect();
-    for kind in ["A", "Z", "F", "cursor", "manifest"] {
+    for kind in ["A", "Z", "R", "F", "cursor", "manifest"] {
         assert!(
             files.iter().any(|f| kind_of(f) == kind),
             "no {kind} file in {files:?}"
@@ -94,7 +105,7 @@ fn every_flip_and_truncation_is_caught_or_harmless() {
         .unwrap();
     let mut rng = Rng::new(42);
     let mut tally = std::collections::BTreeMap::<(&str, &str), usize>::new();
-    for kind in ["A", "Z", "F", "cursor", "manifest"] {
+    for kind in ["A", "Z", "R", "F", "cursor", "manifest"] {
         let candidates: Vec<&String> = files.iter().filter(|f| kind_of(f) == kind).collect();
         for trial in 0..FLIPS_PER_KIND + TRUNCATIONS_PER_KIND {
             let name = candidates[rng.below(candidates.len() as u64) as usize];

@@ -46,21 +46,38 @@ fn the_ukwa_stream_gives_its_expected_file_at_every_budget() {
     );
     for slots in [97usize, 1000, 20_000, 1 << 20] {
         for background in [false, true] {
-            let (out, stats) = run_stream(
-                &stream,
-                Options::new()
+            for lazy in [false, true] {
+                let mut opts = Options::new()
                     .slots(slots)
                     .seed(7)
-                    .background_flush(background),
-            );
-            assert!(
-                out == expected,
-                "slots {slots}, background {background}: output differs"
-            );
-            assert_eq!(stats.distinct, expected.len() as u64);
-            assert_eq!(stats.pushed, stream.len() as u64);
-            if slots == 97 {
-                assert!(stats.flushes > 1000, "{} flushes", stats.flushes);
+                    .background_flush(background);
+                if lazy {
+                    opts = opts.frontier_low(0);
+                }
+                let (out, stats) = run_stream(&stream, opts);
+                assert!(
+                    out == expected,
+                    "slots {slots}, background {background}, lazy {lazy}: output differs"
+                );
+                assert_eq!(stats.distinct, expected.len() as u64);
+                assert_eq!(stats.pushed, stream.len() as u64);
+                assert_eq!(
+                    (stats.runs, stats.unmerged),
+                    (0, 0),
+                    "flush merges every run"
+                );
+                if slots == 97 {
+                    assert!(stats.flushes > 1000, "{} flushes", stats.flushes);
+                    if lazy {
+                        // Most buffers are spilled; merges are spaced as Z grows.
+                        assert!(
+                            stats.merges * 10 < stats.flushes,
+                            "{} merges of {} flushes",
+                            stats.merges,
+                            stats.flushes
+                        );
+                    }
+                }
             }
         }
     }
@@ -89,7 +106,13 @@ fn every_shared_bfs_stream_gives_its_expected_file() {
             continue;
         };
         for slots in [64usize, 500, 1 << 16] {
-            let (out, stats) = run_stream(&stream, Options::new().slots(slots).seed(1));
+            let (out, stats) = run_stream(
+                &stream,
+                Options::new()
+                    .slots(slots)
+                    .seed(1)
+                    .frontier_low(if slots == 500 { 0 } else { slots as u64 }),
+            );
             assert!(out == expected, "{name} with {slots} slots: output differs");
             if slots == 64 {
                 assert!(
@@ -233,12 +256,15 @@ fn url(i: u8) -> Vec<u8> {
 }
 
 /// Runs a sequence of operations against the sieve and the model.
-fn check_against_model(ops: &[Op], slots: usize, background: bool) {
+fn check_against_model(ops: &[Op], slots: usize, background: bool, lazy: bool) {
     let mut disk = SimDisk::new();
-    let opts = Options::new()
+    let mut opts = Options::new()
         .slots(slots)
         .seed(3)
         .background_flush(background);
+    if lazy {
+        opts = opts.frontier_low(0);
+    }
     let mut sieve = Sieve::open_with(Arc::new(disk.clone()), opts.clone()).unwrap();
     let mut urls: Vec<Vec<u8>> = Vec::new(); // pushed, in order
     let mut acked = 0usize;
@@ -320,13 +346,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
     #[test]
-    fn the_sieve_matches_the_model_inline(ops in proptest::collection::vec(op(), 1..200), slots in 1usize..40) {
-        check_against_model(&ops, slots, false);
+    fn the_sieve_matches_the_model_inline(ops in proptest::collection::vec(op(), 1..200), slots in 1usize..40, lazy: bool) {
+        check_against_model(&ops, slots, false, lazy);
     }
 
     #[test]
-    fn the_sieve_matches_the_model_with_background_flushes(ops in proptest::collection::vec(op(), 1..200), slots in 1usize..40) {
-        check_against_model(&ops, slots, true);
+    fn the_sieve_matches_the_model_with_background_flushes(ops in proptest::collection::vec(op(), 1..200), slots in 1usize..40, lazy: bool) {
+        check_against_model(&ops, slots, true, lazy);
     }
 }
 

@@ -54,11 +54,12 @@ pub fn run(args: CheckArgs) -> Result<()> {
     }
     let mut text = format!(
         "ok: {}: {} files verified: {} signatures in Z, {} frontier URLs pending, {} URLs in \
-         the write-ahead log\n",
+         runs waiting for a merge, {} URLs in the write-ahead log\n",
         args.dir.display(),
         report.files,
         report.signatures,
         report.pending,
+        report.unmerged,
         report.buffered
     );
     for (file, bytes) in &report.torn_tails {

@@ -20,12 +20,16 @@ Keys (the same in the text and the JSON output; every value is an unsigned integ
   emitted        URLs ever appended to the frontier
   consumed       URLs popped from the frontier (durable cursor)
   pending        URLs in the frontier not yet popped
-  flushes        flushes committed
+  unmerged       URLs pushed and spilled to runs, waiting for a merge with Z
+  runs           runs waiting for a merge
+  flushes        flushes committed (spills and merges)
+  merges         merges with Z committed
   segments       Z segment files
   torn_records   records of the write-ahead log dropped as torn tails by recoveries
   torn_bytes     bytes of the write-ahead log dropped as torn tails by recoveries
   bytes_a        bytes on disk of the write-ahead log (A)
   bytes_z        bytes on disk of the Z segments
+  bytes_r        bytes on disk of the runs (R)
   bytes_f        bytes on disk of the frontier (F)
   bytes_meta     bytes of the manifest and the cursor
   memory_budget  the memory budget in bytes
@@ -75,7 +79,7 @@ pub fn run(args: StatsArgs) -> Result<()> {
 ///
 /// The destructuring lists every field, so a field added to [`Stats`] fails to compile here
 /// until it is given a key (and a line in [`KEYS_HELP`] and the README).
-pub fn fields(stats: &Stats) -> [(&'static str, u64); 17] {
+pub fn fields(stats: &Stats) -> [(&'static str, u64); 21] {
     let Stats {
         pushed,
         buffered,
@@ -83,12 +87,16 @@ pub fn fields(stats: &Stats) -> [(&'static str, u64); 17] {
         emitted,
         consumed,
         pending,
+        unmerged,
+        runs,
         flushes,
+        merges,
         segments,
         torn_records,
         torn_bytes,
         bytes_a,
         bytes_z,
+        bytes_r,
         bytes_f,
         bytes_meta,
         memory_budget,
@@ -102,12 +110,16 @@ pub fn fields(stats: &Stats) -> [(&'static str, u64); 17] {
         ("emitted", emitted),
         ("consumed", consumed),
         ("pending", pending),
+        ("unmerged", unmerged),
+        ("runs", runs),
         ("flushes", flushes),
+        ("merges", merges),
         ("segments", segments),
         ("torn_records", torn_records),
         ("torn_bytes", torn_bytes),
         ("bytes_a", bytes_a),
         ("bytes_z", bytes_z),
+        ("bytes_r", bytes_r),
         ("bytes_f", bytes_f),
         ("bytes_meta", bytes_meta),
         ("memory_budget", memory_budget),

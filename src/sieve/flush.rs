@@ -1,15 +1,22 @@
-//! The flush: the Mercator merge of a batch of S with Z, in two phases.
+//! The flush of a batch of S: a spill (the batch becomes a sorted run on disk) or a merge
+//! (every waiting run and the batch are merged with Z in one sequential pass).
 //!
-//! 1. sync the batch's A generation (pushes in it become acknowledged);
-//! 2. sort the batch by (signature, position) and keep the first occurrence of each signature;
-//! 3. drop the signatures already in Z, reading only the blocks the batch falls in;
-//! 4. write the new signatures as a new Z segment (fsync), and merge segments of one tier;
-//! 5. append the new URLs to F in A's order (fsync); fsync the directory if files were created;
-//! 6. commit the manifest (temp file, fsync, rename, fsync directory): **the switch**;
-//! 7. remove the flushed A generation and the superseded Z segments.
+//! A spill:
+//! 1. syncs the batch's A generation (pushes in it become acknowledged);
+//! 2. sorts the batch by (signature, position), keeping the first occurrence of each;
+//! 3. writes the pairs as an R run (fsync) and fsyncs the directory;
+//! 4. commits the manifest, which lists the run: **the switch**. A stays.
 //!
-//! A crash before step 6 leaves the old manifest: recovery cuts F back, removes the new files
-//! and redoes the flush from A. A crash after it leaves only files to remove.
+//! A merge does steps 1 and 2, then:
+//! 3. merges Z's segments, the runs and the batch in signature order into one new Z
+//!    segment (fsync); a signature no input of Z holds is new, and its first occurrence is the
+//!    one of the earliest run: its position goes to the scratch file `merge.tmp`;
+//! 4. appends the new URLs to F, run after run, in A's order (fsync); fsyncs the directory;
+//! 5. commits the manifest (no runs, the new segment): **the switch**;
+//! 6. removes the merged A generations, the runs, the superseded segments and the scratch.
+//!
+//! A crash before the switch leaves the old manifest: recovery cuts F back, removes the new
+//! files and replays A from the old position. A crash after it leaves only files to remove.
 
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -17,13 +24,11 @@ use crate::error::{Error, Result};
 use crate::frontier::{self, SEGMENT_TARGET};
 use crate::log::{FrameError, LogReader, LogWriter};
 use crate::manifest::Manifest;
-use crate::segment::{Segment, SegmentMeta, SegmentWriter};
+use crate::run::{Run, RunMeta};
+use crate::segment::{Segment, SegmentWriter};
 use crate::storage::{Storage, StorageFile};
 
 use super::wal;
-
-/// Segments of one tier merged together (the size ratio between tiers).
-pub const TIER_FANOUT: usize = 4;
 
 /// Opens when the flushed A generation is durable: `sync` waits on it.
 #[derive(Default)]
@@ -52,28 +57,35 @@ impl Gate {
     }
 }
 
-/// A batch to flush: records `skip..skip + sigs.len()` of A generation `gen`.
-pub struct FlushJob {
-    pub storage: Arc<dyn Storage>,
-    pub manifest: Manifest,
-    pub segments: Vec<Arc<Segment>>,
+/// A frozen buffer of S: records `skip..skip + sigs.len()` of A generation `gen`.
+pub struct Batch {
     pub gen: u64,
     pub wal: Arc<dyn StorageFile>,
     pub skip: u64,
     pub sigs: Vec<u64>,
-    /// A's first live record once this batch is flushed.
+    /// A's first record not covered by a run nor merged, once this batch is flushed.
     pub next: (u64, u64),
+}
+
+/// A flush to run.
+pub struct FlushJob {
+    pub storage: Arc<dyn Storage>,
+    pub manifest: Manifest,
+    pub segments: Vec<Arc<Segment>>,
+    pub runs: Vec<Arc<Run>>,
+    pub batch: Batch,
+    /// Merge with Z (true) or spill the batch as a run (false).
+    pub merge: bool,
     /// Torn records and bytes found by recovery, added to the manifest's counters.
     pub torn: (u64, u64),
     pub gate: Arc<Gate>,
-    /// Planted-bug switches are not compiled in; slots per buffer size the tiers.
-    pub tier_base: u64,
 }
 
 /// What a flush committed.
 pub struct FlushDone {
     pub manifest: Manifest,
     pub segments: Vec<Arc<Segment>>,
+    pub runs: Vec<Arc<Run>>,
 }
 
 /// Closes the gate with "failed" if the flush ends before opening it.
@@ -85,272 +97,399 @@ impl Drop for GateGuard {
     }
 }
 
+/// The scratch file of a merge: the new positions of each run.
+pub const SCRATCH: &str = "merge.tmp";
+const SCRATCH_BUFFER: usize = 4 << 10;
+
 /// Runs a flush job to its commit.
 pub fn run(job: FlushJob) -> Result<FlushDone> {
     let guard = GateGuard(job.gate.clone());
-    let wal_name = wal::file_name(job.gen);
-    job.wal
-        .sync()
-        .map_err(|e| Error::io("fsync", &wal_name, e))?;
+    let b = job.batch;
+    let wal_name = wal::file_name(b.gen);
+    b.wal.sync().map_err(|e| Error::io("fsync", &wal_name, e))?;
     guard.0.open(true);
     let storage = &*job.storage;
     let mut m = job.manifest.clone();
-    let pushed = job.sigs.len() as u64;
+    let records = b.sigs.len() as u64;
 
-    // Sort by (signature, position): the first of each run of equal signatures is the first
-    // occurrence in the push stream.
-    let mut pairs: Vec<(u64, u32)> = job
+    // Sort by (signature, position): the first of each group of equal signatures is the
+    // first occurrence in the batch.
+    let mut pairs: Vec<(u64, u32)> = b
         .sigs
         .iter()
         .enumerate()
         .map(|(i, &s)| (s, i as u32))
         .collect();
-    drop(job.sigs);
+    drop(b.sigs);
     pairs.sort_unstable();
     pairs.dedup_by_key(|p| p.0);
 
-    // Keep the signatures no segment of Z holds.
-    for seg in &job.segments {
-        filter_known(seg, &mut pairs)?;
-    }
-
-    let mut created = false;
     let mut segments = job.segments.clone();
-    let mut superseded: Vec<SegmentMeta> = Vec::new();
-    if !pairs.is_empty() {
-        let id = m.next_id;
+    let mut runs = job.runs.clone();
+    if job.merge {
+        let sources: Vec<Source> = runs
+            .iter()
+            .map(|r| Source::Run(r.clone()))
+            .chain(std::iter::once(Source::Batch {
+                gen: b.gen,
+                wal: b.wal.clone(),
+                skip: b.skip,
+            }))
+            .collect();
+        let seg = merge(storage, &mut m, &segments, &sources, pairs)?;
+        segments = seg.into_iter().collect();
+        runs.clear();
+    } else if !pairs.is_empty() {
+        let meta = RunMeta {
+            id: m.next_id,
+            gen: b.gen,
+            skip: b.skip,
+            records,
+            pairs: pairs.len() as u64,
+        };
         m.next_id += 1;
-        let mut w = SegmentWriter::create(storage, id)?;
-        for &(s, _) in &pairs {
-            w.push(s)?;
-        }
-        let meta = w.finish()?;
-        segments.push(Arc::new(Segment::open(storage, meta)?));
-        created = true;
-        compact(
-            storage,
-            &mut m,
-            &mut segments,
-            &mut superseded,
-            job.tier_base,
-        )?;
-    }
-
-    // Emit the new URLs in the order of their first appearance.
-    let mut positions: Vec<u32> = pairs.iter().map(|p| p.1).collect();
-    drop(pairs);
-    positions.sort_unstable();
-    if !positions.is_empty() {
-        created |= emit(storage, &mut m, &*job.wal, &wal_name, job.skip, &positions)?;
-    }
-    if created {
+        crate::run::write(storage, meta, &pairs)?;
+        drop(pairs);
+        runs.push(Arc::new(Run::open(storage, meta)?));
         storage
             .sync_dir()
             .map_err(|e| Error::io("fsync", "directory", e))?;
     }
 
+    let first_gen = job.runs.first().map_or(b.gen, |r| r.meta().gen.min(b.gen));
     m.commit += 1;
-    m.a_gen = job.next.0;
-    m.a_skip = job.next.1;
-    m.pushed += pushed;
-    m.flushes += u64::from(pushed > 0);
+    m.a_gen = b.next.0;
+    m.a_skip = b.next.1;
+    m.pushed += records;
+    m.flushes += u64::from(records > 0);
+    m.merges += u64::from(job.merge);
     m.torn_records += job.torn.0;
     m.torn_bytes += job.torn.1;
     m.segments = segments.iter().map(|s| s.meta()).collect();
+    m.runs = runs.iter().map(|r| r.meta()).collect();
     m.commit_to(storage)?;
 
     // After the switch: what is superseded goes (a crash here leaves orphans that the next
     // open removes).
-    if job.next.0 > job.gen {
-        let _ = storage.remove(&wal_name);
-    }
-    for s in superseded {
-        let _ = storage.remove(&crate::segment::file_name(s.id));
+    if job.merge {
+        for g in first_gen..m.a_gen {
+            let _ = storage.remove(&wal::file_name(g));
+        }
+        for r in &job.runs {
+            let _ = storage.remove(r.name());
+        }
+        for s in &job.segments {
+            if !segments.iter().any(|n| n.meta().id == s.meta().id) {
+                let _ = storage.remove(s.name());
+            }
+        }
+        let _ = storage.remove(SCRATCH);
     }
     Ok(FlushDone {
         manifest: m,
         segments,
+        runs,
     })
 }
 
-/// Removes from `pairs` (sorted by signature) the signatures `seg` holds, reading only the
-/// blocks some signature of `pairs` falls in.
-fn filter_known(seg: &Segment, pairs: &mut Vec<(u64, u32)>) -> Result<()> {
-    let mut block: Vec<u64> = Vec::new();
-    let mut current: Option<usize> = None;
-    let mut pos = 0usize;
-    let mut keep = 0usize;
-    for i in 0..pairs.len() {
-        let sig = pairs[i].0;
-        let known = match seg.block_for(sig) {
-            None => false,
-            Some(b) => {
-                if current != Some(b) {
-                    seg.read_block(b, &mut block)?;
-                    current = Some(b);
-                    pos = 0;
-                }
-                while pos < block.len() && block[pos] < sig {
-                    pos += 1;
-                }
-                pos < block.len() && block[pos] == sig
-            }
-        };
-        if !known {
-            pairs[keep] = pairs[i];
-            keep += 1;
+/// An input of a merge other than Z: a run on disk, or the batch in memory.
+enum Source {
+    Run(Arc<Run>),
+    Batch {
+        gen: u64,
+        wal: Arc<dyn StorageFile>,
+        skip: u64,
+    },
+}
+
+impl Source {
+    fn pairs(&self, batch: &[(u64, u32)]) -> u64 {
+        match self {
+            Source::Run(r) => r.meta().pairs,
+            Source::Batch { .. } => batch.len() as u64,
         }
     }
-    pairs.truncate(keep);
-    Ok(())
 }
 
-/// The tier of a segment: `floor(log_FANOUT(sigs / base))`.
-fn tier(sigs: u64, base: u64) -> u32 {
-    let mut t = 0;
-    let mut cap = base.max(1) * TIER_FANOUT as u64;
-    while sigs >= cap {
-        t += 1;
-        cap = cap.saturating_mul(TIER_FANOUT as u64);
+/// A cursor over one input of the merge.
+enum Input<'a> {
+    Z(crate::segment::SegmentIter<'a>),
+    Run(crate::run::RunIter<'a>),
+    Batch(std::slice::Iter<'a, (u64, u32)>),
+}
+
+impl Input<'_> {
+    fn next(&mut self) -> Result<Option<(u64, u32)>> {
+        match self {
+            Input::Z(it) => it.next().transpose().map(|o| o.map(|s| (s, 0))),
+            Input::Run(it) => it.next().transpose(),
+            Input::Batch(it) => Ok(it.next().copied()),
+        }
     }
-    t
 }
 
-/// Size-tiered compaction: while some tier holds `TIER_FANOUT` segments, merge them.
-fn compact(
+/// The new positions of one source, buffered into its region of the scratch file.
+struct Region {
+    offset: u64,
+    count: u64,
+    buf: Vec<u8>,
+}
+
+/// Merges Z's `segments` with the `sources` (runs in push order, the batch last) into one
+/// new segment, and appends the URLs no input of Z holds to F in push order. Returns the new
+/// segment (none when Z stays empty).
+fn merge(
     storage: &dyn Storage,
     m: &mut Manifest,
-    segments: &mut Vec<Arc<Segment>>,
-    superseded: &mut Vec<SegmentMeta>,
-    base: u64,
-) -> Result<()> {
-    loop {
-        let mut by_tier: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
-        for (i, s) in segments.iter().enumerate() {
-            by_tier
-                .entry(tier(s.meta().sigs, base))
-                .or_default()
-                .push(i);
+    segments: &[Arc<Segment>],
+    sources: &[Source],
+    batch: Vec<(u64, u32)>,
+) -> Result<Option<Arc<Segment>>> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+
+    let scratch = storage
+        .create(SCRATCH)
+        .map_err(|e| Error::io("create", SCRATCH, e))?;
+    let mut regions = Vec::with_capacity(sources.len());
+    let mut offset = 0u64;
+    for s in sources {
+        regions.push(Region {
+            offset,
+            count: 0,
+            buf: Vec::new(),
+        });
+        offset += 4 * s.pairs(&batch);
+    }
+
+    let zs = segments.len();
+    let mut inputs: Vec<Input<'_>> = segments.iter().map(|s| Input::Z(s.iter())).collect();
+    for s in sources {
+        inputs.push(match s {
+            Source::Run(r) => Input::Run(r.iter()),
+            Source::Batch { .. } => Input::Batch(batch.iter()),
+        });
+    }
+    let mut heads: Vec<u32> = vec![0; inputs.len()];
+    let mut heap = BinaryHeap::with_capacity(inputs.len());
+    for (i, input) in inputs.iter_mut().enumerate() {
+        if let Some((sig, idx)) = input.next()? {
+            heads[i] = idx;
+            heap.push(Reverse((sig, i)));
         }
-        let Some((_, group)) = by_tier.into_iter().find(|(_, g)| g.len() >= TIER_FANOUT) else {
-            return Ok(());
+    }
+    let id = m.next_id;
+    let mut writer = None;
+    while let Some(Reverse((sig, src))) = heap.pop() {
+        // Sources come out in index order for equal signatures: Z's segments first, then
+        // the runs in push order, so the first source that is not Z holds the first
+        // occurrence.
+        let mut known = src < zs;
+        let mut winner = (src >= zs).then(|| (src - zs, heads[src]));
+        let mut advance = vec![src];
+        while let Some(&Reverse((s2, src2))) = heap.peek() {
+            if s2 != sig {
+                break;
+            }
+            heap.pop();
+            known |= src2 < zs;
+            if winner.is_none() && src2 >= zs {
+                winner = Some((src2 - zs, heads[src2]));
+            }
+            advance.push(src2);
+        }
+        for i in advance {
+            if let Some((s, idx)) = inputs[i].next()? {
+                heads[i] = idx;
+                heap.push(Reverse((s, i)));
+            }
+        }
+        let w = match &mut writer {
+            Some(w) => w,
+            None => {
+                m.next_id += 1;
+                writer.insert(SegmentWriter::create(storage, id)?)
+            }
         };
-        let inputs: Vec<Arc<Segment>> = group.iter().map(|&i| segments[i].clone()).collect();
+        w.push(sig)?;
+        if let (false, Some((run, idx))) = (known, winner) {
+            let r = &mut regions[run];
+            r.buf.extend_from_slice(&idx.to_le_bytes());
+            r.count += 1;
+            if r.buf.len() >= SCRATCH_BUFFER {
+                scratch
+                    .write_all_at(&r.buf, r.offset + 4 * r.count - r.buf.len() as u64)
+                    .map_err(|e| Error::io("write", SCRATCH, e))?;
+                r.buf.clear();
+            }
+        }
+    }
+    drop(inputs);
+    drop(batch);
+    for r in &mut regions {
+        if !r.buf.is_empty() {
+            scratch
+                .write_all_at(&r.buf, r.offset + 4 * r.count - r.buf.len() as u64)
+                .map_err(|e| Error::io("write", SCRATCH, e))?;
+            r.buf = Vec::new();
+        }
+    }
+    let segment = match writer {
+        Some(w) => {
+            let meta = w.finish()?;
+            Some(Arc::new(Segment::open(storage, meta)?))
+        }
+        None => None,
+    };
+
+    // Emit the new URLs in the order of their first appearance: source by source, and in
+    // each by position.
+    let mut f = FrontierAppender::open(storage, m)?;
+    for (s, r) in sources.iter().zip(&regions) {
+        if r.count == 0 {
+            continue;
+        }
+        let mut bytes = vec![0u8; 4 * r.count as usize];
+        scratch
+            .read_exact_at(&mut bytes, r.offset)
+            .map_err(|e| Error::io("read", SCRATCH, e))?;
+        let mut positions: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        drop(bytes);
+        positions.sort_unstable();
+        match s {
+            Source::Run(run) => {
+                let meta = run.meta();
+                let name = wal::file_name(meta.gen);
+                let file = storage.open(&name).map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        Error::corrupt(&name, 0, crate::error::Corruption::Missing)
+                    }
+                    _ => Error::io("open", &name, e),
+                })?;
+                f.emit(storage, m, &*file, &name, meta.skip, &positions)?;
+            }
+            Source::Batch { gen, wal, skip, .. } => {
+                f.emit(storage, m, &**wal, &wal::file_name(*gen), *skip, &positions)?;
+            }
+        }
+    }
+    f.finish(storage, m)?;
+    storage
+        .sync_dir()
+        .map_err(|e| Error::io("fsync", "directory", e))?;
+    Ok(segment)
+}
+
+/// Appends new URLs to F's tail segment, rolling over to a new segment past
+/// [`SEGMENT_TARGET`] bytes.
+struct FrontierAppender {
+    out: LogWriter,
+    tail: u64,
+    emitted: u64,
+}
+
+impl FrontierAppender {
+    fn open(storage: &dyn Storage, m: &mut Manifest) -> Result<FrontierAppender> {
+        if m.f_tail_len >= SEGMENT_TARGET {
+            let (out, tail) = Self::create(storage, m, m.f_count)?;
+            return Ok(FrontierAppender {
+                out,
+                tail,
+                emitted: 0,
+            });
+        }
+        let name = frontier::file_name(m.f_tail);
+        let file = storage
+            .open(&name)
+            .map_err(|e| Error::io("open", &name, e))?;
+        Ok(FrontierAppender {
+            out: LogWriter::new(file, name, m.f_tail_len, m.flushes as u32),
+            tail: m.f_tail,
+            emitted: 0,
+        })
+    }
+
+    /// Creates a new F segment whose first URL is number `first`.
+    fn create(storage: &dyn Storage, m: &mut Manifest, first: u64) -> Result<(LogWriter, u64)> {
         let id = m.next_id;
         m.next_id += 1;
-        let mut w = SegmentWriter::create(storage, id)?;
-        let mut iters: Vec<_> = inputs.iter().map(|s| s.iter().peekable()).collect();
-        loop {
-            let mut best: Option<(usize, u64)> = None;
-            for (i, it) in iters.iter_mut().enumerate() {
-                match it.peek() {
-                    None => {}
-                    Some(Err(_)) => {
-                        return Err(it.next().expect("peeked").expect_err("peeked an error"))
-                    }
-                    Some(Ok(v)) if best.is_none_or(|(_, b)| *v < b) => best = Some((i, *v)),
-                    Some(Ok(_)) => {}
-                }
-            }
-            let Some((i, v)) = best else { break };
-            iters[i].next();
-            // Segments of Z are disjoint; skip a repeat rather than write it twice.
-            for it in iters.iter_mut() {
-                while let Some(Ok(x)) = it.peek() {
-                    if *x == v {
-                        it.next();
-                    } else {
-                        break;
-                    }
-                }
-            }
-            w.push(v)?;
-        }
-        let meta = w.finish()?;
-        let merged = Arc::new(Segment::open(storage, meta)?);
-        let mut next = Vec::with_capacity(segments.len() + 1 - group.len());
-        for (i, s) in segments.iter().enumerate() {
-            if group.contains(&i) {
-                superseded.push(s.meta());
-            } else {
-                next.push(s.clone());
-            }
-        }
-        // The merged segment takes the place of the oldest of its inputs.
-        next.insert(group[0].min(next.len()), merged);
-        *segments = next;
-    }
-}
-
-/// Appends to F the records of `wal` at the sorted `positions` (relative to `skip`); returns
-/// whether a new F segment was created.
-fn emit(
-    storage: &dyn Storage,
-    m: &mut Manifest,
-    wal: &dyn StorageFile,
-    wal_name: &str,
-    skip: u64,
-    positions: &[u32],
-) -> Result<bool> {
-    let mut created = false;
-    let (mut tail, mut tail_len) = (m.f_tail, m.f_tail_len);
-    let file = if tail_len >= SEGMENT_TARGET {
-        tail = m.next_id;
-        m.next_id += 1;
-        let name = frontier::file_name(tail);
+        let name = frontier::file_name(id);
         let f = storage
             .create(&name)
             .map_err(|e| Error::io("create", &name, e))?;
-        f.write_all_at(&frontier::header(tail, m.f_count), 0)
+        f.write_all_at(&frontier::header(id, first), 0)
             .map_err(|e| Error::io("write", &name, e))?;
-        tail_len = frontier::HEADER_LEN;
-        created = true;
-        f
-    } else {
-        let name = frontier::file_name(tail);
-        storage
-            .open(&name)
-            .map_err(|e| Error::io("open", &name, e))?
-    };
-    let name = frontier::file_name(tail);
-    let mut out = LogWriter::new(file, name, tail_len, m.flushes as u32);
-    let len = wal.len().map_err(|e| Error::io("stat", wal_name, e))?;
-    let reader = LogReader::new(wal, len, u64::MAX);
-    let mut offset = wal::HEADER_LEN;
-    let mut record: u64 = 0;
-    let mut next = positions.iter().map(|&p| skip + p as u64).peekable();
-    while next.peek().is_some() {
-        let frame = match reader.frame_at(offset) {
-            Ok(f) => f,
-            Err(FrameError::Io(e)) => return Err(Error::io("read", wal_name, e)),
-            Err(FrameError::End) => {
-                return Err(Error::corrupt(
-                    wal_name,
-                    offset,
-                    crate::error::Corruption::Truncated {
-                        needed: 1,
-                        available: 0,
-                    },
-                ))
-            }
-            Err(FrameError::Invalid(what)) => return Err(Error::corrupt(wal_name, offset, what)),
-        };
-        offset += (crate::log::FRAME_HEADER + frame.payload.len()) as u64;
-        let end = record + frame.count as u64;
-        if next.peek().is_some_and(|&p| p < end) {
-            for url in frame.records() {
-                if next.peek() == Some(&record) {
-                    out.append(url)?;
-                    next.next();
-                }
-                record += 1;
-            }
-        }
-        record = end;
+        Ok((
+            LogWriter::new(f, name, frontier::HEADER_LEN, m.flushes as u32),
+            id,
+        ))
     }
-    out.sync()?;
-    m.f_tail = tail;
-    m.f_tail_len = out.end();
-    m.f_count += positions.len() as u64;
-    Ok(created)
+
+    /// Appends the records of `wal` at the sorted `positions` (relative to `skip`).
+    fn emit(
+        &mut self,
+        storage: &dyn Storage,
+        m: &mut Manifest,
+        wal: &dyn StorageFile,
+        wal_name: &str,
+        skip: u64,
+        positions: &[u32],
+    ) -> Result<()> {
+        let len = wal.len().map_err(|e| Error::io("stat", wal_name, e))?;
+        let reader = LogReader::new(wal, len, u64::MAX);
+        let mut offset = wal::HEADER_LEN;
+        let mut record: u64 = 0;
+        let mut next = positions.iter().map(|&p| skip + p as u64).peekable();
+        while next.peek().is_some() {
+            let frame = match reader.frame_at(offset) {
+                Ok(f) => f,
+                Err(FrameError::Io(e)) => return Err(Error::io("read", wal_name, e)),
+                Err(FrameError::End) => {
+                    return Err(Error::corrupt(
+                        wal_name,
+                        offset,
+                        crate::error::Corruption::Truncated {
+                            needed: 1,
+                            available: 0,
+                        },
+                    ))
+                }
+                Err(FrameError::Invalid(what)) => {
+                    return Err(Error::corrupt(wal_name, offset, what))
+                }
+            };
+            offset += (crate::log::FRAME_HEADER + frame.payload.len()) as u64;
+            let end = record + frame.count as u64;
+            if next.peek().is_some_and(|&p| p < end) {
+                for url in frame.records() {
+                    if next.peek() == Some(&record) {
+                        self.out.append(url)?;
+                        self.emitted += 1;
+                        next.next();
+                        if self.out.end() >= SEGMENT_TARGET {
+                            self.out.sync()?;
+                            let (out, tail) = Self::create(storage, m, m.f_count + self.emitted)?;
+                            self.out = out;
+                            self.tail = tail;
+                        }
+                    }
+                    record += 1;
+                }
+            }
+            record = end;
+        }
+        Ok(())
+    }
+
+    /// Syncs F and records its new end in the manifest.
+    fn finish(mut self, _storage: &dyn Storage, m: &mut Manifest) -> Result<()> {
+        self.out.sync()?;
+        m.f_tail = self.tail;
+        m.f_tail_len = self.out.end();
+        m.f_count += self.emitted;
+        Ok(())
+    }
 }

@@ -23,12 +23,11 @@ use crate::frontier::{self, Position};
 use crate::log::{FrameError, LogReader, LogWriter};
 use crate::manifest::Manifest;
 use crate::options::{Options, SyncPolicy};
+use crate::run::Run;
 use crate::segment::Segment;
 use crate::storage::{DirStorage, Storage, StorageFile};
 
-use flush::{FlushDone, FlushJob, Gate};
-
-pub use flush::TIER_FANOUT;
+use flush::{Batch, FlushDone, FlushJob, Gate};
 
 /// The signature of a URL: xxh3-64 with the sieve's seed.
 pub fn signature(url: &[u8], seed: u64) -> u64 {
@@ -50,8 +49,14 @@ pub struct Stats {
     pub consumed: u64,
     /// URLs in the frontier not yet consumed.
     pub pending: u64,
-    /// Flushes committed.
+    /// Pushes spilled as runs and waiting for a merge with Z (in A, not yet in F).
+    pub unmerged: u64,
+    /// Runs waiting for a merge.
+    pub runs: u64,
+    /// Flushes committed (spills and merges).
     pub flushes: u64,
+    /// Merges with Z committed.
+    pub merges: u64,
     /// Z segments.
     pub segments: u64,
     /// Records of A dropped as torn tails by recoveries.
@@ -62,6 +67,8 @@ pub struct Stats {
     pub bytes_a: u64,
     /// Bytes on disk of Z segments.
     pub bytes_z: u64,
+    /// Bytes on disk of R runs.
+    pub bytes_r: u64,
     /// Bytes on disk of F segments.
     pub bytes_f: u64,
     /// Bytes of the manifest and the cursor.
@@ -102,6 +109,8 @@ pub struct Sieve {
     slots: usize,
     manifest: Manifest,
     segments: Vec<Arc<Segment>>,
+    runs: Vec<Arc<Run>>,
+    max_runs: usize,
     gen: u64,
     /// Records of the current generation before S's first one (already flushed).
     gen_skip: u64,
@@ -169,7 +178,7 @@ impl Sieve {
         self.writable()?;
         self.validate(url)?;
         if self.s.len() >= self.slots {
-            let r = self.freeze();
+            let r = self.freeze(false);
             self.poison(r)?;
         }
         let sig = signature(url, self.manifest.seed);
@@ -214,14 +223,15 @@ impl Sieve {
         Ok(())
     }
 
-    /// Flushes now: every URL pushed so far is merged with Z and, if new, appended to the
-    /// frontier. Returns when the flush is committed (durable); acknowledges every push.
+    /// Flushes now: every URL pushed so far, buffered or spilled, is merged with Z and, if
+    /// new, appended to the frontier. Returns when the merge is committed (durable);
+    /// acknowledges every push.
     pub fn flush(&mut self) -> Result<()> {
         self.writable()?;
         let r = self.finish_inflight();
         self.poison(r)?;
-        if !self.s.is_empty() {
-            let r = self.freeze().and_then(|_| self.finish_inflight());
+        if !self.s.is_empty() || !self.runs.is_empty() {
+            let r = self.freeze(true).and_then(|_| self.finish_inflight());
             self.poison(r)?;
         }
         self.since_sync = 0;
@@ -263,8 +273,7 @@ impl Sieve {
         let _ = f.pushes;
         match done {
             Ok(done) => {
-                self.manifest = done.manifest;
-                self.segments = done.segments;
+                self.apply(done);
                 Ok(())
             }
             Err(e) => {
@@ -274,29 +283,66 @@ impl Sieve {
         }
     }
 
-    /// Freezes S and the current A generation into a flush job, opens the next generation,
-    /// and runs the job (in the background if so configured).
-    fn freeze(&mut self) -> Result<()> {
+    fn apply(&mut self, done: FlushDone) {
+        self.manifest = done.manifest;
+        self.segments = done.segments;
+        self.runs = done.runs;
+    }
+
+    /// Whether the next flush should merge with Z rather than spill a run: when the pushes
+    /// waiting in runs and in S reach the number of signatures in Z (so that reading and
+    /// rewriting Z costs a bounded amount per push), when the runs reach their limit, or when
+    /// the frontier runs low.
+    fn merge_due(&self) -> bool {
+        let m = &self.manifest;
+        let unmerged = m.runs.iter().map(|r| r.records).sum::<u64>() + self.s.len() as u64;
+        let distinct: u64 = m.segments.iter().map(|s| s.sigs).sum();
+        let low = self.opts.frontier_low.unwrap_or(self.slots as u64);
+        unmerged >= distinct
+            || self.runs.len() + 1 >= self.max_runs
+            || m.f_count.saturating_sub(self.read.consumed) < low
+    }
+
+    /// Freezes S and the current A generation into a flush job (a merge if `merge` or if one
+    /// is due, else a spill), opens the next generation, and runs the job (in the background
+    /// if so configured). With S empty, only a merge of the runs is run.
+    fn freeze(&mut self, merge: bool) -> Result<()> {
         self.finish_inflight()?;
-        self.wal.write_frame()?;
+        let merge = merge || self.merge_due();
         let gate = Arc::new(Gate::default());
         let pushes = self.s.len() as u64;
+        let batch = if self.s.is_empty() {
+            Batch {
+                gen: self.gen,
+                wal: self.wal.file().clone(),
+                skip: self.gen_skip,
+                sigs: Vec::new(),
+                next: (self.manifest.a_gen, self.manifest.a_skip),
+            }
+        } else {
+            self.wal.write_frame()?;
+            let batch = Batch {
+                gen: self.gen,
+                wal: self.wal.file().clone(),
+                skip: self.gen_skip,
+                sigs: std::mem::replace(&mut self.s, Vec::with_capacity(self.slots.min(1 << 20))),
+                next: (self.gen + 1, 0),
+            };
+            self.gen += 1;
+            self.gen_skip = 0;
+            self.wal = wal::create(&*self.storage, self.gen)?;
+            batch
+        };
         let job = FlushJob {
             storage: self.storage.clone(),
             manifest: self.manifest.clone(),
             segments: self.segments.clone(),
-            gen: self.gen,
-            wal: self.wal.file().clone(),
-            skip: self.gen_skip,
-            sigs: std::mem::replace(&mut self.s, Vec::with_capacity(self.slots.min(1 << 20))),
-            next: (self.gen + 1, 0),
+            runs: self.runs.clone(),
+            batch,
+            merge,
             torn: (0, 0),
             gate: gate.clone(),
-            tier_base: self.slots as u64,
         };
-        self.gen += 1;
-        self.gen_skip = 0;
-        self.wal = wal::create(&*self.storage, self.gen)?;
         if self.opts.background {
             let handle = std::thread::Builder::new()
                 .name("crivello-flush".into())
@@ -310,14 +356,13 @@ impl Sieve {
             Ok(())
         } else {
             let done = flush::run(job)?;
-            self.manifest = done.manifest;
-            self.segments = done.segments;
+            self.apply(done);
             Ok(())
         }
     }
 
-    /// Whether `url` was ever pushed and flushed, or is buffered. Reads at most one block of
-    /// each Z segment.
+    /// Whether `url` was ever pushed (and not lost as an unacknowledged torn tail). Reads at
+    /// most one block of each Z segment, and a binary search of blocks in each run.
     pub fn contains(&mut self, url: &[u8]) -> Result<bool> {
         let r = self.finish_inflight();
         self.poison(r)?;
@@ -327,6 +372,11 @@ impl Sieve {
         }
         for seg in &self.segments {
             if seg.contains(sig)? {
+                return Ok(true);
+            }
+        }
+        for run in &self.runs {
+            if run.contains(sig)? {
                 return Ok(true);
             }
         }
@@ -520,6 +570,9 @@ impl Sieve {
             pushed: m.pushed + inflight + self.s.len() as u64,
             buffered: inflight + self.s.len() as u64,
             distinct: m.segments.iter().map(|s| s.sigs).sum(),
+            unmerged: m.runs.iter().map(|r| r.records).sum(),
+            runs: m.runs.len() as u64,
+            merges: m.merges,
             emitted: m.f_count,
             consumed: self.cursor.consumed,
             pending: m.f_count - self.cursor.consumed,
@@ -547,6 +600,7 @@ impl Sieve {
             match name.as_bytes().first() {
                 Some(b'a') if name.ends_with(".log") => st.bytes_a += len,
                 Some(b'z') => st.bytes_z += len,
+                Some(b'r') if name.ends_with(".run") => st.bytes_r += len,
                 Some(b'f') => st.bytes_f += len,
                 _ if name == crate::manifest::FILE || name == frontier::CURSOR_FILE => {
                     st.bytes_meta += len

@@ -2,13 +2,15 @@
 //!
 //! 1. take the lock; read the manifest (none: create the sieve);
 //! 2. read the cursor and check it against F's committed end;
-//! 3. remove what the manifest does not reference: temp files, Z segments not listed,
-//!    A generations already flushed, F segments past the tail or before the cursor;
-//! 4. open Z's segments (header, footer and sparse index are checked);
+//! 3. remove what the manifest does not reference: temp files, Z segments and R runs not
+//!    listed, A generations before the first one a run or the replay needs, F segments past
+//!    the tail or before the cursor;
+//! 4. open Z's segments (header, footer and sparse index are checked) and the runs (header
+//!    and length);
 //! 5. cut F's tail segment back to its committed length;
-//! 6. replay the live A generations in order through S, flushing inline whenever S fills
-//!    and at the end of each generation; a torn tail is dropped and counted; corruption of
-//!    synced data is an error;
+//! 6. replay the live A generations in order through S, spilling a run inline whenever S
+//!    fills and at the end of each generation; a torn tail is dropped and counted;
+//!    corruption of synced data is an error;
 //! 7. create the next A generation.
 //!
 //! Every step is idempotent, so a crash during recovery is recovered by the next open.
@@ -19,10 +21,11 @@ use crate::error::{Corruption, Error, Result};
 use crate::frontier::{self, Position};
 use crate::manifest::{self, Manifest};
 use crate::options::Options;
+use crate::run::{self, Run};
 use crate::segment::Segment;
 use crate::storage::{durable, Storage};
 
-use super::flush::{self, FlushJob, Gate};
+use super::flush::{self, Batch, FlushJob, Gate};
 use super::{wal, Sieve};
 
 /// Parses an F segment name.
@@ -45,6 +48,7 @@ pub fn is_ours(name: &str) -> bool {
         || wal::parse_name(name).is_some()
         || parse_f_name(name).is_some()
         || parse_z_name(name).is_some()
+        || run::parse_name(name).is_some()
 }
 
 fn random_seed() -> u64 {
@@ -104,7 +108,9 @@ fn create(storage: &dyn Storage, opts: &Options) -> Result<Manifest> {
         flushes: 0,
         torn_records: 0,
         torn_bytes: 0,
+        merges: 0,
         segments: Vec::new(),
+        runs: Vec::new(),
     };
     m.commit_to(storage)?;
     Ok(m)
@@ -145,18 +151,22 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         ));
     }
 
-    // Remove what the manifest does not reference.
+    // Remove what the manifest does not reference. A generations from the first one a run
+    // covers are kept: a merge reads the new URLs from them.
+    let first_kept = m.runs.first().map_or(m.a_gen, |r| r.gen.min(m.a_gen));
     let mut gens = Vec::new();
     for n in list(st)? {
         let orphan = if n.ends_with(".tmp") {
             true
         } else if let Some(id) = parse_z_name(&n) {
             !m.segments.iter().any(|s| s.id == id)
+        } else if let Some(id) = run::parse_name(&n) {
+            !m.runs.iter().any(|r| r.id == id)
         } else if let Some(g) = wal::parse_name(&n) {
             if g >= m.a_gen {
                 gens.push(g);
             }
-            g < m.a_gen
+            g < first_kept
         } else if let Some(id) = parse_f_name(&n) {
             id > m.f_tail || id < cursor.segment
         } else {
@@ -180,6 +190,24 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
     let mut segments = Vec::with_capacity(m.segments.len());
     for meta in &m.segments {
         segments.push(Arc::new(Segment::open(st, *meta)?));
+    }
+    let mut runs = Vec::with_capacity(m.runs.len());
+    for meta in &m.runs {
+        if meta.gen > m.a_gen {
+            return Err(Error::corrupt(
+                manifest::FILE,
+                0,
+                Corruption::Field {
+                    field: "run generation after A's position",
+                    found: meta.gen,
+                },
+            ));
+        }
+        let name = wal::file_name(meta.gen);
+        if st.open(&name).is_err() {
+            return Err(Error::corrupt(&name, 0, Corruption::Missing));
+        }
+        runs.push(Arc::new(Run::open(st, *meta)?));
     }
 
     // F: every segment from the cursor's to the tail exists; the tail is cut to its
@@ -266,20 +294,16 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         // Chunks that filled S (only when the budget shrank since they were written).
         for (chunk_start, sigs) in pending {
             let end = chunk_start + sigs.len() as u64;
-            let (m2, segs) = recovery_flush(
+            (m, segments, runs) = recovery_spill(
                 &storage_arc,
-                &m,
-                &segments,
+                (m, segments, runs),
                 g,
                 &r.file,
                 chunk_start,
                 sigs,
                 (g, end),
                 (0, 0),
-                slots,
             )?;
-            m = m2;
-            segments = segs;
         }
         if r.torn {
             torn_seen = true;
@@ -287,20 +311,16 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
             torn.1 += r.torn_bytes;
         }
         let sigs = std::mem::take(&mut s);
-        let (m2, segs) = recovery_flush(
+        (m, segments, runs) = recovery_spill(
             &storage_arc,
-            &m,
-            &segments,
+            (m, segments, runs),
             g,
             &r.file,
             start,
             sigs,
             (g + 1, 0),
             torn,
-            slots,
         )?;
-        m = m2;
-        segments = segs;
         torn = (0, 0);
     }
     if torn != (0, 0) {
@@ -313,7 +333,9 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         }
         m.commit_to(st)?;
         for &g in &gens {
-            let _ = st.remove(&wal::file_name(g));
+            if !m.runs.iter().any(|r| r.gen == g) {
+                let _ = st.remove(&wal::file_name(g));
+            }
         }
     }
 
@@ -331,6 +353,8 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         slots,
         manifest: m,
         segments,
+        runs,
+        max_runs: crate::options::max_runs(opts.memory),
         gen,
         gen_skip,
         wal,
@@ -347,33 +371,38 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
     })
 }
 
-/// Flushes a replayed batch inline (an empty batch still commits the new A position).
+/// The committed state recovery advances: manifest, Z's segments, runs.
+type State = (Manifest, Vec<Arc<Segment>>, Vec<Arc<Run>>);
+
+/// Spills a replayed batch inline as a run (an empty batch still commits the new A
+/// position). A merge is left to the next flush, so that opening never reads all of Z.
 #[allow(clippy::too_many_arguments)]
-fn recovery_flush(
+fn recovery_spill(
     storage: &Arc<dyn Storage>,
-    m: &Manifest,
-    segments: &[Arc<Segment>],
+    (m, segments, runs): State,
     gen: u64,
     file: &Arc<dyn crate::storage::StorageFile>,
     skip: u64,
     sigs: Vec<u64>,
     next: (u64, u64),
     torn: (u64, u64),
-    slots: usize,
-) -> Result<(Manifest, Vec<Arc<Segment>>)> {
+) -> Result<State> {
     let job = FlushJob {
         storage: storage.clone(),
-        manifest: m.clone(),
-        segments: segments.to_vec(),
-        gen,
-        wal: file.clone(),
-        skip,
-        sigs,
-        next,
+        manifest: m,
+        segments,
+        runs,
+        batch: Batch {
+            gen,
+            wal: file.clone(),
+            skip,
+            sigs,
+            next,
+        },
+        merge: false,
         torn,
         gate: Arc::new(Gate::default()),
-        tier_base: slots as u64,
     };
     let done = flush::run(job)?;
-    Ok((done.manifest, done.segments))
+    Ok((done.manifest, done.segments, done.runs))
 }

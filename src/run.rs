@@ -1,0 +1,381 @@
+//! R runs: the sorted signatures of one spilled batch of S, waiting to be merged with Z.
+//!
+//! ```text
+//! run    := header | block*
+//! header := magic "CRVR" u32 | version u32 | id u64 | gen u64 | skip u64 | records u64
+//!         | pairs u64 | crc32 u32                                               (52 bytes)
+//! block  := count u32 | count x (sig u64 | index u32) | crc32 u32
+//! ```
+//!
+//! A run covers records `skip..skip + records` of A generation `gen`. Each pair is a
+//! signature of the batch and the index (relative to `skip`) of its first occurrence in the
+//! batch; signatures are strictly increasing through the whole file. Every block holds
+//! [`RUN_BLOCK`] pairs except the last, so block `i` starts at a computed offset and a lookup
+//! is a binary search over blocks, without an index in memory.
+
+use std::sync::Arc;
+
+use crate::error::{Corruption, Error, Result};
+use crate::format::{crc, seal, Cursor, PutLe, MAGIC_R, VERSION};
+use crate::storage::{Storage, StorageFile};
+
+/// Pairs per block.
+pub const RUN_BLOCK: usize = 1024;
+/// Bytes of the header.
+pub const HEADER_LEN: u64 = 52;
+const PAIR: usize = 12;
+const FULL_BLOCK: u64 = (8 + PAIR * RUN_BLOCK) as u64;
+const WRITE_BUFFER: usize = 1 << 20;
+
+/// The name of the run file with id `id`.
+pub fn file_name(id: u64) -> String {
+    format!("r-{id:016x}.run")
+}
+
+/// Parses a run file name.
+pub fn parse_name(name: &str) -> Option<u64> {
+    let hex = name.strip_prefix("r-")?.strip_suffix(".run")?;
+    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
+}
+
+/// What the manifest records of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunMeta {
+    /// The run's id (its file is [`file_name`]`(id)`).
+    pub id: u64,
+    /// The A generation the run's records are in.
+    pub gen: u64,
+    /// The first record of the generation the run covers.
+    pub skip: u64,
+    /// Records of the generation the run covers (pushes, duplicates included).
+    pub records: u64,
+    /// Distinct signatures in the run.
+    pub pairs: u64,
+}
+
+impl RunMeta {
+    /// The length of the run's file.
+    pub fn bytes(&self) -> u64 {
+        let full = self.pairs / RUN_BLOCK as u64;
+        let rest = self.pairs % RUN_BLOCK as u64;
+        HEADER_LEN + full * FULL_BLOCK + if rest > 0 { 8 + rest * PAIR as u64 } else { 0 }
+    }
+
+    fn blocks(&self) -> u64 {
+        self.pairs.div_ceil(RUN_BLOCK as u64)
+    }
+}
+
+fn header(meta: &RunMeta) -> Vec<u8> {
+    let mut b = Vec::with_capacity(HEADER_LEN as usize);
+    b.put_u32(MAGIC_R);
+    b.put_u32(VERSION);
+    for v in [meta.id, meta.gen, meta.skip, meta.records, meta.pairs] {
+        b.put_u64(v);
+    }
+    seal(&mut b);
+    b
+}
+
+/// Writes the run `meta` from `pairs` (strictly increasing signatures) and fsyncs it.
+pub fn write(storage: &dyn Storage, meta: RunMeta, pairs: &[(u64, u32)]) -> Result<()> {
+    let name = file_name(meta.id);
+    debug_assert_eq!(pairs.len() as u64, meta.pairs);
+    let file = storage
+        .create(&name)
+        .map_err(|e| Error::io("create", &name, e))?;
+    let mut buf = header(&meta);
+    let mut written = 0u64;
+    for block in pairs.chunks(RUN_BLOCK) {
+        let start = buf.len();
+        buf.put_u32(block.len() as u32);
+        for &(sig, idx) in block {
+            buf.put_u64(sig);
+            buf.put_u32(idx);
+        }
+        let c = crc(&buf[start..]);
+        buf.put_u32(c);
+        if buf.len() >= WRITE_BUFFER {
+            file.write_all_at(&buf, written)
+                .map_err(|e| Error::io("write", &name, e))?;
+            written += buf.len() as u64;
+            buf.clear();
+        }
+    }
+    if !buf.is_empty() {
+        file.write_all_at(&buf, written)
+            .map_err(|e| Error::io("write", &name, e))?;
+    }
+    file.sync().map_err(|e| Error::io("fsync", &name, e))
+}
+
+/// An open run.
+pub struct Run {
+    file: Arc<dyn StorageFile>,
+    name: String,
+    meta: RunMeta,
+}
+
+impl Run {
+    /// Opens a run and checks its header and length against `meta`.
+    pub fn open(storage: &dyn Storage, meta: RunMeta) -> Result<Run> {
+        let name = file_name(meta.id);
+        let file = match storage.open(&name) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::corrupt(&name, 0, Corruption::Missing))
+            }
+            Err(e) => return Err(Error::io("open", &name, e)),
+        };
+        let len = file.len().map_err(|e| Error::io("stat", &name, e))?;
+        if len != meta.bytes() {
+            return Err(Error::corrupt(
+                &name,
+                len.min(meta.bytes()),
+                Corruption::Truncated {
+                    needed: meta.bytes(),
+                    available: len,
+                },
+            ));
+        }
+        let mut h = vec![0u8; HEADER_LEN as usize];
+        file.read_exact_at(&mut h, 0)
+            .map_err(|e| Error::io("read", &name, e))?;
+        let mut c = Cursor::new(&h, &name, 0);
+        c.magic(MAGIC_R)?;
+        c.version()?;
+        for (field, want) in [
+            ("run id", meta.id),
+            ("run generation", meta.gen),
+            ("run skip", meta.skip),
+            ("run records", meta.records),
+            ("run pairs", meta.pairs),
+        ] {
+            let at = c.offset();
+            let got = c.u64()?;
+            if got != want {
+                c.check_crc()?;
+                return Err(Error::corrupt(
+                    &name,
+                    at,
+                    Corruption::Field { field, found: got },
+                ));
+            }
+        }
+        c.check_crc()?;
+        Ok(Run { file, name, meta })
+    }
+
+    /// The run's manifest entry.
+    pub fn meta(&self) -> RunMeta {
+        self.meta
+    }
+
+    /// The file name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Reads, checks and decodes block `i` into `out` (cleared first).
+    pub fn read_block(&self, i: u64, out: &mut Vec<(u64, u32)>) -> Result<()> {
+        out.clear();
+        let offset = HEADER_LEN + i * FULL_BLOCK;
+        let count = if i + 1 == self.meta.blocks() && self.meta.pairs % RUN_BLOCK as u64 != 0 {
+            (self.meta.pairs % RUN_BLOCK as u64) as usize
+        } else {
+            RUN_BLOCK
+        };
+        let mut bytes = vec![0u8; 8 + count * PAIR];
+        self.file
+            .read_exact_at(&mut bytes, offset)
+            .map_err(|e| Error::io("read", &self.name, e))?;
+        let body = bytes.len() - 4;
+        let stored = u32::from_le_bytes(bytes[body..].try_into().expect("4 bytes"));
+        let computed = crc(&bytes[..body]);
+        if stored != computed {
+            return Err(Error::corrupt(
+                &self.name,
+                offset,
+                Corruption::Checksum { stored, computed },
+            ));
+        }
+        let mut c = Cursor::new(&bytes[..body], &self.name, offset);
+        let found = c.u32()?;
+        if found as usize != count {
+            return Err(Error::corrupt(
+                &self.name,
+                offset,
+                Corruption::Field {
+                    field: "run block count",
+                    found: found as u64,
+                },
+            ));
+        }
+        for _ in 0..count {
+            let sig = c.u64()?;
+            let idx = c.u32()?;
+            out.push((sig, idx));
+        }
+        let mut prev: Option<u64> = None;
+        for (k, &(sig, idx)) in out.iter().enumerate() {
+            if prev.is_some_and(|p| sig <= p) {
+                return Err(Error::corrupt(
+                    &self.name,
+                    offset + 4 + (k * PAIR) as u64,
+                    Corruption::OutOfOrder {
+                        previous: prev.unwrap_or(0),
+                        got: sig,
+                    },
+                ));
+            }
+            if u64::from(idx) >= self.meta.records {
+                return Err(Error::corrupt(
+                    &self.name,
+                    offset + 12 + (k * PAIR) as u64,
+                    Corruption::Field {
+                        field: "run record index",
+                        found: idx as u64,
+                    },
+                ));
+            }
+            prev = Some(sig);
+        }
+        Ok(())
+    }
+
+    /// Whether the run holds `sig`: a binary search over blocks.
+    pub fn contains(&self, sig: u64) -> Result<bool> {
+        let (mut lo, mut hi) = (0u64, self.meta.blocks());
+        let mut block = Vec::with_capacity(RUN_BLOCK);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            self.read_block(mid, &mut block)?;
+            let (first, last) = (block[0].0, block[block.len() - 1].0);
+            if sig < first {
+                hi = mid;
+            } else if sig > last {
+                lo = mid + 1;
+            } else {
+                return Ok(block.binary_search_by_key(&sig, |p| p.0).is_ok());
+            }
+        }
+        Ok(false)
+    }
+
+    /// Iterates the pairs in order; yields `Err` once on a damaged block, and checks that
+    /// signatures increase across blocks.
+    pub fn iter(&self) -> RunIter<'_> {
+        RunIter {
+            run: self,
+            block: 0,
+            buf: Vec::with_capacity(RUN_BLOCK),
+            pos: 0,
+            last: None,
+            failed: false,
+        }
+    }
+}
+
+/// Iterator over a run's pairs.
+pub struct RunIter<'a> {
+    run: &'a Run,
+    block: u64,
+    buf: Vec<(u64, u32)>,
+    pos: usize,
+    last: Option<u64>,
+    failed: bool,
+}
+
+impl Iterator for RunIter<'_> {
+    type Item = Result<(u64, u32)>;
+    fn next(&mut self) -> Option<Result<(u64, u32)>> {
+        if self.failed {
+            return None;
+        }
+        if self.pos == self.buf.len() {
+            if self.block == self.run.meta.blocks() {
+                return None;
+            }
+            if let Err(e) = self.run.read_block(self.block, &mut self.buf) {
+                self.failed = true;
+                return Some(Err(e));
+            }
+            let first = self.buf[0].0;
+            if let Some(prev) = self.last.filter(|&p| first <= p) {
+                self.failed = true;
+                return Some(Err(Error::corrupt(
+                    &self.run.name,
+                    HEADER_LEN + self.block * FULL_BLOCK,
+                    Corruption::OutOfOrder {
+                        previous: prev,
+                        got: first,
+                    },
+                )));
+            }
+            self.block += 1;
+            self.pos = 0;
+        }
+        let p = self.buf[self.pos];
+        self.pos += 1;
+        self.last = Some(p.0);
+        Some(Ok(p))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::SimDisk;
+
+    fn sample(n: usize) -> Vec<(u64, u32)> {
+        (0..n as u64)
+            .map(|i| (i * 0x9e37_79b9 + 5, (i * 7 % n as u64) as u32))
+            .collect()
+    }
+
+    #[test]
+    fn runs_round_trip_and_answer_lookups() {
+        let disk = SimDisk::new();
+        for n in [0usize, 1, RUN_BLOCK - 1, RUN_BLOCK, 3 * RUN_BLOCK + 17] {
+            let pairs = sample(n);
+            let meta = RunMeta {
+                id: n as u64 + 1,
+                gen: 4,
+                skip: 2,
+                records: n as u64 + 3,
+                pairs: n as u64,
+            };
+            write(&disk, meta, &pairs).unwrap();
+            let run = Run::open(&disk, meta).unwrap();
+            let back: Vec<_> = run.iter().collect::<Result<_>>().unwrap();
+            assert_eq!(back, pairs);
+            for &(s, _) in pairs.iter().step_by(97) {
+                assert!(run.contains(s).unwrap());
+                assert!(!run.contains(s + 1).unwrap());
+            }
+            assert!(!run.contains(0).unwrap() || pairs.first().is_some_and(|p| p.0 == 0));
+        }
+    }
+
+    #[test]
+    fn any_flipped_bit_of_a_run_is_caught() {
+        let disk = SimDisk::new();
+        let pairs = sample(RUN_BLOCK + 10);
+        let meta = RunMeta {
+            id: 1,
+            gen: 0,
+            skip: 0,
+            records: pairs.len() as u64,
+            pairs: pairs.len() as u64,
+        };
+        write(&disk, meta, &pairs).unwrap();
+        let good = disk.content(&file_name(1)).unwrap();
+        for bit in (0..good.len() * 8).step_by(13) {
+            let mut bad = good.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            disk.set_content(&file_name(1), bad);
+            let r = Run::open(&disk, meta).and_then(|r| r.iter().collect::<Result<Vec<_>>>());
+            assert!(r.unwrap_err().is_corruption(), "bit {bit}");
+        }
+    }
+}
