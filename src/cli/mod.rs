@@ -81,8 +81,8 @@ enum Command {
     /// invalid line (empty, or longer than --max-url-len) stops the command with an error
     /// naming the file and line, after every line before it was made durable; with
     /// --skip-invalid such lines are skipped and counted on stderr. Exit 0 means every line
-    /// read is durable. New URLs reach the frontier when a flush runs: automatically when
-    /// the memory buffer fills, or with `crivello flush`.
+    /// read is durable. New URLs reach the frontier when a flush merges them: automatically
+    /// when the memory buffer fills and a merge is due, or with `crivello flush`.
     Push(push::PushArgs),
     /// Flush now: the new URLs pushed so far become available to `pop`.
     Flush(flush::FlushArgs),

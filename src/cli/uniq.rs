@@ -94,7 +94,9 @@ fn on_interrupt() {
 
 /// Reads every input through a sieve in `dir` and prints what it emits.
 fn dedup(args: &UniqArgs, dir: &Path) -> Result<()> {
+    // Output order does not depend on when merges run: let them be lazy (flat cost per line).
     let opts = Options::new()
+        .frontier_low(0)
         .memory(args.common.memory)
         .max_url_len(args.max_line_length + 1);
     // A throwaway store: no fsync (a crash loses nothing the user keeps).
