@@ -1,0 +1,303 @@
+//! `crivello-bench`: benchmarks of the crivello sieve against other ways of deduplicating a
+//! crawl's URL stream, on a seeded synthetic stream.
+//!
+//! ```text
+//! crivello-bench gen  --pushes N [--seed S] > urls.txt
+//! crivello-bench run  --pushes N[,N...] [--memory MIB] [--peers LIST] [--json FILE]
+//! crivello-bench plot --input results.json --output performance-throughput.svg
+//! crivello-bench table --input results.json
+//! ```
+//!
+//! `run` runs each peer in a child process of its own (the hidden `peer` subcommand), so that
+//! each peer's peak RSS is its own; see `README.md`.
+
+#![warn(missing_docs)]
+
+mod peers;
+mod plot;
+mod record;
+mod stream;
+mod table;
+
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+
+use clap::{Parser, Subcommand};
+
+use peers::PeerArgs;
+use record::{Record, Result};
+use stream::Stream;
+
+/// Benchmarks of the crivello sieve.
+#[derive(Debug, Parser)]
+#[command(name = "crivello-bench", version)]
+struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Writes the synthetic stream to stdout, one URL per line (its statistics go to stderr).
+    Gen {
+        /// URLs to write (e.g. 10000000, 1e7 or 10^7).
+        #[arg(long, value_parser = parse_count)]
+        pushes: u64,
+        /// The stream's seed.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+    },
+    /// Runs the peers on the stream, each in a child process, and reports.
+    Run(RunArgs),
+    /// Draws pushes/s against pushes for every peer, from a results file, as SVG.
+    Plot {
+        /// The results file written by `run --json`.
+        #[arg(long)]
+        input: PathBuf,
+        /// The SVG file to write.
+        #[arg(long)]
+        output: PathBuf,
+    },
+    /// Prints the results of a results file as a Markdown table.
+    Table {
+        /// The results file written by `run --json`.
+        #[arg(long)]
+        input: PathBuf,
+    },
+    /// Runs one peer and prints its record as one JSON line (used by `run`).
+    #[command(hide = true)]
+    Peer {
+        /// The peer.
+        name: String,
+        /// URLs to push.
+        #[arg(long, value_parser = parse_count)]
+        pushes: u64,
+        /// The scale asked for.
+        #[arg(long, value_parser = parse_count)]
+        requested: Option<u64>,
+        /// Memory budget, MiB.
+        #[arg(long, default_value_t = 64)]
+        memory: u64,
+        /// The stream's seed.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+        /// Where to make temporary directories.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Fills a new store's write-ahead log and exits without closing it (used by `run`).
+    #[command(hide = true)]
+    CrashFill {
+        /// The store's directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Memory budget, MiB.
+        #[arg(long, default_value_t = 64)]
+        memory: u64,
+        /// The stream's seed.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+    },
+}
+
+/// The arguments of `run`.
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// Scales: pushes per run, comma-separated (e.g. 1e6,1e7).
+    #[arg(long, value_parser = parse_count, value_delimiter = ',', required = true)]
+    pushes: Vec<u64>,
+    /// Memory budget in MiB: crivello's budget, the Mercator sieve's S, fjall's block cache.
+    #[arg(long, default_value_t = 64)]
+    memory: u64,
+    /// Peers to run, comma-separated: none, crivello, hashset, bloom, mercator, fjall.
+    #[arg(long, value_delimiter = ',', default_value = "none,crivello,hashset,bloom,mercator,fjall")]
+    peers: Vec<String>,
+    /// The stream's seed.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Appends the records to this JSON file (an array), for `plot` and `table`.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Where to make temporary directories (default: the system's temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// The most pushes fjall is run with (it is slow).
+    #[arg(long, value_parser = parse_count, default_value = "1e7")]
+    fjall_cap: u64,
+    /// Skips crivello's crash-recovery measurement.
+    #[arg(long)]
+    no_recovery: bool,
+}
+
+/// Parses a count: `10000000`, `10_000_000`, `1e7` or `10^7`.
+fn parse_count(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim().replace('_', "");
+    let bad = || format!("{s:?} is not a count (e.g. 10000000, 1e7 or 10^7)");
+    let pow = |m: &str, base: u64, e: &str| -> std::result::Result<u64, String> {
+        let m: u64 = m.parse().map_err(|_| bad())?;
+        let e: u32 = e.parse().map_err(|_| bad())?;
+        base.checked_pow(e)
+            .and_then(|p| p.checked_mul(m))
+            .ok_or_else(bad)
+    };
+    if let Some((m, e)) = t.split_once(['e', 'E']) {
+        pow(m, 10, e)
+    } else if let Some((b, e)) = t.split_once('^') {
+        pow("1", b.parse().map_err(|_| bad())?, e)
+    } else {
+        t.parse().map_err(|_| bad())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Cmd::Gen { pushes, seed } => gen(pushes, seed),
+        Cmd::Run(a) => run(&a),
+        Cmd::Plot { input, output } => plot::plot(&input, &output),
+        Cmd::Table { input } => record::load(&input).map(|rs| print!("{}", table::markdown(&rs))),
+        Cmd::Peer {
+            name,
+            pushes,
+            requested,
+            memory,
+            seed,
+            dir,
+        } => {
+            let args = PeerArgs {
+                pushes,
+                requested: requested.unwrap_or(pushes),
+                memory_mib: memory,
+                seed,
+                dir: dir.unwrap_or_else(std::env::temp_dir),
+            };
+            peers::run(&name, &args).and_then(|r| {
+                println!("{}", serde_json::to_string(&r)?);
+                Ok(())
+            })
+        }
+        Cmd::CrashFill { dir, memory, seed } => peers::crivello::crash_fill(&dir, memory, seed),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("crivello-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `gen`: writes the stream, one URL per line.
+fn gen(pushes: u64, seed: u64) -> Result<()> {
+    let mut stream = Stream::new(seed);
+    let mut out = BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
+    let mut buf = Vec::with_capacity(256);
+    for _ in 0..pushes {
+        stream.next_into(&mut buf);
+        buf.push(b'\n');
+        out.write_all(&buf)?;
+    }
+    out.flush()?;
+    eprintln!("{}", stream_summary(&stream));
+    Ok(())
+}
+
+/// The stream's statistics, in one line.
+fn stream_summary(s: &Stream) -> String {
+    format!(
+        "stream: {} URLs, {} distinct, mean URL length {:.1} bytes, repeat fraction {:.3}, \
+         {} hosts seen",
+        s.pushes(),
+        s.new_urls(),
+        s.mean_len(),
+        s.repeat_fraction(),
+        s.hosts_seen()
+    )
+}
+
+/// Runs one peer in a child process and reads its record.
+fn spawn_peer(name: &str, pushes: u64, requested: u64, a: &RunArgs) -> Result<Record> {
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(["peer", name])
+        .args(["--pushes", &pushes.to_string()])
+        .args(["--requested", &requested.to_string()])
+        .args(["--memory", &a.memory.to_string()])
+        .args(["--seed", &a.seed.to_string()]);
+    if let Some(d) = &a.dir {
+        cmd.arg("--dir").arg(d);
+    }
+    let out = cmd.stderr(Stdio::inherit()).output()?;
+    if !out.status.success() {
+        return Err(format!("peer {name} failed ({})", out.status).into());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .ok_or_else(|| format!("peer {name} printed no record"))?;
+    Ok(serde_json::from_str(line)?)
+}
+
+/// `run`: every scale, every peer, then the table.
+fn run(a: &RunArgs) -> Result<()> {
+    for p in &a.peers {
+        if !peers::ALL.contains(&p.as_str()) {
+            return Err(format!("unknown peer {p:?} (peers: {})", peers::ALL.join(", ")).into());
+        }
+    }
+    let mut all: Vec<Record> = Vec::new();
+    let mut failed = Vec::new();
+    let mut recovery_done = a.no_recovery;
+    for &n in &a.pushes {
+        eprintln!("== {n} pushes, {} MiB ==", a.memory);
+        for p in &a.peers {
+            let pushes = if p == "fjall" { n.min(a.fjall_cap) } else { n };
+            eprintln!("{p}: {pushes} pushes ...");
+            match spawn_peer(p, pushes, n, a) {
+                Ok(r) => {
+                    eprintln!("{}", table::summary(&r, &all));
+                    all.push(r);
+                }
+                Err(e) => {
+                    eprintln!("  {e}");
+                    failed.push(format!("{p} at {n}"));
+                }
+            }
+        }
+        if !recovery_done && a.peers.iter().any(|p| p == "crivello") {
+            recovery_done = true;
+            eprintln!("crivello: recovery after a crash with a full write-ahead log ...");
+            let base = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+            match peers::crivello::recovery(&base, a.memory, a.seed) {
+                Ok(rec) => {
+                    eprintln!("{}", table::recovery_summary(&rec));
+                    if let Some(r) = all
+                        .iter_mut()
+                        .rev()
+                        .find(|r| r.peer == "crivello" && r.requested == n)
+                    {
+                        r.recovery = Some(rec);
+                    }
+                }
+                Err(e) => {
+                    eprintln!("  recovery: {e}");
+                    failed.push("crivello recovery".into());
+                }
+            }
+        }
+    }
+    print!("{}", table::markdown(&all));
+    if let Some(path) = &a.json {
+        record::append(path, &all)?;
+        eprintln!("appended {} records to {}", all.len(), path.display());
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("failed: {}", failed.join(", ")).into())
+    }
+}

@@ -1,0 +1,223 @@
+//! crivello: the durable sieve, in a temporary directory, with background flushes and a
+//! crawler-like consumer; also its open time, and its recovery after a crash with a full
+//! write-ahead log.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crivello::{Options, Sieve};
+
+use super::PeerArgs;
+use crate::record::{hex, Recovery, Record, Result};
+use crate::stream::{digest_step, Stream};
+
+/// Pushes between two reads of the frontier by the consumer.
+pub const POP_EVERY: u64 = 50_000;
+/// URLs read from the frontier each time (one pop per 50 pushes).
+pub const POP_BATCH: usize = 1_000;
+/// Pushes between two durable commits of the consumer's cursor.
+pub const COMMIT_EVERY: u64 = 1 << 20;
+/// The sieve's signature seed (fixed, for repeatable runs).
+const SIEVE_SEED: u64 = 1;
+
+/// The options of every store of the benchmark.
+fn options(memory_mib: u64) -> Options {
+    Options::new()
+        .memory((memory_mib as usize) << 20)
+        .seed(SIEVE_SEED)
+}
+
+/// Runs the sieve on the stream.
+pub fn run(args: &PeerArgs) -> Result<Record> {
+    let dir = args.tempdir("crivello")?;
+    let mut sieve = Sieve::open(dir.path(), options(args.memory_mib))?;
+    let slots = sieve.stats()?.slots;
+    let mut stream = Stream::new(args.seed);
+    let mut buf = Vec::with_capacity(256);
+    let mut digest = 0u64;
+    let mut popped = 0u64;
+    let mut stalls = Duration::ZERO;
+    let start = Instant::now();
+    for i in 0..args.pushes {
+        stream.next_into(&mut buf);
+        if i > 0 && i % slots == 0 {
+            // S is full: this push hands it to the flush thread, and waits for the previous
+            // flush if that one is still running.
+            let t = Instant::now();
+            sieve.push(&buf)?;
+            stalls += t.elapsed();
+        } else {
+            sieve.push(&buf)?;
+        }
+        if i % POP_EVERY == POP_EVERY - 1 {
+            popped += sieve.frontier_read(POP_BATCH, usize::MAX, |url| {
+                digest = digest_step(digest, url);
+                Ok(())
+            })? as u64;
+        }
+        if i % COMMIT_EVERY == COMMIT_EVERY - 1 {
+            sieve.frontier_commit()?;
+        }
+        super::progress("crivello", i, args.pushes, start);
+    }
+    let t = Instant::now();
+    sieve.flush()?;
+    let final_flush = t.elapsed();
+    let mut r = args.record("crivello", &stream, start, 0);
+    let st = sieve.stats()?;
+    // Not timed: read the rest of the frontier, to check the emitted sequence.
+    loop {
+        let n = sieve.frontier_read(1 << 16, usize::MAX, |url| {
+            digest = digest_step(digest, url);
+            Ok(())
+        })?;
+        if n == 0 {
+            break;
+        }
+    }
+    sieve.close()?;
+    let t = Instant::now();
+    let reopened = Sieve::open(dir.path(), options(args.memory_mib))?;
+    let open_s = t.elapsed().as_secs_f64();
+    reopened.close()?;
+    r.emitted = st.emitted;
+    r.digest = hex(digest);
+    r.flush_s = Some((stalls + final_flush).as_secs_f64());
+    r.flushes = Some(st.flushes);
+    r.z_bytes = Some(st.bytes_z);
+    r.disk_bytes = Some(st.bytes_a + st.bytes_z + st.bytes_r + st.bytes_f + st.bytes_meta);
+    r.popped = Some(popped);
+    r.open_s = Some(open_s);
+    r.notes.push(format!(
+        "{} slots per buffer of S, {} merges; flush time = waits of the pushing thread for \
+         background flushes ({:.2} s) + the final flush ({:.2} s)",
+        st.slots,
+        st.merges,
+        stalls.as_secs_f64(),
+        final_flush.as_secs_f64()
+    ));
+    Ok(r)
+}
+
+/// The `crash-fill` child: creates a store in `dir`, pushes one URL less than S holds,
+/// syncs, and exits without closing (a crash with a full write-ahead log A).
+pub fn crash_fill(dir: &Path, memory_mib: u64, seed: u64) -> Result<()> {
+    let mut sieve = Sieve::open(dir, options(memory_mib))?;
+    let slots = sieve.stats()?.slots;
+    let mut stream = Stream::new(seed);
+    let mut buf = Vec::with_capacity(256);
+    for _ in 0..slots - 1 {
+        stream.next_into(&mut buf);
+        sieve.push(&buf)?;
+    }
+    sieve.sync()?;
+    println!("{}", slots - 1);
+    std::process::exit(0);
+}
+
+/// The A files of a store.
+fn a_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("a-") && name.ends_with(".log")
+        })
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Reads every file in turn with `std::fs::read`; returns the seconds taken.
+fn read_all(files: &[PathBuf]) -> Result<f64> {
+    let t = Instant::now();
+    let mut bytes = 0usize;
+    for f in files {
+        bytes += std::fs::read(f)?.len();
+    }
+    std::hint::black_box(bytes);
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Evicts every file of `dir` from the page cache (they are synced first, so their pages
+/// are clean). Returns false if the kernel refused.
+fn evict(dir: &Path) -> Result<bool> {
+    use std::os::fd::AsRawFd;
+    let mut ok = true;
+    for e in std::fs::read_dir(dir)?.flatten() {
+        if !e.metadata()?.is_file() {
+            continue;
+        }
+        let f = File::open(e.path())?;
+        f.sync_all()?;
+        // SAFETY: a valid open file descriptor; the call only advises the kernel.
+        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        ok &= rc == 0;
+    }
+    Ok(ok)
+}
+
+/// Makes a crashed store with a full A in a new temporary directory, in a child process.
+fn crashed_store(base: &Path, memory_mib: u64, seed: u64) -> Result<(tempfile::TempDir, u64)> {
+    let dir = tempfile::Builder::new()
+        .prefix("crivello-bench-crash-")
+        .tempdir_in(base)?;
+    let out = Command::new(std::env::current_exe()?)
+        .arg("crash-fill")
+        .arg("--dir")
+        .arg(dir.path())
+        .args(["--memory", &memory_mib.to_string(), "--seed", &seed.to_string()])
+        .output()?;
+    if !out.status.success() {
+        return Err(format!(
+            "crash-fill failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    let records = String::from_utf8_lossy(&out.stdout).trim().parse()?;
+    Ok((dir, records))
+}
+
+/// Measures the recovery after a crash with a full A, against reading the A files: once
+/// with the files in the page cache, once with them evicted first.
+pub fn recovery(base: &Path, memory_mib: u64, seed: u64) -> Result<Recovery> {
+    let (warm, records) = crashed_store(base, memory_mib, seed)?;
+    let files = a_files(warm.path())?;
+    let a_bytes = files
+        .iter()
+        .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
+        .sum();
+    read_all(&files)?; // brings them into the page cache
+    let warm_read_s = read_all(&files)?;
+    let t = Instant::now();
+    let sieve = Sieve::open(warm.path(), options(memory_mib))?;
+    let warm_open_s = t.elapsed().as_secs_f64();
+    sieve.close()?;
+    drop(warm);
+
+    let (cold, _) = crashed_store(base, memory_mib, seed)?;
+    let files = a_files(cold.path())?;
+    let (mut cold_open_s, mut cold_read_s) = (None, None);
+    if evict(cold.path())? {
+        cold_read_s = Some(read_all(&files)?);
+        evict(cold.path())?;
+        let t = Instant::now();
+        let sieve = Sieve::open(cold.path(), options(memory_mib))?;
+        cold_open_s = Some(t.elapsed().as_secs_f64());
+        sieve.close()?;
+    }
+    Ok(Recovery {
+        records,
+        a_bytes,
+        warm_open_s,
+        warm_read_s,
+        cold_open_s,
+        cold_read_s,
+    })
+}
