@@ -46,6 +46,8 @@ pub mod frontier;
 pub mod log;
 pub mod manifest;
 pub mod options;
+#[doc(hidden)]
+pub mod planted;
 pub mod run;
 pub mod segment;
 mod sieve;

@@ -149,9 +149,11 @@ impl LogWriter {
     pub fn sync(&mut self) -> Result<()> {
         let wrote = self.count > 0;
         self.write_frame()?;
-        self.file
-            .sync()
-            .map_err(|e| Error::io("fsync", &self.name, e))?;
+        let mut synced = self.file.sync();
+        if synced.is_err() && crate::planted::active(crate::planted::Bug::RetryFsync) {
+            synced = self.file.sync();
+        }
+        synced.map_err(|e| Error::io("fsync", &self.name, e))?;
         if wrote {
             self.epoch += 1;
         }
@@ -248,6 +250,9 @@ impl<'a> LogReader<'a> {
         let word = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
         let (magic, epoch, payload_len, count, stored) =
             (word(0), word(4), word(8), word(12), word(16));
+        if h == [0u8; FRAME_HEADER] && crate::planted::active(crate::planted::Bug::ZeroRecord) {
+            return Err(FrameError::End);
+        }
         if magic != MAGIC_FRAME {
             return Err(FrameError::Invalid(Corruption::Magic {
                 expected: MAGIC_FRAME,

@@ -200,6 +200,16 @@ impl Manifest {
 
     /// Commits this manifest: when this returns Ok it is durable.
     pub fn commit_to(&self, storage: &dyn Storage) -> Result<()> {
+        if crate::planted::active(crate::planted::Bug::NoDirFsync) {
+            let tmp = format!("{FILE}.tmp");
+            let planted = (|| {
+                let f = storage.create(&tmp)?;
+                f.write_all_at(&self.encode(), 0)?;
+                f.sync()?;
+                storage.rename(&tmp, FILE)
+            })();
+            return planted.map_err(|e| Error::io("commit", FILE, e));
+        }
         durable::replace(storage, FILE, &self.encode()).map_err(|e| Error::io("commit", FILE, e))
     }
 }

@@ -1,4 +1,4 @@
-//! Bit flips and truncations of every file kind (A, Z segment, R run, F segment, cursor,
+//! Bit flips, truncations and zeroed sectors of every file kind (A, Z segment, R run, F segment, cursor,
 //! manifest):
 //! the outcome is a typed corruption error naming the file, or the fully correct answer —
 //! never a panic, never a wrong or silently shortened output — and `check` reports each.
@@ -18,6 +18,8 @@ use crivello::{check_storage, Error, Options, Sieve};
 
 const FLIPS_PER_KIND: usize = 2000;
 const TRUNCATIONS_PER_KIND: usize = 200;
+/// Sectors (512 bytes, aligned) overwritten with zeros, as a torn or lost write leaves them.
+const ZEROED_SECTORS_PER_KIND: usize = 200;
 
 fn opts() -> Options {
     Options::new()
@@ -50,8 +52,12 @@ fn build() -> (SimDisk, Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let consumed = s.frontier_next(25).unwrap();
     s.frontier_commit().unwrap();
     s.sync().unwrap();
-    for u in &urls[280..] {
+    for (i, u) in urls[280..].iter().enumerate() {
         s.push(u).unwrap();
+        if i >= 80 && i % 4 == 3 {
+            // Several group commits in the newest generation: several small frames.
+            s.sync().unwrap();
+        }
     }
     s.close().unwrap();
     (disk, urls, consumed)
@@ -71,6 +77,22 @@ fn outcome(disk: &SimDisk) -> Result<(Vec<Vec<u8>>, u64), Error> {
     }
     let torn = s.stats()?.torn_bytes;
     Ok((out, torn))
+}
+
+/// The byte ranges of the frames of an A file (after its 20-byte header).
+fn frames_of(file: &[u8]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut at = 20;
+    while at + 20 <= file.len() {
+        let len = u32::from_le_bytes(file[at + 8..at + 12].try_into().unwrap()) as usize;
+        let end = at + 20 + len;
+        if end > file.len() {
+            break;
+        }
+        out.push((at, end));
+        at = end;
+    }
+    out
 }
 
 fn kind_of(name: &str) -> &'static str {
@@ -107,18 +129,42 @@ fn every_flip_and_truncation_is_caught_or_harmless() {
     let mut tally = std::collections::BTreeMap::<(&str, &str), usize>::new();
     for kind in ["A", "Z", "R", "F", "cursor", "manifest"] {
         let candidates: Vec<&String> = files.iter().filter(|f| kind_of(f) == kind).collect();
-        for trial in 0..FLIPS_PER_KIND + TRUNCATIONS_PER_KIND {
+        for trial in 0..FLIPS_PER_KIND + TRUNCATIONS_PER_KIND + ZEROED_SECTORS_PER_KIND {
             let name = candidates[rng.below(candidates.len() as u64) as usize];
             let img = disk.crash_image(CrashImage::KillProcess);
             let len = img.content(name).unwrap().len() as u64;
             let what = if trial < FLIPS_PER_KIND {
                 img.flip_bit(name, rng.below(len * 8));
                 "flip"
-            } else {
+            } else if trial < FLIPS_PER_KIND + TRUNCATIONS_PER_KIND {
                 let mut c = img.content(name).unwrap();
                 c.truncate(rng.below(len) as usize);
                 img.set_content(name, c);
                 "truncate"
+            } else if kind == "A" && trial % 2 == 0 {
+                // One whole frame (a lost write): zero it, header and payload.
+                let mut c = img.content(name).unwrap();
+                let frames = frames_of(&c);
+                if frames.is_empty() {
+                    c.iter_mut().for_each(|b| *b = 0);
+                } else {
+                    let (start, end) = frames[rng.below(frames.len() as u64) as usize];
+                    c[start..end].iter_mut().for_each(|b| *b = 0);
+                }
+                img.set_content(name, c);
+                "zero"
+            } else {
+                let mut c = img.content(name).unwrap();
+                let start = rng.below(len.div_ceil(512)) as usize * 512;
+                let end = (start + 512).min(c.len());
+                if c[start..end].iter().all(|&b| b == 0) {
+                    // Already zero: nothing damaged; zero the whole file instead.
+                    c.iter_mut().for_each(|b| *b = 0);
+                } else {
+                    c[start..end].iter_mut().for_each(|b| *b = 0);
+                }
+                img.set_content(name, c);
+                "zero"
             };
             let report = check_storage(Arc::new(img.crash_image(CrashImage::KillProcess))).unwrap();
             let verdict = match outcome(&img) {

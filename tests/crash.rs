@@ -42,6 +42,8 @@ struct Observed {
     consumed: Vec<Vec<u8>>,
     /// URLs read by a pop whose cursor commit failed: it may or may not have taken effect.
     in_doubt: Vec<Vec<u8>>,
+    /// URLs in F after the last flush that returned Ok: committed, so F never goes below.
+    emitted: u64,
 }
 
 /// Applies one step other than `Close`, recording what was acknowledged and consumed.
@@ -51,7 +53,12 @@ fn apply(sieve: &mut Sieve, step: &Step, o: &mut Observed) -> crivello::Result<(
             .push(u.as_bytes())
             .map(|_| o.pushed.push(u.as_bytes().to_vec())),
         Sync => sieve.sync().map(|_| o.acked = o.pushed.len()),
-        Flush => sieve.flush().map(|_| o.acked = o.pushed.len()),
+        Flush => {
+            sieve.flush()?;
+            o.acked = o.pushed.len();
+            o.emitted = sieve.stats()?.emitted;
+            Ok(())
+        }
         Pop(n) => {
             o.in_doubt = sieve.frontier_next(*n)?;
             sieve
@@ -92,6 +99,13 @@ fn verify(disk: &SimDisk, slots: usize, o: &Observed) -> Result<(), String> {
     let disk = disk.crash_image(CrashImage::KillProcess);
     let mut sieve = Sieve::open_with(Arc::new(disk.clone()), opts(slots))
         .map_err(|e| format!("reopen failed: {e}"))?;
+    let emitted = sieve.stats().map_err(|e| format!("stats: {e}"))?.emitted;
+    if emitted < o.emitted {
+        return Err(format!(
+            "committed F went back: {emitted} URLs, {} after the last flush",
+            o.emitted
+        ));
+    }
     sieve
         .flush()
         .map_err(|e| format!("flush after reopen failed: {e}"))?;

@@ -112,8 +112,12 @@ struct RunArgs {
     /// Memory budget in MiB: crivello's budget, the Mercator sieve's S, fjall's block cache.
     #[arg(long, default_value_t = 64)]
     memory: u64,
-    /// Peers to run, comma-separated: none, crivello, hashset, bloom, mercator, fjall.
-    #[arg(long, value_delimiter = ',', default_value = "none,crivello,hashset,bloom,mercator,fjall")]
+    /// Peers to run, comma-separated: none, hashset, crivello, bloom, mercator, fjall.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "none,hashset,crivello,bloom,mercator,fjall"
+    )]
     peers: Vec<String>,
     /// The stream's seed.
     #[arg(long, default_value_t = 7)]
@@ -130,6 +134,9 @@ struct RunArgs {
     /// Skips crivello's crash-recovery measurement.
     #[arg(long)]
     no_recovery: bool,
+    /// Repetitions of each recovery measurement (the report gives medians).
+    #[arg(long, default_value_t = 3)]
+    recovery_reps: usize,
 }
 
 /// Parses a count: `10000000`, `10_000_000`, `1e7` or `10^7`.
@@ -272,7 +279,7 @@ fn run(a: &RunArgs) -> Result<()> {
             recovery_done = true;
             eprintln!("crivello: recovery after a crash with a full write-ahead log ...");
             let base = a.dir.clone().unwrap_or_else(std::env::temp_dir);
-            match peers::crivello::recovery(&base, a.memory, a.seed) {
+            match peers::crivello::recovery(&base, a.memory, a.seed, a.recovery_reps) {
                 Ok(rec) => {
                     eprintln!("{}", table::recovery_summary(&rec));
                     if let Some(r) = all

@@ -9,10 +9,22 @@ use crate::record::{self, Result};
 
 /// The peers' colours and legends, in legend order.
 const STYLE: [(&str, RGBColor, &str); 6] = [
-    ("crivello", RGBColor(214, 39, 40), "crivello (durable, 64 MiB)"),
-    ("hashset", RGBColor(31, 119, 180), "HashSet<u64> (RAM grows)"),
+    (
+        "crivello",
+        RGBColor(214, 39, 40),
+        "crivello (durable, 64 MiB)",
+    ),
+    (
+        "hashset",
+        RGBColor(31, 119, 180),
+        "HashSet<u64> (RAM grows)",
+    ),
     ("bloom", RGBColor(44, 160, 44), "Bloom filter (lossy)"),
-    ("mercator", RGBColor(148, 103, 189), "textbook Mercator sieve"),
+    (
+        "mercator",
+        RGBColor(148, 103, 189),
+        "textbook Mercator sieve",
+    ),
     ("fjall", RGBColor(255, 127, 14), "fjall LSM get+insert"),
     ("none", RGBColor(127, 127, 127), "generator alone (ceiling)"),
 ];
@@ -93,7 +105,9 @@ pub fn plot(input: &Path, output: &Path) -> Result<()> {
         chart
             .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
             .label(legend)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
         chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
     }
     chart

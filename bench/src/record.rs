@@ -27,6 +27,9 @@ pub struct Recovery {
     /// Seconds to read every A file, evicted from the page cache first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cold_read_s: Option<f64>,
+    /// Repetitions of each measurement (the figures are medians).
+    #[serde(default)]
+    pub reps: u64,
 }
 
 /// One peer at one scale.

@@ -43,15 +43,14 @@ const HOST_B: [&str; 64] = [
     "news", "media", "shop", "store", "works", "labs", "hub", "zone", "daily", "times", "post",
     "review", "guide", "world", "net", "web", "online", "tech", "soft", "data", "cloud", "home",
     "life", "style", "food", "travel", "sport", "games", "music", "films", "books", "art",
-    "design", "studio", "group", "press", "radio", "tv", "mail", "forum", "club", "city",
-    "market", "trade", "bank", "health", "care", "school", "learn", "wiki", "blog", "journal",
-    "report", "digest", "center", "point", "line", "base", "space", "link", "box", "land",
-    "house", "garden",
+    "design", "studio", "group", "press", "radio", "tv", "mail", "forum", "club", "city", "market",
+    "trade", "bank", "health", "care", "school", "learn", "wiki", "blog", "journal", "report",
+    "digest", "center", "point", "line", "base", "space", "link", "box", "land", "house", "garden",
 ];
 /// Top-level domains: one per block of 4096 ranks (the most popular hosts are `.com`).
 const TLDS: [&str; 25] = [
-    "com", "org", "net", "de", "co.uk", "fr", "it", "io", "info", "ru", "jp", "nl", "es",
-    "com.br", "pl", "ca", "com.au", "edu", "ch", "se", "be", "at", "dk", "us", "eu",
+    "com", "org", "net", "de", "co.uk", "fr", "it", "io", "info", "ru", "jp", "nl", "es", "com.br",
+    "pl", "ca", "com.au", "edu", "ch", "se", "be", "at", "dk", "us", "eu",
 ];
 /// Host prefixes, by host.
 const PREFIXES: [&str; 16] = [
@@ -95,20 +94,134 @@ const SECTIONS: [&str; 32] = [
 ];
 /// Words of slugs and titles.
 const WORDS: [&str; 128] = [
-    "the", "new", "best", "how", "why", "what", "guide", "review", "top", "first", "last",
-    "world", "city", "year", "day", "week", "people", "government", "report", "study", "data",
-    "market", "price", "energy", "climate", "water", "school", "students", "health", "care",
-    "doctor", "hospital", "police", "court", "election", "vote", "party", "minister", "leader",
-    "company", "shares", "growth", "bank", "money", "tax", "budget", "plan", "project",
-    "team", "game", "season", "coach", "player", "win", "final", "cup", "league", "music",
-    "album", "film", "series", "book", "author", "art", "museum", "festival", "food",
-    "recipe", "chicken", "pasta", "coffee", "travel", "hotel", "beach", "mountain", "road",
-    "car", "electric", "battery", "phone", "apple", "google", "software", "security", "app",
-    "update", "release", "version", "open", "source", "linux", "windows", "cloud", "server",
-    "network", "internet", "science", "space", "moon", "planet", "research", "history", "war",
-    "peace", "family", "children", "home", "garden", "house", "design", "style", "fashion",
-    "summer", "winter", "spring", "autumn", "night", "morning", "free", "cheap", "easy",
-    "simple", "quick", "tips", "ideas", "things", "ways", "reasons",
+    "the",
+    "new",
+    "best",
+    "how",
+    "why",
+    "what",
+    "guide",
+    "review",
+    "top",
+    "first",
+    "last",
+    "world",
+    "city",
+    "year",
+    "day",
+    "week",
+    "people",
+    "government",
+    "report",
+    "study",
+    "data",
+    "market",
+    "price",
+    "energy",
+    "climate",
+    "water",
+    "school",
+    "students",
+    "health",
+    "care",
+    "doctor",
+    "hospital",
+    "police",
+    "court",
+    "election",
+    "vote",
+    "party",
+    "minister",
+    "leader",
+    "company",
+    "shares",
+    "growth",
+    "bank",
+    "money",
+    "tax",
+    "budget",
+    "plan",
+    "project",
+    "team",
+    "game",
+    "season",
+    "coach",
+    "player",
+    "win",
+    "final",
+    "cup",
+    "league",
+    "music",
+    "album",
+    "film",
+    "series",
+    "book",
+    "author",
+    "art",
+    "museum",
+    "festival",
+    "food",
+    "recipe",
+    "chicken",
+    "pasta",
+    "coffee",
+    "travel",
+    "hotel",
+    "beach",
+    "mountain",
+    "road",
+    "car",
+    "electric",
+    "battery",
+    "phone",
+    "apple",
+    "google",
+    "software",
+    "security",
+    "app",
+    "update",
+    "release",
+    "version",
+    "open",
+    "source",
+    "linux",
+    "windows",
+    "cloud",
+    "server",
+    "network",
+    "internet",
+    "science",
+    "space",
+    "moon",
+    "planet",
+    "research",
+    "history",
+    "war",
+    "peace",
+    "family",
+    "children",
+    "home",
+    "garden",
+    "house",
+    "design",
+    "style",
+    "fashion",
+    "summer",
+    "winter",
+    "spring",
+    "autumn",
+    "night",
+    "morning",
+    "free",
+    "cheap",
+    "easy",
+    "simple",
+    "quick",
+    "tips",
+    "ideas",
+    "things",
+    "ways",
+    "reasons",
 ];
 /// Site styles: the shape of a host's article URLs.
 const STYLES: u64 = 6;
@@ -158,16 +271,37 @@ fn put_words(buf: &mut Vec<u8>, mut h: u64, count: u64, sep: u8, capitalize: boo
     }
 }
 
-/// Writes the URL number `idx` of host `host` into `buf` (cleared first).
-pub fn write_url(buf: &mut Vec<u8>, host: u32, idx: u32) {
-    buf.clear();
-    let hh = mix(u64::from(host).wrapping_add(0x5157_3A11));
-    buf.extend_from_slice(if hh % 100 < 85 { b"https://" } else { b"http://" });
+/// The hash of a host, which picks its scheme, prefix, sections and site style.
+fn host_hash(host: u32) -> u64 {
+    mix(u64::from(host).wrapping_add(0x5157_3A11))
+}
+
+/// Appends the scheme and host name of host `host` (`https://www.name.tld`).
+fn write_origin(buf: &mut Vec<u8>, host: u32) {
+    let hh = host_hash(host);
+    buf.extend_from_slice(if hh % 100 < 85 {
+        b"https://"
+    } else {
+        b"http://"
+    });
     buf.extend_from_slice(PREFIXES[((hh >> 8) % 16) as usize].as_bytes());
     buf.extend_from_slice(HOST_A[(host % 64) as usize].as_bytes());
     buf.extend_from_slice(HOST_B[(host / 64 % 64) as usize].as_bytes());
     buf.push(b'.');
     buf.extend_from_slice(TLDS[(host / 4096) as usize].as_bytes());
+}
+
+/// Writes the URL number `idx` of host `host` into `buf` (cleared first).
+#[cfg(test)]
+pub fn write_url(buf: &mut Vec<u8>, host: u32, idx: u32) {
+    buf.clear();
+    write_origin(buf, host);
+    write_path(buf, host, idx);
+}
+
+/// Appends the path (and query) of the URL number `idx` of host `host`.
+fn write_path(buf: &mut Vec<u8>, host: u32, idx: u32) {
+    let hh = host_hash(host);
     let first_section = (hh >> 16) % SECTIONS.len() as u64;
     let section = |i: u64| SECTIONS[((first_section + i) % SECTIONS.len() as u64) as usize];
     if idx == 0 {
@@ -253,7 +387,7 @@ pub fn write_url(buf: &mut Vec<u8>, host: u32, idx: u32) {
             put_u64(buf, (h >> 20) % 60);
             buf.extend_from_slice(b"&t=");
             put_u64(buf, id);
-            if (h >> 30) % 3 == 0 {
+            if (h >> 30).is_multiple_of(3) {
                 buf.extend_from_slice(b"&start=");
                 put_u64(buf, (h >> 32) % 20 * 15);
             }
@@ -284,6 +418,10 @@ pub struct Stream {
     rng: Rng,
     /// URLs made so far, per host.
     made: Vec<u32>,
+    /// Every host's scheme and name, one after the other.
+    origins: Vec<u8>,
+    /// Where each host's origin starts in `origins` (one more entry at the end).
+    origin_at: Vec<u32>,
     page_host: u32,
     links_left: u32,
     pushes: u64,
@@ -295,9 +433,18 @@ pub struct Stream {
 impl Stream {
     /// A stream from a seed: equal seeds give equal streams.
     pub fn new(seed: u64) -> Stream {
+        let mut origins = Vec::with_capacity(HOSTS as usize * 24);
+        let mut origin_at = Vec::with_capacity(HOSTS as usize + 1);
+        for host in 0..HOSTS {
+            origin_at.push(origins.len() as u32);
+            write_origin(&mut origins, host);
+        }
+        origin_at.push(origins.len() as u32);
         Stream {
             rng: Rng::new(seed),
             made: vec![0; HOSTS as usize],
+            origins,
+            origin_at,
             page_host: 0,
             links_left: 0,
             pushes: 0,
@@ -307,10 +454,12 @@ impl Stream {
         }
     }
 
-    /// A host rank drawn from the Zipf law: rank = HOSTS^u, u uniform in [0, 1).
+    /// A host rank drawn from the Zipf law: rank = HOSTS^u = e^(u ln HOSTS), u uniform in
+    /// [0, 1); returned minus one.
     fn zipf(&mut self) -> u32 {
         let u = (self.rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
-        ((f64::from(HOSTS).powf(u) as u32).max(1) - 1).min(HOSTS - 1)
+        let rank = (u * f64::from(HOSTS).ln()).exp() as u32;
+        (rank.max(1) - 1).min(HOSTS - 1)
     }
 
     /// Writes the next URL into `buf` (cleared first).
@@ -346,7 +495,12 @@ impl Stream {
             count - 1 - back
         };
         self.pushes += 1;
-        write_url(buf, host, idx);
+        let h = host as usize;
+        buf.clear();
+        buf.extend_from_slice(
+            &self.origins[self.origin_at[h] as usize..self.origin_at[h + 1] as usize],
+        );
+        write_path(buf, host, idx);
         self.bytes += buf.len() as u64;
         if new {
             self.digest = digest_step(self.digest, buf);
@@ -413,14 +567,17 @@ mod tests {
         let r = s.repeat_fraction();
         assert!((0.78..0.82).contains(&r), "repeat fraction {r}");
         let len = s.mean_len();
-        assert!((55.0..85.0).contains(&len), "mean length {len}");
+        assert!((45.0..90.0).contains(&len), "mean length {len}");
     }
 
     #[test]
     fn every_host_index_pair_is_a_distinct_url() {
         let mut owner = std::collections::HashMap::new();
         let mut buf = Vec::new();
-        for host in (0..HOSTS).step_by(97).chain([1, 63, 64, 4095, 4096, HOSTS - 1]) {
+        for host in (0..HOSTS)
+            .step_by(97)
+            .chain([1, 63, 64, 4095, 4096, HOSTS - 1])
+        {
             for idx in 0..400 {
                 write_url(&mut buf, host, idx);
                 assert!(buf.is_ascii() && !buf.contains(&b'\n'));

@@ -23,7 +23,7 @@ fn rate(r: &Record) -> String {
 pub fn count(n: u64) -> String {
     let mut p = 0;
     let mut m = n;
-    while m >= 10 && m % 10 == 0 {
+    while m >= 10 && m.is_multiple_of(10) {
         m /= 10;
         p += 1;
     }
@@ -130,7 +130,11 @@ pub fn summary(r: &Record, earlier: &[Record]) -> String {
         }
     }
     if r.z_bytes.is_some() {
-        let _ = write!(s, "\n    disk bytes per distinct URL (Z / all): {}", disk(r));
+        let _ = write!(
+            s,
+            "\n    disk bytes per distinct URL (Z / all): {}",
+            disk(r)
+        );
     }
     if let Some(w) = r.bytes_written {
         let _ = write!(s, ", {:.1} GB written", w as f64 / 1e9);
@@ -150,10 +154,11 @@ pub fn summary(r: &Record, earlier: &[Record]) -> String {
 /// A summary of a recovery measurement.
 pub fn recovery_summary(rec: &Recovery) -> String {
     let mut s = format!(
-        "  recovery of {} URLs in A ({:.1} MiB): page cache warm: open {:.3} s, sequential \
-         read {:.3} s (ratio {:.2})",
+        "  recovery of {} URLs in A ({:.1} MiB), medians of {}: page cache warm: open {:.3} s, \
+         sequential read {:.3} s (ratio {:.2})",
         rec.records,
         rec.a_bytes as f64 / (1 << 20) as f64,
+        rec.reps,
         rec.warm_open_s,
         rec.warm_read_s,
         rec.warm_open_s / rec.warm_read_s

@@ -157,6 +157,11 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
     }
 
     let first_gen = job.runs.first().map_or(b.gen, |r| r.meta().gen.min(b.gen));
+    if job.merge && crate::planted::active(crate::planted::Bug::EarlyADiscard) {
+        for g in first_gen..b.next.0 {
+            let _ = storage.remove(&wal::file_name(g));
+        }
+    }
     m.commit += 1;
     m.a_gen = b.next.0;
     m.a_skip = b.next.1;
@@ -405,8 +410,12 @@ impl FrontierAppender {
         let file = storage
             .open(&name)
             .map_err(|e| Error::io("open", &name, e))?;
+        let mut start = m.f_tail_len;
+        if crate::planted::active(crate::planted::Bug::KeepFTail) {
+            start = file.len().map_err(|e| Error::io("stat", &name, e))?;
+        }
         Ok(FrontierAppender {
-            out: LogWriter::new(file, name, m.f_tail_len, m.flushes as u32),
+            out: LogWriter::new(file, name, start, m.flushes as u32),
             tail: m.f_tail,
             emitted: 0,
         })

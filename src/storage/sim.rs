@@ -475,9 +475,15 @@ impl StorageFile for SimFile {
             }
             return Err(e);
         }
+        // Only the dirty pages reach the disk: pages forgotten by a failed sync stay as they
+        // were on disk, though the live content (the page cache) still shows the new bytes.
         let node = &mut s.inodes[self.ino];
-        node.durable = node.live.clone();
-        node.pending.clear();
+        for p in std::mem::take(&mut node.pending) {
+            match p {
+                Pending::Write { offset, data } => apply_write(&mut node.durable, offset, &data),
+                Pending::SetLen(len) => node.durable.resize(len as usize, 0),
+            }
+        }
         Ok(())
     }
 }

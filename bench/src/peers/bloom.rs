@@ -76,8 +76,8 @@ pub fn run(args: &PeerArgs) -> Result<Record> {
     let mut r = args.record("bloom", &stream, start, emitted);
     r.digest = hex(digest);
     r.notes.push(format!(
-        "{} MiB filter ({BITS_PER_URL} bits x {expected} expected URLs, k = {PROBES}); in RAM only",
-        bloom.bytes() >> 20
+        "{:.1} MiB filter ({BITS_PER_URL} bits x {expected} expected URLs, k = {PROBES}); in RAM only",
+        bloom.bytes() as f64 / (1 << 20) as f64
     ));
     Ok(r)
 }

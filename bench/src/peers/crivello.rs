@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crivello::{Options, Sieve};
 
 use super::PeerArgs;
-use crate::record::{hex, Recovery, Record, Result};
+use crate::record::{hex, Record, Recovery, Result};
 use crate::stream::{digest_step, Stream};
 
 /// Pushes between two reads of the frontier by the consumer.
@@ -170,7 +170,12 @@ fn crashed_store(base: &Path, memory_mib: u64, seed: u64) -> Result<(tempfile::T
         .arg("crash-fill")
         .arg("--dir")
         .arg(dir.path())
-        .args(["--memory", &memory_mib.to_string(), "--seed", &seed.to_string()])
+        .args([
+            "--memory",
+            &memory_mib.to_string(),
+            "--seed",
+            &seed.to_string(),
+        ])
         .output()?;
     if !out.status.success() {
         return Err(format!(
@@ -184,40 +189,73 @@ fn crashed_store(base: &Path, memory_mib: u64, seed: u64) -> Result<(tempfile::T
     Ok((dir, records))
 }
 
-/// Measures the recovery after a crash with a full A, against reading the A files: once
-/// with the files in the page cache, once with them evicted first.
-pub fn recovery(base: &Path, memory_mib: u64, seed: u64) -> Result<Recovery> {
-    let (warm, records) = crashed_store(base, memory_mib, seed)?;
-    let files = a_files(warm.path())?;
+/// One warm measurement: (open seconds, read seconds), the A files in the page cache.
+fn warm_once(base: &Path, memory_mib: u64, seed: u64) -> Result<(f64, f64, u64, u64)> {
+    let (dir, records) = crashed_store(base, memory_mib, seed)?;
+    let files = a_files(dir.path())?;
     let a_bytes = files
         .iter()
         .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
         .sum();
     read_all(&files)?; // brings them into the page cache
-    let warm_read_s = read_all(&files)?;
+    let read = read_all(&files)?;
     let t = Instant::now();
-    let sieve = Sieve::open(warm.path(), options(memory_mib))?;
-    let warm_open_s = t.elapsed().as_secs_f64();
+    let sieve = Sieve::open(dir.path(), options(memory_mib))?;
+    let open = t.elapsed().as_secs_f64();
     sieve.close()?;
-    drop(warm);
+    Ok((open, read, records, a_bytes))
+}
 
-    let (cold, _) = crashed_store(base, memory_mib, seed)?;
-    let files = a_files(cold.path())?;
-    let (mut cold_open_s, mut cold_read_s) = (None, None);
-    if evict(cold.path())? {
-        cold_read_s = Some(read_all(&files)?);
-        evict(cold.path())?;
-        let t = Instant::now();
-        let sieve = Sieve::open(cold.path(), options(memory_mib))?;
-        cold_open_s = Some(t.elapsed().as_secs_f64());
-        sieve.close()?;
+/// One cold measurement: (open seconds, read seconds), the store's files evicted from the
+/// page cache before each; `None` if they cannot be evicted.
+fn cold_once(base: &Path, memory_mib: u64, seed: u64) -> Result<Option<(f64, f64)>> {
+    let (dir, _) = crashed_store(base, memory_mib, seed)?;
+    let files = a_files(dir.path())?;
+    if !evict(dir.path())? {
+        return Ok(None);
     }
-    Ok(Recovery {
-        records,
-        a_bytes,
-        warm_open_s,
-        warm_read_s,
-        cold_open_s,
-        cold_read_s,
-    })
+    let read = read_all(&files)?;
+    evict(dir.path())?;
+    let t = Instant::now();
+    let sieve = Sieve::open(dir.path(), options(memory_mib))?;
+    let open = t.elapsed().as_secs_f64();
+    sieve.close()?;
+    Ok(Some((open, read)))
+}
+
+/// The median of some values.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Measures the recovery after a crash with a full A against reading the A files, `reps`
+/// times each (medians): with the files in the page cache, and with them evicted first.
+pub fn recovery(base: &Path, memory_mib: u64, seed: u64, reps: usize) -> Result<Recovery> {
+    let mut rec = Recovery::default();
+    let (mut opens, mut reads) = (Vec::new(), Vec::new());
+    for _ in 0..reps.max(1) {
+        let (open, read, records, a_bytes) = warm_once(base, memory_mib, seed)?;
+        opens.push(open);
+        reads.push(read);
+        (rec.records, rec.a_bytes) = (records, a_bytes);
+    }
+    rec.warm_open_s = median(opens);
+    rec.warm_read_s = median(reads);
+    let (mut opens, mut reads) = (Vec::new(), Vec::new());
+    for _ in 0..reps.max(1) {
+        match cold_once(base, memory_mib, seed)? {
+            Some((open, read)) => {
+                opens.push(open);
+                reads.push(read);
+            }
+            None => break,
+        }
+    }
+    if !opens.is_empty() {
+        rec.cold_open_s = Some(median(opens));
+        rec.cold_read_s = Some(median(reads));
+    }
+    rec.reps = reps.max(1) as u64;
+    Ok(rec)
 }

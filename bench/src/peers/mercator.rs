@@ -4,7 +4,9 @@
 //! When S is full it is sorted and deduplicated, then merged with Z, a flat file of all the
 //! signatures ever seen, sorted: the merge writes a complete new Z (all of Z is rewritten at
 //! every flush) and keeps in S the signatures Z did not have. Then A is read back in order,
-//! and each URL whose signature is new (and not yet emitted) is appended to the frontier F.
+//! and each URL whose signature is new (and not yet emitted) is appended to the frontier F;
+//! the look-up in the sorted new signatures is an interpolation search (signatures are
+//! uniform), which is much faster than a binary search.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
@@ -161,7 +163,7 @@ impl Mercator {
                 break;
             }
             let url = line.strip_suffix(b"\n").unwrap_or(&line);
-            if let Ok(pos) = self.s.binary_search(&xxh3_64(url)) {
+            if let Some(pos) = find(&self.s, xxh3_64(url)) {
                 let (w, mask) = (pos / 64, 1u64 << (pos % 64));
                 if done[w] & mask == 0 {
                     done[w] |= mask;
@@ -176,6 +178,29 @@ impl Mercator {
         self.a = BufWriter::with_capacity(IO_BUF, File::create(&self.a_path)?);
         Ok(())
     }
+}
+
+/// The position of `x` in the sorted `s`. Signatures are uniformly distributed, so a few
+/// interpolation steps land next to it; a binary search finishes.
+pub fn find(s: &[u64], x: u64) -> Option<usize> {
+    let (mut lo, mut hi) = (0usize, s.len());
+    for _ in 0..4 {
+        if hi - lo < 16 {
+            break;
+        }
+        let (a, b) = (s[lo], s[hi - 1]);
+        if x < a || x > b {
+            return None;
+        }
+        let span = (hi - 1 - lo) as u128;
+        let pos = lo + ((u128::from(x - a) * span) / u128::from((b - a).max(1))) as usize;
+        match s[pos].cmp(&x) {
+            std::cmp::Ordering::Equal => return Some(pos),
+            std::cmp::Ordering::Less => lo = pos + 1,
+            std::cmp::Ordering::Greater => hi = pos,
+        }
+    }
+    s[lo..hi].binary_search(&x).ok().map(|i| lo + i)
 }
 
 /// Runs the sieve on the stream.
@@ -205,4 +230,36 @@ pub fn run(args: &PeerArgs) -> Result<Record> {
         m.flush_time.as_secs_f64() * 100.0 / r.seconds
     ));
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn find_finds_exactly_the_members() {
+        let mut s: Vec<u64> = (0..10_000u64).map(|i| xxh3_64(&i.to_le_bytes())).collect();
+        s.sort_unstable();
+        for (i, &x) in s.iter().enumerate() {
+            assert_eq!(find(&s, x), Some(i));
+        }
+        for i in 10_000..20_000u64 {
+            assert_eq!(find(&s, xxh3_64(&i.to_le_bytes())), None);
+        }
+        assert_eq!(find(&[], 5), None);
+        assert_eq!(find(&[5], 5), Some(0));
+    }
+
+    #[test]
+    fn emits_each_new_url_once_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = Mercator::new(dir.path(), 4).unwrap();
+        for u in ["a", "b", "a", "c", "b", "d", "a", "e", "c"] {
+            m.push(u.as_bytes()).unwrap();
+        }
+        m.flush().unwrap();
+        let f = std::fs::read_to_string(dir.path().join("f.txt")).unwrap();
+        assert_eq!(f, "a\nb\nc\nd\ne\n");
+        assert_eq!(m.distinct, 5);
+    }
 }

@@ -15,7 +15,7 @@ use crate::record::{hex, Record, Result};
 use crate::stream::Stream;
 
 /// Every peer, in the order `run` runs them by default.
-pub const ALL: [&str; 6] = ["none", "crivello", "hashset", "bloom", "mercator", "fjall"];
+pub const ALL: [&str; 6] = ["none", "hashset", "crivello", "bloom", "mercator", "fjall"];
 
 /// What a peer's process is told.
 #[derive(Debug, Clone)]

@@ -1,0 +1,51 @@
+//! Known bugs that can be planted, to show that the test suites catch them.
+//!
+//! Only with the `planted-bugs` feature, and only when the environment variable
+//! `CRIVELLO_PLANTED_BUG` names one of the bugs below; without the feature every check is a
+//! constant `false`. `.ci/run` runs the suites once per bug and requires each run to fail.
+
+/// A bug that can be planted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bug {
+    /// `no-dir-fsync`: the manifest's atomic replace skips the directory fsync after the
+    /// rename, so a commit can be lost after it was acknowledged.
+    NoDirFsync,
+    /// `early-a-discard`: a merge removes the merged A generations before the switch.
+    EarlyADiscard,
+    /// `keep-f-tail`: recovery keeps F's uncommitted tail, and the redo appends after it.
+    KeepFTail,
+    /// `retry-fsync`: a failed fsync of A is retried, and the retry trusted.
+    RetryFsync,
+    /// `zero-record`: an all-zero frame header is accepted as the clean end of the log.
+    ZeroRecord,
+}
+
+impl Bug {
+    /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
+    pub const ALL: [(Bug, &'static str); 5] = [
+        (Bug::NoDirFsync, "no-dir-fsync"),
+        (Bug::EarlyADiscard, "early-a-discard"),
+        (Bug::KeepFTail, "keep-f-tail"),
+        (Bug::RetryFsync, "retry-fsync"),
+        (Bug::ZeroRecord, "zero-record"),
+    ];
+}
+
+/// Whether `bug` is planted in this process.
+#[cfg(feature = "planted-bugs")]
+pub fn active(bug: Bug) -> bool {
+    static CHOSEN: std::sync::OnceLock<Option<Bug>> = std::sync::OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        let name = std::env::var("CRIVELLO_PLANTED_BUG").ok()?;
+        let found = Bug::ALL.iter().find(|(_, n)| *n == name).map(|(b, _)| *b);
+        assert!(found.is_some(), "CRIVELLO_PLANTED_BUG={name}: no such bug");
+        found
+    }) == Some(bug)
+}
+
+/// Whether `bug` is planted in this process: never, without the `planted-bugs` feature.
+#[cfg(not(feature = "planted-bugs"))]
+#[inline(always)]
+pub fn active(_bug: Bug) -> bool {
+    false
+}
