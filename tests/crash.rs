@@ -157,7 +157,12 @@ fn images() -> Vec<CrashImage> {
         CrashImage::DropAll,
         CrashImage::KeepDataDropDir,
     ];
-    v.extend((1..=6).map(CrashImage::Random));
+    // `CRIVELLO_RANDOM_IMAGES` raises the number of random tears per point (the long tier).
+    let random: u64 = std::env::var("CRIVELLO_RANDOM_IMAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6);
+    v.extend((1..=random).map(CrashImage::Random));
     v
 }
 

@@ -343,7 +343,11 @@ fn check_against_model(ops: &[Op], slots: usize, background: bool, lazy: bool) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    // 200 cases each; `PROPTEST_CASES` raises it (the long tier).
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(200),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn the_sieve_matches_the_model_inline(ops in proptest::collection::vec(op(), 1..200), slots in 1usize..40, lazy: bool) {

@@ -5,8 +5,8 @@
 //! signatures ever seen, sorted: the merge writes a complete new Z (all of Z is rewritten at
 //! every flush) and keeps in S the signatures Z did not have. Then A is read back in order,
 //! and each URL whose signature is new (and not yet emitted) is appended to the frontier F;
-//! the look-up in the sorted new signatures is an interpolation search (signatures are
-//! uniform), which is much faster than a binary search.
+//! a 1 MiB bitmap of the new signatures' prefixes rejects most old URLs at once, and the
+//! look-up in the sorted new signatures is an interpolation search (signatures are uniform).
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
@@ -21,6 +21,8 @@ use crate::stream::{digest_step, Stream};
 
 /// Bytes of each file buffer.
 const IO_BUF: usize = 1 << 20;
+/// Bits of the signature prefix in the quick filter of new signatures (2^23 bits: 1 MiB).
+const QUICK_BITS: u32 = 23;
 
 /// The sieve's state.
 #[derive(Debug)]
@@ -155,6 +157,13 @@ impl Mercator {
     fn emit(&mut self) -> Result<()> {
         self.a.flush()?;
         let mut done = vec![0u64; self.s.len().div_ceil(64)];
+        // A 1 MiB bitmap of the new signatures' top bits: most old URLs are rejected by one
+        // probe that stays in the cache, before the search in S.
+        let mut quick = vec![0u64; 1 << (QUICK_BITS - 6)];
+        for &x in &self.s {
+            let b = x >> (64 - QUICK_BITS);
+            quick[(b / 64) as usize] |= 1 << (b % 64);
+        }
         let mut a = BufReader::with_capacity(IO_BUF, File::open(&self.a_path)?);
         let mut line = Vec::with_capacity(256);
         loop {
@@ -163,7 +172,12 @@ impl Mercator {
                 break;
             }
             let url = line.strip_suffix(b"\n").unwrap_or(&line);
-            if let Some(pos) = find(&self.s, xxh3_64(url)) {
+            let x = xxh3_64(url);
+            let b = x >> (64 - QUICK_BITS);
+            if quick[(b / 64) as usize] & (1 << (b % 64)) == 0 {
+                continue;
+            }
+            if let Some(pos) = find(&self.s, x) {
                 let (w, mask) = (pos / 64, 1u64 << (pos % 64));
                 if done[w] & mask == 0 {
                     done[w] |= mask;
