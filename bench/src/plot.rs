@@ -25,7 +25,11 @@ const STYLE: [(&str, RGBColor, &str); 6] = [
         RGBColor(148, 103, 189),
         "textbook Mercator sieve",
     ),
-    ("fjall", RGBColor(255, 127, 14), "fjall LSM get+insert"),
+    (
+        "fjall",
+        RGBColor(255, 127, 14),
+        "fjall LSM get+insert (to 10^7)",
+    ),
     ("none", RGBColor(127, 127, 127), "generator alone (ceiling)"),
 ];
 
@@ -41,8 +45,8 @@ fn sci(x: f64) -> String {
     }
 }
 
-/// Draws the plot of the results in `input` to the SVG file `output`. For each peer and
-/// number of pushes the last record counts.
+/// Draws the plot of the results in `input` to the SVG file `output`: log x axis, linear y
+/// axis. For each peer and number of pushes the last record counts.
 pub fn plot(input: &Path, output: &Path) -> Result<()> {
     let records = record::load(input)?;
     if records.is_empty() {
@@ -59,7 +63,7 @@ pub fn plot(input: &Path, output: &Path) -> Result<()> {
     let xs = records.iter().map(|r| r.pushes as f64);
     let ys = records.iter().map(|r| r.pushes_per_s);
     let (xmin, xmax) = (xs.clone().fold(f64::MAX, f64::min), xs.fold(0f64, f64::max));
-    let (ymin, ymax) = (ys.clone().fold(f64::MAX, f64::min), ys.fold(0f64, f64::max));
+    let ymax = ys.fold(0f64, f64::max);
     let budget = records
         .iter()
         .find(|r| r.peer == "crivello")
@@ -69,28 +73,21 @@ pub fn plot(input: &Path, output: &Path) -> Result<()> {
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "URL sieves: pushes per second, end to end (log-log)",
+            "URL sieves: pushes per second, end to end",
             ("sans-serif", 22),
         )
         .margin(20)
         .x_label_area_size(50)
         .y_label_area_size(80)
-        .build_cartesian_2d(
-            (xmin / 2.0..xmax * 2.0).log_scale(),
-            (ymin / 2.0..ymax * 2.0).log_scale(),
-        )?;
+        .build_cartesian_2d((xmin / 2.0..xmax * 2.0).log_scale(), 0f64..ymax * 1.45)?;
     chart
         .configure_mesh()
+        .light_line_style(WHITE)
+        .y_labels(12)
         .x_desc("pushes (URLs discovered, 80% repeats)")
         .y_desc("pushes per second")
         .x_label_formatter(&|x| sci(*x))
-        .y_label_formatter(&|y| {
-            if *y >= 1e6 {
-                format!("{:.1} M", y / 1e6)
-            } else {
-                format!("{:.0} k", y / 1e3)
-            }
-        })
+        .y_label_formatter(&|y| format!("{:.0} M", y / 1e6))
         .draw()?;
     for (peer, color, legend) in STYLE {
         let Some(points) = series.get(peer) else {
@@ -114,7 +111,7 @@ pub fn plot(input: &Path, output: &Path) -> Result<()> {
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerLeft)
+        .position(SeriesLabelPosition::UpperRight)
         .draw()?;
     root.present()?;
     Ok(())

@@ -140,7 +140,7 @@ pub fn summary(r: &Record, earlier: &[Record]) -> String {
         let _ = write!(s, ", {:.1} GB written", w as f64 / 1e9);
     }
     if let Some(o) = r.open_s {
-        let _ = write!(s, "\n    open of the finished store: {:.3} s", o);
+        let _ = write!(s, "\n    open of the finished store: {:.2} ms", o * 1e3);
     }
     if let Some(p) = r.popped {
         let _ = write!(s, "\n    frontier URLs popped while pushing: {p}");
@@ -200,9 +200,9 @@ pub fn markdown(all: &[Record]) -> String {
         s.push('\n');
     }
     s.push_str(
-        "| peer | pushes | pushes/s | peak RSS | vs crivello | exact | time in flushes | \
-         disk B per distinct URL (Z / all) | notes |\n\
-         |---|---|---|---|---|---|---|---|---|\n",
+        "| peer | pushes | pushes/s | peak RSS | vs crivello | distinct emitted | exact | \
+         time in flushes | disk B per distinct URL (Z / all) | notes |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in &rows {
         let ratio = match reference(r, all) {
@@ -211,12 +211,13 @@ pub fn markdown(all: &[Record]) -> String {
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.0} MiB | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {:.0} MiB | {} | {} | {} | {} | {} | {} |",
             r.peer,
             count(r.pushes),
             rate(r),
             mib(r.peak_rss_kib),
             ratio,
+            r.emitted,
             exactness(r),
             flush_time(r),
             disk(r),
@@ -228,10 +229,10 @@ pub fn markdown(all: &[Record]) -> String {
         if let Some(o) = r.open_s {
             let _ = writeln!(
                 extra,
-                "- crivello, {} pushes, {} MiB: open of the finished store {:.3} s",
+                "- crivello, {} pushes, {} MiB: open of the finished store {:.2} ms",
                 count(r.pushes),
                 r.memory_mib,
-                o
+                o * 1e3
             );
         }
         if let Some(rec) = &r.recovery {

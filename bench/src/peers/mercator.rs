@@ -4,9 +4,9 @@
 //! When S is full it is sorted and deduplicated, then merged with Z, a flat file of all the
 //! signatures ever seen, sorted: the merge writes a complete new Z (all of Z is rewritten at
 //! every flush) and keeps in S the signatures Z did not have. Then A is read back in order,
-//! and each URL whose signature is new (and not yet emitted) is appended to the frontier F;
-//! a 1 MiB bitmap of the new signatures' prefixes rejects most old URLs at once, and the
-//! look-up in the sorted new signatures is an interpolation search (signatures are uniform).
+//! and each URL whose signature is new (and not yet emitted) is appended to the frontier F.
+//! The look-up of a URL's signature among the new ones goes through a 1 MiB bucket index of
+//! their top bits (signatures are uniform), much faster than a binary search.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
@@ -21,8 +21,8 @@ use crate::stream::{digest_step, Stream};
 
 /// Bytes of each file buffer.
 const IO_BUF: usize = 1 << 20;
-/// Bits of the signature prefix in the quick filter of new signatures (2^23 bits: 1 MiB).
-const QUICK_BITS: u32 = 23;
+/// Bits of the signature prefix of the bucket index of new signatures (2^18 buckets: 1 MiB).
+pub const INDEX_BITS: u32 = 18;
 
 /// The sieve's state.
 #[derive(Debug)]
@@ -157,13 +157,7 @@ impl Mercator {
     fn emit(&mut self) -> Result<()> {
         self.a.flush()?;
         let mut done = vec![0u64; self.s.len().div_ceil(64)];
-        // A 1 MiB bitmap of the new signatures' top bits: most old URLs are rejected by one
-        // probe that stays in the cache, before the search in S.
-        let mut quick = vec![0u64; 1 << (QUICK_BITS - 6)];
-        for &x in &self.s {
-            let b = x >> (64 - QUICK_BITS);
-            quick[(b / 64) as usize] |= 1 << (b % 64);
-        }
+        let index = Index::new(&self.s);
         let mut a = BufReader::with_capacity(IO_BUF, File::open(&self.a_path)?);
         let mut line = Vec::with_capacity(256);
         loop {
@@ -173,11 +167,7 @@ impl Mercator {
             }
             let url = line.strip_suffix(b"\n").unwrap_or(&line);
             let x = xxh3_64(url);
-            let b = x >> (64 - QUICK_BITS);
-            if quick[(b / 64) as usize] & (1 << (b % 64)) == 0 {
-                continue;
-            }
-            if let Some(pos) = find(&self.s, x) {
+            if let Some(pos) = index.find(&self.s, x) {
                 let (w, mask) = (pos / 64, 1u64 << (pos % 64));
                 if done[w] & mask == 0 {
                     done[w] |= mask;
@@ -194,27 +184,33 @@ impl Mercator {
     }
 }
 
-/// The position of `x` in the sorted `s`. Signatures are uniformly distributed, so a few
-/// interpolation steps land next to it; a binary search finishes.
-pub fn find(s: &[u64], x: u64) -> Option<usize> {
-    let (mut lo, mut hi) = (0usize, s.len());
-    for _ in 0..4 {
-        if hi - lo < 16 {
-            break;
+/// A bucket index over sorted signatures: the first position of each value of the top
+/// [`INDEX_BITS`] bits, so that a look-up scans one bucket of a few entries (one or two
+/// cache lines) instead of searching the whole array.
+#[derive(Debug)]
+pub struct Index {
+    starts: Vec<u32>,
+}
+
+impl Index {
+    /// The index of the sorted `s`.
+    pub fn new(s: &[u64]) -> Index {
+        let mut starts = vec![0u32; (1 << INDEX_BITS) + 1];
+        for &x in s {
+            starts[(x >> (64 - INDEX_BITS)) as usize + 1] += 1;
         }
-        let (a, b) = (s[lo], s[hi - 1]);
-        if x < a || x > b {
-            return None;
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
         }
-        let span = (hi - 1 - lo) as u128;
-        let pos = lo + ((u128::from(x - a) * span) / u128::from((b - a).max(1))) as usize;
-        match s[pos].cmp(&x) {
-            std::cmp::Ordering::Equal => return Some(pos),
-            std::cmp::Ordering::Less => lo = pos + 1,
-            std::cmp::Ordering::Greater => hi = pos,
-        }
+        Index { starts }
     }
-    s[lo..hi].binary_search(&x).ok().map(|i| lo + i)
+
+    /// The position of `x` in `s` (the array the index was made of).
+    pub fn find(&self, s: &[u64], x: u64) -> Option<usize> {
+        let b = (x >> (64 - INDEX_BITS)) as usize;
+        let (lo, hi) = (self.starts[b] as usize, self.starts[b + 1] as usize);
+        s[lo..hi].iter().position(|&y| y == x).map(|i| lo + i)
+    }
 }
 
 /// Runs the sieve on the stream.
@@ -251,29 +247,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn find_finds_exactly_the_members() {
-        let mut s: Vec<u64> = (0..10_000u64).map(|i| xxh3_64(&i.to_le_bytes())).collect();
+    fn the_index_finds_exactly_the_members() {
+        let mut s: Vec<u64> = (0..100_000u64).map(|i| xxh3_64(&i.to_le_bytes())).collect();
+        s.extend([0, 1, u64::MAX]);
         s.sort_unstable();
+        let index = Index::new(&s);
         for (i, &x) in s.iter().enumerate() {
-            assert_eq!(find(&s, x), Some(i));
+            assert_eq!(index.find(&s, x), Some(i));
         }
-        for i in 10_000..20_000u64 {
-            assert_eq!(find(&s, xxh3_64(&i.to_le_bytes())), None);
+        for i in 100_000..200_000u64 {
+            assert_eq!(index.find(&s, xxh3_64(&i.to_le_bytes())), None);
         }
-        assert_eq!(find(&[], 5), None);
-        assert_eq!(find(&[5], 5), Some(0));
+        assert_eq!(Index::new(&[]).find(&[], 5), None);
     }
 
     #[test]
     fn emits_each_new_url_once_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let mut m = Mercator::new(dir.path(), 4).unwrap();
-        for u in ["a", "b", "a", "c", "b", "d", "a", "e", "c"] {
+        for u in ["a", "b", "a", "c", "b", "d", "a", "e", "c", "f"] {
             m.push(u.as_bytes()).unwrap();
         }
         m.flush().unwrap();
         let f = std::fs::read_to_string(dir.path().join("f.txt")).unwrap();
-        assert_eq!(f, "a\nb\nc\nd\ne\n");
-        assert_eq!(m.distinct, 5);
+        assert_eq!(f, "a\nb\nc\nd\ne\nf\n");
+        assert_eq!((m.distinct, m.emitted, m.flushes), (6, 6, 3));
     }
 }
