@@ -120,24 +120,7 @@ impl Run {
     /// Opens a run and checks its header and length against `meta`.
     pub fn open(storage: &dyn Storage, meta: RunMeta) -> Result<Run> {
         let name = file_name(meta.id);
-        let file = match storage.open(&name) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::corrupt(&name, 0, Corruption::Missing))
-            }
-            Err(e) => return Err(Error::io("open", &name, e)),
-        };
-        let len = file.len().map_err(|e| Error::io("stat", &name, e))?;
-        if len != meta.bytes() {
-            return Err(Error::corrupt(
-                &name,
-                len.min(meta.bytes()),
-                Corruption::Truncated {
-                    needed: meta.bytes(),
-                    available: len,
-                },
-            ));
-        }
+        let file = crate::segment::open_exact(storage, &name, meta.bytes())?;
         let mut h = vec![0u8; HEADER_LEN as usize];
         file.read_exact_at(&mut h, 0)
             .map_err(|e| Error::io("read", &name, e))?;

@@ -151,6 +151,66 @@ fn a_real_directory_keeps_everything_across_a_clean_reopen() {
     sieve.close().unwrap();
 }
 
+/// The merge rule of `docs/design.md`: a consumer that keeps the frontier drained gets a merge
+/// per buffer; without one, buffers are spilled as runs until they hold as many pushes as Z
+/// holds signatures, and never more runs than the limit; `flush` merges them all.
+#[test]
+fn merges_follow_the_frontier_and_the_run_rules() {
+    let url = |i: u32| format!("http://h{}.example/{i}", i % 17).into_bytes();
+    let base = Options::new().slots(10).seed(4).background_flush(false);
+
+    // A draining consumer: every flush is a merge, and each URL is readable right after.
+    let mut sieve = Sieve::open_with(Arc::new(SimDisk::new()), base.clone()).unwrap();
+    let mut read = Vec::new();
+    for i in 0..500 {
+        sieve.push(&url(i)).unwrap();
+        read.extend(sieve.frontier_next(100).unwrap());
+    }
+    let st = sieve.stats().unwrap();
+    assert_eq!(st.merges, st.flushes, "every flush merged");
+    assert_eq!((st.runs, st.unmerged), (0, 0));
+    assert_eq!(
+        read.len(),
+        490,
+        "all but the buffer in S reached the frontier"
+    );
+
+    // No consumer, the frontier rule off: spills, at most max_runs - 1 runs (8 at 1 MiB).
+    let lazy = base.memory(1 << 20).frontier_low(0);
+    let mut sieve = Sieve::open_with(Arc::new(SimDisk::new()), lazy).unwrap();
+    let mut most_runs = 0;
+    for i in 0..5000 {
+        sieve.push(&url(i)).unwrap();
+        let st = sieve.stats().unwrap();
+        most_runs = most_runs.max(st.runs);
+        // A spill is kept only while the runs hold fewer pushes than Z's signatures.
+        assert!(st.runs == 0 || st.unmerged < st.distinct, "{st:?}");
+    }
+    let st = sieve.stats().unwrap();
+    assert!(
+        most_runs >= 2,
+        "buffers were spilled ({most_runs} runs at most)"
+    );
+    assert!(most_runs < 8, "the run limit holds ({most_runs} runs)");
+    assert!(
+        st.merges * 4 < st.flushes,
+        "{} merges of {} flushes",
+        st.merges,
+        st.flushes
+    );
+    assert!(
+        st.emitted < 4990,
+        "spilled URLs are not in the frontier before a merge"
+    );
+    assert!(
+        sieve.contains(&url(4985)).unwrap(),
+        "contains sees the runs"
+    );
+    sieve.flush().unwrap();
+    let st = sieve.stats().unwrap();
+    assert_eq!((st.runs, st.unmerged, st.emitted), (0, 0, 5000));
+}
+
 #[test]
 fn a_second_opener_gets_the_locked_error() {
     let dir = tempfile::tempdir().unwrap();

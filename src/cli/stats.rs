@@ -16,7 +16,7 @@ pub const KEYS_HELP: &str = "\
 Keys (the same in the text and the JSON output; every value is an unsigned integer):
   pushed         URLs pushed, duplicates included
   buffered       URLs pushed since the last flush
-  distinct       distinct URLs flushed (signatures in Z)
+  distinct       distinct URLs merged (signatures in Z)
   emitted        URLs ever appended to the frontier
   consumed       URLs popped from the frontier (durable cursor)
   pending        URLs in the frontier not yet popped

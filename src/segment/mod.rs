@@ -188,6 +188,34 @@ impl SegmentWriter {
     }
 }
 
+/// Opens the immutable file `name`, which the manifest says is `bytes` long: a missing file
+/// or another length is corruption.
+pub(crate) fn open_exact(
+    storage: &dyn Storage,
+    name: &str,
+    bytes: u64,
+) -> Result<Arc<dyn StorageFile>> {
+    let file = match storage.open(name) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::corrupt(name, 0, Corruption::Missing))
+        }
+        Err(e) => return Err(Error::io("open", name, e)),
+    };
+    let len = file.len().map_err(|e| Error::io("stat", name, e))?;
+    if len != bytes {
+        return Err(Error::corrupt(
+            name,
+            len.min(bytes),
+            Corruption::Truncated {
+                needed: bytes,
+                available: len,
+            },
+        ));
+    }
+    Ok(file)
+}
+
 /// What the manifest records of a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentMeta {
@@ -211,24 +239,8 @@ impl Segment {
     /// Opens a segment and checks its header, footer and tail against `meta`.
     pub fn open(storage: &dyn Storage, meta: SegmentMeta) -> Result<Segment> {
         let name = file_name(meta.id);
-        let file = match storage.open(&name) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::corrupt(&name, 0, Corruption::Missing))
-            }
-            Err(e) => return Err(Error::io("open", &name, e)),
-        };
-        let len = file.len().map_err(|e| Error::io("stat", &name, e))?;
-        if len != meta.bytes {
-            return Err(Error::corrupt(
-                &name,
-                len.min(meta.bytes),
-                Corruption::Truncated {
-                    needed: meta.bytes,
-                    available: len,
-                },
-            ));
-        }
+        let file = open_exact(storage, &name, meta.bytes)?;
+        let len = meta.bytes;
         if len < HEADER_LEN + TAIL_LEN + 20 {
             return Err(Error::corrupt(
                 &name,

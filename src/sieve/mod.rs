@@ -41,7 +41,7 @@ pub struct Stats {
     pub pushed: u64,
     /// URLs pushed since the last flush (buffered in S or being flushed).
     pub buffered: u64,
-    /// Distinct URLs seen and flushed (signatures in Z).
+    /// Distinct URLs seen and merged (signatures in Z).
     pub distinct: u64,
     /// URLs ever appended to the frontier F.
     pub emitted: u64,
