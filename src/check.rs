@@ -10,7 +10,7 @@ use crate::log::{FrameError, LogReader, FRAME_HEADER};
 use crate::manifest::Manifest;
 use crate::run::Run;
 use crate::segment::Segment;
-use crate::sieve::{recovery, wal};
+use crate::sieve::{recovery, signature, wal};
 use crate::storage::{DirStorage, Storage};
 
 /// What [`check`] found.
@@ -126,43 +126,8 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
         }
     }
 
-    // Runs, and the A generations before A's position that they cover: those were synced
-    // before the run was committed, so any damage in them is corruption.
-    let mut covered: std::collections::BTreeMap<u64, u64> = Default::default();
-    for meta in &m.runs {
-        r.files += 1;
-        match Run::open(st, *meta) {
-            Ok(run) => {
-                if let Some(Err(e)) = run.iter().find(|p| p.is_err()) {
-                    r.damage.push(e);
-                }
-            }
-            Err(e) => r.damage.push(e),
-        }
-        r.unmerged += meta.records;
-        let end = covered.entry(meta.gen).or_default();
-        *end = (*end).max(meta.skip + meta.records);
-    }
-    for (&g, &end) in covered.range(..m.a_gen) {
-        r.files += 1;
-        match wal::replay(st, g, false, |_, _| Ok(())) {
-            Ok(rep) if rep.torn || rep.records < end => r.damage.push(Error::corrupt(
-                &wal::file_name(g),
-                rep.valid_end,
-                Corruption::Field {
-                    field: "records a run covers; records found",
-                    found: rep.records,
-                },
-            )),
-            Ok(_) => {}
-            Err(e) => r.damage.push(e),
-        }
-    }
-
-    if let Some(c) = cursor {
-        check_frontier(st, &m, &c, &mut r);
-    }
-
+    // Which A generations exist from A's position on: they must be consecutive from
+    // `a_gen`, as recovery requires.
     let names = st
         .list()
         .map_err(|e| Error::io("list", &st.describe(), e))?;
@@ -172,7 +137,46 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
         .filter(|&g| g >= m.a_gen)
         .collect();
     gens.sort_unstable();
+    if let Some(i) = (0..gens.len()).find(|&i| gens[i] != m.a_gen + i as u64) {
+        r.damage.push(Error::corrupt(
+            &wal::file_name(m.a_gen + i as u64),
+            0,
+            Corruption::Missing,
+        ));
+    }
     let last = gens.last().copied();
+
+    // Runs, each against the A records it covers: those were synced before the run was
+    // committed, so any damage in them is corruption, and the run must be exactly their
+    // distinct signatures with the index of each one's first occurrence.
+    for meta in &m.runs {
+        r.files += 1;
+        r.unmerged += meta.records;
+        if meta.gen > m.a_gen {
+            r.damage.push(Error::corrupt(
+                crate::manifest::FILE,
+                0,
+                Corruption::Field {
+                    field: "run generation after A's position",
+                    found: meta.gen,
+                },
+            ));
+            continue;
+        }
+        match Run::open(st, *meta) {
+            Ok(run) => {
+                if let Err(e) = check_run(st, &m, &run, Some(meta.gen) == last) {
+                    r.damage.push(e);
+                }
+            }
+            Err(e) => r.damage.push(e),
+        }
+    }
+
+    if let Some(c) = cursor {
+        check_frontier(st, &m, &c, &mut r);
+    }
+
     for g in gens {
         r.files += 1;
         let skip = if g == m.a_gen { m.a_skip } else { 0 };
@@ -193,6 +197,59 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
         }
     }
     Ok(r)
+}
+
+/// Checks `run` against the records of its A generation that it covers.
+fn check_run(st: &dyn Storage, m: &Manifest, run: &Run, newest: bool) -> Result<()> {
+    let meta = run.meta();
+    let a_name = wal::file_name(meta.gen);
+    let end = meta.skip + meta.records;
+    let mut expected: Vec<(u64, u32)> = Vec::new();
+    let rep = wal::replay(st, meta.gen, newest, |i, url| {
+        if (meta.skip..end).contains(&i) {
+            expected.push((signature(url, m.seed), (i - meta.skip) as u32));
+        }
+        Ok(())
+    })?;
+    if rep.records < end || (rep.torn && meta.gen < m.a_gen) {
+        return Err(Error::corrupt(
+            &a_name,
+            rep.valid_end,
+            Corruption::Field {
+                field: "records a run covers; records found",
+                found: rep.records,
+            },
+        ));
+    }
+    // The first occurrence of each signature: sorted by (signature, index), keep the first.
+    expected.sort_unstable();
+    expected.dedup_by_key(|p| p.0);
+    let mut want = expected.into_iter();
+    for (k, got) in run.iter().enumerate() {
+        let got = got?;
+        if want.next() != Some(got) {
+            return Err(Error::corrupt(
+                run.name(),
+                crate::run::HEADER_LEN
+                    + (k / crate::run::RUN_BLOCK) as u64 * crate::run::FULL_BLOCK,
+                Corruption::Field {
+                    field: "run pair not matching its A records; pair number",
+                    found: k as u64,
+                },
+            ));
+        }
+    }
+    if want.next().is_some() {
+        return Err(Error::corrupt(
+            run.name(),
+            0,
+            Corruption::Field {
+                field: "run pairs, fewer than the distinct records it covers",
+                found: meta.pairs,
+            },
+        ));
+    }
+    Ok(())
 }
 
 fn check_frontier(st: &dyn Storage, m: &Manifest, c: &Position, r: &mut CheckReport) {
@@ -226,6 +283,9 @@ fn check_frontier(st: &dyn Storage, m: &Manifest, c: &Position, r: &mut CheckRep
         return;
     }
     let mut count: Option<u64> = None;
+    // The cursor must name a record of F: a frame at its offset with more than `skip`
+    // records (or the end of its segment with `skip` 0), and `consumed` records before it.
+    let mut cursor_found = false;
     for id in ids {
         r.files += 1;
         let name = frontier::file_name(id);
@@ -261,12 +321,23 @@ fn check_frontier(st: &dyn Storage, m: &Manifest, c: &Position, r: &mut CheckRep
             let reader = LogReader::new(&*f, limit, u64::MAX);
             let mut off = frontier::HEADER_LEN;
             loop {
+                if id == c.segment && off == c.offset {
+                    cursor_found = n + u64::from(c.skip) == c.consumed;
+                }
                 match reader.frame_at(off) {
                     Ok(fr) => {
+                        if id == c.segment && off == c.offset && c.skip >= fr.count {
+                            cursor_found = false;
+                        }
                         n += fr.count as u64;
                         off += (FRAME_HEADER + fr.payload.len()) as u64;
                     }
-                    Err(FrameError::End) => break,
+                    Err(FrameError::End) => {
+                        if id == c.segment && off == c.offset && c.skip != 0 {
+                            cursor_found = false;
+                        }
+                        break;
+                    }
                     Err(FrameError::Io(e)) => return Err(Error::io("read", &name, e)),
                     Err(FrameError::Invalid(what)) => return Err(Error::corrupt(&name, off, what)),
                 }
@@ -278,6 +349,16 @@ fn check_frontier(st: &dyn Storage, m: &Manifest, c: &Position, r: &mut CheckRep
             r.damage.push(e);
             return;
         }
+    }
+    if !cursor_found {
+        r.damage.push(Error::corrupt(
+            frontier::CURSOR_FILE,
+            0,
+            Corruption::Field {
+                field: "cursor position, not at a record of the frontier; consumed",
+                found: c.consumed,
+            },
+        ));
     }
     let total = count.unwrap_or(0);
     if total != m.f_count {

@@ -43,6 +43,8 @@ mod check;
 pub mod error;
 pub mod format;
 pub mod frontier;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod log;
 pub mod manifest;
 pub mod options;

@@ -24,7 +24,7 @@ pub const RUN_BLOCK: usize = 1024;
 /// Bytes of the header.
 pub const HEADER_LEN: u64 = 52;
 const PAIR: usize = 12;
-const FULL_BLOCK: u64 = (8 + PAIR * RUN_BLOCK) as u64;
+pub(crate) const FULL_BLOCK: u64 = (8 + PAIR * RUN_BLOCK) as u64;
 const WRITE_BUFFER: usize = 1 << 20;
 
 /// The name of the run file with id `id`.

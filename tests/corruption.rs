@@ -7,77 +7,16 @@
 //! last group commit of the newest A generation cannot be told from a torn write; it is
 //! dropped as a torn tail, counted in `Stats::torn_bytes`, and listed by `check`.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::emit_model;
+use crivello::fuzzing::{corruption_outcome as outcome, corruption_store, kind_of, FileKind};
 use crivello::storage::sim::{CrashImage, Rng};
-use crivello::storage::SimDisk;
-use crivello::{check_storage, Error, Options, Sieve};
+use crivello::{check_storage, Error};
 
 const FLIPS_PER_KIND: usize = 2000;
 const TRUNCATIONS_PER_KIND: usize = 200;
 /// Sectors (512 bytes, aligned) overwritten with zeros, as a torn or lost write leaves them.
 const ZEROED_SECTORS_PER_KIND: usize = 200;
-
-fn opts() -> Options {
-    Options::new()
-        .slots(40)
-        .seed(5)
-        .background_flush(false)
-        .frontier_low(0)
-}
-
-/// 280 distinct URLs, then 100 where repeats alternate with new ones: the last full buffer
-/// is spilled as a run, and the newest A generation holds new URLs.
-fn urls() -> Vec<Vec<u8>> {
-    let url = |i: u32| format!("http://h{}.example/p/{}", i % 13, (i * 7) % 97).into_bytes();
-    (0..280u32)
-        .map(url)
-        .chain((0..100u32).map(|j| if j % 2 == 0 { url(j) } else { url(280 + j / 2) }))
-        .collect()
-}
-
-/// A store with a Z segment, F segments, a cursor inside F, a run waiting for a merge (and
-/// the A generation it covers), and acknowledged URLs still in A (two group commits in the
-/// newest generation).
-fn build() -> (SimDisk, Vec<Vec<u8>>, Vec<Vec<u8>>) {
-    let disk = SimDisk::new();
-    let urls = urls();
-    let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
-    for u in &urls[..280] {
-        s.push(u).unwrap();
-    }
-    let consumed = s.frontier_next(25).unwrap();
-    s.frontier_commit().unwrap();
-    s.sync().unwrap();
-    for (i, u) in urls[280..].iter().enumerate() {
-        s.push(u).unwrap();
-        if i >= 80 && i % 4 == 3 {
-            // Several group commits in the newest generation: several small frames.
-            s.sync().unwrap();
-        }
-    }
-    s.close().unwrap();
-    (disk, urls, consumed)
-}
-
-/// Opens, flushes and reads everything; returns the frontier after the cursor.
-fn outcome(disk: &SimDisk) -> Result<(Vec<Vec<u8>>, u64), Error> {
-    let mut s = Sieve::open_with(Arc::new(disk.clone()), opts())?;
-    s.flush()?;
-    let mut out = Vec::new();
-    loop {
-        let b = s.frontier_next(500)?;
-        if b.is_empty() {
-            break;
-        }
-        out.extend(b);
-    }
-    let torn = s.stats()?.torn_bytes;
-    Ok((out, torn))
-}
 
 /// The byte ranges of the frames of an A file (after its 20-byte header).
 fn frames_of(file: &[u8]) -> Vec<(usize, usize)> {
@@ -95,28 +34,16 @@ fn frames_of(file: &[u8]) -> Vec<(usize, usize)> {
     out
 }
 
-fn kind_of(name: &str) -> &'static str {
-    match name.as_bytes()[0] {
-        b'a' => "A",
-        b'z' => "Z",
-        b'r' => "R",
-        b'f' => "F",
-        b'C' => "cursor",
-        _ => "manifest",
-    }
-}
-
 #[test]
 fn every_flip_and_truncation_is_caught_or_harmless() {
-    let (disk, urls, consumed) = build();
-    let expected: Vec<Vec<u8>> = emit_model(&urls)[consumed.len()..].to_vec();
+    let (disk, expected) = corruption_store();
     let (clean, _) = outcome(&disk.crash_image(CrashImage::KillProcess)).unwrap();
     assert!(clean == expected, "the clean store is correct");
     let files: Vec<String> = disk.files().into_iter().filter(|n| n != "LOCK").collect();
-    for kind in ["A", "Z", "R", "F", "cursor", "manifest"] {
+    for kind in FileKind::ALL {
         assert!(
             files.iter().any(|f| kind_of(f) == kind),
-            "no {kind} file in {files:?}"
+            "no {kind:?} file in {files:?}"
         );
     }
     let newest_a = files
@@ -126,8 +53,8 @@ fn every_flip_and_truncation_is_caught_or_harmless() {
         .cloned()
         .unwrap();
     let mut rng = Rng::new(42);
-    let mut tally = std::collections::BTreeMap::<(&str, &str), usize>::new();
-    for kind in ["A", "Z", "R", "F", "cursor", "manifest"] {
+    let mut tally = std::collections::BTreeMap::<(FileKind, &str), usize>::new();
+    for kind in FileKind::ALL {
         let candidates: Vec<&String> = files.iter().filter(|f| kind_of(f) == kind).collect();
         for trial in 0..FLIPS_PER_KIND + TRUNCATIONS_PER_KIND + ZEROED_SECTORS_PER_KIND {
             let name = candidates[rng.below(candidates.len() as u64) as usize];
@@ -141,7 +68,7 @@ fn every_flip_and_truncation_is_caught_or_harmless() {
                 c.truncate(rng.below(len) as usize);
                 img.set_content(name, c);
                 "truncate"
-            } else if kind == "A" && trial % 2 == 0 {
+            } else if kind == FileKind::A && trial % 2 == 0 {
                 // One whole frame (a lost write): zero it, header and payload.
                 let mut c = img.content(name).unwrap();
                 let frames = frames_of(&c);

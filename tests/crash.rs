@@ -5,24 +5,12 @@
 //!
 //! Flushes run inline here, so that the sequence of I/O operations is deterministic.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::emit_model;
+use crivello::fuzzing::{apply, run, verify, Observed, Step};
 use crivello::storage::sim::{CrashImage, FaultKind};
 use crivello::storage::SimDisk;
 use crivello::{Error, Options, Sieve};
-
-#[derive(Debug, Clone)]
-enum Step {
-    Push(&'static str),
-    Sync,
-    Flush,
-    /// Read up to n frontier URLs and commit the cursor.
-    Pop(usize),
-    Close,
-}
 use Step::*;
 
 /// Merges happen only when due or on `flush`, so that buffers are also spilled as runs.
@@ -34,121 +22,9 @@ fn opts(slots: usize) -> Options {
         .frontier_low(0)
 }
 
-/// What the workload observed before the crash.
-#[derive(Debug, Default, Clone)]
-struct Observed {
-    pushed: Vec<Vec<u8>>,
-    acked: usize,
-    consumed: Vec<Vec<u8>>,
-    /// URLs read by a pop whose cursor commit failed: it may or may not have taken effect.
-    in_doubt: Vec<Vec<u8>>,
-    /// URLs in F after the last flush that returned Ok: committed, so F never goes below.
-    emitted: u64,
-}
-
-/// Applies one step other than `Close`, recording what was acknowledged and consumed.
-fn apply(sieve: &mut Sieve, step: &Step, o: &mut Observed) -> crivello::Result<()> {
-    match step {
-        Push(u) => sieve
-            .push(u.as_bytes())
-            .map(|_| o.pushed.push(u.as_bytes().to_vec())),
-        Sync => sieve.sync().map(|_| o.acked = o.pushed.len()),
-        Flush => {
-            sieve.flush()?;
-            o.acked = o.pushed.len();
-            o.emitted = sieve.stats()?.emitted;
-            Ok(())
-        }
-        Pop(n) => {
-            o.in_doubt = sieve.frontier_next(*n)?;
-            sieve
-                .frontier_commit()
-                .map(|_| o.consumed.append(&mut o.in_doubt))
-        }
-        Close => unreachable!("Close reopens the sieve: handled by run"),
-    }
-}
-
-/// Runs `steps` until the first error; returns what was observed.
-fn run(disk: &SimDisk, slots: usize, steps: &[Step]) -> Observed {
-    let mut o = Observed::default();
-    let Ok(mut sieve) = Sieve::open_with(Arc::new(disk.clone()), opts(slots)) else {
-        return o;
-    };
-    for step in steps {
-        if let Close = step {
-            if sieve.close().is_err() {
-                return o;
-            }
-            o.acked = o.pushed.len();
-            sieve = match Sieve::open_with(Arc::new(disk.clone()), opts(slots)) {
-                Ok(s) => s,
-                Err(_) => return o,
-            };
-        } else if apply(&mut sieve, step, &mut o).is_err() {
-            return o;
-        }
-    }
-    o
-}
-
-/// Reopens `disk` and checks the invariants against what was observed; returns Err with a
-/// description on violation.
-fn verify(disk: &SimDisk, slots: usize, o: &Observed) -> Result<(), String> {
-    // Work on a copy: the image stays as the crash left it.
-    let disk = disk.crash_image(CrashImage::KillProcess);
-    let mut sieve = Sieve::open_with(Arc::new(disk.clone()), opts(slots))
-        .map_err(|e| format!("reopen failed: {e}"))?;
-    let emitted = sieve.stats().map_err(|e| format!("stats: {e}"))?.emitted;
-    if emitted < o.emitted {
-        return Err(format!(
-            "committed F went back: {emitted} URLs, {} after the last flush",
-            o.emitted
-        ));
-    }
-    sieve
-        .flush()
-        .map_err(|e| format!("flush after reopen failed: {e}"))?;
-    let mut rest = Vec::new();
-    loop {
-        let b = sieve
-            .frontier_next(1000)
-            .map_err(|e| format!("read failed: {e}"))?;
-        if b.is_empty() {
-            break;
-        }
-        rest.extend(b);
-    }
-    sieve
-        .frontier_commit()
-        .map_err(|e| format!("commit failed: {e}"))?;
-    // Committed reads are never re-emitted; acknowledged pushes are never lost; what was
-    // lost is a suffix of the push stream.
-    let mut f = o.consumed.clone();
-    let mut g = o.consumed.clone();
-    g.extend(o.in_doubt.iter().cloned());
-    f.extend(rest.iter().cloned());
-    g.extend(rest);
-    let ok = (o.acked..=o.pushed.len()).any(|k| {
-        let m = emit_model(&o.pushed[..k]);
-        m == f || m == g
-    });
-    if !ok {
-        return Err(format!(
-            "F = {:?} is not the model of a prefix of {:?} from {} (consumed {})",
-            f.iter()
-                .map(|u| String::from_utf8_lossy(u).into_owned())
-                .collect::<Vec<_>>(),
-            o.pushed
-                .iter()
-                .map(|u| String::from_utf8_lossy(u).into_owned())
-                .collect::<Vec<_>>(),
-            o.acked,
-            o.consumed.len()
-        ));
-    }
-    sieve.close().map_err(|e| format!("close failed: {e}"))?;
-    Ok(())
+/// A push of a literal URL.
+fn push(url: &str) -> Step {
+    Push(url.as_bytes().to_vec())
 }
 
 fn images() -> Vec<CrashImage> {
@@ -156,6 +32,7 @@ fn images() -> Vec<CrashImage> {
         CrashImage::KillProcess,
         CrashImage::DropAll,
         CrashImage::KeepDataDropDir,
+        CrashImage::ZeroedData,
     ];
     // `CRIVELLO_RANDOM_IMAGES` raises the number of random tears per point (the long tier).
     let random: u64 = std::env::var("CRIVELLO_RANDOM_IMAGES")
@@ -169,23 +46,23 @@ fn images() -> Vec<CrashImage> {
 /// Enumerates every crash point of a workload; returns the number of (point, image) runs.
 fn enumerate(name: &str, slots: usize, steps: &[Step]) -> usize {
     let clean = SimDisk::new();
-    let o = run(&clean, slots, steps);
+    let o = run(&clean, &opts(slots), steps);
     assert_eq!(
         o.pushed.len(),
         steps.iter().filter(|s| matches!(s, Push(_))).count(),
         "{name}: clean run failed"
     );
-    verify(&clean, slots, &o).unwrap_or_else(|e| panic!("{name}: clean run: {e}"));
+    verify(&clean, &opts(slots), &o).unwrap_or_else(|e| panic!("{name}: clean run: {e}"));
     let total = clean.ops();
     let mut runs = 0;
     for k in 1..=total {
         let disk = SimDisk::new();
         disk.crash_at(k);
-        let o = run(&disk, slots, steps);
+        let o = run(&disk, &opts(slots), steps);
         assert!(disk.has_crashed(), "{name}: no crash at op {k} of {total}");
         for image in images() {
             let img = disk.crash_image(image);
-            if let Err(e) = verify(&img, slots, &o) {
+            if let Err(e) = verify(&img, &opts(slots), &o) {
                 panic!(
                     "{name}: crash at op {k}/{total} ({:?}), image {image:?}: {e}",
                     disk.trace().last()
@@ -211,7 +88,7 @@ fn enumerate(name: &str, slots: usize, steps: &[Step]) -> usize {
                         CrashImage::Random(j),
                     ] {
                         let img2 = again.crash_image(second);
-                        if let Err(e) = verify(&img2, slots, &o) {
+                        if let Err(e) = verify(&img2, &opts(slots), &o) {
                             panic!("{name}: crash at op {k}/{total} ({image:?}), recovery crash at {j} ({second:?}): {e}");
                         }
                         runs += 1;
@@ -230,11 +107,11 @@ fn a_crash_at_every_operation_of_the_first_flush_loses_nothing_acknowledged() {
         "first flush",
         100,
         &[
-            Push("http://a/"),
-            Push("http://b/"),
-            Push("http://a/"),
+            push("http://a/"),
+            push("http://b/"),
+            push("http://a/"),
             Sync,
-            Push("http://c/"),
+            push("http://c/"),
             Flush,
         ],
     );
@@ -246,12 +123,12 @@ fn a_crash_at_every_operation_of_a_merge_into_an_existing_z_is_safe() {
         "merge into Z",
         100,
         &[
-            Push("http://a/"),
-            Push("http://b/"),
+            push("http://a/"),
+            push("http://b/"),
             Flush,
-            Push("http://c/"),
-            Push("http://a/"),
-            Push("http://d/"),
+            push("http://c/"),
+            push("http://a/"),
+            push("http://d/"),
             Sync,
             Flush,
         ],
@@ -264,12 +141,12 @@ fn an_all_duplicate_batch_and_duplicates_inside_a_batch_are_safe() {
         "duplicates",
         100,
         &[
-            Push("http://a/"),
-            Push("http://a/"),
-            Push("http://b/"),
+            push("http://a/"),
+            push("http://a/"),
+            push("http://b/"),
             Flush,
-            Push("http://b/"),
-            Push("http://a/"),
+            push("http://b/"),
+            push("http://a/"),
             Sync,
             Flush,
         ],
@@ -282,17 +159,17 @@ fn back_to_back_automatic_flushes_with_pops_are_safe() {
         "back to back",
         2,
         &[
-            Push("http://a/"),
-            Push("http://b/"),
-            Push("http://c/"),
-            Push("http://a/"),
+            push("http://a/"),
+            push("http://b/"),
+            push("http://c/"),
+            push("http://a/"),
             Pop(2),
-            Push("http://d/"),
+            push("http://d/"),
             Sync,
-            Push("http://e/"),
+            push("http://e/"),
             Pop(1),
-            Push("http://b/"),
-            Push("http://f/"),
+            push("http://b/"),
+            push("http://f/"),
             Flush,
             Pop(10),
         ],
@@ -305,13 +182,13 @@ fn reopen_then_flush_and_group_commit_are_safe() {
         "reopen then flush",
         100,
         &[
-            Push("http://a/"),
-            Push("http://b/"),
+            push("http://a/"),
+            push("http://b/"),
             Sync,
-            Push("http://c/"),
+            push("http://c/"),
             Close,
-            Push("http://d/"),
-            Push("http://a/"),
+            push("http://d/"),
+            push("http://a/"),
             Flush,
             Pop(3),
         ],
@@ -333,13 +210,13 @@ fn spills_then_a_merge_of_the_runs_are_safe() {
         "http://f/",
     ]
     .into_iter()
-    .map(Push)
+    .map(push)
     .chain([
         Sync,
-        Push("http://g/"),
-        Push("http://c/"),
+        push("http://g/"),
+        push("http://c/"),
         Close,
-        Push("http://h/"),
+        push("http://h/"),
         Flush,
         Pop(4),
     ])
@@ -350,18 +227,18 @@ fn spills_then_a_merge_of_the_runs_are_safe() {
 #[test]
 fn an_io_error_at_any_operation_poisons_and_loses_nothing_acknowledged() {
     let steps = [
-        Push("http://a/"),
-        Push("http://b/"),
+        push("http://a/"),
+        push("http://b/"),
         Sync,
-        Push("http://c/"),
+        push("http://c/"),
         Flush,
-        Push("http://a/"),
-        Push("http://d/"),
+        push("http://a/"),
+        push("http://d/"),
         Sync,
         Flush,
     ];
     let clean = SimDisk::new();
-    run(&clean, 2, &steps);
+    run(&clean, &opts(2), &steps);
     let total = clean.ops();
     let mut runs = 0usize;
     for k in 1..=total {
@@ -392,7 +269,7 @@ fn an_io_error_at_any_operation_poisons_and_loses_nothing_acknowledged() {
                     CrashImage::Random(k),
                 ] {
                     let img = disk.crash_image(image);
-                    if let Err(e) = verify(&img, 2, &o) {
+                    if let Err(e) = verify(&img, &opts(2), &o) {
                         panic!("fault {kind:?} sticky {sticky} at op {k}/{total}, image {image:?}: {e}");
                     }
                     runs += 1;
@@ -409,13 +286,13 @@ fn continuing_a_sealed_empty_generation_after_reopen_is_safe() {
         "continue sealed generation",
         100,
         &[
-            Push("http://a/"),
+            push("http://a/"),
             Flush,
             Close,
-            Push("http://b/"),
+            push("http://b/"),
             Sync,
-            Push("http://a/"),
-            Push("http://c/"),
+            push("http://a/"),
+            push("http://c/"),
             Sync,
             Close,
             Flush,

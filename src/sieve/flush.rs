@@ -371,6 +371,18 @@ fn merge(
         positions.sort_unstable();
         match s {
             Source::Run(run) => {
+                // Two signatures of a run first seen at one record: the run is damaged
+                // (the batch's positions come from memory and cannot repeat).
+                if let Some(w) = positions.windows(2).find(|w| w[0] == w[1]) {
+                    return Err(Error::corrupt(
+                        run.name(),
+                        0,
+                        crate::error::Corruption::Field {
+                            field: "run record index, given twice",
+                            found: u64::from(w[0]),
+                        },
+                    ));
+                }
                 let meta = run.meta();
                 let name = wal::file_name(meta.gen);
                 let file = storage.open(&name).map_err(|e| match e.kind() {

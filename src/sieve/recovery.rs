@@ -249,6 +249,7 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
     let mut s: Vec<u64> = Vec::new();
     let mut torn_seen = false;
     let mut torn = (0u64, 0u64);
+    let mut dropped_after_torn = false;
     let last_gen = gens.last().copied();
     let mut reuse = None;
     for &g in &gens {
@@ -270,6 +271,9 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
             }
             torn.0 += r.records + r.torn_records;
             torn.1 += r.file.len().unwrap_or(0).saturating_sub(wal::HEADER_LEN);
+            // Even an empty one (a crash while its header was written) must go, with a
+            // commit past it: a later generation after it would make it look damaged.
+            dropped_after_torn = true;
             continue;
         }
         let seed = m.seed;
@@ -323,7 +327,7 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         )?;
         torn = (0, 0);
     }
-    if torn != (0, 0) {
+    if torn != (0, 0) || dropped_after_torn {
         m.commit += 1;
         m.torn_records += torn.0;
         m.torn_bytes += torn.1;

@@ -38,6 +38,9 @@ pub enum CrashImage {
     DropAll,
     /// Unsynced data survived but unsynced directory operations did not.
     KeepDataDropDir,
+    /// Power loss on a file system that journals metadata but not data: every directory
+    /// operation and every file size survived, but the bytes of unsynced writes read as zeros.
+    ZeroedData,
     /// Power loss with a random fate for every pending write and directory operation.
     Random(u64),
 }
@@ -209,7 +212,7 @@ impl State {
             _ => 0,
         });
         let names = match image {
-            CrashImage::KillProcess => self.live.clone(),
+            CrashImage::KillProcess | CrashImage::ZeroedData => self.live.clone(),
             CrashImage::DropAll | CrashImage::KeepDataDropDir => self.durable.clone(),
             CrashImage::Random(_) => {
                 let mut names = self.durable.clone();
@@ -240,6 +243,17 @@ impl State {
                 let content = match image {
                     CrashImage::KillProcess | CrashImage::KeepDataDropDir => node.live.clone(),
                     CrashImage::DropAll => node.durable.clone(),
+                    CrashImage::ZeroedData => {
+                        let mut c = node.live.clone();
+                        for p in &node.pending {
+                            if let Pending::Write { offset, data } = p {
+                                let start = (*offset as usize).min(c.len());
+                                let end = (start + data.len()).min(c.len());
+                                c[start..end].iter_mut().for_each(|b| *b = 0);
+                            }
+                        }
+                        c
+                    }
                     CrashImage::Random(_) => {
                         let mut c = node.durable.clone();
                         for p in &node.pending {

@@ -2,21 +2,10 @@
 
 #![allow(dead_code)]
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The reference sieve: each distinct URL once, in first-appearance order.
-pub fn emit_model<U: AsRef<[u8]>>(urls: &[U]) -> Vec<Vec<u8>> {
-    let mut seen = HashSet::new();
-    let mut out = Vec::new();
-    for u in urls {
-        if seen.insert(u.as_ref().to_vec()) {
-            out.push(u.as_ref().to_vec());
-        }
-    }
-    out
-}
+pub use crivello::fuzzing::emit_model;
 
 /// The shared data folder (next to the crate), if present.
 pub fn data_dir() -> PathBuf {
