@@ -208,12 +208,14 @@ impl Bytes<'_> {
     }
 }
 
-/// The options of the fuzzed workloads: inline flushes (deterministic I/O), few slots.
+/// The options of the fuzzed workloads: inline flushes (deterministic I/O), few slots,
+/// merges run at once or deferred (spills beside a merge under way).
 fn fuzz_opts(b: u8) -> Options {
     Options::new()
         .slots(1 + usize::from(b & 3))
-        .seed(u64::from(b >> 4))
+        .seed(u64::from((b >> 4) & 7))
         .background_flush(false)
+        .defer_merges(b & 0x80 != 0)
         .frontier_low(u64::from((b >> 2) & 3))
 }
 

@@ -8,9 +8,9 @@ pub const DEFAULT_MEMORY: usize = 64 << 20;
 pub const DEFAULT_MAX_URL_LEN: usize = 64 << 10;
 /// The largest maximum URL length accepted: 1 GiB.
 pub const MAX_MAX_URL_LEN: usize = 1 << 30;
-/// Bytes of the budget per slot of S: 8 in the buffer that fills, 8 in the buffer being
-/// flushed, and 16 for its sorted (signature, position) pairs.
-pub const BYTES_PER_SLOT: usize = 32;
+/// Bytes of the budget per slot of S: a 12-byte (signature, index) slot in the buffer that
+/// fills, and one in the buffer being flushed, which is sorted in place into its pairs.
+pub const BYTES_PER_SLOT: usize = 24;
 /// The smallest memory budget accepted: 1 MiB.
 pub const MIN_MEMORY: usize = 1 << 20;
 
@@ -33,6 +33,7 @@ pub struct Options {
     pub(crate) sync: SyncPolicy,
     pub(crate) seed: Option<u64>,
     pub(crate) background: bool,
+    pub(crate) defer_merges: bool,
     pub(crate) frontier_low: Option<u64>,
 }
 
@@ -45,6 +46,7 @@ impl Default for Options {
             sync: SyncPolicy::Manual,
             seed: None,
             background: true,
+            defer_merges: false,
             frontier_low: None,
         }
     }
@@ -84,6 +86,16 @@ impl Options {
     /// The signature seed, used only when the sieve is created (then kept in the manifest).
     pub fn seed(mut self, seed: u64) -> Options {
         self.seed = Some(seed);
+        self
+    }
+
+    /// Test only: with inline flushes, a merge is not run when its buffer is frozen but when
+    /// something waits for it (`sync`, `flush`, `close`, a read, or a full run limit), as if
+    /// the flush thread were very slow; buffers that fill meanwhile are spilled by the pushing
+    /// thread. Makes that path's I/O deterministic for the crash tests.
+    #[doc(hidden)]
+    pub fn defer_merges(mut self, on: bool) -> Options {
+        self.defer_merges = on;
         self
     }
 

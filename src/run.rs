@@ -77,8 +77,27 @@ fn header(meta: &RunMeta) -> Vec<u8> {
     b
 }
 
+/// A slot of S: a signature and the index of its record in the batch, in 12 bytes (the
+/// index is what the pair of a run keeps; BUbiNG packs its sieve's buffer the same way).
+/// A full buffer is sorted in place into a run's pairs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, packed(4))]
+pub struct Slot {
+    /// The URL's signature.
+    pub sig: u64,
+    /// The record's index in its batch.
+    pub idx: u32,
+}
+
+/// Sorts a full buffer in place into the pairs of a run: by signature, each signature once
+/// with the index of its first occurrence.
+pub fn sort_slots(slots: &mut Vec<Slot>) {
+    slots.sort_unstable_by_key(|p| (p.sig, p.idx));
+    slots.dedup_by_key(|p| p.sig);
+}
+
 /// Writes the run `meta` from `pairs` (strictly increasing signatures) and fsyncs it.
-pub fn write(storage: &dyn Storage, meta: RunMeta, pairs: &[(u64, u32)]) -> Result<()> {
+pub fn write(storage: &dyn Storage, meta: RunMeta, pairs: &[Slot]) -> Result<()> {
     let name = file_name(meta.id);
     debug_assert_eq!(pairs.len() as u64, meta.pairs);
     let file = storage
@@ -89,9 +108,9 @@ pub fn write(storage: &dyn Storage, meta: RunMeta, pairs: &[(u64, u32)]) -> Resu
     for block in pairs.chunks(RUN_BLOCK) {
         let start = buf.len();
         buf.put_u32(block.len() as u32);
-        for &(sig, idx) in block {
-            buf.put_u64(sig);
-            buf.put_u32(idx);
+        for p in block {
+            buf.put_u64(p.sig);
+            buf.put_u32(p.idx);
         }
         let c = crc(&buf[start..]);
         buf.put_u32(c);
@@ -310,6 +329,18 @@ mod tests {
     use super::*;
     use crate::storage::SimDisk;
 
+    fn slots(pairs: &[(u64, u32)]) -> Vec<Slot> {
+        pairs.iter().map(|&(sig, idx)| Slot { sig, idx }).collect()
+    }
+
+    #[test]
+    fn sorting_slots_keeps_the_first_occurrence_of_each_signature() {
+        let mut s = slots(&[(9, 0), (3, 1), (9, 2), (1, 3), (3, 4), (9, 5)]);
+        sort_slots(&mut s);
+        assert_eq!(s, slots(&[(1, 3), (3, 1), (9, 0)]));
+        assert_eq!(std::mem::size_of::<Slot>(), 12);
+    }
+
     fn sample(n: usize) -> Vec<(u64, u32)> {
         (0..n as u64)
             .map(|i| (i * 0x9e37_79b9 + 5, (i * 7 % n as u64) as u32))
@@ -328,7 +359,7 @@ mod tests {
                 records: n as u64 + 3,
                 pairs: n as u64,
             };
-            write(&disk, meta, &pairs).unwrap();
+            write(&disk, meta, &slots(&pairs)).unwrap();
             let run = Run::open(&disk, meta).unwrap();
             let back: Vec<_> = run.iter().collect::<Result<_>>().unwrap();
             assert_eq!(back, pairs);
@@ -351,7 +382,7 @@ mod tests {
             records: pairs.len() as u64,
             pairs: pairs.len() as u64,
         };
-        write(&disk, meta, &pairs).unwrap();
+        write(&disk, meta, &slots(&pairs)).unwrap();
         let good = disk.content(&file_name(1)).unwrap();
         for bit in (0..good.len() * 8).step_by(13) {
             let mut bad = good.clone();

@@ -316,12 +316,13 @@ fn url(i: u8) -> Vec<u8> {
 }
 
 /// Runs a sequence of operations against the sieve and the model.
-fn check_against_model(ops: &[Op], slots: usize, background: bool, lazy: bool) {
+fn check_against_model(ops: &[Op], slots: usize, background: bool, lazy: bool, defer: bool) {
     let mut disk = SimDisk::new();
     let mut opts = Options::new()
         .slots(slots)
         .seed(3)
-        .background_flush(background);
+        .background_flush(background)
+        .defer_merges(defer);
     if lazy {
         opts = opts.frontier_low(0);
     }
@@ -411,12 +412,19 @@ proptest! {
 
     #[test]
     fn the_sieve_matches_the_model_inline(ops in proptest::collection::vec(op(), 1..200), slots in 1usize..40, lazy: bool) {
-        check_against_model(&ops, slots, false, lazy);
+        check_against_model(&ops, slots, false, lazy, false);
+    }
+
+    /// Merges deferred until waited for: full buffers are spilled beside the merge under way
+    /// and committed when it ends, deterministically.
+    #[test]
+    fn the_sieve_matches_the_model_with_spills_beside_merges(ops in proptest::collection::vec(op(), 1..200), slots in 1usize..40, lazy: bool) {
+        check_against_model(&ops, slots, false, lazy, true);
     }
 
     #[test]
     fn the_sieve_matches_the_model_with_background_flushes(ops in proptest::collection::vec(op(), 1..200), slots in 1usize..40, lazy: bool) {
-        check_against_model(&ops, slots, true, lazy);
+        check_against_model(&ops, slots, true, lazy, false);
     }
 }
 

@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::frontier::{self, SEGMENT_TARGET};
 use crate::log::{FrameError, LogReader, LogWriter};
 use crate::manifest::Manifest;
-use crate::run::{Run, RunMeta};
+use crate::run::{Run, RunMeta, Slot};
 use crate::segment::{Segment, SegmentWriter};
 use crate::storage::{Storage, StorageFile};
 
@@ -67,7 +67,7 @@ pub struct Batch {
     pub gen: u64,
     pub wal: Arc<dyn StorageFile>,
     pub skip: u64,
-    pub sigs: Vec<u64>,
+    pub sigs: Vec<Slot>,
     /// A's first record not covered by a run nor merged, once this batch is flushed.
     pub next: (u64, u64),
 }
@@ -117,17 +117,10 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
     let mut m = job.manifest.clone();
     let records = b.sigs.len() as u64;
 
-    // Sort by (signature, position): the first of each group of equal signatures is the
-    // first occurrence in the batch.
-    let mut pairs: Vec<(u64, u32)> = b
-        .sigs
-        .iter()
-        .enumerate()
-        .map(|(i, &s)| (s, i as u32))
-        .collect();
-    drop(b.sigs);
-    pairs.sort_unstable();
-    pairs.dedup_by_key(|p| p.0);
+    // Sorted in place by (signature, position): the first of each group of equal
+    // signatures is the first occurrence in the batch.
+    let mut pairs = b.sigs;
+    crate::run::sort_slots(&mut pairs);
 
     let mut segments = job.segments.clone();
     let mut runs = job.runs.clone();
@@ -213,7 +206,7 @@ enum Source {
 }
 
 impl Source {
-    fn pairs(&self, batch: &[(u64, u32)]) -> u64 {
+    fn pairs(&self, batch: &[Slot]) -> u64 {
         match self {
             Source::Run(r) => r.meta().pairs,
             Source::Batch { .. } => batch.len() as u64,
@@ -225,7 +218,7 @@ impl Source {
 enum Input<'a> {
     Z(crate::segment::SegmentIter<'a>),
     Run(crate::run::RunIter<'a>),
-    Batch(std::slice::Iter<'a, (u64, u32)>),
+    Batch(std::slice::Iter<'a, Slot>),
 }
 
 impl Input<'_> {
@@ -233,7 +226,7 @@ impl Input<'_> {
         match self {
             Input::Z(it) => it.next().transpose().map(|o| o.map(|s| (s, 0))),
             Input::Run(it) => it.next().transpose(),
-            Input::Batch(it) => Ok(it.next().copied()),
+            Input::Batch(it) => Ok(it.next().map(|p| (p.sig, p.idx))),
         }
     }
 }
@@ -253,7 +246,7 @@ fn merge(
     m: &mut Manifest,
     segments: &[Arc<Segment>],
     sources: &[Source],
-    batch: Vec<(u64, u32)>,
+    batch: Vec<Slot>,
 ) -> Result<Option<Arc<Segment>>> {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
@@ -290,13 +283,15 @@ fn merge(
     }
     let id = m.next_id;
     let mut writer = None;
+    let mut advance = Vec::with_capacity(inputs.len());
     while let Some(Reverse((sig, src))) = heap.pop() {
         // Sources come out in index order for equal signatures: Z's segments first, then
         // the runs in push order, so the first source that is not Z holds the first
         // occurrence.
         let mut known = src < zs;
         let mut winner = (src >= zs).then(|| (src - zs, heads[src]));
-        let mut advance = vec![src];
+        advance.clear();
+        advance.push(src);
         while let Some(&Reverse((s2, src2))) = heap.peek() {
             if s2 != sig {
                 break;
@@ -308,7 +303,7 @@ fn merge(
             }
             advance.push(src2);
         }
-        for i in advance {
+        for &i in &advance {
             if let Some((s, idx)) = inputs[i].next()? {
                 heads[i] = idx;
                 heap.push(Reverse((s, i)));

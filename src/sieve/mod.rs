@@ -23,7 +23,7 @@ use crate::frontier::{self, Position};
 use crate::log::{FrameError, LogReader, LogWriter};
 use crate::manifest::Manifest;
 use crate::options::{Options, SyncPolicy};
-use crate::run::Run;
+use crate::run::{Run, Slot};
 use crate::segment::Segment;
 use crate::storage::{DirStorage, Storage, StorageFile};
 
@@ -82,9 +82,27 @@ pub struct Stats {
 }
 
 struct InFlight {
-    handle: JoinHandle<Result<FlushDone>>,
+    job: Job,
     gate: Arc<Gate>,
     pushes: u64,
+    merge: bool,
+    /// The A generation of the job's batch (number, file): synced before any later one.
+    wal: (u64, Arc<dyn StorageFile>),
+}
+
+/// A flush job under way: on the flush thread, or deferred (see `Options::defer_merges`).
+enum Job {
+    Thread(JoinHandle<Result<FlushDone>>),
+    Deferred(Box<FlushJob>),
+}
+
+impl InFlight {
+    fn is_finished(&self) -> bool {
+        match &self.job {
+            Job::Thread(h) => h.is_finished(),
+            Job::Deferred(_) => false,
+        }
+    }
 }
 
 /// A durable Mercator sieve over a directory.
@@ -115,9 +133,13 @@ pub struct Sieve {
     /// Records of the current generation before S's first one (already flushed).
     gen_skip: u64,
     wal: LogWriter,
-    s: Vec<u64>,
+    s: Vec<Slot>,
     since_sync: u64,
     inflight: Option<InFlight>,
+    /// Runs spilled by the pushing thread while a merge was under way, in push order; they
+    /// are committed when it ends (until then, orphans that recovery removes: their A
+    /// generations are after the manifest's A position, so recovery replays them).
+    pending: Vec<Arc<Run>>,
     poisoned: bool,
     cursor: Position,
     read: Position,
@@ -184,7 +206,8 @@ impl Sieve {
         let sig = signature(url, self.manifest.seed);
         let r = self.wal.append(url);
         self.poison(r)?;
-        self.s.push(sig);
+        let idx = self.s.len() as u32;
+        self.s.push(Slot { sig, idx });
         self.since_sync += 1;
         if let SyncPolicy::EveryPushes(n) = self.opts.sync {
             if self.since_sync >= n {
@@ -209,6 +232,14 @@ impl Sieve {
     /// Group commit: makes every earlier push durable.
     pub fn sync(&mut self) -> Result<()> {
         self.writable()?;
+        if self
+            .inflight
+            .as_ref()
+            .is_some_and(|f| matches!(f.job, Job::Deferred(_)))
+        {
+            let r = self.finish_inflight();
+            self.poison(r)?;
+        }
         if let Some(f) = &self.inflight {
             if !f.gate.wait() {
                 self.poisoned = true;
@@ -246,11 +277,7 @@ impl Sieve {
 
     /// Applies a finished background flush, without waiting for one still running.
     fn poll_inflight(&mut self) -> Result<()> {
-        if self
-            .inflight
-            .as_ref()
-            .is_some_and(|f| f.handle.is_finished())
-        {
+        if self.inflight.as_ref().is_some_and(|f| f.is_finished()) {
             let r = self.finish_inflight();
             return self.poison(r);
         }
@@ -262,19 +289,21 @@ impl Sieve {
         let Some(f) = self.inflight.take() else {
             return Ok(());
         };
-        let done = match f.handle.join() {
-            Ok(r) => r,
-            Err(_) => Err(Error::Io {
-                op: "flush",
-                file: "(flush thread)".into(),
-                source: std::io::Error::other("the flush thread panicked"),
-            }),
+        let done = match f.job {
+            Job::Thread(handle) => match handle.join() {
+                Ok(r) => r,
+                Err(_) => Err(Error::Io {
+                    op: "flush",
+                    file: "(flush thread)".into(),
+                    source: std::io::Error::other("the flush thread panicked"),
+                }),
+            },
+            Job::Deferred(job) => flush::run(*job),
         };
-        let _ = f.pushes;
         match done {
             Ok(done) => {
                 self.apply(done);
-                Ok(())
+                self.commit_pending()
             }
             Err(e) => {
                 self.poisoned = true;
@@ -287,6 +316,75 @@ impl Sieve {
         self.manifest = done.manifest;
         self.segments = done.segments;
         self.runs = done.runs;
+    }
+
+    /// Commits the runs spilled while a merge was under way: appended to the runs, A's
+    /// position after the last one.
+    fn commit_pending(&mut self) -> Result<()> {
+        let Some(last) = self.pending.last() else {
+            return Ok(());
+        };
+        let mut m = self.manifest.clone();
+        m.commit += 1;
+        m.a_gen = last.meta().gen + 1;
+        m.a_skip = 0;
+        for run in &self.pending {
+            let meta = run.meta();
+            m.pushed += meta.records;
+            m.flushes += 1;
+            m.next_id = m.next_id.max(meta.id + 1);
+            m.runs.push(meta);
+        }
+        if let Err(e) = m.commit_to(&*self.storage) {
+            self.poisoned = true;
+            return Err(e);
+        }
+        self.manifest = m;
+        self.runs.append(&mut self.pending);
+        Ok(())
+    }
+
+    /// Whether a merge is under way (not finished) that a full buffer should not wait for:
+    /// the buffer is spilled by the pushing thread instead, while the runs stay under their
+    /// limit.
+    fn spill_beside_merge(&self) -> bool {
+        self.inflight
+            .as_ref()
+            .is_some_and(|f| f.merge && !f.is_finished())
+            && self.runs.len() + self.pending.len() + 2 < self.max_runs
+    }
+
+    /// Spills S as a run on this thread, beside a merge under way: the frame is written and
+    /// the generation synced, S is sorted in place into the run's pairs and written, and the
+    /// next generation opened. The run is committed when the merge ends.
+    fn spill_pending(&mut self) -> Result<()> {
+        // The merge's batch generation first (its thread may not have synced it yet): a
+        // later generation never becomes durable before an earlier one.
+        if let Some(f) = &self.inflight {
+            let (gen, file) = &f.wal;
+            file.sync()
+                .map_err(|e| Error::io("fsync", &wal::file_name(*gen), e))?;
+        }
+        self.wal.write_frame()?;
+        self.wal.sync()?;
+        let records = self.s.len() as u64;
+        crate::run::sort_slots(&mut self.s);
+        let last_id = self.pending.last().map(|r| r.meta().id + 1);
+        let meta = crate::run::RunMeta {
+            id: last_id.unwrap_or(0).max(self.manifest.next_id),
+            gen: self.gen,
+            skip: self.gen_skip,
+            records,
+            pairs: self.s.len() as u64,
+        };
+        crate::run::write(&*self.storage, meta, &self.s)?;
+        self.pending
+            .push(Arc::new(Run::open(&*self.storage, meta)?));
+        self.s.clear();
+        self.gen += 1;
+        self.gen_skip = 0;
+        self.wal = wal::create(&*self.storage, self.gen)?;
+        Ok(())
     }
 
     /// Whether the next flush should merge with Z rather than spill a run: when the pushes
@@ -307,6 +405,9 @@ impl Sieve {
     /// is due, else a spill), opens the next generation, and runs the job (in the background
     /// if so configured). With S empty, only a merge of the runs is run.
     fn freeze(&mut self, merge: bool) -> Result<()> {
+        if !merge && !self.s.is_empty() && self.spill_beside_merge() {
+            return self.spill_pending();
+        }
         self.finish_inflight()?;
         let merge = merge || self.merge_due();
         let gate = Arc::new(Gate::default());
@@ -333,6 +434,7 @@ impl Sieve {
             self.wal = wal::create(&*self.storage, self.gen)?;
             batch
         };
+        let batch_wal = (batch.gen, batch.wal.clone());
         let job = FlushJob {
             storage: self.storage.clone(),
             manifest: self.manifest.clone(),
@@ -349,9 +451,20 @@ impl Sieve {
                 .spawn(move || flush::run(job))
                 .map_err(|e| Error::io("spawn", "flush thread", e))?;
             self.inflight = Some(InFlight {
-                handle,
+                job: Job::Thread(handle),
                 gate,
                 pushes,
+                merge,
+                wal: batch_wal,
+            });
+            Ok(())
+        } else if self.opts.defer_merges && merge {
+            self.inflight = Some(InFlight {
+                job: Job::Deferred(Box::new(job)),
+                gate,
+                pushes,
+                merge,
+                wal: batch_wal,
             });
             Ok(())
         } else {
@@ -367,7 +480,7 @@ impl Sieve {
         let r = self.finish_inflight();
         self.poison(r)?;
         let sig = signature(url, self.manifest.seed);
-        if self.s.contains(&sig) {
+        if self.s.iter().any(|p| p.sig == sig) {
             return Ok(true);
         }
         for seg in &self.segments {
@@ -565,13 +678,14 @@ impl Sieve {
     pub fn stats(&mut self) -> Result<Stats> {
         let _ = self.poll_inflight();
         let inflight = self.inflight.as_ref().map_or(0, |f| f.pushes);
+        let spilled: u64 = self.pending.iter().map(|r| r.meta().records).sum();
         let m = &self.manifest;
         let mut st = Stats {
-            pushed: m.pushed + inflight + self.s.len() as u64,
+            pushed: m.pushed + inflight + spilled + self.s.len() as u64,
             buffered: inflight + self.s.len() as u64,
             distinct: m.segments.iter().map(|s| s.sigs).sum(),
-            unmerged: m.runs.iter().map(|r| r.records).sum(),
-            runs: m.runs.len() as u64,
+            unmerged: m.runs.iter().map(|r| r.records).sum::<u64>() + spilled,
+            runs: (m.runs.len() + self.pending.len()) as u64,
             merges: m.merges,
             emitted: m.f_count,
             consumed: self.cursor.consumed,
@@ -630,8 +744,12 @@ impl Sieve {
 impl Drop for Sieve {
     fn drop(&mut self) {
         // Never leave a flush writing after the lock is released.
-        if let Some(f) = self.inflight.take() {
-            let _ = f.handle.join();
+        if let Some(InFlight {
+            job: Job::Thread(handle),
+            ..
+        }) = self.inflight.take()
+        {
+            let _ = handle.join();
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::error::{Corruption, Error, Result};
 use crate::frontier::{self, Position};
 use crate::manifest::{self, Manifest};
 use crate::options::Options;
-use crate::run::{self, Run};
+use crate::run::{self, Run, Slot};
 use crate::segment::Segment;
 use crate::storage::{durable, Storage};
 
@@ -246,7 +246,7 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
 
     // Replay A.
     let storage_arc = storage.clone();
-    let mut s: Vec<u64> = Vec::new();
+    let mut s: Vec<Slot> = Vec::new();
     let mut torn_seen = false;
     let mut torn = (0u64, 0u64);
     let mut dropped_after_torn = false;
@@ -277,12 +277,16 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
             continue;
         }
         let seed = m.seed;
-        let mut pending: Vec<(u64, Vec<u64>)> = Vec::new();
+        let mut pending: Vec<(u64, Vec<Slot>)> = Vec::new();
         let r = wal::replay(st, g, Some(g) == last_gen, |i, url| {
             if i < skip {
                 return Ok(());
             }
-            s.push(super::signature(url, seed));
+            let idx = s.len() as u32;
+            s.push(Slot {
+                sig: super::signature(url, seed),
+                idx,
+            });
             if s.len() >= slots {
                 pending.push((start, std::mem::take(&mut s)));
                 start = i + 1;
@@ -365,6 +369,7 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         s: Vec::new(),
         since_sync: 0,
         inflight: None,
+        pending: Vec::new(),
         poisoned: false,
         cursor,
         read: cursor,
@@ -387,7 +392,7 @@ fn recovery_spill(
     gen: u64,
     file: &Arc<dyn crate::storage::StorageFile>,
     skip: u64,
-    sigs: Vec<u64>,
+    sigs: Vec<Slot>,
     next: (u64, u64),
     torn: (u64, u64),
 ) -> Result<State> {
