@@ -58,7 +58,11 @@ impl RunMeta {
     pub fn bytes(&self) -> u64 {
         let full = self.pairs / RUN_BLOCK as u64;
         let rest = self.pairs % RUN_BLOCK as u64;
-        HEADER_LEN + full * FULL_BLOCK + if rest > 0 { 8 + rest * PAIR as u64 } else { 0 }
+        // Saturating: a damaged manifest may claim any count; the length check then fails.
+        let last = if rest > 0 { 8 + rest * PAIR as u64 } else { 0 };
+        HEADER_LEN
+            .saturating_add(full.saturating_mul(FULL_BLOCK))
+            .saturating_add(last)
     }
 
     fn blocks(&self) -> u64 {
