@@ -200,32 +200,35 @@ fn reopen_then_flush_and_group_commit_are_safe() {
     );
 }
 
+/// Eight pushes with two repeats: with one or two slots, several buffers fill.
+const EIGHT_PUSHES: [&str; 8] = [
+    "http://a/",
+    "http://b/",
+    "http://c/",
+    "http://d/",
+    "http://a/",
+    "http://e/",
+    "http://b/",
+    "http://f/",
+];
+
 #[test]
 fn spills_then_a_merge_of_the_runs_are_safe() {
     // One slot per buffer: every push is a flush, a merge while the runs are smaller than Z
     // and a spill otherwise; reopening replays into runs; the final flush merges them all.
-    let steps: Vec<Step> = [
-        "http://a/",
-        "http://b/",
-        "http://c/",
-        "http://d/",
-        "http://a/",
-        "http://e/",
-        "http://b/",
-        "http://f/",
-    ]
-    .into_iter()
-    .map(push)
-    .chain([
-        Sync,
-        push("http://g/"),
-        push("http://c/"),
-        Close,
-        push("http://h/"),
-        Flush,
-        Pop(4),
-    ])
-    .collect();
+    let steps: Vec<Step> = EIGHT_PUSHES
+        .into_iter()
+        .map(push)
+        .chain([
+            Sync,
+            push("http://g/"),
+            push("http://c/"),
+            Close,
+            push("http://h/"),
+            Flush,
+            Pop(4),
+        ])
+        .collect();
     enumerate("spills and merge", 1, &steps);
 }
 
@@ -311,32 +314,23 @@ fn spills_beside_a_merge_under_way_are_safe() {
     // Merges are deferred until waited for, as if the flush thread were slow: the buffers that
     // fill meanwhile are spilled by the pushing thread and committed when the merge ends; a
     // crash before that leaves orphan runs and A generations that recovery replays.
-    let steps: Vec<Step> = [
-        "http://a/",
-        "http://b/",
-        "http://c/",
-        "http://d/",
-        "http://a/",
-        "http://e/",
-        "http://b/",
-        "http://f/",
-    ]
-    .into_iter()
-    .map(push)
-    .chain([
-        Sync,
-        push("http://g/"),
-        push("http://h/"),
-        push("http://c/"),
-        push("http://i/"),
-        push("http://j/"),
-        Pop(2),
-        Close,
-        push("http://k/"),
-        Flush,
-        Pop(10),
-    ])
-    .collect();
+    let steps: Vec<Step> = EIGHT_PUSHES
+        .into_iter()
+        .map(push)
+        .chain([
+            Sync,
+            push("http://g/"),
+            push("http://h/"),
+            push("http://c/"),
+            push("http://i/"),
+            push("http://j/"),
+            Pop(2),
+            Close,
+            push("http://k/"),
+            Flush,
+            Pop(10),
+        ])
+        .collect();
     enumerate_with(
         "spills beside a merge",
         &opts(2).frontier_low(2).defer_merges(true),

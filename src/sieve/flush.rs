@@ -156,9 +156,7 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
 
     let first_gen = job.runs.first().map_or(b.gen, |r| r.meta().gen.min(b.gen));
     if job.merge && crate::planted::active(crate::planted::Bug::EarlyADiscard) {
-        for g in first_gen..b.next.0 {
-            let _ = storage.remove(&wal::file_name(g));
-        }
+        remove_generations(storage, first_gen..b.next.0);
     }
     m.commit += 1;
     m.a_gen = b.next.0;
@@ -175,9 +173,7 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
     // After the switch: what is superseded goes (a crash here leaves orphans that the next
     // open removes).
     if job.merge {
-        for g in first_gen..m.a_gen {
-            let _ = storage.remove(&wal::file_name(g));
-        }
+        remove_generations(storage, first_gen..m.a_gen);
         for r in &job.runs {
             let _ = storage.remove(r.name());
         }
@@ -193,6 +189,18 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
         segments,
         runs,
     })
+}
+
+/// Removes the A generations in `gens` that exist (best effort: what is left is removed at
+/// open). Found by listing, so that the work follows the files, not the numbers, which a
+/// damaged manifest could set far apart.
+fn remove_generations(storage: &dyn Storage, gens: std::ops::Range<u64>) {
+    let Ok(names) = storage.list() else { return };
+    for name in names {
+        if wal::parse_name(&name).is_some_and(|g| gens.contains(&g)) {
+            let _ = storage.remove(&name);
+        }
+    }
 }
 
 /// An input of a merge other than Z: a run on disk, or the batch in memory.
