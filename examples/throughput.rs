@@ -64,6 +64,9 @@ impl StorageFile for CountingFile {
     fn sync(&self) -> io::Result<()> {
         self.inner.sync()
     }
+    fn start_writeback(&self, offset: u64, len: u64) {
+        self.inner.start_writeback(offset, len)
+    }
 }
 
 impl Counting {

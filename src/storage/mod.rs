@@ -57,6 +57,10 @@ pub trait StorageFile: Send + Sync {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Makes the file's data and size durable (`fsync`).
     fn sync(&self) -> io::Result<()>;
+    /// Asks the system to start writing `len` bytes at `offset` to the device, without
+    /// waiting and without any durability promise, so that a later [`StorageFile::sync`] has
+    /// less to wait for. A hint: the default does nothing.
+    fn start_writeback(&self, _offset: u64, _len: u64) {}
 
     /// Fills `buf` from `offset`; fails with [`io::ErrorKind::UnexpectedEof`] if the file
     /// is shorter.

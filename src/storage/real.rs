@@ -68,6 +68,19 @@ impl StorageFile for RealFile {
     fn sync(&self) -> io::Result<()> {
         self.0.sync_all()
     }
+    #[cfg(target_os = "linux")]
+    fn start_writeback(&self, offset: u64, len: u64) {
+        use std::os::fd::AsRawFd;
+        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return;
+        };
+        // SAFETY: the descriptor is owned by `self.0` and open for as long as this call
+        // lasts; sync_file_range reads no memory of this process. Its result is ignored: it
+        // is a hint, and `sync` reports any error that matters.
+        unsafe {
+            libc::sync_file_range(self.0.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
+        }
+    }
 }
 
 impl Storage for DirStorage {
