@@ -472,8 +472,9 @@ impl FrontierAppender {
         let mut offset = wal::HEADER_LEN;
         let mut record: u64 = 0;
         let mut next = positions.iter().map(|&p| skip + p as u64).peekable();
+        let mut spare = Vec::new();
         while next.peek().is_some() {
-            let frame = match reader.frame_at(offset) {
+            let frame = match reader.frame_with(offset, std::mem::take(&mut spare)) {
                 Ok(f) => f,
                 Err(FrameError::Io(e)) => return Err(Error::io("read", wal_name, e)),
                 Err(FrameError::End) => {
@@ -509,6 +510,7 @@ impl FrontierAppender {
                 }
             }
             record = end;
+            spare = frame.payload;
         }
         Ok(())
     }

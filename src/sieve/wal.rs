@@ -142,8 +142,9 @@ pub fn replay(
     let mut offset = HEADER_LEN;
     let mut records = 0u64;
     let mut last_epoch: i64 = -1;
+    let mut spare = Vec::new();
     loop {
-        match reader.frame_at(offset) {
+        match reader.frame_with(offset, std::mem::take(&mut spare)) {
             Ok(frame) => {
                 if (frame.epoch as i64) < last_epoch || frame.epoch as i64 > last_epoch.max(0) + 1 {
                     return Err(Error::corrupt(
@@ -161,6 +162,7 @@ pub fn replay(
                     records += 1;
                 }
                 offset += (FRAME_HEADER + frame.payload.len()) as u64;
+                spare = frame.payload;
             }
             Err(FrameError::End) => {
                 return Ok(Replay {
