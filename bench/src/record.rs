@@ -49,6 +49,9 @@ pub struct Record {
     pub seconds: f64,
     /// Pushes per second, end to end.
     pub pushes_per_s: f64,
+    /// Seconds of `seconds` spent generating the stream (not the peer's own work).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator_s: Option<f64>,
     /// Peak resident set size (`VmHWM`) of the peer's process, KiB.
     pub peak_rss_kib: u64,
     /// Distinct URLs the peer emitted.
@@ -93,6 +96,12 @@ pub struct Record {
 }
 
 impl Record {
+    /// Pushes per second of the peer's own work: the run's time without the generator's.
+    pub fn own_pushes_per_s(&self) -> Option<f64> {
+        let own = self.seconds - self.generator_s?;
+        (own > 0.0 && self.peer != "none").then(|| self.pushes as f64 / own)
+    }
+
     /// Whether the peer emitted exactly the stream's distinct URLs, in order.
     pub fn exact(&self) -> bool {
         self.emitted == self.truth_distinct && self.digest == self.truth_digest

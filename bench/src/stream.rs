@@ -16,6 +16,8 @@
 //! a sieve must give: [`Stream::new_urls`] distinct URLs, whose order-sensitive digest is
 //! [`Stream::digest`].
 
+use std::time::{Duration, Instant};
+
 use crivello::storage::sim::Rng;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -596,5 +598,77 @@ mod tests {
             b.next_into(&mut y);
             assert_eq!(x, y);
         }
+    }
+}
+
+/// URLs generated per batch of a [`Feed`].
+const FEED_BATCH: usize = 4096;
+
+/// The stream served to a peer in batches, with the time spent generating them measured
+/// apart: a run's time minus the generator's is the time of the sieve itself.
+pub struct Feed {
+    stream: Stream,
+    left: u64,
+    data: Vec<u8>,
+    ends: Vec<usize>,
+    at: usize,
+    generating: Duration,
+}
+
+impl Feed {
+    /// The first `pushes` URLs of the stream of `seed`.
+    pub fn new(seed: u64, pushes: u64) -> Feed {
+        Feed {
+            stream: Stream::new(seed),
+            left: pushes,
+            data: Vec::with_capacity(FEED_BATCH * 128),
+            ends: Vec::with_capacity(FEED_BATCH),
+            at: 0,
+            generating: Duration::ZERO,
+        }
+    }
+
+    /// The next URL (after the last one: an empty slice).
+    pub fn next_url(&mut self) -> &[u8] {
+        if self.at == self.ends.len() {
+            self.refill();
+        }
+        let start = if self.at == 0 {
+            0
+        } else {
+            self.ends[self.at - 1]
+        };
+        let Some(&end) = self.ends.get(self.at) else {
+            return &[];
+        };
+        self.at += 1;
+        &self.data[start..end]
+    }
+
+    /// Generates the next batch, timed.
+    fn refill(&mut self) {
+        let t = Instant::now();
+        self.data.clear();
+        self.ends.clear();
+        self.at = 0;
+        let n = (FEED_BATCH as u64).min(self.left) as usize;
+        let mut buf = Vec::with_capacity(256);
+        for _ in 0..n {
+            self.stream.next_into(&mut buf);
+            self.data.extend_from_slice(&buf);
+            self.ends.push(self.data.len());
+        }
+        self.left -= n as u64;
+        self.generating += t.elapsed();
+    }
+
+    /// The stream (its counts and digest cover the URLs generated so far).
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// Seconds spent generating URLs.
+    pub fn generating_s(&self) -> f64 {
+        self.generating.as_secs_f64()
     }
 }

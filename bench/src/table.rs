@@ -19,6 +19,15 @@ fn rate(r: &Record) -> String {
     }
 }
 
+/// Pushes per second of the peer's own work (the generator's time taken out).
+fn own_rate(r: &Record) -> String {
+    match r.own_pushes_per_s() {
+        Some(p) if p >= 1e7 => format!("{:.1} M/s", p / 1e6),
+        Some(p) => format!("{:.2} M/s", p / 1e6),
+        None => "–".into(),
+    }
+}
+
 /// A count as a power of ten when it is one.
 pub fn count(n: u64) -> String {
     let mut p = 0;
@@ -101,11 +110,14 @@ fn disk(r: &Record) -> String {
 /// A summary of one peer's record, checked against the hash set's record at the same scale.
 pub fn summary(r: &Record, earlier: &[Record]) -> String {
     let mut s = format!(
-        "  {}: {} pushes in {:.2} s = {}, peak RSS {:.1} MiB, emitted {} of {} distinct ({})",
+        "  {}: {} pushes in {:.2} s = {} ({} without the generator's {:.2} s), peak RSS \
+         {:.1} MiB, emitted {} of {} distinct ({})",
         r.peer,
         r.pushes,
         r.seconds,
         rate(r),
+        own_rate(r),
+        r.generator_s.unwrap_or(0.0),
         mib(r.peak_rss_kib),
         r.emitted,
         r.truth_distinct,
@@ -200,21 +212,27 @@ pub fn markdown(all: &[Record]) -> String {
         s.push('\n');
     }
     s.push_str(
-        "| peer | pushes | pushes/s | peak RSS | vs crivello | distinct emitted | exact | \
-         time in flushes | disk B per distinct URL (Z / all) | notes |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n",
+        "| peer | pushes | pushes/s | own pushes/s | peak RSS | vs crivello (own) | distinct \
+         emitted | exact | time in flushes | disk B per distinct URL (Z / all) | notes |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in &rows {
         let ratio = match reference(r, all) {
-            Some(c) => format!("{:.2}x", r.pushes_per_s / c.pushes_per_s),
+            Some(c) => match (r.own_pushes_per_s(), c.own_pushes_per_s()) {
+                (Some(a), Some(b)) => {
+                    format!("{:.2}x ({:.2}x)", r.pushes_per_s / c.pushes_per_s, a / b)
+                }
+                _ => format!("{:.2}x", r.pushes_per_s / c.pushes_per_s),
+            },
             None => "–".into(),
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.0} MiB | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {:.0} MiB | {} | {} | {} | {} | {} | {} |",
             r.peer,
             count(r.pushes),
             rate(r),
+            own_rate(r),
             mib(r.peak_rss_kib),
             ratio,
             r.emitted,

@@ -8,7 +8,7 @@ use xxhash_rust::xxh3::xxh3_128;
 
 use super::PeerArgs;
 use crate::record::{hex, Record, Result};
-use crate::stream::{digest_step, Stream};
+use crate::stream::{digest_step, Feed};
 
 /// Bits per expected distinct URL.
 pub const BITS_PER_URL: u64 = 10;
@@ -61,19 +61,18 @@ impl Bloom {
 pub fn run(args: &PeerArgs) -> Result<Record> {
     let expected = (args.pushes / 5).max(1);
     let mut bloom = Bloom::new(expected * BITS_PER_URL);
-    let mut stream = Stream::new(args.seed);
-    let mut buf = Vec::with_capacity(256);
+    let mut feed = Feed::new(args.seed, args.pushes);
     let (mut emitted, mut digest) = (0u64, 0u64);
     let start = Instant::now();
     for i in 0..args.pushes {
-        stream.next_into(&mut buf);
-        if bloom.insert(&buf) {
+        let buf = feed.next_url();
+        if bloom.insert(buf) {
             emitted += 1;
-            digest = digest_step(digest, &buf);
+            digest = digest_step(digest, buf);
         }
         super::progress("bloom", i, args.pushes, start);
     }
-    let mut r = args.record("bloom", &stream, start, emitted);
+    let mut r = args.record("bloom", &feed, start, emitted);
     r.digest = hex(digest);
     r.notes.push(format!(
         "{:.1} MiB filter ({BITS_PER_URL} bits x {expected} expected URLs, k = {PROBES}); in RAM only",

@@ -11,7 +11,7 @@ use crivello::{Options, Sieve};
 
 use super::PeerArgs;
 use crate::record::{hex, Record, Recovery, Result};
-use crate::stream::{digest_step, Stream};
+use crate::stream::{digest_step, Feed};
 
 /// Pushes between two reads of the frontier by the consumer.
 pub const POP_EVERY: u64 = 50_000;
@@ -34,22 +34,21 @@ pub fn run(args: &PeerArgs) -> Result<Record> {
     let dir = args.tempdir("crivello")?;
     let mut sieve = Sieve::open(dir.path(), options(args.memory_mib))?;
     let slots = sieve.stats()?.slots;
-    let mut stream = Stream::new(args.seed);
-    let mut buf = Vec::with_capacity(256);
+    let mut feed = Feed::new(args.seed, args.pushes);
     let mut digest = 0u64;
     let mut popped = 0u64;
     let mut stalls = Duration::ZERO;
     let start = Instant::now();
     for i in 0..args.pushes {
-        stream.next_into(&mut buf);
+        let buf = feed.next_url();
         if i > 0 && i % slots == 0 {
             // S is full: this push hands it to the flush thread, and waits for the previous
             // flush if that one is still running.
             let t = Instant::now();
-            sieve.push(&buf)?;
+            sieve.push(buf)?;
             stalls += t.elapsed();
         } else {
-            sieve.push(&buf)?;
+            sieve.push(buf)?;
         }
         if i % POP_EVERY == POP_EVERY - 1 {
             popped += sieve.frontier_read(POP_BATCH, usize::MAX, |url| {
@@ -65,7 +64,7 @@ pub fn run(args: &PeerArgs) -> Result<Record> {
     let t = Instant::now();
     sieve.flush()?;
     let final_flush = t.elapsed();
-    let mut r = args.record("crivello", &stream, start, 0);
+    let mut r = args.record("crivello", &feed, start, 0);
     let st = sieve.stats()?;
     // Not timed: read the rest of the frontier, to check the emitted sequence.
     loop {
@@ -106,11 +105,10 @@ pub fn run(args: &PeerArgs) -> Result<Record> {
 pub fn crash_fill(dir: &Path, memory_mib: u64, seed: u64) -> Result<()> {
     let mut sieve = Sieve::open(dir, options(memory_mib))?;
     let slots = sieve.stats()?.slots;
-    let mut stream = Stream::new(seed);
-    let mut buf = Vec::with_capacity(256);
+    let mut feed = Feed::new(seed, slots - 1);
     for _ in 0..slots - 1 {
-        stream.next_into(&mut buf);
-        sieve.push(&buf)?;
+        let buf = feed.next_url();
+        sieve.push(buf)?;
     }
     sieve.sync()?;
     println!("{}", slots - 1);

@@ -10,7 +10,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::PeerArgs;
 use crate::record::{hex, Record, Result};
-use crate::stream::{digest_step, Stream};
+use crate::stream::{digest_step, Feed};
 
 /// Runs the store on the stream.
 pub fn run(args: &PeerArgs) -> Result<Record> {
@@ -22,26 +22,25 @@ pub fn run(args: &PeerArgs) -> Result<Record> {
     let seen = db.keyspace("seen", KeyspaceCreateOptions::default)?;
     let f_path = dir.path().join("frontier.txt");
     let mut frontier = BufWriter::with_capacity(1 << 20, File::create(&f_path)?);
-    let mut stream = Stream::new(args.seed);
-    let mut buf = Vec::with_capacity(256);
+    let mut feed = Feed::new(args.seed, args.pushes);
     let (mut emitted, mut digest) = (0u64, 0u64);
     let start = Instant::now();
     for i in 0..args.pushes {
-        stream.next_into(&mut buf);
-        let key = xxh3_64(&buf).to_be_bytes();
+        let buf = feed.next_url();
+        let key = xxh3_64(buf).to_be_bytes();
         if seen.get(key)?.is_none() {
             seen.insert(key, [])?;
-            frontier.write_all(&buf)?;
+            frontier.write_all(buf)?;
             frontier.write_all(b"\n")?;
             emitted += 1;
-            digest = digest_step(digest, &buf);
+            digest = digest_step(digest, buf);
         }
         super::progress("fjall", i, args.pushes, start);
     }
     frontier.flush()?;
     frontier.get_ref().sync_all()?;
     db.persist(PersistMode::SyncAll)?;
-    let mut r = args.record("fjall", &stream, start, emitted);
+    let mut r = args.record("fjall", &feed, start, emitted);
     r.digest = hex(digest);
     let db_bytes = super::dir_size(&db_dir);
     r.z_bytes = Some(db_bytes);

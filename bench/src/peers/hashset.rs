@@ -9,7 +9,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::PeerArgs;
 use crate::record::{hex, Record, Result};
-use crate::stream::{digest_step, Stream};
+use crate::stream::{digest_step, Feed};
 
 /// A hasher that passes a signature through: xxh3 output is already well mixed.
 #[derive(Debug, Default, Clone, Copy)]
@@ -32,19 +32,18 @@ impl Hasher for Identity {
 /// Runs the hash set on the stream. New URLs are counted and digested, not stored.
 pub fn run(args: &PeerArgs) -> Result<Record> {
     let mut seen: HashSet<u64, BuildHasherDefault<Identity>> = HashSet::default();
-    let mut stream = Stream::new(args.seed);
-    let mut buf = Vec::with_capacity(256);
+    let mut feed = Feed::new(args.seed, args.pushes);
     let (mut emitted, mut digest) = (0u64, 0u64);
     let start = Instant::now();
     for i in 0..args.pushes {
-        stream.next_into(&mut buf);
-        if seen.insert(xxh3_64(&buf)) {
+        let buf = feed.next_url();
+        if seen.insert(xxh3_64(buf)) {
             emitted += 1;
-            digest = digest_step(digest, &buf);
+            digest = digest_step(digest, buf);
         }
         super::progress("hashset", i, args.pushes, start);
     }
-    let mut r = args.record("hashset", &stream, start, emitted);
+    let mut r = args.record("hashset", &feed, start, emitted);
     r.digest = hex(digest);
     r.notes.push(format!(
         "in RAM only, no durability; {} signatures, capacity {}",

@@ -17,7 +17,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::PeerArgs;
 use crate::record::{hex, Record, Result};
-use crate::stream::{digest_step, Stream};
+use crate::stream::{digest_step, Feed};
 
 /// Bytes of each file buffer.
 const IO_BUF: usize = 1 << 20;
@@ -218,16 +218,15 @@ pub fn run(args: &PeerArgs) -> Result<Record> {
     let dir = args.tempdir("mercator")?;
     let slots = ((args.memory_mib << 20) / 8) as usize;
     let mut m = Mercator::new(dir.path(), slots)?;
-    let mut stream = Stream::new(args.seed);
-    let mut buf = Vec::with_capacity(256);
+    let mut feed = Feed::new(args.seed, args.pushes);
     let start = Instant::now();
     for i in 0..args.pushes {
-        stream.next_into(&mut buf);
-        m.push(&buf)?;
+        let buf = feed.next_url();
+        m.push(buf)?;
         super::progress("mercator", i, args.pushes, start);
     }
     m.flush()?;
-    let mut r = args.record("mercator", &stream, start, m.emitted);
+    let mut r = args.record("mercator", &feed, start, m.emitted);
     r.digest = hex(m.digest);
     r.flush_s = Some(m.flush_time.as_secs_f64());
     r.flushes = Some(m.flushes);

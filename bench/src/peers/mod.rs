@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::record::{hex, Record, Result};
-use crate::stream::Stream;
+use crate::stream::Feed;
 
 /// Every peer, in the order `run` runs them by default.
 pub const ALL: [&str; 6] = ["none", "hashset", "crivello", "bloom", "mercator", "fjall"];
@@ -34,8 +34,9 @@ pub struct PeerArgs {
 
 impl PeerArgs {
     /// A record with the stream's figures and the run's timing filled in.
-    pub fn record(&self, name: &str, stream: &Stream, start: Instant, emitted: u64) -> Record {
+    pub fn record(&self, name: &str, feed: &Feed, start: Instant, emitted: u64) -> Record {
         let seconds = start.elapsed().as_secs_f64();
+        let stream = feed.stream();
         Record {
             peer: name.to_owned(),
             requested: self.requested,
@@ -44,6 +45,7 @@ impl PeerArgs {
             seed: self.seed,
             seconds,
             pushes_per_s: stream.pushes() as f64 / seconds,
+            generator_s: Some(feed.generating_s()),
             peak_rss_kib: peak_rss_kib(),
             emitted,
             truth_distinct: stream.new_urls(),
@@ -78,16 +80,15 @@ pub fn run(name: &str, args: &PeerArgs) -> Result<Record> {
 
 /// The generator alone: the cost of making the stream, which every peer pays too.
 fn none(args: &PeerArgs) -> Result<Record> {
-    let mut stream = Stream::new(args.seed);
-    let mut buf = Vec::with_capacity(256);
+    let mut feed = Feed::new(args.seed, args.pushes);
     let mut bytes = 0u64;
     let start = Instant::now();
     for _ in 0..args.pushes {
-        stream.next_into(&mut buf);
+        let buf = feed.next_url();
         bytes += buf.len() as u64;
     }
     std::hint::black_box(bytes);
-    let mut r = args.record("none", &stream, start, stream.new_urls());
+    let mut r = args.record("none", &feed, start, feed.stream().new_urls());
     r.digest = r.truth_digest.clone();
     r.notes
         .push("the stream generator alone (no sieve): the ceiling of every peer".into());
