@@ -117,8 +117,8 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
     let mut m = job.manifest.clone();
     let records = b.sigs.len() as u64;
 
-    // Sorted in place by (signature, position): the first of each group of equal
-    // signatures is the first occurrence in the batch.
+    // Sorted in place by signature, each signature once with the position of its first
+    // occurrence in the batch.
     let mut pairs = b.sigs;
     crate::run::sort_slots(&mut pairs);
 
@@ -220,6 +220,14 @@ impl Source {
             Source::Batch { .. } => batch.len() as u64,
         }
     }
+
+    /// The file an invalid position of the source is reported in.
+    fn name(&self) -> String {
+        match self {
+            Source::Run(r) => r.name().to_owned(),
+            Source::Batch { gen, .. } => wal::file_name(*gen),
+        }
+    }
 }
 
 /// A cursor over one input of the merge.
@@ -243,6 +251,8 @@ impl Input<'_> {
 struct Region {
     offset: u64,
     count: u64,
+    /// One past the highest position written.
+    end: u64,
     buf: Vec<u8>,
 }
 
@@ -268,6 +278,7 @@ fn merge(
         regions.push(Region {
             offset,
             count: 0,
+            end: 0,
             buf: Vec::new(),
         });
         offset += 4 * s.pairs(&batch);
@@ -329,6 +340,7 @@ fn merge(
             let r = &mut regions[run];
             r.buf.extend_from_slice(&idx.to_le_bytes());
             r.count += 1;
+            r.end = r.end.max(u64::from(idx) + 1);
             if r.buf.len() >= SCRATCH_BUFFER {
                 scratch
                     .write_all_at(&r.buf, r.offset + 4 * r.count - r.buf.len() as u64)
@@ -362,30 +374,10 @@ fn merge(
         if r.count == 0 {
             continue;
         }
-        let mut bytes = vec![0u8; 4 * r.count as usize];
-        scratch
-            .read_exact_at(&mut bytes, r.offset)
-            .map_err(|e| Error::io("read", SCRATCH, e))?;
-        let mut positions: Vec<u32> = bytes
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect();
-        drop(bytes);
-        positions.sort_unstable();
+        let new = Positions::read(&*scratch, r, s)?;
+        let positions = new.iter();
         match s {
             Source::Run(run) => {
-                // Two signatures of a run first seen at one record: the run is damaged
-                // (the batch's positions come from memory and cannot repeat).
-                if let Some(w) = positions.windows(2).find(|w| w[0] == w[1]) {
-                    return Err(Error::corrupt(
-                        run.name(),
-                        0,
-                        crate::error::Corruption::Field {
-                            field: "run record index, given twice",
-                            found: u64::from(w[0]),
-                        },
-                    ));
-                }
                 let meta = run.meta();
                 let name = wal::file_name(meta.gen);
                 let file = storage.open(&name).map_err(|e| match e.kind() {
@@ -394,10 +386,10 @@ fn merge(
                     }
                     _ => Error::io("open", &name, e),
                 })?;
-                f.emit(storage, m, &*file, &name, meta.skip, &positions)?;
+                f.emit(storage, m, &*file, &name, meta.skip, positions)?;
             }
             Source::Batch { gen, wal, skip, .. } => {
-                f.emit(storage, m, &**wal, &wal::file_name(*gen), *skip, &positions)?;
+                f.emit(storage, m, &**wal, &wal::file_name(*gen), *skip, positions)?;
             }
         }
     }
@@ -406,6 +398,91 @@ fn merge(
         .sync_dir()
         .map_err(|e| Error::io("fsync", "directory", e))?;
     Ok(segment)
+}
+
+/// Positions of the scratch file read at a time.
+const SCRATCH_READ: u64 = 16 << 10;
+
+/// The new positions of one source, in increasing order.
+enum Positions {
+    /// One bit per record up to the last new one: no sort needed. Chosen when it takes no
+    /// more memory than the list (at most 32 records per new position), as is usual.
+    Marked(Vec<u64>),
+    /// The positions, sorted: for a source with very few new records.
+    Sorted(Vec<u32>),
+}
+
+impl Positions {
+    /// Reads the positions of region `r` of the scratch file. A position repeated can only
+    /// come from a damaged run.
+    fn read(scratch: &dyn StorageFile, r: &Region, source: &Source) -> Result<Positions> {
+        let duplicate = |p: u64| {
+            Error::corrupt(
+                &source.name(),
+                0,
+                crate::error::Corruption::Field {
+                    field: "run record index, given twice",
+                    found: p,
+                },
+            )
+        };
+        let dense = r.end <= 32 * r.count;
+        let mut marked = vec![
+            0u64;
+            if dense {
+                r.end.div_ceil(64) as usize
+            } else {
+                0
+            }
+        ];
+        let mut sorted = Vec::with_capacity(if dense { 0 } else { r.count as usize });
+        let mut buf = vec![0u8; 4 * SCRATCH_READ.min(r.count) as usize];
+        let mut done = 0u64;
+        while done < r.count {
+            let n = SCRATCH_READ.min(r.count - done) as usize;
+            scratch
+                .read_exact_at(&mut buf[..4 * n], r.offset + 4 * done)
+                .map_err(|e| Error::io("read", SCRATCH, e))?;
+            for c in buf[..4 * n].chunks_exact(4) {
+                let p = u32::from_le_bytes(c.try_into().expect("4 bytes"));
+                if dense {
+                    let (word, bit) = (p as usize / 64, p % 64);
+                    if marked[word] >> bit & 1 == 1 {
+                        return Err(duplicate(u64::from(p)));
+                    }
+                    marked[word] |= 1 << bit;
+                } else {
+                    sorted.push(p);
+                }
+            }
+            done += n as u64;
+        }
+        if dense {
+            return Ok(Positions::Marked(marked));
+        }
+        sorted.sort_unstable();
+        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+            return Err(duplicate(u64::from(w[0])));
+        }
+        Ok(Positions::Sorted(sorted))
+    }
+
+    /// The positions in increasing order.
+    fn iter(&self) -> Box<dyn Iterator<Item = u64> + '_> {
+        match self {
+            Positions::Marked(bits) => Box::new(bits.iter().enumerate().flat_map(|(w, &word)| {
+                let mut rest = word;
+                std::iter::from_fn(move || {
+                    (rest != 0).then(|| {
+                        let bit = rest.trailing_zeros();
+                        rest &= rest - 1;
+                        w as u64 * 64 + u64::from(bit)
+                    })
+                })
+            })),
+            Positions::Sorted(list) => Box::new(list.iter().map(|&p| u64::from(p))),
+        }
+    }
 }
 
 /// Appends new URLs to F's tail segment, rolling over to a new segment past
@@ -457,7 +534,7 @@ impl FrontierAppender {
         ))
     }
 
-    /// Appends the records of `wal` at the sorted `positions` (relative to `skip`).
+    /// Appends the records of `wal` at the increasing `positions` (relative to `skip`).
     fn emit(
         &mut self,
         storage: &dyn Storage,
@@ -465,13 +542,13 @@ impl FrontierAppender {
         wal: &dyn StorageFile,
         wal_name: &str,
         skip: u64,
-        positions: &[u32],
+        positions: impl Iterator<Item = u64>,
     ) -> Result<()> {
         let len = wal.len().map_err(|e| Error::io("stat", wal_name, e))?;
         let reader = LogReader::new(wal, len, u64::MAX);
         let mut offset = wal::HEADER_LEN;
         let mut record: u64 = 0;
-        let mut next = positions.iter().map(|&p| skip + p as u64).peekable();
+        let mut next = positions.map(|p| skip + p).peekable();
         let mut spare = Vec::new();
         while next.peek().is_some() {
             let frame = match reader.frame_with(offset, std::mem::take(&mut spare)) {
@@ -522,6 +599,65 @@ impl FrontierAppender {
         m.f_tail_len = self.out.end();
         m.f_count += self.emitted;
         Ok(())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::storage::SimDisk;
+
+    /// Writes `positions` as region 0 of a scratch file and reads them back.
+    fn read_back(positions: &[u32]) -> Result<(bool, Vec<u64>)> {
+        let disk = SimDisk::new();
+        let scratch = disk.create(SCRATCH).unwrap();
+        let bytes: Vec<u8> = positions.iter().flat_map(|p| p.to_le_bytes()).collect();
+        scratch.write_all_at(&bytes, 0).unwrap();
+        let region = Region {
+            offset: 0,
+            count: positions.len() as u64,
+            end: positions
+                .iter()
+                .map(|&p| u64::from(p) + 1)
+                .max()
+                .unwrap_or(0),
+            buf: Vec::new(),
+        };
+        let wal = disk.create(&wal::file_name(3)).unwrap();
+        let source = Source::Batch {
+            gen: 3,
+            wal,
+            skip: 0,
+        };
+        let new = Positions::read(&*scratch, &region, &source)?;
+        let marked = matches!(new, Positions::Marked(_));
+        Ok((marked, new.iter().collect()))
+    }
+
+    #[test]
+    fn new_positions_come_out_in_order_from_the_bitmap_and_from_the_list() {
+        // Dense (a bitmap): 40,000 positions among 100,000 records, in merge order.
+        let dense: Vec<u32> = (0..40_000u32).map(|i| (i * 7919) % 100_000).collect();
+        let (marked, got) = read_back(&dense).unwrap();
+        let mut want: Vec<u64> = dense.iter().map(|&p| u64::from(p)).collect();
+        want.sort_unstable();
+        assert!(marked);
+        assert_eq!(got, want);
+        // Sparse (a sorted list): 3 positions among 4 billion records.
+        let sparse = [4_000_000_000u32, 5, 70_000];
+        assert_eq!(
+            read_back(&sparse).unwrap(),
+            (false, vec![5, 70_000, 4_000_000_000])
+        );
+        assert_eq!(read_back(&[]).unwrap(), (true, vec![]));
+    }
+
+    #[test]
+    fn a_position_given_twice_is_corruption_either_way() {
+        for positions in [vec![9u32, 3, 9, 1], vec![3_000_000_000, 2, 3_000_000_000]] {
+            let e = read_back(&positions).unwrap_err();
+            assert!(e.is_corruption(), "{e}");
+        }
     }
 }
 
