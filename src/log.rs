@@ -393,3 +393,75 @@ pub fn encode_frame(epoch: u32, records: &[&[u8]]) -> Vec<u8> {
     out.extend_from_slice(&payload);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{SimDisk, Storage};
+    use std::sync::Mutex;
+
+    /// A file that records the writeback hints it gets.
+    struct Hinted {
+        inner: Arc<dyn StorageFile>,
+        hints: Arc<Mutex<Vec<(u64, u64)>>>,
+    }
+
+    impl StorageFile for Hinted {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+            self.inner.read_at(buf, offset)
+        }
+        fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            self.inner.write_all_at(buf, offset)
+        }
+        fn len(&self) -> std::io::Result<u64> {
+            self.inner.len()
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.inner.set_len(len)
+        }
+        fn sync(&self) -> std::io::Result<()> {
+            self.inner.sync()
+        }
+        fn start_writeback(&self, offset: u64, len: u64) {
+            self.hints.lock().unwrap().push((offset, len));
+        }
+    }
+
+    #[test]
+    fn writeback_hints_cover_the_unsynced_bytes_once_in_order() {
+        let disk = SimDisk::new();
+        let hints = Arc::new(Mutex::new(Vec::new()));
+        let file = Arc::new(Hinted {
+            inner: disk.create("log").unwrap(),
+            hints: hints.clone(),
+        });
+        let start = 100;
+        let mut w = LogWriter::new(file, "log".into(), start, 0);
+        let record = vec![b'u'; 1000];
+        let mut synced_at = None;
+        for i in 0..40_000 {
+            w.append(&record).unwrap();
+            if i == 25_000 {
+                w.sync().unwrap();
+                synced_at = Some(w.end());
+            }
+        }
+        w.sync().unwrap();
+        let hints = hints.lock().unwrap().clone();
+        let synced_at = synced_at.unwrap();
+        // About 40 MB written: several hints, each of at least WRITEBACK_EVERY bytes, back
+        // to back from the start, except that a sync makes everything before it clean.
+        assert!(hints.len() >= 3, "{hints:?}");
+        let mut clean = start;
+        for &(offset, len) in &hints {
+            if offset != clean {
+                assert_eq!(offset, synced_at, "{hints:?}");
+                assert!(clean < synced_at);
+            }
+            assert!(len >= WRITEBACK_EVERY, "{hints:?}");
+            clean = offset + len;
+            assert!(clean <= w.end());
+        }
+        assert!(hints.iter().any(|&(o, _)| o == synced_at), "{hints:?}");
+    }
+}

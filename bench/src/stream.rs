@@ -553,6 +553,22 @@ mod tests {
     use std::collections::HashSet;
 
     #[test]
+    fn the_feed_serves_the_stream_in_order_and_stops_at_its_count() {
+        let n = 3 * FEED_BATCH as u64 + 17;
+        let mut feed = Feed::new(5, n);
+        let mut stream = Stream::new(5);
+        let mut buf = Vec::new();
+        for _ in 0..n {
+            stream.next_into(&mut buf);
+            assert_eq!(feed.next_url(), &buf[..]);
+        }
+        assert!(feed.next_url().is_empty());
+        assert_eq!(feed.stream().pushes(), n);
+        assert_eq!(feed.stream().digest(), stream.digest());
+        assert!(feed.generating_s() > 0.0);
+    }
+
+    #[test]
     fn new_urls_are_distinct_and_repeats_are_not() {
         let mut s = Stream::new(3);
         let mut seen = HashSet::new();

@@ -3,7 +3,7 @@
 //!
 //! A spill:
 //! 1. syncs the batch's A generation (pushes in it become acknowledged);
-//! 2. sorts the batch by (signature, position), keeping the first occurrence of each;
+//! 2. sorts the batch by signature, keeping each signature once with its first position;
 //! 3. writes the pairs as an R run (fsync) and fsyncs the directory;
 //! 4. commits the manifest, which lists the run: **the switch**. A stays.
 //!
