@@ -547,76 +547,6 @@ pub fn digest_step(digest: u64, url: &[u8]) -> u64 {
     xxh3_64_with_seed(url, digest)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashSet;
-
-    #[test]
-    fn the_feed_serves_the_stream_in_order_and_stops_at_its_count() {
-        let n = 3 * FEED_BATCH as u64 + 17;
-        let mut feed = Feed::new(5, n);
-        let mut stream = Stream::new(5);
-        let mut buf = Vec::new();
-        for _ in 0..n {
-            stream.next_into(&mut buf);
-            assert_eq!(feed.next_url(), &buf[..]);
-        }
-        assert!(feed.next_url().is_empty());
-        assert_eq!(feed.stream().pushes(), n);
-        assert_eq!(feed.stream().digest(), stream.digest());
-        assert!(feed.generating_s() > 0.0);
-    }
-
-    #[test]
-    fn new_urls_are_distinct_and_repeats_are_not() {
-        let mut s = Stream::new(3);
-        let mut seen = HashSet::new();
-        let mut buf = Vec::new();
-        let mut digest = 0;
-        for _ in 0..300_000 {
-            s.next_into(&mut buf);
-            if seen.insert(buf.clone()) {
-                digest = digest_step(digest, &buf);
-            }
-        }
-        assert_eq!(seen.len() as u64, s.new_urls());
-        assert_eq!(digest, s.digest());
-        let r = s.repeat_fraction();
-        assert!((0.78..0.82).contains(&r), "repeat fraction {r}");
-        let len = s.mean_len();
-        assert!((45.0..90.0).contains(&len), "mean length {len}");
-    }
-
-    #[test]
-    fn every_host_index_pair_is_a_distinct_url() {
-        let mut owner = std::collections::HashMap::new();
-        let mut buf = Vec::new();
-        for host in (0..HOSTS)
-            .step_by(97)
-            .chain([1, 63, 64, 4095, 4096, HOSTS - 1])
-        {
-            for idx in 0..400 {
-                write_url(&mut buf, host, idx);
-                assert!(buf.is_ascii() && !buf.contains(&b'\n'));
-                let first = owner.entry(buf.clone()).or_insert((host, idx));
-                assert_eq!(*first, (host, idx), "{}", String::from_utf8_lossy(&buf));
-            }
-        }
-    }
-
-    #[test]
-    fn equal_seeds_give_equal_streams() {
-        let (mut a, mut b) = (Stream::new(9), Stream::new(9));
-        let (mut x, mut y) = (Vec::new(), Vec::new());
-        for _ in 0..10_000 {
-            a.next_into(&mut x);
-            b.next_into(&mut y);
-            assert_eq!(x, y);
-        }
-    }
-}
-
 /// URLs generated per batch of a [`Feed`].
 const FEED_BATCH: usize = 4096;
 
@@ -686,5 +616,75 @@ impl Feed {
     /// Seconds spent generating URLs.
     pub fn generating_s(&self) -> f64 {
         self.generating.as_secs_f64()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn the_feed_serves_the_stream_in_order_and_stops_at_its_count() {
+        let n = 3 * FEED_BATCH as u64 + 17;
+        let mut feed = Feed::new(5, n);
+        let mut stream = Stream::new(5);
+        let mut buf = Vec::new();
+        for _ in 0..n {
+            stream.next_into(&mut buf);
+            assert_eq!(feed.next_url(), &buf[..]);
+        }
+        assert!(feed.next_url().is_empty());
+        assert_eq!(feed.stream().pushes(), n);
+        assert_eq!(feed.stream().digest(), stream.digest());
+        assert!(feed.generating_s() > 0.0);
+    }
+
+    #[test]
+    fn new_urls_are_distinct_and_repeats_are_not() {
+        let mut s = Stream::new(3);
+        let mut seen = HashSet::new();
+        let mut buf = Vec::new();
+        let mut digest = 0;
+        for _ in 0..300_000 {
+            s.next_into(&mut buf);
+            if seen.insert(buf.clone()) {
+                digest = digest_step(digest, &buf);
+            }
+        }
+        assert_eq!(seen.len() as u64, s.new_urls());
+        assert_eq!(digest, s.digest());
+        let r = s.repeat_fraction();
+        assert!((0.78..0.82).contains(&r), "repeat fraction {r}");
+        let len = s.mean_len();
+        assert!((45.0..90.0).contains(&len), "mean length {len}");
+    }
+
+    #[test]
+    fn every_host_index_pair_is_a_distinct_url() {
+        let mut owner = std::collections::HashMap::new();
+        let mut buf = Vec::new();
+        for host in (0..HOSTS)
+            .step_by(97)
+            .chain([1, 63, 64, 4095, 4096, HOSTS - 1])
+        {
+            for idx in 0..400 {
+                write_url(&mut buf, host, idx);
+                assert!(buf.is_ascii() && !buf.contains(&b'\n'));
+                let first = owner.entry(buf.clone()).or_insert((host, idx));
+                assert_eq!(*first, (host, idx), "{}", String::from_utf8_lossy(&buf));
+            }
+        }
+    }
+
+    #[test]
+    fn equal_seeds_give_equal_streams() {
+        let (mut a, mut b) = (Stream::new(9), Stream::new(9));
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        for _ in 0..10_000 {
+            a.next_into(&mut x);
+            b.next_into(&mut y);
+            assert_eq!(x, y);
+        }
     }
 }
