@@ -54,6 +54,23 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// An input of [`crate::uniq::Uniq`] changed while it was being read: the lines read
+    /// again to be printed are not the lines read first.
+    #[error("{file} changed while it was being read")]
+    InputChanged {
+        /// The input's name.
+        file: String,
+    },
+    /// A line of an input of [`crate::uniq::Uniq`] is longer than the maximum.
+    #[error("{file}: line {line}: longer than the maximum of {max} bytes")]
+    LineTooLong {
+        /// The input's name.
+        file: String,
+        /// The line's 1-based number in its input.
+        line: u64,
+        /// The maximum, in bytes without the "\n".
+        max: usize,
+    },
     /// An I/O operation failed.
     #[error("{op} {file}: {source}")]
     Io {

@@ -54,6 +54,7 @@ pub mod run;
 pub mod segment;
 mod sieve;
 pub mod storage;
+pub mod uniq;
 
 pub use check::{check, check_storage, CheckReport};
 pub use error::{Corruption, Error, InvalidUrl, Result};

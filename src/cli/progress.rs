@@ -62,6 +62,14 @@ impl Progress {
         self.refresh();
     }
 
+    /// Sets the counts of lines, bytes and (when known) flushes, and refreshes the display.
+    pub fn set(&mut self, lines: u64, bytes: u64, flushes: Option<u64>) {
+        self.lines = lines;
+        self.bytes = bytes;
+        self.flushes = flushes.or(self.flushes);
+        self.refresh();
+    }
+
     /// Redraws the message.
     fn refresh(&self) {
         let Some(bar) = &self.bar else { return };

@@ -1,31 +1,28 @@
 //! `crivello uniq [FILE...]`: print each distinct line once, in first-appearance order, with
 //! bounded memory; the output is byte-identical to `LC_ALL=C awk '!seen[$0]++'`.
 //!
-//! Every line is pushed into a temporary sieve, and the output is exactly what the sieve
-//! emits, so the order is the sieve's order. The sieve refuses empty URLs, so each line is
-//! pushed with a one-byte tag in front ([`TAG`]), which is removed on output. The output
-//! streams: whenever a background flush has completed, its new lines are printed while the
-//! input is still being read.
+//! The work is done by [`crivello::uniq::Uniq`]: the sieve without its logs, whose flushes
+//! print the new lines of each batch by reading them again from the input (a regular file
+//! where it is, standard input too when it is one; a pipe from a spool copy). The output
+//! streams: each merge prints its new lines while the input is still being read.
 //!
 //! The temporary directory is removed at exit: on success, on error, and on Ctrl-C (a
 //! handler removes it and exits with 130).
 
+use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, Result};
 use clap::Args;
 use crivello::storage::{DirStorage, Unsynced};
-use crivello::{Options, Sieve};
+use crivello::uniq::{Input, Uniq, OUTPUT_NAME};
+use crivello::Options;
 
 use super::progress::Progress;
-use super::stream::{sources, stop, Line, LineReader, Output, BATCH_BYTES};
-use super::{explained, parse_max_line_length, Common};
+use super::stream::{sources, STDIN_NAME};
+use super::{explained, parse_max_line_length, Common, StdoutClosed};
 
-/// The byte pushed in front of every line, so that an empty line is a non-empty URL.
-const TAG: u8 = b'L';
-/// URLs read from the frontier at a time.
-const BATCH: usize = 4096;
 /// The exit code after Ctrl-C (128 + SIGINT, as shells report it).
 const EXIT_INTERRUPTED: i32 = 130;
 
@@ -92,76 +89,65 @@ fn on_interrupt() {
     std::process::exit(EXIT_INTERRUPTED);
 }
 
-/// Reads every input through a sieve in `dir` and prints what it emits.
+/// Reads every input through the dedup engine, with its scratch space in `dir`.
 fn dedup(args: &UniqArgs, dir: &Path) -> Result<()> {
-    // Output order does not depend on when merges run: let them be lazy (flat cost per line).
     let opts = Options::new()
-        .frontier_low(0)
         .memory(args.common.memory)
-        .max_url_len(args.max_line_length + 1);
-    // A throwaway store: no fsync (a crash loses nothing the user keeps).
+        .max_url_len(args.max_line_length);
+    // Scratch space: no fsync (a crash loses nothing the user keeps).
     let storage =
         DirStorage::open(dir).with_context(|| format!("temporary store {}", dir.display()))?;
-    let mut sieve = Sieve::open_with(Arc::new(Unsynced(storage)), opts)
-        .with_context(|| format!("temporary store {}", dir.display()))?;
-    let mut out = Output::new();
-    let mut progress = Progress::new("uniq", args.common.quiet);
-    // The tag, a line and its "\n": a longer read without "\n" is a line too long.
-    let limit = args.max_line_length + 1;
-    let mut buf = Vec::with_capacity(64 << 10);
+    let out = Box::new(std::io::stdout());
+    let mut uniq = Uniq::new(Arc::new(Unsynced(storage)), opts, out).map_err(uniq_error)?;
+    let progress = Arc::new(Mutex::new(Progress::new("uniq", args.common.quiet)));
+    let shown = progress.clone();
+    uniq.on_progress(move |s| {
+        shown
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set(s.lines, s.bytes, Some(s.flushes))
+    });
     for source in sources(&args.files) {
-        let mut input = LineReader::open(source)?;
-        loop {
-            buf.clear();
-            buf.push(TAG);
-            match input.read_line(&mut buf, limit)? {
-                None => break,
-                Some(Line::TooLong) => {
-                    return Err(explained(
-                        format!(
-                            "{}: line {}: longer than the maximum of {} bytes",
-                            input.name(),
-                            input.line_number(),
-                            args.max_line_length
-                        ),
-                        "raise --max-line-length (at most 1G - 1)",
-                    ));
-                }
-                Some(Line::Complete(n)) => progress.line(n, Some(&mut sieve)),
+        let input = match source {
+            Some(path) => Input::path(path),
+            None => {
+                let fd = std::io::stdin()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .context("read standard input")?;
+                Input::file(STDIN_NAME, std::fs::File::from(fd))
             }
-            sieve.push(&buf)?;
-            // Cheap: true only once a background flush has committed new lines.
-            if sieve.frontier_pending() > 0 {
-                drain(&mut sieve, &mut out)?;
-            }
-        }
+        };
+        uniq.read(input).map_err(uniq_error)?;
     }
-    progress.waiting("flush");
-    sieve.flush()?;
-    drain(&mut sieve, &mut out)?;
-    progress.finish();
+    lock(&progress).waiting("flush");
+    uniq.finish().map_err(uniq_error)?;
+    lock(&progress).finish();
     Ok(())
 }
 
-/// Prints every line the frontier holds, without the tag, and flushes stdout.
-fn drain(sieve: &mut Sieve, out: &mut Output) -> Result<()> {
-    loop {
-        let mut failed = None;
-        let n = sieve.frontier_read(BATCH, BATCH_BYTES, |line| {
-            out.line(line.get(1..).unwrap_or_default()).map_err(|e| {
-                failed = Some(e);
-                stop()
-            })
-        });
-        if let Some(e) = failed {
-            return Err(e);
+/// The progress display, usable even if a thread panicked while holding it.
+fn lock(p: &Mutex<Progress>) -> std::sync::MutexGuard<'_, Progress> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Turns an error of the engine into the command's: a closed standard output ends the
+/// command quietly, an over-long line says which option to raise.
+fn uniq_error(e: crivello::Error) -> anyhow::Error {
+    match e {
+        crivello::Error::Io { file, source, .. }
+            if file == OUTPUT_NAME && source.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
+            anyhow::Error::new(StdoutClosed)
         }
-        if n? == 0 {
-            break;
+        crivello::Error::LineTooLong { .. } => {
+            explained(e.to_string(), "raise --max-line-length (at most 1G - 1)")
         }
+        crivello::Error::Io {
+            op: "open",
+            file,
+            source,
+        } => anyhow::Error::new(source).context(format!("cannot open {file}")),
+        e => anyhow::Error::new(e),
     }
-    out.flush()?;
-    // Lets the sieve delete the frontier files already printed.
-    sieve.frontier_commit()?;
-    Ok(())
 }

@@ -125,16 +125,12 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
     let mut segments = job.segments.clone();
     let mut runs = job.runs.clone();
     if job.merge {
-        let sources: Vec<Source> = runs
-            .iter()
-            .map(|r| Source::Run(r.clone()))
-            .chain(std::iter::once(Source::Batch {
-                gen: b.gen,
-                wal: b.wal.clone(),
-                skip: b.skip,
-            }))
-            .collect();
-        let seg = merge(storage, &mut m, &segments, &sources, pairs)?;
+        let wal = BatchWal {
+            gen: b.gen,
+            wal: b.wal.clone(),
+            skip: b.skip,
+        };
+        let seg = merge(storage, &mut m, &segments, &runs, wal, pairs)?;
         segments = seg.into_iter().collect();
         runs.clear();
     } else if !pairs.is_empty() {
@@ -203,33 +199,6 @@ fn remove_generations(storage: &dyn Storage, gens: std::ops::Range<u64>) {
     }
 }
 
-/// An input of a merge other than Z: a run on disk, or the batch in memory.
-enum Source {
-    Run(Arc<Run>),
-    Batch {
-        gen: u64,
-        wal: Arc<dyn StorageFile>,
-        skip: u64,
-    },
-}
-
-impl Source {
-    fn pairs(&self, batch: &[Slot]) -> u64 {
-        match self {
-            Source::Run(r) => r.meta().pairs,
-            Source::Batch { .. } => batch.len() as u64,
-        }
-    }
-
-    /// The file an invalid position of the source is reported in.
-    fn name(&self) -> String {
-        match self {
-            Source::Run(r) => r.name().to_owned(),
-            Source::Batch { gen, .. } => wal::file_name(*gen),
-        }
-    }
-}
-
 /// A cursor over one input of the merge.
 enum Input<'a> {
     Z(crate::segment::SegmentIter<'a>),
@@ -247,51 +216,63 @@ impl Input<'_> {
     }
 }
 
-/// The new positions of one source, buffered into its region of the scratch file.
-struct Region {
+/// The new positions of one source of a merge (a run, or the batch), buffered into its
+/// region of the scratch file.
+pub(crate) struct Region {
     offset: u64,
-    count: u64,
+    /// New positions.
+    pub count: u64,
     /// One past the highest position written.
     end: u64,
+    /// The wrapping sum of the new signatures: what the records emitted must add up to.
+    pub sum: u64,
     buf: Vec<u8>,
 }
 
-/// Merges Z's `segments` with the `sources` (runs in push order, the batch last) into one
-/// new segment, and appends the URLs no input of Z holds to F in push order. Returns the new
-/// segment (none when Z stays empty).
-fn merge(
+/// What a merge of signatures produced: the new Z segment (none when Z stays empty), and
+/// the new positions of every source in the scratch file.
+pub(crate) struct Merged {
+    pub segment: Option<Arc<Segment>>,
+    pub scratch: Arc<dyn StorageFile>,
+    /// One region per run, in push order, then one for the batch.
+    pub regions: Vec<Region>,
+}
+
+/// Merges Z's `segments` with the `runs` (in push order) and the sorted `batch` (after
+/// them) into one new segment, numbered from `next_id`. A signature no segment holds is new,
+/// and its first occurrence is the one of the earliest source: its position goes to that
+/// source's region of the scratch file [`SCRATCH`].
+pub(crate) fn merge_signatures(
     storage: &dyn Storage,
-    m: &mut Manifest,
+    next_id: &mut u64,
     segments: &[Arc<Segment>],
-    sources: &[Source],
+    runs: &[Arc<Run>],
     batch: Vec<Slot>,
-) -> Result<Option<Arc<Segment>>> {
+) -> Result<Merged> {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
 
     let scratch = storage
         .create(SCRATCH)
         .map_err(|e| Error::io("create", SCRATCH, e))?;
-    let mut regions = Vec::with_capacity(sources.len());
+    let mut regions = Vec::with_capacity(runs.len() + 1);
     let mut offset = 0u64;
-    for s in sources {
+    let sizes = runs.iter().map(|r| r.meta().pairs);
+    for pairs in sizes.chain(std::iter::once(batch.len() as u64)) {
         regions.push(Region {
             offset,
             count: 0,
             end: 0,
+            sum: 0,
             buf: Vec::new(),
         });
-        offset += 4 * s.pairs(&batch);
+        offset += 4 * pairs;
     }
 
     let zs = segments.len();
     let mut inputs: Vec<Input<'_>> = segments.iter().map(|s| Input::Z(s.iter())).collect();
-    for s in sources {
-        inputs.push(match s {
-            Source::Run(r) => Input::Run(r.iter()),
-            Source::Batch { .. } => Input::Batch(batch.iter()),
-        });
-    }
+    inputs.extend(runs.iter().map(|r| Input::Run(r.iter())));
+    inputs.push(Input::Batch(batch.iter()));
     let mut heads: Vec<u32> = vec![0; inputs.len()];
     let mut heap = BinaryHeap::with_capacity(inputs.len());
     for (i, input) in inputs.iter_mut().enumerate() {
@@ -300,7 +281,7 @@ fn merge(
             heap.push(Reverse((sig, i)));
         }
     }
-    let id = m.next_id;
+    let id = *next_id;
     let mut writer = None;
     let mut advance = Vec::with_capacity(inputs.len());
     while let Some(Reverse((sig, src))) = heap.pop() {
@@ -331,7 +312,7 @@ fn merge(
         let w = match &mut writer {
             Some(w) => w,
             None => {
-                m.next_id += 1;
+                *next_id += 1;
                 writer.insert(SegmentWriter::create(storage, id)?)
             }
         };
@@ -341,6 +322,7 @@ fn merge(
             r.buf.extend_from_slice(&idx.to_le_bytes());
             r.count += 1;
             r.end = r.end.max(u64::from(idx) + 1);
+            r.sum = r.sum.wrapping_add(sig);
             if r.buf.len() >= SCRATCH_BUFFER {
                 scratch
                     .write_all_at(&r.buf, r.offset + 4 * r.count - r.buf.len() as u64)
@@ -366,18 +348,43 @@ fn merge(
         }
         None => None,
     };
+    Ok(Merged {
+        segment,
+        scratch,
+        regions,
+    })
+}
+
+/// The batch's A generation: where its records are read from when they are emitted.
+struct BatchWal {
+    gen: u64,
+    wal: Arc<dyn StorageFile>,
+    skip: u64,
+}
+
+/// Merges Z's `segments` with the `runs` (in push order) and the `batch` (after them) into
+/// one new segment, and appends the URLs no input of Z holds to F in push order. Returns the
+/// new segment (none when Z stays empty).
+fn merge(
+    storage: &dyn Storage,
+    m: &mut Manifest,
+    segments: &[Arc<Segment>],
+    runs: &[Arc<Run>],
+    b: BatchWal,
+    batch: Vec<Slot>,
+) -> Result<Option<Arc<Segment>>> {
+    let merged = merge_signatures(storage, &mut m.next_id, segments, runs, batch)?;
 
     // Emit the new URLs in the order of their first appearance: source by source, and in
     // each by position.
     let mut f = FrontierAppender::open(storage, m)?;
-    for (s, r) in sources.iter().zip(&regions) {
+    for (i, r) in merged.regions.iter().enumerate() {
         if r.count == 0 {
             continue;
         }
-        let new = Positions::read(&*scratch, r, s)?;
-        let positions = new.iter();
-        match s {
-            Source::Run(run) => {
+        match runs.get(i) {
+            Some(run) => {
+                let new = Positions::read(&*merged.scratch, r, run.name())?;
                 let meta = run.meta();
                 let name = wal::file_name(meta.gen);
                 let file = storage.open(&name).map_err(|e| match e.kind() {
@@ -386,10 +393,12 @@ fn merge(
                     }
                     _ => Error::io("open", &name, e),
                 })?;
-                f.emit(storage, m, &*file, &name, meta.skip, positions)?;
+                f.emit(storage, m, &*file, &name, meta.skip, new.iter())?;
             }
-            Source::Batch { gen, wal, skip, .. } => {
-                f.emit(storage, m, &**wal, &wal::file_name(*gen), *skip, positions)?;
+            None => {
+                let name = wal::file_name(b.gen);
+                let new = Positions::read(&*merged.scratch, r, &name)?;
+                f.emit(storage, m, &*b.wal, &name, b.skip, new.iter())?;
             }
         }
     }
@@ -397,14 +406,14 @@ fn merge(
     storage
         .sync_dir()
         .map_err(|e| Error::io("fsync", "directory", e))?;
-    Ok(segment)
+    Ok(merged.segment)
 }
 
 /// Positions of the scratch file read at a time.
 const SCRATCH_READ: u64 = 16 << 10;
 
 /// The new positions of one source, in increasing order.
-enum Positions {
+pub(crate) enum Positions {
     /// One bit per record up to the last new one: no sort needed. Chosen when it takes no
     /// more memory than the list (at most 32 records per new position), as is usual.
     Marked(Vec<u64>),
@@ -415,10 +424,10 @@ enum Positions {
 impl Positions {
     /// Reads the positions of region `r` of the scratch file. A position repeated can only
     /// come from a damaged run.
-    fn read(scratch: &dyn StorageFile, r: &Region, source: &Source) -> Result<Positions> {
+    pub(crate) fn read(scratch: &dyn StorageFile, r: &Region, source: &str) -> Result<Positions> {
         let duplicate = |p: u64| {
             Error::corrupt(
-                &source.name(),
+                source,
                 0,
                 crate::error::Corruption::Field {
                     field: "run record index, given twice",
@@ -468,7 +477,7 @@ impl Positions {
     }
 
     /// The positions in increasing order.
-    fn iter(&self) -> Box<dyn Iterator<Item = u64> + '_> {
+    pub(crate) fn iter(&self) -> Box<dyn Iterator<Item = u64> + '_> {
         match self {
             Positions::Marked(bits) => Box::new(bits.iter().enumerate().flat_map(|(w, &word)| {
                 let mut rest = word;
@@ -621,15 +630,10 @@ mod tests {
                 .map(|&p| u64::from(p) + 1)
                 .max()
                 .unwrap_or(0),
+            sum: 0,
             buf: Vec::new(),
         };
-        let wal = disk.create(&wal::file_name(3)).unwrap();
-        let source = Source::Batch {
-            gen: 3,
-            wal,
-            skip: 0,
-        };
-        let new = Positions::read(&*scratch, &region, &source)?;
+        let new = Positions::read(&*scratch, &region, &wal::file_name(3))?;
         let marked = matches!(new, Positions::Marked(_));
         Ok((marked, new.iter().collect()))
     }

@@ -9,7 +9,7 @@
 //! analysis of every step, and Heydon & Najork, "Mercator: A scalable, extensible Web
 //! crawler" (1999) for the original sieve.
 
-mod flush;
+pub(crate) mod flush;
 pub(crate) mod recovery;
 pub(crate) mod wal;
 

@@ -51,7 +51,7 @@ pub fn is_ours(name: &str) -> bool {
         || run::parse_name(name).is_some()
 }
 
-fn random_seed() -> u64 {
+pub(crate) fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
