@@ -462,6 +462,30 @@ fn uniq_equals_awk_on_adversarial_input_with_many_flushes() {
 }
 
 #[test]
+fn uniq_reads_standard_input_redirected_from_a_file_or_named_as_a_path() {
+    let d = tmp();
+    let file = d.path().join("adversarial.txt");
+    std::fs::write(&file, adversarial()).unwrap();
+    let Some(expected) = awk_dedup(&[&file, &file]) else {
+        return;
+    };
+    // Standard input is a regular file: read where it is, twice through "-".
+    let out = Command::new(BIN)
+        .args(["uniq", "--memory", "1M", "-", arg(&file)])
+        .stdin(std::fs::File::open(&file).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stdout == expected, "uniq < file differs from awk");
+    // A path that is a pipe (/dev/stdin): spooled.
+    let out = ok(
+        &["uniq", "--memory", "1M", "/dev/stdin", arg(&file)],
+        &adversarial(),
+    );
+    assert!(out == expected, "uniq /dev/stdin differs from awk");
+}
+
+#[test]
 fn uniq_equals_awk_on_the_bfs_streams() {
     for name in STREAMS {
         let Some((input, expected)) = stream(&bfs(name)) else {
