@@ -50,6 +50,7 @@ pub mod manifest;
 pub mod options;
 #[doc(hidden)]
 pub mod planted;
+mod recent;
 pub mod run;
 pub mod segment;
 mod sieve;

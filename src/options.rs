@@ -35,6 +35,7 @@ pub struct Options {
     pub(crate) background: bool,
     pub(crate) defer_merges: bool,
     pub(crate) frontier_low: Option<u64>,
+    pub(crate) recent: Option<usize>,
 }
 
 impl Default for Options {
@@ -48,6 +49,7 @@ impl Default for Options {
             background: true,
             defer_merges: false,
             frontier_low: None,
+            recent: None,
         }
     }
 }
@@ -114,6 +116,29 @@ impl Options {
         self
     }
 
+    /// The size in bytes of the cache of recent signatures, rounded down to a power of two
+    /// of 8-byte entries; 0 turns it off. A push whose signature the cache holds is a repeat
+    /// for certain and costs nothing more: it is neither logged nor buffered (BUbiNG keeps
+    /// recent URLs the same way). Default: 1/128 of the memory budget, at most 512 KiB (off
+    /// when [`Options::slots`] sets the buffers directly). Taken out of the budget.
+    pub fn recent_cache(mut self, bytes: usize) -> Options {
+        self.recent = Some(bytes);
+        self
+    }
+
+    /// The entries of the cache of recent signatures (0 or a power of two).
+    pub(crate) fn recent_entries(&self) -> usize {
+        let bytes = match (self.recent, self.slots) {
+            (Some(b), _) => b,
+            (None, Some(_)) => 0,
+            (None, None) => recent_default(self.memory),
+        };
+        match bytes / 8 {
+            0 => 0,
+            n => 1 << n.ilog2(),
+        }
+    }
+
     /// Checks the options and returns the number of slots per buffer of S.
     pub(crate) fn validate(&self) -> Result<usize> {
         if self.max_url_len == 0 || self.max_url_len > MAX_MAX_URL_LEN {
@@ -146,7 +171,15 @@ impl Options {
                 reason: format!("{} bytes is below the minimum of 1 MiB", self.memory),
             });
         }
-        Ok(slots_for(self.memory))
+        let recent = 8 * self.recent_entries();
+        if recent > self.memory / 4 {
+            return Err(Error::InvalidOption {
+                option: "recent_cache",
+                reason: format!("{recent} bytes is more than a quarter of the memory budget"),
+            });
+        }
+        let rest = self.memory - io_reserve(self.memory) - recent;
+        Ok((rest / BYTES_PER_SLOT).clamp(1, u32::MAX as usize))
     }
 }
 
@@ -164,7 +197,15 @@ pub fn max_runs(memory: usize) -> usize {
     (io_reserve(memory) / MERGE_BYTES_PER_RUN).clamp(4, 128)
 }
 
-/// The number of slots per buffer of S for a budget.
+/// The default size of the cache of recent signatures for a budget: 1/128 of it, at most
+/// 512 KiB (an L2 cache's size: a lookup must cost less than the push it saves).
+pub fn recent_default(memory: usize) -> usize {
+    (memory / 128).min(512 << 10)
+}
+
+/// The number of slots per buffer of S for a budget, with the default cache of recent
+/// signatures.
 pub fn slots_for(memory: usize) -> usize {
-    ((memory - io_reserve(memory)) / BYTES_PER_SLOT).clamp(1, u32::MAX as usize)
+    let rest = memory - io_reserve(memory) - 8 * Options::new().memory(memory).recent_entries();
+    (rest / BYTES_PER_SLOT).clamp(1, u32::MAX as usize)
 }

@@ -233,6 +233,34 @@ fn spills_then_a_merge_of_the_runs_are_safe() {
 }
 
 #[test]
+fn repeats_dropped_by_the_cache_of_recent_signatures_are_safe() {
+    // A cache of 8 signatures drops most repeats at push; a flush with only dropped repeats
+    // since the last one and a close count them in the manifest alone.
+    let steps: Vec<Step> = EIGHT_PUSHES
+        .into_iter()
+        .map(push)
+        .chain([
+            Sync,
+            push("http://a/"),
+            push("http://c/"),
+            Flush,
+            push("http://a/"),
+            push("http://b/"),
+            Flush,
+            push("http://g/"),
+            push("http://g/"),
+            Close,
+            push("http://h/"),
+            push("http://d/"),
+            Pop(10),
+            Flush,
+            Pop(10),
+        ])
+        .collect();
+    enumerate_with("recent cache", &opts(2).recent_cache(64), &steps);
+}
+
+#[test]
 fn an_io_error_at_any_operation_poisons_and_loses_nothing_acknowledged() {
     let steps = [
         push("http://a/"),

@@ -38,7 +38,8 @@ fn url(key: u64) -> Vec<u8> {
 }
 
 fn opts(lazy: bool) -> Options {
-    let o = Options::new().slots(SLOTS).seed(17);
+    // A small cache of recent signatures: some repeats are dropped at push, some are not.
+    let o = Options::new().slots(SLOTS).seed(17).recent_cache(1 << 10);
     if lazy {
         o.frontier_low(0)
     } else {

@@ -310,19 +310,33 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// No cache of recent signatures (every repeat reaches the flush), or one of 1 to 16 entries
+/// (many repeats are dropped at push, and many are not).
+fn recent_cache() -> impl Strategy<Value = usize> {
+    prop_oneof![Just(0usize), Just(8), Just(32), Just(128)]
+}
+
 fn url(i: u8) -> Vec<u8> {
     // 64 distinct URLs, so that repeats are frequent.
     format!("http://host{}.example/page/{}", i % 7, i % 64).into_bytes()
 }
 
 /// Runs a sequence of operations against the sieve and the model.
-fn check_against_model(ops: &[Op], slots: usize, background: bool, lazy: bool, defer: bool) {
+fn check_against_model(
+    ops: &[Op],
+    slots: usize,
+    background: bool,
+    lazy: bool,
+    defer: bool,
+    recent: usize,
+) {
     let mut disk = SimDisk::new();
     let mut opts = Options::new()
         .slots(slots)
         .seed(3)
         .background_flush(background)
-        .defer_merges(defer);
+        .defer_merges(defer)
+        .recent_cache(recent);
     if lazy {
         opts = opts.frontier_low(0);
     }
@@ -331,6 +345,7 @@ fn check_against_model(ops: &[Op], slots: usize, background: bool, lazy: bool, d
     let mut acked = 0usize;
     let mut committed: Vec<Vec<u8>> = Vec::new(); // read and durably committed
     let mut read: Vec<Vec<u8>> = Vec::new(); // read, not yet committed
+    let mut killed = false;
     for op in ops {
         match op {
             Op::Push(i) => {
@@ -371,6 +386,7 @@ fn check_against_model(ops: &[Op], slots: usize, background: bool, lazy: bool, d
                 sieve = Sieve::open_with(Arc::new(disk.clone()), opts.clone()).unwrap();
             }
             Op::Kill => {
+                killed = true;
                 drop(sieve);
                 disk = disk.crash_image(CrashImage::KillProcess);
                 sieve = Sieve::open_with(Arc::new(disk.clone()), opts.clone()).unwrap();
@@ -400,6 +416,11 @@ fn check_against_model(ops: &[Op], slots: usize, background: bool, lazy: bool, d
     f.extend(read);
     f.extend(drain(&mut sieve));
     assert_eq!(f, emit_model(&urls));
+    if !killed {
+        // Every push counted, repeats dropped by the cache of recent signatures included,
+        // across clean reopens.
+        assert_eq!(sieve.stats().unwrap().pushed, urls.len() as u64);
+    }
     sieve.close().unwrap();
 }
 
@@ -411,20 +432,20 @@ proptest! {
     })]
 
     #[test]
-    fn the_sieve_matches_the_model_inline(ops in proptest::collection::vec(op(), 1..200), slots in 1usize..40, lazy: bool) {
-        check_against_model(&ops, slots, false, lazy, false);
+    fn the_sieve_matches_the_model_inline(ops in proptest::collection::vec(op(), 1..200), slots in 1usize..40, lazy: bool, recent in recent_cache()) {
+        check_against_model(&ops, slots, false, lazy, false, recent);
     }
 
     /// Merges deferred until waited for: full buffers are spilled beside the merge under way
     /// and committed when it ends, deterministically.
     #[test]
-    fn the_sieve_matches_the_model_with_spills_beside_merges(ops in proptest::collection::vec(op(), 1..200), slots in 1usize..40, lazy: bool) {
-        check_against_model(&ops, slots, false, lazy, true);
+    fn the_sieve_matches_the_model_with_spills_beside_merges(ops in proptest::collection::vec(op(), 1..200), slots in 1usize..40, lazy: bool, recent in recent_cache()) {
+        check_against_model(&ops, slots, false, lazy, true, recent);
     }
 
     #[test]
-    fn the_sieve_matches_the_model_with_background_flushes(ops in proptest::collection::vec(op(), 1..200), slots in 1usize..40, lazy: bool) {
-        check_against_model(&ops, slots, true, lazy, false);
+    fn the_sieve_matches_the_model_with_background_flushes(ops in proptest::collection::vec(op(), 1..200), slots in 1usize..40, lazy: bool, recent in recent_cache()) {
+        check_against_model(&ops, slots, true, lazy, false, recent);
     }
 }
 

@@ -68,6 +68,8 @@ pub struct Batch {
     pub wal: Arc<dyn StorageFile>,
     pub skip: u64,
     pub sigs: Vec<Slot>,
+    /// Pushes dropped by the cache of recent signatures before the freeze (counted only).
+    pub absorbed: u64,
     /// A's first record not covered by a run nor merged, once this batch is flushed.
     pub next: (u64, u64),
 }
@@ -157,7 +159,7 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
     m.commit += 1;
     m.a_gen = b.next.0;
     m.a_skip = b.next.1;
-    m.pushed += records;
+    m.pushed += records + b.absorbed;
     m.flushes += u64::from(records > 0);
     m.merges += u64::from(job.merge);
     m.torn_records += job.torn.0;

@@ -37,7 +37,9 @@ pub fn signature(url: &[u8], seed: u64) -> u64 {
 /// Counts and sizes of a sieve.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// URLs pushed, duplicates included (flushed, being flushed, and buffered).
+    /// URLs pushed, duplicates included (flushed, being flushed, and buffered). After a
+    /// crash, the repeats that the cache of recent signatures dropped since the last flush
+    /// are not counted.
     pub pushed: u64,
     /// URLs pushed since the last flush (buffered in S or being flushed).
     pub buffered: u64,
@@ -134,6 +136,10 @@ pub struct Sieve {
     gen_skip: u64,
     wal: LogWriter,
     s: Vec<Slot>,
+    /// Signatures of recent pushes: a push found there is a repeat and is dropped at once.
+    recent: crate::recent::Recent,
+    /// Pushes dropped by `recent` since the last freeze (counted by the next flush).
+    absorbed: u64,
     since_sync: u64,
     inflight: Option<InFlight>,
     /// Runs spilled by the pushing thread while a merge was under way, in push order; they
@@ -199,15 +205,21 @@ impl Sieve {
     pub fn push(&mut self, url: &[u8]) -> Result<()> {
         self.writable()?;
         self.validate(url)?;
-        if self.s.len() >= self.slots {
-            let r = self.freeze(false);
-            self.poison(r)?;
-        }
         let sig = signature(url, self.manifest.seed);
-        let r = self.wal.append(url);
-        self.poison(r)?;
-        let idx = self.s.len() as u32;
-        self.s.push(Slot { sig, idx });
+        if self.recent.seen(sig) {
+            // A repeat of an earlier push, which is logged before this one: nothing to log,
+            // and this push is durable whenever that one is.
+            self.absorbed += 1;
+        } else {
+            if self.s.len() >= self.slots {
+                let r = self.freeze(false);
+                self.poison(r)?;
+            }
+            let r = self.wal.append(url);
+            self.poison(r)?;
+            let idx = self.s.len() as u32;
+            self.s.push(Slot { sig, idx });
+        }
         self.since_sync += 1;
         if let SyncPolicy::EveryPushes(n) = self.opts.sync {
             if self.since_sync >= n {
@@ -265,7 +277,26 @@ impl Sieve {
             let r = self.freeze(true).and_then(|_| self.finish_inflight());
             self.poison(r)?;
         }
+        let r = self.commit_absorbed();
+        self.poison(r)?;
         self.since_sync = 0;
+        Ok(())
+    }
+
+    /// Counts the pushes the cache of recent signatures dropped since the last freeze in the
+    /// manifest, when no flush will: a flush with nothing else to do, and `close`. Only with
+    /// no flush under way (its manifest would overwrite this one).
+    fn commit_absorbed(&mut self) -> Result<()> {
+        if self.absorbed == 0 {
+            return Ok(());
+        }
+        debug_assert!(self.inflight.is_none());
+        let mut m = self.manifest.clone();
+        m.commit += 1;
+        m.pushed += self.absorbed;
+        m.commit_to(&*self.storage)?;
+        self.manifest = m;
+        self.absorbed = 0;
         Ok(())
     }
 
@@ -411,13 +442,15 @@ impl Sieve {
         self.finish_inflight()?;
         let merge = merge || self.merge_due();
         let gate = Arc::new(Gate::default());
-        let pushes = self.s.len() as u64;
+        let absorbed = std::mem::take(&mut self.absorbed);
+        let pushes = self.s.len() as u64 + absorbed;
         let batch = if self.s.is_empty() {
             Batch {
                 gen: self.gen,
                 wal: self.wal.file().clone(),
                 skip: self.gen_skip,
                 sigs: Vec::new(),
+                absorbed,
                 next: (self.manifest.a_gen, self.manifest.a_skip),
             }
         } else {
@@ -427,6 +460,7 @@ impl Sieve {
                 wal: self.wal.file().clone(),
                 skip: self.gen_skip,
                 sigs: std::mem::replace(&mut self.s, Vec::with_capacity(self.slots.min(1 << 20))),
+                absorbed,
                 next: (self.gen + 1, 0),
             };
             self.gen += 1;
@@ -681,8 +715,8 @@ impl Sieve {
         let spilled: u64 = self.pending.iter().map(|r| r.meta().records).sum();
         let m = &self.manifest;
         let mut st = Stats {
-            pushed: m.pushed + inflight + spilled + self.s.len() as u64,
-            buffered: inflight + self.s.len() as u64,
+            pushed: m.pushed + inflight + spilled + self.s.len() as u64 + self.absorbed,
+            buffered: inflight + self.s.len() as u64 + self.absorbed,
             distinct: m.segments.iter().map(|s| s.sigs).sum(),
             unmerged: m.runs.iter().map(|r| r.records).sum::<u64>() + spilled,
             runs: (m.runs.len() + self.pending.len()) as u64,
@@ -734,7 +768,7 @@ impl Sieve {
     /// next open.
     pub fn close(mut self) -> Result<()> {
         self.sync()?;
-        let r = self.finish_inflight();
+        let r = self.finish_inflight().and_then(|()| self.commit_absorbed());
         self.poison(r)?;
         let r = self.wal.seal();
         self.poison(r)

@@ -22,11 +22,19 @@ pub const COMMIT_EVERY: u64 = 1 << 20;
 /// The sieve's signature seed (fixed, for repeatable runs).
 const SIEVE_SEED: u64 = 1;
 
-/// The options of every store of the benchmark.
+/// The options of every store of the benchmark. `CRIVELLO_RECENT_CACHE=BYTES` sets the
+/// cache of recent signatures (0 turns it off), to measure what it brings.
 fn options(memory_mib: u64) -> Options {
-    Options::new()
+    let o = Options::new()
         .memory((memory_mib as usize) << 20)
-        .seed(SIEVE_SEED)
+        .seed(SIEVE_SEED);
+    match std::env::var("CRIVELLO_RECENT_CACHE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        Some(bytes) => o.recent_cache(bytes),
+        None => o,
+    }
 }
 
 /// Runs the sieve on the stream.
