@@ -271,6 +271,7 @@ impl Sieve {
     /// acknowledges every push.
     pub fn flush(&mut self) -> Result<()> {
         self.writable()?;
+        self.sort_while_waiting();
         let r = self.finish_inflight();
         self.poison(r)?;
         if !self.s.is_empty() || !self.runs.is_empty() {
@@ -418,6 +419,19 @@ impl Sieve {
         Ok(())
     }
 
+    /// When the flush thread is still busy, the pushing thread is about to wait for it:
+    /// meanwhile it sorts S by signature in place, so that the next flush's sort finds it in
+    /// order (a linear pass) and the caller waits less. The order of S means nothing else.
+    fn sort_while_waiting(&mut self) {
+        let busy = self
+            .inflight
+            .as_ref()
+            .is_some_and(|f| matches!(f.job, Job::Thread(_)) && !f.is_finished());
+        if busy && self.s.len() > 1 {
+            self.s.sort_unstable_by_key(|p| p.sig);
+        }
+    }
+
     /// Whether the next flush should merge with Z rather than spill a run: when the pushes
     /// waiting in runs and in S reach the number of signatures in Z (so that reading and
     /// rewriting Z costs a bounded amount per push), when the runs reach their limit, or when
@@ -439,6 +453,7 @@ impl Sieve {
         if !merge && !self.s.is_empty() && self.spill_beside_merge() {
             return self.spill_pending();
         }
+        self.sort_while_waiting();
         self.finish_inflight()?;
         let merge = merge || self.merge_due();
         let gate = Arc::new(Gate::default());
