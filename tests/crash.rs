@@ -212,23 +212,24 @@ const EIGHT_PUSHES: [&str; 8] = [
     "http://f/",
 ];
 
+/// [`EIGHT_PUSHES`], then `rest`.
+fn eight_pushes_then(rest: impl IntoIterator<Item = Step>) -> Vec<Step> {
+    EIGHT_PUSHES.into_iter().map(push).chain(rest).collect()
+}
+
 #[test]
 fn spills_then_a_merge_of_the_runs_are_safe() {
     // One slot per buffer: every push is a flush, a merge while the runs are smaller than Z
     // and a spill otherwise; reopening replays into runs; the final flush merges them all.
-    let steps: Vec<Step> = EIGHT_PUSHES
-        .into_iter()
-        .map(push)
-        .chain([
-            Sync,
-            push("http://g/"),
-            push("http://c/"),
-            Close,
-            push("http://h/"),
-            Flush,
-            Pop(4),
-        ])
-        .collect();
+    let steps = eight_pushes_then([
+        Sync,
+        push("http://g/"),
+        push("http://c/"),
+        Close,
+        push("http://h/"),
+        Flush,
+        Pop(4),
+    ]);
     enumerate("spills and merge", 1, &steps);
 }
 
@@ -236,27 +237,23 @@ fn spills_then_a_merge_of_the_runs_are_safe() {
 fn repeats_dropped_by_the_cache_of_recent_signatures_are_safe() {
     // A cache of 8 signatures drops most repeats at push; a flush with only dropped repeats
     // since the last one and a close count them in the manifest alone.
-    let steps: Vec<Step> = EIGHT_PUSHES
-        .into_iter()
-        .map(push)
-        .chain([
-            Sync,
-            push("http://a/"),
-            push("http://c/"),
-            Flush,
-            push("http://a/"),
-            push("http://b/"),
-            Flush,
-            push("http://g/"),
-            push("http://g/"),
-            Close,
-            push("http://h/"),
-            push("http://d/"),
-            Pop(10),
-            Flush,
-            Pop(10),
-        ])
-        .collect();
+    let steps = eight_pushes_then([
+        Sync,
+        push("http://a/"),
+        push("http://c/"),
+        Flush,
+        push("http://a/"),
+        push("http://b/"),
+        Flush,
+        push("http://g/"),
+        push("http://g/"),
+        Close,
+        push("http://h/"),
+        push("http://d/"),
+        Pop(10),
+        Flush,
+        Pop(10),
+    ]);
     enumerate_with("recent cache", &opts(2).recent_cache(64), &steps);
 }
 
@@ -342,23 +339,19 @@ fn spills_beside_a_merge_under_way_are_safe() {
     // Merges are deferred until waited for, as if the flush thread were slow: the buffers that
     // fill meanwhile are spilled by the pushing thread and committed when the merge ends; a
     // crash before that leaves orphan runs and A generations that recovery replays.
-    let steps: Vec<Step> = EIGHT_PUSHES
-        .into_iter()
-        .map(push)
-        .chain([
-            Sync,
-            push("http://g/"),
-            push("http://h/"),
-            push("http://c/"),
-            push("http://i/"),
-            push("http://j/"),
-            Pop(2),
-            Close,
-            push("http://k/"),
-            Flush,
-            Pop(10),
-        ])
-        .collect();
+    let steps = eight_pushes_then([
+        Sync,
+        push("http://g/"),
+        push("http://h/"),
+        push("http://c/"),
+        push("http://i/"),
+        push("http://j/"),
+        Pop(2),
+        Close,
+        push("http://k/"),
+        Flush,
+        Pop(10),
+    ]);
     enumerate_with(
         "spills beside a merge",
         &opts(2).frontier_low(2).defer_merges(true),
