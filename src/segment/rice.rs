@@ -21,11 +21,14 @@ pub fn parameter(total: u64, n: u64) -> u32 {
     }
 }
 
-/// Writes bits LSB-first into 64-bit words.
+/// Writes bits LSB-first into 64-bit words, kept in an accumulator until a word is full.
 #[derive(Default)]
 pub struct BitWriter {
-    words: Vec<u64>,
-    bits: u64,
+    out: Vec<u8>,
+    /// The bits of the word being filled, from bit 0.
+    acc: u64,
+    /// Bits used in `acc` (always < 64).
+    used: u32,
 }
 
 impl BitWriter {
@@ -34,47 +37,45 @@ impl BitWriter {
         BitWriter::default()
     }
 
-    fn ensure(&mut self, bits: u64) {
-        let words = bits.div_ceil(64) as usize;
-        if self.words.len() < words {
-            self.words.resize(words, 0);
+    /// Appends the `n` low bits of `v` (`1 <= n <= 64`, `v < 2^n`).
+    #[inline]
+    fn put(&mut self, v: u64, n: u32) {
+        debug_assert!((1..=64).contains(&n) && (n == 64 || v >> n == 0));
+        self.acc |= v << self.used;
+        let total = self.used + n;
+        if total >= 64 {
+            self.out.extend_from_slice(&self.acc.to_le_bytes());
+            // The bits of `v` that did not fit (none when the word was empty).
+            self.acc = v.checked_shr(64 - self.used).unwrap_or(0);
+            self.used = total - 64;
+        } else {
+            self.used = total;
         }
     }
 
-    /// Writes the low `k` bits of `v` (`k <= 63`).
-    fn write_bits(&mut self, v: u64, k: u32) {
-        if k == 0 {
-            return;
-        }
-        let v = v & ((1u64 << k) - 1);
-        self.ensure(self.bits + k as u64);
-        let w = (self.bits / 64) as usize;
-        let b = (self.bits % 64) as u32;
-        self.words[w] |= v << b;
-        if b + k > 64 {
-            self.words[w + 1] |= v >> (64 - b);
-        }
-        self.bits += k as u64;
-    }
-
-    /// Writes `gap` with Rice parameter `k`.
+    /// Writes `gap` with Rice parameter `k` (`k <= 63`).
+    #[inline]
     pub fn write_rice(&mut self, gap: u64, k: u32) {
-        let q = gap >> k;
-        self.bits += q;
-        self.ensure(self.bits + 1);
-        let w = (self.bits / 64) as usize;
-        self.words[w] |= 1u64 << (self.bits % 64);
-        self.bits += 1;
-        self.write_bits(gap, k);
+        // The quotient in unary: zeros (whole empty words first), then the one bit that
+        // `put` writes below the low `k` bits.
+        let mut q = gap >> k;
+        while u64::from(self.used) + q >= 64 {
+            q -= u64::from(64 - self.used);
+            self.out.extend_from_slice(&self.acc.to_le_bytes());
+            self.acc = 0;
+            self.used = 0;
+        }
+        self.used += q as u32;
+        let low = if k == 0 { 0 } else { gap & ((1u64 << k) - 1) };
+        self.put(low << 1 | 1, k + 1);
     }
 
     /// The words written, as little-endian bytes.
-    pub fn into_bytes(self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.words.len() * 8);
-        for w in &self.words[..self.bits.div_ceil(64) as usize] {
-            out.extend_from_slice(&w.to_le_bytes());
+    pub fn into_bytes(mut self) -> Vec<u8> {
+        if self.used > 0 {
+            self.out.extend_from_slice(&self.acc.to_le_bytes());
         }
-        out
+        self.out
     }
 }
 
@@ -169,6 +170,46 @@ mod tests {
             let mut r = BitReader::new(&bytes);
             for &g in &gaps {
                 assert_eq!(r.read_rice(k), Some(g), "k = {k}");
+            }
+        }
+    }
+
+    /// The layout, one bit at a time: `gap >> k` zeros, a one, the low `k` bits LSB first,
+    /// packed LSB-first into little-endian words.
+    fn reference(gaps: &[u64], k: u32) -> Vec<u8> {
+        let mut bits = Vec::new();
+        for &g in gaps {
+            bits.extend(std::iter::repeat_n(false, (g >> k) as usize));
+            bits.push(true);
+            bits.extend((0..k).map(|i| g >> i & 1 == 1));
+        }
+        let mut words = vec![0u64; bits.len().div_ceil(64)];
+        for (i, &b) in bits.iter().enumerate() {
+            words[i / 64] |= u64::from(b) << (i % 64);
+        }
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn the_writer_lays_out_bits_as_documented() {
+        for k in [0u32, 1, 5, 31, 62, 63] {
+            for len in [0usize, 1, 2, 3, 64, 65, 300] {
+                // Quotients up to a few hundred (whole words of zeros), as far as they fit.
+                let q_max = if k >= 56 { (1u64 << (64 - k)) - 1 } else { 299 };
+                let gaps: Vec<u64> = (0..len as u64)
+                    .map(|i| {
+                        let low = match k {
+                            0 => 0,
+                            _ => i.wrapping_mul(0x9E37_79B9_7F4A_7C15) & ((1u64 << k) - 1),
+                        };
+                        (i * 37 % (q_max + 1)) << k | low
+                    })
+                    .collect();
+                let mut w = BitWriter::new();
+                for &g in &gaps {
+                    w.write_rice(g, k);
+                }
+                assert_eq!(w.into_bytes(), reference(&gaps, k), "k = {k}, {len} gaps");
             }
         }
     }

@@ -231,6 +231,47 @@ pub(crate) struct Region {
     buf: Vec<u8>,
 }
 
+impl Region {
+    /// Records that the signature `sig` at position `idx` of this region's source is new.
+    fn add(&mut self, scratch: &dyn StorageFile, sig: u64, idx: u32) -> Result<()> {
+        self.buf.extend_from_slice(&idx.to_le_bytes());
+        self.count += 1;
+        self.end = self.end.max(u64::from(idx) + 1);
+        self.sum = self.sum.wrapping_add(sig);
+        if self.buf.len() >= SCRATCH_BUFFER {
+            let at = self.offset + 4 * self.count - self.buf.len() as u64;
+            scratch
+                .write_all_at(&self.buf, at)
+                .map_err(|e| Error::io("write", SCRATCH, e))?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+}
+
+/// The new segment of a merge, created at its first signature (a merge whose output is
+/// empty creates no file and takes no id).
+struct MergeOut<'a> {
+    storage: &'a dyn Storage,
+    id: u64,
+    next_id: &'a mut u64,
+    writer: Option<SegmentWriter>,
+}
+
+impl MergeOut<'_> {
+    fn push(&mut self, sig: u64) -> Result<()> {
+        let w = match &mut self.writer {
+            Some(w) => w,
+            None => {
+                *self.next_id += 1;
+                self.writer
+                    .insert(SegmentWriter::create(self.storage, self.id)?)
+            }
+        };
+        w.push(sig)
+    }
+}
+
 /// What a merge of signatures produced: the new Z segment (none when Z stays empty), and
 /// the new positions of every source in the scratch file.
 pub(crate) struct Merged {
@@ -271,69 +312,79 @@ pub(crate) fn merge_signatures(
         offset += 4 * pairs;
     }
 
-    let zs = segments.len();
-    let mut inputs: Vec<Input<'_>> = segments.iter().map(|s| Input::Z(s.iter())).collect();
-    inputs.extend(runs.iter().map(|r| Input::Run(r.iter())));
-    inputs.push(Input::Batch(batch.iter()));
-    let mut heads: Vec<u32> = vec![0; inputs.len()];
-    let mut heap = BinaryHeap::with_capacity(inputs.len());
-    for (i, input) in inputs.iter_mut().enumerate() {
-        if let Some((sig, idx)) = input.next()? {
-            heads[i] = idx;
-            heap.push(Reverse((sig, i)));
-        }
-    }
-    let id = *next_id;
-    let mut writer = None;
-    let mut advance = Vec::with_capacity(inputs.len());
-    while let Some(Reverse((sig, src))) = heap.pop() {
-        // Sources come out in index order for equal signatures: Z's segments first, then
-        // the runs in push order, so the first source that is not Z holds the first
-        // occurrence.
-        let mut known = src < zs;
-        let mut winner = (src >= zs).then(|| (src - zs, heads[src]));
-        advance.clear();
-        advance.push(src);
-        while let Some(&Reverse((s2, src2))) = heap.peek() {
-            if s2 != sig {
-                break;
+    let mut out = MergeOut {
+        storage,
+        id: *next_id,
+        next_id,
+        writer: None,
+    };
+    if segments.len() <= 1 && runs.is_empty() {
+        // The usual case, Z in one segment and no runs: a two-way merge, without the heap.
+        let mut z = segments.first().map(|s| s.iter());
+        let mut next_z = || z.as_mut().and_then(Iterator::next).transpose();
+        let mut head = next_z()?;
+        let r = &mut regions[0];
+        for p in &batch {
+            while let Some(s) = head.filter(|&s| s < p.sig) {
+                out.push(s)?;
+                head = next_z()?;
             }
-            heap.pop();
-            known |= src2 < zs;
-            if winner.is_none() && src2 >= zs {
-                winner = Some((src2 - zs, heads[src2]));
+            out.push(p.sig)?;
+            if head == Some(p.sig) {
+                head = next_z()?;
+            } else {
+                r.add(&*scratch, p.sig, p.idx)?;
             }
-            advance.push(src2);
         }
-        for &i in &advance {
-            if let Some((s, idx)) = inputs[i].next()? {
+        while let Some(s) = head {
+            out.push(s)?;
+            head = next_z()?;
+        }
+    } else {
+        let zs = segments.len();
+        let mut inputs: Vec<Input<'_>> = segments.iter().map(|s| Input::Z(s.iter())).collect();
+        inputs.extend(runs.iter().map(|r| Input::Run(r.iter())));
+        inputs.push(Input::Batch(batch.iter()));
+        let mut heads: Vec<u32> = vec![0; inputs.len()];
+        let mut heap = BinaryHeap::with_capacity(inputs.len());
+        for (i, input) in inputs.iter_mut().enumerate() {
+            if let Some((sig, idx)) = input.next()? {
                 heads[i] = idx;
-                heap.push(Reverse((s, i)));
+                heap.push(Reverse((sig, i)));
             }
         }
-        let w = match &mut writer {
-            Some(w) => w,
-            None => {
-                *next_id += 1;
-                writer.insert(SegmentWriter::create(storage, id)?)
+        let mut advance = Vec::with_capacity(inputs.len());
+        while let Some(Reverse((sig, src))) = heap.pop() {
+            // Sources come out in index order for equal signatures: Z's segments first, then
+            // the runs in push order, so the first source that is not Z holds the first
+            // occurrence.
+            let mut known = src < zs;
+            let mut winner = (src >= zs).then(|| (src - zs, heads[src]));
+            advance.clear();
+            advance.push(src);
+            while let Some(&Reverse((s2, src2))) = heap.peek() {
+                if s2 != sig {
+                    break;
+                }
+                heap.pop();
+                known |= src2 < zs;
+                if winner.is_none() && src2 >= zs {
+                    winner = Some((src2 - zs, heads[src2]));
+                }
+                advance.push(src2);
             }
-        };
-        w.push(sig)?;
-        if let (false, Some((run, idx))) = (known, winner) {
-            let r = &mut regions[run];
-            r.buf.extend_from_slice(&idx.to_le_bytes());
-            r.count += 1;
-            r.end = r.end.max(u64::from(idx) + 1);
-            r.sum = r.sum.wrapping_add(sig);
-            if r.buf.len() >= SCRATCH_BUFFER {
-                scratch
-                    .write_all_at(&r.buf, r.offset + 4 * r.count - r.buf.len() as u64)
-                    .map_err(|e| Error::io("write", SCRATCH, e))?;
-                r.buf.clear();
+            for &i in &advance {
+                if let Some((s, idx)) = inputs[i].next()? {
+                    heads[i] = idx;
+                    heap.push(Reverse((s, i)));
+                }
+            }
+            out.push(sig)?;
+            if let (false, Some((run, idx))) = (known, winner) {
+                regions[run].add(&*scratch, sig, idx)?;
             }
         }
     }
-    drop(inputs);
     drop(batch);
     for r in &mut regions {
         if !r.buf.is_empty() {
@@ -343,7 +394,7 @@ pub(crate) fn merge_signatures(
             r.buf = Vec::new();
         }
     }
-    let segment = match writer {
+    let segment = match out.writer {
         Some(w) => {
             let meta = w.finish()?;
             Some(Arc::new(Segment::open(storage, meta)?))
