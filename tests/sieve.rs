@@ -505,3 +505,54 @@ fn the_frontier_rolls_over_segments_and_deletes_consumed_ones() {
         (n, n, 0, n)
     );
 }
+
+/// What a directory holds, by kind of file.
+fn kinds(dir: &std::path::Path) -> std::collections::BTreeMap<String, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        let kind = match name.split_once('-') {
+            Some((k, _)) if k.len() == 1 => k.to_string(),
+            _ => name,
+        };
+        *out.entry(kind).or_insert(0) += 1;
+    }
+    out
+}
+
+#[test]
+fn merges_remove_what_they_supersede() {
+    for background in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = || {
+            Options::new()
+                .slots(40)
+                .seed(2)
+                .frontier_low(0)
+                .background_flush(background)
+        };
+        let mut sieve = Sieve::open(dir.path(), opts()).unwrap();
+        // Many spills and merges: 2,000 pushes of 700 URLs through 40 slots.
+        for i in 0..2000u64 {
+            sieve
+                .push(format!("http://h{}/{}", i % 7, i * 31 % 700).as_bytes())
+                .unwrap();
+            if i % 500 == 499 {
+                sieve.flush().unwrap();
+            }
+        }
+        sieve.flush().unwrap();
+        let stats = sieve.stats().unwrap();
+        assert!(stats.merges >= 4, "{stats:?}");
+        sieve.close().unwrap();
+        // One A generation (the current one), one Z segment, no runs, no scratch file.
+        let k = kinds(dir.path());
+        assert_eq!(k.get("a"), Some(&1), "background {background}: {k:?}");
+        assert_eq!(k.get("z"), Some(&1), "background {background}: {k:?}");
+        assert_eq!(k.get("r"), None, "background {background}: {k:?}");
+        assert_eq!(k.get("merge.tmp"), None, "background {background}: {k:?}");
+        let mut sieve = Sieve::open(dir.path(), opts()).unwrap();
+        assert_eq!(drain(&mut sieve).len(), 700);
+        sieve.close().unwrap();
+    }
+}

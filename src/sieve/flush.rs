@@ -25,6 +25,7 @@ use loom::sync::{Condvar, Mutex};
 #[cfg(not(all(loom, test)))]
 use std::sync::{Condvar, Mutex};
 
+use super::reaper::{self, Reaper};
 use crate::error::{Error, Result};
 use crate::frontier::{self, SEGMENT_TARGET};
 use crate::log::{FrameError, LogReader, LogWriter};
@@ -86,6 +87,8 @@ pub struct FlushJob {
     /// Torn records and bytes found by recovery, added to the manifest's counters.
     pub torn: (u64, u64),
     pub gate: Arc<Gate>,
+    /// Removes the files the flush supersedes.
+    pub reaper: Arc<Reaper>,
 }
 
 /// What a flush committed.
@@ -154,7 +157,7 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
 
     let first_gen = job.runs.first().map_or(b.gen, |r| r.meta().gen.min(b.gen));
     if job.merge && crate::planted::active(crate::planted::Bug::EarlyADiscard) {
-        remove_generations(storage, first_gen..b.next.0);
+        reaper::remove_generations(storage, first_gen..b.next.0);
     }
     m.commit += 1;
     m.a_gen = b.next.0;
@@ -169,36 +172,26 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
     m.commit_to(storage)?;
 
     // After the switch: what is superseded goes (a crash here leaves orphans that the next
-    // open removes).
+    // open removes), with the last handles of the batch's generation and of what was merged.
     if job.merge {
-        remove_generations(storage, first_gen..m.a_gen);
+        job.reaper.remove_generations(first_gen..m.a_gen);
         for r in &job.runs {
-            let _ = storage.remove(r.name());
+            job.reaper.remove(r.name());
         }
         for s in &job.segments {
             if !segments.iter().any(|n| n.meta().id == s.meta().id) {
-                let _ = storage.remove(s.name());
+                job.reaper.remove(s.name());
             }
         }
+        // Now: the next merge creates it again.
         let _ = storage.remove(SCRATCH);
     }
+    job.reaper.release((b.wal, job.runs, job.segments));
     Ok(FlushDone {
         manifest: m,
         segments,
         runs,
     })
-}
-
-/// Removes the A generations in `gens` that exist (best effort: what is left is removed at
-/// open). Found by listing, so that the work follows the files, not the numbers, which a
-/// damaged manifest could set far apart.
-fn remove_generations(storage: &dyn Storage, gens: std::ops::Range<u64>) {
-    let Ok(names) = storage.list() else { return };
-    for name in names {
-        if wal::parse_name(&name).is_some_and(|g| gens.contains(&g)) {
-            let _ = storage.remove(&name);
-        }
-    }
 }
 
 /// A cursor over one input of the merge.

@@ -10,6 +10,7 @@
 //! crawler" (1999) for the original sieve.
 
 pub(crate) mod flush;
+pub(crate) mod reaper;
 pub(crate) mod recovery;
 pub(crate) mod wal;
 
@@ -151,6 +152,8 @@ pub struct Sieve {
     read: Position,
     read_file: Option<(u64, Arc<dyn StorageFile>)>,
     read_frame: Option<(u64, u64, crate::log::Frame)>,
+    /// Removes superseded files; dropped (its work done) before the lock is released.
+    reaper: Arc<reaper::Reaper>,
     // Declared last: the lock is released after everything else is dropped.
     _lock: Box<dyn Any + Send + Sync>,
 }
@@ -332,6 +335,9 @@ impl Sieve {
             },
             Job::Deferred(job) => flush::run(*job),
         };
+        // The last handle of the batch's generation, removed if merged: closing it frees
+        // its pages, which is the reaper's work.
+        self.reaper.release(f.wal);
         match done {
             Ok(done) => {
                 self.apply(done);
@@ -346,8 +352,9 @@ impl Sieve {
 
     fn apply(&mut self, done: FlushDone) {
         self.manifest = done.manifest;
-        self.segments = done.segments;
-        self.runs = done.runs;
+        let segments = std::mem::replace(&mut self.segments, done.segments);
+        let runs = std::mem::replace(&mut self.runs, done.runs);
+        self.reaper.release((segments, runs));
     }
 
     /// Commits the runs spilled while a merge was under way: appended to the runs, A's
@@ -493,6 +500,7 @@ impl Sieve {
             merge,
             torn: (0, 0),
             gate: gate.clone(),
+            reaper: self.reaper.clone(),
         };
         if self.opts.background {
             let handle = std::thread::Builder::new()

@@ -26,6 +26,7 @@ use crate::segment::Segment;
 use crate::storage::{durable, Storage};
 
 use super::flush::{self, Batch, FlushJob, Gate};
+use super::reaper::Reaper;
 use super::{wal, Sieve};
 
 /// Parses an F segment name.
@@ -356,6 +357,7 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
             (gen, wal::create(st, gen)?, 0)
         }
     };
+    let reaper = Arc::new(Reaper::new(storage.clone(), opts.background));
     Ok(Sieve {
         storage,
         slots,
@@ -377,6 +379,7 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         read: cursor,
         read_file: None,
         read_frame: None,
+        reaper,
         opts,
         _lock: lock,
     })
@@ -414,6 +417,8 @@ fn recovery_spill(
         merge: false,
         torn,
         gate: Arc::new(Gate::default()),
+        // Inline: recovery waits for its spills, which remove nothing.
+        reaper: Arc::new(Reaper::new(storage.clone(), false)),
     };
     let done = flush::run(job)?;
     Ok((done.manifest, done.segments, done.runs))
