@@ -710,7 +710,7 @@ impl Sieve {
                 for n in names {
                     if let Some(id) = recovery::parse_f_name(&n) {
                         if id < self.cursor.segment {
-                            let _ = self.storage.remove(&n);
+                            self.reaper.remove(&n);
                         }
                     }
                 }
