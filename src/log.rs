@@ -77,10 +77,29 @@ impl LogWriter {
 
     /// Appends one record (`record` is not empty); writes a frame when the buffer is full.
     pub fn append(&mut self, record: &[u8]) -> Result<()> {
+        self.append_tentative(record);
+        self.frame_if_full()
+    }
+
+    /// Appends one record (`record` is not empty) to the buffer and writes nothing, even when
+    /// the buffer is full: the caller then keeps it ([`LogWriter::frame_if_full`]) or takes
+    /// it back ([`LogWriter::retract`]).
+    pub fn append_tentative(&mut self, record: &[u8]) {
         debug_assert!(!record.is_empty());
         self.buf.put_u32(record.len() as u32);
         self.buf.extend_from_slice(record);
         self.count += 1;
+    }
+
+    /// Takes back the last record appended, of `len` bytes, which no frame holds yet.
+    pub fn retract(&mut self, len: usize) {
+        debug_assert!(self.count > 0 && self.buf.len() >= FRAME_HEADER + 4 + len);
+        self.buf.truncate(self.buf.len() - 4 - len);
+        self.count -= 1;
+    }
+
+    /// Writes a frame if the buffer is full.
+    pub fn frame_if_full(&mut self) -> Result<()> {
         if self.buf.len() - FRAME_HEADER >= self.target {
             self.write_frame()?;
         }

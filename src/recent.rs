@@ -22,15 +22,37 @@ impl Recent {
         }
     }
 
+    /// The slot of `sig`. A shift by 64 cannot happen: one slot has shift 64 only when
+    /// `entries` is 1, and then `checked_shr` gives slot 0.
+    #[inline]
+    fn slot(&self, sig: u64) -> usize {
+        sig.checked_shr(self.shift).unwrap_or(0) as usize
+    }
+
+    /// Starts loading the slot of `sig` into the processor's cache, so that a later
+    /// [`Recent::seen`] of `sig` does not wait for memory.
+    #[inline]
+    pub(crate) fn prefetch(&self, sig: u64) {
+        if let Some(slot) = self.slots.get(self.slot(sig)) {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a prefetch is only a hint: it reads nothing into the program and never
+            // faults, and SSE, which provides it, is part of every x86_64 processor.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(slot).cast());
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = slot;
+        }
+    }
+
     /// Whether `sig` was inserted before (and is still there); inserts it otherwise.
     #[inline]
     pub(crate) fn seen(&mut self, sig: u64) -> bool {
         if self.slots.is_empty() || sig == 0 {
             return false;
         }
-        // A shift by 64 cannot happen: one slot has shift 64 only when `entries` is 1, and
-        // then `checked_shr` gives slot 0.
-        let i = sig.checked_shr(self.shift).unwrap_or(0) as usize;
+        let i = self.slot(sig);
         let slot = &mut self.slots[i];
         if *slot == sig {
             return true;

@@ -141,6 +141,9 @@ pub struct Sieve {
     recent: crate::recent::Recent,
     /// Pushes dropped by `recent` since the last freeze (counted by the next flush).
     absorbed: u64,
+    /// The last push, in A's buffer but not yet looked up in `recent`: its signature and
+    /// length (see `decide`).
+    undecided: Option<(u64, usize)>,
     since_sync: u64,
     inflight: Option<InFlight>,
     /// Runs spilled by the pushing thread while a merge was under way, in push order; they
@@ -209,20 +212,17 @@ impl Sieve {
         self.writable()?;
         self.validate(url)?;
         let sig = signature(url, self.manifest.seed);
-        if self.recent.seen(sig) {
-            // A repeat of an earlier push, which is logged before this one: nothing to log,
-            // and this push is durable whenever that one is.
-            self.absorbed += 1;
-        } else {
-            if self.s.len() >= self.slots {
-                let r = self.freeze(false);
-                self.poison(r)?;
-            }
-            let r = self.wal.append(url);
+        // The cache of recent signatures decides this push at the next call, when its slot
+        // has come from memory: meanwhile the caller makes the next URL.
+        self.recent.prefetch(sig);
+        let r = self.decide();
+        self.poison(r)?;
+        if self.s.len() >= self.slots {
+            let r = self.freeze(false);
             self.poison(r)?;
-            let idx = self.s.len() as u32;
-            self.s.push(Slot { sig, idx });
         }
+        self.wal.append_tentative(url);
+        self.undecided = Some((sig, url.len()));
         self.since_sync += 1;
         if let SyncPolicy::EveryPushes(n) = self.opts.sync {
             if self.since_sync >= n {
@@ -230,6 +230,25 @@ impl Sieve {
             }
         }
         Ok(())
+    }
+
+    /// Decides the last push, logged in A's buffer and not yet looked up in the cache of
+    /// recent signatures. Found there, it is a repeat of an earlier push, which is logged
+    /// before it: its record is taken back (this push is durable whenever that one is).
+    /// Otherwise its record stays and its signature takes a slot of S. Every method that
+    /// writes A or reads S decides first.
+    fn decide(&mut self) -> Result<()> {
+        let Some((sig, len)) = self.undecided.take() else {
+            return Ok(());
+        };
+        if self.recent.seen(sig) {
+            self.wal.retract(len);
+            self.absorbed += 1;
+            return Ok(());
+        }
+        let idx = self.s.len() as u32;
+        self.s.push(Slot { sig, idx });
+        self.wal.frame_if_full()
     }
 
     /// Pushes a batch of URLs. All are validated first: if one is invalid, none is pushed.
@@ -247,6 +266,8 @@ impl Sieve {
     /// Group commit: makes every earlier push durable.
     pub fn sync(&mut self) -> Result<()> {
         self.writable()?;
+        let r = self.decide();
+        self.poison(r)?;
         if self
             .inflight
             .as_ref()
@@ -274,6 +295,8 @@ impl Sieve {
     /// acknowledges every push.
     pub fn flush(&mut self) -> Result<()> {
         self.writable()?;
+        let r = self.decide();
+        self.poison(r)?;
         self.sort_while_waiting();
         let r = self.finish_inflight();
         self.poison(r)?;
@@ -457,6 +480,7 @@ impl Sieve {
     /// is due, else a spill), opens the next generation, and runs the job (in the background
     /// if so configured). With S empty, only a merge of the runs is run.
     fn freeze(&mut self, merge: bool) -> Result<()> {
+        debug_assert!(self.undecided.is_none(), "a push not yet decided");
         if !merge && !self.s.is_empty() && self.spill_beside_merge() {
             return self.spill_pending();
         }
@@ -534,7 +558,7 @@ impl Sieve {
     /// Whether `url` was ever pushed (and not lost as an unacknowledged torn tail). Reads at
     /// most one block of each Z segment, and a binary search of blocks in each run.
     pub fn contains(&mut self, url: &[u8]) -> Result<bool> {
-        let r = self.finish_inflight();
+        let r = self.decide().and_then(|()| self.finish_inflight());
         self.poison(r)?;
         let sig = signature(url, self.manifest.seed);
         if self.s.iter().any(|p| p.sig == sig) {
@@ -733,6 +757,10 @@ impl Sieve {
 
     /// Counts and sizes.
     pub fn stats(&mut self) -> Result<Stats> {
+        if !self.poisoned {
+            let r = self.decide();
+            self.poison(r)?;
+        }
         let _ = self.poll_inflight();
         let inflight = self.inflight.as_ref().map_or(0, |f| f.pushes);
         let spilled: u64 = self.pending.iter().map(|r| r.meta().records).sum();

@@ -371,6 +371,7 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         s: Vec::new(),
         recent: crate::recent::Recent::new(opts.recent_entries()),
         absorbed: 0,
+        undecided: None,
         since_sync: 0,
         inflight: None,
         pending: Vec::new(),
