@@ -28,7 +28,7 @@ Keys (the same in the text and the JSON output; every value is an unsigned integ
   torn_records   records of the write-ahead log dropped as torn tails by recoveries
   torn_bytes     bytes of the write-ahead log dropped as torn tails by recoveries
   bytes_a        bytes on disk of the write-ahead log (A)
-  bytes_z        bytes on disk of the Z segments
+  bytes_z        bytes of the current Z segments
   bytes_r        bytes on disk of the runs (R)
   bytes_f        bytes on disk of the frontier (F)
   bytes_meta     bytes of the manifest and the cursor

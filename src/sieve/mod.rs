@@ -66,9 +66,9 @@ pub struct Stats {
     pub torn_records: u64,
     /// Bytes of A dropped as torn tails by recoveries.
     pub torn_bytes: u64,
-    /// Bytes on disk of A files.
+    /// Bytes on disk of A files (superseded ones the reaper has not yet removed included).
     pub bytes_a: u64,
-    /// Bytes on disk of Z segments.
+    /// Bytes of Z: its current segments (not the superseded ones awaiting removal).
     pub bytes_z: u64,
     /// Bytes on disk of R runs.
     pub bytes_r: u64,
@@ -782,6 +782,7 @@ impl Sieve {
             memory_budget: self.opts.memory as u64,
             slots: self.slots as u64,
             seed: m.seed,
+            bytes_z: m.segments.iter().map(|s| s.bytes).sum(),
             ..Stats::default()
         };
         if self.opts.slots.is_some() {
@@ -798,7 +799,7 @@ impl Sieve {
             let len = f.len().unwrap_or(0);
             match name.as_bytes().first() {
                 Some(b'a') if name.ends_with(".log") => st.bytes_a += len,
-                Some(b'z') => st.bytes_z += len,
+                Some(b'z') => {}
                 Some(b'r') if name.ends_with(".run") => st.bytes_r += len,
                 Some(b'f') => st.bytes_f += len,
                 _ if name == crate::manifest::FILE || name == frontier::CURSOR_FILE => {

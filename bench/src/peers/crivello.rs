@@ -86,15 +86,18 @@ pub fn run(args: &PeerArgs) -> Result<Record> {
     }
     sieve.close()?;
     let t = Instant::now();
-    let reopened = Sieve::open(dir.path(), options(args.memory_mib))?;
+    let mut reopened = Sieve::open(dir.path(), options(args.memory_mib))?;
     let open_s = t.elapsed().as_secs_f64();
+    // The disk after close, when the files superseded by the last merges are gone.
+    let disk = reopened.stats()?;
     reopened.close()?;
     r.emitted = st.emitted;
     r.digest = hex(digest);
     r.flush_s = Some((stalls + final_flush).as_secs_f64());
     r.flushes = Some(st.flushes);
-    r.z_bytes = Some(st.bytes_z);
-    r.disk_bytes = Some(st.bytes_a + st.bytes_z + st.bytes_r + st.bytes_f + st.bytes_meta);
+    r.z_bytes = Some(disk.bytes_z);
+    r.disk_bytes =
+        Some(disk.bytes_a + disk.bytes_z + disk.bytes_r + disk.bytes_f + disk.bytes_meta);
     r.popped = Some(popped);
     r.open_s = Some(open_s);
     r.notes.push(format!(
