@@ -156,6 +156,13 @@ impl Options {
                 reason: "EveryPushes(0)".into(),
             });
         }
+        let recent = 8 * self.recent_entries();
+        if recent > self.memory / 4 {
+            return Err(Error::InvalidOption {
+                option: "recent_cache",
+                reason: format!("{recent} bytes is more than a quarter of the memory budget"),
+            });
+        }
         if let Some(slots) = self.slots {
             if slots == 0 || slots > u32::MAX as usize {
                 return Err(Error::InvalidOption {
@@ -169,13 +176,6 @@ impl Options {
             return Err(Error::InvalidOption {
                 option: "memory",
                 reason: format!("{} bytes is below the minimum of 1 MiB", self.memory),
-            });
-        }
-        let recent = 8 * self.recent_entries();
-        if recent > self.memory / 4 {
-            return Err(Error::InvalidOption {
-                option: "recent_cache",
-                reason: format!("{recent} bytes is more than a quarter of the memory budget"),
             });
         }
         let rest = self.memory - io_reserve(self.memory) - recent;
@@ -201,11 +201,4 @@ pub fn max_runs(memory: usize) -> usize {
 /// 512 KiB (an L2 cache's size: a lookup must cost less than the push it saves).
 pub fn recent_default(memory: usize) -> usize {
     (memory / 128).min(512 << 10)
-}
-
-/// The number of slots per buffer of S for a budget, with the default cache of recent
-/// signatures.
-pub fn slots_for(memory: usize) -> usize {
-    let rest = memory - io_reserve(memory) - 8 * Options::new().memory(memory).recent_entries();
-    (rest / BYTES_PER_SLOT).clamp(1, u32::MAX as usize)
 }

@@ -44,7 +44,7 @@ use crate::error::{Error, Result};
 use crate::options::Options;
 use crate::run::{Run, RunMeta, Slot};
 use crate::segment::Segment;
-use crate::sieve::flush::{self, Positions};
+use crate::sieve::flush::{self, check_term, Positions};
 use crate::sieve::signature;
 use crate::storage::{Storage, StorageFile};
 
@@ -252,6 +252,8 @@ impl Uniq {
         opts: Options,
         out: Box<dyn Write + Send>,
     ) -> Result<Uniq> {
+        // No cache of recent signatures here: its room goes to S.
+        let opts = opts.recent_cache(0);
         let slots = opts.validate()?;
         Ok(Uniq {
             storage,
@@ -546,6 +548,15 @@ impl Uniq {
     }
 }
 
+impl Drop for Uniq {
+    /// Never leaves a flush writing to the scratch storage after an error dropped the dedup.
+    fn drop(&mut self) {
+        if let Some(h) = self.inflight.take() {
+            let _ = h.join();
+        }
+    }
+}
+
 impl Job {
     fn run(self) -> Result<Done> {
         let Job {
@@ -638,7 +649,7 @@ fn changed(pieces: &[Piece]) -> Error {
 }
 
 /// Prints the lines at the increasing `positions` (line indexes in the batch) of the
-/// batch's `pieces`; returns the wrapping sum of their signatures. No line is longer than
+/// batch's `pieces`; returns the wrapping sum of their check terms (signature and index). No line is longer than
 /// `max_line` unless the input changed.
 fn print(
     pieces: &[Piece],
@@ -669,7 +680,7 @@ fn print(
                 Some(i) => {
                     if next.peek() == Some(&idx) {
                         let line = &chunk[pos..pos + i];
-                        sum = sum.wrapping_add(signature(line, seed));
+                        sum = sum.wrapping_add(check_term(signature(line, seed), idx));
                         write_line(out, line)?;
                         next.next();
                     }
@@ -685,7 +696,7 @@ fn print(
                         }
                         if next.peek() == Some(&idx) {
                             let line = &chunk[pos..filled];
-                            sum = sum.wrapping_add(signature(line, seed));
+                            sum = sum.wrapping_add(check_term(signature(line, seed), idx));
                             write_line(out, line)?;
                             next.next();
                         }

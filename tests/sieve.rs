@@ -556,3 +556,47 @@ fn merges_remove_what_they_supersede() {
         sieve.close().unwrap();
     }
 }
+
+#[test]
+fn a_cache_of_recent_signatures_is_checked_against_the_budget_with_slots_too() {
+    let r = Sieve::open_with(
+        Arc::new(SimDisk::new()),
+        Options::new().slots(10).recent_cache(usize::MAX),
+    );
+    assert!(
+        matches!(
+            r,
+            Err(Error::InvalidOption {
+                option: "recent_cache",
+                ..
+            })
+        ),
+        "{:?}",
+        r.err()
+    );
+}
+
+#[test]
+fn stats_and_contains_see_every_push_at_once() {
+    // With the cache of recent signatures, a push is decided at the next call: `stats` and
+    // `contains` must decide it first, whether it turns out a repeat or new.
+    for background in [false, true] {
+        let disk = SimDisk::new();
+        let opts = Options::new()
+            .slots(8)
+            .recent_cache(64)
+            .seed(5)
+            .background_flush(background);
+        let mut sieve = Sieve::open_with(Arc::new(disk), opts).unwrap();
+        for i in 0..200u64 {
+            let url = format!("http://h/{}", i * 7 % 23);
+            sieve.push(url.as_bytes()).unwrap();
+            let st = sieve.stats().unwrap();
+            assert_eq!(st.pushed, i + 1, "background {background}, push {i}");
+            assert!(st.buffered <= i + 1);
+            assert!(sieve.contains(url.as_bytes()).unwrap(), "push {i}");
+        }
+        sieve.flush().unwrap();
+        assert_eq!(drain(&mut sieve).len(), 23);
+    }
+}

@@ -239,6 +239,16 @@ fn an_input_changed_before_its_lines_are_printed_is_an_error() {
             matches!(r, Err(Error::InputChanged { .. })),
             "{how:?}: {r:?}"
         );
+        // Two lines of the same length swapped: the same lines, in another order.
+        let r = changed_under(how, |p| {
+            use std::io::Write as _;
+            let mut f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+            f.write_all(b"two\none\n").unwrap();
+        });
+        assert!(
+            matches!(r, Err(Error::InputChanged { .. })),
+            "{how:?}: {r:?}"
+        );
         // Truncated.
         let r = changed_under(how, |p| {
             std::fs::OpenOptions::new()

@@ -219,7 +219,8 @@ pub(crate) struct Region {
     pub count: u64,
     /// One past the highest position written.
     end: u64,
-    /// The wrapping sum of the new signatures: what the records emitted must add up to.
+    /// The wrapping sum of [`check_term`] over the new (signature, position) pairs: what
+    /// the records emitted must add up to.
     pub sum: u64,
     buf: Vec<u8>,
 }
@@ -230,7 +231,7 @@ impl Region {
         self.buf.extend_from_slice(&idx.to_le_bytes());
         self.count += 1;
         self.end = self.end.max(u64::from(idx) + 1);
-        self.sum = self.sum.wrapping_add(sig);
+        self.sum = self.sum.wrapping_add(check_term(sig, u64::from(idx)));
         if self.buf.len() >= SCRATCH_BUFFER {
             let at = self.offset + 4 * self.count - self.buf.len() as u64;
             scratch
@@ -240,6 +241,16 @@ impl Region {
         }
         Ok(())
     }
+}
+
+/// A region's checksum term for the new signature `sig` at position `idx`: mixed so that
+/// the sum over a region changes when lines change, and also when equal-length lines swap
+/// places (a plain sum of signatures ignores order).
+pub(crate) fn check_term(sig: u64, idx: u64) -> u64 {
+    let mut x = sig ^ idx.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    x ^ (x >> 33)
 }
 
 /// The new segment of a merge, created at its first signature (a merge whose output is

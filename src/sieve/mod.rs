@@ -237,7 +237,11 @@ impl Sieve {
     /// before it: its record is taken back (this push is durable whenever that one is).
     /// Otherwise its record stays and its signature takes a slot of S. Every method that
     /// writes A or reads S decides first.
+    /// Nothing is decided once the sieve is poisoned: nothing more may be written.
     fn decide(&mut self) -> Result<()> {
+        if self.poisoned {
+            return Ok(());
+        }
         let Some((sig, len)) = self.undecided.take() else {
             return Ok(());
         };
@@ -757,10 +761,8 @@ impl Sieve {
 
     /// Counts and sizes.
     pub fn stats(&mut self) -> Result<Stats> {
-        if !self.poisoned {
-            let r = self.decide();
-            self.poison(r)?;
-        }
+        let r = self.decide();
+        self.poison(r)?;
         let _ = self.poll_inflight();
         let inflight = self.inflight.as_ref().map_or(0, |f| f.pushes);
         let spilled: u64 = self.pending.iter().map(|r| r.meta().records).sum();
