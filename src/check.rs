@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::error::{Corruption, Error, Result};
 use crate::frontier::{self, Position};
-use crate::log::{FrameError, LogReader, FRAME_HEADER};
+use crate::log::{FrameError, LogReader};
 use crate::manifest::Manifest;
 use crate::run::Run;
 use crate::segment::Segment;
@@ -318,7 +318,7 @@ fn check_frontier(st: &dyn Storage, m: &Manifest, c: &Position, r: &mut CheckRep
                     },
                 ));
             }
-            let reader = LogReader::new(&*f, limit, u64::MAX);
+            let reader = LogReader::new(&*f, limit, u64::MAX, id);
             let mut off = frontier::HEADER_LEN;
             loop {
                 if id == c.segment && off == c.offset {
@@ -330,7 +330,18 @@ fn check_frontier(st: &dyn Storage, m: &Manifest, c: &Position, r: &mut CheckRep
                             cursor_found = false;
                         }
                         n += fr.count as u64;
-                        off += (FRAME_HEADER + fr.payload.len()) as u64;
+                        off += fr.size();
+                    }
+                    Err(FrameError::End) if off < limit => {
+                        // A valid frame of another segment inside this one.
+                        return Err(Error::corrupt(
+                            &name,
+                            off,
+                            Corruption::Field {
+                                field: "frame tag",
+                                found: id,
+                            },
+                        ));
                     }
                     Err(FrameError::End) => {
                         if id == c.segment && off == c.offset && c.skip != 0 {

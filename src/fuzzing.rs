@@ -478,15 +478,12 @@ fn seal_at(b: &mut [u8], from: usize, to: usize) {
 fn seal_frames(b: &mut [u8], header: usize) {
     seal_at(b, 0, header - 4);
     let mut at = header;
-    while let Some(len) = get_u32(b, at + 8) {
-        let end = at + 20 + len as usize;
+    while let Some(len) = get_u32(b, at + 16) {
+        let end = at + crate::log::FRAME_HEADER + len as usize;
         if end > b.len() {
             break;
         }
-        let mut h = crc32fast::Hasher::new();
-        h.update(&b[at..at + 16]);
-        h.update(&b[at + 20..end]);
-        b[at + 16..at + 20].copy_from_slice(&h.finalize().to_le_bytes());
+        crate::log::reseal_frame(&mut b[at..end]);
         at = end;
     }
 }

@@ -5,15 +5,22 @@
 //! previous frame, and is written with one positional write:
 //!
 //! ```text
-//! frame := magic "FRM1" u32 | epoch u32 | payload_len u32 | count u32 | crc32 u32 | payload
-//! payload := count x ( len u32 | len bytes )          (len >= 1; count 0: a seal)
-//! crc32 covers the first 16 header bytes and the payload
+//! frame := magic "FRM1" u32 | epoch u32 | tag u64 | payload_len u32 | count u32 | crc32 u32 | payload
+//! payload := count x ( len u32 | len bytes )          (len >= 1)
+//!          | empty                                    (count 0: a seal)
+//!          | records u64                              (count 0, payload_len 8: the end)
+//! crc32 covers the first 24 header bytes and the payload
 //! ```
 //!
 //! The *epoch* counts the syncs of the file: a frame of epoch `e + 1` is written only after
 //! the sync that ended epoch `e` returned. So when a damaged frame is followed by a valid
 //! frame two epochs later, the damaged one had been synced: that is corruption, not a torn
 //! write (see `docs/design.md`, "Torn tails").
+//!
+//! The *tag* names the file's contents (an A generation, an F segment id). A file may be
+//! reused for new contents (A generations are), so past the new frames lie the old ones: a
+//! valid frame with another tag ends the log like the end of the file. The *end frame*
+//! closes a log that will get no more records, with the number of records before it.
 
 use std::sync::Arc;
 
@@ -22,7 +29,9 @@ use crate::format::{PutLe, MAGIC_FRAME};
 use crate::storage::StorageFile;
 
 /// Bytes of a frame header.
-pub const FRAME_HEADER: usize = 20;
+pub const FRAME_HEADER: usize = 28;
+/// Bytes of an end frame's payload: the number of records in the log before it.
+const END_PAYLOAD: usize = 8;
 /// A frame is written once its payload reaches this size.
 pub const FRAME_TARGET: usize = 1 << 20;
 /// Bytes written between two writeback hints ([`StorageFile::start_writeback`]): the system
@@ -38,14 +47,24 @@ pub struct LogWriter {
     buf: Vec<u8>,
     count: u32,
     epoch: u32,
+    tag: u64,
+    /// Records in frames written, or buffered.
+    records: u64,
     target: usize,
     /// The end of the bytes already synced or hinted for writeback.
     clean: u64,
 }
 
 impl LogWriter {
-    /// A writer appending at `end` of `file`, starting in `epoch`.
-    pub fn new(file: Arc<dyn StorageFile>, name: String, end: u64, epoch: u32) -> LogWriter {
+    /// A writer of frames tagged `tag`, appending at `end` of `file` (after `records`
+    /// records), starting in `epoch`.
+    pub fn new(
+        file: Arc<dyn StorageFile>,
+        name: String,
+        (end, records): (u64, u64),
+        tag: u64,
+        epoch: u32,
+    ) -> LogWriter {
         let mut buf = Vec::with_capacity(FRAME_HEADER + 4096);
         buf.resize(FRAME_HEADER, 0);
         LogWriter {
@@ -55,6 +74,8 @@ impl LogWriter {
             buf,
             count: 0,
             epoch,
+            tag,
+            records,
             target: FRAME_TARGET,
             clean: end,
         }
@@ -89,6 +110,7 @@ impl LogWriter {
         self.buf.put_u32(record.len() as u32);
         self.buf.extend_from_slice(record);
         self.count += 1;
+        self.records += 1;
     }
 
     /// Takes back the last record appended, of `len` bytes, which no frame holds yet.
@@ -96,6 +118,7 @@ impl LogWriter {
         debug_assert!(self.count > 0 && self.buf.len() >= FRAME_HEADER + 4 + len);
         self.buf.truncate(self.buf.len() - 4 - len);
         self.count -= 1;
+        self.records -= 1;
     }
 
     /// Writes a frame if the buffer is full.
@@ -127,15 +150,9 @@ impl LogWriter {
             return Ok(());
         }
         let payload_len = (self.buf.len() - FRAME_HEADER) as u32;
-        self.buf[0..4].copy_from_slice(&MAGIC_FRAME.to_le_bytes());
-        self.buf[4..8].copy_from_slice(&self.epoch.to_le_bytes());
-        self.buf[8..12].copy_from_slice(&payload_len.to_le_bytes());
-        self.buf[12..16].copy_from_slice(&self.count.to_le_bytes());
-        let mut h = crc32fast::Hasher::new();
-        h.update(&self.buf[0..16]);
-        h.update(&self.buf[FRAME_HEADER..]);
-        let c = h.finalize();
-        self.buf[16..20].copy_from_slice(&c.to_le_bytes());
+        let (epoch, tag, count) = (self.epoch, self.tag, self.count);
+        let (head, payload) = self.buf.split_at_mut(FRAME_HEADER);
+        frame_header(head, (epoch, tag), (payload_len, count), payload);
         self.file
             .write_all_at(&self.buf, self.end)
             .map_err(|e| Error::io("write", &self.name, e))?;
@@ -157,21 +174,37 @@ impl LogWriter {
     /// seal no data frame is ambiguous (see `docs/design.md`, "Torn tails").
     pub fn seal(&mut self) -> Result<()> {
         self.sync()?;
-        let mut frame = Vec::with_capacity(FRAME_HEADER);
-        frame.put_u32(MAGIC_FRAME);
-        frame.put_u32(self.epoch);
-        frame.put_u32(0);
-        frame.put_u32(0);
-        let c = crc32fast::hash(&frame);
-        frame.put_u32(c);
-        self.file
-            .write_all_at(&frame, self.end)
-            .map_err(|e| Error::io("write", &self.name, e))?;
-        self.end += FRAME_HEADER as u64;
+        self.write_empty(&[])?;
         self.file
             .sync()
             .map_err(|e| Error::io("fsync", &self.name, e))?;
         self.epoch += 1;
+        Ok(())
+    }
+
+    /// Writes the buffered records, then the end frame (not synced): the log gets no more
+    /// records.
+    pub fn finish(&mut self) -> Result<()> {
+        self.write_frame()?;
+        let records = self.records.to_le_bytes();
+        self.write_empty(&records)
+    }
+
+    /// Writes a frame of no records with `payload`: a seal (empty) or the end.
+    fn write_empty(&mut self, payload: &[u8]) -> Result<()> {
+        let mut frame = vec![0u8; FRAME_HEADER + payload.len()];
+        let (head, body) = frame.split_at_mut(FRAME_HEADER);
+        body.copy_from_slice(payload);
+        frame_header(
+            head,
+            (self.epoch, self.tag),
+            (payload.len() as u32, 0),
+            body,
+        );
+        self.file
+            .write_all_at(&frame, self.end)
+            .map_err(|e| Error::io("write", &self.name, e))?;
+        self.end += frame.len() as u64;
         Ok(())
     }
 
@@ -192,6 +225,25 @@ impl LogWriter {
     }
 }
 
+/// Fills the header `head` of a frame of `payload`.
+fn frame_header(
+    head: &mut [u8],
+    (epoch, tag): (u32, u64),
+    (len, count): (u32, u32),
+    payload: &[u8],
+) {
+    head[0..4].copy_from_slice(&MAGIC_FRAME.to_le_bytes());
+    head[4..8].copy_from_slice(&epoch.to_le_bytes());
+    head[8..16].copy_from_slice(&tag.to_le_bytes());
+    head[16..20].copy_from_slice(&len.to_le_bytes());
+    head[20..24].copy_from_slice(&count.to_le_bytes());
+    let mut h = crc32fast::Hasher::new();
+    h.update(&head[0..24]);
+    h.update(payload);
+    let c = h.finalize();
+    head[24..28].copy_from_slice(&c.to_le_bytes());
+}
+
 /// One frame read back.
 pub struct Frame {
     /// Offset of the frame header in the file.
@@ -202,15 +254,26 @@ pub struct Frame {
     pub count: u32,
     /// The payload.
     pub payload: Vec<u8>,
+    /// For the end frame: the number of records in the log before it.
+    pub end: Option<u64>,
 }
 
 impl Frame {
-    /// The records of the frame, in order.
+    /// The records of the frame, in order (none in a seal or the end frame).
     pub fn records(&self) -> Records<'_> {
         Records {
-            payload: &self.payload,
+            payload: if self.end.is_some() {
+                &[]
+            } else {
+                &self.payload
+            },
             pos: 0,
         }
+    }
+
+    /// Bytes of the frame, header included.
+    pub fn size(&self) -> u64 {
+        (FRAME_HEADER + self.payload.len()) as u64
     }
 }
 
@@ -236,7 +299,8 @@ impl<'a> Iterator for Records<'a> {
 
 /// Why a frame could not be read.
 pub enum FrameError {
-    /// Nothing more: the offset is the end of the file.
+    /// Nothing more: the offset is the end of the file, or a valid frame with another tag
+    /// (of the file's earlier contents) starts there.
     End,
     /// The bytes at the offset are not a valid frame.
     Invalid(Corruption),
@@ -249,16 +313,18 @@ pub struct LogReader<'a> {
     file: &'a dyn StorageFile,
     len: u64,
     max_payload: u64,
+    tag: u64,
 }
 
 impl<'a> LogReader<'a> {
-    /// A reader over `file`, whose length is `len`; frames with a payload larger than
-    /// `max_payload` are invalid.
-    pub fn new(file: &'a dyn StorageFile, len: u64, max_payload: u64) -> LogReader<'a> {
+    /// A reader of the frames tagged `tag` in `file`, whose length is `len`; frames with a
+    /// payload larger than `max_payload` are invalid.
+    pub fn new(file: &'a dyn StorageFile, len: u64, max_payload: u64, tag: u64) -> LogReader<'a> {
         LogReader {
             file,
             len,
             max_payload,
+            tag,
         }
     }
 
@@ -290,8 +356,9 @@ impl<'a> LogReader<'a> {
             .read_exact_at(&mut h, offset)
             .map_err(FrameError::Io)?;
         let word = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
+        let tag = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
         let (magic, epoch, payload_len, count, stored) =
-            (word(0), word(4), word(8), word(12), word(16));
+            (word(0), word(4), word(16), word(20), word(24));
         if h == [0u8; FRAME_HEADER] && crate::planted::active(crate::planted::Bug::ZeroRecord) {
             return Err(FrameError::End);
         }
@@ -321,7 +388,7 @@ impl<'a> LogReader<'a> {
             .read_exact_at(&mut payload, offset + FRAME_HEADER as u64)
             .map_err(FrameError::Io)?;
         let mut hasher = crc32fast::Hasher::new();
-        hasher.update(&h[0..16]);
+        hasher.update(&h[0..24]);
         hasher.update(&payload);
         let computed = hasher.finalize();
         if computed != stored {
@@ -329,6 +396,19 @@ impl<'a> LogReader<'a> {
                 stored,
                 computed,
             }));
+        }
+        if tag != self.tag {
+            return Err(FrameError::End);
+        }
+        if count == 0 && payload.len() == END_PAYLOAD {
+            let records = u64::from_le_bytes(payload[..].try_into().expect("8 bytes"));
+            return Ok(Frame {
+                offset,
+                epoch,
+                count,
+                payload,
+                end: Some(records),
+            });
         }
         // A valid checksum over a malformed payload is not a torn write: check the structure.
         let mut pos = 0usize;
@@ -362,11 +442,12 @@ impl<'a> LogReader<'a> {
             epoch,
             count,
             payload,
+            end: None,
         })
     }
 
-    /// Looks for a valid frame starting anywhere after `from`; returns its offset and epoch.
-    /// Used only on a damaged log, to tell a torn tail from corruption.
+    /// Looks for a valid frame of this log's tag starting anywhere after `from`; returns its
+    /// offset and epoch. Used only on a damaged log, to tell a torn tail from corruption.
     pub fn find_valid_after(
         &self,
         from: u64,
@@ -393,24 +474,29 @@ impl<'a> LogReader<'a> {
     }
 }
 
-/// Builds a frame in memory (for tests and fuzz harnesses that need valid checksums).
-pub fn encode_frame(epoch: u32, records: &[&[u8]]) -> Vec<u8> {
-    let mut payload = Vec::new();
+/// Builds a frame tagged `tag` in memory (for tests and fuzz harnesses that need valid
+/// checksums).
+pub fn encode_frame(epoch: u32, tag: u64, records: &[&[u8]]) -> Vec<u8> {
+    let mut out = vec![0u8; FRAME_HEADER];
     for r in records {
-        payload.put_u32(r.len() as u32);
-        payload.extend_from_slice(r);
+        out.put_u32(r.len() as u32);
+        out.extend_from_slice(r);
     }
-    let mut out = Vec::with_capacity(FRAME_HEADER + payload.len());
-    out.put_u32(MAGIC_FRAME);
-    out.put_u32(epoch);
-    out.put_u32(payload.len() as u32);
-    out.put_u32(records.len() as u32);
-    let mut h = crc32fast::Hasher::new();
-    h.update(&out);
-    h.update(&payload);
-    out.put_u32(h.finalize());
-    out.extend_from_slice(&payload);
+    let (head, payload) = out.split_at_mut(FRAME_HEADER);
+    let len = payload.len() as u32;
+    frame_header(head, (epoch, tag), (len, records.len() as u32), payload);
     out
+}
+
+/// Rewrites the header of the frame at the start of `frame` (its lengths as they are) for a
+/// valid crc: for fuzz harnesses.
+pub fn reseal_frame(frame: &mut [u8]) {
+    let epoch = u32::from_le_bytes(frame[4..8].try_into().expect("4 bytes"));
+    let tag = u64::from_le_bytes(frame[8..16].try_into().expect("8 bytes"));
+    let len = u32::from_le_bytes(frame[16..20].try_into().expect("4 bytes"));
+    let count = u32::from_le_bytes(frame[20..24].try_into().expect("4 bytes"));
+    let (head, payload) = frame.split_at_mut(FRAME_HEADER);
+    frame_header(head, (epoch, tag), (len, count), payload);
 }
 
 #[cfg(test)]
@@ -455,7 +541,7 @@ mod tests {
             hints: hints.clone(),
         });
         let start = 100;
-        let mut w = LogWriter::new(file, "log".into(), start, 0);
+        let mut w = LogWriter::new(file, "log".into(), (start, 0), 7, 0);
         let record = vec![b'u'; 1000];
         let mut synced_at = None;
         for i in 0..40_000 {

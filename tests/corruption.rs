@@ -18,13 +18,14 @@ const TRUNCATIONS_PER_KIND: usize = 200;
 /// Sectors (512 bytes, aligned) overwritten with zeros, as a torn or lost write leaves them.
 const ZEROED_SECTORS_PER_KIND: usize = 200;
 
-/// The byte ranges of the frames of an A file (after its 20-byte header).
+/// The byte ranges of the frames of an A file (after its 20-byte header; frame headers are
+/// 28 bytes, the payload length at 16).
 fn frames_of(file: &[u8]) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     let mut at = 20;
-    while at + 20 <= file.len() {
-        let len = u32::from_le_bytes(file[at + 8..at + 12].try_into().unwrap()) as usize;
-        let end = at + 20 + len;
+    while at + 28 <= file.len() {
+        let len = u32::from_le_bytes(file[at + 16..at + 20].try_into().unwrap()) as usize;
+        let end = at + 28 + len;
         if end > file.len() {
             break;
         }

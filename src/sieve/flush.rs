@@ -450,12 +450,12 @@ fn merge(
                     }
                     _ => Error::io("open", &name, e),
                 })?;
-                f.emit(storage, m, &*file, &name, meta.skip, new.iter())?;
+                f.emit(storage, m, (&*file, &name, meta.gen), meta.skip, new.iter())?;
             }
             None => {
                 let name = wal::file_name(b.gen);
                 let new = Positions::read(&*merged.scratch, r, &name)?;
-                f.emit(storage, m, &*b.wal, &name, b.skip, new.iter())?;
+                f.emit(storage, m, (&*b.wal, &name, b.gen), b.skip, new.iter())?;
             }
         }
     }
@@ -578,7 +578,7 @@ impl FrontierAppender {
             start = file.len().map_err(|e| Error::io("stat", &name, e))?;
         }
         Ok(FrontierAppender {
-            out: LogWriter::new(file, name, start, m.flushes as u32),
+            out: LogWriter::new(file, name, (start, 0), m.f_tail, m.flushes as u32),
             tail: m.f_tail,
             emitted: 0,
         })
@@ -595,23 +595,23 @@ impl FrontierAppender {
         f.write_all_at(&frontier::header(id, first), 0)
             .map_err(|e| Error::io("write", &name, e))?;
         Ok((
-            LogWriter::new(f, name, frontier::HEADER_LEN, m.flushes as u32),
+            LogWriter::new(f, name, (frontier::HEADER_LEN, 0), id, m.flushes as u32),
             id,
         ))
     }
 
-    /// Appends the records of `wal` at the increasing `positions` (relative to `skip`).
+    /// Appends the records of A generation `gen` (its file `wal`, named `wal_name`) at the
+    /// increasing `positions` (relative to `skip`).
     fn emit(
         &mut self,
         storage: &dyn Storage,
         m: &mut Manifest,
-        wal: &dyn StorageFile,
-        wal_name: &str,
+        (wal, wal_name, gen): (&dyn StorageFile, &str, u64),
         skip: u64,
         positions: impl Iterator<Item = u64>,
     ) -> Result<()> {
         let len = wal.len().map_err(|e| Error::io("stat", wal_name, e))?;
-        let reader = LogReader::new(wal, len, u64::MAX);
+        let reader = LogReader::new(wal, len, u64::MAX, gen);
         let mut offset = wal::HEADER_LEN;
         let mut record: u64 = 0;
         let mut next = positions.map(|p| skip + p).peekable();
@@ -634,7 +634,18 @@ impl FrontierAppender {
                     return Err(Error::corrupt(wal_name, offset, what))
                 }
             };
-            offset += (crate::log::FRAME_HEADER + frame.payload.len()) as u64;
+            if frame.end.is_some() {
+                // Positions past the generation's records.
+                return Err(Error::corrupt(
+                    wal_name,
+                    offset,
+                    crate::error::Corruption::Truncated {
+                        needed: 1,
+                        available: 0,
+                    },
+                ));
+            }
+            offset += frame.size();
             let end = record + frame.count as u64;
             if next.peek().is_some_and(|&p| p < end) {
                 for url in frame.records() {

@@ -431,7 +431,7 @@ impl Sieve {
             file.sync()
                 .map_err(|e| Error::io("fsync", &wal::file_name(*gen), e))?;
         }
-        self.wal.write_frame()?;
+        self.wal.finish()?;
         self.wal.sync()?;
         let records = self.s.len() as u64;
         crate::run::sort_slots(&mut self.s);
@@ -449,7 +449,7 @@ impl Sieve {
         self.s.clear();
         self.gen += 1;
         self.gen_skip = 0;
-        self.wal = wal::create(&*self.storage, self.gen)?;
+        self.wal = wal::create(&*self.storage, self.gen, self.reaper.take_spare())?;
         Ok(())
     }
 
@@ -504,7 +504,7 @@ impl Sieve {
                 next: (self.manifest.a_gen, self.manifest.a_skip),
             }
         } else {
-            self.wal.write_frame()?;
+            self.wal.finish()?;
             let batch = Batch {
                 gen: self.gen,
                 wal: self.wal.file().clone(),
@@ -515,7 +515,7 @@ impl Sieve {
             };
             self.gen += 1;
             self.gen_skip = 0;
-            self.wal = wal::create(&*self.storage, self.gen)?;
+            self.wal = wal::create(&*self.storage, self.gen, self.reaper.take_spare())?;
             batch
         };
         let batch_wal = (batch.gen, batch.wal.clone());
@@ -640,7 +640,7 @@ impl Sieve {
             }
             self.read.consumed += taken as u64;
             if skip + taken == frame.count as usize {
-                self.read.offset += (crate::log::FRAME_HEADER + frame.payload.len()) as u64;
+                self.read.offset += frame.size();
                 self.read.skip = 0;
             } else {
                 self.read.skip += taken as u32;
@@ -706,7 +706,7 @@ impl Sieve {
             self.read_file = Some((next, nf));
             return Ok(None);
         }
-        let reader = LogReader::new(&*file, limit, u64::MAX);
+        let reader = LogReader::new(&*file, limit, u64::MAX, self.read.segment);
         match reader.frame_at(self.read.offset) {
             Ok(f) => Ok(Some(f)),
             Err(FrameError::Io(e)) => Err(Error::io("read", &name, e)),

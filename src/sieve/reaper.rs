@@ -12,14 +12,23 @@
 //! Only names that are never used again go to the reaper: generation numbers and segment
 //! and run ids only grow. The scratch file of a merge, whose name every merge reuses, is
 //! removed by the merge itself.
+//!
+//! Superseded A generations are not all removed: up to [`SPARE_GENERATIONS`] are kept as
+//! *spares*, whose files new generations take (see [`super::wal`]). A spare is never
+//! replayed: its number is below the manifest's, so an open removes it, and so does the
+//! reaper when it is dropped.
 
 use std::ops::Range;
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::storage::Storage;
 
 use super::wal;
+
+/// The most superseded A generations kept for reuse. Three cover the generations created
+/// between two merges when each merge follows two spills.
+pub const SPARE_GENERATIONS: usize = 3;
 
 enum Work {
     Remove(String),
@@ -28,9 +37,11 @@ enum Work {
 }
 
 /// Removes superseded files and drops the last handles of removed files: on a thread of its
-/// own, or inline. Dropping the reaper waits for its work to be done.
+/// own, or inline. Keeps a few superseded A generations as spares. Dropping the reaper waits
+/// for its work to be done, then removes the spares.
 pub(crate) struct Reaper {
     storage: Arc<dyn Storage>,
+    spares: Arc<Mutex<Vec<u64>>>,
     to_thread: Option<mpsc::Sender<Work>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -39,8 +50,10 @@ impl Reaper {
     /// A reaper that works on a thread of its own if `background` (and a thread can be
     /// started), else inline.
     pub(crate) fn new(storage: Arc<dyn Storage>, background: bool) -> Reaper {
+        let spares = Arc::new(Mutex::new(Vec::new()));
         let mut reaper = Reaper {
             storage: storage.clone(),
+            spares: spares.clone(),
             to_thread: None,
             thread: None,
         };
@@ -50,7 +63,7 @@ impl Reaper {
                 .name("crivello-reaper".into())
                 .spawn(move || {
                     for work in rx {
-                        perform(&*storage, work);
+                        perform(&*storage, &spares, work);
                     }
                 });
             if let Ok(thread) = spawned {
@@ -69,7 +82,7 @@ impl Reaper {
             },
             None => work,
         };
-        perform(&*self.storage, work);
+        perform(&*self.storage, &self.spares, work);
     }
 
     /// Removes file `name` (best effort).
@@ -77,11 +90,17 @@ impl Reaper {
         self.submit(Work::Remove(name.to_string()));
     }
 
-    /// Removes the A generations in `gens` that exist (best effort). Found by listing, so
-    /// that the work follows the files, not the numbers, which a damaged manifest could set
-    /// far apart.
+    /// Removes the A generations in `gens` that exist (best effort), or keeps them as spares
+    /// while there are fewer than [`SPARE_GENERATIONS`]. Found by listing, so that the work
+    /// follows the files, not the numbers, which a damaged manifest could set far apart.
     pub(crate) fn remove_generations(&self, gens: Range<u64>) {
         self.submit(Work::Generations(gens));
+    }
+
+    /// Takes a spare: a superseded A generation whose file a new generation may take. It is
+    /// no longer the reaper's.
+    pub(crate) fn take_spare(&self) -> Option<u64> {
+        self.spares.lock().ok()?.pop()
     }
 
     /// Drops `handles` after the work submitted before: when they hold the last handles of
@@ -97,20 +116,38 @@ impl Drop for Reaper {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        if let Ok(mut spares) = self.spares.lock() {
+            for g in spares.drain(..) {
+                let _ = self.storage.remove(&wal::file_name(g));
+            }
+        }
     }
 }
 
-fn perform(storage: &dyn Storage, work: Work) {
+fn perform(storage: &dyn Storage, spares: &Mutex<Vec<u64>>, work: Work) {
     match work {
         Work::Remove(name) => {
             let _ = storage.remove(&name);
         }
-        Work::Generations(gens) => remove_generations(storage, gens),
+        Work::Generations(gens) => {
+            let Ok(names) = storage.list() else { return };
+            for name in names {
+                let Some(g) = wal::parse_name(&name).filter(|g| gens.contains(g)) else {
+                    continue;
+                };
+                match spares.lock() {
+                    Ok(mut s) if s.len() < SPARE_GENERATIONS => s.push(g),
+                    _ => {
+                        let _ = storage.remove(&name);
+                    }
+                }
+            }
+        }
         Work::Release(handles) => drop(handles),
     }
 }
 
-/// Removes the A generations in `gens` that exist, now (best effort).
+/// Removes the A generations in `gens` that exist, now, keeping none (best effort).
 pub(crate) fn remove_generations(storage: &dyn Storage, gens: Range<u64>) {
     let Ok(names) = storage.list() else { return };
     for name in names {

@@ -296,7 +296,7 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         })?;
         // The newest generation, intact and with nothing to flush, is simply continued: an
         // open after a clean close commits nothing.
-        if Some(g) == last_gen && !r.torn && pending.is_empty() && s.is_empty() {
+        if Some(g) == last_gen && !r.torn && !r.ended && pending.is_empty() && s.is_empty() {
             reuse = Some((r.file.clone(), g, r.valid_end, r.last_epoch, r.records));
             continue;
         }
@@ -350,11 +350,11 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
 
     let (gen, wal, gen_skip) = match reuse {
         Some((file, g, end, last_epoch, records)) => {
-            (g, wal::reuse(file, g, end, last_epoch), records)
+            (g, wal::reuse(file, g, (end, records), last_epoch), records)
         }
         None => {
             let gen = m.a_gen.max(last_gen.map_or(0, |g| g + 1));
-            (gen, wal::create(st, gen)?, 0)
+            (gen, wal::create(st, gen, None)?, 0)
         }
     };
     let reaper = Arc::new(Reaper::new(storage.clone(), opts.background));

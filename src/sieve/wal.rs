@@ -6,7 +6,13 @@
 //!
 //! A generation holds the records of one buffer of S. Its file is created with a synced
 //! header (and a synced directory entry) before any record is written, so a damaged header
-//! can only be a crash during creation of the newest generation.
+//! can only be a crash during creation of the newest generation. Its frames are tagged with
+//! the generation, and once S is handed to a flush the generation is closed by an end frame.
+//!
+//! A new generation may take the file of a superseded one instead of a new file: the system
+//! keeps that file's cached pages and blocks, where a new file gets pages freed by earlier
+//! removals (which a virtual machine may have returned to its host, to be faulted in again)
+//! and new blocks. Past the new frames lie the old generation's, which its tag ends.
 
 use std::sync::Arc;
 
@@ -38,20 +44,38 @@ fn header(gen: u64) -> Vec<u8> {
     b
 }
 
-/// Continues writing generation `gen` after its valid prefix `end`, in the epoch after `last_epoch`.
-pub fn reuse(file: Arc<dyn StorageFile>, gen: u64, end: u64, last_epoch: i64) -> LogWriter {
-    LogWriter::new(file, file_name(gen), end, (last_epoch + 1) as u32)
+/// Continues writing generation `gen` after its valid prefix `end` of `records` records, in
+/// the epoch after `last_epoch`.
+pub fn reuse(
+    file: Arc<dyn StorageFile>,
+    gen: u64,
+    (end, records): (u64, u64),
+    last_epoch: i64,
+) -> LogWriter {
+    LogWriter::new(
+        file,
+        file_name(gen),
+        (end, records),
+        gen,
+        (last_epoch + 1) as u32,
+    )
 }
 
-/// Creates generation `gen` with a durable header and directory entry.
-pub fn create(storage: &dyn Storage, gen: u64) -> Result<LogWriter> {
+/// Creates generation `gen` with a durable header and directory entry: in the file of the
+/// superseded generation `spare` if given (see the module's documentation), else in a new
+/// file.
+pub fn create(storage: &dyn Storage, gen: u64, spare: Option<u64>) -> Result<LogWriter> {
     let name = file_name(gen);
-    durable::create_synced(storage, &name, &header(gen))
-        .map_err(|e| Error::io("create", &name, e))?;
+    match spare {
+        Some(old) => durable::reuse_synced(storage, &file_name(old), &name, &header(gen))
+            .map_err(|e| Error::io("reuse", &file_name(old), e))?,
+        None => durable::create_synced(storage, &name, &header(gen))
+            .map_err(|e| Error::io("create", &name, e))?,
+    }
     let file = storage
         .open(&name)
         .map_err(|e| Error::io("open", &name, e))?;
-    Ok(LogWriter::new(file, name, HEADER_LEN, 0))
+    Ok(LogWriter::new(file, name, (HEADER_LEN, 0), gen, 0))
 }
 
 /// What replaying a generation found.
@@ -60,8 +84,11 @@ pub struct Replay {
     pub file: Arc<dyn StorageFile>,
     /// Records in the valid prefix.
     pub records: u64,
-    /// Whether the file ended in a torn tail (or a torn header).
+    /// Whether the file ended in a torn tail (or a torn header). A generation that is not
+    /// the newest is torn unless its end frame closes it.
     pub torn: bool,
+    /// Whether the end frame closes the generation.
+    pub ended: bool,
     /// Bytes dropped as a torn tail.
     pub torn_bytes: u64,
     /// Records of valid frames dropped with the torn tail.
@@ -129,6 +156,7 @@ pub fn replay(
                 file,
                 records: 0,
                 torn: true,
+                ended: false,
                 torn_bytes: len,
                 torn_records: 0,
                 later_epoch: None,
@@ -138,7 +166,7 @@ pub fn replay(
         }
         return Err(e);
     }
-    let reader = LogReader::new(&*file, len, u64::MAX);
+    let reader = LogReader::new(&*file, len, u64::MAX, gen);
     let mut offset = HEADER_LEN;
     let mut records = 0u64;
     let mut last_epoch: i64 = -1;
@@ -157,24 +185,50 @@ pub fn replay(
                     ));
                 }
                 last_epoch = frame.epoch as i64;
+                if let Some(total) = frame.end {
+                    if total != records {
+                        return Err(Error::corrupt(
+                            &name,
+                            offset,
+                            Corruption::Field {
+                                field: "records before the end frame",
+                                found: total,
+                            },
+                        ));
+                    }
+                    return Ok(Replay {
+                        file,
+                        records,
+                        valid_end: offset + frame.size(),
+                        torn: false,
+                        ended: true,
+                        torn_bytes: 0,
+                        torn_records: 0,
+                        later_epoch: None,
+                        last_epoch,
+                    });
+                }
                 for url in frame.records() {
                     each(records, url)?;
                     records += 1;
                 }
-                offset += (FRAME_HEADER + frame.payload.len()) as u64;
+                offset += frame.size();
                 spare = frame.payload;
             }
             Err(FrameError::End) => {
+                // A generation that is not the newest was closed by its end frame before
+                // any record of a later one was synced: without it, it is torn here.
                 return Ok(Replay {
                     file,
                     records,
                     valid_end: offset,
-                    torn: false,
+                    torn: !last,
+                    ended: false,
                     torn_bytes: 0,
                     torn_records: 0,
                     later_epoch: None,
                     last_epoch,
-                })
+                });
             }
             Err(FrameError::Io(e)) => return Err(Error::io("read", &name, e)),
             Err(FrameError::Invalid(_)) => {
@@ -203,6 +257,7 @@ pub fn replay(
                     file,
                     records,
                     torn: true,
+                    ended: false,
                     torn_bytes: len - offset,
                     torn_records,
                     later_epoch,
@@ -211,5 +266,75 @@ pub fn replay(
                 });
             }
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::storage::SimDisk;
+
+    fn urls(storage: &dyn Storage, gen: u64, last: bool) -> Result<(Vec<Vec<u8>>, Replay)> {
+        let mut out = Vec::new();
+        let r = replay(storage, gen, last, |_, u| {
+            out.push(u.to_vec());
+            Ok(())
+        })?;
+        Ok((out, r))
+    }
+
+    #[test]
+    fn a_generation_in_a_reused_file_ends_where_the_old_frames_begin() {
+        let disk = SimDisk::new();
+        let mut old = create(&disk, 1, None).unwrap();
+        for i in 0..50u32 {
+            old.append(format!("http://old/{i:04}").as_bytes()).unwrap();
+            old.sync().unwrap();
+        }
+        old.finish().unwrap();
+        old.sync().unwrap();
+        let mut new = create(&disk, 4, Some(1)).unwrap();
+        assert_eq!(disk.files(), [file_name(4)]);
+        // Same lengths: the new frames fall exactly on the old ones.
+        for i in 0..3u32 {
+            new.append(format!("http://new/{i:04}").as_bytes()).unwrap();
+            new.sync().unwrap();
+        }
+        let want: Vec<Vec<u8>> = (0..3u32)
+            .map(|i| format!("http://new/{i:04}").into_bytes())
+            .collect();
+        let (got, r) = urls(&disk, 4, true).unwrap();
+        assert_eq!(got, want);
+        assert!(!r.torn && !r.ended);
+        // Not the newest and not closed: torn, with the same records.
+        let (got, r) = urls(&disk, 4, false).unwrap();
+        assert_eq!(got, want);
+        assert!(r.torn && !r.ended);
+        new.finish().unwrap();
+        let (got, r) = urls(&disk, 4, false).unwrap();
+        assert_eq!(got, want);
+        assert!(!r.torn && r.ended);
+    }
+
+    #[test]
+    fn an_end_frame_that_does_not_count_the_records_before_it_is_corruption() {
+        let disk = SimDisk::new();
+        let mut w = create(&disk, 2, None).unwrap();
+        // A frame per record, all of one epoch.
+        w.set_frame_target(1);
+        let mut frames = Vec::new();
+        for i in 0..3u32 {
+            frames.push(w.end());
+            w.append(format!("http://x/{i}").as_bytes()).unwrap();
+        }
+        w.finish().unwrap();
+        w.sync().unwrap();
+        assert_eq!(urls(&disk, 2, false).unwrap().0.len(), 3);
+        // The middle frame cut out, the rest whole: two records, and an end frame of three.
+        let mut bytes = disk.content(&file_name(2)).unwrap();
+        bytes.drain(frames[1] as usize..frames[2] as usize);
+        disk.set_content(&file_name(2), bytes);
+        let err = urls(&disk, 2, false).err().expect("corruption");
+        assert!(err.is_corruption(), "{err}");
     }
 }

@@ -28,3 +28,16 @@ pub fn create_synced(storage: &dyn Storage, name: &str, bytes: &[u8]) -> io::Res
     f.sync()?;
     storage.sync_dir()
 }
+
+/// Gives the existing file `old` to `name`, with `bytes` written over its start, durably:
+/// write, fsync, rename, fsync directory. Until the rename is durable the bytes are under
+/// `old`; the rest of the file keeps its earlier contents. A file is reused this way to keep
+/// its cached pages and its blocks instead of getting new ones.
+pub fn reuse_synced(storage: &dyn Storage, old: &str, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let f = storage.open(old)?;
+    f.write_all_at(bytes, 0)?;
+    f.sync()?;
+    drop(f);
+    storage.rename(old, name)?;
+    storage.sync_dir()
+}
