@@ -66,7 +66,8 @@ pub struct Stats {
     pub torn_records: u64,
     /// Bytes of A dropped as torn tails by recoveries.
     pub torn_bytes: u64,
-    /// Bytes on disk of A files (superseded ones the reaper has not yet removed included).
+    /// Bytes on disk of A files (superseded ones the reaper has not yet removed, and its
+    /// spares, included).
     pub bytes_a: u64,
     /// Bytes of Z: its current segments (not the superseded ones awaiting removal).
     pub bytes_z: u64,
