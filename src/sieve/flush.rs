@@ -618,9 +618,13 @@ impl FrontierAppender {
         let mut spare = Vec::new();
         while next.peek().is_some() {
             let frame = match reader.frame_with(offset, std::mem::take(&mut spare)) {
-                Ok(f) => f,
+                Ok(f) if f.end.is_none() => f,
                 Err(FrameError::Io(e)) => return Err(Error::io("read", wal_name, e)),
-                Err(FrameError::End) => {
+                Err(FrameError::Invalid(what)) => {
+                    return Err(Error::corrupt(wal_name, offset, what))
+                }
+                // The end of the generation (its file or its end frame) with positions left.
+                Ok(_) | Err(FrameError::End) => {
                     return Err(Error::corrupt(
                         wal_name,
                         offset,
@@ -630,21 +634,7 @@ impl FrontierAppender {
                         },
                     ))
                 }
-                Err(FrameError::Invalid(what)) => {
-                    return Err(Error::corrupt(wal_name, offset, what))
-                }
             };
-            if frame.end.is_some() {
-                // Positions past the generation's records.
-                return Err(Error::corrupt(
-                    wal_name,
-                    offset,
-                    crate::error::Corruption::Truncated {
-                        needed: 1,
-                        available: 0,
-                    },
-                ));
-            }
             offset += frame.size();
             let end = record + frame.count as u64;
             if next.peek().is_some_and(|&p| p < end) {
