@@ -189,7 +189,7 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
         }) {
             Ok(rep) => {
                 r.buffered += n;
-                if rep.torn {
+                if rep.ends_the_stream(Some(g) == last) {
                     r.torn_tails.push((wal::file_name(g), rep.torn_bytes));
                 }
             }

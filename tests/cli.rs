@@ -414,6 +414,19 @@ fn check_passes_a_sound_store_and_exits_3_on_a_flipped_byte() {
 }
 
 #[test]
+fn check_passes_a_store_whose_buffered_pushes_a_reopen_spilled() {
+    // Each `push` leaves its URLs buffered in A; the next open spills them as a run (a
+    // generation with no end frame, below the next one): sound, not torn.
+    let d = tmp();
+    let dir = d.path().join("s");
+    for url in ["http://a/\n", "http://b/\n", "http://c/\n"] {
+        ok(&["push", arg(&dir)], url.as_bytes());
+    }
+    let report = String::from_utf8(ok(&["check", arg(&dir)], b"")).unwrap();
+    assert!(report.starts_with("ok: "), "{report}");
+}
+
+#[test]
 fn uniq_equals_awk_on_adversarial_input_with_many_flushes() {
     let d = tmp();
     let file = d.path().join("adversarial.txt");

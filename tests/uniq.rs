@@ -224,44 +224,50 @@ fn changed_under(how: How, change: impl FnOnce(&Path)) -> Result<(), Error> {
     uniq.finish().map(|_| ())
 }
 
+/// A change made to an input file, by name.
+type Change = (&'static str, Box<dyn FnOnce(&Path)>);
+
+/// Writes `bytes` over the start of the file at `path`.
+fn overwrite(path: &Path, bytes: &[u8]) {
+    use std::io::Write as _;
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all(bytes).unwrap();
+}
+
 #[test]
 fn an_input_changed_before_its_lines_are_printed_is_an_error() {
     for how in [How::Path, How::File] {
         // Unchanged: fine.
         changed_under(how, |_| {}).unwrap();
-        // Same length, other bytes, same file.
-        let r = changed_under(how, |p| {
-            use std::io::Write as _;
-            let mut f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
-            f.write_all(b"uno\n").unwrap();
-        });
-        assert!(
-            matches!(r, Err(Error::InputChanged { .. })),
-            "{how:?}: {r:?}"
-        );
-        // Two lines of the same length swapped: the same lines, in another order.
-        let r = changed_under(how, |p| {
-            use std::io::Write as _;
-            let mut f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
-            f.write_all(b"two\none\n").unwrap();
-        });
-        assert!(
-            matches!(r, Err(Error::InputChanged { .. })),
-            "{how:?}: {r:?}"
-        );
-        // Truncated.
-        let r = changed_under(how, |p| {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(p)
-                .unwrap()
-                .set_len(6)
-                .unwrap()
-        });
-        assert!(
-            matches!(r, Err(Error::InputChanged { .. })),
-            "{how:?}: {r:?}"
-        );
+        let changes: [Change; 3] = [
+            (
+                "same length, other bytes",
+                Box::new(|p| overwrite(p, b"uno\n")),
+            ),
+            // The same lines, in another order: a check of the lines alone would pass.
+            (
+                "two lines of one length swapped",
+                Box::new(|p| overwrite(p, b"two\none\n")),
+            ),
+            (
+                "truncated",
+                Box::new(|p| {
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(p)
+                        .unwrap()
+                        .set_len(6)
+                        .unwrap()
+                }),
+            ),
+        ];
+        for (what, change) in changes {
+            let r = changed_under(how, change);
+            assert!(
+                matches!(r, Err(Error::InputChanged { .. })),
+                "{how:?}, {what}: {r:?}"
+            );
+        }
     }
     // Replaced by another file under the same path.
     let r = changed_under(How::Path, |p| {

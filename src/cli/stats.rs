@@ -26,8 +26,9 @@ Keys (the same in the text and the JSON output; every value is an unsigned integ
   merges         merges with Z committed
   segments       Z segment files
   torn_records   records of the write-ahead log dropped as torn tails by recoveries
-  torn_bytes     bytes of the write-ahead log dropped as torn tails by recoveries
-  bytes_a        bytes on disk of the write-ahead log (A)
+  torn_bytes     bytes of the write-ahead log dropped as torn tails by recoveries (from the
+                 damage to the end of the file: an upper bound in a reused file)
+  bytes_a        bytes on disk of the write-ahead log (A), up to 3 spare files included
   bytes_z        bytes of the current Z segments
   bytes_r        bytes on disk of the runs (R)
   bytes_f        bytes on disk of the frontier (F)

@@ -511,6 +511,17 @@ impl Positions {
                 .map_err(|e| Error::io("read", SCRATCH, e))?;
             for c in buf[..4 * n].chunks_exact(4) {
                 let p = u32::from_le_bytes(c.try_into().expect("4 bytes"));
+                if u64::from(p) >= r.end {
+                    // The scratch file is not checksummed: damaged between write and read.
+                    return Err(Error::corrupt(
+                        SCRATCH,
+                        r.offset + 4 * done,
+                        crate::error::Corruption::Field {
+                            field: "new position past the source's records",
+                            found: u64::from(p),
+                        },
+                    ));
+                }
                 if dense {
                     let (word, bit) = (p as usize / 64, p % 64);
                     if marked[word] >> bit & 1 == 1 {
@@ -676,6 +687,16 @@ mod tests {
 
     /// Writes `positions` as region 0 of a scratch file and reads them back.
     fn read_back(positions: &[u32]) -> Result<(bool, Vec<u64>)> {
+        let end = positions
+            .iter()
+            .map(|&p| u64::from(p) + 1)
+            .max()
+            .unwrap_or(0);
+        read_back_in(positions, end)
+    }
+
+    /// [`read_back`], for a source of `end` records.
+    fn read_back_in(positions: &[u32], end: u64) -> Result<(bool, Vec<u64>)> {
         let disk = SimDisk::new();
         let scratch = disk.create(SCRATCH).unwrap();
         let bytes: Vec<u8> = positions.iter().flat_map(|p| p.to_le_bytes()).collect();
@@ -683,11 +704,7 @@ mod tests {
         let region = Region {
             offset: 0,
             count: positions.len() as u64,
-            end: positions
-                .iter()
-                .map(|&p| u64::from(p) + 1)
-                .max()
-                .unwrap_or(0),
+            end,
             sum: 0,
             buf: Vec::new(),
         };
@@ -718,6 +735,15 @@ mod tests {
     fn a_position_given_twice_is_corruption_either_way() {
         for positions in [vec![9u32, 3, 9, 1], vec![3_000_000_000, 2, 3_000_000_000]] {
             let e = read_back(&positions).unwrap_err();
+            assert!(e.is_corruption(), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_position_past_the_source_is_corruption_either_way() {
+        // A damaged scratch file: a bitmap of 100 records, a list among 10^6.
+        for (positions, end) in [(vec![9u32, 3, 100], 100), (vec![5, 2_000_000], 1_000_000)] {
+            let e = read_back_in(&positions, end).unwrap_err();
             assert!(e.is_corruption(), "{e}");
         }
     }

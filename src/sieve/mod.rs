@@ -64,7 +64,8 @@ pub struct Stats {
     pub segments: u64,
     /// Records of A dropped as torn tails by recoveries.
     pub torn_records: u64,
-    /// Bytes of A dropped as torn tails by recoveries.
+    /// Bytes of A dropped as torn tails by recoveries, from the damage to the end of the
+    /// file (in a file reused from a superseded generation, an upper bound).
     pub torn_bytes: u64,
     /// Bytes on disk of A files (superseded ones the reaper has not yet removed, and its
     /// spares, included).

@@ -314,7 +314,7 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
                 (0, 0),
             )?;
         }
-        if r.torn {
+        if r.ends_the_stream(Some(g) == last_gen) {
             torn_seen = true;
             torn.0 += r.torn_records;
             torn.1 += r.torn_bytes;

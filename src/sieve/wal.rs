@@ -84,8 +84,7 @@ pub struct Replay {
     pub file: Arc<dyn StorageFile>,
     /// Records in the valid prefix.
     pub records: u64,
-    /// Whether the file ended in a torn tail (or a torn header). A generation that is not
-    /// the newest is torn unless its end frame closes it.
+    /// Whether the file ended in a torn tail (or a torn header).
     pub torn: bool,
     /// Whether the end frame closes the generation.
     pub ended: bool,
@@ -99,6 +98,17 @@ pub struct Replay {
     pub last_epoch: i64,
     /// The end of the valid prefix.
     pub valid_end: u64,
+}
+
+impl Replay {
+    /// Whether the push stream ends in this generation: it is torn, or, not being the newest
+    /// (`last` false), it lacks its end frame. The end frame of a frozen generation is
+    /// written before the fsync that the next generation's first sync waits for, so a later
+    /// synced record proves it durable. (A generation spilled by a recovery has no end frame;
+    /// it is never replayed again, being below the next `a_gen`.)
+    pub fn ends_the_stream(&self, last: bool) -> bool {
+        self.torn || (!last && !self.ended)
+    }
 }
 
 /// Reads generation `gen`, calling `each(index, url)` for every record of the valid prefix.
@@ -216,13 +226,11 @@ pub fn replay(
                 spare = frame.payload;
             }
             Err(FrameError::End) => {
-                // A generation that is not the newest was closed by its end frame before
-                // any record of a later one was synced: without it, it is torn here.
                 return Ok(Replay {
                     file,
                     records,
                     valid_end: offset,
-                    torn: !last,
+                    torn: false,
                     ended: false,
                     torn_bytes: 0,
                     torn_records: 0,
@@ -306,14 +314,14 @@ mod tests {
         let (got, r) = urls(&disk, 4, true).unwrap();
         assert_eq!(got, want);
         assert!(!r.torn && !r.ended);
-        // Not the newest and not closed: torn, with the same records.
+        // Not the newest and not closed (`ends_the_stream`): the same records.
         let (got, r) = urls(&disk, 4, false).unwrap();
         assert_eq!(got, want);
-        assert!(r.torn && !r.ended);
+        assert!(!r.torn && !r.ended && r.ends_the_stream(false));
         new.finish().unwrap();
         let (got, r) = urls(&disk, 4, false).unwrap();
         assert_eq!(got, want);
-        assert!(!r.torn && r.ended);
+        assert!(!r.torn && r.ended && !r.ends_the_stream(false));
     }
 
     #[test]
