@@ -129,30 +129,34 @@ fn perform(storage: &dyn Storage, spares: &Mutex<Vec<u64>>, work: Work) {
         Work::Remove(name) => {
             let _ = storage.remove(&name);
         }
-        Work::Generations(gens) => {
-            let Ok(names) = storage.list() else { return };
-            for name in names {
-                let Some(g) = wal::parse_name(&name).filter(|g| gens.contains(g)) else {
-                    continue;
-                };
-                match spares.lock() {
-                    Ok(mut s) if s.len() < SPARE_GENERATIONS => s.push(g),
-                    _ => {
-                        let _ = storage.remove(&name);
-                    }
-                }
-            }
-        }
+        Work::Generations(gens) => retire_generations(storage, gens, spares, SPARE_GENERATIONS),
         Work::Release(handles) => drop(handles),
     }
 }
 
 /// Removes the A generations in `gens` that exist, now, keeping none (best effort).
 pub(crate) fn remove_generations(storage: &dyn Storage, gens: Range<u64>) {
+    retire_generations(storage, gens, &Mutex::new(Vec::new()), 0);
+}
+
+/// Keeps the A generations in `gens` that exist as `spares` while they are fewer than
+/// `keep`, and removes the others.
+fn retire_generations(
+    storage: &dyn Storage,
+    gens: Range<u64>,
+    spares: &Mutex<Vec<u64>>,
+    keep: usize,
+) {
     let Ok(names) = storage.list() else { return };
     for name in names {
-        if wal::parse_name(&name).is_some_and(|g| gens.contains(&g)) {
-            let _ = storage.remove(&name);
+        let Some(g) = wal::parse_name(&name).filter(|g| gens.contains(g)) else {
+            continue;
+        };
+        match spares.lock() {
+            Ok(mut s) if s.len() < keep => s.push(g),
+            _ => {
+                let _ = storage.remove(&name);
+            }
         }
     }
 }
