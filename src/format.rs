@@ -102,11 +102,11 @@ impl<'a> Cursor<'a> {
             self.take(8)?.try_into().expect("8 bytes"),
         ))
     }
-    /// Reads a `u64` field that must not exceed `max`.
-    pub fn u64_max(&mut self, field: &'static str, max: u64) -> Result<u64> {
+    /// Reads a `u64` that must be below `bound` (an id below the next unused one).
+    pub fn u64_below(&mut self, field: &'static str, bound: u64) -> Result<u64> {
         let at = self.offset();
         let v = self.u64()?;
-        if v > max {
+        if v >= bound {
             return Err(Error::corrupt(
                 self.file,
                 at,

@@ -178,7 +178,7 @@ impl LogWriter {
         self.file
             .sync()
             .map_err(|e| Error::io("fsync", &self.name, e))?;
-        self.epoch += 1;
+        self.epoch = self.epoch.saturating_add(1);
         Ok(())
     }
 
@@ -219,7 +219,7 @@ impl LogWriter {
         synced.map_err(|e| Error::io("fsync", &self.name, e))?;
         self.clean = self.end;
         if wrote {
-            self.epoch += 1;
+            self.epoch = self.epoch.saturating_add(1);
         }
         Ok(())
     }
@@ -530,6 +530,29 @@ mod tests {
         fn start_writeback(&self, offset: u64, len: u64) {
             self.hints.lock().unwrap().push((offset, len));
         }
+    }
+
+    #[test]
+    fn an_epoch_at_its_largest_value_stays_there_and_reads_back() {
+        let disk = SimDisk::new();
+        let file = disk.create("log").unwrap();
+        let mut w = LogWriter::new(file.clone(), "log".into(), (0, 0), 7, u32::MAX - 1);
+        for i in 0..4u8 {
+            w.append(&[b'a' + i]).unwrap();
+            w.sync().unwrap();
+        }
+        w.seal().unwrap();
+        let reader = LogReader::new(&*file, w.end(), 1 << 20, 7);
+        let (mut offset, mut epochs, mut records) = (0, Vec::new(), Vec::new());
+        while let Ok(f) = reader.frame_at(offset) {
+            offset += f.size();
+            epochs.push(f.epoch);
+            records.extend(f.records().map(<[u8]>::to_vec));
+        }
+        assert_eq!(offset, w.end());
+        assert_eq!(records, [b"a", b"b", b"c", b"d"].map(|r| r.to_vec()));
+        let top = u32::MAX;
+        assert_eq!(epochs, [top - 1, top, top, top, top]);
     }
 
     #[test]

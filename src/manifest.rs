@@ -22,6 +22,11 @@ use crate::storage::{durable, Storage};
 /// The manifest's file name.
 pub const FILE: &str = "MANIFEST";
 
+/// Every count and id of a manifest (all but the seed) is below this. No store comes near it
+/// (2^62 pushes take centuries); a larger value is corruption, and below it the sums a flush
+/// makes of these values cannot overflow.
+pub const COUNTER_LIMIT: u64 = 1 << 62;
+
 /// The content of a manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Manifest {
@@ -102,18 +107,18 @@ impl Manifest {
         c.magic(MAGIC_M)?;
         c.version()?;
         let seed = c.u64()?;
-        let commit = c.u64()?;
-        let next_id = c.u64()?;
-        let a_gen = c.u64()?;
-        let a_skip = c.u64()?;
-        let f_tail = c.u64()?;
-        let f_tail_len = c.u64()?;
-        let f_count = c.u64()?;
-        let pushed = c.u64()?;
-        let flushes = c.u64()?;
-        let torn_records = c.u64()?;
-        let torn_bytes = c.u64()?;
-        let merges = c.u64()?;
+        let commit = c.u64_below("commit", COUNTER_LIMIT)?;
+        let next_id = c.u64_below("next id", COUNTER_LIMIT)?;
+        let a_gen = c.u64_below("A generation", COUNTER_LIMIT)?;
+        let a_skip = c.u64_below("A skip", COUNTER_LIMIT)?;
+        let f_tail = c.u64_below("F tail", next_id)?;
+        let f_tail_len = c.u64_below("F tail length", COUNTER_LIMIT)?;
+        let f_count = c.u64_below("F count", COUNTER_LIMIT)?;
+        let pushed = c.u64_below("pushed", COUNTER_LIMIT)?;
+        let flushes = c.u64_below("flushes", COUNTER_LIMIT)?;
+        let torn_records = c.u64_below("torn records", COUNTER_LIMIT)?;
+        let torn_bytes = c.u64_below("torn bytes", COUNTER_LIMIT)?;
+        let merges = c.u64_below("merges", COUNTER_LIMIT)?;
         let at = c.offset();
         let n = c.u32()? as usize;
         if n.saturating_mul(24) > c.remaining() {
@@ -128,11 +133,11 @@ impl Manifest {
         }
         let mut segments = Vec::with_capacity(n);
         for _ in 0..n {
-            let id = c.u64_max("segment id", next_id)?;
+            let id = c.u64_below("segment id", next_id)?;
             segments.push(SegmentMeta {
                 id,
-                sigs: c.u64()?,
-                bytes: c.u64()?,
+                sigs: c.u64_below("segment signatures", COUNTER_LIMIT)?,
+                bytes: c.u64_below("segment bytes", COUNTER_LIMIT)?,
             });
         }
         let at = c.offset();
@@ -150,11 +155,11 @@ impl Manifest {
         let mut runs = Vec::with_capacity(n);
         for _ in 0..n {
             runs.push(RunMeta {
-                id: c.u64_max("run id", next_id)?,
-                gen: c.u64()?,
-                skip: c.u64()?,
-                records: c.u64()?,
-                pairs: c.u64()?,
+                id: c.u64_below("run id", next_id)?,
+                gen: c.u64_below("run generation", COUNTER_LIMIT)?,
+                skip: c.u64_below("run skip", COUNTER_LIMIT)?,
+                records: c.u64_below("run records", COUNTER_LIMIT)?,
+                pairs: c.u64_below("run pairs", COUNTER_LIMIT)?,
             });
         }
         c.check_crc()?;
@@ -218,9 +223,8 @@ impl Manifest {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_manifest_round_trips_and_any_flipped_bit_is_caught() {
-        let m = Manifest {
+    fn sample() -> Manifest {
+        Manifest {
             seed: 1,
             commit: 2,
             next_id: 9,
@@ -253,7 +257,12 @@ mod tests {
                     bytes: 6,
                 },
             ],
-        };
+        }
+    }
+
+    #[test]
+    fn a_manifest_round_trips_and_any_flipped_bit_is_caught() {
+        let m = sample();
         let b = m.encode();
         assert_eq!(Manifest::decode(&b, FILE).unwrap(), m);
         for bit in 0..b.len() * 8 {
@@ -269,5 +278,31 @@ mod tests {
                 .unwrap_err()
                 .is_corruption());
         }
+    }
+
+    #[test]
+    fn a_count_past_its_limit_or_an_id_not_below_next_id_is_corruption() {
+        let mut m = sample();
+        m.flushes = COUNTER_LIMIT - 1;
+        assert_eq!(Manifest::decode(&m.encode(), FILE).unwrap(), m);
+        let edits: [fn(&mut Manifest); 8] = [
+            |m| m.next_id = u64::MAX,
+            |m| m.f_tail = m.next_id,
+            |m| m.segments[1].id = m.next_id,
+            |m| m.runs[0].id = m.next_id,
+            |m| m.flushes = COUNTER_LIMIT,
+            |m| m.f_count = u64::MAX,
+            |m| m.segments[0].bytes = u64::MAX,
+            |m| m.runs[0].records = COUNTER_LIMIT,
+        ];
+        for (i, edit) in edits.iter().enumerate() {
+            let mut m = sample();
+            edit(&mut m);
+            let e = Manifest::decode(&m.encode(), FILE).unwrap_err();
+            assert!(e.is_corruption(), "edit {i}: {e}");
+        }
+        let mut m = sample();
+        m.seed = u64::MAX;
+        assert_eq!(Manifest::decode(&m.encode(), FILE).unwrap(), m);
     }
 }
