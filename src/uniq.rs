@@ -598,7 +598,8 @@ impl Job {
             });
         }
         let run_files: Vec<Arc<Run>> = runs.iter().map(|r| r.run.clone()).collect();
-        let merged = flush::merge_signatures(storage, &mut next_id, &segments, &run_files, slots)?;
+        let merged = flush::merge_signatures(storage, &mut next_id, &segments, &run_files, &slots)?;
+        drop(slots);
         let mut printed = 0;
         let mut chunk = Vec::new();
         for (i, r) in merged.regions.iter().enumerate() {

@@ -96,6 +96,9 @@ pub struct FlushDone {
     pub manifest: Manifest,
     pub segments: Vec<Arc<Segment>>,
     pub runs: Vec<Arc<Run>>,
+    /// The batch's buffer, emptied: the next buffer of S, whose pages are already the
+    /// process's (a new one would fault them in again at every flush).
+    pub spare: Vec<Slot>,
 }
 
 /// Closes the gate with "failed" if the flush ends before opening it.
@@ -135,7 +138,7 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
             wal: b.wal.clone(),
             skip: b.skip,
         };
-        let seg = merge(storage, &mut m, &segments, &runs, wal, pairs)?;
+        let seg = merge(storage, &mut m, &segments, &runs, wal, &pairs)?;
         segments = seg.into_iter().collect();
         runs.clear();
     } else if !pairs.is_empty() {
@@ -148,7 +151,6 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
         };
         m.next_id += 1;
         crate::run::write(storage, meta, &pairs)?;
-        drop(pairs);
         runs.push(Arc::new(Run::open(storage, meta)?));
         storage
             .sync_dir()
@@ -187,10 +189,12 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
         let _ = storage.remove(SCRATCH);
     }
     job.reaper.release((b.wal, job.runs, job.segments));
+    pairs.clear();
     Ok(FlushDone {
         manifest: m,
         segments,
         runs,
+        spare: pairs,
     })
 }
 
@@ -294,7 +298,7 @@ pub(crate) fn merge_signatures(
     next_id: &mut u64,
     segments: &[Arc<Segment>],
     runs: &[Arc<Run>],
-    batch: Vec<Slot>,
+    batch: &[Slot],
 ) -> Result<Merged> {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
@@ -328,7 +332,7 @@ pub(crate) fn merge_signatures(
         let mut next_z = || z.as_mut().and_then(Iterator::next).transpose();
         let mut head = next_z()?;
         let r = &mut regions[0];
-        for p in &batch {
+        for p in batch {
             while let Some(s) = head.filter(|&s| s < p.sig) {
                 out.push(s)?;
                 head = next_z()?;
@@ -389,7 +393,6 @@ pub(crate) fn merge_signatures(
             }
         }
     }
-    drop(batch);
     for r in &mut regions {
         if !r.buf.is_empty() {
             scratch
@@ -428,7 +431,7 @@ fn merge(
     segments: &[Arc<Segment>],
     runs: &[Arc<Run>],
     b: BatchWal,
-    batch: Vec<Slot>,
+    batch: &[Slot],
 ) -> Result<Option<Arc<Segment>>> {
     let merged = merge_signatures(storage, &mut m.next_id, segments, runs, batch)?;
 

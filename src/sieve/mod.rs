@@ -139,6 +139,8 @@ pub struct Sieve {
     gen_skip: u64,
     wal: LogWriter,
     s: Vec<Slot>,
+    /// The buffer the last flush handed back, emptied: the next S.
+    next_s: Vec<Slot>,
     /// Signatures of recent pushes: a push found there is a repeat and is dropped at once.
     recent: crate::recent::Recent,
     /// Pushes dropped by `recent` since the last freeze (counted by the next flush).
@@ -381,6 +383,7 @@ impl Sieve {
 
     fn apply(&mut self, done: FlushDone) {
         self.manifest = done.manifest;
+        self.next_s = done.spare;
         let segments = std::mem::replace(&mut self.segments, done.segments);
         let runs = std::mem::replace(&mut self.runs, done.runs);
         self.reaper.release((segments, runs));
@@ -485,6 +488,16 @@ impl Sieve {
     /// Freezes S and the current A generation into a flush job (a merge if `merge` or if one
     /// is due, else a spill), opens the next generation, and runs the job (in the background
     /// if so configured). With S empty, only a merge of the runs is run.
+    /// The buffer for the next S: the one the last flush handed back, or a new one.
+    fn take_next_s(&mut self) -> Vec<Slot> {
+        let next = std::mem::take(&mut self.next_s);
+        if next.capacity() > 0 {
+            next
+        } else {
+            Vec::with_capacity(self.slots.min(1 << 20))
+        }
+    }
+
     fn freeze(&mut self, merge: bool) -> Result<()> {
         debug_assert!(self.undecided.is_none(), "a push not yet decided");
         if !merge && !self.s.is_empty() && self.spill_beside_merge() {
@@ -507,11 +520,12 @@ impl Sieve {
             }
         } else {
             self.wal.finish()?;
+            let next_s = self.take_next_s();
             let batch = Batch {
                 gen: self.gen,
                 wal: self.wal.file().clone(),
                 skip: self.gen_skip,
-                sigs: std::mem::replace(&mut self.s, Vec::with_capacity(self.slots.min(1 << 20))),
+                sigs: std::mem::replace(&mut self.s, next_s),
                 absorbed,
                 next: (self.gen + 1, 0),
             };

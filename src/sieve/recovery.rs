@@ -369,6 +369,7 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         gen_skip,
         wal,
         s: Vec::new(),
+        next_s: Vec::new(),
         recent: crate::recent::Recent::new(opts.recent_entries()),
         absorbed: 0,
         undecided: None,
