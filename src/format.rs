@@ -6,7 +6,7 @@
 use crate::error::{Corruption, Error, Result};
 
 /// The format version written by this build (see `docs/design.md`, "Format versions").
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// Magic of A (write-ahead log) files: `CRVA`.
 pub const MAGIC_A: u32 = u32::from_le_bytes(*b"CRVA");

@@ -9,6 +9,7 @@
 //! payload := count x ( len u32 | len bytes )          (len >= 1)
 //!          | empty                                    (count 0: a seal)
 //!          | records u64                              (count 0, payload_len 8: the end)
+//!          | 0u32                                     (count 0, payload_len 4: a tail mark)
 //! crc32 covers the first 24 header bytes and the payload
 //! ```
 //!
@@ -21,6 +22,11 @@
 //! reused for new contents (A generations are), so past the new frames lie the old ones: a
 //! valid frame with another tag ends the log like the end of the file. The *end frame*
 //! closes a log that will get no more records, with the number of records before it.
+//!
+//! A reused file also holds, past the new frames, the rest of an old frame, which reads as
+//! damage. So a writer of such files (A) writes, in the same write as each frame, a *tail
+//! mark* after it, which the next write overwrites: a reader of marked logs stops at a valid
+//! mark of its tag as at the end of the file, and only a write the crash tore reads as damage.
 
 use std::sync::Arc;
 
@@ -32,6 +38,10 @@ use crate::storage::StorageFile;
 pub const FRAME_HEADER: usize = 28;
 /// Bytes of an end frame's payload: the number of records in the log before it.
 const END_PAYLOAD: usize = 8;
+/// Bytes of a tail mark's payload (zero).
+const MARK_PAYLOAD: usize = 4;
+/// Bytes of a tail mark, which follows the last frame of a marked log.
+pub const MARK_LEN: u64 = (FRAME_HEADER + MARK_PAYLOAD) as u64;
 /// A frame is written once its payload reaches this size.
 pub const FRAME_TARGET: usize = 1 << 20;
 /// Bytes written between two writeback hints ([`StorageFile::start_writeback`]): the system
@@ -53,6 +63,8 @@ pub struct LogWriter {
     target: usize,
     /// The end of the bytes already synced or hinted for writeback.
     clean: u64,
+    /// Whether every write ends with a tail mark.
+    mark: bool,
 }
 
 impl LogWriter {
@@ -78,7 +90,14 @@ impl LogWriter {
             records,
             target: FRAME_TARGET,
             clean: end,
+            mark: false,
         }
+    }
+
+    /// Ends every write with a tail mark (see the module's documentation).
+    pub fn with_tail_marks(mut self) -> LogWriter {
+        self.mark = true;
+        self
     }
 
     /// Sets the payload size at which a frame is written (tests use tiny frames).
@@ -153,10 +172,17 @@ impl LogWriter {
         let (epoch, tag, count) = (self.epoch, self.tag, self.count);
         let (head, payload) = self.buf.split_at_mut(FRAME_HEADER);
         frame_header(head, (epoch, tag), (payload_len, count), payload);
-        self.file
+        let frame_len = self.buf.len();
+        if self.mark {
+            push_mark(&mut self.buf, (epoch, tag));
+        }
+        let written = self
+            .file
             .write_all_at(&self.buf, self.end)
-            .map_err(|e| Error::io("write", &self.name, e))?;
-        self.end += self.buf.len() as u64;
+            .map_err(|e| Error::io("write", &self.name, e));
+        self.buf.truncate(frame_len);
+        written?;
+        self.end += frame_len as u64;
         if self.end - self.clean >= WRITEBACK_EVERY {
             self.file.start_writeback(self.clean, self.end - self.clean);
             self.clean = self.end;
@@ -201,10 +227,14 @@ impl LogWriter {
             (payload.len() as u32, 0),
             body,
         );
+        let frame_len = frame.len() as u64;
+        if self.mark {
+            push_mark(&mut frame, (self.epoch, self.tag));
+        }
         self.file
             .write_all_at(&frame, self.end)
             .map_err(|e| Error::io("write", &self.name, e))?;
-        self.end += frame.len() as u64;
+        self.end += frame_len;
         Ok(())
     }
 
@@ -223,6 +253,14 @@ impl LogWriter {
         }
         Ok(())
     }
+}
+
+/// Appends a tail mark to `buf`.
+fn push_mark(buf: &mut Vec<u8>, (epoch, tag): (u32, u64)) {
+    let at = buf.len();
+    buf.resize(at + MARK_LEN as usize, 0);
+    let (head, payload) = buf[at..].split_at_mut(FRAME_HEADER);
+    frame_header(head, (epoch, tag), (MARK_PAYLOAD as u32, 0), payload);
 }
 
 /// Fills the header `head` of a frame of `payload`.
@@ -300,7 +338,7 @@ impl<'a> Iterator for Records<'a> {
 /// Why a frame could not be read.
 pub enum FrameError {
     /// Nothing more: the offset is the end of the file, or a valid frame with another tag
-    /// (of the file's earlier contents) starts there.
+    /// (of the file's earlier contents) or a tail mark starts there.
     End,
     /// The bytes at the offset are not a valid frame.
     Invalid(Corruption),
@@ -314,6 +352,7 @@ pub struct LogReader<'a> {
     len: u64,
     max_payload: u64,
     tag: u64,
+    marks: bool,
 }
 
 impl<'a> LogReader<'a> {
@@ -325,7 +364,15 @@ impl<'a> LogReader<'a> {
             len,
             max_payload,
             tag,
+            marks: false,
         }
+    }
+
+    /// Stops at a valid tail mark of the log's tag as at the end of the file (without this,
+    /// a mark is an invalid frame).
+    pub fn with_tail_marks(mut self) -> LogReader<'a> {
+        self.marks = true;
+        self
     }
 
     /// Reads the frame at `offset`.
@@ -397,7 +444,7 @@ impl<'a> LogReader<'a> {
                 computed,
             }));
         }
-        if tag != self.tag {
+        if tag != self.tag || (self.marks && count == 0 && payload.len() == MARK_PAYLOAD) {
             return Err(FrameError::End);
         }
         if count == 0 && payload.len() == END_PAYLOAD {

@@ -625,7 +625,7 @@ impl FrontierAppender {
         positions: impl Iterator<Item = u64>,
     ) -> Result<()> {
         let len = wal.len().map_err(|e| Error::io("stat", wal_name, e))?;
-        let reader = LogReader::new(wal, len, u64::MAX, gen);
+        let reader = LogReader::new(wal, len, u64::MAX, gen).with_tail_marks();
         let mut offset = wal::HEADER_LEN;
         let mut record: u64 = 0;
         let mut next = positions.map(|p| skip + p).peekable();

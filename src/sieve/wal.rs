@@ -12,7 +12,9 @@
 //! A new generation may take the file of a superseded one instead of a new file: the system
 //! keeps that file's cached pages and blocks, where a new file gets pages freed by earlier
 //! removals (which a virtual machine may have returned to its host, to be faulted in again)
-//! and new blocks. Past the new frames lie the old generation's, which its tag ends.
+//! and new blocks. Past the new frames lie the old generation's, which its tag ends, and
+//! every write ends with a tail mark, so that the rest of an old frame cut by the new ones
+//! is never read.
 
 use std::sync::Arc;
 
@@ -59,6 +61,7 @@ pub fn reuse(
         gen,
         (last_epoch + 1) as u32,
     )
+    .with_tail_marks()
 }
 
 /// Creates generation `gen` with a durable header and directory entry: in the file of the
@@ -75,7 +78,7 @@ pub fn create(storage: &dyn Storage, gen: u64, spare: Option<u64>) -> Result<Log
     let file = storage
         .open(&name)
         .map_err(|e| Error::io("open", &name, e))?;
-    Ok(LogWriter::new(file, name, (HEADER_LEN, 0), gen, 0))
+    Ok(LogWriter::new(file, name, (HEADER_LEN, 0), gen, 0).with_tail_marks())
 }
 
 /// What replaying a generation found.
@@ -176,7 +179,7 @@ pub fn replay(
         }
         return Err(e);
     }
-    let reader = LogReader::new(&*file, len, u64::MAX, gen);
+    let reader = LogReader::new(&*file, len, u64::MAX, gen).with_tail_marks();
     let mut offset = HEADER_LEN;
     let mut records = 0u64;
     let mut last_epoch: i64 = -1;
@@ -289,6 +292,60 @@ mod tests {
             Ok(())
         })?;
         Ok((out, r))
+    }
+
+    #[test]
+    fn a_generation_in_a_reused_file_ending_inside_an_old_frame_is_whole_and_not_torn() {
+        let disk = SimDisk::new();
+        let mut old = create(&disk, 1, None).unwrap();
+        for i in 0..50u32 {
+            old.append(format!("http://old/{i:04}").as_bytes()).unwrap();
+            old.sync().unwrap();
+        }
+        old.finish().unwrap();
+        old.sync().unwrap();
+        let old_len = disk.open(&file_name(1)).unwrap().len().unwrap();
+        let mut new = create(&disk, 4, Some(1)).unwrap();
+        // Other lengths than the old records': every new write ends inside an old frame.
+        let mut want = Vec::new();
+        for i in 0..7u32 {
+            let url = format!("http://new/{}", "x".repeat(i as usize * 3 + 1)).into_bytes();
+            new.append(&url).unwrap();
+            want.push(url);
+            if i % 2 == 1 {
+                new.sync().unwrap();
+                let (got, r) = urls(&disk, 4, true).unwrap();
+                assert_eq!(got, want);
+                assert!(!r.torn && r.torn_bytes == 0 && !r.ended, "after record {i}");
+                assert_eq!(r.valid_end, new.end());
+            }
+        }
+        // A clean close: the seal, then its mark.
+        new.seal().unwrap();
+        let (got, r) = urls(&disk, 4, true).unwrap();
+        assert_eq!(got, want);
+        assert!(!r.torn && r.torn_bytes == 0 && !r.ended);
+        assert_eq!(r.valid_end, new.end());
+        assert!(
+            new.end() + crate::log::MARK_LEN < old_len,
+            "the old frames go on after"
+        );
+        // The mark is what ends it: a reader that does not know marks sees damage there.
+        let file = disk.open(&file_name(4)).unwrap();
+        let plain = LogReader::new(&*file, old_len, u64::MAX, 4);
+        assert!(matches!(
+            plain.frame_at(new.end()),
+            Err(FrameError::Invalid(_))
+        ));
+        // Continued after the mark, as an open does: the mark is overwritten.
+        let (end, records, epoch) = (r.valid_end, r.records, r.last_epoch);
+        let mut again = reuse(file, 4, (end, records), epoch);
+        again.append(b"http://after/reopen").unwrap();
+        again.sync().unwrap();
+        want.push(b"http://after/reopen".to_vec());
+        let (got, r) = urls(&disk, 4, true).unwrap();
+        assert_eq!(got, want);
+        assert!(!r.torn && r.torn_bytes == 0);
     }
 
     #[test]
