@@ -255,6 +255,13 @@ impl LogWriter {
     }
 }
 
+/// A tail mark of `tag` in `epoch`, alone.
+pub fn tail_mark(epoch: u32, tag: u64) -> Vec<u8> {
+    let mut mark = Vec::with_capacity(MARK_LEN as usize);
+    push_mark(&mut mark, (epoch, tag));
+    mark
+}
+
 /// Appends a tail mark to `buf`.
 fn push_mark(buf: &mut Vec<u8>, (epoch, tag): (u32, u64)) {
     let at = buf.len();

@@ -318,6 +318,7 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
             torn_seen = true;
             torn.0 += r.torn_records;
             torn.1 += r.torn_bytes;
+            wal::mark_torn_tail(g, &r)?;
         }
         let sigs = std::mem::take(&mut s);
         (m, segments, runs) = recovery_spill(

@@ -81,6 +81,22 @@ pub fn create(storage: &dyn Storage, gen: u64, spare: Option<u64>) -> Result<Log
     Ok(LogWriter::new(file, name, (HEADER_LEN, 0), gen, 0).with_tail_marks())
 }
 
+/// Writes a tail mark over the torn tail that `r`, a replay of generation `gen`, found, and
+/// syncs it: the generation then ends where its valid prefix does, as if the torn write had
+/// not begun, and a later replay (`check`'s) finds it whole. Recovery does this before it
+/// commits past the generation.
+pub fn mark_torn_tail(gen: u64, r: &Replay) -> Result<()> {
+    if !r.torn || r.valid_end < HEADER_LEN {
+        return Ok(());
+    }
+    let name = file_name(gen);
+    let mark = crate::log::tail_mark(r.last_epoch.max(0) as u32, gen);
+    r.file
+        .write_all_at(&mark, r.valid_end)
+        .map_err(|e| Error::io("write", &name, e))?;
+    r.file.sync().map_err(|e| Error::io("fsync", &name, e))
+}
+
 /// What replaying a generation found.
 pub struct Replay {
     /// The file.
