@@ -428,24 +428,23 @@ fn check_passes_a_store_whose_buffered_pushes_a_reopen_spilled() {
 
 #[test]
 fn a_store_whose_generations_reuse_older_files_checks_sound_with_nothing_torn() {
-    // At 1 MiB, S holds about 30,000 slots: each push below fills several generations, and
-    // the later ones are written over superseded ones, ending inside their old frames.
+    // At 1 MiB, S holds about 30,000 slots: each push below fills several generations of
+    // URLs of varied lengths (one in four repeats an earlier one), and the later ones are
+    // written over superseded ones, ending inside their old frames.
     let d = tmp();
     let dir = d.path().join("s");
-    let mut x = 7u64;
-    let mut lines = Vec::new();
-    for i in 0..150_000u32 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let pad = "p".repeat((x % 23) as usize);
-        lines.push(format!(
-            "http://h{}.example/{pad}/{}",
-            x % 3000,
-            (x >> 20) % 90_000 + u64::from(i % 2)
-        ));
+    let mut rng = crivello::storage::sim::Rng::new(7);
+    let mut lines: Vec<String> = Vec::new();
+    for i in 0..300_000u64 {
+        if i % 4 == 3 {
+            let earlier = lines[rng.below(i) as usize].clone();
+            lines.push(earlier);
+            continue;
+        }
+        let pad = "p".repeat(rng.below(40) as usize);
+        lines.push(format!("http://h{}.example/{pad}/{i}", rng.below(3000)));
     }
-    let (first, second) = lines.split_at(80_000);
+    let (first, second) = lines.split_at(170_000);
     for part in [first, second] {
         ok(
             &["push", "-q", "--memory", "1M", arg(&dir)],

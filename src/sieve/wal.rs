@@ -310,8 +310,8 @@ mod tests {
         Ok((out, r))
     }
 
-    #[test]
-    fn a_generation_in_a_reused_file_ending_inside_an_old_frame_is_whole_and_not_torn() {
+    /// A disk holding generation 1, of 50 records synced one by one, closed by its end frame.
+    fn closed_old_generation() -> SimDisk {
         let disk = SimDisk::new();
         let mut old = create(&disk, 1, None).unwrap();
         for i in 0..50u32 {
@@ -320,6 +320,12 @@ mod tests {
         }
         old.finish().unwrap();
         old.sync().unwrap();
+        disk
+    }
+
+    #[test]
+    fn a_generation_in_a_reused_file_ending_inside_an_old_frame_is_whole_and_not_torn() {
+        let disk = closed_old_generation();
         let old_len = disk.open(&file_name(1)).unwrap().len().unwrap();
         let mut new = create(&disk, 4, Some(1)).unwrap();
         // Other lengths than the old records': every new write ends inside an old frame.
@@ -366,14 +372,7 @@ mod tests {
 
     #[test]
     fn a_generation_in_a_reused_file_ends_where_the_old_frames_begin() {
-        let disk = SimDisk::new();
-        let mut old = create(&disk, 1, None).unwrap();
-        for i in 0..50u32 {
-            old.append(format!("http://old/{i:04}").as_bytes()).unwrap();
-            old.sync().unwrap();
-        }
-        old.finish().unwrap();
-        old.sync().unwrap();
+        let disk = closed_old_generation();
         let mut new = create(&disk, 4, Some(1)).unwrap();
         assert_eq!(disk.files(), [file_name(4)]);
         // Same lengths: the new frames fall exactly on the old ones.
