@@ -28,7 +28,10 @@
 //! mark* after it, which the next write overwrites: a reader of marked logs stops at a valid
 //! mark of its tag as at the end of the file, and only a write the crash tore reads as damage.
 
+use std::io;
+use std::sync::mpsc;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use crate::error::{Corruption, Error, Result};
 use crate::format::{PutLe, MAGIC_FRAME};
@@ -65,6 +68,10 @@ pub struct LogWriter {
     clean: u64,
     /// Whether every write ends with a tail mark.
     mark: bool,
+    /// The thread that writes the frames, if any (see [`LogWriter::write_behind`]).
+    behind: Option<Behind>,
+    /// Whether a write or sync failed: the writer then refuses to write.
+    broken: bool,
 }
 
 impl LogWriter {
@@ -91,7 +98,32 @@ impl LogWriter {
             target: FRAME_TARGET,
             clean: end,
             mark: false,
+            behind: None,
+            broken: false,
         }
+    }
+
+    /// Runs `op` unless an earlier write or sync failed, and remembers if it fails: after a
+    /// failure, what the file holds past its last sync is unknown, and nothing may follow it.
+    fn guard(&mut self, op: impl FnOnce(&mut LogWriter) -> Result<()>) -> Result<()> {
+        if self.broken {
+            let e = io::Error::other("an earlier write or sync of this log failed");
+            return Err(Error::io("write", &self.name, e));
+        }
+        let r = op(self);
+        self.broken |= r.is_err();
+        r
+    }
+
+    /// Hands the writes of data frames to a thread of their own, which writes them in
+    /// order while the caller goes on appending (if a thread can be started; else they stay
+    /// on the caller's). At most [`BEHIND`] frames wait for it. Every other write, and every
+    /// sync, first waits for those frames to be written, so the file's contents at any sync,
+    /// seal, end frame or drop are those of a writer without a thread; a failed write is
+    /// reported by the next call that writes, and nothing is written after it.
+    pub fn write_behind(mut self) -> LogWriter {
+        self.behind = Behind::start(self.file.clone());
+        self
     }
 
     /// Ends every write with a tail mark (see the module's documentation).
@@ -165,9 +197,23 @@ impl LogWriter {
 
     /// Writes the buffered records as one frame (not synced).
     pub fn write_frame(&mut self) -> Result<()> {
+        self.guard(LogWriter::frame)
+    }
+
+    fn frame(&mut self) -> Result<()> {
         if self.count == 0 {
             return Ok(());
         }
+        // With a thread, a buffer for the next frame once one of those it holds is written.
+        let spare = match &mut self.behind {
+            Some(behind) => Some(
+                behind
+                    .spare()
+                    .map_err(|e| Error::io("write", &self.name, e))?
+                    .unwrap_or_else(|| Vec::with_capacity(self.buf.capacity())),
+            ),
+            None => None,
+        };
         let payload_len = (self.buf.len() - FRAME_HEADER) as u32;
         let (epoch, tag, count) = (self.epoch, self.tag, self.count);
         let (head, payload) = self.buf.split_at_mut(FRAME_HEADER);
@@ -176,18 +222,31 @@ impl LogWriter {
         if self.mark {
             push_mark(&mut self.buf, (epoch, tag));
         }
-        let written = self
-            .file
-            .write_all_at(&self.buf, self.end)
-            .map_err(|e| Error::io("write", &self.name, e));
-        self.buf.truncate(frame_len);
-        written?;
-        self.end += frame_len as u64;
-        if self.end - self.clean >= WRITEBACK_EVERY {
-            self.file.start_writeback(self.clean, self.end - self.clean);
-            self.clean = self.end;
+        let (at, end) = (self.end, self.end + frame_len as u64);
+        let hint = (end - self.clean >= WRITEBACK_EVERY).then_some((self.clean, end - self.clean));
+        match (&mut self.behind, spare) {
+            (Some(behind), Some(spare)) => {
+                let frame = std::mem::replace(&mut self.buf, spare);
+                behind.send(frame, at, hint);
+            }
+            _ => {
+                let written = self
+                    .file
+                    .write_all_at(&self.buf, at)
+                    .map_err(|e| Error::io("write", &self.name, e));
+                self.buf.truncate(frame_len);
+                written?;
+                if let Some((offset, len)) = hint {
+                    self.file.start_writeback(offset, len);
+                }
+            }
         }
-        self.buf.truncate(FRAME_HEADER);
+        self.end = end;
+        if hint.is_some() {
+            self.clean = end;
+        }
+        self.buf.clear();
+        self.buf.resize(FRAME_HEADER, 0);
         if self.buf.capacity() > 2 * self.target + 2 * FRAME_HEADER {
             self.buf.shrink_to(self.target + FRAME_HEADER);
         }
@@ -200,12 +259,12 @@ impl LogWriter {
     /// seal no data frame is ambiguous (see `docs/design.md`, "Torn tails").
     pub fn seal(&mut self) -> Result<()> {
         self.sync()?;
-        self.write_empty(&[])?;
-        self.file
-            .sync()
-            .map_err(|e| Error::io("fsync", &self.name, e))?;
-        self.epoch = self.epoch.saturating_add(1);
-        Ok(())
+        self.guard(|w| {
+            w.write_empty(&[])?;
+            w.file.sync().map_err(|e| Error::io("fsync", &w.name, e))?;
+            w.epoch = w.epoch.saturating_add(1);
+            Ok(())
+        })
     }
 
     /// Writes the buffered records, then the end frame (not synced): the log gets no more
@@ -213,11 +272,22 @@ impl LogWriter {
     pub fn finish(&mut self) -> Result<()> {
         self.write_frame()?;
         let records = self.records.to_le_bytes();
-        self.write_empty(&records)
+        self.guard(|w| w.write_empty(&records))
+    }
+
+    /// Waits until the thread, if any, has written every frame handed to it.
+    fn drain(&mut self) -> Result<()> {
+        match &mut self.behind {
+            Some(behind) => behind
+                .drain()
+                .map_err(|e| Error::io("write", &self.name, e)),
+            None => Ok(()),
+        }
     }
 
     /// Writes a frame of no records with `payload`: a seal (empty) or the end.
     fn write_empty(&mut self, payload: &[u8]) -> Result<()> {
+        self.drain()?;
         let mut frame = vec![0u8; FRAME_HEADER + payload.len()];
         let (head, body) = frame.split_at_mut(FRAME_HEADER);
         body.copy_from_slice(payload);
@@ -240,8 +310,13 @@ impl LogWriter {
 
     /// Writes the buffered records and makes the file durable; ends the epoch.
     pub fn sync(&mut self) -> Result<()> {
+        self.guard(LogWriter::sync_all)
+    }
+
+    fn sync_all(&mut self) -> Result<()> {
         let wrote = self.count > 0;
-        self.write_frame()?;
+        self.frame()?;
+        self.drain()?;
         let mut synced = self.file.sync();
         if synced.is_err() && crate::planted::active(crate::planted::Bug::RetryFsync) {
             synced = self.file.sync();
@@ -252,6 +327,144 @@ impl LogWriter {
             self.epoch = self.epoch.saturating_add(1);
         }
         Ok(())
+    }
+}
+
+/// Frames a [`LogWriter::write_behind`] writer may have handed to its thread and not yet
+/// seen written: the caller fills the next while the thread writes these.
+pub const BEHIND: usize = 2;
+
+/// A frame for the writing thread: its bytes, its offset, and the writeback hint after it.
+struct Job {
+    frame: Vec<u8>,
+    at: u64,
+    hint: Option<(u64, u64)>,
+}
+
+/// The thread of a [`LogWriter::write_behind`] writer, and the frames it holds.
+struct Behind {
+    jobs: Option<mpsc::Sender<Job>>,
+    /// Each frame's buffer back from the thread, with the outcome of its write.
+    done: mpsc::Receiver<(Vec<u8>, io::Result<()>)>,
+    /// Frames handed over whose outcome has not been received.
+    queued: usize,
+    /// The first failure received: every later write fails with it.
+    failed: Option<io::ErrorKind>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Behind {
+    /// Starts the thread that writes to `file`; None if it cannot be started.
+    fn start(file: Arc<dyn StorageFile>) -> Option<Behind> {
+        let (jobs, inbox) = mpsc::channel::<Job>();
+        let (outbox, done) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("crivello-log".into())
+            .spawn(move || {
+                let mut failed = false;
+                for job in inbox {
+                    // After a failure nothing more is written: no frame lies past a hole.
+                    let written = if failed {
+                        Err(io::Error::other("an earlier write failed"))
+                    } else {
+                        file.write_all_at(&job.frame, job.at)
+                    };
+                    match (&written, job.hint) {
+                        (Ok(()), Some((offset, len))) => file.start_writeback(offset, len),
+                        (Ok(()), None) => {}
+                        (Err(_), _) => failed = true,
+                    }
+                    if outbox.send((job.frame, written)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok()?;
+        Some(Behind {
+            jobs: Some(jobs),
+            done,
+            queued: 0,
+            failed: None,
+            thread: Some(thread),
+        })
+    }
+
+    /// Takes in one outcome, waiting for it if `wait`; returns the frame's buffer, emptied.
+    fn receive(&mut self, wait: bool) -> io::Result<Option<Vec<u8>>> {
+        if let Some(kind) = self.failed {
+            return Err(io::Error::new(kind, "an earlier write of this log failed"));
+        }
+        if self.queued == 0 {
+            return Ok(None);
+        }
+        let got = if wait {
+            self.done.recv().ok()
+        } else {
+            self.done.try_recv().ok()
+        };
+        let Some((mut frame, written)) = got else {
+            if wait {
+                // The thread is gone without an answer: it panicked.
+                self.failed = Some(io::ErrorKind::Other);
+                return Err(io::Error::other("the log's writing thread stopped"));
+            }
+            return Ok(None);
+        };
+        self.queued -= 1;
+        if let Err(e) = written {
+            self.failed = Some(e.kind());
+            return Err(e);
+        }
+        frame.clear();
+        Ok(Some(frame))
+    }
+
+    /// A buffer for the next frame, once fewer than [`BEHIND`] frames wait: one the thread
+    /// has written, if any is back.
+    fn spare(&mut self) -> io::Result<Option<Vec<u8>>> {
+        let mut spare = self.receive(self.queued >= BEHIND)?;
+        while spare.is_none() && self.queued > 0 {
+            match self.receive(false)? {
+                Some(buf) => spare = Some(buf),
+                None => break,
+            }
+        }
+        Ok(spare)
+    }
+
+    fn send(&mut self, frame: Vec<u8>, at: u64, hint: Option<(u64, u64)>) {
+        let sent = self
+            .jobs
+            .as_ref()
+            .is_some_and(|jobs| jobs.send(Job { frame, at, hint }).is_ok());
+        if sent {
+            self.queued += 1;
+        } else {
+            // The thread is gone: the next receive reports it.
+            self.failed.get_or_insert(io::ErrorKind::Other);
+        }
+    }
+
+    /// Waits until every frame handed over is written.
+    fn drain(&mut self) -> io::Result<()> {
+        while self.queued > 0 {
+            self.receive(true)?;
+        }
+        match self.failed {
+            Some(kind) => Err(io::Error::new(kind, "an earlier write of this log failed")),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Behind {
+    fn drop(&mut self) {
+        // The frames handed over are written before the writer is gone (and before the
+        // directory's lock is released).
+        drop(self.jobs.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -556,6 +769,7 @@ pub fn reseal_frame(frame: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::sim::FaultKind;
     use crate::storage::{SimDisk, Storage};
     use std::sync::Mutex;
 
@@ -645,5 +859,78 @@ mod tests {
             assert!(clean <= w.end());
         }
         assert!(hints.iter().any(|&(o, _)| o == synced_at), "{hints:?}");
+    }
+
+    /// Appends 300 records of varied lengths to `w` in frames of about 64 bytes, syncing
+    /// every 37 records, sealing once, and finishing: the calls a sieve makes of A.
+    fn exercise(w: &mut LogWriter) -> Result<()> {
+        w.set_frame_target(64);
+        for i in 0..300u32 {
+            let url = format!("http://h{}/{}", i % 7, "p".repeat((i % 23) as usize + 1));
+            w.append(url.as_bytes())?;
+            if i % 37 == 36 {
+                w.sync()?;
+            }
+            if i == 150 {
+                w.seal()?;
+            }
+        }
+        w.finish()?;
+        w.sync()
+    }
+
+    #[test]
+    fn a_writer_with_a_thread_writes_the_bytes_and_hints_of_one_without() {
+        let mut got = Vec::new();
+        for behind in [false, true] {
+            let disk = SimDisk::new();
+            let hints = Arc::new(Mutex::new(Vec::new()));
+            let file = Arc::new(Hinted {
+                inner: disk.create("log").unwrap(),
+                hints: hints.clone(),
+            });
+            let w = LogWriter::new(file, "log".into(), (0, 0), 9, 0).with_tail_marks();
+            let mut w = if behind { w.write_behind() } else { w };
+            assert_eq!(w.behind.is_some(), behind);
+            exercise(&mut w).unwrap();
+            let end = w.end();
+            drop(w);
+            let hints = hints.lock().unwrap().clone();
+            got.push((disk.content("log").unwrap(), end, hints, disk.trace()));
+        }
+        assert_eq!(got[0], got[1]);
+        assert!(got[0].0.len() > 10_000, "many frames: {}", got[0].0.len());
+    }
+
+    #[test]
+    fn a_failed_write_behind_is_reported_and_nothing_is_written_after_it() {
+        let ops = {
+            let disk = SimDisk::new();
+            let w = LogWriter::new(disk.create("log").unwrap(), "log".into(), (0, 0), 9, 0);
+            exercise(&mut w.with_tail_marks()).unwrap();
+            disk.ops()
+        };
+        for kind in [FaultKind::Eio, FaultKind::ShortWrite] {
+            for k in 1..ops {
+                let mut contents = Vec::new();
+                for behind in [false, true] {
+                    let disk = SimDisk::new();
+                    let file = disk.create("log").unwrap();
+                    disk.fail_at(k, kind, false);
+                    let w = LogWriter::new(file, "log".into(), (0, 0), 9, 0).with_tail_marks();
+                    let mut w = if behind { w.write_behind() } else { w };
+                    let err = exercise(&mut w).expect_err("the failure is reported");
+                    assert!(err.to_string().contains("log"), "{err}");
+                    // Every later call that writes fails too, and writes nothing.
+                    assert!(w.append(&[b'x'; 100]).is_err(), "op {k}, {kind:?}");
+                    assert!(w.sync().is_err() && w.seal().is_err() && w.finish().is_err());
+                    drop(w);
+                    contents.push(disk.content("log").unwrap());
+                }
+                // The thread wrote what a writer without one does up to the failed call:
+                // nothing after the failed write.
+                assert!(contents[0] == contents[1], "op {k}, {kind:?}");
+            }
+        }
     }
 }

@@ -36,6 +36,7 @@ pub struct Options {
     pub(crate) defer_merges: bool,
     pub(crate) frontier_low: Option<u64>,
     pub(crate) recent: Option<usize>,
+    pub(crate) frame_bytes: usize,
 }
 
 impl Default for Options {
@@ -50,6 +51,7 @@ impl Default for Options {
             defer_merges: false,
             frontier_low: None,
             recent: None,
+            frame_bytes: crate::log::FRAME_TARGET,
         }
     }
 }
@@ -101,7 +103,17 @@ impl Options {
         self
     }
 
-    /// Whether flushes run on a background thread while pushes continue (default) or inline.
+    /// Test only: A's frames are written every `bytes` of records (default 1 MiB), so that
+    /// tests of a few thousand URLs write many frames, on A's thread with background flushes.
+    #[doc(hidden)]
+    pub fn frame_bytes(mut self, bytes: usize) -> Options {
+        self.frame_bytes = bytes;
+        self
+    }
+
+    /// Whether flushes run on a background thread while pushes continue, and A's frames are
+    /// written by a thread of their own (default), or everything runs on the caller's thread,
+    /// in a fixed order (as the crash tests need).
     pub fn background_flush(mut self, on: bool) -> Options {
         self.background = on;
         self

@@ -40,7 +40,12 @@ fn url(key: u64) -> Vec<u8> {
 
 fn opts(lazy: bool) -> Options {
     // A small cache of recent signatures: some repeats are dropped at push, some are not.
-    let o = Options::new().slots(SLOTS).seed(17).recent_cache(1 << 10);
+    // Frames of 4 KiB: A's thread writes most of them, and a kill finds some not yet written.
+    let o = Options::new()
+        .slots(SLOTS)
+        .seed(17)
+        .recent_cache(1 << 10)
+        .frame_bytes(4096);
     if lazy {
         o.frontier_low(0)
     } else {

@@ -50,7 +50,8 @@ fn the_ukwa_stream_gives_its_expected_file_at_every_budget() {
                 let mut opts = Options::new()
                     .slots(slots)
                     .seed(7)
-                    .background_flush(background);
+                    .background_flush(background)
+                    .frame_bytes(4096);
                 if lazy {
                     opts = opts.frontier_low(0);
                 }
@@ -337,6 +338,10 @@ fn check_against_model(
         .background_flush(background)
         .defer_merges(defer)
         .recent_cache(recent);
+    if background {
+        // Frames of a few records: A's thread writes most of them.
+        opts = opts.frame_bytes(64);
+    }
     if lazy {
         opts = opts.frontier_low(0);
     }

@@ -452,9 +452,15 @@ impl Sieve {
         self.pending
             .push(Arc::new(Run::open(&*self.storage, meta)?));
         self.s.clear();
+        self.next_generation()
+    }
+
+    /// Opens the next A generation, after the current one is finished.
+    fn next_generation(&mut self) -> Result<()> {
         self.gen += 1;
         self.gen_skip = 0;
-        self.wal = wal::create(&*self.storage, self.gen, self.reaper.take_spare())?;
+        let wal = wal::create(&*self.storage, self.gen, self.reaper.take_spare())?;
+        self.wal = wal::configure(wal, &self.opts);
         Ok(())
     }
 
@@ -529,9 +535,7 @@ impl Sieve {
                 absorbed,
                 next: (self.gen + 1, 0),
             };
-            self.gen += 1;
-            self.gen_skip = 0;
-            self.wal = wal::create(&*self.storage, self.gen, self.reaper.take_spare())?;
+            self.next_generation()?;
             batch
         };
         let batch_wal = (batch.gen, batch.wal.clone());

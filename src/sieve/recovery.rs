@@ -358,6 +358,7 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
             (gen, wal::create(st, gen, None)?, 0)
         }
     };
+    let wal = wal::configure(wal, &opts);
     let reaper = Arc::new(Reaper::new(storage.clone(), opts.background));
     Ok(Sieve {
         storage,

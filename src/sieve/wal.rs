@@ -21,6 +21,7 @@ use std::sync::Arc;
 use crate::error::{Corruption, Error, Result};
 use crate::format::{seal, Cursor, PutLe, MAGIC_A, VERSION};
 use crate::log::{FrameError, LogReader, LogWriter, FRAME_HEADER};
+use crate::options::Options;
 use crate::storage::{durable, Storage, StorageFile};
 
 /// Bytes of an A header.
@@ -79,6 +80,17 @@ pub fn create(storage: &dyn Storage, gen: u64, spare: Option<u64>) -> Result<Log
         .open(&name)
         .map_err(|e| Error::io("open", &name, e))?;
     Ok(LogWriter::new(file, name, (HEADER_LEN, 0), gen, 0).with_tail_marks())
+}
+
+/// The writer of a generation as the options want it: its frame size, and its frames written
+/// by a thread of their own with background flushes.
+pub fn configure(mut w: LogWriter, opts: &Options) -> LogWriter {
+    w.set_frame_target(opts.frame_bytes);
+    if opts.background {
+        w.write_behind()
+    } else {
+        w
+    }
 }
 
 /// Writes a tail mark over the torn tail that `r`, a replay of generation `gen`, found, and
