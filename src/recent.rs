@@ -34,15 +34,7 @@ impl Recent {
     #[inline]
     pub(crate) fn prefetch(&self, sig: u64) {
         if let Some(slot) = self.slots.get(self.slot(sig)) {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: a prefetch is only a hint: it reads nothing into the program and never
-            // faults, and SSE, which provides it, is part of every x86_64 processor.
-            unsafe {
-                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(slot).cast());
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            let _ = slot;
+            crate::prefetch(slot);
         }
     }
 

@@ -96,10 +96,10 @@ pub struct Slot {
 /// Sorts a full buffer in place into the pairs of a run: by signature, each signature once
 /// with the index of its first occurrence.
 ///
-/// The sort compares signatures only (a third faster than comparing (signature, index)
-/// pairs), and the pass that removes repeats keeps the smallest index of each signature.
+/// The sort orders by signature only (a radix sort, `src/sort.rs`), and the pass that
+/// removes repeats keeps the smallest index of each signature.
 pub fn sort_slots(slots: &mut Vec<Slot>) {
-    slots.sort_unstable_by_key(|p| p.sig);
+    crate::sort::sort_by_sig(slots);
     let mut kept = 0;
     for i in 0..slots.len() {
         let p = slots[i];

@@ -473,7 +473,7 @@ impl Sieve {
             .as_ref()
             .is_some_and(|f| matches!(f.job, Job::Thread(_)) && !f.is_finished());
         if busy && self.s.len() > 1 {
-            self.s.sort_unstable_by_key(|p| p.sig);
+            crate::sort::sort_by_sig(&mut self.s);
         }
     }
 
