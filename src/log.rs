@@ -648,9 +648,13 @@ impl<'a> LogReader<'a> {
                 available: avail,
             }));
         }
+        // Only the bytes the spare buffer lacks are zeroed first: the read fills them all.
         let mut payload = spare;
-        payload.clear();
-        payload.resize(payload_len as usize, 0);
+        if payload.len() > payload_len as usize {
+            payload.truncate(payload_len as usize);
+        } else {
+            payload.resize(payload_len as usize, 0);
+        }
         self.file
             .read_exact_at(&mut payload, offset + FRAME_HEADER as u64)
             .map_err(FrameError::Io)?;

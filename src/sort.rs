@@ -15,6 +15,8 @@
 
 use crate::run::Slot;
 
+/// Buffers shorter than this are sorted on one thread.
+const PARALLEL_MIN: usize = 1 << 16;
 /// Buffers shorter than this are left to the standard library's sort.
 const RADIX_MIN: usize = 512;
 /// The largest bucket sorted through the scratch buffer (384 KiB of slots); a larger one is
@@ -40,6 +42,57 @@ pub fn sort_by_sig(s: &mut [Slot]) {
     let mut scratch = Vec::new();
     let mut counts = vec![0u32; (1 << KEY_BITS) + 1];
     sort_below(s, 64, &mut scratch, &mut counts);
+}
+
+/// Sorts `s` by signature as [`sort_by_sig`] does, with a second thread sorting half of the
+/// top byte's buckets when `s` is large: for recovery, which has the machine to itself.
+pub fn sort_by_sig_on_two_threads(s: &mut [Slot]) {
+    if s.len() < PARALLEL_MIN || s.is_sorted_by_key(|p| p.sig) {
+        return sort_by_sig(s);
+    }
+    let ends = partition_by_byte(s, 56);
+    // Split at the bucket end nearest the middle.
+    let half = ends
+        .iter()
+        .copied()
+        .min_by_key(|&e| e.abs_diff(s.len() / 2))
+        .unwrap_or(0);
+    let (low, high) = s.split_at_mut(half);
+    let (low_ends, high_ends) = ends.split_at(ends.partition_point(|&e| e <= half));
+    // The high half, for the second thread; left here if it cannot be started.
+    let high = std::sync::Mutex::new(Some(high));
+    let take = || high.lock().unwrap_or_else(|e| e.into_inner()).take();
+    std::thread::scope(|scope| {
+        let other = std::thread::Builder::new()
+            .name("crivello-sort".into())
+            .spawn_scoped(scope, || {
+                if let Some(high) = take() {
+                    sort_buckets(high, high_ends, half);
+                }
+            });
+        sort_buckets(low, low_ends, 0);
+        if let Ok(thread) = other {
+            if let Err(panic) = thread.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    });
+    if let Some(high) = take() {
+        sort_buckets(high, high_ends, half);
+    }
+}
+
+/// Sorts each bucket of `s` by the rest of its bits; `ends` are the buckets' ends in the
+/// slice that `s` starts at `base` of.
+fn sort_buckets(s: &mut [Slot], ends: &[usize], base: usize) {
+    let mut scratch = Vec::new();
+    let mut counts = vec![0u32; (1 << KEY_BITS) + 1];
+    let mut start = 0;
+    for &end in ends {
+        let end = end - base;
+        sort_below(&mut s[start..end], 56, &mut scratch, &mut counts);
+        start = end;
+    }
 }
 
 /// Sorts `s`, whose signatures agree above their lowest `bits` bits.
@@ -205,20 +258,27 @@ mod tests {
             ("reversed", (0..100_000u64).rev().map(|i| i << 40).collect()),
             ("small", uniform[..RADIX_MIN + 1].to_vec()),
         ];
+        type Sort = fn(&mut [Slot]);
+        let sorts: [(&str, Sort); 2] = [
+            ("one thread", sort_by_sig),
+            ("two threads", sort_by_sig_on_two_threads),
+        ];
         for (name, sigs) in shapes {
             let s = slots(sigs.iter().copied());
             let mut want: Vec<(u64, u32)> = s.iter().map(|p| (p.sig, p.idx)).collect();
             want.sort_unstable();
-            let mut got = s.clone();
-            sort_by_sig(&mut got);
-            let mut pairs: Vec<(u64, u32)> = got.iter().map(|p| (p.sig, p.idx)).collect();
-            assert!(
-                pairs.windows(2).all(|w| w[0].0 <= w[1].0),
-                "{name}: not sorted"
-            );
-            // The same slots: no slot lost or doubled.
-            pairs.sort_unstable();
-            assert!(pairs == want, "{name}: other slots");
+            for (threads, sort) in sorts {
+                let mut got = s.clone();
+                sort(&mut got);
+                let mut pairs: Vec<(u64, u32)> = got.iter().map(|p| (p.sig, p.idx)).collect();
+                assert!(
+                    pairs.windows(2).all(|w| w[0].0 <= w[1].0),
+                    "{name}, {threads}: not sorted"
+                );
+                // The same slots: no slot lost or doubled.
+                pairs.sort_unstable();
+                assert!(pairs == want, "{name}, {threads}: other slots");
+            }
         }
         assert_eq!(sorted(slots([3, 1, 2].into_iter())), [1, 2, 3]);
     }

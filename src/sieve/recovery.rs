@@ -405,6 +405,9 @@ fn recovery_spill(
     next: (u64, u64),
     torn: (u64, u64),
 ) -> Result<State> {
+    // Nothing else runs yet: the sort may take both cores (the flush then finds it sorted).
+    let mut sigs = sigs;
+    crate::sort::sort_by_sig_on_two_threads(&mut sigs);
     let job = FlushJob {
         storage: storage.clone(),
         manifest: m,
