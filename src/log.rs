@@ -227,7 +227,9 @@ impl LogWriter {
         match (&mut self.behind, spare) {
             (Some(behind), Some(spare)) => {
                 let frame = std::mem::replace(&mut self.buf, spare);
-                behind.send(frame, at, hint);
+                behind
+                    .send(frame, at, hint)
+                    .map_err(|e| Error::io("write", &self.name, e))?;
             }
             _ => {
                 let written = self
@@ -348,8 +350,6 @@ struct Behind {
     done: mpsc::Receiver<(Vec<u8>, io::Result<()>)>,
     /// Frames handed over whose outcome has not been received.
     queued: usize,
-    /// The first failure received: every later write fails with it.
-    failed: Option<io::ErrorKind>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -384,16 +384,13 @@ impl Behind {
             jobs: Some(jobs),
             done,
             queued: 0,
-            failed: None,
             thread: Some(thread),
         })
     }
 
     /// Takes in one outcome, waiting for it if `wait`; returns the frame's buffer, emptied.
+    /// (After an error the writer makes no more calls: see `LogWriter::guard`.)
     fn receive(&mut self, wait: bool) -> io::Result<Option<Vec<u8>>> {
-        if let Some(kind) = self.failed {
-            return Err(io::Error::new(kind, "an earlier write of this log failed"));
-        }
         if self.queued == 0 {
             return Ok(None);
         }
@@ -405,44 +402,28 @@ impl Behind {
         let Some((mut frame, written)) = got else {
             if wait {
                 // The thread is gone without an answer: it panicked.
-                self.failed = Some(io::ErrorKind::Other);
                 return Err(io::Error::other("the log's writing thread stopped"));
             }
             return Ok(None);
         };
         self.queued -= 1;
-        if let Err(e) = written {
-            self.failed = Some(e.kind());
-            return Err(e);
-        }
+        written?;
         frame.clear();
         Ok(Some(frame))
     }
 
     /// A buffer for the next frame, once fewer than [`BEHIND`] frames wait: one the thread
-    /// has written, if any is back.
+    /// has written, if one is back (so a writer has at most `BEHIND + 1` buffers).
     fn spare(&mut self) -> io::Result<Option<Vec<u8>>> {
-        let mut spare = self.receive(self.queued >= BEHIND)?;
-        while spare.is_none() && self.queued > 0 {
-            match self.receive(false)? {
-                Some(buf) => spare = Some(buf),
-                None => break,
-            }
-        }
-        Ok(spare)
+        self.receive(self.queued >= BEHIND)
     }
 
-    fn send(&mut self, frame: Vec<u8>, at: u64, hint: Option<(u64, u64)>) {
-        let sent = self
-            .jobs
-            .as_ref()
-            .is_some_and(|jobs| jobs.send(Job { frame, at, hint }).is_ok());
-        if sent {
-            self.queued += 1;
-        } else {
-            // The thread is gone: the next receive reports it.
-            self.failed.get_or_insert(io::ErrorKind::Other);
-        }
+    fn send(&mut self, frame: Vec<u8>, at: u64, hint: Option<(u64, u64)>) -> io::Result<()> {
+        let jobs = self.jobs.as_ref().expect("the sender lives until drop");
+        jobs.send(Job { frame, at, hint })
+            .map_err(|_| io::Error::other("the log's writing thread stopped"))?;
+        self.queued += 1;
+        Ok(())
     }
 
     /// Waits until every frame handed over is written.
@@ -450,10 +431,7 @@ impl Behind {
         while self.queued > 0 {
             self.receive(true)?;
         }
-        match self.failed {
-            Some(kind) => Err(io::Error::new(kind, "an earlier write of this log failed")),
-            None => Ok(()),
-        }
+        Ok(())
     }
 }
 
