@@ -93,6 +93,29 @@ pub struct Slot {
     pub idx: u32,
 }
 
+/// Slots a new buffer of S is allocated for: it grows, to at most the buffer's size, only
+/// as slots come, so a small batch never holds the whole budget.
+pub const FIRST_SLOTS: usize = 1 << 16;
+
+/// Appends `slot` to the buffer `s` of at most `slots` slots. The buffer's capacity grows by
+/// doubling up to exactly `slots`, never past it: the budget counts `slots` slots.
+#[inline]
+pub fn push_slot(s: &mut Vec<Slot>, slot: Slot, slots: usize) {
+    if s.len() == s.capacity() {
+        grow(s, slots);
+    }
+    s.push(slot);
+}
+
+#[cold]
+fn grow(s: &mut Vec<Slot>, slots: usize) {
+    let target = (2 * s.capacity())
+        .max(FIRST_SLOTS)
+        .min(slots)
+        .max(s.len() + 1);
+    s.reserve_exact(target - s.len());
+}
+
 /// Sorts a full buffer in place into the pairs of a run: by signature, each signature once
 /// with the index of its first occurrence.
 ///
@@ -350,6 +373,28 @@ mod tests {
 
     fn slots(pairs: &[(u64, u32)]) -> Vec<Slot> {
         pairs.iter().map(|&(sig, idx)| Slot { sig, idx }).collect()
+    }
+
+    #[test]
+    fn a_buffer_of_s_grows_to_exactly_its_slots() {
+        for max in [1, 1000, FIRST_SLOTS, FIRST_SLOTS + 1, 5 * FIRST_SLOTS + 3] {
+            let mut s = Vec::new();
+            for i in 0..max {
+                push_slot(
+                    &mut s,
+                    Slot {
+                        sig: i as u64,
+                        idx: i as u32,
+                    },
+                    max,
+                );
+                assert!(s.capacity() <= max, "{max}");
+            }
+            assert_eq!(s.capacity(), max);
+            // Past `slots` (a batch that recovery fills), it still grows.
+            push_slot(&mut s, Slot { sig: 0, idx: 0 }, max);
+            assert_eq!(s.len(), max + 1);
+        }
     }
 
     #[test]

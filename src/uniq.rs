@@ -195,6 +195,8 @@ struct Done {
     runs: Vec<UniqRun>,
     out: BufWriter<Box<dyn Write + Send>>,
     printed: u64,
+    /// The batch's buffer, emptied, for the next batch.
+    spare: Vec<Slot>,
 }
 
 /// The callback of [`Uniq::on_progress`].
@@ -231,6 +233,8 @@ pub struct Uniq {
     /// Signatures in Z.
     distinct: u64,
     s: Vec<Slot>,
+    /// The buffer the last flush handed back, emptied: the next S.
+    next_s: Vec<Slot>,
     pieces: Vec<Piece>,
     /// The stretch of the input being read that the current batch holds.
     piece: Option<Piece>,
@@ -269,7 +273,8 @@ impl Uniq {
             segments: Vec::new(),
             runs: Vec::new(),
             distinct: 0,
-            s: Vec::with_capacity(slots.min(1 << 20)),
+            s: Vec::new(),
+            next_s: Vec::new(),
             pieces: Vec::new(),
             piece: None,
             inflight: None,
@@ -447,7 +452,7 @@ impl Uniq {
     /// `end`; freezes the batch when S is full.
     fn line(&mut self, sig: u64, bytes: u64, end: u64) -> Result<()> {
         let idx = self.s.len() as u32;
-        self.s.push(Slot { sig, idx });
+        crate::run::push_slot(&mut self.s, Slot { sig, idx }, self.slots);
         let piece = self.piece.as_mut().expect("a piece while reading");
         piece.lines += 1;
         piece.end = end;
@@ -490,6 +495,7 @@ impl Uniq {
         self.runs = done.runs;
         self.out = Some(done.out);
         self.stats.printed += done.printed;
+        self.next_s = done.spare;
     }
 
     /// Hands the batch to a flush: a merge if `merge` or if one is due, else a spill.
@@ -528,7 +534,7 @@ impl Uniq {
             next_id: self.next_id,
             segments: self.segments.clone(),
             runs: std::mem::take(&mut self.runs),
-            slots: std::mem::replace(&mut self.s, Vec::with_capacity(self.slots.min(1 << 20))),
+            slots: std::mem::replace(&mut self.s, std::mem::take(&mut self.next_s)),
             pieces: std::mem::take(&mut self.pieces),
             merge,
             max_line: self.max_line,
@@ -584,7 +590,7 @@ impl Job {
             };
             next_id += 1;
             crate::run::write(storage, meta, &slots)?;
-            drop(slots);
+            slots.clear();
             runs.push(UniqRun {
                 run: Arc::new(Run::open(storage, meta)?),
                 pieces: Arc::new(pieces),
@@ -595,11 +601,12 @@ impl Job {
                 runs,
                 out,
                 printed: 0,
+                spare: slots,
             });
         }
         let run_files: Vec<Arc<Run>> = runs.iter().map(|r| r.run.clone()).collect();
         let merged = flush::merge_signatures(storage, &mut next_id, &segments, &run_files, &slots)?;
-        drop(slots);
+        slots.clear();
         let mut printed = 0;
         let mut chunk = Vec::new();
         for (i, r) in merged.regions.iter().enumerate() {
@@ -635,6 +642,7 @@ impl Job {
             runs: Vec::new(),
             out,
             printed,
+            spare: slots,
         })
     }
 }

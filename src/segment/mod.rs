@@ -31,14 +31,17 @@ const BLOCK_HEADER: usize = 20;
 const TAIL_LEN: u64 = 16;
 const INDEX_ENTRY: u64 = 20;
 const WRITE_BUFFER: usize = 1 << 20;
+/// Index entries read at a time when a segment is opened (64 KiB of footer).
+const FOOTER_CHUNK: u64 = 3276;
 
 /// The name of the segment file with id `id`.
 pub fn file_name(id: u64) -> String {
     format!("z-{id:016x}.seg")
 }
 
-/// One entry of the sparse index.
+/// One entry of the sparse index: 20 bytes in memory as in the footer.
 #[derive(Debug, Clone, Copy)]
+#[repr(C, packed(4))]
 pub struct IndexEntry {
     /// The first signature of the block.
     pub first: u64,
@@ -47,6 +50,8 @@ pub struct IndexEntry {
     /// The block's number of signatures.
     pub count: u32,
 }
+
+const _: () = assert!(std::mem::size_of::<IndexEntry>() == INDEX_ENTRY as usize);
 
 /// Writes a segment from signatures given in strictly increasing order.
 pub struct SegmentWriter {
@@ -58,16 +63,29 @@ pub struct SegmentWriter {
     index: Vec<IndexEntry>,
     last: Option<u64>,
     count: u64,
+    /// The buffer is written out when it holds this many bytes.
+    drain_at: usize,
 }
 
 impl SegmentWriter {
-    /// Creates the segment file `id` (truncating any leftover with that name).
-    pub fn create(storage: &dyn Storage, id: u64) -> Result<SegmentWriter> {
+    /// Creates the segment file `id` (truncating any leftover with that name), for at most
+    /// about `max_sigs` signatures: its sparse index is allocated once for that many (it
+    /// grows if more come).
+    pub fn create(storage: &dyn Storage, id: u64, max_sigs: u64) -> Result<SegmentWriter> {
+        SegmentWriter::create_draining_at(storage, id, max_sigs, WRITE_BUFFER)
+    }
+
+    fn create_draining_at(
+        storage: &dyn Storage,
+        id: u64,
+        max_sigs: u64,
+        drain_at: usize,
+    ) -> Result<SegmentWriter> {
         let name = file_name(id);
         let file = storage
             .create(&name)
             .map_err(|e| Error::io("create", &name, e))?;
-        let mut buf = Vec::with_capacity(WRITE_BUFFER + 64 * 1024);
+        let mut buf = Vec::with_capacity(drain_at + 64 * 1024);
         buf.put_u32(MAGIC_Z);
         buf.put_u32(VERSION);
         buf.put_u64(id);
@@ -78,9 +96,10 @@ impl SegmentWriter {
             buf,
             written: 0,
             block: Vec::with_capacity(BLOCK_SIGS),
-            index: Vec::new(),
+            index: Vec::with_capacity(max_sigs.div_ceil(BLOCK_SIGS as u64) as usize),
             last: None,
             count: 0,
+            drain_at,
         })
     }
 
@@ -138,7 +157,7 @@ impl SegmentWriter {
             count: n as u32,
         });
         self.block.clear();
-        if self.buf.len() >= WRITE_BUFFER {
+        if self.buf.len() >= self.drain_at {
             self.drain()?;
         }
         Ok(())
@@ -153,20 +172,30 @@ impl SegmentWriter {
         Ok(())
     }
 
-    /// Writes the footer and makes the file durable (its directory entry is not synced here).
-    pub fn finish(mut self) -> Result<SegmentMeta> {
+    /// Writes the footer and makes the file durable (its directory entry is not synced
+    /// here); returns the segment, open, with the index the writer built.
+    pub fn finish(mut self) -> Result<Segment> {
         self.end_block()?;
         let footer_offset = self.written + self.buf.len() as u64;
-        let start = self.buf.len();
+        // The footer goes out through the buffer as the blocks did, so that the buffer never
+        // holds the whole index.
+        let mut hasher = crc32fast::Hasher::new();
+        let mut start = self.buf.len();
         self.buf.put_u64(self.index.len() as u64);
         self.buf.put_u64(self.count);
-        for e in &self.index {
+        let index = std::mem::take(&mut self.index);
+        for e in &index {
             self.buf.put_u64(e.first);
             self.buf.put_u64(e.offset);
             self.buf.put_u32(e.count);
+            if self.buf.len() >= self.drain_at {
+                hasher.update(&self.buf[start..]);
+                self.drain()?;
+                start = 0;
+            }
         }
-        let c = crc(&self.buf[start..]);
-        self.buf.put_u32(c);
+        hasher.update(&self.buf[start..]);
+        self.buf.put_u32(hasher.finalize());
         let tail_start = self.buf.len();
         self.buf.put_u64(footer_offset);
         let c = crc(&self.buf[tail_start..]);
@@ -176,10 +205,16 @@ impl SegmentWriter {
         self.file
             .sync()
             .map_err(|e| Error::io("fsync", &self.name, e))?;
-        Ok(SegmentMeta {
+        let meta = SegmentMeta {
             id: self.id(),
             sigs: self.count,
             bytes: self.written,
+        };
+        Ok(Segment {
+            file: self.file,
+            name: self.name,
+            meta,
+            index,
         })
     }
 
@@ -238,6 +273,11 @@ pub struct Segment {
 impl Segment {
     /// Opens a segment and checks its header, footer and tail against `meta`.
     pub fn open(storage: &dyn Storage, meta: SegmentMeta) -> Result<Segment> {
+        Segment::open_reading(storage, meta, FOOTER_CHUNK)
+    }
+
+    /// [`Segment::open`], reading the footer `chunk` index entries at a time.
+    fn open_reading(storage: &dyn Storage, meta: SegmentMeta, chunk: u64) -> Result<Segment> {
         let name = file_name(meta.id);
         let file = open_exact(storage, &name, meta.bytes)?;
         let len = meta.bytes;
@@ -286,16 +326,18 @@ impl Segment {
                 },
             ));
         }
-        let mut footer = vec![0u8; (len - TAIL_LEN - footer_offset) as usize];
-        file.read_exact_at(&mut footer, footer_offset)
+        // The footer is read a chunk at a time, so that opening never holds it whole.
+        let footer_len = len - TAIL_LEN - footer_offset;
+        let mut head = [0u8; 16];
+        file.read_exact_at(&mut head, footer_offset)
             .map_err(|e| Error::io("read", &name, e))?;
-        let mut c = Cursor::new(&footer, &name, footer_offset);
+        let mut c = Cursor::new(&head, &name, footer_offset);
         let blocks = c.u64()?;
         let sigs = c.u64()?;
         if blocks
             .checked_mul(INDEX_ENTRY)
             .and_then(|b| b.checked_add(20))
-            != Some(footer.len() as u64)
+            != Some(footer_len)
         {
             return Err(Error::corrupt(
                 &name,
@@ -306,39 +348,62 @@ impl Segment {
                 },
             ));
         }
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&head);
         let mut index = Vec::with_capacity(blocks as usize);
         let mut total = 0u64;
         let mut prev: Option<(u64, u64)> = None;
-        for _ in 0..blocks {
-            let at = c.offset();
-            let first = c.u64()?;
-            let offset = c.u64()?;
-            let count = c.u32()?;
-            let bad_order = prev.is_some_and(|(pf, po)| first <= pf || offset <= po);
-            if count == 0
-                || count as usize > BLOCK_SIGS
-                || offset < HEADER_LEN
-                || offset >= footer_offset
-                || bad_order
-            {
-                return Err(Error::corrupt(
-                    &name,
-                    at,
-                    Corruption::Field {
-                        field: "index entry",
-                        found: offset,
-                    },
-                ));
+        let mut bytes = vec![0u8; (blocks.min(chunk) * INDEX_ENTRY) as usize];
+        let mut at = footer_offset + 16;
+        while (index.len() as u64) < blocks {
+            let n = (blocks - index.len() as u64).min(chunk);
+            let bytes = &mut bytes[..(n * INDEX_ENTRY) as usize];
+            file.read_exact_at(bytes, at)
+                .map_err(|e| Error::io("read", &name, e))?;
+            hasher.update(bytes);
+            let mut c = Cursor::new(bytes, &name, at);
+            for _ in 0..n {
+                let at = c.offset();
+                let first = c.u64()?;
+                let offset = c.u64()?;
+                let count = c.u32()?;
+                let bad_order = prev.is_some_and(|(pf, po)| first <= pf || offset <= po);
+                if count == 0
+                    || count as usize > BLOCK_SIGS
+                    || offset < HEADER_LEN
+                    || offset >= footer_offset
+                    || bad_order
+                {
+                    return Err(Error::corrupt(
+                        &name,
+                        at,
+                        Corruption::Field {
+                            field: "index entry",
+                            found: offset,
+                        },
+                    ));
+                }
+                prev = Some((first, offset));
+                total += count as u64;
+                index.push(IndexEntry {
+                    first,
+                    offset,
+                    count,
+                });
             }
-            prev = Some((first, offset));
-            total += count as u64;
-            index.push(IndexEntry {
-                first,
-                offset,
-                count,
-            });
+            at += n * INDEX_ENTRY;
         }
-        c.check_crc()?;
+        let mut stored = [0u8; 4];
+        file.read_exact_at(&mut stored, at)
+            .map_err(|e| Error::io("read", &name, e))?;
+        let (stored, computed) = (u32::from_le_bytes(stored), hasher.finalize());
+        if stored != computed {
+            return Err(Error::corrupt(
+                &name,
+                at,
+                Corruption::Checksum { stored, computed },
+            ));
+        }
         if total != sigs || sigs != meta.sigs {
             return Err(Error::corrupt(
                 &name,
@@ -522,11 +587,11 @@ mod tests {
         let disk = SimDisk::new();
         for n in [1u64, 2, 2047, 2048, 2049, 10_000] {
             let v = sigs(n, n);
-            let mut w = SegmentWriter::create(&disk, n).unwrap();
+            let mut w = SegmentWriter::create(&disk, n, n).unwrap();
             for &s in &v {
                 w.push(s).unwrap();
             }
-            let meta = w.finish().unwrap();
+            let meta = w.finish().unwrap().meta();
             let seg = Segment::open(&disk, meta).unwrap();
             let back: Vec<u64> = seg.iter().map(|r| r.unwrap()).collect();
             assert_eq!(back, v);
@@ -537,10 +602,68 @@ mod tests {
         }
     }
 
+    fn entries(seg: &Segment) -> Vec<(u64, u64, u32)> {
+        seg.index()
+            .iter()
+            .map(|e| (e.first, e.offset, e.count))
+            .collect()
+    }
+
+    #[test]
+    fn the_footer_streams_through_a_small_buffer_and_is_read_in_chunks() {
+        // 9 blocks: a footer of 200 bytes, written through a buffer drained every 64 bytes
+        // and read 1, 2, 4 and all entries at a time.
+        let v = sigs(8 * BLOCK_SIGS as u64 + 5, 3);
+        let big = SimDisk::new();
+        let small = SimDisk::new();
+        let mut one = SegmentWriter::create(&big, 1, 0).unwrap();
+        let mut two = SegmentWriter::create_draining_at(&small, 1, 0, 64).unwrap();
+        for &s in &v {
+            one.push(s).unwrap();
+            two.push(s).unwrap();
+        }
+        let (one, two) = (one.finish().unwrap(), two.finish().unwrap());
+        let bytes = |disk: &SimDisk| {
+            let f = disk.open(&file_name(1)).unwrap();
+            let mut b = vec![0u8; f.len().unwrap() as usize];
+            f.read_exact_at(&mut b, 0).unwrap();
+            b
+        };
+        assert_eq!(bytes(&big), bytes(&small));
+        assert_eq!(one.meta(), two.meta());
+        assert_eq!(one.index().len(), 9);
+        for chunk in [1, 2, 4, FOOTER_CHUNK] {
+            let read = Segment::open_reading(&small, two.meta(), chunk).unwrap();
+            assert_eq!(entries(&read), entries(&two), "chunk {chunk}");
+        }
+        // A flipped bit in the first signature of the last block fails the footer's
+        // checksum, whatever the chunk.
+        let f = small.open(&file_name(1)).unwrap();
+        let at = f.len().unwrap() - TAIL_LEN - 4 - INDEX_ENTRY;
+        let mut b = [0u8; 1];
+        f.read_exact_at(&mut b, at).unwrap();
+        f.write_all_at(&[b[0] ^ 1], at).unwrap();
+        for chunk in [1, 2, FOOTER_CHUNK] {
+            let err = Segment::open_reading(&small, two.meta(), chunk)
+                .err()
+                .unwrap();
+            assert!(
+                matches!(
+                    err,
+                    Error::Corrupt {
+                        what: Corruption::Checksum { .. },
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+        }
+    }
+
     #[test]
     fn the_writer_refuses_signatures_out_of_order() {
         let disk = SimDisk::new();
-        let mut w = SegmentWriter::create(&disk, 1).unwrap();
+        let mut w = SegmentWriter::create(&disk, 1, 0).unwrap();
         w.push(10).unwrap();
         let err = w.push(10).unwrap_err();
         assert!(matches!(
@@ -559,11 +682,11 @@ mod tests {
     fn rice_blocks_are_near_the_information_bound() {
         let disk = SimDisk::new();
         let v = sigs(200_000, 7);
-        let mut w = SegmentWriter::create(&disk, 1).unwrap();
+        let mut w = SegmentWriter::create(&disk, 1, 0).unwrap();
         for &s in &v {
             w.push(s).unwrap();
         }
-        let meta = w.finish().unwrap();
+        let meta = w.finish().unwrap().meta();
         let n = v.len() as f64;
         let bound = (2f64.powi(64) / n).log2() + std::f64::consts::LOG2_E;
         let bits = meta.bytes as f64 * 8.0 / n;

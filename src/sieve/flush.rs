@@ -263,6 +263,8 @@ struct MergeOut<'a> {
     storage: &'a dyn Storage,
     id: u64,
     next_id: &'a mut u64,
+    /// The most signatures the merge can write.
+    max_sigs: u64,
     writer: Option<SegmentWriter>,
 }
 
@@ -273,7 +275,7 @@ impl MergeOut<'_> {
             None => {
                 *self.next_id += 1;
                 self.writer
-                    .insert(SegmentWriter::create(self.storage, self.id)?)
+                    .insert(SegmentWriter::create(self.storage, self.id, self.max_sigs)?)
             }
         };
         w.push(sig)
@@ -320,10 +322,14 @@ pub(crate) fn merge_signatures(
         offset += 4 * pairs;
     }
 
+    let max_sigs = segments.iter().map(|s| s.meta().sigs).sum::<u64>()
+        + runs.iter().map(|r| r.meta().pairs).sum::<u64>()
+        + batch.len() as u64;
     let mut out = MergeOut {
         storage,
         id: *next_id,
         next_id,
+        max_sigs,
         writer: None,
     };
     if segments.len() <= 1 && runs.is_empty() {
@@ -402,10 +408,7 @@ pub(crate) fn merge_signatures(
         }
     }
     let segment = match out.writer {
-        Some(w) => {
-            let meta = w.finish()?;
-            Some(Arc::new(Segment::open(storage, meta)?))
-        }
+        Some(w) => Some(Arc::new(w.finish()?)),
         None => None,
     };
     Ok(Merged {

@@ -159,6 +159,8 @@ pub struct Sieve {
     read: Position,
     read_file: Option<(u64, Arc<dyn StorageFile>)>,
     read_frame: Option<(u64, u64, crate::log::Frame)>,
+    /// The payload buffer of the last frame the reader finished, for the next one.
+    read_spare: Vec<u8>,
     /// Removes superseded files; dropped (its work done) before the lock is released.
     reaper: Arc<reaper::Reaper>,
     // Declared last: the lock is released after everything else is dropped.
@@ -255,7 +257,7 @@ impl Sieve {
             return Ok(());
         }
         let idx = self.s.len() as u32;
-        self.s.push(Slot { sig, idx });
+        crate::run::push_slot(&mut self.s, Slot { sig, idx }, self.slots);
         self.wal.frame_if_full()
     }
 
@@ -491,19 +493,15 @@ impl Sieve {
             || m.f_count.saturating_sub(self.read.consumed) < low
     }
 
+    /// The buffer for the next S: the one the last flush handed back, or a new one (which
+    /// grows as it fills: see [`crate::run::push_slot`]).
+    fn take_next_s(&mut self) -> Vec<Slot> {
+        std::mem::take(&mut self.next_s)
+    }
+
     /// Freezes S and the current A generation into a flush job (a merge if `merge` or if one
     /// is due, else a spill), opens the next generation, and runs the job (in the background
     /// if so configured). With S empty, only a merge of the runs is run.
-    /// The buffer for the next S: the one the last flush handed back, or a new one.
-    fn take_next_s(&mut self) -> Vec<Slot> {
-        let next = std::mem::take(&mut self.next_s);
-        if next.capacity() > 0 {
-            next
-        } else {
-            Vec::with_capacity(self.slots.min(1 << 20))
-        }
-    }
-
     fn freeze(&mut self, merge: bool) -> Result<()> {
         debug_assert!(self.undecided.is_none(), "a push not yet decided");
         if !merge && !self.s.is_empty() && self.spill_beside_merge() {
@@ -662,6 +660,7 @@ impl Sieve {
             if skip + taken == frame.count as usize {
                 self.read.offset += frame.size();
                 self.read.skip = 0;
+                self.read_spare = frame.payload;
             } else {
                 self.read.skip += taken as u32;
                 self.read_frame = Some((self.read.segment, self.read.offset, frame));
@@ -727,7 +726,7 @@ impl Sieve {
             return Ok(None);
         }
         let reader = LogReader::new(&*file, limit, u64::MAX, self.read.segment);
-        match reader.frame_at(self.read.offset) {
+        match reader.frame_with(self.read.offset, std::mem::take(&mut self.read_spare)) {
             Ok(f) => Ok(Some(f)),
             Err(FrameError::Io(e)) => Err(Error::io("read", &name, e)),
             Err(FrameError::End) => Err(Error::corrupt(

@@ -284,10 +284,8 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
                 return Ok(());
             }
             let idx = s.len() as u32;
-            s.push(Slot {
-                sig: super::signature(url, seed),
-                idx,
-            });
+            let sig = super::signature(url, seed);
+            crate::run::push_slot(&mut s, Slot { sig, idx }, slots);
             if s.len() >= slots {
                 pending.push((start, std::mem::take(&mut s)));
                 start = i + 1;
@@ -383,6 +381,7 @@ pub fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         read: cursor,
         read_file: None,
         read_frame: None,
+        read_spare: Vec::new(),
         reaper,
         opts,
         _lock: lock,
