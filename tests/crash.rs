@@ -1,7 +1,9 @@
 //! Crash consistency on the simulated disk: every crash point of canonical workloads is
 //! enumerated, and at each one several disk images (process kill, power loss dropping every
 //! unsynced write, data kept but directory entries lost, random tears) are reopened and
-//! checked against the model. Recovery itself is crashed at each of its operations.
+//! checked against the model. Recovery itself is crashed at each of its operations. Every
+//! write, sync and directory operation, and every read, also fails in turn (EIO, ENOSPC,
+//! short writes; once or for good), and every read is made short.
 //!
 //! Flushes run inline here, so that the sequence of I/O operations is deterministic.
 
@@ -302,9 +304,9 @@ fn repeats_dropped_by_the_cache_of_recent_signatures_are_safe() {
     enumerate_with("recent cache", &opts(2).recent_cache(64), &steps);
 }
 
-#[test]
-fn an_io_error_at_any_operation_poisons_and_loses_nothing_acknowledged() {
-    let steps = [
+/// The workload of the I/O fault tests: spills, merges, a reopen and pops.
+fn fault_steps() -> Vec<Step> {
+    vec![
         push("http://a/"),
         push("http://b/"),
         Sync,
@@ -313,10 +315,38 @@ fn an_io_error_at_any_operation_poisons_and_loses_nothing_acknowledged() {
         push("http://a/"),
         push("http://d/"),
         Sync,
+        Pop(2),
+        push("http://e/"),
+        push("http://a/"),
         Flush,
-    ];
+        Close,
+        push("http://f/"),
+        Pop(10),
+        Flush,
+    ]
+}
+
+#[test]
+fn an_io_error_at_any_operation_poisons_and_loses_nothing_acknowledged() {
+    write_faults("I/O errors", &opts(2), &fault_steps());
+}
+
+#[test]
+fn an_io_error_with_the_cache_of_recent_signatures_loses_nothing_acknowledged() {
+    // The cache drops the repeats of a, so their records are taken back from A.
+    write_faults(
+        "I/O errors, recent cache",
+        &opts(2).recent_cache(64),
+        &fault_steps(),
+    );
+}
+
+/// Fails each mutating operation of `steps` in turn (EIO, ENOSPC, a short write; once or for
+/// good): every later write of that sieve is refused as poisoned, and the disk, after a
+/// power loss, reopens to a store that keeps every acknowledged push.
+fn write_faults(name: &str, opts: &Options, steps: &[Step]) {
     let clean = SimDisk::new();
-    run(&clean, &opts(2), &steps);
+    run(&clean, opts, steps);
     let total = clean.ops();
     let mut runs = 0usize;
     for k in 1..=total {
@@ -324,22 +354,7 @@ fn an_io_error_at_any_operation_poisons_and_loses_nothing_acknowledged() {
             for sticky in [false, true] {
                 let disk = SimDisk::new();
                 disk.fail_at(k, kind, sticky);
-                let mut o = Observed::default();
-                // A fault while creating the sieve must leave a disk that opens correctly too.
-                if let Ok(mut sieve) = Sieve::open_with(Arc::new(disk.clone()), opts(2)) {
-                    let mut failed = false;
-                    for step in &steps {
-                        let r = apply(&mut sieve, step, &mut o);
-                        if failed {
-                            assert!(
-                                matches!(r, Err(Error::Poisoned)),
-                                "op {k}: a write after an error was accepted"
-                            );
-                        } else if r.is_err() {
-                            failed = true;
-                        }
-                    }
-                }
+                let o = run_on_after_error(&disk, opts, steps, k);
                 // Power loss after the error, then reopen on a healthy disk.
                 for image in [
                     CrashImage::KillProcess,
@@ -347,15 +362,117 @@ fn an_io_error_at_any_operation_poisons_and_loses_nothing_acknowledged() {
                     CrashImage::Random(k),
                 ] {
                     let img = disk.crash_image(image);
-                    if let Err(e) = verify(&img, &opts(2), &o) {
-                        panic!("fault {kind:?} sticky {sticky} at op {k}/{total}, image {image:?}: {e}");
+                    if let Err(e) = verify(&img, opts, &o) {
+                        panic!("{name}: fault {kind:?} sticky {sticky} at op {k}/{total}, image {image:?}: {e}");
                     }
                     runs += 1;
                 }
             }
         }
     }
-    eprintln!("I/O errors: {total} operations, {runs} faulted runs verified");
+    eprintln!("{name}: {total} operations, {runs} faulted runs verified");
+}
+
+/// Runs `steps` on `disk` and goes on after the first error: every later step that writes
+/// must be refused as poisoned (`Close` ends the run: a poisoned sieve is not reopened).
+fn run_on_after_error(disk: &SimDisk, opts: &Options, steps: &[Step], k: u64) -> Observed {
+    let mut o = Observed::default();
+    // A fault while creating the sieve must leave a disk that opens correctly too.
+    let Ok(mut sieve) = Sieve::open_with(Arc::new(disk.clone()), opts.clone()) else {
+        return o;
+    };
+    let mut failed = false;
+    for step in steps {
+        let r = match step {
+            Close if failed => return o,
+            Close => match sieve.close() {
+                Ok(()) => {
+                    o.acked = o.pushed.len();
+                    match Sieve::open_with(Arc::new(disk.clone()), opts.clone()) {
+                        Ok(s) => {
+                            sieve = s;
+                            continue;
+                        }
+                        Err(_) => return o,
+                    }
+                }
+                Err(_) => return o,
+            },
+            // A pop only reads and commits its cursor: after an error it may be refused
+            // or fail either way; it must not be accepted.
+            step => apply(&mut sieve, step, &mut o),
+        };
+        if failed {
+            assert!(
+                matches!(r, Err(Error::Poisoned)),
+                "op {k}: {step:?} after an error was accepted: {r:?}"
+            );
+        } else if r.is_err() {
+            failed = true;
+        }
+    }
+    o
+}
+
+#[test]
+fn a_read_error_at_any_read_loses_nothing_acknowledged() {
+    // Reads of A by a merge's emission, of runs and Z by a merge, of F by pops, and every
+    // read of an open after a close: each fails in turn, once or for good. The workload stops
+    // at its first error, and the disk after a power loss reopens to a sound store that
+    // keeps every acknowledged push and never gives back a committed read.
+    for (name, opts) in [
+        ("read errors", opts(2)),
+        ("read errors, recent cache", opts(2).recent_cache(64)),
+    ] {
+        let steps = fault_steps();
+        let clean = SimDisk::new();
+        let want = run(&clean, &opts, &steps);
+        let total = clean.reads();
+        assert!(total > 20, "{name}: only {total} reads");
+        let mut runs = 0usize;
+        for k in 1..=total {
+            for sticky in [false, true] {
+                let disk = SimDisk::new();
+                disk.fail_read_at(k, sticky);
+                let o = run(&disk, &opts, &steps);
+                // Every failed read is reported: the run stops short of the clean one.
+                let seen = |o: &Observed| (o.pushed.len(), o.consumed.len(), o.acked, o.emitted);
+                assert!(
+                    seen(&o) != seen(&want),
+                    "{name}: read {k}/{total} failed (sticky {sticky}) and nothing reported it"
+                );
+                for image in [CrashImage::KillProcess, CrashImage::DropAll] {
+                    let img = disk.crash_image(image);
+                    if let Err(e) = verify(&img, &opts, &o) {
+                        panic!("{name}: read {k}/{total} fails (sticky {sticky}), image {image:?}: {e}");
+                    }
+                    runs += 1;
+                }
+            }
+        }
+        eprintln!("{name}: {total} reads, each failure reported, {runs} faulted runs verified");
+    }
+}
+
+#[test]
+fn short_reads_give_the_same_results() {
+    // Every read returns at most half of what it asks for: what the workload sees and what
+    // it leaves on disk are the same as with whole reads.
+    let steps = fault_steps();
+    let clean = SimDisk::new();
+    let want = run(&clean, &opts(2), &steps);
+    let disk = SimDisk::new();
+    disk.set_short_reads(true);
+    let got = run(&disk, &opts(2), &steps);
+    assert_eq!(got.pushed, want.pushed);
+    assert_eq!(got.consumed, want.consumed);
+    assert_eq!((got.acked, got.emitted), (want.acked, want.emitted));
+    assert!(disk.reads() > clean.reads(), "no read was short");
+    assert_eq!(disk.files(), clean.files());
+    for f in clean.files() {
+        assert!(disk.content(&f) == clean.content(&f), "{f} differs");
+    }
+    verify(&disk, &opts(2), &got).unwrap();
 }
 
 #[test]

@@ -125,16 +125,19 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
     /// Every input kind, files with and without a last "\n", empty lines and files, and
-    /// buffers of 1 to 40 lines (so spills, merges and the run limit all happen): the output
-    /// is awk's.
+    /// buffers of 1 to 40 lines (so spills, merges and the run limit all happen), with whole
+    /// or short reads of the scratch storage: the output is awk's.
     #[test]
     fn the_output_is_awks_whatever_the_inputs_and_the_flushes(
         inputs in prop::collection::vec(input_strategy(), 1..5),
         slots in 1usize..40,
         background in any::<bool>(),
+        short_reads in any::<bool>(),
     ) {
         let want = reference(&inputs.iter().map(|(b, _)| &b[..]).collect::<Vec<_>>());
-        let (result, got) = dedup(&inputs, small(slots, background), &SimDisk::new());
+        let disk = SimDisk::new();
+        disk.set_short_reads(short_reads);
+        let (result, got) = dedup(&inputs, small(slots, background), &disk);
         prop_assert!(result.is_ok(), "{:?}", result);
         prop_assert_eq!(got, want);
     }

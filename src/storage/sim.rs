@@ -106,6 +106,14 @@ struct State {
     crashed: bool,
     fail_at: Option<(u64, FaultKind, bool)>,
     failing: Option<FaultKind>,
+    /// Reads so far (counted apart from the mutating operations, whose numbering the crash
+    /// points use).
+    reads: u64,
+    /// The read that fails with EIO, and whether every later read fails too.
+    read_fail_at: Option<(u64, bool)>,
+    reads_failing: bool,
+    /// Every read returns at most half the bytes asked for (at least one), as `pread` may.
+    short_reads: bool,
     sync_fail_seed: u64,
     trace: Vec<Op>,
     locked: bool,
@@ -341,6 +349,24 @@ impl SimDisk {
         s.fail_at = Some((s.ops + k, kind, sticky));
     }
 
+    /// Make the `k`-th read from now on (1 = the next one) fail with EIO; if `sticky`, every
+    /// later read fails too. Reads are counted apart from the mutating operations.
+    pub fn fail_read_at(&self, k: u64, sticky: bool) {
+        let mut s = self.lock_state();
+        s.read_fail_at = Some((s.reads + k, sticky));
+    }
+
+    /// The number of reads so far.
+    pub fn reads(&self) -> u64 {
+        self.lock_state().reads
+    }
+
+    /// With `on`, every read returns at most half the bytes asked for (at least one): short
+    /// reads that a caller must continue, which `pread` may give on a real disk.
+    pub fn set_short_reads(&self, on: bool) {
+        self.lock_state().short_reads = on;
+    }
+
     /// Seeds the choice of which dirty pages a failed fsync keeps.
     pub fn set_sync_fail_seed(&self, seed: u64) {
         self.lock_state().sync_fail_seed = seed;
@@ -419,11 +445,24 @@ struct SimFile {
 
 impl StorageFile for SimFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let s = self.disk.lock_state();
+        let mut s = self.disk.lock_state();
         s.check_alive()?;
+        s.reads += 1;
+        if let Some((k, sticky)) = s.read_fail_at {
+            if k == s.reads {
+                s.reads_failing |= sticky;
+                return Err(fault_error(FaultKind::Eio));
+            }
+        }
+        if s.reads_failing {
+            return Err(fault_error(FaultKind::Eio));
+        }
         let data = &s.inodes[self.ino].live;
         let off = offset.min(data.len() as u64) as usize;
-        let n = buf.len().min(data.len() - off);
+        let mut n = buf.len().min(data.len() - off);
+        if s.short_reads && n > 1 {
+            n /= 2;
+        }
         buf[..n].copy_from_slice(&data[off..off + n]);
         Ok(n)
     }
