@@ -111,10 +111,29 @@ enum Origin {
     Spool(Arc<dyn StorageFile>),
 }
 
+/// What the metadata of a regular file said once it was read to its end: its size and the
+/// time of its last change (which every write sets, and no one can set back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            len: meta.len(),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+}
+
 /// An input read so far, as its batches see it.
 struct Source {
     name: String,
     origin: Origin,
+    /// A regular file's stamp, once it was read to its end.
+    stamp: std::sync::OnceLock<Stamp>,
 }
 
 impl Source {
@@ -122,6 +141,40 @@ impl Source {
         Error::InputChanged {
             file: self.name.clone(),
         }
+    }
+
+    /// Records the stamp of a regular file read to its end (of the file first read: a path
+    /// that names another file now gets none, and [`Source::differs`] sees the change).
+    fn seal(&self) {
+        let meta = match &self.origin {
+            Origin::Path { path, dev, ino } => match std::fs::metadata(path) {
+                Ok(m) if m.dev() == *dev && m.ino() == *ino => m,
+                _ => return,
+            },
+            Origin::Handle(file) => match file.metadata() {
+                Ok(m) => m,
+                Err(_) => return,
+            },
+            Origin::Spool(_) => return,
+        };
+        let _ = self.stamp.set(Stamp::of(&meta));
+    }
+
+    /// Whether the file is seen to have changed since it was read: another file at its path,
+    /// or another size or a later change time than its stamp. A spool never changes.
+    fn differs(&self) -> bool {
+        let meta = match &self.origin {
+            Origin::Path { path, dev, ino } => match std::fs::metadata(path) {
+                Ok(m) if m.dev() == *dev && m.ino() == *ino => m,
+                _ => return true,
+            },
+            Origin::Handle(file) => match file.metadata() {
+                Ok(m) => m,
+                Err(_) => return true,
+            },
+            Origin::Spool(_) => return false,
+        };
+        self.stamp.get().is_some_and(|s| Stamp::of(&meta) != *s)
     }
 
     /// Opens the input to read its lines again.
@@ -357,7 +410,11 @@ impl Uniq {
             }
             Kind::Stream(reader) => (self.spool()?, reader, 0),
         };
-        let source = Arc::new(Source { name, origin });
+        let source = Arc::new(Source {
+            name,
+            origin,
+            stamp: std::sync::OnceLock::new(),
+        });
         let spool = match &source.origin {
             Origin::Spool(f) => Some(f.clone()),
             _ => None,
@@ -429,6 +486,7 @@ impl Uniq {
             filled += n;
         }
         self.buf = buf;
+        source.seal();
         if let Some(p) = self.piece.take() {
             if p.lines > 0 {
                 self.pieces.push(p);
@@ -647,12 +705,29 @@ impl Job {
     }
 }
 
-/// The error for a batch whose lines changed: names its first input.
+/// The error for a batch whose lines changed, somewhere: names its input if it has one, else
+/// the first of its inputs whose metadata shows a change, else all of them.
 fn changed(pieces: &[Piece]) -> Error {
-    match pieces.first() {
-        Some(p) => p.source.changed(),
-        None => Error::InputChanged {
+    let mut sources: Vec<&Source> = Vec::new();
+    for p in pieces {
+        if !sources.iter().any(|s| std::ptr::eq(*s, &*p.source)) {
+            sources.push(&p.source);
+        }
+    }
+    match sources[..] {
+        [] => Error::InputChanged {
             file: "input".into(),
+        },
+        [one] => one.changed(),
+        _ => match sources.iter().find(|s| s.differs()) {
+            Some(s) => s.changed(),
+            None => Error::InputChanged {
+                file: sources
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+            },
         },
     }
 }

@@ -282,6 +282,39 @@ fn an_input_changed_before_its_lines_are_printed_is_an_error() {
 }
 
 #[test]
+fn an_input_changed_in_a_batch_of_several_is_named() {
+    // Three inputs in one batch; the one that changes is named, whichever it is.
+    for (changed, how) in [
+        (0, How::Path),
+        (1, How::File),
+        (2, How::Path),
+        (1, How::Path),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths: Vec<_> = ["a", "b", "c"].iter().map(|n| dir.path().join(n)).collect();
+        for (i, p) in paths.iter().enumerate() {
+            std::fs::write(p, format!("one{i}\ntwo{i}\none{i}\n")).unwrap();
+        }
+        let (mut uniq, _) = engine(&SimDisk::new(), small(1000, true));
+        for p in &paths {
+            let name = format!("{}", p.display());
+            let input = match how {
+                How::File => Input::file(name, std::fs::File::open(p).unwrap()),
+                _ => Input::path(p),
+            };
+            uniq.read(input).unwrap();
+        }
+        overwrite(&paths[changed], format!("uno{changed}\n").as_bytes());
+        match uniq.finish() {
+            Err(Error::InputChanged { file }) => {
+                assert_eq!(file, format!("{}", paths[changed].display()))
+            }
+            other => panic!("{changed} {how:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
 fn an_io_error_of_the_scratch_storage_at_any_operation_is_an_error_and_the_output_a_prefix() {
     let inputs: Vec<(Vec<u8>, How)> = (0..3)
         .map(|i| {
