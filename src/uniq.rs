@@ -580,7 +580,8 @@ impl Uniq {
         self.wait()?;
         let unmerged =
             self.runs.iter().map(|r| r.run.meta().records).sum::<u64>() + self.s.len() as u64;
-        let merge = merge || unmerged >= self.distinct || self.runs.len() + 1 >= self.max_runs;
+        let merge =
+            merge || flush::merge_due(unmerged, self.distinct, self.runs.len(), self.max_runs);
         if self.s.is_empty() && !merge {
             return Ok(());
         }

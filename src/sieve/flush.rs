@@ -247,6 +247,15 @@ impl Region {
     }
 }
 
+/// The rule of deferred merges (DRUM's): a batch is merged with Z, rather than spilled as a
+/// run, once the records waiting in the runs and the batch (`unmerged`) reach the
+/// signatures in Z (`distinct`), so that reading and rewriting Z costs a bounded amount per
+/// push, or once one more run would reach `max_runs`, so that a merge's buffers stay in the
+/// budget.
+pub(crate) fn merge_due(unmerged: u64, distinct: u64, runs: usize, max_runs: usize) -> bool {
+    unmerged >= distinct || runs + 1 >= max_runs
+}
+
 /// A region's checksum term for the new signature `sig` at position `idx`: mixed so that
 /// the sum over a region changes when lines change, and also when equal-length lines swap
 /// places (a plain sum of signatures ignores order).

@@ -488,8 +488,7 @@ impl Sieve {
         let unmerged = m.runs.iter().map(|r| r.records).sum::<u64>() + self.s.len() as u64;
         let distinct: u64 = m.segments.iter().map(|s| s.sigs).sum();
         let low = self.opts.frontier_low.unwrap_or(self.slots as u64);
-        unmerged >= distinct
-            || self.runs.len() + 1 >= self.max_runs
+        flush::merge_due(unmerged, distinct, self.runs.len(), self.max_runs)
             || m.f_count.saturating_sub(self.read.consumed) < low
     }
 
