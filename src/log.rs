@@ -236,7 +236,6 @@ impl LogWriter {
                     .file
                     .write_all_at(&self.buf, at)
                     .map_err(|e| Error::io("write", &self.name, e));
-                self.buf.truncate(frame_len);
                 written?;
                 if let Some((offset, len)) = hint {
                     self.file.start_writeback(offset, len);

@@ -195,7 +195,8 @@ impl Options {
     }
 }
 
-/// The I/O buffers reserved out of a budget (frame, segment and read buffers).
+/// The bytes reserved out of a budget for a merge's buffers (see [`max_runs`]); the fixed
+/// frame, segment and run buffers come beside the budget (`docs/design.md`, "Memory").
 pub fn io_reserve(memory: usize) -> usize {
     (4 << 20).min(memory / 4)
 }

@@ -143,38 +143,36 @@ impl Source {
         }
     }
 
-    /// Records the stamp of a regular file read to its end (of the file first read: a path
-    /// that names another file now gets none, and [`Source::differs`] sees the change).
-    fn seal(&self) {
+    /// The stamp of the file first read, now: `Ok(None)` for a spool, `Err` when its path
+    /// names another file or its metadata cannot be read.
+    fn stamp_now(&self) -> std::result::Result<Option<Stamp>, ()> {
         let meta = match &self.origin {
             Origin::Path { path, dev, ino } => match std::fs::metadata(path) {
                 Ok(m) if m.dev() == *dev && m.ino() == *ino => m,
-                _ => return,
+                _ => return Err(()),
             },
-            Origin::Handle(file) => match file.metadata() {
-                Ok(m) => m,
-                Err(_) => return,
-            },
-            Origin::Spool(_) => return,
+            Origin::Handle(file) => file.metadata().map_err(|_| ())?,
+            Origin::Spool(_) => return Ok(None),
         };
-        let _ = self.stamp.set(Stamp::of(&meta));
+        Ok(Some(Stamp::of(&meta)))
+    }
+
+    /// Records the stamp of a regular file read to its end (of the file first read: a path
+    /// that names another file now gets none, and [`Source::differs`] sees the change).
+    fn seal(&self) {
+        if let Ok(Some(stamp)) = self.stamp_now() {
+            let _ = self.stamp.set(stamp);
+        }
     }
 
     /// Whether the file is seen to have changed since it was read: another file at its path,
     /// or another size or a later change time than its stamp. A spool never changes.
     fn differs(&self) -> bool {
-        let meta = match &self.origin {
-            Origin::Path { path, dev, ino } => match std::fs::metadata(path) {
-                Ok(m) if m.dev() == *dev && m.ino() == *ino => m,
-                _ => return true,
-            },
-            Origin::Handle(file) => match file.metadata() {
-                Ok(m) => m,
-                Err(_) => return true,
-            },
-            Origin::Spool(_) => return false,
-        };
-        self.stamp.get().is_some_and(|s| Stamp::of(&meta) != *s)
+        match self.stamp_now() {
+            Err(()) => true,
+            Ok(None) => false,
+            Ok(Some(now)) => self.stamp.get().is_some_and(|s| now != *s),
+        }
     }
 
     /// Opens the input to read its lines again.
@@ -679,8 +677,7 @@ impl Job {
             let new = Positions::read(&*merged.scratch, r, name)?;
             let sum = print(pieces, new.iter(), seed, max_line, &mut out, &mut chunk)?;
             if sum != r.sum {
-                // Lines printed are not the lines read: which input changed is not known
-                // here, so name every input of the batch.
+                // Lines printed are not the lines read, somewhere in this source.
                 return Err(changed(pieces));
             }
             printed += r.count;

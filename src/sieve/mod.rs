@@ -385,7 +385,10 @@ impl Sieve {
 
     fn apply(&mut self, done: FlushDone) {
         self.manifest = done.manifest;
-        self.next_s = done.spare;
+        // A flush of an empty S hands back an empty buffer: the spare kept stays.
+        if done.spare.capacity() >= self.next_s.capacity() {
+            self.next_s = done.spare;
+        }
         let segments = std::mem::replace(&mut self.segments, done.segments);
         let runs = std::mem::replace(&mut self.runs, done.runs);
         self.reaper.release((segments, runs));

@@ -60,7 +60,8 @@ pub fn reuse(
         file_name(gen),
         (end, records),
         gen,
-        (last_epoch + 1) as u32,
+        // Epochs stop at their largest value, as the writer's do.
+        (last_epoch + 1).min(i64::from(u32::MAX)) as u32,
     )
     .with_tail_marks()
 }
