@@ -25,6 +25,7 @@ use loom::sync::{Condvar, Mutex};
 #[cfg(not(all(loom, test)))]
 use std::sync::{Condvar, Mutex};
 
+use super::merger::{Head, Input, Merger};
 use super::reaper::{self, Reaper};
 use crate::error::{Error, Result};
 use crate::frontier::{self, SEGMENT_TARGET};
@@ -199,22 +200,6 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
 }
 
 /// A cursor over one input of the merge.
-enum Input<'a> {
-    Z(crate::segment::SegmentIter<'a>),
-    Run(crate::run::RunIter<'a>),
-    Batch(std::slice::Iter<'a, Slot>),
-}
-
-impl Input<'_> {
-    fn next(&mut self) -> Result<Option<(u64, u32)>> {
-        match self {
-            Input::Z(it) => it.next().transpose().map(|o| o.map(|s| (s, 0))),
-            Input::Run(it) => it.next().transpose(),
-            Input::Batch(it) => Ok(it.next().map(|p| (p.sig, p.idx))),
-        }
-    }
-}
-
 /// The new positions of one source of a merge (a run, or the batch), buffered into its
 /// region of the scratch file.
 pub(crate) struct Region {
@@ -300,6 +285,36 @@ pub(crate) struct Merged {
     pub regions: Vec<Region>,
 }
 
+/// Joins Z's signatures (`next_z`, increasing) with the new side's (`next_new`, increasing,
+/// each with its earliest source): every signature goes to `out`, and one that Z lacks is new,
+/// its position added to its source's region.
+fn join(
+    mut next_z: impl FnMut() -> Result<Option<u64>>,
+    mut next_new: impl FnMut() -> Result<Option<Head>>,
+    out: &mut MergeOut<'_>,
+    regions: &mut [Region],
+    scratch: &dyn StorageFile,
+) -> Result<()> {
+    let mut head = next_z()?;
+    while let Some(p) = next_new()? {
+        while let Some(s) = head.filter(|&s| s < p.sig) {
+            out.push(s)?;
+            head = next_z()?;
+        }
+        out.push(p.sig)?;
+        if head == Some(p.sig) {
+            head = next_z()?;
+        } else {
+            regions[p.src].add(scratch, p.sig, p.idx)?;
+        }
+    }
+    while let Some(s) = head {
+        out.push(s)?;
+        head = next_z()?;
+    }
+    Ok(())
+}
+
 /// Merges Z's `segments` with the `runs` (in push order) and the sorted `batch` (after
 /// them) into one new segment, numbered from `next_id`. A signature no segment holds is new,
 /// and its first occurrence is the one of the earliest source: its position goes to that
@@ -311,9 +326,6 @@ pub(crate) fn merge_signatures(
     runs: &[Arc<Run>],
     batch: &[Slot],
 ) -> Result<Merged> {
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
-
     let scratch = storage
         .create(SCRATCH)
         .map_err(|e| Error::io("create", SCRATCH, e))?;
@@ -342,71 +354,29 @@ pub(crate) fn merge_signatures(
         writer: None,
     };
     if segments.len() <= 1 && runs.is_empty() {
-        // The usual case, Z in one segment and no runs: a two-way merge, without the heap.
+        // The usual case, Z in one segment and no run waiting: each side read straight.
         let mut z = segments.first().map(|s| s.iter());
-        let mut next_z = || z.as_mut().and_then(Iterator::next).transpose();
-        let mut head = next_z()?;
-        let r = &mut regions[0];
-        for p in batch {
-            while let Some(s) = head.filter(|&s| s < p.sig) {
-                out.push(s)?;
-                head = next_z()?;
-            }
-            out.push(p.sig)?;
-            if head == Some(p.sig) {
-                head = next_z()?;
-            } else {
-                r.add(&*scratch, p.sig, p.idx)?;
-            }
-        }
-        while let Some(s) = head {
-            out.push(s)?;
-            head = next_z()?;
-        }
+        let next_z = || z.as_mut().and_then(Iterator::next).transpose();
+        let mut batch = batch.iter();
+        let next_new = || {
+            let p = batch.next();
+            Ok(p.map(|p| Head {
+                sig: p.sig,
+                src: 0,
+                idx: p.idx,
+            }))
+        };
+        join(next_z, next_new, &mut out, &mut regions, &*scratch)?;
     } else {
-        let zs = segments.len();
-        let mut inputs: Vec<Input<'_>> = segments.iter().map(|s| Input::Z(s.iter())).collect();
-        inputs.extend(runs.iter().map(|r| Input::Run(r.iter())));
-        inputs.push(Input::Batch(batch.iter()));
-        let mut heads: Vec<u32> = vec![0; inputs.len()];
-        let mut heap = BinaryHeap::with_capacity(inputs.len());
-        for (i, input) in inputs.iter_mut().enumerate() {
-            if let Some((sig, idx)) = input.next()? {
-                heads[i] = idx;
-                heap.push(Reverse((sig, i)));
-            }
-        }
-        let mut advance = Vec::with_capacity(inputs.len());
-        while let Some(Reverse((sig, src))) = heap.pop() {
-            // Sources come out in index order for equal signatures: Z's segments first, then
-            // the runs in push order, so the first source that is not Z holds the first
-            // occurrence.
-            let mut known = src < zs;
-            let mut winner = (src >= zs).then(|| (src - zs, heads[src]));
-            advance.clear();
-            advance.push(src);
-            while let Some(&Reverse((s2, src2))) = heap.peek() {
-                if s2 != sig {
-                    break;
-                }
-                heap.pop();
-                known |= src2 < zs;
-                if winner.is_none() && src2 >= zs {
-                    winner = Some((src2 - zs, heads[src2]));
-                }
-                advance.push(src2);
-            }
-            for &i in &advance {
-                if let Some((s, idx)) = inputs[i].next()? {
-                    heads[i] = idx;
-                    heap.push(Reverse((s, i)));
-                }
-            }
-            out.push(sig)?;
-            if let (false, Some((run, idx))) = (known, winner) {
-                regions[run].add(&*scratch, sig, idx)?;
-            }
-        }
+        // Each side merged by its own tournament. The new side's sources are the runs in push
+        // order, then the batch, so a signature they share comes from the earliest. Z holds
+        // most of the signatures, and each of them costs one comparison in the join.
+        let mut z = Merger::new(segments.iter().map(|s| Input::Z(s.iter())).collect())?;
+        let fresh = runs.iter().map(|r| Input::Run(r.iter()));
+        let fresh = fresh.chain(std::iter::once(Input::Batch(batch.iter())));
+        let mut fresh = Merger::new(fresh.collect())?;
+        let next_z = || z.next().map(|h| h.map(|h| h.sig));
+        join(next_z, || fresh.next(), &mut out, &mut regions, &*scratch)?;
     }
     for r in &mut regions {
         if !r.buf.is_empty() {

@@ -10,6 +10,7 @@
 //! crawler" (1999) for the original sieve.
 
 pub(crate) mod flush;
+mod merger;
 pub(crate) mod reaper;
 pub(crate) mod recovery;
 pub(crate) mod wal;
