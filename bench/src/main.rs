@@ -1,9 +1,10 @@
 //! `crivello-bench`: benchmarks of the crivello sieve against other ways of deduplicating a
-//! crawl's URL stream, on a seeded synthetic stream.
+//! crawl's URL stream, on a seeded synthetic stream or a file of URLs.
 //!
 //! ```text
 //! crivello-bench gen  --pushes N [--seed S] > urls.txt
-//! crivello-bench run  --pushes N[,N...] [--memory MIB] [--peers LIST] [--json FILE]
+//! crivello-bench run  --pushes N[,N...] [--memory MIB] [--peers LIST] [--reps N] [--json FILE]
+//! crivello-bench run  --input URLS.txt --expected DISTINCT.txt [--peers LIST] [--reps N]
 //! crivello-bench plot --input results.json --output performance-throughput.svg
 //! crivello-bench table --input results.json
 //! ```
@@ -87,6 +88,9 @@ enum Cmd {
         /// Where to make temporary directories.
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// A file of URLs, one per line, pushed instead of the generated stream.
+        #[arg(long)]
+        input: Option<PathBuf>,
     },
     /// Fills a new store's write-ahead log and exits without closing it (used by `run`).
     #[command(hide = true)]
@@ -107,8 +111,20 @@ enum Cmd {
 #[derive(Debug, clap::Args)]
 struct RunArgs {
     /// Scales: pushes per run, comma-separated (e.g. 1e6,1e7).
-    #[arg(long, value_parser = parse_count, value_delimiter = ',', required = true)]
+    #[arg(long, value_parser = parse_count, value_delimiter = ',', required_unless_present = "input")]
     pushes: Vec<u64>,
+    /// A file of URLs, one per line, pushed instead of the generated stream (every line of
+    /// it, so `--pushes` is not given); needs `--expected`. No recovery is measured.
+    #[arg(long, requires = "expected", conflicts_with = "pushes")]
+    input: Option<PathBuf>,
+    /// The output an exact sieve gives on `--input`: its distinct lines in first-appearance
+    /// order, one per line. Every peer's output is checked against it.
+    #[arg(long, requires = "input")]
+    expected: Option<PathBuf>,
+    /// Runs each peer this many times at each scale and keeps the median run by pushes/s
+    /// (the ranges go in its notes).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    reps: u64,
     /// Memory budget in MiB: crivello's budget, the Mercator sieve's S, fjall's block cache.
     #[arg(long, default_value_t = 64)]
     memory: u64,
@@ -173,6 +189,7 @@ fn main() -> ExitCode {
             memory,
             seed,
             dir,
+            input,
         } => {
             let args = PeerArgs {
                 pushes,
@@ -180,6 +197,7 @@ fn main() -> ExitCode {
                 memory_mib: memory,
                 seed,
                 dir: dir.unwrap_or_else(std::env::temp_dir),
+                input,
             };
             peers::run(&name, &args).and_then(|r| {
                 println!("{}", serde_json::to_string(&r)?);
@@ -236,6 +254,9 @@ fn spawn_peer(name: &str, pushes: u64, requested: u64, a: &RunArgs) -> Result<Re
     if let Some(d) = &a.dir {
         cmd.arg("--dir").arg(d);
     }
+    if let Some(i) = &a.input {
+        cmd.arg("--input").arg(i);
+    }
     let out = cmd.stderr(Stdio::inherit()).output()?;
     if !out.status.success() {
         return Err(format!("peer {name} failed ({})", out.status).into());
@@ -249,6 +270,66 @@ fn spawn_peer(name: &str, pushes: u64, requested: u64, a: &RunArgs) -> Result<Re
     Ok(serde_json::from_str(line)?)
 }
 
+/// The answer for a file: its expected output's line count and order-sensitive digest.
+fn file_truth(expected: &std::path::Path) -> Result<(u64, String)> {
+    let text = std::fs::read(expected).map_err(|e| format!("{}: {e}", expected.display()))?;
+    let (mut n, mut digest) = (0u64, 0u64);
+    for line in stream::lines(&text) {
+        n += 1;
+        digest = stream::digest_step(digest, line);
+    }
+    Ok((n, record::hex(digest)))
+}
+
+/// Runs the peer `name` `a.reps` times and keeps the median run by pushes/s, with the answer
+/// for a file (`truth`) filled in.
+fn spawn_median(
+    name: &str,
+    pushes: u64,
+    requested: u64,
+    a: &RunArgs,
+    truth: Option<&(u64, String)>,
+) -> Result<Record> {
+    let mut runs = Vec::new();
+    for _ in 0..a.reps {
+        let mut r = spawn_peer(name, pushes, requested, a)?;
+        if let Some(input) = &a.input {
+            r.input = input.file_name().map(|f| f.to_string_lossy().into_owned());
+        }
+        if let Some((distinct, digest)) = truth {
+            r.truth_distinct = *distinct;
+            r.truth_digest.clone_from(digest);
+            r.repeat_fraction = 1.0 - *distinct as f64 / r.pushes.max(1) as f64;
+            if r.peer == "none" {
+                r.emitted = *distinct;
+                r.digest.clone_from(digest);
+            }
+        }
+        runs.push(r);
+    }
+    if runs.len() == 1 {
+        return Ok(runs.remove(0));
+    }
+    let exact = runs.iter().filter(|r| r.exact()).count();
+    runs.sort_by(|x, y| x.pushes_per_s.total_cmp(&y.pushes_per_s));
+    let range = |f: &dyn Fn(&Record) -> Option<f64>| {
+        let v: Vec<f64> = runs.iter().filter_map(f).collect();
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(0.0, f64::max);
+        (!v.is_empty()).then(|| format!("{:.2}-{:.2} M", lo / 1e6, hi / 1e6))
+    };
+    let end_to_end = range(&|r| Some(r.pushes_per_s)).unwrap_or_default();
+    let own = range(&|r| r.own_pushes_per_s())
+        .map(|o| format!(", own {o}"))
+        .unwrap_or_default();
+    let n = runs.len();
+    let mut m = runs.swap_remove(n / 2);
+    m.notes.push(format!(
+        "median of {n} runs by pushes/s: {end_to_end}{own}; exact in {exact} of {n}"
+    ));
+    Ok(m)
+}
+
 /// `run`: every scale, every peer, then the table.
 fn run(a: &RunArgs) -> Result<()> {
     for p in &a.peers {
@@ -256,15 +337,28 @@ fn run(a: &RunArgs) -> Result<()> {
             return Err(format!("unknown peer {p:?} (peers: {})", peers::ALL.join(", ")).into());
         }
     }
+    // The scales; for a file, its line count and its answer.
+    let (scales, truth) = match (&a.input, &a.expected) {
+        (Some(input), Some(expected)) => {
+            let text = std::fs::read(input).map_err(|e| format!("{}: {e}", input.display()))?;
+            let lines = stream::lines(&text).count() as u64;
+            (vec![lines], Some(file_truth(expected)?))
+        }
+        _ => (a.pushes.clone(), None),
+    };
     let mut all: Vec<Record> = Vec::new();
     let mut failed = Vec::new();
-    let mut recovery_done = a.no_recovery;
-    for &n in &a.pushes {
-        eprintln!("== {n} pushes, {} MiB ==", a.memory);
+    let mut recovery_done = a.no_recovery || a.input.is_some();
+    for &n in &scales {
+        match &a.input {
+            Some(i) => eprintln!("== {} ({n} pushes), {} MiB ==", i.display(), a.memory),
+            None => eprintln!("== {n} pushes, {} MiB ==", a.memory),
+        }
         for p in &a.peers {
-            let pushes = if p == "fjall" { n.min(a.fjall_cap) } else { n };
+            let capped = p == "fjall" && a.input.is_none();
+            let pushes = if capped { n.min(a.fjall_cap) } else { n };
             eprintln!("{p}: {pushes} pushes ...");
-            match spawn_peer(p, pushes, n, a) {
+            match spawn_median(p, pushes, n, a, truth.as_ref()) {
                 Ok(r) => {
                     eprintln!("{}", table::summary(&r, &all));
                     all.push(r);

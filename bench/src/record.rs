@@ -45,6 +45,9 @@ pub struct Record {
     pub memory_mib: u64,
     /// The stream's seed.
     pub seed: u64,
+    /// The file of URLs pushed instead of the generated stream (`run --input`), by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
     /// Seconds from the first push to the last URL written to the frontier.
     pub seconds: f64,
     /// Pushes per second, end to end.

@@ -16,6 +16,7 @@
 //! a sieve must give: [`Stream::new_urls`] distinct URLs, whose order-sensitive digest is
 //! [`Stream::digest`].
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crivello::storage::sim::Rng;
@@ -547,13 +548,26 @@ pub fn digest_step(digest: u64, url: &[u8]) -> u64 {
     xxh3_64_with_seed(url, digest)
 }
 
+/// The lines of a text file: split at each `\n`, the last one with or without it.
+pub fn lines(text: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let any = !text.is_empty();
+    let text = text.strip_suffix(b"\n").unwrap_or(text);
+    text.split(|&b| b == b'\n').filter(move |_| any)
+}
+
 /// URLs generated per batch of a [`Feed`].
 const FEED_BATCH: usize = 4096;
 
 /// The stream served to a peer in batches, with the time spent generating them measured
 /// apart: a run's time minus the generator's is the time of the sieve itself.
 pub struct Feed {
-    stream: Stream,
+    /// The generator; none when the URLs come from a file, read whole into `data` at the
+    /// start.
+    stream: Option<Stream>,
+    /// URLs served so far.
+    served: u64,
+    /// Bytes of the URLs served so far.
+    served_bytes: u64,
     left: u64,
     data: Vec<u8>,
     ends: Vec<usize>,
@@ -565,13 +579,46 @@ impl Feed {
     /// The first `pushes` URLs of the stream of `seed`.
     pub fn new(seed: u64, pushes: u64) -> Feed {
         Feed {
-            stream: Stream::new(seed),
+            stream: Some(Stream::new(seed)),
+            served: 0,
+            served_bytes: 0,
             left: pushes,
             data: Vec::with_capacity(FEED_BATCH * 128),
             ends: Vec::with_capacity(FEED_BATCH),
             at: 0,
             generating: Duration::ZERO,
         }
+    }
+
+    /// The URLs of a text file, one per line (a line's end is `\n`; the last line may lack
+    /// it), which must hold `pushes` lines. The file is read whole here, before a peer starts
+    /// its clock; serving its URLs then costs next to nothing, and counts as the generator's
+    /// time.
+    pub fn from_file(path: &Path, pushes: u64) -> Result<Feed, String> {
+        let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut data = Vec::with_capacity(text.len());
+        let mut ends = Vec::new();
+        for line in lines(&text) {
+            data.extend_from_slice(line);
+            ends.push(data.len());
+        }
+        if ends.len() as u64 != pushes {
+            return Err(format!(
+                "{}: {} lines, not the {pushes} asked for",
+                path.display(),
+                ends.len()
+            ));
+        }
+        Ok(Feed {
+            stream: None,
+            served: 0,
+            served_bytes: 0,
+            left: 0,
+            data,
+            ends,
+            at: 0,
+            generating: Duration::ZERO,
+        })
     }
 
     /// The next URL (after the last one: an empty slice).
@@ -588,6 +635,8 @@ impl Feed {
             return &[];
         };
         self.at += 1;
+        self.served += 1;
+        self.served_bytes += (end - start) as u64;
         &self.data[start..end]
     }
 
@@ -597,10 +646,13 @@ impl Feed {
         self.data.clear();
         self.ends.clear();
         self.at = 0;
+        let Some(stream) = &mut self.stream else {
+            return;
+        };
         let n = (FEED_BATCH as u64).min(self.left) as usize;
         let mut buf = Vec::with_capacity(256);
         for _ in 0..n {
-            self.stream.next_into(&mut buf);
+            stream.next_into(&mut buf);
             self.data.extend_from_slice(&buf);
             self.ends.push(self.data.len());
         }
@@ -608,9 +660,20 @@ impl Feed {
         self.generating += t.elapsed();
     }
 
-    /// The stream (its counts and digest cover the URLs generated so far).
-    pub fn stream(&self) -> &Stream {
-        &self.stream
+    /// The generator (its counts and digest cover the URLs generated so far); none for a
+    /// file, whose answer the caller knows.
+    pub fn stream(&self) -> Option<&Stream> {
+        self.stream.as_ref()
+    }
+
+    /// URLs served so far.
+    pub fn served(&self) -> u64 {
+        self.served
+    }
+
+    /// The mean length in bytes of the URLs served so far.
+    pub fn mean_len(&self) -> f64 {
+        self.served_bytes as f64 / self.served.max(1) as f64
     }
 
     /// Seconds spent generating URLs.
@@ -625,6 +688,36 @@ mod tests {
     use std::collections::HashSet;
 
     #[test]
+    fn lines_split_at_each_newline_the_last_one_with_or_without_it() {
+        let split = |t: &[u8]| lines(t).map(<[u8]>::to_vec).collect::<Vec<_>>();
+        assert!(split(b"").is_empty());
+        assert_eq!(split(b"\n"), [b"".to_vec()]);
+        assert_eq!(split(b"a\nbb\n"), [b"a".to_vec(), b"bb".to_vec()]);
+        assert_eq!(split(b"a\nbb"), [b"a".to_vec(), b"bb".to_vec()]);
+        assert_eq!(
+            split(b"a\n\nc"),
+            [b"a".to_vec(), b"".to_vec(), b"c".to_vec()]
+        );
+    }
+
+    #[test]
+    fn a_file_feed_serves_the_file_s_lines_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("urls.txt");
+        std::fs::write(&path, "http://a/\nhttp://b/x\nhttp://a/").unwrap();
+        let mut feed = Feed::from_file(&path, 3).unwrap();
+        assert!(feed.stream().is_none());
+        for want in ["http://a/", "http://b/x", "http://a/"] {
+            assert_eq!(feed.next_url(), want.as_bytes());
+        }
+        assert!(feed.next_url().is_empty());
+        assert_eq!(feed.served(), 3);
+        assert!((feed.mean_len() - 28.0 / 3.0).abs() < 1e-9);
+        let err = Feed::from_file(&path, 4).err().unwrap();
+        assert!(err.contains("3 lines, not the 4"), "{err}");
+    }
+
+    #[test]
     fn the_feed_serves_the_stream_in_order_and_stops_at_its_count() {
         let n = 3 * FEED_BATCH as u64 + 17;
         let mut feed = Feed::new(5, n);
@@ -635,8 +728,9 @@ mod tests {
             assert_eq!(feed.next_url(), &buf[..]);
         }
         assert!(feed.next_url().is_empty());
-        assert_eq!(feed.stream().pushes(), n);
-        assert_eq!(feed.stream().digest(), stream.digest());
+        assert_eq!(feed.stream().unwrap().pushes(), n);
+        assert_eq!(feed.stream().unwrap().digest(), stream.digest());
+        assert_eq!(feed.served(), n);
         assert!(feed.generating_s() > 0.0);
     }
 

@@ -66,6 +66,7 @@ fn exactness(r: &Record) -> String {
 /// The peer's remark for the table.
 fn short_note(r: &Record) -> String {
     let mut s = match r.peer.as_str() {
+        "none" if r.input.is_some() => "the file's URLs served alone: the ceiling".to_string(),
         "none" => "the stream generator alone: the ceiling of every peer".to_string(),
         "crivello" => "durable, bounded RAM; a consumer pops 1 URL per 50 pushes".into(),
         "hashset" => "RAM grows with the distinct URLs; not durable".into(),
@@ -191,10 +192,13 @@ pub fn recovery_summary(rec: &Recovery) -> String {
 /// The stream's figures, from the largest run.
 fn stream_line(all: &[Record]) -> Option<String> {
     let r = all.iter().max_by_key(|r| r.pushes)?;
+    let source = match &r.input {
+        Some(name) => format!("Stream {name}"),
+        None => format!("Stream (seed {})", r.seed),
+    };
     Some(format!(
-        "Stream (seed {}, {} pushes): mean URL length {:.1} bytes, {:.1}% of pushes repeat an \
+        "{source} ({} pushes): mean URL length {:.1} bytes, {:.1}% of pushes repeat an \
          earlier URL, {} distinct URLs.\n",
-        r.seed,
         count(r.pushes),
         r.mean_url_len,
         r.repeat_fraction * 100.0,

@@ -8,7 +8,7 @@ use xxhash_rust::xxh3::xxh3_128;
 
 use super::PeerArgs;
 use crate::record::{hex, Record, Result};
-use crate::stream::{digest_step, Feed};
+use crate::stream::digest_step;
 
 /// Bits per expected distinct URL.
 pub const BITS_PER_URL: u64 = 10;
@@ -61,7 +61,7 @@ impl Bloom {
 pub fn run(args: &PeerArgs) -> Result<Record> {
     let expected = (args.pushes / 5).max(1);
     let mut bloom = Bloom::new(expected * BITS_PER_URL);
-    let mut feed = Feed::new(args.seed, args.pushes);
+    let mut feed = args.feed()?;
     let (mut emitted, mut digest) = (0u64, 0u64);
     let start = Instant::now();
     for i in 0..args.pushes {

@@ -42,7 +42,7 @@ pub fn run(args: &PeerArgs) -> Result<Record> {
     let dir = args.tempdir("crivello")?;
     let mut sieve = Sieve::open(dir.path(), options(args.memory_mib))?;
     let slots = sieve.stats()?.slots;
-    let mut feed = Feed::new(args.seed, args.pushes);
+    let mut feed = args.feed()?;
     let mut digest = 0u64;
     let mut popped = 0u64;
     let mut stalls = Duration::ZERO;

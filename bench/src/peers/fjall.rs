@@ -10,7 +10,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::PeerArgs;
 use crate::record::{hex, Record, Result};
-use crate::stream::{digest_step, Feed};
+use crate::stream::digest_step;
 
 /// Runs the store on the stream.
 pub fn run(args: &PeerArgs) -> Result<Record> {
@@ -22,7 +22,7 @@ pub fn run(args: &PeerArgs) -> Result<Record> {
     let seen = db.keyspace("seen", KeyspaceCreateOptions::default)?;
     let f_path = dir.path().join("frontier.txt");
     let mut frontier = BufWriter::with_capacity(1 << 20, File::create(&f_path)?);
-    let mut feed = Feed::new(args.seed, args.pushes);
+    let mut feed = args.feed()?;
     let (mut emitted, mut digest) = (0u64, 0u64);
     let start = Instant::now();
     for i in 0..args.pushes {

@@ -9,7 +9,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::PeerArgs;
 use crate::record::{hex, Record, Result};
-use crate::stream::{digest_step, Feed};
+use crate::stream::digest_step;
 
 /// A hasher that passes a signature through: xxh3 output is already well mixed.
 #[derive(Debug, Default, Clone, Copy)]
@@ -32,7 +32,7 @@ impl Hasher for Identity {
 /// Runs the hash set on the stream. New URLs are counted and digested, not stored.
 pub fn run(args: &PeerArgs) -> Result<Record> {
     let mut seen: HashSet<u64, BuildHasherDefault<Identity>> = HashSet::default();
-    let mut feed = Feed::new(args.seed, args.pushes);
+    let mut feed = args.feed()?;
     let (mut emitted, mut digest) = (0u64, 0u64);
     let start = Instant::now();
     for i in 0..args.pushes {

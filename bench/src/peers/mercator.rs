@@ -17,7 +17,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::PeerArgs;
 use crate::record::{hex, Record, Result};
-use crate::stream::{digest_step, Feed};
+use crate::stream::digest_step;
 
 /// Bytes of each file buffer.
 const IO_BUF: usize = 1 << 20;
@@ -218,7 +218,7 @@ pub fn run(args: &PeerArgs) -> Result<Record> {
     let dir = args.tempdir("mercator")?;
     let slots = ((args.memory_mib << 20) / 8) as usize;
     let mut m = Mercator::new(dir.path(), slots)?;
-    let mut feed = Feed::new(args.seed, args.pushes);
+    let mut feed = args.feed()?;
     let start = Instant::now();
     for i in 0..args.pushes {
         let buf = feed.next_url();

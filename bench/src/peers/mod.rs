@@ -30,29 +30,42 @@ pub struct PeerArgs {
     pub seed: u64,
     /// Where to make the peer's temporary directory.
     pub dir: PathBuf,
+    /// A file of URLs, one per line, pushed instead of the generated stream.
+    pub input: Option<PathBuf>,
 }
 
 impl PeerArgs {
     /// A record with the stream's figures and the run's timing filled in.
     pub fn record(&self, name: &str, feed: &Feed, start: Instant, emitted: u64) -> Record {
         let seconds = start.elapsed().as_secs_f64();
-        let stream = feed.stream();
+        let pushes = feed.served();
+        // A file's answer is filled in by `run`, which reads its expected output.
+        let truth = feed.stream().map(|s| (s.new_urls(), hex(s.digest())));
+        let (truth_distinct, truth_digest) = truth.unwrap_or_default();
         Record {
             peer: name.to_owned(),
             requested: self.requested,
-            pushes: stream.pushes(),
+            pushes,
             memory_mib: self.memory_mib,
             seed: self.seed,
             seconds,
-            pushes_per_s: stream.pushes() as f64 / seconds,
+            pushes_per_s: pushes as f64 / seconds,
             generator_s: Some(feed.generating_s()),
             peak_rss_kib: peak_rss_kib(),
             emitted,
-            truth_distinct: stream.new_urls(),
-            truth_digest: hex(stream.digest()),
-            mean_url_len: stream.mean_len(),
-            repeat_fraction: stream.repeat_fraction(),
+            truth_distinct,
+            truth_digest,
+            mean_url_len: feed.mean_len(),
+            repeat_fraction: 1.0 - truth_distinct as f64 / pushes.max(1) as f64,
             ..Record::default()
+        }
+    }
+
+    /// The URLs to push: the generated stream, or the `input` file.
+    pub fn feed(&self) -> Result<Feed> {
+        match &self.input {
+            Some(path) => Ok(Feed::from_file(path, self.pushes)?),
+            None => Ok(Feed::new(self.seed, self.pushes)),
         }
     }
 
@@ -80,7 +93,7 @@ pub fn run(name: &str, args: &PeerArgs) -> Result<Record> {
 
 /// The generator alone: the cost of making the stream, which every peer pays too.
 fn none(args: &PeerArgs) -> Result<Record> {
-    let mut feed = Feed::new(args.seed, args.pushes);
+    let mut feed = args.feed()?;
     let mut bytes = 0u64;
     let start = Instant::now();
     for _ in 0..args.pushes {
@@ -88,10 +101,13 @@ fn none(args: &PeerArgs) -> Result<Record> {
         bytes += buf.len() as u64;
     }
     std::hint::black_box(bytes);
-    let mut r = args.record("none", &feed, start, feed.stream().new_urls());
+    let mut r = args.record("none", &feed, start, 0);
+    r.emitted = r.truth_distinct;
     r.digest = r.truth_digest.clone();
-    r.notes
-        .push("the stream generator alone (no sieve): the ceiling of every peer".into());
+    r.notes.push(match args.input {
+        Some(_) => "the file's URLs served from memory alone (no sieve): the ceiling".into(),
+        None => "the stream generator alone (no sieve): the ceiling of every peer".into(),
+    });
     Ok(r)
 }
 
