@@ -199,7 +199,6 @@ pub fn run(job: FlushJob) -> Result<FlushDone> {
     })
 }
 
-/// A cursor over one input of the merge.
 /// The new positions of one source of a merge (a run, or the batch), buffered into its
 /// region of the scratch file.
 pub(crate) struct Region {
