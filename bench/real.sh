@@ -75,7 +75,7 @@ for stream in hollins.bfs california.bfs ukwa-1996-hosts.bfs ukwa-1996-hosts.bfs
     echo
     echo "## $stream: $(wc -l <"$input") URLs, $(wc -l <"$expected") distinct"
     echo
-    "$bench" run --input "$input" --expected "$expected" --reps "$reps" "${json[@]}" || status=1
+    "$bench" run --input "$input" --expected "$expected" --reps "$reps" ${json[@]+"${json[@]}"} || status=1
     echo
     echo "| tool | ms per run (mean of $reps) | output against the expected |"
     echo "|---|---|---|"

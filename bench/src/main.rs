@@ -122,7 +122,7 @@ struct RunArgs {
     #[arg(long, requires = "input")]
     expected: Option<PathBuf>,
     /// Runs each peer this many times at each scale and keeps the median run by pushes/s
-    /// (the ranges go in its notes).
+    /// (the upper middle one for an even count; the ranges go in its notes).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     reps: u64,
     /// Memory budget in MiB: crivello's budget, the Mercator sieve's S, fjall's block cache.
@@ -281,15 +281,16 @@ fn file_truth(expected: &std::path::Path) -> Result<(u64, String)> {
     Ok((n, record::hex(digest)))
 }
 
-/// Runs the peer `name` `a.reps` times and keeps the median run by pushes/s, with the answer
-/// for a file (`truth`) filled in.
+/// Runs the peer `name` `a.reps` times and keeps the median run by pushes/s (the upper of the
+/// two middle ones when `a.reps` is even), with the answer for a file (`truth`) filled in.
+/// Also returns how many runs were exact.
 fn spawn_median(
     name: &str,
     pushes: u64,
     requested: u64,
     a: &RunArgs,
     truth: Option<&(u64, String)>,
-) -> Result<Record> {
+) -> Result<(Record, usize)> {
     let mut runs = Vec::new();
     for _ in 0..a.reps {
         let mut r = spawn_peer(name, pushes, requested, a)?;
@@ -307,10 +308,10 @@ fn spawn_median(
         }
         runs.push(r);
     }
-    if runs.len() == 1 {
-        return Ok(runs.remove(0));
-    }
     let exact = runs.iter().filter(|r| r.exact()).count();
+    if runs.len() == 1 {
+        return Ok((runs.remove(0), exact));
+    }
     runs.sort_by(|x, y| x.pushes_per_s.total_cmp(&y.pushes_per_s));
     let range = |f: &dyn Fn(&Record) -> Option<f64>| {
         let v: Vec<f64> = runs.iter().filter_map(f).collect();
@@ -327,7 +328,7 @@ fn spawn_median(
     m.notes.push(format!(
         "median of {n} runs by pushes/s: {end_to_end}{own}; exact in {exact} of {n}"
     ));
-    Ok(m)
+    Ok((m, exact))
 }
 
 /// `run`: every scale, every peer, then the table.
@@ -359,7 +360,17 @@ fn run(a: &RunArgs) -> Result<()> {
             let pushes = if capped { n.min(a.fjall_cap) } else { n };
             eprintln!("{p}: {pushes} pushes ...");
             match spawn_median(p, pushes, n, a, truth.as_ref()) {
-                Ok(r) => {
+                Ok((r, exact)) => {
+                    // On a file, an exact peer that missed the expected output fails the run
+                    // (on the generated stream the table shows it, as before).
+                    let lossy = matches!(p.as_str(), "bloom" | "none");
+                    if a.input.is_some() && !lossy && exact < a.reps as usize {
+                        failed.push(format!(
+                            "{p} not exact in {} of {} runs",
+                            a.reps as usize - exact,
+                            a.reps
+                        ));
+                    }
                     eprintln!("{}", table::summary(&r, &all));
                     all.push(r);
                 }

@@ -592,8 +592,8 @@ impl Feed {
 
     /// The URLs of a text file, one per line (a line's end is `\n`; the last line may lack
     /// it), which must hold `pushes` lines. The file is read whole here, before a peer starts
-    /// its clock; serving its URLs then costs next to nothing, and counts as the generator's
-    /// time.
+    /// its clock; serving its URLs then costs next to nothing, and counts in the peer's own
+    /// time (the generator's time stays 0).
     pub fn from_file(path: &Path, pushes: u64) -> Result<Feed, String> {
         let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut data = Vec::with_capacity(text.len());

@@ -53,8 +53,10 @@ pub(crate) struct Head {
 }
 
 /// The k-way merge of sorted sources (each strictly increasing), yielding every signature
-/// once. (Sources are checked when read: a run's and a segment's blocks by their checksums;
-/// a signature that still comes out of order is refused as corruption by the segment writer.)
+/// once. (Sources are checked when read: a run's and a segment's blocks by their checksums.
+/// Of a damaged source that still passes them, a signature out of order is refused as
+/// corruption by the segment writer when it breaks the output's order, and a signature
+/// repeated within one source is taken once.)
 pub(crate) struct Merger<'a> {
     inputs: Vec<Input<'a>>,
     /// Per source: the key of its head, or [`DONE`].
