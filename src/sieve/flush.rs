@@ -731,6 +731,96 @@ mod tests {
             assert!(e.is_corruption(), "{e}");
         }
     }
+
+    /// Signatures drawn from a small set (so that sources share many), spread over the whole
+    /// range, `u64::MAX` among them.
+    fn sig(x: u8) -> u64 {
+        if x == 0 {
+            u64::MAX
+        } else {
+            u64::from(x).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        }
+    }
+
+    proptest::proptest! {
+        /// The merge against a reference: every signature of every input once, in order, and
+        /// each one no Z segment holds as new at its earliest source's position. Z has 0 to 3
+        /// segments (several go through the Z side's tournament), 0 to 5 runs wait.
+        #[test]
+        fn a_merge_writes_every_signature_once_and_finds_each_new_one_at_its_first_source(
+            zs in proptest::collection::vec(proptest::collection::btree_set(0u8..48, 0..30), 0..4),
+            news in proptest::collection::vec(proptest::collection::vec(0u8..48, 0..40), 1..7),
+        ) {
+            let disk = SimDisk::new();
+            let mut segments = Vec::new();
+            for (i, z) in zs.iter().enumerate() {
+                let mut sigs: Vec<u64> = z.iter().map(|&x| sig(x)).collect();
+                sigs.sort_unstable();
+                let id = 100 + i as u64;
+                let mut w = SegmentWriter::create(&disk, id, sigs.len() as u64).unwrap();
+                for &s in &sigs {
+                    w.push(s).unwrap();
+                }
+                segments.push(Arc::new(w.finish().unwrap()));
+            }
+            // Each new source's pairs: sorted, the first position of each signature kept.
+            let sources: Vec<Vec<Slot>> = news
+                .iter()
+                .map(|v| {
+                    let mut slots: Vec<Slot> = v
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &x)| Slot { sig: sig(x), idx: i as u32 })
+                        .collect();
+                    crate::run::sort_slots(&mut slots);
+                    slots
+                })
+                .collect();
+            let (batch, waiting) = sources.split_last().unwrap();
+            let mut runs = Vec::new();
+            for (i, pairs) in waiting.iter().enumerate() {
+                let meta = RunMeta {
+                    id: 200 + i as u64,
+                    gen: i as u64,
+                    skip: 0,
+                    records: news[i].len() as u64,
+                    pairs: pairs.len() as u64,
+                };
+                crate::run::write(&disk, meta, pairs).unwrap();
+                runs.push(Arc::new(Run::open(&disk, meta).unwrap()));
+            }
+
+            let mut next_id = 1000;
+            let merged = merge_signatures(&disk, &mut next_id, &segments, &runs, batch).unwrap();
+
+            let mut all: Vec<u64> = zs.iter().flatten().map(|&x| sig(x)).collect();
+            all.extend(sources.iter().flatten().map(|p| p.sig));
+            all.sort_unstable();
+            all.dedup();
+            let written: Vec<u64> = match &merged.segment {
+                Some(z) => z.iter().map(|s| s.unwrap()).collect(),
+                None => Vec::new(),
+            };
+            proptest::prop_assert_eq!(written, all);
+            let in_z: std::collections::HashSet<u64> =
+                zs.iter().flatten().map(|&x| sig(x)).collect();
+            let mut first = std::collections::HashSet::new();
+            for (i, pairs) in sources.iter().enumerate() {
+                let mut want: Vec<u64> = pairs
+                    .iter()
+                    .filter(|p| { let s = p.sig; !in_z.contains(&s) && first.insert(s) })
+                    .map(|p| u64::from(p.idx))
+                    .collect();
+                want.sort_unstable();
+                let r = &merged.regions[i];
+                let got: Vec<u64> = Positions::read(&*merged.scratch, r, "source")
+                    .unwrap()
+                    .iter()
+                    .collect();
+                proptest::prop_assert_eq!(got, want, "source {}", i);
+            }
+        }
+    }
 }
 
 /// The handoff between the pushing thread and the flush thread, model-checked with loom:
