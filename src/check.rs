@@ -5,13 +5,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::error::{Corruption, Error, Result};
+use crate::frames::{FrameError, FrameReader};
 use crate::frontier::{self, Position};
-use crate::log::{FrameError, LogReader};
 use crate::manifest::Manifest;
+use crate::names;
 use crate::run::Run;
 use crate::segment::Segment;
-use crate::sieve::{recovery, signature, wal};
-use crate::storage::{DirStorage, Storage};
+use crate::sieve::wal;
+use crate::signature::signature;
+use crate::storage::{DirStorage, Storage, StorageExt};
 
 /// What [`check`] found.
 #[derive(Debug, Default)]
@@ -60,13 +62,7 @@ pub fn check(dir: impl AsRef<Path>) -> Result<CheckReport> {
 /// Verifies the sieve on any storage; see [`check`].
 pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
     let st = &*storage;
-    let _lock = st.lock().map_err(|e| {
-        if e.kind() == std::io::ErrorKind::WouldBlock {
-            Error::Locked { dir: st.describe() }
-        } else {
-            Error::io("lock", &st.describe(), e)
-        }
-    })?;
+    let _lock = st.lock_exclusive()?;
     let mut r = CheckReport::default();
     let m = match Manifest::load(st) {
         Ok(Some(m)) => m,
@@ -128,18 +124,16 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
 
     // Which A generations exist from A's position on: they must be consecutive from
     // `a_gen`, as recovery requires.
-    let names = st
-        .list()
-        .map_err(|e| Error::io("list", &st.describe(), e))?;
-    let mut gens: Vec<u64> = names
+    let mut gens: Vec<u64> = st
+        .list_files()?
         .iter()
-        .filter_map(|n| wal::parse_name(n))
+        .filter_map(|n| names::parse_a(n))
         .filter(|&g| g >= m.a_gen)
         .collect();
     gens.sort_unstable();
     if let Some(i) = (0..gens.len()).find(|&i| gens[i] != m.a_gen + i as u64) {
         r.damage.push(Error::corrupt(
-            &wal::file_name(m.a_gen + i as u64),
+            &names::a(m.a_gen + i as u64),
             0,
             Corruption::Missing,
         ));
@@ -154,11 +148,12 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
         r.unmerged += meta.records;
         if meta.gen > m.a_gen {
             r.damage.push(Error::corrupt(
-                crate::manifest::FILE,
+                names::MANIFEST,
                 0,
-                Corruption::Field {
-                    field: "run generation after A's position",
+                Corruption::OutOfRange {
+                    field: "run's A generation",
                     found: meta.gen,
+                    limit: m.a_gen + 1,
                 },
             ));
             continue;
@@ -190,7 +185,7 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
             Ok(rep) => {
                 r.buffered += n;
                 if rep.ends_the_stream(Some(g) == last) {
-                    r.torn_tails.push((wal::file_name(g), rep.torn_bytes));
+                    r.torn_tails.push((names::a(g), rep.torn_bytes));
                 }
             }
             Err(e) => r.damage.push(e),
@@ -202,7 +197,7 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
 /// Checks `run` against the records of its A generation that it covers.
 fn check_run(st: &dyn Storage, m: &Manifest, run: &Run, newest: bool) -> Result<()> {
     let meta = run.meta();
-    let a_name = wal::file_name(meta.gen);
+    let a_name = names::a(meta.gen);
     let end = meta.skip + meta.records;
     let mut expected: Vec<(u64, u32)> = Vec::new();
     let rep = wal::replay(st, meta.gen, newest, |i, url| {
@@ -215,9 +210,10 @@ fn check_run(st: &dyn Storage, m: &Manifest, run: &Run, newest: bool) -> Result<
         return Err(Error::corrupt(
             &a_name,
             rep.valid_end,
-            Corruption::Field {
-                field: "records a run covers; records found",
+            Corruption::OutOfRange {
+                field: "records of the generation, fewer than its run covers",
                 found: rep.records,
+                limit: end,
             },
         ));
     }
@@ -232,8 +228,9 @@ fn check_run(st: &dyn Storage, m: &Manifest, run: &Run, newest: bool) -> Result<
                 run.name(),
                 crate::run::HEADER_LEN
                     + (k / crate::run::RUN_BLOCK) as u64 * crate::run::FULL_BLOCK,
-                Corruption::Field {
-                    field: "run pair not matching its A records; pair number",
+                Corruption::Invalid {
+                    field: "run pair number",
+                    expected: "the pair its A records give",
                     found: k as u64,
                 },
             ));
@@ -243,8 +240,9 @@ fn check_run(st: &dyn Storage, m: &Manifest, run: &Run, newest: bool) -> Result<
         return Err(Error::corrupt(
             run.name(),
             0,
-            Corruption::Field {
-                field: "run pairs, fewer than the distinct records it covers",
+            Corruption::Invalid {
+                field: "run pairs",
+                expected: "one pair per distinct signature of the records it covers",
                 found: meta.pairs,
             },
         ));
@@ -253,33 +251,20 @@ fn check_run(st: &dyn Storage, m: &Manifest, run: &Run, newest: bool) -> Result<
 }
 
 fn check_frontier(st: &dyn Storage, m: &Manifest, c: &Position, r: &mut CheckReport) {
-    if c.consumed > m.f_count
-        || c.segment > m.f_tail
-        || (c.segment == m.f_tail && c.offset > m.f_tail_len)
-    {
-        r.damage.push(Error::corrupt(
-            frontier::CURSOR_FILE,
-            0,
-            Corruption::Field {
-                field: "cursor past the frontier's committed end",
-                found: c.consumed,
-            },
-        ));
+    if let Err(e) = c.check_within(&m.frontier_end()) {
+        r.damage.push(e);
         return;
     }
-    let Ok(names) = st.list() else { return };
-    let mut ids: Vec<u64> = names
-        .iter()
-        .filter_map(|n| recovery::parse_f_name(n))
+    let Ok(all) = frontier::segments(st) else {
+        return;
+    };
+    let ids: Vec<u64> = all
+        .into_iter()
         .filter(|&id| id >= c.segment && id <= m.f_tail)
         .collect();
-    ids.sort_unstable();
     if ids.first() != Some(&c.segment) || ids.last() != Some(&m.f_tail) {
-        r.damage.push(Error::corrupt(
-            &frontier::file_name(c.segment),
-            0,
-            Corruption::Missing,
-        ));
+        r.damage
+            .push(Error::corrupt(&names::f(c.segment), 0, Corruption::Missing));
         return;
     }
     let mut count: Option<u64> = None;
@@ -288,85 +273,21 @@ fn check_frontier(st: &dyn Storage, m: &Manifest, c: &Position, r: &mut CheckRep
     let mut cursor_found = false;
     for id in ids {
         r.files += 1;
-        let name = frontier::file_name(id);
-        let result = (|| -> Result<()> {
-            let f = st.open(&name).map_err(|e| Error::io("open", &name, e))?;
-            let len = f.len().map_err(|e| Error::io("stat", &name, e))?;
-            let limit = if id == m.f_tail { m.f_tail_len } else { len };
-            if len < limit {
-                return Err(Error::corrupt(
-                    &name,
-                    len,
-                    Corruption::Truncated {
-                        needed: limit,
-                        available: len,
-                    },
-                ));
+        match check_f_segment(st, m, c, id, &mut count) {
+            Ok(found) => cursor_found |= found,
+            Err(e) => {
+                r.damage.push(e);
+                return;
             }
-            let mut h = vec![0u8; frontier::HEADER_LEN as usize];
-            f.read_exact_at(&mut h, 0)
-                .map_err(|e| Error::io("read", &name, e))?;
-            let first = frontier::check_header(&h, &name, id)?;
-            let mut n = *count.get_or_insert(first);
-            if first != n {
-                return Err(Error::corrupt(
-                    &name,
-                    16,
-                    Corruption::Field {
-                        field: "first record",
-                        found: first,
-                    },
-                ));
-            }
-            let reader = LogReader::new(&*f, limit, u64::MAX, id);
-            let mut off = frontier::HEADER_LEN;
-            loop {
-                if id == c.segment && off == c.offset {
-                    cursor_found = n + u64::from(c.skip) == c.consumed;
-                }
-                match reader.frame_at(off) {
-                    Ok(fr) => {
-                        if id == c.segment && off == c.offset && c.skip >= fr.count {
-                            cursor_found = false;
-                        }
-                        n += fr.count as u64;
-                        off += fr.size();
-                    }
-                    Err(FrameError::End) if off < limit => {
-                        // A valid frame of another segment inside this one.
-                        return Err(Error::corrupt(
-                            &name,
-                            off,
-                            Corruption::Field {
-                                field: "frame tag",
-                                found: id,
-                            },
-                        ));
-                    }
-                    Err(FrameError::End) => {
-                        if id == c.segment && off == c.offset && c.skip != 0 {
-                            cursor_found = false;
-                        }
-                        break;
-                    }
-                    Err(FrameError::Io(e)) => return Err(Error::io("read", &name, e)),
-                    Err(FrameError::Invalid(what)) => return Err(Error::corrupt(&name, off, what)),
-                }
-            }
-            count = Some(n);
-            Ok(())
-        })();
-        if let Err(e) = result {
-            r.damage.push(e);
-            return;
         }
     }
     if !cursor_found {
         r.damage.push(Error::corrupt(
-            frontier::CURSOR_FILE,
+            names::CURSOR,
             0,
-            Corruption::Field {
-                field: "cursor position, not at a record of the frontier; consumed",
+            Corruption::Invalid {
+                field: "cursor's consumed count",
+                expected: "the number of a record of the frontier at the cursor's position",
                 found: c.consumed,
             },
         ));
@@ -374,13 +295,88 @@ fn check_frontier(st: &dyn Storage, m: &Manifest, c: &Position, r: &mut CheckRep
     let total = count.unwrap_or(0);
     if total != m.f_count {
         r.damage.push(Error::corrupt(
-            crate::manifest::FILE,
+            names::MANIFEST,
             0,
-            Corruption::Field {
-                field: "frontier count",
+            Corruption::Mismatch {
+                field: "URLs in the frontier",
+                expected: total,
                 found: m.f_count,
             },
         ));
     }
     r.pending = m.f_count.saturating_sub(c.consumed);
+}
+
+/// Checks every frame of F segment `id` up to its committed end; `count` is the number of
+/// URLs before it (set by the first segment's header), advanced past it. Returns whether the
+/// cursor `c` names a record of this segment.
+fn check_f_segment(
+    st: &dyn Storage,
+    m: &Manifest,
+    c: &Position,
+    id: u64,
+    count: &mut Option<u64>,
+) -> Result<bool> {
+    let (f, first) = frontier::open_segment(st, id)?;
+    let len = f.len()?;
+    let limit = if id == m.f_tail { m.f_tail_len } else { len };
+    if len < limit {
+        return Err(f.corrupt(
+            len,
+            Corruption::Truncated {
+                needed: limit,
+                available: len,
+            },
+        ));
+    }
+    let mut n = *count.get_or_insert(first);
+    if first != n {
+        return Err(f.corrupt(
+            16,
+            Corruption::Mismatch {
+                field: "URLs before the segment",
+                expected: n,
+                found: first,
+            },
+        ));
+    }
+    let reader = FrameReader::new(&f, limit, u64::MAX, id);
+    let mut off = frontier::HEADER_LEN;
+    let mut cursor_found = false;
+    loop {
+        let at_cursor = id == c.segment && off == c.offset;
+        if at_cursor {
+            cursor_found = n + u64::from(c.skip) == c.consumed;
+        }
+        match reader.frame_at(off) {
+            Ok(fr) => {
+                if at_cursor && c.skip >= fr.count {
+                    cursor_found = false;
+                }
+                n += u64::from(fr.count);
+                off += fr.size();
+            }
+            Err(FrameError::End) if off < limit => {
+                // A valid frame of another segment inside this one.
+                return Err(f.corrupt(
+                    off,
+                    Corruption::Invalid {
+                        field: "frame tag",
+                        expected: "the segment's id",
+                        found: id,
+                    },
+                ));
+            }
+            Err(FrameError::End) => {
+                if at_cursor && c.skip != 0 {
+                    cursor_found = false;
+                }
+                break;
+            }
+            Err(FrameError::Io(e)) => return Err(e),
+            Err(FrameError::Invalid(what)) => return Err(f.corrupt(off, what)),
+        }
+    }
+    *count = Some(n);
+    Ok(cursor_found)
 }

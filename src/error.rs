@@ -54,23 +54,6 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-    /// An input of [`crate::uniq::Uniq`] changed while it was being read: the lines read
-    /// again to be printed are not the lines read first.
-    #[error("{file} changed while it was being read")]
-    InputChanged {
-        /// The input's name.
-        file: String,
-    },
-    /// A line of an input of [`crate::uniq::Uniq`] is longer than the maximum.
-    #[error("{file}: line {line}: longer than the maximum of {max} bytes")]
-    LineTooLong {
-        /// The input's name.
-        file: String,
-        /// The line's 1-based number in its input.
-        line: u64,
-        /// The maximum, in bytes without the "\n".
-        max: usize,
-    },
     /// An I/O operation failed.
     #[error("{op} {file}: {source}")]
     Io {
@@ -127,8 +110,10 @@ pub enum Corruption {
         /// What was read.
         found: u32,
     },
-    /// The format version is not one this build reads.
+    /// The format version is not the one this build reads.
     Version {
+        /// The version this build reads.
+        expected: u32,
         /// The version read.
         found: u32,
     },
@@ -148,10 +133,31 @@ pub enum Corruption {
     },
     /// A referenced file is missing.
     Missing,
-    /// A field holds a value that is impossible in a well-formed file.
-    Field {
+    /// A field differs from what the file's name, the manifest or the rest of the store
+    /// says it must be.
+    Mismatch {
         /// The field's name.
         field: &'static str,
+        /// The value it must have.
+        expected: u64,
+        /// The value found.
+        found: u64,
+    },
+    /// A field is at or past its limit.
+    OutOfRange {
+        /// The field's name.
+        field: &'static str,
+        /// The value found.
+        found: u64,
+        /// The value must be below this.
+        limit: u64,
+    },
+    /// A field holds a value that a well-formed file never has.
+    Invalid {
+        /// The field's name.
+        field: &'static str,
+        /// What a well-formed file holds there.
+        expected: &'static str,
         /// The value found.
         found: u64,
     },
@@ -178,7 +184,12 @@ impl fmt::Display for Corruption {
                     "bad magic: expected {expected:#010x}, found {found:#010x}"
                 )
             }
-            Corruption::Version { found } => write!(f, "unknown format version {found}"),
+            Corruption::Version { expected, found } => {
+                write!(
+                    f,
+                    "format version {found}, this build reads version {expected}"
+                )
+            }
             Corruption::Truncated { needed, available } => {
                 write!(f, "truncated: needs {needed} bytes, {available} available")
             }
@@ -189,7 +200,21 @@ impl fmt::Display for Corruption {
                 )
             }
             Corruption::Missing => write!(f, "file referenced by the manifest is missing"),
-            Corruption::Field { field, found } => write!(f, "impossible {field}: {found}"),
+            Corruption::Mismatch {
+                field,
+                expected,
+                found,
+            } => write!(f, "{field}: expected {expected}, found {found}"),
+            Corruption::OutOfRange {
+                field,
+                found,
+                limit,
+            } => write!(f, "{field}: {found}, not below {limit}"),
+            Corruption::Invalid {
+                field,
+                expected,
+                found,
+            } => write!(f, "{field}: expected {expected}, found {found}"),
             Corruption::DamagedBeforeValid { next_valid } => write!(
                 f,
                 "damaged record followed by a valid later commit at offset {next_valid} \

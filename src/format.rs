@@ -49,17 +49,17 @@ impl PutLe for Vec<u8> {
 
 /// A bounds-checked little-endian reader over a byte slice that reports corruption with the
 /// file name and absolute offset.
-pub struct Cursor<'a> {
+pub struct ByteReader<'a> {
     bytes: &'a [u8],
     pos: usize,
     file: &'a str,
     base: u64,
 }
 
-impl<'a> Cursor<'a> {
+impl<'a> ByteReader<'a> {
     /// A reader over `bytes`, which start at offset `base` of `file`.
-    pub fn new(bytes: &'a [u8], file: &'a str, base: u64) -> Cursor<'a> {
-        Cursor {
+    pub fn new(bytes: &'a [u8], file: &'a str, base: u64) -> ByteReader<'a> {
+        ByteReader {
             bytes,
             pos: 0,
             file,
@@ -110,11 +110,31 @@ impl<'a> Cursor<'a> {
             return Err(Error::corrupt(
                 self.file,
                 at,
-                Corruption::Field { field, found: v },
+                Corruption::OutOfRange {
+                    field,
+                    found: v,
+                    limit: bound,
+                },
             ));
         }
         Ok(v)
     }
+    /// Fails unless every byte was read: trailing bytes are corruption.
+    pub fn end(&self) -> Result<()> {
+        if self.remaining() != 0 {
+            return Err(Error::corrupt(
+                self.file,
+                self.offset(),
+                Corruption::Invalid {
+                    field: "bytes after the checksum",
+                    expected: "none",
+                    found: self.remaining() as u64,
+                },
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks a magic number.
     pub fn magic(&mut self, expected: u32) -> Result<()> {
         let at = self.offset();
@@ -133,7 +153,14 @@ impl<'a> Cursor<'a> {
         let at = self.offset();
         let found = self.u32()?;
         if found != VERSION {
-            return Err(Error::corrupt(self.file, at, Corruption::Version { found }));
+            return Err(Error::corrupt(
+                self.file,
+                at,
+                Corruption::Version {
+                    expected: VERSION,
+                    found,
+                },
+            ));
         }
         Ok(())
     }

@@ -37,43 +37,58 @@
 //! # Ok(()) }
 //! ```
 
-#![deny(missing_docs)]
+//!
+//! # The public API
+//!
+//! - [`Sieve`] with its [`Options`] and [`Stats`]: open, push, sync, flush, read the
+//!   frontier and commit the cursor, close;
+//! - [`check`] and [`check_storage`], which verify a store without changing it
+//!   ([`CheckReport`]);
+//! - [`Error`], [`Corruption`] and [`InvalidUrl`]: what can go wrong;
+//! - [`signature`]: the hash that stands for a URL;
+//! - [`storage`]: the one seam for file I/O, with the real directory ([`storage::DirStorage`])
+//!   and the simulated, crashing disk ([`storage::SimDisk`]);
+//! - [`uniq`]: each distinct line of a stream once, in bounded memory.
+//!
+//! The way of a URL through the modules (push → A → S → a run or a merge with Z → F → the
+//! cursor) is drawn at the top of `docs/design.md`.
 
+#![deny(missing_docs, unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+// The layers, from the bottom: each module imports only from the ones above it in this list.
+mod buffer;
 mod check;
-pub mod error;
-pub mod format;
-pub mod frontier;
-#[doc(hidden)]
-pub mod fuzzing;
-pub mod log;
-pub mod manifest;
-pub mod options;
+mod error;
+mod format;
+mod frames;
+mod frontier;
+mod hint;
+mod manifest;
+mod merge;
+mod names;
+mod options;
 #[doc(hidden)]
 pub mod planted;
-mod recent;
-pub mod run;
-pub mod segment;
+mod run;
+mod segment;
 mod sieve;
-mod sort;
+mod signature;
 pub mod storage;
+#[doc(hidden)]
+pub mod testing;
 pub mod uniq;
 
 pub use check::{check, check_storage, CheckReport};
 pub use error::{Corruption, Error, InvalidUrl, Result};
+pub use names::MANIFEST as MANIFEST_FILE;
 pub use options::{Options, SyncPolicy};
-pub use sieve::{signature, Sieve, Stats};
+pub use sieve::{Sieve, Stats};
+pub use signature::signature;
 
-/// Asks the processor to bring `item` into its caches: a hint, with no effect on the
-/// program's results.
-#[inline]
-pub(crate) fn prefetch<T>(item: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint: it reads nothing into the program and never faults,
-    // and SSE, which provides it, is part of every x86_64 processor.
-    unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(item).cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = item;
+/// What the benchmarks and the tests need of the inside, and nothing a user should rely on:
+/// it changes without notice.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::buffer::{sort_slots, Slot};
 }

@@ -13,23 +13,22 @@
 //!
 //! It is replaced atomically (`MANIFEST.tmp`, fsync, rename, fsync directory).
 
-use crate::error::{Error, Result};
-use crate::format::{seal, Cursor, PutLe, MAGIC_M, VERSION};
+use crate::error::{Corruption, Error, Result};
+use crate::format::{seal, ByteReader, PutLe, MAGIC_M, VERSION};
+use crate::frontier;
+use crate::names::{self, MANIFEST};
 use crate::run::RunMeta;
 use crate::segment::SegmentMeta;
-use crate::storage::{durable, Storage};
-
-/// The manifest's file name.
-pub const FILE: &str = "MANIFEST";
+use crate::storage::{durable, Storage, StorageExt};
 
 /// Every count and id of a manifest (all but the seed) is below this. No store comes near it
 /// (2^62 pushes take centuries); a larger value is corruption, and below it the sums a flush
 /// makes of these values cannot overflow.
-pub const COUNTER_LIMIT: u64 = 1 << 62;
+pub(crate) const COUNTER_LIMIT: u64 = 1 << 62;
 
 /// The content of a manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Manifest {
+pub(crate) struct Manifest {
     /// The signature seed, chosen at creation.
     pub seed: u64,
     /// The number of this commit (increases by one at each switch).
@@ -64,7 +63,7 @@ pub struct Manifest {
 
 impl Manifest {
     /// Encodes the manifest.
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(128 + 24 * self.segments.len());
         b.put_u32(MAGIC_M);
         b.put_u32(VERSION);
@@ -102,8 +101,8 @@ impl Manifest {
     }
 
     /// Decodes and checks a manifest read from `file`.
-    pub fn decode(bytes: &[u8], file: &str) -> Result<Manifest> {
-        let mut c = Cursor::new(bytes, file, 0);
+    pub(crate) fn decode(bytes: &[u8], file: &str) -> Result<Manifest> {
+        let mut c = ByteReader::new(bytes, file, 0);
         c.magic(MAGIC_M)?;
         c.version()?;
         let seed = c.u64()?;
@@ -125,9 +124,10 @@ impl Manifest {
             return Err(Error::corrupt(
                 file,
                 at,
-                crate::error::Corruption::Field {
+                Corruption::OutOfRange {
                     field: "segment count",
                     found: n as u64,
+                    limit: (c.remaining() / 24 + 1) as u64,
                 },
             ));
         }
@@ -146,9 +146,10 @@ impl Manifest {
             return Err(Error::corrupt(
                 file,
                 at,
-                crate::error::Corruption::Field {
+                Corruption::OutOfRange {
                     field: "run count",
                     found: n as u64,
+                    limit: (c.remaining() / 40 + 1) as u64,
                 },
             ));
         }
@@ -163,16 +164,7 @@ impl Manifest {
             });
         }
         c.check_crc()?;
-        if c.remaining() != 0 {
-            return Err(Error::corrupt(
-                file,
-                c.offset(),
-                crate::error::Corruption::Field {
-                    field: "trailing bytes",
-                    found: c.remaining() as u64,
-                },
-            ));
-        }
+        c.end()?;
         Ok(Manifest {
             seed,
             commit,
@@ -193,29 +185,39 @@ impl Manifest {
     }
 
     /// Reads the manifest of `storage`; `Ok(None)` if there is none.
-    pub fn load(storage: &dyn Storage) -> Result<Option<Manifest>> {
-        let f = match storage.open(FILE) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io("open", FILE, e)),
-        };
-        let bytes = f.read_all().map_err(|e| Error::io("read", FILE, e))?;
-        Manifest::decode(&bytes, FILE).map(Some)
+    pub(crate) fn load(storage: &dyn Storage) -> Result<Option<Manifest>> {
+        match storage.open_if_exists(MANIFEST)? {
+            Some(f) => Manifest::decode(&f.read_all()?, MANIFEST).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// F's committed end.
+    pub(crate) fn frontier_end(&self) -> frontier::End {
+        frontier::End {
+            tail: self.f_tail,
+            tail_len: self.f_tail_len,
+            count: self.f_count,
+        }
+    }
+
+    /// Records F's new end.
+    pub(crate) fn set_frontier_end(&mut self, end: frontier::End) {
+        self.f_tail = end.tail;
+        self.f_tail_len = end.tail_len;
+        self.f_count = end.count;
     }
 
     /// Commits this manifest: when this returns Ok it is durable.
-    pub fn commit_to(&self, storage: &dyn Storage) -> Result<()> {
+    pub(crate) fn commit_to(&self, storage: &dyn Storage) -> Result<()> {
         if crate::planted::active(crate::planted::Bug::NoDirFsync) {
-            let tmp = format!("{FILE}.tmp");
-            let planted = (|| {
-                let f = storage.create(&tmp)?;
-                f.write_all_at(&self.encode(), 0)?;
-                f.sync()?;
-                storage.rename(&tmp, FILE)
-            })();
-            return planted.map_err(|e| Error::io("commit", FILE, e));
+            let tmp = names::tmp(MANIFEST);
+            let f = storage.create_file(&tmp)?;
+            f.write_all_at(&self.encode(), 0)?;
+            f.sync()?;
+            return durable::rename(storage, &tmp, MANIFEST);
         }
-        durable::replace(storage, FILE, &self.encode()).map_err(|e| Error::io("commit", FILE, e))
+        durable::replace(storage, MANIFEST, &self.encode())
     }
 }
 
@@ -264,17 +266,17 @@ mod tests {
     fn a_manifest_round_trips_and_any_flipped_bit_is_caught() {
         let m = sample();
         let b = m.encode();
-        assert_eq!(Manifest::decode(&b, FILE).unwrap(), m);
+        assert_eq!(Manifest::decode(&b, MANIFEST).unwrap(), m);
         for bit in 0..b.len() * 8 {
             let mut c = b.clone();
             c[bit / 8] ^= 1 << (bit % 8);
             assert!(
-                Manifest::decode(&c, FILE).unwrap_err().is_corruption(),
+                Manifest::decode(&c, MANIFEST).unwrap_err().is_corruption(),
                 "bit {bit}"
             );
         }
         for len in 0..b.len() {
-            assert!(Manifest::decode(&b[..len], FILE)
+            assert!(Manifest::decode(&b[..len], MANIFEST)
                 .unwrap_err()
                 .is_corruption());
         }
@@ -284,7 +286,7 @@ mod tests {
     fn a_count_past_its_limit_or_an_id_not_below_next_id_is_corruption() {
         let mut m = sample();
         m.flushes = COUNTER_LIMIT - 1;
-        assert_eq!(Manifest::decode(&m.encode(), FILE).unwrap(), m);
+        assert_eq!(Manifest::decode(&m.encode(), MANIFEST).unwrap(), m);
         let edits: [fn(&mut Manifest); 8] = [
             |m| m.next_id = u64::MAX,
             |m| m.f_tail = m.next_id,
@@ -298,11 +300,11 @@ mod tests {
         for (i, edit) in edits.iter().enumerate() {
             let mut m = sample();
             edit(&mut m);
-            let e = Manifest::decode(&m.encode(), FILE).unwrap_err();
+            let e = Manifest::decode(&m.encode(), MANIFEST).unwrap_err();
             assert!(e.is_corruption(), "edit {i}: {e}");
         }
         let mut m = sample();
         m.seed = u64::MAX;
-        assert_eq!(Manifest::decode(&m.encode(), FILE).unwrap(), m);
+        assert_eq!(Manifest::decode(&m.encode(), MANIFEST).unwrap(), m);
     }
 }

@@ -3,16 +3,16 @@
 use crate::error::{Error, Result};
 
 /// Default memory budget: 64 MiB.
-pub const DEFAULT_MEMORY: usize = 64 << 20;
+pub(crate) const DEFAULT_MEMORY: usize = 64 << 20;
 /// Default maximum URL length: 64 KiB.
-pub const DEFAULT_MAX_URL_LEN: usize = 64 << 10;
+pub(crate) const DEFAULT_MAX_URL_LEN: usize = 64 << 10;
 /// The largest maximum URL length accepted: 1 GiB.
-pub const MAX_MAX_URL_LEN: usize = 1 << 30;
+pub(crate) const MAX_MAX_URL_LEN: usize = 1 << 30;
 /// Bytes of the budget per slot of S: a 12-byte (signature, index) slot in the buffer that
 /// fills, and one in the buffer being flushed, which is sorted in place into its pairs.
-pub const BYTES_PER_SLOT: usize = 24;
+pub(crate) const BYTES_PER_SLOT: usize = 24;
 /// The smallest memory budget accepted: 1 MiB.
-pub const MIN_MEMORY: usize = 1 << 20;
+pub(crate) const MIN_MEMORY: usize = 1 << 20;
 
 /// When pushes are made durable without an explicit [`crate::Sieve::sync`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -51,12 +51,21 @@ impl Default for Options {
             defer_merges: false,
             frontier_low: None,
             recent: None,
-            frame_bytes: crate::log::FRAME_TARGET,
+            frame_bytes: crate::frames::FRAME_TARGET,
         }
     }
 }
 
 impl Options {
+    /// The default memory budget: 64 MiB.
+    pub const DEFAULT_MEMORY: usize = DEFAULT_MEMORY;
+    /// The smallest memory budget accepted: 1 MiB.
+    pub const MIN_MEMORY: usize = MIN_MEMORY;
+    /// The default maximum URL length: 64 KiB.
+    pub const DEFAULT_MAX_URL_LEN: usize = DEFAULT_MAX_URL_LEN;
+    /// The largest maximum URL length accepted: 1 GiB.
+    pub const MAX_MAX_URL_LEN: usize = MAX_MAX_URL_LEN;
+
     /// Default options: 64 MiB, 64 KiB URLs, manual sync, a random seed, background flushes.
     pub fn new() -> Options {
         Options::default()
@@ -197,21 +206,21 @@ impl Options {
 
 /// The bytes reserved out of a budget for a merge's buffers (see [`max_runs`]); the fixed
 /// frame, segment and run buffers come beside the budget (`docs/design.md`, "Memory").
-pub fn io_reserve(memory: usize) -> usize {
+pub(crate) fn io_reserve(memory: usize) -> usize {
     (4 << 20).min(memory / 4)
 }
 
 /// Bytes of buffers per input run of a merge (a decoded block, its raw bytes, and the
 /// buffer of the run's new positions).
-pub const MERGE_BYTES_PER_RUN: usize = 32 << 10;
+pub(crate) const MERGE_BYTES_PER_RUN: usize = 32 << 10;
 
 /// The most runs waiting for a merge: the merge's buffers must fit in the I/O reserve.
-pub fn max_runs(memory: usize) -> usize {
+pub(crate) fn max_runs(memory: usize) -> usize {
     (io_reserve(memory) / MERGE_BYTES_PER_RUN).clamp(4, 128)
 }
 
 /// The default size of the cache of recent signatures for a budget: 1/128 of it, at most
 /// 512 KiB (an L2 cache's size: a lookup must cost less than the push it saves).
-pub fn recent_default(memory: usize) -> usize {
+pub(crate) fn recent_default(memory: usize) -> usize {
     (memory / 128).min(512 << 10)
 }

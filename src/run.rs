@@ -13,35 +13,25 @@
 //! [`RUN_BLOCK`] pairs except the last, so block `i` starts at a computed offset and a lookup
 //! is a binary search over blocks, without an index in memory.
 
-use std::sync::Arc;
-
-use crate::error::{Corruption, Error, Result};
-use crate::format::{crc, seal, Cursor, PutLe, MAGIC_R, VERSION};
-use crate::storage::{Storage, StorageFile};
+use crate::buffer::Slot;
+use crate::error::{Corruption, Result};
+use crate::format::{crc, seal, ByteReader, PutLe, MAGIC_R, VERSION};
+use crate::names;
+use crate::storage::{File, Storage, StorageExt};
 
 /// Pairs per block.
 pub const RUN_BLOCK: usize = 1024;
 /// Bytes of the header.
 pub const HEADER_LEN: u64 = 52;
-const PAIR: usize = 12;
+/// Bytes of a pair: a signature and an index.
+pub(crate) const PAIR: usize = 12;
 pub(crate) const FULL_BLOCK: u64 = (8 + PAIR * RUN_BLOCK) as u64;
 const WRITE_BUFFER: usize = 1 << 20;
-
-/// The name of the run file with id `id`.
-pub fn file_name(id: u64) -> String {
-    format!("r-{id:016x}.run")
-}
-
-/// Parses a run file name.
-pub fn parse_name(name: &str) -> Option<u64> {
-    let hex = name.strip_prefix("r-")?.strip_suffix(".run")?;
-    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
-}
 
 /// What the manifest records of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunMeta {
-    /// The run's id (its file is [`file_name`]`(id)`).
+    /// The run's id (its file is `r-<id>.run`).
     pub id: u64,
     /// The A generation the run's records are in.
     pub gen: u64,
@@ -81,70 +71,10 @@ fn header(meta: &RunMeta) -> Vec<u8> {
     b
 }
 
-/// A slot of S: a signature and the index of its record in the batch, in 12 bytes (the
-/// index is what the pair of a run keeps; BUbiNG packs its sieve's buffer the same way).
-/// A full buffer is sorted in place into a run's pairs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(C, packed(4))]
-pub struct Slot {
-    /// The URL's signature.
-    pub sig: u64,
-    /// The record's index in its batch.
-    pub idx: u32,
-}
-
-/// Slots a new buffer of S is allocated for: it grows, to at most the buffer's size, only
-/// as slots come, so a small batch never holds the whole budget.
-pub const FIRST_SLOTS: usize = 1 << 16;
-
-/// Appends `slot` to the buffer `s` of at most `slots` slots. The buffer's capacity grows by
-/// doubling up to exactly `slots`, never past it: the budget counts `slots` slots.
-#[inline]
-pub fn push_slot(s: &mut Vec<Slot>, slot: Slot, slots: usize) {
-    if s.len() == s.capacity() {
-        grow(s, slots);
-    }
-    s.push(slot);
-}
-
-#[cold]
-fn grow(s: &mut Vec<Slot>, slots: usize) {
-    let target = (2 * s.capacity())
-        .max(FIRST_SLOTS)
-        .min(slots)
-        .max(s.len() + 1);
-    s.reserve_exact(target - s.len());
-}
-
-/// Sorts a full buffer in place into the pairs of a run: by signature, each signature once
-/// with the index of its first occurrence.
-///
-/// The sort orders by signature only (a radix sort, `src/sort.rs`), and the pass that
-/// removes repeats keeps the smallest index of each signature.
-pub fn sort_slots(slots: &mut Vec<Slot>) {
-    crate::sort::sort_by_sig(slots);
-    let mut kept = 0;
-    for i in 0..slots.len() {
-        let p = slots[i];
-        if kept > 0 && slots[kept - 1].sig == p.sig {
-            if p.idx < slots[kept - 1].idx {
-                slots[kept - 1].idx = p.idx;
-            }
-        } else {
-            slots[kept] = p;
-            kept += 1;
-        }
-    }
-    slots.truncate(kept);
-}
-
 /// Writes the run `meta` from `pairs` (strictly increasing signatures) and fsyncs it.
 pub fn write(storage: &dyn Storage, meta: RunMeta, pairs: &[Slot]) -> Result<()> {
-    let name = file_name(meta.id);
     debug_assert_eq!(pairs.len() as u64, meta.pairs);
-    let file = storage
-        .create(&name)
-        .map_err(|e| Error::io("create", &name, e))?;
+    let file = storage.create_file(&names::r(meta.id))?;
     let mut buf = header(&meta);
     let mut written = 0u64;
     for block in pairs.chunks(RUN_BLOCK) {
@@ -157,35 +87,31 @@ pub fn write(storage: &dyn Storage, meta: RunMeta, pairs: &[Slot]) -> Result<()>
         let c = crc(&buf[start..]);
         buf.put_u32(c);
         if buf.len() >= WRITE_BUFFER {
-            file.write_all_at(&buf, written)
-                .map_err(|e| Error::io("write", &name, e))?;
+            file.write_all_at(&buf, written)?;
             written += buf.len() as u64;
             buf.clear();
         }
     }
     if !buf.is_empty() {
-        file.write_all_at(&buf, written)
-            .map_err(|e| Error::io("write", &name, e))?;
+        file.write_all_at(&buf, written)?;
     }
-    file.sync().map_err(|e| Error::io("fsync", &name, e))
+    file.sync()
 }
 
 /// An open run.
 pub struct Run {
-    file: Arc<dyn StorageFile>,
-    name: String,
+    file: File,
     meta: RunMeta,
 }
 
 impl Run {
     /// Opens a run and checks its header and length against `meta`.
     pub fn open(storage: &dyn Storage, meta: RunMeta) -> Result<Run> {
-        let name = file_name(meta.id);
-        let file = crate::segment::open_exact(storage, &name, meta.bytes())?;
+        let file = crate::segment::open_exact(storage, &names::r(meta.id), meta.bytes())?;
+        let name = file.name();
         let mut h = vec![0u8; HEADER_LEN as usize];
-        file.read_exact_at(&mut h, 0)
-            .map_err(|e| Error::io("read", &name, e))?;
-        let mut c = Cursor::new(&h, &name, 0);
+        file.read_exact_at(&mut h, 0)?;
+        let mut c = ByteReader::new(&h, name, 0);
         c.magic(MAGIC_R)?;
         c.version()?;
         for (field, want) in [
@@ -199,15 +125,18 @@ impl Run {
             let got = c.u64()?;
             if got != want {
                 c.check_crc()?;
-                return Err(Error::corrupt(
-                    &name,
+                return Err(file.corrupt(
                     at,
-                    Corruption::Field { field, found: got },
+                    Corruption::Mismatch {
+                        field,
+                        expected: want,
+                        found: got,
+                    },
                 ));
             }
         }
         c.check_crc()?;
-        Ok(Run { file, name, meta })
+        Ok(Run { file, meta })
     }
 
     /// The run's manifest entry.
@@ -217,7 +146,7 @@ impl Run {
 
     /// The file name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.file.name()
     }
 
     /// Reads, checks and decodes block `i` into `out` (cleared first).
@@ -230,27 +159,23 @@ impl Run {
             RUN_BLOCK
         };
         let mut bytes = vec![0u8; 8 + count * PAIR];
-        self.file
-            .read_exact_at(&mut bytes, offset)
-            .map_err(|e| Error::io("read", &self.name, e))?;
+        self.file.read_exact_at(&mut bytes, offset)?;
         let body = bytes.len() - 4;
         let stored = u32::from_le_bytes(bytes[body..].try_into().expect("4 bytes"));
         let computed = crc(&bytes[..body]);
         if stored != computed {
-            return Err(Error::corrupt(
-                &self.name,
-                offset,
-                Corruption::Checksum { stored, computed },
-            ));
+            return Err(self
+                .file
+                .corrupt(offset, Corruption::Checksum { stored, computed }));
         }
-        let mut c = Cursor::new(&bytes[..body], &self.name, offset);
+        let mut c = ByteReader::new(&bytes[..body], self.name(), offset);
         let found = c.u32()?;
         if found as usize != count {
-            return Err(Error::corrupt(
-                &self.name,
+            return Err(self.file.corrupt(
                 offset,
-                Corruption::Field {
+                Corruption::Mismatch {
                     field: "run block count",
+                    expected: count as u64,
                     found: found as u64,
                 },
             ));
@@ -263,8 +188,7 @@ impl Run {
         let mut prev: Option<u64> = None;
         for (k, &(sig, idx)) in out.iter().enumerate() {
             if prev.is_some_and(|p| sig <= p) {
-                return Err(Error::corrupt(
-                    &self.name,
+                return Err(self.file.corrupt(
                     offset + 4 + (k * PAIR) as u64,
                     Corruption::OutOfOrder {
                         previous: prev.unwrap_or(0),
@@ -273,12 +197,12 @@ impl Run {
                 ));
             }
             if u64::from(idx) >= self.meta.records {
-                return Err(Error::corrupt(
-                    &self.name,
+                return Err(self.file.corrupt(
                     offset + 12 + (k * PAIR) as u64,
-                    Corruption::Field {
+                    Corruption::OutOfRange {
                         field: "run record index",
-                        found: idx as u64,
+                        found: u64::from(idx),
+                        limit: self.meta.records,
                     },
                 ));
             }
@@ -347,8 +271,7 @@ impl Iterator for RunIter<'_> {
             let first = self.buf[0].0;
             if let Some(prev) = self.last.filter(|&p| first <= p) {
                 self.failed = true;
-                return Some(Err(Error::corrupt(
-                    &self.run.name,
+                return Some(Err(self.run.file.corrupt(
                     HEADER_LEN + self.block * FULL_BLOCK,
                     Corruption::OutOfOrder {
                         previous: prev,
@@ -373,77 +296,6 @@ mod tests {
 
     fn slots(pairs: &[(u64, u32)]) -> Vec<Slot> {
         pairs.iter().map(|&(sig, idx)| Slot { sig, idx }).collect()
-    }
-
-    #[test]
-    fn a_buffer_of_s_grows_to_exactly_its_slots() {
-        for max in [1, 1000, FIRST_SLOTS, FIRST_SLOTS + 1, 5 * FIRST_SLOTS + 3] {
-            let mut s = Vec::new();
-            for i in 0..max {
-                push_slot(
-                    &mut s,
-                    Slot {
-                        sig: i as u64,
-                        idx: i as u32,
-                    },
-                    max,
-                );
-                assert!(s.capacity() <= max, "{max}");
-            }
-            assert_eq!(s.capacity(), max);
-            // Past `slots` (a batch that recovery fills), it still grows.
-            push_slot(&mut s, Slot { sig: 0, idx: 0 }, max);
-            assert_eq!(s.len(), max + 1);
-        }
-    }
-
-    #[test]
-    fn sorting_slots_keeps_the_first_occurrence_of_each_signature() {
-        let mut s = slots(&[(9, 0), (3, 1), (9, 2), (1, 3), (3, 4), (9, 5)]);
-        sort_slots(&mut s);
-        assert_eq!(s, slots(&[(1, 3), (3, 1), (9, 0)]));
-        assert_eq!(std::mem::size_of::<Slot>(), 12);
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn sorting_slots_agrees_with_a_sort_of_pairs(
-            sigs in proptest::collection::vec(
-                proptest::prop_oneof![proptest::num::u64::ANY, 0u64..4],
-                0..3000,
-            ),
-            reversed: bool,
-        ) {
-            let n = sigs.len() as u32;
-            let mut s: Vec<Slot> = (0..n)
-                .zip(&sigs)
-                .map(|(i, &sig)| Slot { sig, idx: if reversed { n - 1 - i } else { i } })
-                .collect();
-            let mut expected = s.clone();
-            expected.sort_unstable_by_key(|p| (p.sig, p.idx));
-            expected.dedup_by_key(|p| p.sig);
-            sort_slots(&mut s);
-            proptest::prop_assert_eq!(s, expected);
-        }
-    }
-
-    #[test]
-    fn sorting_slots_orders_large_buffers_with_hot_repeats() {
-        // Uniform signatures with a few very frequent ones, as a crawl's home pages are.
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut s = Vec::new();
-        for i in 0..200_000u32 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let sig = if x % 5 == 0 { x % 7 } else { x };
-            s.push(Slot { sig, idx: i });
-        }
-        let mut expected = s.clone();
-        expected.sort_unstable_by_key(|p| (p.sig, p.idx));
-        expected.dedup_by_key(|p| p.sig);
-        sort_slots(&mut s);
-        assert_eq!(s, expected);
     }
 
     fn sample(n: usize) -> Vec<(u64, u32)> {
@@ -488,11 +340,11 @@ mod tests {
             pairs: pairs.len() as u64,
         };
         write(&disk, meta, &slots(&pairs)).unwrap();
-        let good = disk.content(&file_name(1)).unwrap();
+        let good = disk.content(&names::r(1)).unwrap();
         for bit in (0..good.len() * 8).step_by(13) {
             let mut bad = good.clone();
             bad[bit / 8] ^= 1 << (bit % 8);
-            disk.set_content(&file_name(1), bad);
+            disk.set_content(&names::r(1), bad);
             let r = Run::open(&disk, meta).and_then(|r| r.iter().collect::<Result<Vec<_>>>());
             assert!(r.unwrap_err().is_corruption(), "bit {bit}");
         }

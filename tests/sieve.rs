@@ -365,7 +365,7 @@ fn check_against_model(
                 sieve.flush().unwrap();
                 acked = urls.len();
                 assert_eq!(
-                    sieve.frontier_pending() as usize + committed.len() + read.len(),
+                    sieve.frontier_unread() as usize + committed.len() + read.len(),
                     emit_model(&urls).len()
                 );
             }

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use crivello::storage::sim::FaultKind;
 use crivello::storage::SimDisk;
-use crivello::uniq::{Input, SharedBuffer, Uniq};
-use crivello::{Error, Options};
+use crivello::uniq::{Error, Input, SharedBuffer, Uniq};
+use crivello::Options;
 use proptest::prelude::*;
 
 /// What `LC_ALL=C awk '!seen[$0]++'` prints for these inputs in order.

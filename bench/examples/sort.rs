@@ -1,4 +1,4 @@
-//! The sort of a full buffer of S into a run's pairs (`crivello::run::sort_slots`: a radix
+//! The sort of a full buffer of S into a run's pairs (`crivello::internals::sort_slots`: a radix
 //! sort in place, then the removal of repeats) against the same work done with the standard
 //! library's sort, on the signatures of the synthetic crawl stream: the figures behind
 //! `src/sort.rs`.
@@ -12,7 +12,7 @@ mod stream;
 
 use std::time::Instant;
 
-use crivello::run::{sort_slots, Slot};
+use crivello::internals::{sort_slots, Slot};
 use stream::Stream;
 
 fn std_sort_slots(slots: &mut Vec<Slot>) {

@@ -1,6 +1,6 @@
-//! Fuzz target `canary`: see `crivello::fuzzing` and `docs/testing.md`.
+//! Fuzz target `canary`: see `crivello::testing::fuzz` and `docs/testing.md`.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    (crivello::fuzzing::target("canary").expect("a known target"))(data)
+    (crivello::testing::fuzz::target("canary").expect("a known target"))(data)
 });

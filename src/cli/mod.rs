@@ -312,7 +312,7 @@ pub fn require_sieve(dir: &Path) -> anyhow::Result<()> {
             "give the directory of an existing sieve (`crivello push DIR` creates one)",
         ));
     }
-    let manifest = dir.join(crivello::manifest::FILE);
+    let manifest = dir.join(crivello::MANIFEST_FILE);
     let exists = manifest
         .try_exists()
         .with_context(|| format!("look for {}", manifest.display()))?;
@@ -321,7 +321,7 @@ pub fn require_sieve(dir: &Path) -> anyhow::Result<()> {
             format!(
                 "{}: no sieve in this directory (no {})",
                 dir.display(),
-                crivello::manifest::FILE
+                crivello::MANIFEST_FILE
             ),
             "give the directory of an existing sieve (`crivello push DIR` creates one)",
         ));

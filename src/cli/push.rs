@@ -11,7 +11,6 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use crivello::options::DEFAULT_MAX_URL_LEN;
 use crivello::{InvalidUrl, Options, Sieve};
 
 use super::progress::Progress;
@@ -26,7 +25,7 @@ pub struct PushArgs {
     /// Files of URLs, one per line; none, or "-", reads standard input.
     pub files: Vec<PathBuf>,
     /// The longest URL accepted, in bytes (units as for --memory; at most 1G).
-    #[arg(long, value_name = "SIZE", default_value_t = DEFAULT_MAX_URL_LEN, value_parser = parse_max_url_len)]
+    #[arg(long, value_name = "SIZE", default_value_t = Options::DEFAULT_MAX_URL_LEN, value_parser = parse_max_url_len)]
     pub max_url_len: usize,
     /// Skip invalid lines (empty, or longer than --max-url-len) and report how many on
     /// stderr, instead of stopping at the first one.

@@ -1,7 +1,7 @@
 //! Sizes on the command line: bytes, or a number with a unit K, M or G (powers of 1024),
 //! optionally followed by "B" or "iB", in any case.
 
-use crivello::options::{MAX_MAX_URL_LEN, MIN_MEMORY};
+use crivello::Options;
 
 /// Parses a size: bytes, or a number with a unit K, M or G (powers of 1024), optionally
 /// followed by "B" or "iB", in any case: `512K`, `64M`, `1GiB`, `4096`.
@@ -42,17 +42,22 @@ fn parse_bounded(text: &str, min: u64, max: u64, unit_help: &str) -> Result<usiz
 
 /// Parses `--memory`: a size of at least 1 MiB.
 pub fn parse_memory(text: &str) -> Result<usize, String> {
-    parse_bounded(text, MIN_MEMORY as u64, u64::MAX, "from 1M")
+    parse_bounded(text, Options::MIN_MEMORY as u64, u64::MAX, "from 1M")
 }
 
 /// Parses `--max-url-len`: 1 byte to 1 GiB.
 pub fn parse_max_url_len(text: &str) -> Result<usize, String> {
-    parse_bounded(text, 1, MAX_MAX_URL_LEN as u64, "1 to 1G")
+    parse_bounded(text, 1, Options::MAX_MAX_URL_LEN as u64, "1 to 1G")
 }
 
 /// Parses `--max-line-length`: 1 byte to 1 GiB less one (one byte goes to the line's tag).
 pub fn parse_max_line_length(text: &str) -> Result<usize, String> {
-    parse_bounded(text, 1, MAX_MAX_URL_LEN as u64 - 1, "1 to 1G minus 1")
+    parse_bounded(
+        text,
+        1,
+        Options::MAX_MAX_URL_LEN as u64 - 1,
+        "1 to 1G minus 1",
+    )
 }
 
 #[cfg(test)]

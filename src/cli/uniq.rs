@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context as _, Result};
 use clap::Args;
 use crivello::storage::{DirStorage, Unsynced};
-use crivello::uniq::{Input, Uniq, OUTPUT_NAME};
+use crivello::uniq::{Input, Uniq};
 use crivello::Options;
 
 use super::progress::Progress;
@@ -133,21 +133,23 @@ fn lock(p: &Mutex<Progress>) -> std::sync::MutexGuard<'_, Progress> {
 
 /// Turns an error of the engine into the command's: a closed standard output ends the
 /// command quietly, an over-long line says which option to raise.
-fn uniq_error(e: crivello::Error) -> anyhow::Error {
+fn uniq_error(e: crivello::uniq::Error) -> anyhow::Error {
+    use crivello::uniq::Error as E;
     match e {
-        crivello::Error::Io { file, source, .. }
-            if file == OUTPUT_NAME && source.kind() == std::io::ErrorKind::BrokenPipe =>
-        {
+        E::Output(source) if source.kind() == std::io::ErrorKind::BrokenPipe => {
             anyhow::Error::new(StdoutClosed)
         }
-        crivello::Error::LineTooLong { .. } => {
+        E::LineTooLong { .. } => {
             explained(e.to_string(), "raise --max-line-length (at most 1G - 1)")
         }
-        crivello::Error::Io {
+        E::Input {
             op: "open",
             file,
             source,
         } => anyhow::Error::new(source).context(format!("cannot open {file}")),
+        E::Input { op, file, source } => anyhow::Error::new(source).context(format!("{op} {file}")),
+        E::Output(source) => anyhow::Error::new(source).context("write the output"),
+        E::Store(e) => anyhow::Error::new(e),
         e => anyhow::Error::new(e),
     }
 }

@@ -13,31 +13,27 @@
 //! memory, so that a lookup reads at most one block per segment. A block holds at most
 //! [`BLOCK_SIGS`] signatures.
 
-pub mod rice;
+pub(crate) mod rice;
+mod writer;
 
-use std::sync::Arc;
+pub(crate) use writer::SegmentWriter;
 
 use crate::error::{Corruption, Error, Result};
-use crate::format::{crc, seal, Cursor, PutLe, MAGIC_Z, MAGIC_ZEND, VERSION};
-use crate::storage::{Storage, StorageFile};
+use crate::format::{crc, ByteReader, MAGIC_Z, MAGIC_ZEND};
+use crate::names;
+use crate::storage::{File, Storage, StorageExt};
 
-use rice::{BitReader, BitWriter};
+use rice::BitReader;
 
 /// Signatures per block.
 pub const BLOCK_SIGS: usize = 2048;
 /// Bytes of the header.
 pub const HEADER_LEN: u64 = 20;
-const BLOCK_HEADER: usize = 20;
-const TAIL_LEN: u64 = 16;
-const INDEX_ENTRY: u64 = 20;
-const WRITE_BUFFER: usize = 1 << 20;
+pub(crate) const BLOCK_HEADER: usize = 20;
+pub(crate) const TAIL_LEN: u64 = 16;
+pub(crate) const INDEX_ENTRY: u64 = 20;
 /// Index entries read at a time when a segment is opened (64 KiB of footer).
 const FOOTER_CHUNK: u64 = 3276;
-
-/// The name of the segment file with id `id`.
-pub fn file_name(id: u64) -> String {
-    format!("z-{id:016x}.seg")
-}
 
 /// One entry of the sparse index: 20 bytes in memory as in the footer.
 #[derive(Debug, Clone, Copy)]
@@ -53,194 +49,13 @@ pub struct IndexEntry {
 
 const _: () = assert!(std::mem::size_of::<IndexEntry>() == INDEX_ENTRY as usize);
 
-/// Writes a segment from signatures given in strictly increasing order.
-pub struct SegmentWriter {
-    file: Arc<dyn StorageFile>,
-    name: String,
-    buf: Vec<u8>,
-    written: u64,
-    block: Vec<u64>,
-    index: Vec<IndexEntry>,
-    last: Option<u64>,
-    count: u64,
-    /// The buffer is written out when it holds this many bytes.
-    drain_at: usize,
-}
-
-impl SegmentWriter {
-    /// Creates the segment file `id` (truncating any leftover with that name), for at most
-    /// about `max_sigs` signatures: its sparse index is allocated once for that many (it
-    /// grows if more come).
-    pub fn create(storage: &dyn Storage, id: u64, max_sigs: u64) -> Result<SegmentWriter> {
-        SegmentWriter::create_draining_at(storage, id, max_sigs, WRITE_BUFFER)
-    }
-
-    fn create_draining_at(
-        storage: &dyn Storage,
-        id: u64,
-        max_sigs: u64,
-        drain_at: usize,
-    ) -> Result<SegmentWriter> {
-        let name = file_name(id);
-        let file = storage
-            .create(&name)
-            .map_err(|e| Error::io("create", &name, e))?;
-        let mut buf = Vec::with_capacity(drain_at + 64 * 1024);
-        buf.put_u32(MAGIC_Z);
-        buf.put_u32(VERSION);
-        buf.put_u64(id);
-        seal(&mut buf);
-        Ok(SegmentWriter {
-            file,
-            name,
-            buf,
-            written: 0,
-            block: Vec::with_capacity(BLOCK_SIGS),
-            index: Vec::with_capacity(max_sigs.div_ceil(BLOCK_SIGS as u64) as usize),
-            last: None,
-            count: 0,
-            drain_at,
-        })
-    }
-
-    /// Appends a signature, which must be larger than the previous one.
-    pub fn push(&mut self, sig: u64) -> Result<()> {
-        if let Some(prev) = self.last {
-            if sig <= prev {
-                return Err(Error::corrupt(
-                    &self.name,
-                    self.written + self.buf.len() as u64,
-                    Corruption::OutOfOrder {
-                        previous: prev,
-                        got: sig,
-                    },
-                ));
-            }
-        }
-        self.last = Some(sig);
-        self.block.push(sig);
-        self.count += 1;
-        if self.block.len() == BLOCK_SIGS {
-            self.end_block()?;
-        }
-        Ok(())
-    }
-
-    fn end_block(&mut self) -> Result<()> {
-        if self.block.is_empty() {
-            return Ok(());
-        }
-        let first = self.block[0];
-        let last = *self.block.last().expect("not empty");
-        let n = self.block.len();
-        let k = rice::parameter(
-            last - first - (n as u64 - 1),
-            (n as u64).saturating_sub(1).max(1),
-        );
-        let mut w = BitWriter::new();
-        for pair in self.block.windows(2) {
-            w.write_rice(pair[1] - pair[0] - 1, k);
-        }
-        let payload = w.into_bytes();
-        let offset = self.written + self.buf.len() as u64;
-        let start = self.buf.len();
-        self.buf.put_u32(n as u32);
-        self.buf.put_u32(k);
-        self.buf.put_u64(first);
-        self.buf.put_u32(payload.len() as u32);
-        self.buf.extend_from_slice(&payload);
-        let c = crc(&self.buf[start..]);
-        self.buf.put_u32(c);
-        self.index.push(IndexEntry {
-            first,
-            offset,
-            count: n as u32,
-        });
-        self.block.clear();
-        if self.buf.len() >= self.drain_at {
-            self.drain()?;
-        }
-        Ok(())
-    }
-
-    fn drain(&mut self) -> Result<()> {
-        self.file
-            .write_all_at(&self.buf, self.written)
-            .map_err(|e| Error::io("write", &self.name, e))?;
-        self.written += self.buf.len() as u64;
-        self.buf.clear();
-        Ok(())
-    }
-
-    /// Writes the footer and makes the file durable (its directory entry is not synced
-    /// here); returns the segment, open, with the index the writer built.
-    pub fn finish(mut self) -> Result<Segment> {
-        self.end_block()?;
-        let footer_offset = self.written + self.buf.len() as u64;
-        // The footer goes out through the buffer as the blocks did, so that the buffer never
-        // holds the whole index.
-        let mut hasher = crc32fast::Hasher::new();
-        let mut start = self.buf.len();
-        self.buf.put_u64(self.index.len() as u64);
-        self.buf.put_u64(self.count);
-        let index = std::mem::take(&mut self.index);
-        for e in &index {
-            self.buf.put_u64(e.first);
-            self.buf.put_u64(e.offset);
-            self.buf.put_u32(e.count);
-            if self.buf.len() >= self.drain_at {
-                hasher.update(&self.buf[start..]);
-                self.drain()?;
-                start = 0;
-            }
-        }
-        hasher.update(&self.buf[start..]);
-        self.buf.put_u32(hasher.finalize());
-        let tail_start = self.buf.len();
-        self.buf.put_u64(footer_offset);
-        let c = crc(&self.buf[tail_start..]);
-        self.buf.put_u32(c);
-        self.buf.put_u32(MAGIC_ZEND);
-        self.drain()?;
-        self.file
-            .sync()
-            .map_err(|e| Error::io("fsync", &self.name, e))?;
-        let meta = SegmentMeta {
-            id: self.id(),
-            sigs: self.count,
-            bytes: self.written,
-        };
-        Ok(Segment {
-            file: self.file,
-            name: self.name,
-            meta,
-            index,
-        })
-    }
-
-    fn id(&self) -> u64 {
-        u64::from_str_radix(&self.name[2..18], 16).unwrap_or(0)
-    }
-}
-
 /// Opens the immutable file `name`, which the manifest says is `bytes` long: a missing file
 /// or another length is corruption.
-pub(crate) fn open_exact(
-    storage: &dyn Storage,
-    name: &str,
-    bytes: u64,
-) -> Result<Arc<dyn StorageFile>> {
-    let file = match storage.open(name) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::corrupt(name, 0, Corruption::Missing))
-        }
-        Err(e) => return Err(Error::io("open", name, e)),
-    };
-    let len = file.len().map_err(|e| Error::io("stat", name, e))?;
+pub(crate) fn open_exact(storage: &dyn Storage, name: &str, bytes: u64) -> Result<File> {
+    let file = storage.open_file(name)?;
+    let len = file.len()?;
     if len != bytes {
-        return Err(Error::corrupt(
-            name,
+        return Err(file.corrupt(
             len.min(bytes),
             Corruption::Truncated {
                 needed: bytes,
@@ -254,7 +69,7 @@ pub(crate) fn open_exact(
 /// What the manifest records of a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentMeta {
-    /// The segment's id (its file is [`file_name`]`(id)`).
+    /// The segment's id (its file is `z-<id>.seg`).
     pub id: u64,
     /// Number of signatures.
     pub sigs: u64,
@@ -264,8 +79,7 @@ pub struct SegmentMeta {
 
 /// An open segment: the file and its sparse index.
 pub struct Segment {
-    file: Arc<dyn StorageFile>,
-    name: String,
+    file: File,
     meta: SegmentMeta,
     index: Vec<IndexEntry>,
 }
@@ -278,12 +92,12 @@ impl Segment {
 
     /// [`Segment::open`], reading the footer `chunk` index entries at a time.
     fn open_reading(storage: &dyn Storage, meta: SegmentMeta, chunk: u64) -> Result<Segment> {
-        let name = file_name(meta.id);
-        let file = open_exact(storage, &name, meta.bytes)?;
+        let file = open_exact(storage, &names::z(meta.id), meta.bytes)?;
+        let name = file.name();
         let len = meta.bytes;
         if len < HEADER_LEN + TAIL_LEN + 20 {
             return Err(Error::corrupt(
-                &name,
+                name,
                 0,
                 Corruption::Truncated {
                     needed: HEADER_LEN + TAIL_LEN + 20,
@@ -292,36 +106,36 @@ impl Segment {
             ));
         }
         let mut header = [0u8; HEADER_LEN as usize];
-        file.read_exact_at(&mut header, 0)
-            .map_err(|e| Error::io("read", &name, e))?;
-        let mut c = Cursor::new(&header, &name, 0);
+        file.read_exact_at(&mut header, 0)?;
+        let mut c = ByteReader::new(&header, name, 0);
         c.magic(MAGIC_Z)?;
         c.version()?;
         let id = c.u64()?;
         c.check_crc()?;
         if id != meta.id {
             return Err(Error::corrupt(
-                &name,
+                name,
                 8,
-                Corruption::Field {
+                Corruption::Mismatch {
                     field: "segment id",
+                    expected: meta.id,
                     found: id,
                 },
             ));
         }
         let mut tail = [0u8; TAIL_LEN as usize];
-        file.read_exact_at(&mut tail, len - TAIL_LEN)
-            .map_err(|e| Error::io("read", &name, e))?;
-        let mut c = Cursor::new(&tail, &name, len - TAIL_LEN);
+        file.read_exact_at(&mut tail, len - TAIL_LEN)?;
+        let mut c = ByteReader::new(&tail, name, len - TAIL_LEN);
         let footer_offset = c.u64()?;
         c.check_crc()?;
         c.magic(MAGIC_ZEND)?;
         if footer_offset < HEADER_LEN || footer_offset + 20 > len - TAIL_LEN {
             return Err(Error::corrupt(
-                &name,
+                name,
                 len - TAIL_LEN,
-                Corruption::Field {
+                Corruption::Invalid {
                     field: "footer offset",
+                    expected: "between the header and the tail, with room for the footer",
                     found: footer_offset,
                 },
             ));
@@ -329,9 +143,8 @@ impl Segment {
         // The footer is read a chunk at a time, so that opening never holds it whole.
         let footer_len = len - TAIL_LEN - footer_offset;
         let mut head = [0u8; 16];
-        file.read_exact_at(&mut head, footer_offset)
-            .map_err(|e| Error::io("read", &name, e))?;
-        let mut c = Cursor::new(&head, &name, footer_offset);
+        file.read_exact_at(&mut head, footer_offset)?;
+        let mut c = ByteReader::new(&head, name, footer_offset);
         let blocks = c.u64()?;
         let sigs = c.u64()?;
         if blocks
@@ -340,10 +153,11 @@ impl Segment {
             != Some(footer_len)
         {
             return Err(Error::corrupt(
-                &name,
+                name,
                 footer_offset,
-                Corruption::Field {
+                Corruption::Invalid {
                     field: "block count",
+                    expected: "the count the footer's length holds",
                     found: blocks,
                 },
             ));
@@ -358,10 +172,9 @@ impl Segment {
         while (index.len() as u64) < blocks {
             let n = (blocks - index.len() as u64).min(chunk);
             let bytes = &mut bytes[..(n * INDEX_ENTRY) as usize];
-            file.read_exact_at(bytes, at)
-                .map_err(|e| Error::io("read", &name, e))?;
+            file.read_exact_at(bytes, at)?;
             hasher.update(bytes);
-            let mut c = Cursor::new(bytes, &name, at);
+            let mut c = ByteReader::new(bytes, name, at);
             for _ in 0..n {
                 let at = c.offset();
                 let first = c.u64()?;
@@ -375,10 +188,12 @@ impl Segment {
                     || bad_order
                 {
                     return Err(Error::corrupt(
-                        &name,
+                        name,
                         at,
-                        Corruption::Field {
-                            field: "index entry",
+                        Corruption::Invalid {
+                            field: "index entry's block offset",
+                            expected: "increasing offsets and first signatures, 1 to 2048 \
+                                       signatures per block, blocks between header and footer",
                             found: offset,
                         },
                     ));
@@ -394,32 +209,32 @@ impl Segment {
             at += n * INDEX_ENTRY;
         }
         let mut stored = [0u8; 4];
-        file.read_exact_at(&mut stored, at)
-            .map_err(|e| Error::io("read", &name, e))?;
+        file.read_exact_at(&mut stored, at)?;
         let (stored, computed) = (u32::from_le_bytes(stored), hasher.finalize());
         if stored != computed {
             return Err(Error::corrupt(
-                &name,
+                name,
                 at,
                 Corruption::Checksum { stored, computed },
             ));
         }
-        if total != sigs || sigs != meta.sigs {
-            return Err(Error::corrupt(
-                &name,
-                footer_offset,
-                Corruption::Field {
-                    field: "signature count",
-                    found: sigs,
-                },
-            ));
+        for (field, expected) in [
+            ("signatures in the manifest's entry", meta.sigs),
+            ("signatures in the blocks", total),
+        ] {
+            if sigs != expected {
+                return Err(Error::corrupt(
+                    name,
+                    footer_offset + 8,
+                    Corruption::Mismatch {
+                        field,
+                        expected,
+                        found: sigs,
+                    },
+                ));
+            }
         }
-        Ok(Segment {
-            file,
-            name,
-            meta,
-            index,
-        })
+        Ok(Segment { file, meta, index })
     }
 
     /// The segment's manifest entry.
@@ -429,7 +244,7 @@ impl Segment {
 
     /// The file name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.file.name()
     }
 
     /// The sparse index.
@@ -453,10 +268,8 @@ impl Segment {
             .get(i + 1)
             .map_or_else(|| self.footer_offset(), |n| n.offset);
         let mut bytes = vec![0u8; (end - e.offset) as usize];
-        self.file
-            .read_exact_at(&mut bytes, e.offset)
-            .map_err(|err| Error::io("read", &self.name, err))?;
-        decode_block(&bytes, &self.name, e, out)
+        self.file.read_exact_at(&mut bytes, e.offset)?;
+        decode_block(&bytes, self.name(), e, out)
     }
 
     fn footer_offset(&self) -> u64 {
@@ -503,20 +316,44 @@ fn decode_block(bytes: &[u8], name: &str, e: IndexEntry, out: &mut Vec<u64>) -> 
     if stored != computed {
         return Err(corrupt(Corruption::Checksum { stored, computed }));
     }
-    let mut c = Cursor::new(body, name, e.offset);
+    let mut c = ByteReader::new(body, name, e.offset);
     let count = c.u32()?;
     let k = c.u32()?;
     let first = c.u64()?;
     let payload_len = c.u32()? as usize;
-    if count != e.count
-        || first != e.first
-        || k > 63
-        || payload_len != c.remaining()
-        || payload_len % 8 != 0
-    {
-        return Err(corrupt(Corruption::Field {
-            field: "block header",
-            found: count as u64,
+    for (field, expected, found) in [
+        (
+            "block count, against the index",
+            u64::from(e.count),
+            u64::from(count),
+        ),
+        ("block's first signature, against the index", e.first, first),
+        (
+            "block payload length",
+            c.remaining() as u64,
+            payload_len as u64,
+        ),
+    ] {
+        if found != expected {
+            return Err(corrupt(Corruption::Mismatch {
+                field,
+                expected,
+                found,
+            }));
+        }
+    }
+    if k > 63 {
+        return Err(corrupt(Corruption::OutOfRange {
+            field: "Rice parameter",
+            found: u64::from(k),
+            limit: 64,
+        }));
+    }
+    if payload_len % 8 != 0 {
+        return Err(corrupt(Corruption::Invalid {
+            field: "block payload length",
+            expected: "whole 64-bit words",
+            found: payload_len as u64,
         }));
     }
     let payload = c.take(payload_len)?;
@@ -528,8 +365,9 @@ fn decode_block(bytes: &[u8], name: &str, e: IndexEntry, out: &mut Vec<u64>) -> 
             .read_rice(k)
             .and_then(|gap| prev.checked_add(gap)?.checked_add(1))
             .ok_or_else(|| {
-                corrupt(Corruption::Field {
-                    field: "rice code",
+                corrupt(Corruption::Invalid {
+                    field: "Rice code after signature",
+                    expected: "a gap that fits the payload and 64 bits",
                     found: prev,
                 })
             })?;
@@ -624,7 +462,7 @@ mod tests {
         }
         let (one, two) = (one.finish().unwrap(), two.finish().unwrap());
         let bytes = |disk: &SimDisk| {
-            let f = disk.open(&file_name(1)).unwrap();
+            let f = disk.open(&names::z(1)).unwrap();
             let mut b = vec![0u8; f.len().unwrap() as usize];
             f.read_exact_at(&mut b, 0).unwrap();
             b
@@ -638,7 +476,7 @@ mod tests {
         }
         // A flipped bit in the first signature of the last block fails the footer's
         // checksum, whatever the chunk.
-        let f = small.open(&file_name(1)).unwrap();
+        let f = small.open(&names::z(1)).unwrap();
         let at = f.len().unwrap() - TAIL_LEN - 4 - INDEX_ENTRY;
         let mut b = [0u8; 1];
         f.read_exact_at(&mut b, at).unwrap();

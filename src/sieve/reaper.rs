@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 
 use crate::storage::Storage;
 
-use super::wal;
+use crate::names;
 
 /// The most superseded A generations kept for reuse. Three cover the generations created
 /// between two merges when each merge follows two spills.
@@ -118,7 +118,7 @@ impl Drop for Reaper {
         }
         if let Ok(mut spares) = self.spares.lock() {
             for g in spares.drain(..) {
-                let _ = self.storage.remove(&wal::file_name(g));
+                let _ = self.storage.remove(&names::a(g));
             }
         }
     }
@@ -147,9 +147,9 @@ fn retire_generations(
     spares: &Mutex<Vec<u64>>,
     keep: usize,
 ) {
-    let Ok(names) = storage.list() else { return };
-    for name in names {
-        let Some(g) = wal::parse_name(&name).filter(|g| gens.contains(g)) else {
+    let Ok(listed) = storage.list() else { return };
+    for name in listed {
+        let Some(g) = names::parse_a(&name).filter(|g| gens.contains(g)) else {
             continue;
         };
         match spares.lock() {
@@ -177,12 +177,7 @@ mod tests {
     fn the_work_is_done_by_the_time_the_reaper_is_dropped() {
         for background in [false, true] {
             let disk = Arc::new(SimDisk::new());
-            for name in [
-                wal::file_name(1),
-                wal::file_name(2),
-                wal::file_name(5),
-                "x".into(),
-            ] {
+            for name in [names::a(1), names::a(2), names::a(5), "x".into()] {
                 disk.create(&name).unwrap();
             }
             let handle = disk.open("x").unwrap();
@@ -191,11 +186,7 @@ mod tests {
             reaper.remove("x");
             reaper.release(handle);
             drop(reaper);
-            assert_eq!(
-                names(&disk),
-                [wal::file_name(5)],
-                "background: {background}"
-            );
+            assert_eq!(names(&disk), [names::a(5)], "background: {background}");
         }
     }
 

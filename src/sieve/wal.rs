@@ -16,27 +16,15 @@
 //! every write ends with a tail mark, so that the rest of an old frame cut by the new ones
 //! is never read.
 
-use std::sync::Arc;
-
 use crate::error::{Corruption, Error, Result};
-use crate::format::{seal, Cursor, PutLe, MAGIC_A, VERSION};
-use crate::log::{FrameError, LogReader, LogWriter, FRAME_HEADER};
+use crate::format::{seal, ByteReader, PutLe, MAGIC_A, VERSION};
+use crate::frames::{FrameError, FrameReader, FrameWriter, FRAME_HEADER};
+use crate::names;
 use crate::options::Options;
-use crate::storage::{durable, Storage, StorageFile};
+use crate::storage::{durable, File, Storage, StorageExt};
 
 /// Bytes of an A header.
-pub const HEADER_LEN: u64 = 20;
-
-/// The file name of generation `gen`.
-pub fn file_name(gen: u64) -> String {
-    format!("a-{gen:016x}.log")
-}
-
-/// Parses an A file name.
-pub fn parse_name(name: &str) -> Option<u64> {
-    let hex = name.strip_prefix("a-")?.strip_suffix(".log")?;
-    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
-}
+pub(crate) const HEADER_LEN: u64 = 20;
 
 fn header(gen: u64) -> Vec<u8> {
     let mut b = Vec::with_capacity(HEADER_LEN as usize);
@@ -49,15 +37,14 @@ fn header(gen: u64) -> Vec<u8> {
 
 /// Continues writing generation `gen` after its valid prefix `end` of `records` records, in
 /// the epoch after `last_epoch`.
-pub fn reuse(
-    file: Arc<dyn StorageFile>,
+pub(crate) fn reuse(
+    file: File,
     gen: u64,
     (end, records): (u64, u64),
     last_epoch: i64,
-) -> LogWriter {
-    LogWriter::new(
+) -> FrameWriter {
+    FrameWriter::new(
         file,
-        file_name(gen),
         (end, records),
         gen,
         // Epochs stop at their largest value, as the writer's do.
@@ -69,23 +56,19 @@ pub fn reuse(
 /// Creates generation `gen` with a durable header and directory entry: in the file of the
 /// superseded generation `spare` if given (see the module's documentation), else in a new
 /// file.
-pub fn create(storage: &dyn Storage, gen: u64, spare: Option<u64>) -> Result<LogWriter> {
-    let name = file_name(gen);
+pub(crate) fn create(storage: &dyn Storage, gen: u64, spare: Option<u64>) -> Result<FrameWriter> {
+    let name = names::a(gen);
     match spare {
-        Some(old) => durable::reuse_synced(storage, &file_name(old), &name, &header(gen))
-            .map_err(|e| Error::io("reuse", &file_name(old), e))?,
-        None => durable::create_synced(storage, &name, &header(gen))
-            .map_err(|e| Error::io("create", &name, e))?,
+        Some(old) => durable::reuse_synced(storage, &names::a(old), &name, &header(gen))?,
+        None => durable::create_synced(storage, &name, &header(gen))?,
     }
-    let file = storage
-        .open(&name)
-        .map_err(|e| Error::io("open", &name, e))?;
-    Ok(LogWriter::new(file, name, (HEADER_LEN, 0), gen, 0).with_tail_marks())
+    let file = storage.open_file(&name)?;
+    Ok(FrameWriter::new(file, (HEADER_LEN, 0), gen, 0).with_tail_marks())
 }
 
 /// The writer of a generation as the options want it: its frame size, and its frames written
 /// by a thread of their own with background flushes.
-pub fn configure(mut w: LogWriter, opts: &Options) -> LogWriter {
+pub(crate) fn configure(mut w: FrameWriter, opts: &Options) -> FrameWriter {
     w.set_frame_target(opts.frame_bytes);
     if opts.background {
         w.write_behind()
@@ -98,22 +81,68 @@ pub fn configure(mut w: LogWriter, opts: &Options) -> LogWriter {
 /// syncs it: the generation then ends where its valid prefix does, as if the torn write had
 /// not begun, and a later replay (`check`'s) finds it whole. Recovery does this before it
 /// commits past the generation.
-pub fn mark_torn_tail(gen: u64, r: &Replay) -> Result<()> {
+pub(crate) fn mark_torn_tail(gen: u64, r: &Replay) -> Result<()> {
     if !r.torn || r.valid_end < HEADER_LEN {
         return Ok(());
     }
-    let name = file_name(gen);
-    let mark = crate::log::tail_mark(r.last_epoch.max(0) as u32, gen);
-    r.file
-        .write_all_at(&mark, r.valid_end)
-        .map_err(|e| Error::io("write", &name, e))?;
-    r.file.sync().map_err(|e| Error::io("fsync", &name, e))
+    let mark = crate::frames::tail_mark(r.last_epoch.max(0) as u32, gen);
+    r.file.write_all_at(&mark, r.valid_end)?;
+    r.file.sync()
+}
+
+/// Passes the records of generation `gen` (its `file`) at the increasing `positions`
+/// (relative to record `skip`) to `each`, in order: a merge emits the new URLs so. A
+/// position past the generation's end is corruption (its records were synced before the
+/// run or the batch that names them was flushed).
+pub(crate) fn records_at(
+    file: &File,
+    gen: u64,
+    skip: u64,
+    positions: impl Iterator<Item = u64>,
+    mut each: impl FnMut(&[u8]) -> Result<()>,
+) -> Result<()> {
+    let reader = FrameReader::new(file, file.len()?, u64::MAX, gen).with_tail_marks();
+    let mut offset = HEADER_LEN;
+    let mut record: u64 = 0;
+    let mut next = positions.map(|p| skip + p).peekable();
+    let mut spare = Vec::new();
+    while next.peek().is_some() {
+        let frame = match reader.frame_with(offset, std::mem::take(&mut spare)) {
+            Ok(f) if f.end.is_none() => f,
+            Err(FrameError::Io(e)) => return Err(e),
+            Err(FrameError::Invalid(what)) => return Err(file.corrupt(offset, what)),
+            // The end of the generation (its file or its end frame) with positions left.
+            Ok(_) | Err(FrameError::End) => {
+                return Err(file.corrupt(
+                    offset,
+                    Corruption::Truncated {
+                        needed: 1,
+                        available: 0,
+                    },
+                ))
+            }
+        };
+        offset += frame.size();
+        let end = record + u64::from(frame.count);
+        if next.peek().is_some_and(|&p| p < end) {
+            for url in frame.records() {
+                if next.peek() == Some(&record) {
+                    each(url)?;
+                    next.next();
+                }
+                record += 1;
+            }
+        }
+        record = end;
+        spare = frame.payload;
+    }
+    Ok(())
 }
 
 /// What replaying a generation found.
-pub struct Replay {
+pub(crate) struct Replay {
     /// The file.
-    pub file: Arc<dyn StorageFile>,
+    pub file: File,
     /// Records in the valid prefix.
     pub records: u64,
     /// Whether the file ended in a torn tail (or a torn header).
@@ -138,7 +167,7 @@ impl Replay {
     /// written before the fsync that the next generation's first sync waits for, so a later
     /// synced record proves it durable. (A generation spilled by a recovery has no end frame;
     /// it is never replayed again, being below the next `a_gen`.)
-    pub fn ends_the_stream(&self, last: bool) -> bool {
+    pub(crate) fn ends_the_stream(&self, last: bool) -> bool {
         self.torn || (!last && !self.ended)
     }
 }
@@ -149,22 +178,19 @@ impl Replay {
 /// valid frame at least two epochs later follows it, which proves it had been synced: then
 /// it is corruption. `last` says whether this is the newest generation (only its header may
 /// be torn).
-pub fn replay(
+pub(crate) fn replay(
     storage: &dyn Storage,
     gen: u64,
     last: bool,
     mut each: impl FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<Replay> {
-    let name = file_name(gen);
-    let file = storage
-        .open(&name)
-        .map_err(|e| Error::io("open", &name, e))?;
-    let len = file.len().map_err(|e| Error::io("stat", &name, e))?;
+    let name = names::a(gen);
+    let file = storage.open_file(&name)?;
+    let len = file.len()?;
     let header_ok = (|| -> Result<()> {
         let mut h = [0u8; HEADER_LEN as usize];
         if len < HEADER_LEN {
-            return Err(Error::corrupt(
-                &name,
+            return Err(file.corrupt(
                 0,
                 Corruption::Truncated {
                     needed: HEADER_LEN,
@@ -172,19 +198,18 @@ pub fn replay(
                 },
             ));
         }
-        file.read_exact_at(&mut h, 0)
-            .map_err(|e| Error::io("read", &name, e))?;
-        let mut c = Cursor::new(&h, &name, 0);
+        file.read_exact_at(&mut h, 0)?;
+        let mut c = ByteReader::new(&h, &name, 0);
         c.magic(MAGIC_A)?;
         c.version()?;
         let found = c.u64()?;
         c.check_crc()?;
         if found != gen {
-            return Err(Error::corrupt(
-                &name,
+            return Err(file.corrupt(
                 8,
-                Corruption::Field {
+                Corruption::Mismatch {
                     field: "generation",
+                    expected: gen,
                     found,
                 },
             ));
@@ -208,7 +233,7 @@ pub fn replay(
         }
         return Err(e);
     }
-    let reader = LogReader::new(&*file, len, u64::MAX, gen).with_tail_marks();
+    let reader = FrameReader::new(&file, len, u64::MAX, gen).with_tail_marks();
     let mut offset = HEADER_LEN;
     let mut records = 0u64;
     let mut last_epoch: i64 = -1;
@@ -220,9 +245,10 @@ pub fn replay(
                     return Err(Error::corrupt(
                         &name,
                         offset,
-                        Corruption::Field {
+                        Corruption::Invalid {
                             field: "frame epoch",
-                            found: frame.epoch as u64,
+                            expected: "the previous frame's epoch or the next one",
+                            found: u64::from(frame.epoch),
                         },
                     ));
                 }
@@ -232,8 +258,9 @@ pub fn replay(
                         return Err(Error::corrupt(
                             &name,
                             offset,
-                            Corruption::Field {
+                            Corruption::Mismatch {
                                 field: "records before the end frame",
+                                expected: records,
                                 found: total,
                             },
                         ));
@@ -270,16 +297,13 @@ pub fn replay(
                     last_epoch,
                 });
             }
-            Err(FrameError::Io(e)) => return Err(Error::io("read", &name, e)),
+            Err(FrameError::Io(e)) => return Err(e),
             Err(FrameError::Invalid(_)) => {
                 // Torn tail or corruption? Look for valid frames after the damage.
                 let mut later_epoch = None;
                 let mut torn_records = 0u64;
                 let mut at = offset;
-                while let Some((off, epoch)) = reader
-                    .find_valid_after(at)
-                    .map_err(|e| Error::io("read", &name, e))?
-                {
+                while let Some((off, epoch)) = reader.find_valid_after(at)? {
                     if epoch as i64 >= last_epoch + 2 {
                         return Err(Error::corrupt(
                             &name,
@@ -339,7 +363,7 @@ mod tests {
     #[test]
     fn a_generation_in_a_reused_file_ending_inside_an_old_frame_is_whole_and_not_torn() {
         let disk = closed_old_generation();
-        let old_len = disk.open(&file_name(1)).unwrap().len().unwrap();
+        let old_len = disk.open(&names::a(1)).unwrap().len().unwrap();
         let mut new = create(&disk, 4, Some(1)).unwrap();
         // Other lengths than the old records': every new write ends inside an old frame.
         let mut want = Vec::new();
@@ -362,12 +386,12 @@ mod tests {
         assert!(!r.torn && r.torn_bytes == 0 && !r.ended);
         assert_eq!(r.valid_end, new.end());
         assert!(
-            new.end() + crate::log::MARK_LEN < old_len,
+            new.end() + crate::frames::MARK_LEN < old_len,
             "the old frames go on after"
         );
         // The mark is what ends it: a reader that does not know marks sees damage there.
-        let file = disk.open(&file_name(4)).unwrap();
-        let plain = LogReader::new(&*file, old_len, u64::MAX, 4);
+        let file = disk.open_file(&names::a(4)).unwrap();
+        let plain = FrameReader::new(&file, old_len, u64::MAX, 4);
         assert!(matches!(
             plain.frame_at(new.end()),
             Err(FrameError::Invalid(_))
@@ -387,7 +411,7 @@ mod tests {
     fn a_generation_in_a_reused_file_ends_where_the_old_frames_begin() {
         let disk = closed_old_generation();
         let mut new = create(&disk, 4, Some(1)).unwrap();
-        assert_eq!(disk.files(), [file_name(4)]);
+        assert_eq!(disk.files(), [names::a(4)]);
         // Same lengths: the new frames fall exactly on the old ones.
         for i in 0..3u32 {
             new.append(format!("http://new/{i:04}").as_bytes()).unwrap();
@@ -424,9 +448,9 @@ mod tests {
         w.sync().unwrap();
         assert_eq!(urls(&disk, 2, false).unwrap().0.len(), 3);
         // The middle frame cut out, the rest whole: two records, and an end frame of three.
-        let mut bytes = disk.content(&file_name(2)).unwrap();
+        let mut bytes = disk.content(&names::a(2)).unwrap();
         bytes.drain(frames[1] as usize..frames[2] as usize);
-        disk.set_content(&file_name(2), bytes);
+        disk.set_content(&names::a(2), bytes);
         let err = urls(&disk, 2, false).err().expect("corruption");
         assert!(err.is_corruption(), "{err}");
     }

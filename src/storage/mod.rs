@@ -8,7 +8,8 @@
 //!
 //! The durability rules the engine follows live in [`durable`].
 
-pub mod durable;
+pub(crate) mod durable;
+mod file;
 mod real;
 pub mod sim;
 
@@ -17,7 +18,8 @@ use std::fmt;
 use std::io;
 use std::sync::Arc;
 
-pub use real::{DirStorage, LOCK_FILE};
+pub(crate) use file::{File, StorageExt};
+pub use real::DirStorage;
 pub use sim::SimDisk;
 
 /// A flat directory of files: the sieve directory.
@@ -45,7 +47,10 @@ pub trait Storage: Send + Sync + fmt::Debug {
 }
 
 /// An open file of a [`Storage`].
-#[allow(clippy::len_without_is_empty)]
+#[expect(
+    clippy::len_without_is_empty,
+    reason = "a file of the storage is never asked whether it is empty"
+)]
 pub trait StorageFile: Send + Sync {
     /// Reads up to `buf.len()` bytes at `offset`; returns how many were read (0 at the end).
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;

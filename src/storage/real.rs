@@ -11,9 +11,6 @@ use fs2::FileExt as _;
 
 use super::{Storage, StorageFile};
 
-/// The name of the lock file inside a sieve directory.
-pub const LOCK_FILE: &str = "LOCK";
-
 /// A real directory. Created (with its parents) if missing.
 #[derive(Debug, Clone)]
 pub struct DirStorage {
@@ -126,7 +123,7 @@ impl Storage for DirStorage {
             .write(true)
             .create(true)
             .truncate(false)
-            .open(self.dir.join(LOCK_FILE))?;
+            .open(self.dir.join(crate::names::LOCK))?;
         match f.try_lock_exclusive() {
             Ok(()) => Ok(Box::new(f)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(11) => {

@@ -11,8 +11,8 @@
 //! comparisons, one per level, against a binary heap's pop and push, which compare both
 //! children at each level on the way down and again on the way up.
 
+use crate::buffer::Slot;
 use crate::error::Result;
-use crate::run::Slot;
 
 /// One sorted source: a Z segment, a run, or the batch.
 pub(crate) enum Input<'a> {

@@ -34,7 +34,7 @@ impl Recent {
     #[inline]
     pub(crate) fn prefetch(&self, sig: u64) {
         if let Some(slot) = self.slots.get(self.slot(sig)) {
-            crate::prefetch(slot);
+            crate::hint::prefetch(slot);
         }
     }
 

@@ -13,7 +13,7 @@
 //! handed to the standard library's sort, as is a bucket still too large once the bytes run
 //! out, so the worst case stays O(n log n) and the scratch buffer stays small.
 
-use crate::run::Slot;
+use super::Slot;
 
 /// Buffers shorter than this are sorted on one thread.
 const PARALLEL_MIN: usize = 1 << 16;
@@ -144,7 +144,7 @@ fn partition_by_byte(s: &mut [Slot], shift: u32) -> [usize; 256] {
                 std::mem::swap(&mut carried, &mut s[h]);
                 heads[d] = h + 1;
                 if let Some(ahead) = s.get(h + PREFETCH_AHEAD) {
-                    crate::prefetch(ahead);
+                    crate::hint::prefetch(ahead);
                 }
             }
             s[heads[b]] = carried;

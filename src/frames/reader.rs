@@ -1,0 +1,198 @@
+//! The reader of frames: each frame checked (magic, checksum, lengths, record structure)
+//! before anything in it is used.
+
+use super::{Frame, END_PAYLOAD, FRAME_HEADER, MARK_PAYLOAD};
+use crate::error::{Corruption, Error, Result};
+use crate::format::MAGIC_FRAME;
+use crate::storage::File;
+
+/// Why a frame could not be read.
+pub(crate) enum FrameError {
+    /// Nothing more: the offset is the end of the file, or a valid frame with another tag
+    /// (of the file's earlier contents) or a tail mark starts there.
+    End,
+    /// The bytes at the offset are not a valid frame.
+    Invalid(Corruption),
+    /// The storage failed.
+    Io(Error),
+}
+
+/// Reads frames of a log file.
+pub(crate) struct FrameReader<'a> {
+    file: &'a File,
+    len: u64,
+    max_payload: u64,
+    tag: u64,
+    marks: bool,
+}
+
+impl<'a> FrameReader<'a> {
+    /// A reader of the frames tagged `tag` in `file`, whose length is `len`; frames with a
+    /// payload larger than `max_payload` are invalid.
+    pub(crate) fn new(file: &'a File, len: u64, max_payload: u64, tag: u64) -> FrameReader<'a> {
+        FrameReader {
+            file,
+            len,
+            max_payload,
+            tag,
+            marks: false,
+        }
+    }
+
+    /// Stops at a valid tail mark of the log's tag as at the end of the file (without this,
+    /// a mark is an invalid frame).
+    pub(crate) fn with_tail_marks(mut self) -> FrameReader<'a> {
+        self.marks = true;
+        self
+    }
+
+    /// Reads the frame at `offset`.
+    pub(crate) fn frame_at(&self, offset: u64) -> std::result::Result<Frame, FrameError> {
+        self.frame_with(offset, Vec::new())
+    }
+
+    /// Reads the frame at `offset` into `spare`, the payload of an earlier frame given back:
+    /// a scan of a log reuses one buffer instead of allocating (and faulting in) one per
+    /// frame.
+    pub(crate) fn frame_with(
+        &self,
+        offset: u64,
+        spare: Vec<u8>,
+    ) -> std::result::Result<Frame, FrameError> {
+        if offset >= self.len {
+            return Err(FrameError::End);
+        }
+        let avail = self.len - offset;
+        if avail < FRAME_HEADER as u64 {
+            return Err(FrameError::Invalid(Corruption::Truncated {
+                needed: FRAME_HEADER as u64,
+                available: avail,
+            }));
+        }
+        let mut h = [0u8; FRAME_HEADER];
+        self.file
+            .read_exact_at(&mut h, offset)
+            .map_err(FrameError::Io)?;
+        let word = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
+        let tag = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
+        let (magic, epoch, payload_len, count, stored) =
+            (word(0), word(4), word(16), word(20), word(24));
+        if h == [0u8; FRAME_HEADER] && crate::planted::active(crate::planted::Bug::ZeroRecord) {
+            return Err(FrameError::End);
+        }
+        if magic != MAGIC_FRAME {
+            return Err(FrameError::Invalid(Corruption::Magic {
+                expected: MAGIC_FRAME,
+                found: magic,
+            }));
+        }
+        let payload_len = payload_len as u64;
+        if payload_len > self.max_payload {
+            return Err(FrameError::Invalid(Corruption::OutOfRange {
+                field: "frame payload length",
+                found: payload_len,
+                limit: self.max_payload.saturating_add(1),
+            }));
+        }
+        if payload_len > avail - FRAME_HEADER as u64 {
+            return Err(FrameError::Invalid(Corruption::Truncated {
+                needed: FRAME_HEADER as u64 + payload_len,
+                available: avail,
+            }));
+        }
+        // Only the bytes the spare buffer lacks are zeroed first: the read fills them all.
+        let mut payload = spare;
+        if payload.len() > payload_len as usize {
+            payload.truncate(payload_len as usize);
+        } else {
+            payload.resize(payload_len as usize, 0);
+        }
+        self.file
+            .read_exact_at(&mut payload, offset + FRAME_HEADER as u64)
+            .map_err(FrameError::Io)?;
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&h[0..24]);
+        hasher.update(&payload);
+        let computed = hasher.finalize();
+        if computed != stored {
+            return Err(FrameError::Invalid(Corruption::Checksum {
+                stored,
+                computed,
+            }));
+        }
+        if tag != self.tag || (self.marks && count == 0 && payload.len() == MARK_PAYLOAD) {
+            return Err(FrameError::End);
+        }
+        if count == 0 && payload.len() == END_PAYLOAD {
+            let records = u64::from_le_bytes(payload[..].try_into().expect("8 bytes"));
+            return Ok(Frame {
+                offset,
+                epoch,
+                count,
+                payload,
+                end: Some(records),
+            });
+        }
+        // A valid checksum over a malformed payload is not a torn write: check the structure.
+        let mut pos = 0usize;
+        let mut n = 0u32;
+        while pos < payload.len() {
+            if pos + 4 > payload.len() {
+                return Err(FrameError::Invalid(Corruption::Invalid {
+                    field: "bytes left for a record's length",
+                    expected: "none, or at least 4",
+                    found: (payload.len() - pos) as u64,
+                }));
+            }
+            let len =
+                u32::from_le_bytes(payload[pos..pos + 4].try_into().expect("4 bytes")) as usize;
+            if len == 0 || pos + 4 + len > payload.len() {
+                return Err(FrameError::Invalid(Corruption::Invalid {
+                    field: "record length",
+                    expected: "1 to the bytes left in the frame",
+                    found: len as u64,
+                }));
+            }
+            pos += 4 + len;
+            n += 1;
+        }
+        if n != count {
+            return Err(FrameError::Invalid(Corruption::Mismatch {
+                field: "frame record count",
+                expected: u64::from(n),
+                found: u64::from(count),
+            }));
+        }
+        Ok(Frame {
+            offset,
+            epoch,
+            count,
+            payload,
+            end: None,
+        })
+    }
+
+    /// Looks for a valid frame of this log's tag starting anywhere after `from`; returns its
+    /// offset and epoch. Used only on a damaged log, to tell a torn tail from corruption.
+    pub(crate) fn find_valid_after(&self, from: u64) -> Result<Option<(u64, u32)>> {
+        const CHUNK: u64 = 1 << 16;
+        let magic = MAGIC_FRAME.to_le_bytes();
+        let mut off = from + 1;
+        while off + FRAME_HEADER as u64 <= self.len {
+            let n = CHUNK.min(self.len - off) as usize;
+            let mut buf = vec![0u8; n];
+            self.file.read_exact_at(&mut buf, off)?;
+            for i in 0..n.saturating_sub(3) {
+                if buf[i..i + 4] == magic {
+                    match self.frame_at(off + i as u64) {
+                        Ok(f) => return Ok(Some((f.offset, f.epoch))),
+                        Err(FrameError::Io(e)) => return Err(e),
+                        Err(_) => {}
+                    }
+                }
+            }
+            off += n.saturating_sub(3).max(1) as u64;
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,433 @@
+//! The writer of frames: records appended in a buffer, written as one frame when it is full,
+//! synced by group commit.
+
+use super::behind::Behind;
+use super::{frame_header, push_mark, FRAME_HEADER, FRAME_TARGET, WRITEBACK_EVERY};
+
+use crate::error::Result;
+use crate::format::PutLe;
+use crate::storage::File;
+
+/// Appends records to a log file in frames.
+pub(crate) struct FrameWriter {
+    file: File,
+    end: u64,
+    buf: Vec<u8>,
+    count: u32,
+    epoch: u32,
+    tag: u64,
+    /// Records in frames written, or buffered.
+    records: u64,
+    target: usize,
+    /// The end of the bytes already synced or hinted for writeback.
+    clean: u64,
+    /// Whether every write ends with a tail mark.
+    mark: bool,
+    /// The thread that writes the frames, if any (see [`FrameWriter::write_behind`]).
+    behind: Option<Behind>,
+    /// Whether a write or sync failed: the writer then refuses to write.
+    broken: bool,
+}
+
+impl FrameWriter {
+    /// A writer of frames tagged `tag`, appending at `end` of `file` (after `records`
+    /// records), starting in `epoch`.
+    pub(crate) fn new(file: File, (end, records): (u64, u64), tag: u64, epoch: u32) -> FrameWriter {
+        let mut buf = Vec::with_capacity(FRAME_HEADER + 4096);
+        buf.resize(FRAME_HEADER, 0);
+        FrameWriter {
+            file,
+            end,
+            buf,
+            count: 0,
+            epoch,
+            tag,
+            records,
+            target: FRAME_TARGET,
+            clean: end,
+            mark: false,
+            behind: None,
+            broken: false,
+        }
+    }
+
+    /// Runs `op` unless an earlier write or sync failed, and remembers if it fails: after a
+    /// failure, what the file holds past its last sync is unknown, and nothing may follow it.
+    fn guard(&mut self, op: impl FnOnce(&mut FrameWriter) -> Result<()>) -> Result<()> {
+        if self.broken {
+            let e = std::io::Error::other("an earlier write or sync of this log failed");
+            return Err(self.file.io_error("write", e));
+        }
+        let r = op(self);
+        self.broken |= r.is_err();
+        r
+    }
+
+    /// Hands the writes of data frames to a thread of their own, which writes them in
+    /// order while the caller goes on appending (if a thread can be started; else they stay
+    /// on the caller's). At most [`super::behind::BEHIND`] frames wait for it. Every other write, and every
+    /// sync, first waits for those frames to be written, so the file's contents at any sync,
+    /// seal, end frame or drop are those of a writer without a thread; a failed write is
+    /// reported by the next call that writes, and nothing is written after it.
+    pub(crate) fn write_behind(mut self) -> FrameWriter {
+        self.behind = Behind::start(self.file.clone());
+        self
+    }
+
+    /// Ends every write with a tail mark (see the module's documentation).
+    pub(crate) fn with_tail_marks(mut self) -> FrameWriter {
+        self.mark = true;
+        self
+    }
+
+    /// Sets the payload size at which a frame is written (tests use tiny frames).
+    pub(crate) fn set_frame_target(&mut self, target: usize) {
+        self.target = target.max(1);
+    }
+
+    /// The file.
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Appends one record (`record` is not empty); writes a frame when the buffer is full.
+    pub(crate) fn append(&mut self, record: &[u8]) -> Result<()> {
+        self.append_tentative(record);
+        self.frame_if_full()
+    }
+
+    /// Appends one record (`record` is not empty) to the buffer and writes nothing, even when
+    /// the buffer is full: the caller then keeps it ([`FrameWriter::frame_if_full`]) or takes
+    /// it back ([`FrameWriter::retract`]).
+    pub(crate) fn append_tentative(&mut self, record: &[u8]) {
+        debug_assert!(!record.is_empty());
+        self.buf.put_u32(record.len() as u32);
+        self.buf.extend_from_slice(record);
+        self.count += 1;
+        self.records += 1;
+    }
+
+    /// Takes back the last record appended, of `len` bytes, which no frame holds yet.
+    pub(crate) fn retract(&mut self, len: usize) {
+        debug_assert!(self.count > 0 && self.buf.len() >= FRAME_HEADER + 4 + len);
+        self.buf.truncate(self.buf.len() - 4 - len);
+        self.count -= 1;
+        self.records -= 1;
+    }
+
+    /// Writes a frame if the buffer is full.
+    pub(crate) fn frame_if_full(&mut self) -> Result<()> {
+        if self.buf.len() - FRAME_HEADER >= self.target {
+            self.write_frame()?;
+        }
+        Ok(())
+    }
+
+    /// The end offset of the file once the buffer is written.
+    pub(crate) fn end(&self) -> u64 {
+        self.end
+            + if self.count > 0 {
+                self.buf.len() as u64
+            } else {
+                0
+            }
+    }
+
+    /// Writes the buffered records as one frame (not synced).
+    pub(crate) fn write_frame(&mut self) -> Result<()> {
+        self.guard(FrameWriter::frame)
+    }
+
+    fn frame(&mut self) -> Result<()> {
+        if self.count == 0 {
+            return Ok(());
+        }
+        // With a thread, a buffer for the next frame once one of those it holds is written.
+        let spare = match &mut self.behind {
+            Some(behind) => Some(
+                behind
+                    .spare()
+                    .map_err(|e| self.file.io_error("write", e))?
+                    .unwrap_or_else(|| Vec::with_capacity(self.buf.capacity())),
+            ),
+            None => None,
+        };
+        let payload_len = (self.buf.len() - FRAME_HEADER) as u32;
+        let (epoch, tag, count) = (self.epoch, self.tag, self.count);
+        let (head, payload) = self.buf.split_at_mut(FRAME_HEADER);
+        frame_header(head, (epoch, tag), (payload_len, count), payload);
+        let frame_len = self.buf.len();
+        if self.mark {
+            push_mark(&mut self.buf, (epoch, tag));
+        }
+        let (at, end) = (self.end, self.end + frame_len as u64);
+        let hint = (end - self.clean >= WRITEBACK_EVERY).then_some((self.clean, end - self.clean));
+        match (&mut self.behind, spare) {
+            (Some(behind), Some(spare)) => {
+                let frame = std::mem::replace(&mut self.buf, spare);
+                behind
+                    .send(frame, at, hint)
+                    .map_err(|e| self.file.io_error("write", e))?;
+            }
+            _ => {
+                self.file.write_all_at(&self.buf, at)?;
+                if let Some((offset, len)) = hint {
+                    self.file.start_writeback(offset, len);
+                }
+            }
+        }
+        self.end = end;
+        if hint.is_some() {
+            self.clean = end;
+        }
+        self.buf.clear();
+        self.buf.resize(FRAME_HEADER, 0);
+        if self.buf.capacity() > 2 * self.target + 2 * FRAME_HEADER {
+            self.buf.shrink_to(self.target + FRAME_HEADER);
+        }
+        self.count = 0;
+        Ok(())
+    }
+
+    /// Syncs, then writes and syncs an empty frame of the next epoch. A valid frame two epochs
+    /// after any damaged one proves the damage is corruption, not a torn write, so after a
+    /// seal no data frame is ambiguous (see `docs/design.md`, "Torn tails").
+    pub(crate) fn seal(&mut self) -> Result<()> {
+        self.sync()?;
+        self.guard(|w| {
+            w.write_empty(&[])?;
+            w.file.sync()?;
+            w.epoch = w.epoch.saturating_add(1);
+            Ok(())
+        })
+    }
+
+    /// Writes the buffered records, then the end frame (not synced): the log gets no more
+    /// records.
+    pub(crate) fn finish(&mut self) -> Result<()> {
+        self.write_frame()?;
+        let records = self.records.to_le_bytes();
+        self.guard(|w| w.write_empty(&records))
+    }
+
+    /// Waits until the thread, if any, has written every frame handed to it.
+    fn drain(&mut self) -> Result<()> {
+        match &mut self.behind {
+            Some(behind) => behind.drain().map_err(|e| self.file.io_error("write", e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes a frame of no records with `payload`: a seal (empty) or the end.
+    fn write_empty(&mut self, payload: &[u8]) -> Result<()> {
+        self.drain()?;
+        let mut frame = vec![0u8; FRAME_HEADER + payload.len()];
+        let (head, body) = frame.split_at_mut(FRAME_HEADER);
+        body.copy_from_slice(payload);
+        frame_header(
+            head,
+            (self.epoch, self.tag),
+            (payload.len() as u32, 0),
+            body,
+        );
+        let frame_len = frame.len() as u64;
+        if self.mark {
+            push_mark(&mut frame, (self.epoch, self.tag));
+        }
+        self.file.write_all_at(&frame, self.end)?;
+        self.end += frame_len;
+        Ok(())
+    }
+
+    /// Writes the buffered records and makes the file durable; ends the epoch.
+    pub(crate) fn sync(&mut self) -> Result<()> {
+        self.guard(FrameWriter::sync_all)
+    }
+
+    fn sync_all(&mut self) -> Result<()> {
+        let wrote = self.count > 0;
+        self.frame()?;
+        self.drain()?;
+        let mut synced = self.file.sync();
+        if synced.is_err() && crate::planted::active(crate::planted::Bug::RetryFsync) {
+            synced = self.file.sync();
+        }
+        synced?;
+        self.clean = self.end;
+        if wrote {
+            self.epoch = self.epoch.saturating_add(1);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frames::FrameReader;
+    use crate::storage::sim::FaultKind;
+    use crate::storage::{SimDisk, Storage, StorageFile};
+    use std::sync::{Arc, Mutex};
+
+    /// A file that records the writeback hints it gets.
+    struct Hinted {
+        inner: Arc<dyn StorageFile>,
+        hints: Arc<Mutex<Vec<(u64, u64)>>>,
+    }
+
+    impl StorageFile for Hinted {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+            self.inner.read_at(buf, offset)
+        }
+        fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            self.inner.write_all_at(buf, offset)
+        }
+        fn len(&self) -> std::io::Result<u64> {
+            self.inner.len()
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.inner.set_len(len)
+        }
+        fn sync(&self) -> std::io::Result<()> {
+            self.inner.sync()
+        }
+        fn start_writeback(&self, offset: u64, len: u64) {
+            self.hints.lock().unwrap().push((offset, len));
+        }
+    }
+
+    #[test]
+    fn an_epoch_at_its_largest_value_stays_there_and_reads_back() {
+        let disk = SimDisk::new();
+        let file = File::new(disk.create("log").unwrap(), "log");
+        let mut w = FrameWriter::new(file.clone(), (0, 0), 7, u32::MAX - 1);
+        for i in 0..4u8 {
+            w.append(&[b'a' + i]).unwrap();
+            w.sync().unwrap();
+        }
+        w.seal().unwrap();
+        let reader = FrameReader::new(&file, w.end(), 1 << 20, 7);
+        let (mut offset, mut epochs, mut records) = (0, Vec::new(), Vec::new());
+        while let Ok(f) = reader.frame_at(offset) {
+            offset += f.size();
+            epochs.push(f.epoch);
+            records.extend(f.records().map(<[u8]>::to_vec));
+        }
+        assert_eq!(offset, w.end());
+        assert_eq!(records, [b"a", b"b", b"c", b"d"].map(|r| r.to_vec()));
+        let top = u32::MAX;
+        assert_eq!(epochs, [top - 1, top, top, top, top]);
+    }
+
+    #[test]
+    fn writeback_hints_cover_the_unsynced_bytes_once_in_order() {
+        let disk = SimDisk::new();
+        let hints = Arc::new(Mutex::new(Vec::new()));
+        let file = Arc::new(Hinted {
+            inner: disk.create("log").unwrap(),
+            hints: hints.clone(),
+        });
+        let start = 100;
+        let mut w = FrameWriter::new(File::new(file, "log"), (start, 0), 7, 0);
+        let record = vec![b'u'; 1000];
+        let mut synced_at = None;
+        for i in 0..40_000 {
+            w.append(&record).unwrap();
+            if i == 25_000 {
+                w.sync().unwrap();
+                synced_at = Some(w.end());
+            }
+        }
+        w.sync().unwrap();
+        let hints = hints.lock().unwrap().clone();
+        let synced_at = synced_at.unwrap();
+        // About 40 MB written: several hints, each of at least WRITEBACK_EVERY bytes, back
+        // to back from the start, except that a sync makes everything before it clean.
+        assert!(hints.len() >= 3, "{hints:?}");
+        let mut clean = start;
+        for &(offset, len) in &hints {
+            if offset != clean {
+                assert_eq!(offset, synced_at, "{hints:?}");
+                assert!(clean < synced_at);
+            }
+            assert!(len >= WRITEBACK_EVERY, "{hints:?}");
+            clean = offset + len;
+            assert!(clean <= w.end());
+        }
+        assert!(hints.iter().any(|&(o, _)| o == synced_at), "{hints:?}");
+    }
+
+    /// Appends 300 records of varied lengths to `w` in frames of about 64 bytes, syncing
+    /// every 37 records, sealing once, and finishing: the calls a sieve makes of A.
+    fn exercise(w: &mut FrameWriter) -> Result<()> {
+        w.set_frame_target(64);
+        for i in 0..300u32 {
+            let url = format!("http://h{}/{}", i % 7, "p".repeat((i % 23) as usize + 1));
+            w.append(url.as_bytes())?;
+            if i % 37 == 36 {
+                w.sync()?;
+            }
+            if i == 150 {
+                w.seal()?;
+            }
+        }
+        w.finish()?;
+        w.sync()
+    }
+
+    #[test]
+    fn a_writer_with_a_thread_writes_the_bytes_and_hints_of_one_without() {
+        let mut got = Vec::new();
+        for behind in [false, true] {
+            let disk = SimDisk::new();
+            let hints = Arc::new(Mutex::new(Vec::new()));
+            let file = Arc::new(Hinted {
+                inner: disk.create("log").unwrap(),
+                hints: hints.clone(),
+            });
+            let w = FrameWriter::new(File::new(file, "log"), (0, 0), 9, 0).with_tail_marks();
+            let mut w = if behind { w.write_behind() } else { w };
+            assert_eq!(w.behind.is_some(), behind);
+            exercise(&mut w).unwrap();
+            let end = w.end();
+            drop(w);
+            let hints = hints.lock().unwrap().clone();
+            got.push((disk.content("log").unwrap(), end, hints, disk.trace()));
+        }
+        assert_eq!(got[0], got[1]);
+        assert!(got[0].0.len() > 10_000, "many frames: {}", got[0].0.len());
+    }
+
+    #[test]
+    fn a_failed_write_behind_is_reported_and_nothing_is_written_after_it() {
+        let ops = {
+            let disk = SimDisk::new();
+            let w = FrameWriter::new(File::new(disk.create("log").unwrap(), "log"), (0, 0), 9, 0);
+            exercise(&mut w.with_tail_marks()).unwrap();
+            disk.ops()
+        };
+        for kind in [FaultKind::Eio, FaultKind::ShortWrite] {
+            for k in 1..ops {
+                let mut contents = Vec::new();
+                for behind in [false, true] {
+                    let disk = SimDisk::new();
+                    let file = disk.create("log").unwrap();
+                    disk.fail_at(k, kind, false);
+                    let w =
+                        FrameWriter::new(File::new(file, "log"), (0, 0), 9, 0).with_tail_marks();
+                    let mut w = if behind { w.write_behind() } else { w };
+                    let err = exercise(&mut w).expect_err("the failure is reported");
+                    assert!(err.to_string().contains("log"), "{err}");
+                    // Every later call that writes fails too, and writes nothing.
+                    assert!(w.append(&[b'x'; 100]).is_err(), "op {k}, {kind:?}");
+                    assert!(w.sync().is_err() && w.seal().is_err() && w.finish().is_err());
+                    drop(w);
+                    contents.push(disk.content("log").unwrap());
+                }
+                // The thread wrote what a writer without one does up to the failed call:
+                // nothing after the failed write.
+                assert!(contents[0] == contents[1], "op {k}, {kind:?}");
+            }
+        }
+    }
+}

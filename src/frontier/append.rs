@@ -1,0 +1,99 @@
+//! Appending new URLs to F: to the tail segment after its committed end, rolling over to a
+//! new segment past [`SEGMENT_TARGET`] bytes. Nothing appended counts until the manifest
+//! commits the new [`End`] that [`Appender::finish`] returns.
+
+use super::{header, End, HEADER_LEN, SEGMENT_TARGET};
+use crate::error::Result;
+use crate::frames::FrameWriter;
+use crate::names;
+use crate::storage::{Storage, StorageExt};
+
+/// Appends URLs to F.
+pub(crate) struct Appender {
+    out: FrameWriter,
+    /// The segment `out` writes.
+    tail: u64,
+    /// URLs in F before this appender's first.
+    before: u64,
+    emitted: u64,
+    /// The epoch of the frames written (the flush's number).
+    epoch: u32,
+}
+
+impl Appender {
+    /// An appender after F's committed `end`; new segments take their ids from `next_id`.
+    /// Frames are written in `epoch`.
+    pub(crate) fn open(
+        storage: &dyn Storage,
+        end: End,
+        next_id: &mut u64,
+        epoch: u32,
+    ) -> Result<Appender> {
+        if end.tail_len >= SEGMENT_TARGET {
+            let (out, tail) = Self::create(storage, next_id, end.count, epoch)?;
+            return Ok(Appender {
+                out,
+                tail,
+                before: end.count,
+                emitted: 0,
+                epoch,
+            });
+        }
+        let file = storage.open_file(&names::f(end.tail))?;
+        let mut start = end.tail_len;
+        if crate::planted::active(crate::planted::Bug::KeepFTail) {
+            start = file.len()?;
+        }
+        Ok(Appender {
+            out: FrameWriter::new(file, (start, 0), end.tail, epoch),
+            tail: end.tail,
+            before: end.count,
+            emitted: 0,
+            epoch,
+        })
+    }
+
+    /// Creates F segment `next_id`, whose first URL is number `first`.
+    fn create(
+        storage: &dyn Storage,
+        next_id: &mut u64,
+        first: u64,
+        epoch: u32,
+    ) -> Result<(FrameWriter, u64)> {
+        let id = *next_id;
+        *next_id += 1;
+        let f = storage.create_file(&names::f(id))?;
+        f.write_all_at(&header(id, first), 0)?;
+        Ok((FrameWriter::new(f, (HEADER_LEN, 0), id, epoch), id))
+    }
+
+    /// Appends `url`; past [`SEGMENT_TARGET`] bytes the segment is synced and the next one
+    /// created, with an id from `next_id`.
+    pub(crate) fn append(
+        &mut self,
+        storage: &dyn Storage,
+        next_id: &mut u64,
+        url: &[u8],
+    ) -> Result<()> {
+        self.out.append(url)?;
+        self.emitted += 1;
+        if self.out.end() >= SEGMENT_TARGET {
+            self.out.sync()?;
+            let first = self.before + self.emitted;
+            let (out, tail) = Self::create(storage, next_id, first, self.epoch)?;
+            self.out = out;
+            self.tail = tail;
+        }
+        Ok(())
+    }
+
+    /// Syncs what was appended; returns F's new end, for the manifest to commit.
+    pub(crate) fn finish(mut self) -> Result<End> {
+        self.out.sync()?;
+        Ok(End {
+            tail: self.tail,
+            tail_len: self.out.end(),
+            count: self.before + self.emitted,
+        })
+    }
+}

@@ -1,0 +1,264 @@
+//! The merge: Z's segments, the runs waiting and a sorted batch joined in one sequential pass
+//! into one new Z segment, which finds the signatures Z lacks and the position of the first
+//! occurrence of each. The sieve's flush and `uniq` both merge through here.
+//!
+//! Deferring merges (IRLbot's DRUM: Lee, Leonard, Wang, Loguinov, "IRLbot: Scaling to 6
+//! billion pages and beyond", 2008) keeps the cost per URL flat: a batch is spilled as a run
+//! until the runs and the batch hold as many signatures as Z ([`merge_due`]), so that each
+//! merge reads and rewrites Z for at least as many new signatures as it holds.
+//!
+//! Z's side and the new side are each merged by a [`tree`] of losers, and joined two-way; the
+//! new positions go to the scratch file, source by source ([`positions`]).
+
+pub(crate) mod positions;
+pub(crate) mod tree;
+
+use std::sync::Arc;
+
+use crate::buffer::Slot;
+use crate::error::Result;
+use crate::names::SCRATCH;
+use crate::run::Run;
+use crate::segment::{Segment, SegmentWriter};
+use crate::storage::{File, Storage, StorageExt};
+
+pub(crate) use positions::{check_term, Positions, Region};
+use tree::{Head, Input, Merger};
+
+/// The rule of deferred merges (DRUM's): a batch is merged with Z, rather than spilled as a
+/// run, once the records waiting in the runs and the batch (`unmerged`) reach the
+/// signatures in Z (`distinct`), so that reading and rewriting Z costs a bounded amount per
+/// push, or once one more run would reach `max_runs`, so that a merge's buffers stay in the
+/// budget.
+pub(crate) fn merge_due(unmerged: u64, distinct: u64, runs: usize, max_runs: usize) -> bool {
+    unmerged >= distinct || runs + 1 >= max_runs
+}
+
+/// The new segment of a merge, created at its first signature (a merge whose output is
+/// empty creates no file and takes no id).
+struct MergeOut<'a> {
+    storage: &'a dyn Storage,
+    id: u64,
+    next_id: &'a mut u64,
+    /// The most signatures the merge can write.
+    max_sigs: u64,
+    writer: Option<SegmentWriter>,
+}
+
+impl MergeOut<'_> {
+    fn push(&mut self, sig: u64) -> Result<()> {
+        let w = match &mut self.writer {
+            Some(w) => w,
+            None => {
+                *self.next_id += 1;
+                self.writer
+                    .insert(SegmentWriter::create(self.storage, self.id, self.max_sigs)?)
+            }
+        };
+        w.push(sig)
+    }
+}
+
+/// What a merge of signatures produced: the new Z segment (none when Z stays empty), and
+/// the new positions of every source in the scratch file.
+pub(crate) struct Merged {
+    pub segment: Option<Arc<Segment>>,
+    pub scratch: File,
+    /// One region per run, in push order, then one for the batch.
+    pub regions: Vec<Region>,
+}
+
+/// Joins Z's signatures (`next_z`, increasing) with the new side's (`next_new`, increasing,
+/// each with its earliest source): every signature goes to `out`, and one that Z lacks is new,
+/// its position added to its source's region.
+fn join(
+    mut next_z: impl FnMut() -> Result<Option<u64>>,
+    mut next_new: impl FnMut() -> Result<Option<Head>>,
+    out: &mut MergeOut<'_>,
+    regions: &mut [Region],
+    scratch: &File,
+) -> Result<()> {
+    let mut head = next_z()?;
+    while let Some(p) = next_new()? {
+        while let Some(s) = head.filter(|&s| s < p.sig) {
+            out.push(s)?;
+            head = next_z()?;
+        }
+        out.push(p.sig)?;
+        if head == Some(p.sig) {
+            head = next_z()?;
+        } else {
+            regions[p.src].add(scratch, p.sig, p.idx)?;
+        }
+    }
+    while let Some(s) = head {
+        out.push(s)?;
+        head = next_z()?;
+    }
+    Ok(())
+}
+
+/// Merges Z's `segments` with the `runs` (in push order) and the sorted `batch` (after
+/// them) into one new segment, numbered from `next_id`. A signature no segment holds is new,
+/// and its first occurrence is the one of the earliest source: its position goes to that
+/// source's region of the scratch file [`SCRATCH`].
+pub(crate) fn merge_signatures(
+    storage: &dyn Storage,
+    next_id: &mut u64,
+    segments: &[Arc<Segment>],
+    runs: &[Arc<Run>],
+    batch: &[Slot],
+) -> Result<Merged> {
+    let scratch = storage.create_file(SCRATCH)?;
+    let mut regions = Vec::with_capacity(runs.len() + 1);
+    let mut offset = 0u64;
+    let sizes = runs.iter().map(|r| r.meta().pairs);
+    for pairs in sizes.chain(std::iter::once(batch.len() as u64)) {
+        regions.push(Region::new(offset));
+        offset += 4 * pairs;
+    }
+
+    let max_sigs = segments.iter().map(|s| s.meta().sigs).sum::<u64>()
+        + runs.iter().map(|r| r.meta().pairs).sum::<u64>()
+        + batch.len() as u64;
+    let mut out = MergeOut {
+        storage,
+        id: *next_id,
+        next_id,
+        max_sigs,
+        writer: None,
+    };
+    if segments.len() <= 1 && runs.is_empty() {
+        // The usual case, Z in one segment and no run waiting: each side read straight.
+        let mut z = segments.first().map(|s| s.iter());
+        let next_z = || z.as_mut().and_then(Iterator::next).transpose();
+        let mut batch = batch.iter();
+        let next_new = || {
+            let p = batch.next();
+            Ok(p.map(|p| Head {
+                sig: p.sig,
+                src: 0,
+                idx: p.idx,
+            }))
+        };
+        join(next_z, next_new, &mut out, &mut regions, &scratch)?;
+    } else {
+        // Each side merged by its own tournament. The new side's sources are the runs in push
+        // order, then the batch, so a signature they share comes from the earliest. Z holds
+        // most of the signatures, and each of them costs one comparison in the join.
+        let mut z = Merger::new(segments.iter().map(|s| Input::Z(s.iter())).collect())?;
+        let fresh = runs.iter().map(|r| Input::Run(r.iter()));
+        let fresh = fresh.chain(std::iter::once(Input::Batch(batch.iter())));
+        let mut fresh = Merger::new(fresh.collect())?;
+        let next_z = || z.next().map(|h| h.map(|h| h.sig));
+        join(next_z, || fresh.next(), &mut out, &mut regions, &scratch)?;
+    }
+    for r in &mut regions {
+        r.finish(&scratch)?;
+    }
+    let segment = match out.writer {
+        Some(w) => Some(Arc::new(w.finish()?)),
+        None => None,
+    };
+    Ok(Merged {
+        segment,
+        scratch,
+        regions,
+    })
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::run::RunMeta;
+    use crate::storage::SimDisk;
+
+    /// range, `u64::MAX` among them.
+    fn sig(x: u8) -> u64 {
+        if x == 0 {
+            u64::MAX
+        } else {
+            u64::from(x).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        }
+    }
+
+    proptest::proptest! {
+        /// The merge against a reference: every signature of every input once, in order, and
+        /// each one no Z segment holds as new at its earliest source's position. Z has 0 to 3
+        /// segments (several go through the Z side's tournament), 0 to 5 runs wait.
+        #[test]
+        fn a_merge_writes_every_signature_once_and_finds_each_new_one_at_its_first_source(
+            zs in proptest::collection::vec(proptest::collection::btree_set(0u8..48, 0..30), 0..4),
+            news in proptest::collection::vec(proptest::collection::vec(0u8..48, 0..40), 1..7),
+        ) {
+            let disk = SimDisk::new();
+            let mut segments = Vec::new();
+            for (i, z) in zs.iter().enumerate() {
+                let mut sigs: Vec<u64> = z.iter().map(|&x| sig(x)).collect();
+                sigs.sort_unstable();
+                let id = 100 + i as u64;
+                let mut w = SegmentWriter::create(&disk, id, sigs.len() as u64).unwrap();
+                for &s in &sigs {
+                    w.push(s).unwrap();
+                }
+                segments.push(Arc::new(w.finish().unwrap()));
+            }
+            // Each new source's pairs: sorted, the first position of each signature kept.
+            let sources: Vec<Vec<Slot>> = news
+                .iter()
+                .map(|v| {
+                    let mut slots: Vec<Slot> = v
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &x)| Slot { sig: sig(x), idx: i as u32 })
+                        .collect();
+                    crate::buffer::sort_slots(&mut slots);
+                    slots
+                })
+                .collect();
+            let (batch, waiting) = sources.split_last().unwrap();
+            let mut runs = Vec::new();
+            for (i, pairs) in waiting.iter().enumerate() {
+                let meta = RunMeta {
+                    id: 200 + i as u64,
+                    gen: i as u64,
+                    skip: 0,
+                    records: news[i].len() as u64,
+                    pairs: pairs.len() as u64,
+                };
+                crate::run::write(&disk, meta, pairs).unwrap();
+                runs.push(Arc::new(Run::open(&disk, meta).unwrap()));
+            }
+
+            let mut next_id = 1000;
+            let merged = merge_signatures(&disk, &mut next_id, &segments, &runs, batch).unwrap();
+
+            let mut all: Vec<u64> = zs.iter().flatten().map(|&x| sig(x)).collect();
+            all.extend(sources.iter().flatten().map(|p| p.sig));
+            all.sort_unstable();
+            all.dedup();
+            let written: Vec<u64> = match &merged.segment {
+                Some(z) => z.iter().map(|s| s.unwrap()).collect(),
+                None => Vec::new(),
+            };
+            proptest::prop_assert_eq!(written, all);
+            let in_z: std::collections::HashSet<u64> =
+                zs.iter().flatten().map(|&x| sig(x)).collect();
+            let mut first = std::collections::HashSet::new();
+            for (i, pairs) in sources.iter().enumerate() {
+                let mut want: Vec<u64> = pairs
+                    .iter()
+                    .filter(|p| { let s = p.sig; !in_z.contains(&s) && first.insert(s) })
+                    .map(|p| u64::from(p.idx))
+                    .collect();
+                want.sort_unstable();
+                let r = &merged.regions[i];
+                let got: Vec<u64> = Positions::read(&merged.scratch, r, "source")
+                    .unwrap()
+                    .iter()
+                    .collect();
+                proptest::prop_assert_eq!(got, want, "source {}", i);
+            }
+        }
+    }
+}

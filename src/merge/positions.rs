@@ -1,0 +1,241 @@
+//! The new positions of a merge: for each source (a run, or the batch), the positions of
+//! the signatures no input of Z holds, written to that source's region of the scratch file
+//! as the merge finds them (in signature order), and read back in position order.
+//!
+//! The scratch file is not checksummed (it lives for one merge and is never trusted across
+//! a crash); what is read back is checked instead: every position below its source's size,
+//! none twice, and (by uniq) the lines printed against the sum of their check terms.
+
+use crate::error::{Corruption, Error, Result};
+use crate::storage::File;
+
+/// Bytes of new positions buffered per source before they are written.
+const SCRATCH_BUFFER: usize = 4 << 10;
+
+/// The new positions of one source of a merge (a run, or the batch), buffered into its
+/// region of the scratch file.
+pub(crate) struct Region {
+    offset: u64,
+    /// New positions.
+    pub count: u64,
+    /// One past the highest position written.
+    end: u64,
+    /// The wrapping sum of [`check_term`] over the new (signature, position) pairs: what
+    /// the records emitted must add up to.
+    pub sum: u64,
+    buf: Vec<u8>,
+}
+
+impl Region {
+    /// An empty region starting at `offset` of the scratch file.
+    pub(crate) fn new(offset: u64) -> Region {
+        Region {
+            offset,
+            count: 0,
+            end: 0,
+            sum: 0,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Records that the signature `sig` at position `idx` of this region's source is new.
+    pub(crate) fn add(&mut self, scratch: &File, sig: u64, idx: u32) -> Result<()> {
+        self.buf.extend_from_slice(&idx.to_le_bytes());
+        self.count += 1;
+        self.end = self.end.max(u64::from(idx) + 1);
+        self.sum = self.sum.wrapping_add(check_term(sig, u64::from(idx)));
+        if self.buf.len() >= SCRATCH_BUFFER {
+            self.write_buffer(scratch)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the positions buffered.
+    fn write_buffer(&mut self, scratch: &File) -> Result<()> {
+        if !self.buf.is_empty() {
+            let at = self.offset + 4 * self.count - self.buf.len() as u64;
+            scratch.write_all_at(&self.buf, at)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Writes the positions still buffered and frees the buffer: the merge is over.
+    pub(crate) fn finish(&mut self, scratch: &File) -> Result<()> {
+        self.write_buffer(scratch)?;
+        self.buf = Vec::new();
+        Ok(())
+    }
+}
+
+/// A region's checksum term for the new signature `sig` at position `idx`: mixed so that
+/// the sum over a region changes when lines change, and also when equal-length lines swap
+/// places (a plain sum of signatures ignores order).
+pub(crate) fn check_term(sig: u64, idx: u64) -> u64 {
+    let mut x = sig ^ idx.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    x ^ (x >> 33)
+}
+
+/// Positions of the scratch file read at a time.
+const SCRATCH_READ: u64 = 16 << 10;
+
+/// The new positions of one source, in increasing order.
+pub(crate) enum Positions {
+    /// One bit per record up to the last new one: no sort needed. Chosen when it takes no
+    /// more memory than the list (at most 32 records per new position), as is usual.
+    Marked(Vec<u64>),
+    /// The positions, sorted: for a source with very few new records.
+    Sorted(Vec<u32>),
+}
+
+impl Positions {
+    /// Reads the positions of region `r` of the scratch file. A position repeated can only
+    /// come from a damaged run.
+    pub(crate) fn read(scratch: &File, r: &Region, source: &str) -> Result<Positions> {
+        let duplicate = |p: u64| {
+            Error::corrupt(
+                source,
+                0,
+                Corruption::Invalid {
+                    field: "record index given twice",
+                    expected: "each record index once",
+                    found: p,
+                },
+            )
+        };
+        let dense = r.end <= 32 * r.count;
+        let mut marked = vec![
+            0u64;
+            if dense {
+                r.end.div_ceil(64) as usize
+            } else {
+                0
+            }
+        ];
+        let mut sorted = Vec::with_capacity(if dense { 0 } else { r.count as usize });
+        let mut buf = vec![0u8; 4 * SCRATCH_READ.min(r.count) as usize];
+        let mut done = 0u64;
+        while done < r.count {
+            let n = SCRATCH_READ.min(r.count - done) as usize;
+            scratch.read_exact_at(&mut buf[..4 * n], r.offset + 4 * done)?;
+            for c in buf[..4 * n].chunks_exact(4) {
+                let p = u32::from_le_bytes(c.try_into().expect("4 bytes"));
+                if u64::from(p) >= r.end {
+                    // The scratch file is not checksummed: damaged between write and read.
+                    return Err(scratch.corrupt(
+                        r.offset + 4 * done,
+                        Corruption::OutOfRange {
+                            field: "new position",
+                            found: u64::from(p),
+                            limit: r.end,
+                        },
+                    ));
+                }
+                if dense {
+                    let (word, bit) = (p as usize / 64, p % 64);
+                    if marked[word] >> bit & 1 == 1 {
+                        return Err(duplicate(u64::from(p)));
+                    }
+                    marked[word] |= 1 << bit;
+                } else {
+                    sorted.push(p);
+                }
+            }
+            done += n as u64;
+        }
+        if dense {
+            return Ok(Positions::Marked(marked));
+        }
+        sorted.sort_unstable();
+        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+            return Err(duplicate(u64::from(w[0])));
+        }
+        Ok(Positions::Sorted(sorted))
+    }
+
+    /// The positions in increasing order.
+    pub(crate) fn iter(&self) -> Box<dyn Iterator<Item = u64> + '_> {
+        match self {
+            Positions::Marked(bits) => Box::new(bits.iter().enumerate().flat_map(|(w, &word)| {
+                let mut rest = word;
+                std::iter::from_fn(move || {
+                    (rest != 0).then(|| {
+                        let bit = rest.trailing_zeros();
+                        rest &= rest - 1;
+                        w as u64 * 64 + u64::from(bit)
+                    })
+                })
+            })),
+            Positions::Sorted(list) => Box::new(list.iter().map(|&p| u64::from(p))),
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::storage::{SimDisk, Storage};
+
+    /// Writes `positions` as region 0 of a scratch file and reads them back.
+    fn read_back(positions: &[u32]) -> Result<(bool, Vec<u64>)> {
+        let end = positions
+            .iter()
+            .map(|&p| u64::from(p) + 1)
+            .max()
+            .unwrap_or(0);
+        read_back_in(positions, end)
+    }
+
+    /// [`read_back`], for a source of `end` records.
+    fn read_back_in(positions: &[u32], end: u64) -> Result<(bool, Vec<u64>)> {
+        let disk = SimDisk::new();
+        let scratch = File::new(disk.create(crate::names::SCRATCH).unwrap(), "scratch");
+        let bytes: Vec<u8> = positions.iter().flat_map(|p| p.to_le_bytes()).collect();
+        scratch.write_all_at(&bytes, 0).unwrap();
+        let region = Region {
+            count: positions.len() as u64,
+            end,
+            ..Region::new(0)
+        };
+        let new = Positions::read(&scratch, &region, "source")?;
+        let marked = matches!(new, Positions::Marked(_));
+        Ok((marked, new.iter().collect()))
+    }
+
+    #[test]
+    fn new_positions_come_out_in_order_from_the_bitmap_and_from_the_list() {
+        // Dense (a bitmap): 40,000 positions among 100,000 records, in merge order.
+        let dense: Vec<u32> = (0..40_000u32).map(|i| (i * 7919) % 100_000).collect();
+        let (marked, got) = read_back(&dense).unwrap();
+        let mut want: Vec<u64> = dense.iter().map(|&p| u64::from(p)).collect();
+        want.sort_unstable();
+        assert!(marked);
+        assert_eq!(got, want);
+        // Sparse (a sorted list): 3 positions among 4 billion records.
+        let sparse = [4_000_000_000u32, 5, 70_000];
+        assert_eq!(
+            read_back(&sparse).unwrap(),
+            (false, vec![5, 70_000, 4_000_000_000])
+        );
+        assert_eq!(read_back(&[]).unwrap(), (true, vec![]));
+    }
+
+    #[test]
+    fn a_position_given_twice_is_corruption_either_way() {
+        for positions in [vec![9u32, 3, 9, 1], vec![3_000_000_000, 2, 3_000_000_000]] {
+            let e = read_back(&positions).unwrap_err();
+            assert!(e.is_corruption(), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_position_past_the_source_is_corruption_either_way() {
+        // A damaged scratch file: a bitmap of 100 records, a list among 10^6.
+        for (positions, end) in [(vec![9u32, 3, 100], 100), (vec![5, 2_000_000], 1_000_000)] {
+            let e = read_back_in(&positions, end).unwrap_err();
+            assert!(e.is_corruption(), "{e}");
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! The consumer of F: reads through a [`crate::frontier::Reader`] and commits its position in
+//! the cursor file.
+
+use super::Sieve;
+use crate::error::Result;
+use crate::frontier;
+
+impl Sieve {
+    /// Reads up to `max` URLs of the frontier after the read position, and advances the read
+    /// position (not the durable cursor: see [`Sieve::frontier_commit`]). Returns fewer, or
+    /// none, when the frontier holds fewer; a flush makes more available.
+    pub fn frontier_next(&mut self, max: usize) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        self.frontier_read(max, usize::MAX, |url| {
+            out.push(url.to_vec());
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Passes frontier URLs after the read position to `each`, until `max_urls` URLs or
+    /// `max_bytes` bytes of URLs were passed (at least one URL, if any is available), and
+    /// advances the read position past them. Returns how many were passed. If `each` fails,
+    /// the read position stays after the last URL it accepted.
+    pub fn frontier_read(
+        &mut self,
+        max_urls: usize,
+        max_bytes: usize,
+        each: impl FnMut(&[u8]) -> Result<()>,
+    ) -> Result<usize> {
+        self.poll_inflight()?;
+        let end = self.manifest.frontier_end();
+        self.reader
+            .read(&*self.storage, &end, max_urls, max_bytes, each)
+    }
+
+    /// Makes the read position durable: the URLs read so far will not be returned again,
+    /// even after a crash. Frontier segments fully consumed are deleted.
+    pub fn frontier_commit(&mut self) -> Result<()> {
+        self.writable()?;
+        let read = self.reader.position();
+        if read == self.cursor {
+            return Ok(());
+        }
+        let r = read.commit_to(&*self.storage);
+        self.poison(r)?;
+        let old = self.cursor.segment;
+        self.cursor = read;
+        if self.cursor.segment != old {
+            if let Ok(ids) = frontier::segments(&*self.storage) {
+                for id in ids.into_iter().filter(|&id| id < self.cursor.segment) {
+                    self.reaper.remove(&crate::names::f(id));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets reads not committed: the read position goes back to the durable cursor.
+    pub fn frontier_rewind(&mut self) {
+        self.reader.seek(self.cursor);
+    }
+
+    /// URLs in the frontier after the read position, not yet read.
+    pub fn frontier_unread(&mut self) -> u64 {
+        let _ = self.poll_inflight();
+        self.manifest.f_count - self.reader.position().consumed
+    }
+}
