@@ -86,44 +86,66 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
         }
     };
     r.files += 1;
-
     for meta in &m.segments {
         r.files += 1;
-        let seg = match Segment::open(st, *meta) {
-            Ok(s) => s,
-            Err(e) => {
-                r.damage.push(e);
-                continue;
-            }
-        };
-        let mut prev: Option<u64> = None;
-        for (i, sig) in seg.iter().enumerate() {
-            match sig {
-                Ok(s) => {
-                    if let Some(p) = prev.filter(|&p| p >= s) {
-                        r.damage.push(Error::corrupt(
-                            seg.name(),
-                            seg.index()[i / crate::segment::BLOCK_SIGS].offset,
-                            Corruption::OutOfOrder {
-                                previous: p,
-                                got: s,
-                            },
-                        ));
-                        break;
-                    }
-                    prev = Some(s);
-                    r.signatures += 1;
-                }
-                Err(e) => {
-                    r.damage.push(e);
-                    break;
-                }
-            }
+        match Segment::open(st, *meta).and_then(|seg| check_segment(&seg)) {
+            Ok(n) => r.signatures += n,
+            Err(e) => r.damage.push(e),
         }
     }
+    let gens = live_generations(st, &m, &mut r)?;
+    let last = gens.last().copied();
+    check_runs(st, &m, last, &mut r);
+    if let Some(c) = cursor {
+        check_frontier(st, &m, &c, &mut r);
+    }
+    for g in gens {
+        r.files += 1;
+        let skip = if g == m.a_gen { m.a_skip } else { 0 };
+        let mut n = 0u64;
+        let counted = wal::replay(st, g, Some(g) == last, |i, _| {
+            n += u64::from(i >= skip);
+            Ok(())
+        });
+        match counted {
+            Ok(rep) => {
+                r.buffered += n;
+                if rep.ends_the_stream(Some(g) == last) {
+                    r.torn_tails.push((names::a(g), rep.torn_bytes));
+                }
+            }
+            Err(e) => r.damage.push(e),
+        }
+    }
+    Ok(r)
+}
 
-    // Which A generations exist from A's position on: they must be consecutive from
-    // `a_gen`, as recovery requires.
+/// Decodes every block of a segment and checks the order of its signatures; returns how
+/// many it holds.
+fn check_segment(seg: &Segment) -> Result<u64> {
+    let mut prev: Option<u64> = None;
+    let mut n = 0;
+    for (i, sig) in seg.iter().enumerate() {
+        let s = sig?;
+        if let Some(p) = prev.filter(|&p| p >= s) {
+            return Err(Error::corrupt(
+                seg.name(),
+                seg.index()[i / crate::segment::BLOCK_SIGS].offset,
+                Corruption::OutOfOrder {
+                    previous: p,
+                    got: s,
+                },
+            ));
+        }
+        prev = Some(s);
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// The A generations from A's position on: they must be consecutive from `a_gen`, as
+/// recovery requires.
+fn live_generations(st: &dyn Storage, m: &Manifest, r: &mut CheckReport) -> Result<Vec<u64>> {
     let mut gens: Vec<u64> = st
         .list_files()?
         .iter()
@@ -138,11 +160,14 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
             Corruption::Missing,
         ));
     }
-    let last = gens.last().copied();
+    Ok(gens)
+}
 
-    // Runs, each against the A records it covers: those were synced before the run was
-    // committed, so any damage in them is corruption, and the run must be exactly their
-    // distinct signatures with the index of each one's first occurrence.
+/// The runs, each against the A records it covers: those were synced before the run was
+/// committed, so any damage in them is corruption, and the run must be exactly their
+/// distinct signatures with the index of each one's first occurrence. `last` is the newest
+/// A generation.
+fn check_runs(st: &dyn Storage, m: &Manifest, last: Option<u64>, r: &mut CheckReport) {
     for meta in &m.runs {
         r.files += 1;
         r.unmerged += meta.records;
@@ -158,40 +183,12 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
             ));
             continue;
         }
-        match Run::open(st, *meta) {
-            Ok(run) => {
-                if let Err(e) = check_run(st, &m, &run, Some(meta.gen) == last) {
-                    r.damage.push(e);
-                }
-            }
-            Err(e) => r.damage.push(e),
+        let checked =
+            Run::open(st, *meta).and_then(|run| check_run(st, m, &run, Some(meta.gen) == last));
+        if let Err(e) = checked {
+            r.damage.push(e);
         }
     }
-
-    if let Some(c) = cursor {
-        check_frontier(st, &m, &c, &mut r);
-    }
-
-    for g in gens {
-        r.files += 1;
-        let skip = if g == m.a_gen { m.a_skip } else { 0 };
-        let mut n = 0u64;
-        match wal::replay(st, g, Some(g) == last, |i, _| {
-            if i >= skip {
-                n += 1;
-            }
-            Ok(())
-        }) {
-            Ok(rep) => {
-                r.buffered += n;
-                if rep.ends_the_stream(Some(g) == last) {
-                    r.torn_tails.push((names::a(g), rep.torn_bytes));
-                }
-            }
-            Err(e) => r.damage.push(e),
-        }
-    }
-    Ok(r)
 }
 
 /// Checks `run` against the records of its A generation that it covers.

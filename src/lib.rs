@@ -56,28 +56,51 @@
 #![deny(missing_docs, unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-// The layers, from the bottom: each module imports only from the ones above it in this list.
-mod buffer;
-mod check;
+// The modules in layers, from the bottom: a module imports only from the layers above it
+// here, never from its own or a later one. (Each group is a layer: rustfmt sorts within it.)
+
+// Errors, file names, signatures, hints.
 mod error;
-mod format;
-mod frames;
-mod frontier;
 mod hint;
-mod manifest;
-mod merge;
 mod names;
-mod options;
 #[doc(hidden)]
 pub mod planted;
-mod run;
-mod segment;
-mod sieve;
 mod signature;
+
+// Bytes on disk: the storage seam and the little-endian formats.
+mod format;
 pub mod storage;
+
+// Frames: A's and F's records.
+mod frames;
+
+// Options (a frame's default size among them).
+mod options;
+
+// S in memory; Z's segments.
+mod buffer;
+mod segment;
+
+// R's runs (of S's slots).
+mod run;
+
+// F; the merge of Z, the runs and a batch.
+mod frontier;
+mod merge;
+
+// The manifest, which commits Z, R and F's end.
+mod manifest;
+
+// The sieve.
+mod sieve;
+
+// Over the sieve's files: check; and uniq, the sieve without A and F.
+mod check;
+pub mod uniq;
+
+// Harnesses of the tests and fuzz targets.
 #[doc(hidden)]
 pub mod testing;
-pub mod uniq;
 
 pub use check::{check, check_storage, CheckReport};
 pub use error::{Corruption, Error, InvalidUrl, Result};

@@ -100,7 +100,8 @@ impl Manifest {
         b
     }
 
-    /// Decodes and checks a manifest read from `file`.
+    /// Decodes and checks a manifest read from `file`. (Over 80 lines: one bounded read per
+    /// field, in the file's order, as the layout above lists them.)
     pub(crate) fn decode(bytes: &[u8], file: &str) -> Result<Manifest> {
         let mut c = ByteReader::new(bytes, file, 0);
         c.magic(MAGIC_M)?;

@@ -107,7 +107,7 @@ pub struct Run {
 impl Run {
     /// Opens a run and checks its header and length against `meta`.
     pub fn open(storage: &dyn Storage, meta: RunMeta) -> Result<Run> {
-        let file = crate::segment::open_exact(storage, &names::r(meta.id), meta.bytes())?;
+        let file = storage.open_exact(&names::r(meta.id), meta.bytes())?;
         let name = file.name();
         let mut h = vec![0u8; HEADER_LEN as usize];
         file.read_exact_at(&mut h, 0)?;

@@ -46,6 +46,11 @@ impl<'a> FrameReader<'a> {
         self
     }
 
+    /// The file read.
+    pub(crate) fn file(&self) -> &'a File {
+        self.file
+    }
+
     /// Reads the frame at `offset`.
     pub(crate) fn frame_at(&self, offset: u64) -> std::result::Result<Frame, FrameError> {
         self.frame_with(offset, Vec::new())
@@ -53,7 +58,8 @@ impl<'a> FrameReader<'a> {
 
     /// Reads the frame at `offset` into `spare`, the payload of an earlier frame given back:
     /// a scan of a log reuses one buffer instead of allocating (and faulting in) one per
-    /// frame.
+    /// frame. (One function over 80 lines: its checks are in the order that decides what a
+    /// reader may conclude, the end, a torn write or damage, and read best in one piece.)
     pub(crate) fn frame_with(
         &self,
         offset: u64,
@@ -134,35 +140,7 @@ impl<'a> FrameReader<'a> {
             });
         }
         // A valid checksum over a malformed payload is not a torn write: check the structure.
-        let mut pos = 0usize;
-        let mut n = 0u32;
-        while pos < payload.len() {
-            if pos + 4 > payload.len() {
-                return Err(FrameError::Invalid(Corruption::Invalid {
-                    field: "bytes left for a record's length",
-                    expected: "none, or at least 4",
-                    found: (payload.len() - pos) as u64,
-                }));
-            }
-            let len =
-                u32::from_le_bytes(payload[pos..pos + 4].try_into().expect("4 bytes")) as usize;
-            if len == 0 || pos + 4 + len > payload.len() {
-                return Err(FrameError::Invalid(Corruption::Invalid {
-                    field: "record length",
-                    expected: "1 to the bytes left in the frame",
-                    found: len as u64,
-                }));
-            }
-            pos += 4 + len;
-            n += 1;
-        }
-        if n != count {
-            return Err(FrameError::Invalid(Corruption::Mismatch {
-                field: "frame record count",
-                expected: u64::from(n),
-                found: u64::from(count),
-            }));
-        }
+        check_records(&payload, count).map_err(FrameError::Invalid)?;
         Ok(Frame {
             offset,
             epoch,
@@ -195,4 +173,38 @@ impl<'a> FrameReader<'a> {
         }
         Ok(None)
     }
+}
+
+/// Checks that `payload` is exactly `count` records, each a length of at least 1 and that many
+/// bytes.
+fn check_records(payload: &[u8], count: u32) -> std::result::Result<(), Corruption> {
+    let mut pos = 0usize;
+    let mut n = 0u32;
+    while pos < payload.len() {
+        if pos + 4 > payload.len() {
+            return Err(Corruption::Invalid {
+                field: "bytes left for a record's length",
+                expected: "none, or at least 4",
+                found: (payload.len() - pos) as u64,
+            });
+        }
+        let len = u32::from_le_bytes(payload[pos..pos + 4].try_into().expect("4 bytes")) as usize;
+        if len == 0 || pos + 4 + len > payload.len() {
+            return Err(Corruption::Invalid {
+                field: "record length",
+                expected: "1 to the bytes left in the frame",
+                found: len as u64,
+            });
+        }
+        pos += 4 + len;
+        n += 1;
+    }
+    if n != count {
+        return Err(Corruption::Mismatch {
+            field: "frame record count",
+            expected: u64::from(n),
+            found: u64::from(count),
+        });
+    }
+    Ok(())
 }

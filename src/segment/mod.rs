@@ -49,23 +49,6 @@ pub struct IndexEntry {
 
 const _: () = assert!(std::mem::size_of::<IndexEntry>() == INDEX_ENTRY as usize);
 
-/// Opens the immutable file `name`, which the manifest says is `bytes` long: a missing file
-/// or another length is corruption.
-pub(crate) fn open_exact(storage: &dyn Storage, name: &str, bytes: u64) -> Result<File> {
-    let file = storage.open_file(name)?;
-    let len = file.len()?;
-    if len != bytes {
-        return Err(file.corrupt(
-            len.min(bytes),
-            Corruption::Truncated {
-                needed: bytes,
-                available: len,
-            },
-        ));
-    }
-    Ok(file)
-}
-
 /// What the manifest records of a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentMeta {
@@ -92,12 +75,10 @@ impl Segment {
 
     /// [`Segment::open`], reading the footer `chunk` index entries at a time.
     fn open_reading(storage: &dyn Storage, meta: SegmentMeta, chunk: u64) -> Result<Segment> {
-        let file = open_exact(storage, &names::z(meta.id), meta.bytes)?;
-        let name = file.name();
+        let file = storage.open_exact(&names::z(meta.id), meta.bytes)?;
         let len = meta.bytes;
         if len < HEADER_LEN + TAIL_LEN + 20 {
-            return Err(Error::corrupt(
-                name,
+            return Err(file.corrupt(
                 0,
                 Corruption::Truncated {
                     needed: HEADER_LEN + TAIL_LEN + 20,
@@ -105,46 +86,13 @@ impl Segment {
                 },
             ));
         }
-        let mut header = [0u8; HEADER_LEN as usize];
-        file.read_exact_at(&mut header, 0)?;
-        let mut c = ByteReader::new(&header, name, 0);
-        c.magic(MAGIC_Z)?;
-        c.version()?;
-        let id = c.u64()?;
-        c.check_crc()?;
-        if id != meta.id {
-            return Err(Error::corrupt(
-                name,
-                8,
-                Corruption::Mismatch {
-                    field: "segment id",
-                    expected: meta.id,
-                    found: id,
-                },
-            ));
-        }
-        let mut tail = [0u8; TAIL_LEN as usize];
-        file.read_exact_at(&mut tail, len - TAIL_LEN)?;
-        let mut c = ByteReader::new(&tail, name, len - TAIL_LEN);
-        let footer_offset = c.u64()?;
-        c.check_crc()?;
-        c.magic(MAGIC_ZEND)?;
-        if footer_offset < HEADER_LEN || footer_offset + 20 > len - TAIL_LEN {
-            return Err(Error::corrupt(
-                name,
-                len - TAIL_LEN,
-                Corruption::Invalid {
-                    field: "footer offset",
-                    expected: "between the header and the tail, with room for the footer",
-                    found: footer_offset,
-                },
-            ));
-        }
+        check_header(&file, meta.id)?;
+        let footer_offset = read_tail(&file, len)?;
         // The footer is read a chunk at a time, so that opening never holds it whole.
         let footer_len = len - TAIL_LEN - footer_offset;
         let mut head = [0u8; 16];
         file.read_exact_at(&mut head, footer_offset)?;
-        let mut c = ByteReader::new(&head, name, footer_offset);
+        let mut c = ByteReader::new(&head, file.name(), footer_offset);
         let blocks = c.u64()?;
         let sigs = c.u64()?;
         if blocks
@@ -152,8 +100,7 @@ impl Segment {
             .and_then(|b| b.checked_add(20))
             != Some(footer_len)
         {
-            return Err(Error::corrupt(
-                name,
+            return Err(file.corrupt(
                 footer_offset,
                 Corruption::Invalid {
                     field: "block count",
@@ -164,67 +111,21 @@ impl Segment {
         }
         let mut hasher = crc32fast::Hasher::new();
         hasher.update(&head);
-        let mut index = Vec::with_capacity(blocks as usize);
-        let mut total = 0u64;
-        let mut prev: Option<(u64, u64)> = None;
-        let mut bytes = vec![0u8; (blocks.min(chunk) * INDEX_ENTRY) as usize];
-        let mut at = footer_offset + 16;
-        while (index.len() as u64) < blocks {
-            let n = (blocks - index.len() as u64).min(chunk);
-            let bytes = &mut bytes[..(n * INDEX_ENTRY) as usize];
-            file.read_exact_at(bytes, at)?;
-            hasher.update(bytes);
-            let mut c = ByteReader::new(bytes, name, at);
-            for _ in 0..n {
-                let at = c.offset();
-                let first = c.u64()?;
-                let offset = c.u64()?;
-                let count = c.u32()?;
-                let bad_order = prev.is_some_and(|(pf, po)| first <= pf || offset <= po);
-                if count == 0
-                    || count as usize > BLOCK_SIGS
-                    || offset < HEADER_LEN
-                    || offset >= footer_offset
-                    || bad_order
-                {
-                    return Err(Error::corrupt(
-                        name,
-                        at,
-                        Corruption::Invalid {
-                            field: "index entry's block offset",
-                            expected: "increasing offsets and first signatures, 1 to 2048 \
-                                       signatures per block, blocks between header and footer",
-                            found: offset,
-                        },
-                    ));
-                }
-                prev = Some((first, offset));
-                total += count as u64;
-                index.push(IndexEntry {
-                    first,
-                    offset,
-                    count,
-                });
-            }
-            at += n * INDEX_ENTRY;
-        }
+        let index = read_index(&file, footer_offset, blocks, chunk, &mut hasher)?;
+        let at = footer_offset + 16 + blocks * INDEX_ENTRY;
         let mut stored = [0u8; 4];
         file.read_exact_at(&mut stored, at)?;
         let (stored, computed) = (u32::from_le_bytes(stored), hasher.finalize());
         if stored != computed {
-            return Err(Error::corrupt(
-                name,
-                at,
-                Corruption::Checksum { stored, computed },
-            ));
+            return Err(file.corrupt(at, Corruption::Checksum { stored, computed }));
         }
+        let total: u64 = index.iter().map(|e| u64::from(e.count)).sum();
         for (field, expected) in [
             ("signatures in the manifest's entry", meta.sigs),
             ("signatures in the blocks", total),
         ] {
             if sigs != expected {
-                return Err(Error::corrupt(
-                    name,
+                return Err(file.corrupt(
                     footer_offset + 8,
                     Corruption::Mismatch {
                         field,
@@ -298,6 +199,102 @@ impl Segment {
             pos: 0,
         }
     }
+}
+
+/// Checks the header of segment `id`.
+fn check_header(file: &File, id: u64) -> Result<()> {
+    let mut header = [0u8; HEADER_LEN as usize];
+    file.read_exact_at(&mut header, 0)?;
+    let mut c = ByteReader::new(&header, file.name(), 0);
+    c.magic(MAGIC_Z)?;
+    c.version()?;
+    let found = c.u64()?;
+    c.check_crc()?;
+    if found != id {
+        return Err(file.corrupt(
+            8,
+            Corruption::Mismatch {
+                field: "segment id",
+                expected: id,
+                found,
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// Reads the tail of a segment of `len` bytes; returns the footer's offset.
+fn read_tail(file: &File, len: u64) -> Result<u64> {
+    let mut tail = [0u8; TAIL_LEN as usize];
+    file.read_exact_at(&mut tail, len - TAIL_LEN)?;
+    let mut c = ByteReader::new(&tail, file.name(), len - TAIL_LEN);
+    let footer_offset = c.u64()?;
+    c.check_crc()?;
+    c.magic(MAGIC_ZEND)?;
+    if footer_offset < HEADER_LEN || footer_offset + 20 > len - TAIL_LEN {
+        return Err(file.corrupt(
+            len - TAIL_LEN,
+            Corruption::Invalid {
+                field: "footer offset",
+                expected: "between the header and the tail, with room for the footer",
+                found: footer_offset,
+            },
+        ));
+    }
+    Ok(footer_offset)
+}
+
+/// Reads the `blocks` entries of the sparse index after the footer's head, `chunk` at a
+/// time, into the footer's `hasher`; each entry is checked against the one before.
+fn read_index(
+    file: &File,
+    footer_offset: u64,
+    blocks: u64,
+    chunk: u64,
+    hasher: &mut crc32fast::Hasher,
+) -> Result<Vec<IndexEntry>> {
+    let mut index = Vec::with_capacity(blocks as usize);
+    let mut prev: Option<(u64, u64)> = None;
+    let mut bytes = vec![0u8; (blocks.min(chunk) * INDEX_ENTRY) as usize];
+    let mut at = footer_offset + 16;
+    while (index.len() as u64) < blocks {
+        let n = (blocks - index.len() as u64).min(chunk);
+        let bytes = &mut bytes[..(n * INDEX_ENTRY) as usize];
+        file.read_exact_at(bytes, at)?;
+        hasher.update(bytes);
+        let mut c = ByteReader::new(bytes, file.name(), at);
+        for _ in 0..n {
+            let at = c.offset();
+            let first = c.u64()?;
+            let offset = c.u64()?;
+            let count = c.u32()?;
+            let bad_order = prev.is_some_and(|(pf, po)| first <= pf || offset <= po);
+            if count == 0
+                || count as usize > BLOCK_SIGS
+                || offset < HEADER_LEN
+                || offset >= footer_offset
+                || bad_order
+            {
+                return Err(file.corrupt(
+                    at,
+                    Corruption::Invalid {
+                        field: "index entry's block offset",
+                        expected: "increasing offsets and first signatures, 1 to 2048 \
+                                   signatures per block, blocks between header and footer",
+                        found: offset,
+                    },
+                ));
+            }
+            prev = Some((first, offset));
+            index.push(IndexEntry {
+                first,
+                offset,
+                count,
+            });
+        }
+        at += n * INDEX_ENTRY;
+    }
+    Ok(index)
 }
 
 /// Decodes a block (`bytes` is the whole block, described by index entry `e`).

@@ -16,7 +16,7 @@
 //! every write ends with a tail mark, so that the rest of an old frame cut by the new ones
 //! is never read.
 
-use crate::error::{Corruption, Error, Result};
+use crate::error::{Corruption, Result};
 use crate::format::{seal, ByteReader, PutLe, MAGIC_A, VERSION};
 use crate::frames::{FrameError, FrameReader, FrameWriter, FRAME_HEADER};
 use crate::names;
@@ -177,46 +177,17 @@ impl Replay {
 /// A damaged frame ends the valid prefix. It is a torn tail (dropped and counted) unless a
 /// valid frame at least two epochs later follows it, which proves it had been synced: then
 /// it is corruption. `last` says whether this is the newest generation (only its header may
-/// be torn).
+/// be torn). (Over 80 lines: one loop over the frames, each of its exits a case of the
+/// torn-tail rule of `docs/design.md`.)
 pub(crate) fn replay(
     storage: &dyn Storage,
     gen: u64,
     last: bool,
     mut each: impl FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<Replay> {
-    let name = names::a(gen);
-    let file = storage.open_file(&name)?;
+    let file = storage.open_file(&names::a(gen))?;
     let len = file.len()?;
-    let header_ok = (|| -> Result<()> {
-        let mut h = [0u8; HEADER_LEN as usize];
-        if len < HEADER_LEN {
-            return Err(file.corrupt(
-                0,
-                Corruption::Truncated {
-                    needed: HEADER_LEN,
-                    available: len,
-                },
-            ));
-        }
-        file.read_exact_at(&mut h, 0)?;
-        let mut c = ByteReader::new(&h, &name, 0);
-        c.magic(MAGIC_A)?;
-        c.version()?;
-        let found = c.u64()?;
-        c.check_crc()?;
-        if found != gen {
-            return Err(file.corrupt(
-                8,
-                Corruption::Mismatch {
-                    field: "generation",
-                    expected: gen,
-                    found,
-                },
-            ));
-        }
-        Ok(())
-    })();
-    if let Err(e) = header_ok {
+    if let Err(e) = check_header(&file, len, gen) {
         // A crash while the newest generation was being created; it holds nothing.
         if last && e.is_corruption() && len <= HEADER_LEN + FRAME_HEADER as u64 {
             return Ok(Replay {
@@ -238,85 +209,24 @@ pub(crate) fn replay(
     let mut records = 0u64;
     let mut last_epoch: i64 = -1;
     let mut spare = Vec::new();
+    let clean = |file, records, valid_end, ended, last_epoch| Replay {
+        file,
+        records,
+        valid_end,
+        torn: false,
+        ended,
+        torn_bytes: 0,
+        torn_records: 0,
+        later_epoch: None,
+        last_epoch,
+    };
     loop {
-        match reader.frame_with(offset, std::mem::take(&mut spare)) {
-            Ok(frame) => {
-                if (frame.epoch as i64) < last_epoch || frame.epoch as i64 > last_epoch.max(0) + 1 {
-                    return Err(Error::corrupt(
-                        &name,
-                        offset,
-                        Corruption::Invalid {
-                            field: "frame epoch",
-                            expected: "the previous frame's epoch or the next one",
-                            found: u64::from(frame.epoch),
-                        },
-                    ));
-                }
-                last_epoch = frame.epoch as i64;
-                if let Some(total) = frame.end {
-                    if total != records {
-                        return Err(Error::corrupt(
-                            &name,
-                            offset,
-                            Corruption::Mismatch {
-                                field: "records before the end frame",
-                                expected: records,
-                                found: total,
-                            },
-                        ));
-                    }
-                    return Ok(Replay {
-                        file,
-                        records,
-                        valid_end: offset + frame.size(),
-                        torn: false,
-                        ended: true,
-                        torn_bytes: 0,
-                        torn_records: 0,
-                        later_epoch: None,
-                        last_epoch,
-                    });
-                }
-                for url in frame.records() {
-                    each(records, url)?;
-                    records += 1;
-                }
-                offset += frame.size();
-                spare = frame.payload;
-            }
-            Err(FrameError::End) => {
-                return Ok(Replay {
-                    file,
-                    records,
-                    valid_end: offset,
-                    torn: false,
-                    ended: false,
-                    torn_bytes: 0,
-                    torn_records: 0,
-                    later_epoch: None,
-                    last_epoch,
-                });
-            }
+        let frame = match reader.frame_with(offset, std::mem::take(&mut spare)) {
+            Ok(frame) => frame,
+            Err(FrameError::End) => return Ok(clean(file, records, offset, false, last_epoch)),
             Err(FrameError::Io(e)) => return Err(e),
             Err(FrameError::Invalid(_)) => {
-                // Torn tail or corruption? Look for valid frames after the damage.
-                let mut later_epoch = None;
-                let mut torn_records = 0u64;
-                let mut at = offset;
-                while let Some((off, epoch)) = reader.find_valid_after(at)? {
-                    if epoch as i64 >= last_epoch + 2 {
-                        return Err(Error::corrupt(
-                            &name,
-                            offset,
-                            Corruption::DamagedBeforeValid { next_valid: off },
-                        ));
-                    }
-                    later_epoch = later_epoch.max(Some(epoch));
-                    if let Ok(f) = reader.frame_at(off) {
-                        torn_records += f.count as u64;
-                    }
-                    at = off;
-                }
+                let (torn_records, later_epoch) = after_damage(&reader, offset, last_epoch)?;
                 return Ok(Replay {
                     file,
                     records,
@@ -329,8 +239,98 @@ pub(crate) fn replay(
                     valid_end: offset,
                 });
             }
+        };
+        let epoch = i64::from(frame.epoch);
+        if epoch < last_epoch || epoch > last_epoch.max(0) + 1 {
+            return Err(file.corrupt(
+                offset,
+                Corruption::Invalid {
+                    field: "frame epoch",
+                    expected: "the previous frame's epoch or the next one",
+                    found: u64::from(frame.epoch),
+                },
+            ));
         }
+        last_epoch = epoch;
+        if let Some(total) = frame.end {
+            if total != records {
+                return Err(file.corrupt(
+                    offset,
+                    Corruption::Mismatch {
+                        field: "records before the end frame",
+                        expected: records,
+                        found: total,
+                    },
+                ));
+            }
+            let end = offset + frame.size();
+            return Ok(clean(file, records, end, true, last_epoch));
+        }
+        for url in frame.records() {
+            each(records, url)?;
+            records += 1;
+        }
+        offset += frame.size();
+        spare = frame.payload;
     }
+}
+
+/// Checks the header of generation `gen`, whose file is `len` bytes long.
+fn check_header(file: &File, len: u64, gen: u64) -> Result<()> {
+    if len < HEADER_LEN {
+        return Err(file.corrupt(
+            0,
+            Corruption::Truncated {
+                needed: HEADER_LEN,
+                available: len,
+            },
+        ));
+    }
+    let mut h = [0u8; HEADER_LEN as usize];
+    file.read_exact_at(&mut h, 0)?;
+    let mut c = ByteReader::new(&h, file.name(), 0);
+    c.magic(MAGIC_A)?;
+    c.version()?;
+    let found = c.u64()?;
+    c.check_crc()?;
+    if found != gen {
+        return Err(file.corrupt(
+            8,
+            Corruption::Mismatch {
+                field: "generation",
+                expected: gen,
+                found,
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// Torn tail or corruption? Looks for valid frames after the damage at `offset`: one at
+/// least two epochs after the last valid frame's (`last_epoch`) proves the damage was synced,
+/// which is corruption. Returns the records of the valid frames found after the damage and
+/// the highest epoch among them.
+fn after_damage(
+    reader: &FrameReader<'_>,
+    offset: u64,
+    last_epoch: i64,
+) -> Result<(u64, Option<u32>)> {
+    let mut later_epoch = None;
+    let mut torn_records = 0u64;
+    let mut at = offset;
+    while let Some((off, epoch)) = reader.find_valid_after(at)? {
+        if i64::from(epoch) >= last_epoch + 2 {
+            return Err(reader
+                .file()
+                .corrupt(offset, Corruption::DamagedBeforeValid { next_valid: off }));
+        }
+        later_epoch = later_epoch.max(Some(epoch));
+        if let Ok(f) = reader.frame_at(off) {
+            torn_records += u64::from(f.count);
+        }
+        at = off;
+    }
+    Ok((torn_records, later_epoch))
 }
 
 #[cfg(all(test, not(loom)))]

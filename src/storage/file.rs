@@ -97,6 +97,9 @@ pub(crate) trait StorageExt {
     fn create_file(&self, name: &str) -> Result<File>;
     /// Opens `name`, which must exist: a missing file is [`Corruption::Missing`].
     fn open_file(&self, name: &str) -> Result<File>;
+    /// Opens the immutable file `name`, which the manifest says is `bytes` long: a missing
+    /// file or another length is corruption.
+    fn open_exact(&self, name: &str, bytes: u64) -> Result<File>;
     /// Opens `name` if it exists.
     fn open_if_exists(&self, name: &str) -> Result<Option<File>>;
     /// Lists the directory, sorted.
@@ -121,6 +124,21 @@ impl<S: Storage + ?Sized> StorageExt for S {
     fn open_file(&self, name: &str) -> Result<File> {
         self.open_if_exists(name)?
             .ok_or_else(|| Error::corrupt(name, 0, Corruption::Missing))
+    }
+
+    fn open_exact(&self, name: &str, bytes: u64) -> Result<File> {
+        let file = self.open_file(name)?;
+        let len = file.len()?;
+        if len != bytes {
+            return Err(file.corrupt(
+                len.min(bytes),
+                Corruption::Truncated {
+                    needed: bytes,
+                    available: len,
+                },
+            ));
+        }
+        Ok(file)
     }
 
     fn open_if_exists(&self, name: &str) -> Result<Option<File>> {

@@ -214,6 +214,8 @@ impl State {
         }
     }
 
+    /// The disk a crash of kind `image` leaves. (Over 80 lines: the fate of names, then of
+    /// every pending write, for each kind, as the table of the module's documentation.)
     fn image(&self, image: CrashImage) -> State {
         let mut rng = Rng::new(match image {
             CrashImage::Random(seed) => seed,

@@ -4,8 +4,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use super::emit_model;
-use super::fuzz::Bytes;
+use super::{emit_model, Bytes};
 use crate::names::{self, FileName};
 use crate::storage::sim::CrashImage;
 use crate::storage::SimDisk;

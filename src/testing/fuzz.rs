@@ -3,33 +3,10 @@
 use std::sync::Arc;
 
 use super::corrupt::{decode, FileKind};
-use super::{apply, run, verify, Observed, Step};
+use super::{apply, run, verify, Bytes, Observed, Step};
 use crate::storage::sim::{CrashImage, Rng};
 use crate::storage::SimDisk;
 use crate::{Options, Sieve};
-
-/// Reads fuzz input bytes, with zeros past the end.
-pub(crate) struct Bytes<'a>(pub(crate) &'a [u8]);
-
-impl Bytes<'_> {
-    pub(crate) fn u8(&mut self) -> u8 {
-        match self.0.split_first() {
-            Some((&b, rest)) => {
-                self.0 = rest;
-                b
-            }
-            None => 0,
-        }
-    }
-
-    pub(crate) fn u16(&mut self) -> u16 {
-        u16::from(self.u8()) | u16::from(self.u8()) << 8
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
 
 /// The options of the fuzzed workloads: inline flushes (deterministic I/O), few slots,
 /// merges run at once or deferred (spills beside a merge under way).

@@ -193,3 +193,26 @@ pub fn verify(disk: &SimDisk, opts: &Options, o: &Observed) -> Result<Survivor, 
         o.consumed.len()
     ))
 }
+
+/// Reads fuzz input bytes, with zeros past the end.
+pub(crate) struct Bytes<'a>(pub(crate) &'a [u8]);
+
+impl Bytes<'_> {
+    pub(crate) fn u8(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((&b, rest)) => {
+                self.0 = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+
+    pub(crate) fn u16(&mut self) -> u16 {
+        u16::from(self.u8()) | u16::from(self.u8()) << 8
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}

@@ -157,8 +157,9 @@ pub(super) fn changed(pieces: &[Piece]) -> Error {
 }
 
 /// Prints the lines at the increasing `positions` (line indexes in the batch) of the
-/// batch's `pieces`; returns the wrapping sum of their check terms (signature and index). No line is longer than
-/// `max_line` unless the input changed.
+/// batch's `pieces`; returns the wrapping sum of their check terms (signature and index). No
+/// line is longer than `max_line` unless the input changed. (Over 80 lines: one loop over a
+/// sliding window of input, whose every exit is a check that the input did not change.)
 fn print(
     pieces: &[Piece],
     positions: impl Iterator<Item = u64>,

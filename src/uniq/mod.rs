@@ -184,44 +184,11 @@ impl Uniq {
         Ok(self.stats.clone())
     }
 
+    /// Reads `input` to its end, line by line, into S. (Over 80 lines: one loop over a read
+    /// buffer that grows only for a line longer than it, and every way out of it.)
     fn read_input(&mut self, input: Input) -> Result<()> {
         let name = input.name;
-        let (origin, mut reader, start): (Origin, Box<dyn Read + Send>, u64) = match input.kind {
-            Kind::Path(path) => {
-                let file = File::open(&path).map_err(|e| Error::input("open", &name, e))?;
-                let meta = file
-                    .metadata()
-                    .map_err(|e| Error::input("stat", &name, e))?;
-                if meta.is_file() {
-                    let origin = Origin::Path {
-                        path,
-                        dev: meta.dev(),
-                        ino: meta.ino(),
-                    };
-                    (origin, Box::new(file), 0)
-                } else {
-                    (self.spool()?, Box::new(file), 0)
-                }
-            }
-            Kind::Handle(file) => {
-                let meta = file
-                    .metadata()
-                    .map_err(|e| Error::input("stat", &name, e))?;
-                if meta.is_file() {
-                    use std::io::Seek as _;
-                    let mut reader = file
-                        .try_clone()
-                        .map_err(|e| Error::input("open", &name, e))?;
-                    let start = reader
-                        .stream_position()
-                        .map_err(|e| Error::input("seek", &name, e))?;
-                    (Origin::Handle(file), Box::new(reader), start)
-                } else {
-                    (self.spool()?, Box::new(file), 0)
-                }
-            }
-            Kind::Stream(reader) => (self.spool()?, reader, 0),
-        };
+        let (origin, mut reader, start) = self.open_input(&name, input.kind)?;
         let source = Arc::new(Source {
             name,
             origin,
@@ -303,6 +270,48 @@ impl Uniq {
             }
         }
         Ok(())
+    }
+
+    /// Opens an input: where its lines will be read again, a reader of its bytes, and its
+    /// offset at the start. A regular file is read again where it is; anything else is
+    /// spooled.
+    fn open_input(
+        &mut self,
+        name: &str,
+        kind: Kind,
+    ) -> Result<(Origin, Box<dyn Read + Send>, u64)> {
+        Ok(match kind {
+            Kind::Path(path) => {
+                let file = File::open(&path).map_err(|e| Error::input("open", name, e))?;
+                let meta = file.metadata().map_err(|e| Error::input("stat", name, e))?;
+                if meta.is_file() {
+                    let origin = Origin::Path {
+                        path,
+                        dev: meta.dev(),
+                        ino: meta.ino(),
+                    };
+                    (origin, Box::new(file), 0)
+                } else {
+                    (self.spool()?, Box::new(file), 0)
+                }
+            }
+            Kind::Handle(file) => {
+                let meta = file.metadata().map_err(|e| Error::input("stat", name, e))?;
+                if meta.is_file() {
+                    use std::io::Seek as _;
+                    let mut reader = file
+                        .try_clone()
+                        .map_err(|e| Error::input("open", name, e))?;
+                    let start = reader
+                        .stream_position()
+                        .map_err(|e| Error::input("seek", name, e))?;
+                    (Origin::Handle(file), Box::new(reader), start)
+                } else {
+                    (self.spool()?, Box::new(file), 0)
+                }
+            }
+            Kind::Stream(reader) => (self.spool()?, reader, 0),
+        })
     }
 
     /// Creates a spool file for a stream.
