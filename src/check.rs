@@ -54,9 +54,7 @@ pub fn check(dir: impl AsRef<Path>) -> Result<CheckReport> {
             reason: "no such directory".into(),
         });
     }
-    let storage = DirStorage::open(dir)
-        .map_err(|e| Error::io("open directory", &dir.display().to_string(), e))?;
-    check_storage(Arc::new(storage))
+    check_storage(Arc::new(DirStorage::open_store(dir)?))
 }
 
 /// Verifies the sieve on any storage; see [`check`].

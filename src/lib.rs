@@ -63,8 +63,7 @@
 mod error;
 mod hint;
 mod names;
-#[doc(hidden)]
-pub mod planted;
+mod planted;
 mod signature;
 
 // Bytes on disk: the storage seam and the little-endian formats.
@@ -99,8 +98,7 @@ mod check;
 pub mod uniq;
 
 // Harnesses of the tests and fuzz targets.
-#[doc(hidden)]
-pub mod testing;
+mod testing;
 
 pub use check::{check, check_storage, CheckReport};
 pub use error::{Corruption, Error, InvalidUrl, Result};
@@ -109,9 +107,15 @@ pub use options::{Options, SyncPolicy};
 pub use sieve::{Sieve, Stats};
 pub use signature::signature;
 
-/// What the benchmarks and the tests need of the inside, and nothing a user should rely on:
-/// it changes without notice.
+/// What the fuzz targets, the benchmarks and the tests need of the inside, and nothing a user
+/// should rely on: it changes without notice.
 #[doc(hidden)]
 pub mod internals {
     pub use crate::buffer::{sort_slots, Slot};
+    pub use crate::testing::corrupt::{
+        corruption_opts, corruption_outcome, corruption_store, corruption_urls, decode, kind_of,
+        reseal, FileKind,
+    };
+    pub use crate::testing::fuzz::{canary, crash_schedule, ops, random_input, target};
+    pub use crate::testing::{apply, emit_model, run, verify, Observed, Step, Survivor};
 }

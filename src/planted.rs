@@ -20,6 +20,7 @@ pub enum Bug {
     ZeroRecord,
 }
 
+#[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
     pub const ALL: [(Bug, &'static str); 5] = [

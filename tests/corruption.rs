@@ -9,10 +9,8 @@
 
 use std::sync::Arc;
 
+use crivello::internals::{corruption_outcome as outcome, corruption_store, kind_of, FileKind};
 use crivello::storage::sim::{CrashImage, Rng};
-use crivello::testing::corrupt::{
-    corruption_outcome as outcome, corruption_store, kind_of, FileKind,
-};
 use crivello::{check_storage, Error};
 
 const FLIPS_PER_KIND: usize = 2000;

@@ -9,9 +9,9 @@
 
 use std::sync::Arc;
 
+use crivello::internals::{apply, run, verify, Observed, Step};
 use crivello::storage::sim::{CrashImage, FaultKind};
 use crivello::storage::SimDisk;
-use crivello::testing::{apply, run, verify, Observed, Step};
 use crivello::{Error, Options, Sieve};
 use Step::*;
 

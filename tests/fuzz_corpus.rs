@@ -6,8 +6,8 @@
 use std::panic;
 use std::path::Path;
 
+use crivello::internals::{random_input, target};
 use crivello::storage::sim::Rng;
-use crivello::testing::fuzz::{random_input, target};
 
 const TARGETS: [&str; 9] = [
     "decode_a",

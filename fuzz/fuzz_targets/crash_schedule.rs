@@ -1,6 +1,6 @@
-//! Fuzz target `crash_schedule`: see `crivello::testing::fuzz` and `docs/testing.md`.
+//! Fuzz target `crash_schedule`: see `crivello::internals` and `docs/testing.md`.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    (crivello::testing::fuzz::target("crash_schedule").expect("a known target"))(data)
+    (crivello::internals::target("crash_schedule").expect("a known target"))(data)
 });

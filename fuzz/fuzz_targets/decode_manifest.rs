@@ -1,6 +1,6 @@
-//! Fuzz target `decode_manifest`: see `crivello::testing::fuzz` and `docs/testing.md`.
+//! Fuzz target `decode_manifest`: see `crivello::internals` and `docs/testing.md`.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    (crivello::testing::fuzz::target("decode_manifest").expect("a known target"))(data)
+    (crivello::internals::target("decode_manifest").expect("a known target"))(data)
 });

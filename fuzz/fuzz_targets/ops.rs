@@ -1,6 +1,6 @@
-//! Fuzz target `ops`: see `crivello::testing::fuzz` and `docs/testing.md`.
+//! Fuzz target `ops`: see `crivello::internals` and `docs/testing.md`.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    (crivello::testing::fuzz::target("ops").expect("a known target"))(data)
+    (crivello::internals::target("ops").expect("a known target"))(data)
 });

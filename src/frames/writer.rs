@@ -32,7 +32,7 @@ pub(crate) struct FrameWriter {
 impl FrameWriter {
     /// A writer of frames tagged `tag`, appending at `end` of `file` (after `records`
     /// records), starting in `epoch`.
-    pub(crate) fn new(file: File, (end, records): (u64, u64), tag: u64, epoch: u32) -> FrameWriter {
+    pub(crate) fn new(file: File, end: u64, records: u64, tag: u64, epoch: u32) -> FrameWriter {
         let mut buf = Vec::with_capacity(FRAME_HEADER + 4096);
         buf.resize(FRAME_HEADER, 0);
         FrameWriter {
@@ -300,7 +300,7 @@ mod tests {
     fn an_epoch_at_its_largest_value_stays_there_and_reads_back() {
         let disk = SimDisk::new();
         let file = File::new(disk.create("log").unwrap(), "log");
-        let mut w = FrameWriter::new(file.clone(), (0, 0), 7, u32::MAX - 1);
+        let mut w = FrameWriter::new(file.clone(), 0, 0, 7, u32::MAX - 1);
         for i in 0..4u8 {
             w.append(&[b'a' + i]).unwrap();
             w.sync().unwrap();
@@ -328,7 +328,7 @@ mod tests {
             hints: hints.clone(),
         });
         let start = 100;
-        let mut w = FrameWriter::new(File::new(file, "log"), (start, 0), 7, 0);
+        let mut w = FrameWriter::new(File::new(file, "log"), start, 0, 7, 0);
         let record = vec![b'u'; 1000];
         let mut synced_at = None;
         for i in 0..40_000 {
@@ -385,7 +385,7 @@ mod tests {
                 inner: disk.create("log").unwrap(),
                 hints: hints.clone(),
             });
-            let w = FrameWriter::new(File::new(file, "log"), (0, 0), 9, 0).with_tail_marks();
+            let w = FrameWriter::new(File::new(file, "log"), 0, 0, 9, 0).with_tail_marks();
             let mut w = if behind { w.write_behind() } else { w };
             assert_eq!(w.behind.is_some(), behind);
             exercise(&mut w).unwrap();
@@ -402,7 +402,7 @@ mod tests {
     fn a_failed_write_behind_is_reported_and_nothing_is_written_after_it() {
         let ops = {
             let disk = SimDisk::new();
-            let w = FrameWriter::new(File::new(disk.create("log").unwrap(), "log"), (0, 0), 9, 0);
+            let w = FrameWriter::new(File::new(disk.create("log").unwrap(), "log"), 0, 0, 9, 0);
             exercise(&mut w.with_tail_marks()).unwrap();
             disk.ops()
         };
@@ -413,8 +413,7 @@ mod tests {
                     let disk = SimDisk::new();
                     let file = disk.create("log").unwrap();
                     disk.fail_at(k, kind, false);
-                    let w =
-                        FrameWriter::new(File::new(file, "log"), (0, 0), 9, 0).with_tail_marks();
+                    let w = FrameWriter::new(File::new(file, "log"), 0, 0, 9, 0).with_tail_marks();
                     let mut w = if behind { w.write_behind() } else { w };
                     let err = exercise(&mut w).expect_err("the failure is reported");
                     assert!(err.to_string().contains("log"), "{err}");

@@ -45,7 +45,7 @@ impl Appender {
             start = file.len()?;
         }
         Ok(Appender {
-            out: FrameWriter::new(file, (start, 0), end.tail, epoch),
+            out: FrameWriter::new(file, start, 0, end.tail, epoch),
             tail: end.tail,
             before: end.count,
             emitted: 0,
@@ -64,7 +64,7 @@ impl Appender {
         *next_id += 1;
         let f = storage.create_file(&names::f(id))?;
         f.write_all_at(&header(id, first), 0)?;
-        Ok((FrameWriter::new(f, (HEADER_LEN, 0), id, epoch), id))
+        Ok((FrameWriter::new(f, HEADER_LEN, 0, id, epoch), id))
     }
 
     /// Appends `url`; past [`SEGMENT_TARGET`] bytes the segment is synced and the next one

@@ -42,7 +42,7 @@ pub(crate) struct Batch {
     /// Pushes dropped by the cache of recent signatures before the freeze (counted only).
     pub absorbed: u64,
     /// A's first record not covered by a run nor merged, once this batch is flushed.
-    pub next: (u64, u64),
+    pub next: wal::Start,
 }
 
 /// A flush to run.
@@ -113,11 +113,11 @@ pub(crate) fn run(job: FlushJob) -> Result<FlushDone> {
     // 5. The switch.
     let first_gen = job.runs.first().map_or(b.gen, |r| r.meta().gen.min(b.gen));
     if job.merge && crate::planted::active(crate::planted::Bug::EarlyADiscard) {
-        reaper::remove_generations(storage, first_gen..b.next.0);
+        reaper::remove_generations(storage, first_gen..b.next.gen);
     }
     m.commit += 1;
-    m.a_gen = b.next.0;
-    m.a_skip = b.next.1;
+    m.a_gen = b.next.gen;
+    m.a_skip = b.next.skip;
     m.pushed += records + b.absorbed;
     m.flushes += u64::from(records > 0);
     m.merges += u64::from(job.merge);

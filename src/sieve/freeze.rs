@@ -240,7 +240,10 @@ impl Sieve {
                 skip: self.gen_skip,
                 sigs: Vec::new(),
                 absorbed,
-                next: (self.manifest.a_gen, self.manifest.a_skip),
+                next: wal::Start {
+                    gen: self.manifest.a_gen,
+                    skip: self.manifest.a_skip,
+                },
             }
         } else {
             self.wal.finish()?;
@@ -251,7 +254,10 @@ impl Sieve {
                 skip: self.gen_skip,
                 sigs: std::mem::replace(&mut self.s, next_s),
                 absorbed,
-                next: (self.gen + 1, 0),
+                next: wal::Start {
+                    gen: self.gen + 1,
+                    skip: 0,
+                },
             };
             self.next_generation()?;
             batch

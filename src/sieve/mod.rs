@@ -96,10 +96,7 @@ impl Sieve {
     /// Opens the sieve in directory `dir`, creating the directory and the sieve if needed,
     /// and recovers from any crash. Takes the directory's exclusive lock.
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Sieve> {
-        let dir = dir.as_ref();
-        let storage = DirStorage::open(dir)
-            .map_err(|e| Error::io("open directory", &dir.display().to_string(), e))?;
-        Sieve::open_with(Arc::new(storage), opts)
+        Sieve::open_with(Arc::new(DirStorage::open_store(dir.as_ref())?), opts)
     }
 
     /// Opens (or creates) the sieve on any [`Storage`], such as the simulated disk.

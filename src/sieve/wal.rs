@@ -35,17 +35,21 @@ fn header(gen: u64) -> Vec<u8> {
     b
 }
 
+/// Where A's live records start: record `skip` of generation `gen` (the manifest's `a_gen`
+/// and `a_skip`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Start {
+    pub gen: u64,
+    pub skip: u64,
+}
+
 /// Continues writing generation `gen` after its valid prefix `end` of `records` records, in
 /// the epoch after `last_epoch`.
-pub(crate) fn reuse(
-    file: File,
-    gen: u64,
-    (end, records): (u64, u64),
-    last_epoch: i64,
-) -> FrameWriter {
+pub(crate) fn reuse(file: File, gen: u64, end: u64, records: u64, last_epoch: i64) -> FrameWriter {
     FrameWriter::new(
         file,
-        (end, records),
+        end,
+        records,
         gen,
         // Epochs stop at their largest value, as the writer's do.
         (last_epoch + 1).min(i64::from(u32::MAX)) as u32,
@@ -63,7 +67,7 @@ pub(crate) fn create(storage: &dyn Storage, gen: u64, spare: Option<u64>) -> Res
         None => durable::create_synced(storage, &name, &header(gen))?,
     }
     let file = storage.open_file(&name)?;
-    Ok(FrameWriter::new(file, (HEADER_LEN, 0), gen, 0).with_tail_marks())
+    Ok(FrameWriter::new(file, HEADER_LEN, 0, gen, 0).with_tail_marks())
 }
 
 /// The writer of a generation as the options want it: its frame size, and its frames written
@@ -398,7 +402,7 @@ mod tests {
         ));
         // Continued after the mark, as an open does: the mark is overwritten.
         let (end, records, epoch) = (r.valid_end, r.records, r.last_epoch);
-        let mut again = reuse(file, 4, (end, records), epoch);
+        let mut again = reuse(file, 4, end, records, epoch);
         again.append(b"http://after/reopen").unwrap();
         again.sync().unwrap();
         want.push(b"http://after/reopen".to_vec());

@@ -41,6 +41,12 @@ impl DirStorage {
         Ok(DirStorage { dir })
     }
 
+    /// [`DirStorage::open`] for a store: an error names the directory.
+    pub(crate) fn open_store(dir: &Path) -> crate::Result<DirStorage> {
+        DirStorage::open(dir)
+            .map_err(|e| crate::Error::io("open directory", &dir.display().to_string(), e))
+    }
+
     /// The directory's path.
     pub fn path(&self) -> &Path {
         &self.dir

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-pub use crivello::testing::emit_model;
+pub use crivello::internals::emit_model;
 
 /// The shared data folder (next to the crate), if present.
 pub fn data_dir() -> PathBuf {

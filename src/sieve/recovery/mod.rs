@@ -64,7 +64,7 @@ pub(crate) fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
     let (gen, wal, gen_skip) = match replayed.continued {
         Some(c) => (
             c.gen,
-            wal::reuse(c.file, c.gen, (c.end, c.records), c.last_epoch),
+            wal::reuse(c.file, c.gen, c.end, c.records, c.last_epoch),
             c.records,
         ),
         None => {

@@ -84,7 +84,10 @@ pub(super) fn replay(
         }
         // Chunks that filled S (only when the budget shrank since they were written).
         for chunk in full {
-            let next = (g, chunk.start + chunk.sigs.len() as u64);
+            let next = wal::Start {
+                gen: g,
+                skip: chunk.start + chunk.sigs.len() as u64,
+            };
             state = spill(
                 storage,
                 state,
@@ -101,7 +104,14 @@ pub(super) fn replay(
         state = spill(
             storage,
             state,
-            rest.into_batch(g, &r.file, (g + 1, 0)),
+            rest.into_batch(
+                g,
+                &r.file,
+                wal::Start {
+                    gen: g + 1,
+                    skip: 0,
+                },
+            ),
             torn,
         )?;
         torn = Torn::default();
@@ -119,7 +129,7 @@ struct Chunk {
 }
 
 impl Chunk {
-    fn into_batch(self, gen: u64, file: &File, next: (u64, u64)) -> Batch {
+    fn into_batch(self, gen: u64, file: &File, next: wal::Start) -> Batch {
         Batch {
             gen,
             wal: file.clone(),
