@@ -11,8 +11,7 @@ use crate::manifest::Manifest;
 use crate::names;
 use crate::run::Run;
 use crate::segment::Segment;
-use crate::sieve::wal;
-use crate::signature::signature;
+use crate::sieve::{wal, Signer};
 use crate::storage::{DirStorage, Storage, StorageExt};
 
 /// What [`check`] found.
@@ -195,9 +194,13 @@ fn check_run(st: &dyn Storage, m: &Manifest, run: &Run, newest: bool) -> Result<
     let a_name = names::a(meta.gen);
     let end = meta.skip + meta.records;
     let mut expected: Vec<(u64, u32)> = Vec::new();
-    let rep = wal::replay(st, meta.gen, newest, |i, url| {
+    let signer = Signer::of(m);
+    let rep = wal::replay(st, meta.gen, newest, |i, record| {
         if (meta.skip..end).contains(&i) {
-            expected.push((signature(url, m.seed), (i - meta.skip) as u32));
+            let sig = signer
+                .sign(record)
+                .map_err(|what| Error::corrupt(&a_name, 0, what))?;
+            expected.push((sig, (i - meta.skip) as u32));
         }
         Ok(())
     })?;

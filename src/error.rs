@@ -54,6 +54,15 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The store is used the other way: F is read into a frontier's queues where a plain
+    /// sieve's reader asked for it, or the reverse. The first reader fixes the mode.
+    #[error("{dir} {}", mode_message(*.mode))]
+    WrongMode {
+        /// The directory.
+        dir: String,
+        /// How the store is used.
+        mode: crate::Mode,
+    },
     /// An I/O operation failed.
     #[error("{op} {file}: {source}")]
     Io {
@@ -89,6 +98,19 @@ impl Error {
     /// Whether this error reports damaged data (as opposed to a failed operation).
     pub fn is_corruption(&self) -> bool {
         matches!(self, Error::Corrupt { .. })
+    }
+}
+
+fn mode_message(mode: crate::Mode) -> &'static str {
+    match mode {
+        crate::Mode::Frontier => {
+            "is used as a frontier (lease/done): its URLs go to per-host queues and cannot be \
+             popped as a plain sieve's"
+        }
+        _ => {
+            "is used as a plain sieve (pop): its URLs go through the cursor and cannot be \
+             leased from a frontier's queues"
+        }
     }
 }
 

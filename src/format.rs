@@ -5,8 +5,11 @@
 
 use crate::error::{Corruption, Error, Result};
 
-/// The format version written by this build (see `docs/design.md`, "Format versions").
+/// The format version of the files written by this build, but the manifest (see
+/// `docs/design.md`, "Format versions").
 pub const VERSION: u32 = 4;
+/// The format version of the manifest written by this build; version 4 is read too.
+pub const MANIFEST_VERSION: u32 = 5;
 
 /// Magic of A (write-ahead log) files: `CRVA`.
 pub const MAGIC_A: u32 = u32::from_le_bytes(*b"CRVA");
@@ -148,6 +151,23 @@ impl<'a> ByteReader<'a> {
         }
         Ok(())
     }
+    /// Reads a format version that must be in `oldest..=newest`; returns it.
+    pub fn version_between(&mut self, oldest: u32, newest: u32) -> Result<u32> {
+        let at = self.offset();
+        let found = self.u32()?;
+        if !(oldest..=newest).contains(&found) {
+            return Err(Error::corrupt(
+                self.file,
+                at,
+                Corruption::Version {
+                    expected: newest,
+                    found,
+                },
+            ));
+        }
+        Ok(found)
+    }
+
     /// Checks the format version.
     pub fn version(&mut self) -> Result<()> {
         let at = self.offset();

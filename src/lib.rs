@@ -66,6 +66,9 @@ mod names;
 mod planted;
 mod signature;
 
+// Records of a frontier store: a URL with its crawl, key and metadata.
+mod record;
+
 // Bytes on disk: the storage seam and the little-endian formats.
 mod format;
 pub mod storage;
@@ -102,6 +105,7 @@ mod testing;
 
 pub use check::{check, check_storage, CheckReport};
 pub use error::{Corruption, Error, InvalidUrl, Result};
+pub use manifest::Mode;
 pub use names::MANIFEST as MANIFEST_FILE;
 pub use options::{Options, SyncPolicy};
 pub use sieve::{Sieve, Stats};

@@ -6,15 +6,17 @@
 //!           | f_tail u64 | f_tail_len u64 | f_count u64 F's committed end, URLs in F
 //!           | pushed u64 | flushes u64 | torn_records u64 | torn_bytes u64
 //!           | merges u64
+//!           | mode u32                                  (version 5; 0 in version 4)
 //!           | segments u32 | segments x (id u64 | sigs u64 | bytes u64)
 //!           | runs u32 | runs x (id u64 | gen u64 | skip u64 | records u64 | pairs u64)
 //!           | crc32 u32
 //! ```
 //!
-//! It is replaced atomically (`MANIFEST.tmp`, fsync, rename, fsync directory).
+//! It is replaced atomically (`MANIFEST.tmp`, fsync, rename, fsync directory). A manifest of
+//! version 4 is read as of mode 0 and written back as version 5 at the next commit.
 
 use crate::error::{Corruption, Error, Result};
-use crate::format::{seal, ByteReader, PutLe, MAGIC_M, VERSION};
+use crate::format::{seal, ByteReader, PutLe, MAGIC_M, MANIFEST_VERSION, VERSION};
 use crate::frontier;
 use crate::names::{self, MANIFEST};
 use crate::run::RunMeta;
@@ -25,6 +27,38 @@ use crate::storage::{durable, Storage, StorageExt};
 /// (2^62 pushes take centuries); a larger value is corruption, and below it the sums a flush
 /// makes of these values cannot overflow.
 pub(crate) const COUNTER_LIMIT: u64 = 1 << 62;
+
+/// How a store is used: fixed by the first reader of F, and never changed after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Nothing has read F yet: the store is a plain sieve so far.
+    #[default]
+    Unset,
+    /// A plain sieve: F is read through the cursor (`pop`), A and F hold bare URLs.
+    Sieve,
+    /// A frontier: F is read into per-host queues (`lease`, `done`), and A and F hold records
+    /// with a crawl, a key and metadata (`src/record.rs`).
+    Frontier,
+}
+
+impl Mode {
+    fn code(self) -> u32 {
+        match self {
+            Mode::Unset => 0,
+            Mode::Sieve => 1,
+            Mode::Frontier => 2,
+        }
+    }
+
+    fn from_code(code: u32) -> Option<Mode> {
+        Some(match code {
+            0 => Mode::Unset,
+            1 => Mode::Sieve,
+            2 => Mode::Frontier,
+            _ => return None,
+        })
+    }
+}
 
 /// The content of a manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +89,8 @@ pub(crate) struct Manifest {
     pub torn_bytes: u64,
     /// Merges of unmerged runs with Z committed.
     pub merges: u64,
+    /// How the store is used.
+    pub mode: Mode,
     /// Z's segments.
     pub segments: Vec<SegmentMeta>,
     /// Spilled batches not yet merged with Z, in push order.
@@ -66,7 +102,7 @@ impl Manifest {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(128 + 24 * self.segments.len());
         b.put_u32(MAGIC_M);
-        b.put_u32(VERSION);
+        b.put_u32(MANIFEST_VERSION);
         for v in [
             self.seed,
             self.commit,
@@ -84,6 +120,7 @@ impl Manifest {
         ] {
             b.put_u64(v);
         }
+        b.put_u32(self.mode.code());
         b.put_u32(self.segments.len() as u32);
         for s in &self.segments {
             b.put_u64(s.id);
@@ -105,7 +142,7 @@ impl Manifest {
     pub(crate) fn decode(bytes: &[u8], file: &str) -> Result<Manifest> {
         let mut c = ByteReader::new(bytes, file, 0);
         c.magic(MAGIC_M)?;
-        c.version()?;
+        let version = c.version_between(VERSION, MANIFEST_VERSION)?;
         let seed = c.u64()?;
         let commit = c.u64_below("commit", COUNTER_LIMIT)?;
         let next_id = c.u64_below("next id", COUNTER_LIMIT)?;
@@ -119,6 +156,23 @@ impl Manifest {
         let torn_records = c.u64_below("torn records", COUNTER_LIMIT)?;
         let torn_bytes = c.u64_below("torn bytes", COUNTER_LIMIT)?;
         let merges = c.u64_below("merges", COUNTER_LIMIT)?;
+        let mode = if version >= 5 {
+            let at = c.offset();
+            let code = c.u32()?;
+            Mode::from_code(code).ok_or_else(|| {
+                Error::corrupt(
+                    file,
+                    at,
+                    Corruption::Invalid {
+                        field: "mode",
+                        expected: "0, 1 or 2",
+                        found: u64::from(code),
+                    },
+                )
+            })?
+        } else {
+            Mode::Unset
+        };
         let at = c.offset();
         let n = c.u32()? as usize;
         if n.saturating_mul(24) > c.remaining() {
@@ -180,6 +234,7 @@ impl Manifest {
             torn_records,
             torn_bytes,
             merges,
+            mode,
             segments,
             runs,
         })
@@ -241,6 +296,7 @@ mod tests {
             torn_records: 10,
             torn_bytes: 11,
             merges: 12,
+            mode: Mode::Frontier,
             runs: vec![RunMeta {
                 id: 7,
                 gen: 3,
@@ -281,6 +337,38 @@ mod tests {
                 .unwrap_err()
                 .is_corruption());
         }
+    }
+
+    #[test]
+    fn a_manifest_of_version_4_reads_as_of_no_mode_and_an_unknown_mode_is_corruption() {
+        let m = sample();
+        let v5 = m.encode();
+        // Version 4: no mode field.
+        let at = 8 + 13 * 8;
+        let mut v4 = v5[..at].to_vec();
+        v4.extend_from_slice(&v5[at + 4..v5.len() - 4]);
+        v4[4..8].copy_from_slice(&4u32.to_le_bytes());
+        seal(&mut v4);
+        let old = Manifest::decode(&v4, MANIFEST).unwrap();
+        assert_eq!(
+            old,
+            Manifest {
+                mode: Mode::Unset,
+                ..m.clone()
+            }
+        );
+        let mut bad = v5[..v5.len() - 4].to_vec();
+        bad[at..at + 4].copy_from_slice(&3u32.to_le_bytes());
+        seal(&mut bad);
+        assert!(Manifest::decode(&bad, MANIFEST)
+            .unwrap_err()
+            .is_corruption());
+        let mut v3 = v4.clone();
+        v3.truncate(v3.len() - 4);
+        v3[4..8].copy_from_slice(&3u32.to_le_bytes());
+        seal(&mut v3);
+        let e = Manifest::decode(&v3, MANIFEST).unwrap_err();
+        assert!(e.to_string().contains("format version 3"), "{e}");
     }
 
     #[test]

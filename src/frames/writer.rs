@@ -100,9 +100,15 @@ impl FrameWriter {
     /// the buffer is full: the caller then keeps it ([`FrameWriter::frame_if_full`]) or takes
     /// it back ([`FrameWriter::retract`]).
     pub(crate) fn append_tentative(&mut self, record: &[u8]) {
-        debug_assert!(!record.is_empty());
-        self.buf.put_u32(record.len() as u32);
-        self.buf.extend_from_slice(record);
+        self.append_tentative_parts(&[], record);
+    }
+
+    /// [`FrameWriter::append_tentative`] of the record `head` then `rest`.
+    pub(crate) fn append_tentative_parts(&mut self, head: &[u8], rest: &[u8]) {
+        debug_assert!(head.len() + rest.len() > 0);
+        self.buf.put_u32((head.len() + rest.len()) as u32);
+        self.buf.extend_from_slice(head);
+        self.buf.extend_from_slice(rest);
         self.count += 1;
         self.records += 1;
     }

@@ -4,6 +4,7 @@
 use super::Sieve;
 use crate::error::Result;
 use crate::frontier;
+use crate::manifest::Mode;
 
 impl Sieve {
     /// Reads up to `max` URLs of the frontier after the read position, and advances the read
@@ -28,6 +29,7 @@ impl Sieve {
         max_bytes: usize,
         each: impl FnMut(&[u8]) -> Result<()>,
     ) -> Result<usize> {
+        self.not_a_frontier()?;
         self.poll_inflight()?;
         let end = self.manifest.frontier_end();
         self.reader
@@ -42,6 +44,7 @@ impl Sieve {
         if read == self.cursor {
             return Ok(());
         }
+        self.fix_mode(Mode::Sieve)?;
         let r = read.commit_to(&*self.storage);
         self.poison(r)?;
         let old = self.cursor.segment;
@@ -54,6 +57,14 @@ impl Sieve {
             }
         }
         Ok(())
+    }
+
+    /// Fails with [`crate::Error::WrongMode`] when the store is a frontier.
+    fn not_a_frontier(&self) -> Result<()> {
+        match self.manifest.mode {
+            Mode::Frontier => Err(self.wrong_mode()),
+            Mode::Unset | Mode::Sieve => Ok(()),
+        }
     }
 
     /// Forgets reads not committed: the read position goes back to the durable cursor.

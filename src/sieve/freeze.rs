@@ -9,6 +9,7 @@ use super::gate::Gate;
 use super::{wal, Sieve};
 use crate::buffer::Slot;
 use crate::error::{Error, Result};
+use crate::manifest::Mode;
 use crate::run::{Run, RunMeta};
 use crate::storage::File;
 
@@ -57,6 +58,34 @@ impl InFlight {
 }
 
 impl Sieve {
+    /// Fixes how the store is used, if nothing did yet; fails with [`Error::WrongMode`] if it
+    /// is used the other way. Commits the manifest (with no flush under way).
+    pub(crate) fn fix_mode(&mut self, mode: Mode) -> Result<()> {
+        if self.manifest.mode == mode {
+            return Ok(());
+        }
+        if self.manifest.mode != Mode::Unset {
+            return Err(self.wrong_mode());
+        }
+        let r = self.decide().and_then(|()| self.finish_inflight());
+        self.poison(r)?;
+        let mut m = self.manifest.clone();
+        m.commit += 1;
+        m.mode = mode;
+        let r = m.commit_to(&*self.storage);
+        self.poison(r)?;
+        self.manifest = m;
+        Ok(())
+    }
+
+    /// The error of a store used the other way.
+    pub(crate) fn wrong_mode(&self) -> Error {
+        Error::WrongMode {
+            dir: self.storage.describe(),
+            mode: self.manifest.mode,
+        }
+    }
+
     /// Whether the flush thread is running.
     pub fn is_flushing(&mut self) -> bool {
         let _ = self.poll_inflight();

@@ -27,7 +27,7 @@ use crate::buffer::Slot;
 use crate::error::{Error, InvalidUrl, Result};
 use crate::frames::FrameWriter;
 use crate::frontier::{self, Position};
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, Mode};
 use crate::options::{Options, SyncPolicy};
 use crate::run::Run;
 use crate::segment::Segment;
@@ -36,6 +36,33 @@ use crate::storage::{DirStorage, Storage};
 
 use freeze::InFlight;
 pub use stats::Stats;
+
+/// How the signature of an A record is computed: a plain sieve's records are URLs, a
+/// frontier's are the records of `src/record.rs`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Signer {
+    seed: u64,
+    records: bool,
+}
+
+impl Signer {
+    /// The signer of the store `m` describes.
+    pub(crate) fn of(m: &Manifest) -> Signer {
+        Signer {
+            seed: m.seed,
+            records: m.mode == Mode::Frontier,
+        }
+    }
+
+    /// The signature of an A record.
+    pub(crate) fn sign(&self, record: &[u8]) -> std::result::Result<u64, crate::Corruption> {
+        if self.records {
+            crate::record::signature_of(record, self.seed)
+        } else {
+            Ok(signature(record, self.seed))
+        }
+    }
+}
 
 /// A durable Mercator sieve over a directory.
 ///
@@ -140,6 +167,16 @@ impl Sieve {
         self.writable()?;
         self.validate(url)?;
         let sig = signature(url, self.manifest.seed);
+        // In a frontier, a bare URL is the record of the default crawl with nothing else.
+        let head: &[u8] = match self.manifest.mode {
+            Mode::Frontier => &[0],
+            Mode::Unset | Mode::Sieve => &[],
+        };
+        self.push_parts(head, url, sig)
+    }
+
+    /// Pushes the record `head` then `rest`, of signature `sig`.
+    pub(crate) fn push_parts(&mut self, head: &[u8], rest: &[u8], sig: u64) -> Result<()> {
         // The cache of recent signatures decides this push at the next call, when its slot
         // has come from memory: meanwhile the caller makes the next URL.
         self.recent.prefetch(sig);
@@ -149,8 +186,8 @@ impl Sieve {
             let r = self.freeze(false);
             self.poison(r)?;
         }
-        self.wal.append_tentative(url);
-        self.undecided = Some((sig, url.len()));
+        self.wal.append_tentative_parts(head, rest);
+        self.undecided = Some((sig, head.len() + rest.len()));
         self.since_sync += 1;
         if let SyncPolicy::EveryPushes(n) = self.opts.sync {
             if self.since_sync >= n {

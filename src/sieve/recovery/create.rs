@@ -45,6 +45,7 @@ pub(super) fn create(storage: &dyn Storage, opts: &Options) -> Result<Manifest> 
         torn_records: 0,
         torn_bytes: 0,
         merges: 0,
+        mode: crate::manifest::Mode::Unset,
         segments: Vec::new(),
         runs: Vec::new(),
     };

@@ -13,7 +13,7 @@ use crate::sieve::flush::{self, Batch, FlushJob, Torn};
 use crate::sieve::gate::Gate;
 use crate::sieve::reaper::Reaper;
 use crate::sieve::wal::{self, Replay};
-use crate::signature::signature;
+use crate::sieve::Signer;
 use crate::storage::{File, Storage, StorageExt};
 
 /// The committed state recovery advances: the manifest, Z's segments, the runs.
@@ -70,7 +70,8 @@ pub(super) fn replay(
         } else {
             0
         };
-        let (r, full, rest) = read_generation(st, g, last, skip, state.m.seed, slots)?;
+        let sig = Signer::of(&state.m);
+        let (r, full, rest) = read_generation(st, g, last, skip, sig, slots)?;
         if last && !r.torn && !r.ended && full.is_empty() && rest.sigs.is_empty() {
             // An open after a clean close commits nothing.
             continued = Some(Continued {
@@ -148,7 +149,7 @@ fn read_generation(
     g: u64,
     last: bool,
     skip: u64,
-    seed: u64,
+    sig: Signer,
     slots: usize,
 ) -> Result<(Replay, Vec<Chunk>, Chunk)> {
     let mut full = Vec::new();
@@ -161,7 +162,9 @@ fn read_generation(
             return Ok(());
         }
         let idx = rest.sigs.len() as u32;
-        let sig = signature(url, seed);
+        let sig = sig
+            .sign(url)
+            .map_err(|what| Error::corrupt(&names::a(g), 0, what))?;
         crate::buffer::push_slot(&mut rest.sigs, Slot { sig, idx }, slots);
         if rest.sigs.len() >= slots {
             let next = Chunk {
