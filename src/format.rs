@@ -25,6 +25,12 @@ pub const MAGIC_M: u32 = u32::from_le_bytes(*b"CRVM");
 pub const MAGIC_C: u32 = u32::from_le_bytes(*b"CRVC");
 /// Magic of a log frame: `FRM1`.
 pub const MAGIC_FRAME: u32 = u32::from_le_bytes(*b"FRM1");
+/// Magic of Q (queue run) files: `CRVQ`.
+pub const MAGIC_Q: u32 = u32::from_le_bytes(*b"CRVQ");
+/// Magic of a Q run's tail: `QEND`.
+pub const MAGIC_QEND: u32 = u32::from_le_bytes(*b"QEND");
+/// Magic of J (the frontier's journal) files: `CRVJ`.
+pub const MAGIC_J: u32 = u32::from_le_bytes(*b"CRVJ");
 /// Magic of a Z footer's tail: `ZEND`.
 pub const MAGIC_ZEND: u32 = u32::from_le_bytes(*b"ZEND");
 

@@ -96,6 +96,9 @@ mod manifest;
 // The sieve.
 mod sieve;
 
+// The frontier: per-host queues over the sieve.
+pub mod queues;
+
 // Over the sieve's files: check; and uniq, the sieve without A and F.
 mod check;
 pub mod uniq;
@@ -108,6 +111,7 @@ pub use error::{Corruption, Error, InvalidUrl, Result};
 pub use manifest::Mode;
 pub use names::MANIFEST as MANIFEST_FILE;
 pub use options::{Options, SyncPolicy};
+pub use queues::{Discovered, Frontier, FrontierStats, Leased, Policy};
 pub use sieve::{Sieve, Stats};
 pub use signature::signature;
 

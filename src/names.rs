@@ -5,6 +5,8 @@
 //! r-<id>.run      an R run waiting for a merge             id: 16 lower-case hex digits
 //! z-<id>.seg      a Z segment                              id: 16 lower-case hex digits
 //! f-<id>.log      an F segment (frontier)                  id: 16 lower-case hex digits
+//! q-<id>.run      a Q run of a frontier's queues           id: 16 lower-case hex digits
+//! j-<gen>.log     a generation of a frontier's journal J    gen: 16 lower-case hex digits
 //! MANIFEST        the commit point
 //! CURSOR          the consumer's position in F
 //! LOCK            the directory's lock
@@ -36,6 +38,10 @@ pub enum FileName {
     Z(u64),
     /// `f-<id>.log`.
     F(u64),
+    /// `q-<id>.run`.
+    Q(u64),
+    /// `j-<gen>.log`.
+    J(u64),
     /// `MANIFEST`.
     Manifest,
     /// `CURSOR`.
@@ -72,6 +78,16 @@ pub fn spool(n: u64) -> String {
     format!("spool-{n}")
 }
 
+/// The name of Q run `id`.
+pub fn q(id: u64) -> String {
+    format!("q-{id:016x}.run")
+}
+
+/// The name of generation `gen` of the journal J.
+pub fn j(gen: u64) -> String {
+    format!("j-{gen:016x}.log")
+}
+
 /// The temporary name under which `name` is written before it replaces `name`.
 pub fn tmp(name: &str) -> String {
     format!("{name}.tmp")
@@ -98,6 +114,10 @@ pub fn parse(name: &str) -> Option<FileName> {
                 FileName::R(id)
             } else if let Some(id) = numbered(name, "z-", ".seg") {
                 FileName::Z(id)
+            } else if let Some(id) = numbered(name, "q-", ".run") {
+                FileName::Q(id)
+            } else if let Some(g) = numbered(name, "j-", ".log") {
+                FileName::J(g)
             } else {
                 FileName::F(numbered(name, "f-", ".log")?)
             }
@@ -132,6 +152,8 @@ mod tests {
             assert_eq!(parse(&r(id)), Some(FileName::R(id)));
             assert_eq!(parse(&z(id)), Some(FileName::Z(id)));
             assert_eq!(parse(&f(id)), Some(FileName::F(id)));
+            assert_eq!(parse(&q(id)), Some(FileName::Q(id)));
+            assert_eq!(parse(&j(id)), Some(FileName::J(id)));
         }
         assert_eq!(parse(MANIFEST), Some(FileName::Manifest));
         assert_eq!(parse(CURSOR), Some(FileName::Cursor));

@@ -58,13 +58,6 @@ pub(crate) fn crawl_seed(seed: u64, crawl: u32) -> u64 {
 }
 
 /// Appends the record of `r` to `out`.
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "used by the frontier's push, which comes with the queues"
-    )
-)]
 pub(crate) fn encode(out: &mut Vec<u8>, r: &Record<'_>) {
     let mut flags = 0;
     if r.crawl != 0 {
@@ -92,14 +85,8 @@ pub(crate) fn encode(out: &mut Vec<u8>, r: &Record<'_>) {
 }
 
 /// The bytes `encode` adds to the URL.
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "used by the frontier's push, which comes with the queues"
-    )
-)]
-pub(crate) fn overhead(r: &Record<'_>) -> usize {
+#[cfg(test)]
+fn overhead(r: &Record<'_>) -> usize {
     let mut n = 1;
     if r.crawl != 0 {
         n += varint_len(u64::from(r.crawl));
@@ -202,7 +189,8 @@ pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 /// The bytes of `v` as a varint.
-pub(crate) fn varint_len(v: u64) -> usize {
+#[cfg(test)]
+fn varint_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 

@@ -30,10 +30,37 @@ impl Sieve {
         each: impl FnMut(&[u8]) -> Result<()>,
     ) -> Result<usize> {
         self.not_a_frontier()?;
+        self.read_records(max_urls, max_bytes, each)
+    }
+
+    /// [`Sieve::frontier_read`] of F's records, whatever the mode: for the frontier's mover.
+    pub(crate) fn read_records(
+        &mut self,
+        max_urls: usize,
+        max_bytes: usize,
+        each: impl FnMut(&[u8]) -> Result<()>,
+    ) -> Result<usize> {
         self.poll_inflight()?;
         let end = self.manifest.frontier_end();
         self.reader
             .read(&*self.storage, &end, max_urls, max_bytes, each)
+    }
+
+    /// The read position in F.
+    pub(crate) fn read_position(&self) -> frontier::Position {
+        self.reader.position()
+    }
+
+    /// Moves the read position to `to`, a position of F at or after the cursor (the
+    /// frontier's mover keeps its position in its journal, ahead of the cursor file).
+    pub(crate) fn seek_read(&mut self, to: frontier::Position) {
+        self.reader.seek(to);
+    }
+
+    /// Records in F after the read position.
+    pub(crate) fn unread_records(&mut self) -> u64 {
+        let _ = self.poll_inflight();
+        self.manifest.f_count - self.reader.position().consumed
     }
 
     /// Makes the read position durable: the URLs read so far will not be returned again,
@@ -45,6 +72,17 @@ impl Sieve {
             return Ok(());
         }
         self.fix_mode(Mode::Sieve)?;
+        self.commit_read()
+    }
+
+    /// Commits the read position in the cursor file, whatever the mode, and removes the F
+    /// segments it passed.
+    pub(crate) fn commit_read(&mut self) -> Result<()> {
+        self.writable()?;
+        let read = self.reader.position();
+        if read == self.cursor {
+            return Ok(());
+        }
         let r = read.commit_to(&*self.storage);
         self.poison(r)?;
         let old = self.cursor.segment;

@@ -314,6 +314,16 @@ impl Sieve {
         Ok(false)
     }
 
+    /// How the store is used.
+    pub(crate) fn mode(&self) -> Mode {
+        self.manifest.mode
+    }
+
+    /// The storage.
+    pub(crate) fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
     /// The signature seed of this sieve.
     pub fn seed(&self) -> u64 {
         self.manifest.seed

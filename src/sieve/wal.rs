@@ -26,9 +26,24 @@ use crate::storage::{durable, File, Storage, StorageExt};
 /// Bytes of an A header.
 pub(crate) const HEADER_LEN: u64 = 20;
 
-fn header(gen: u64) -> Vec<u8> {
+/// A kind of log of generations with A's layout: A itself, and the frontier's journal J.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Kind {
+    /// The magic of its files.
+    pub magic: u32,
+    /// The name of generation `gen`.
+    pub name: fn(u64) -> String,
+}
+
+/// A, the write-ahead log of pushed URLs.
+pub(crate) const A: Kind = Kind {
+    magic: MAGIC_A,
+    name: names::a,
+};
+
+fn header(kind: Kind, gen: u64) -> Vec<u8> {
     let mut b = Vec::with_capacity(HEADER_LEN as usize);
-    b.put_u32(MAGIC_A);
+    b.put_u32(kind.magic);
     b.put_u32(VERSION);
     b.put_u64(gen);
     seal(&mut b);
@@ -61,10 +76,21 @@ pub(crate) fn reuse(file: File, gen: u64, end: u64, records: u64, last_epoch: i6
 /// superseded generation `spare` if given (see the module's documentation), else in a new
 /// file.
 pub(crate) fn create(storage: &dyn Storage, gen: u64, spare: Option<u64>) -> Result<FrameWriter> {
-    let name = names::a(gen);
+    create_of(A, storage, gen, spare)
+}
+
+/// [`create`] for a log of any kind.
+pub(crate) fn create_of(
+    kind: Kind,
+    storage: &dyn Storage,
+    gen: u64,
+    spare: Option<u64>,
+) -> Result<FrameWriter> {
+    let name = (kind.name)(gen);
+    let header = header(kind, gen);
     match spare {
-        Some(old) => durable::reuse_synced(storage, &names::a(old), &name, &header(gen))?,
-        None => durable::create_synced(storage, &name, &header(gen))?,
+        Some(old) => durable::reuse_synced(storage, &(kind.name)(old), &name, &header)?,
+        None => durable::create_synced(storage, &name, &header)?,
     }
     let file = storage.open_file(&name)?;
     Ok(FrameWriter::new(file, HEADER_LEN, 0, gen, 0).with_tail_marks())
@@ -187,11 +213,22 @@ pub(crate) fn replay(
     storage: &dyn Storage,
     gen: u64,
     last: bool,
+    each: impl FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<Replay> {
+    replay_of(A, storage, gen, last, each)
+}
+
+/// [`replay`] for a log of any kind.
+pub(crate) fn replay_of(
+    kind: Kind,
+    storage: &dyn Storage,
+    gen: u64,
+    last: bool,
     mut each: impl FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<Replay> {
-    let file = storage.open_file(&names::a(gen))?;
+    let file = storage.open_file(&(kind.name)(gen))?;
     let len = file.len()?;
-    if let Err(e) = check_header(&file, len, gen) {
+    if let Err(e) = check_header(kind, &file, len, gen) {
         // A crash while the newest generation was being created; it holds nothing.
         if last && e.is_corruption() && len <= HEADER_LEN + FRAME_HEADER as u64 {
             return Ok(Replay {
@@ -280,7 +317,7 @@ pub(crate) fn replay(
 }
 
 /// Checks the header of generation `gen`, whose file is `len` bytes long.
-fn check_header(file: &File, len: u64, gen: u64) -> Result<()> {
+fn check_header(kind: Kind, file: &File, len: u64, gen: u64) -> Result<()> {
     if len < HEADER_LEN {
         return Err(file.corrupt(
             0,
@@ -293,7 +330,7 @@ fn check_header(file: &File, len: u64, gen: u64) -> Result<()> {
     let mut h = [0u8; HEADER_LEN as usize];
     file.read_exact_at(&mut h, 0)?;
     let mut c = ByteReader::new(&h, file.name(), 0);
-    c.magic(MAGIC_A)?;
+    c.magic(kind.magic)?;
     c.version()?;
     let found = c.u64()?;
     c.check_crc()?;

@@ -1,0 +1,931 @@
+//! The frontier's state and its changes. Every change is a journal entry: an operation
+//! writes its entries, syncs J, and only then applies them with [`Core::apply`], the one
+//! function that recovery also replays, so that the state after a crash is the state the
+//! acknowledged operations left.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+
+use super::clock::Clock;
+use super::journal::Entry;
+use super::key::{default_key, queue_id};
+use super::qrun::{split, Run, RunWriter};
+use super::{FrontierStats, Leased, Policy};
+use crate::error::{Corruption, Error, Result};
+use crate::frames::FrameWriter;
+use crate::manifest::Mode;
+use crate::names::{self, FileName};
+use crate::record::{self, Record};
+use crate::sieve::wal::{self, Kind};
+use crate::sieve::Sieve;
+use crate::storage::{Storage, StorageExt};
+
+/// J, the journal.
+pub(super) const J: Kind = Kind {
+    magic: crate::format::MAGIC_J,
+    name: names::j,
+};
+
+/// Q runs are merged into one once they are this many.
+const MAX_RUNS: usize = 32;
+/// Bytes of F's records the mover gathers into one Q run at most.
+const MOVE_BYTES: usize = 32 << 20;
+
+/// A queue: the URLs of one key of one crawl.
+struct Queue {
+    id: u64,
+    /// The seq of the next record to serve from the Q runs: those below were handed out.
+    next_seq: u64,
+    /// Records in the Q runs from `next_seq` on.
+    waiting: u64,
+    /// Records handed out whose lease ended without their being done: served first, in seq
+    /// order.
+    returned: Vec<(u64, Box<[u8]>)>,
+    leased: u32,
+    /// Not served before this instant.
+    due: u64,
+    in_heap: bool,
+    /// Runs (by their index in `Core::runs`) that may hold its records.
+    runs: u64,
+    /// Where `next_seq` is: the run's index, a frame's offset, and the group's records from
+    /// that frame on. A cache: `None` after a restart or a compaction.
+    at: Option<(usize, u64, u32)>,
+}
+
+impl Queue {
+    fn has_waiting(&self) -> bool {
+        self.waiting > 0 || !self.returned.is_empty()
+    }
+}
+
+/// A URL handed out.
+struct Lease {
+    token: u64,
+    queue: u32,
+    deadline: u64,
+    record: Box<[u8]>,
+}
+
+/// The state of a frontier, and its files.
+pub(crate) struct Core {
+    pub(super) sieve: Sieve,
+    clock: Arc<dyn Clock>,
+    journal: FrameWriter,
+    /// The seq the next record entering a queue gets.
+    next_seq: u64,
+    /// The id the next Q run gets.
+    next_run: u64,
+    crawls: HashMap<Vec<u8>, u32>,
+    crawl_names: HashMap<u32, Vec<u8>>,
+    default_policy: Policy,
+    policies: HashMap<u64, Policy>,
+    paused: bool,
+    queues: Vec<Queue>,
+    index: HashMap<u64, u32>,
+    runs: Vec<Run>,
+    leases: HashMap<u64, Lease>,
+    /// The seq of each lease's token.
+    tokens: HashMap<u64, u64>,
+    /// The token the next lease gets.
+    next_token: u64,
+    /// Leases by (crawl, signature of the URL under the crawl's seed).
+    by_url: HashMap<(u32, u64), u64>,
+    expiries: BinaryHeap<Reverse<(u64, u64)>>,
+    heap: BinaryHeap<Reverse<(u64, u32)>>,
+    done: u64,
+    poisoned: bool,
+}
+
+impl Core {
+    /// Opens the frontier on `sieve`'s store: replays J, then, for a store used as a plain
+    /// sieve so far with no reader yet, queues F's bare URLs and fixes the mode.
+    pub(super) fn open(sieve: Sieve, clock: Arc<dyn Clock>) -> Result<Core> {
+        if sieve.mode() == Mode::Sieve {
+            return Err(sieve.wrong_mode());
+        }
+        let storage = sieve.storage().clone();
+        let st = &*storage;
+        let mut gens: Vec<u64> = st
+            .list_files()?
+            .iter()
+            .filter_map(|n| match names::parse(n) {
+                Some(FileName::J(g)) => Some(g),
+                _ => None,
+            })
+            .collect();
+        gens.sort_unstable();
+        let (journal, entries) = match gens.first() {
+            None => (wal::create_of(J, st, 0, None)?, Vec::new()),
+            Some(_) => read_journal(st, &gens)?,
+        };
+        let mut core = Core {
+            sieve,
+            clock,
+            journal,
+            next_seq: 0,
+            next_run: 1,
+            crawls: HashMap::from([(b"DEFAULT".to_vec(), 0)]),
+            crawl_names: HashMap::from([(0, b"DEFAULT".to_vec())]),
+            default_policy: Policy::default(),
+            policies: HashMap::new(),
+            paused: false,
+            queues: Vec::new(),
+            index: HashMap::new(),
+            runs: Vec::new(),
+            leases: HashMap::new(),
+            tokens: HashMap::new(),
+            next_token: 1,
+            by_url: HashMap::new(),
+            expiries: BinaryHeap::new(),
+            heap: BinaryHeap::new(),
+            done: 0,
+            poisoned: false,
+        };
+        let last = gens.last().copied().unwrap_or(0);
+        for e in &entries {
+            let entry =
+                Entry::decode(e).map_err(|what| Error::corrupt(&names::j(last), 0, what))?;
+            core.apply(&entry)?;
+        }
+        core.remove_orphan_runs(st)?;
+        if core.sieve.mode() == Mode::Unset {
+            // Everything pushed so far is a bare URL: flushed, queued, and only then the
+            // mode says that records follow.
+            core.sieve.flush()?;
+            while core.sieve.unread_records() > 0 {
+                core.move_f()?;
+            }
+            core.sieve.fix_mode(Mode::Frontier)?;
+        }
+        let now = core.clock.now_ms();
+        core.expire(now);
+        Ok(core)
+    }
+
+    /// Removes Q runs that J does not name (a mover or a compaction that crashed before its
+    /// entry was durable).
+    fn remove_orphan_runs(&mut self, st: &dyn Storage) -> Result<()> {
+        for n in st.list_files()? {
+            if let Some(FileName::Q(id)) = names::parse(&n) {
+                if !self.runs.iter().any(|r| r.id() == id) {
+                    st.remove_file(&n)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn writable(&self) -> Result<()> {
+        if self.poisoned {
+            Err(Error::Poisoned)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Writes `entries` to J and makes them durable, then applies them. A failure poisons the
+    /// frontier: what J holds past its last sync is unknown.
+    fn commit(&mut self, entries: &[Entry<'_>]) -> Result<()> {
+        self.writable()?;
+        let mut buf = Vec::new();
+        let written = (|| {
+            for e in entries {
+                buf.clear();
+                e.encode(&mut buf);
+                self.journal.append(&buf)?;
+            }
+            self.journal.sync()
+        })();
+        if let Err(e) = written {
+            self.poisoned = true;
+            return Err(e);
+        }
+        for e in entries {
+            if let Err(err) = self.apply(e) {
+                self.poisoned = true;
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies one change: at runtime after J holds it durably, and at recovery.
+    fn apply(&mut self, e: &Entry<'_>) -> Result<()> {
+        match e {
+            Entry::Moved { run, f, next_seq } => {
+                if let Some(id) = run {
+                    let run = Run::open(self.sieve.storage().as_ref(), *id)?;
+                    self.install(run)?;
+                    self.next_run = self.next_run.max(id + 1);
+                }
+                self.next_seq = *next_seq;
+                self.sieve.seek_read(*f);
+            }
+            Entry::Lease {
+                seq,
+                token,
+                deadline,
+                record,
+            } => self.apply_lease(*seq, *token, *deadline, record)?,
+            Entry::Done { seq, at, .. } => {
+                self.end_lease(*seq, *at, false)?;
+                self.done += 1;
+            }
+            Entry::Retry { seq, at, .. } => self.end_lease(*seq, *at, true)?,
+            Entry::Policy {
+                crawl,
+                key,
+                delay,
+                per_queue,
+            } => {
+                let p = Policy {
+                    delay_ms: *delay,
+                    per_queue: *per_queue,
+                };
+                match key {
+                    None => self.default_policy = p,
+                    Some(k) => {
+                        self.policies.insert(queue_id(*crawl, k), p);
+                    }
+                }
+                for i in 0..self.queues.len() {
+                    self.schedule(i as u32);
+                }
+            }
+            Entry::Pause(on) => self.paused = *on,
+            Entry::Crawl { id, name } => {
+                self.crawls.insert(name.to_vec(), *id);
+                self.crawl_names.insert(*id, name.to_vec());
+            }
+            Entry::Compacted { removed, added } => {
+                self.runs.retain(|r| !removed.contains(&r.id()));
+                for q in &mut self.queues {
+                    q.runs = 0;
+                    q.at = None;
+                }
+                // Every run left is the merge's, or later than it: the bits are rebuilt.
+                let runs = std::mem::take(&mut self.runs);
+                if let Some(id) = added {
+                    let run = Run::open(self.sieve.storage().as_ref(), *id)?;
+                    self.runs.push(run);
+                    self.next_run = self.next_run.max(id + 1);
+                }
+                self.runs.extend(runs);
+                for (i, run) in self.runs.iter().enumerate() {
+                    for g in run.groups() {
+                        let g = g?;
+                        if let Some(&q) = self.index.get(&g.queue) {
+                            self.queues[q as usize].runs |= 1 << i;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds a Q run: each of its groups waits in its queue.
+    fn install(&mut self, run: Run) -> Result<()> {
+        let slot = self.runs.len();
+        if slot >= 64 {
+            return Err(run.file().corrupt(
+                0,
+                Corruption::OutOfRange {
+                    field: "Q runs",
+                    found: slot as u64 + 1,
+                    limit: 65,
+                },
+            ));
+        }
+        for g in run.groups() {
+            let g = g?;
+            let i = self.queue(g.queue);
+            let q = &mut self.queues[i as usize];
+            q.waiting += u64::from(g.records);
+            q.runs |= 1 << slot;
+            self.schedule(i);
+        }
+        self.runs.push(run);
+        Ok(())
+    }
+
+    /// The index of queue `id`, created if new.
+    fn queue(&mut self, id: u64) -> u32 {
+        if let Some(&i) = self.index.get(&id) {
+            return i;
+        }
+        let i = self.queues.len() as u32;
+        self.queues.push(Queue {
+            id,
+            next_seq: 0,
+            waiting: 0,
+            returned: Vec::new(),
+            leased: 0,
+            due: 0,
+            in_heap: false,
+            runs: 0,
+            at: None,
+        });
+        self.index.insert(id, i);
+        i
+    }
+
+    fn policy(&self, q: &Queue) -> Policy {
+        self.policies
+            .get(&q.id)
+            .copied()
+            .unwrap_or(self.default_policy)
+    }
+
+    /// Puts queue `i` in the scheduler's heap if it may be served (now or later).
+    fn schedule(&mut self, i: u32) {
+        let q = &self.queues[i as usize];
+        if q.in_heap || !q.has_waiting() || q.leased >= self.policy(q).per_queue {
+            return;
+        }
+        let due = q.due;
+        self.queues[i as usize].in_heap = true;
+        self.heap.push(Reverse((due, i)));
+    }
+
+    /// The queue of a record, and the signature of its URL (for leases by URL).
+    fn locate(&self, record: &[u8]) -> std::result::Result<(u64, u32, u64), Corruption> {
+        let r = record::decode(record)?;
+        let key = r.key.unwrap_or_else(|| default_key(r.url));
+        let sig = crate::signature(r.url, record::crawl_seed(self.sieve.seed(), r.crawl));
+        Ok((queue_id(r.crawl, key), r.crawl, sig))
+    }
+
+    fn apply_lease(&mut self, seq: u64, token: u64, deadline: u64, record: &[u8]) -> Result<()> {
+        let corrupt = |what| Error::corrupt(&names::j(0), 0, what);
+        let (qid, crawl, sig) = self.locate(record).map_err(corrupt)?;
+        self.next_token = self.next_token.max(token + 1);
+        self.tokens.insert(token, seq);
+        if let Some(l) = self.leases.get_mut(&seq) {
+            // Handed out again after its lease expired.
+            let old = std::mem::replace(&mut l.token, token);
+            l.deadline = deadline;
+            self.tokens.remove(&old);
+            self.expiries.push(Reverse((deadline, seq)));
+            return Ok(());
+        }
+        let i = *self.index.get(&qid).ok_or_else(|| {
+            corrupt(Corruption::Invalid {
+                field: "lease's queue",
+                expected: "a queue of the frontier",
+                found: qid,
+            })
+        })?;
+        let q = &mut self.queues[i as usize];
+        if seq >= q.next_seq && q.waiting > 0 {
+            q.waiting -= 1;
+            q.next_seq = seq + 1;
+        } else if let Some(k) = q.returned.iter().position(|(s, _)| *s == seq) {
+            q.returned.remove(k);
+        } else {
+            return Err(corrupt(Corruption::Invalid {
+                field: "leased record",
+                expected: "the next record of its queue",
+                found: seq,
+            }));
+        }
+        q.leased += 1;
+        self.leases.insert(
+            seq,
+            Lease {
+                token,
+                queue: i,
+                deadline,
+                record: record.into(),
+            },
+        );
+        self.by_url.insert((crawl, sig), seq);
+        self.expiries.push(Reverse((deadline, seq)));
+        Ok(())
+    }
+
+    /// Ends the lease of `seq` at `at`: done, or back in its queue (`retry`).
+    fn end_lease(&mut self, seq: u64, at: u64, retry: bool) -> Result<()> {
+        let lease = self.leases.remove(&seq).ok_or_else(|| {
+            Error::corrupt(
+                &names::j(0),
+                0,
+                Corruption::Invalid {
+                    field: "end of a lease",
+                    expected: "a leased record",
+                    found: seq,
+                },
+            )
+        })?;
+        if let Ok((_, crawl, sig)) = self.locate(&lease.record) {
+            self.by_url.remove(&(crawl, sig));
+        }
+        self.tokens.remove(&lease.token);
+        let i = lease.queue;
+        let delay = self.policy(&self.queues[i as usize]).delay_ms;
+        let q = &mut self.queues[i as usize];
+        q.leased -= 1;
+        q.due = q.due.max(at.saturating_add(delay));
+        if retry {
+            let k = q.returned.partition_point(|(s, _)| *s < seq);
+            q.returned.insert(k, (seq, lease.record));
+        }
+        self.schedule(i);
+        Ok(())
+    }
+
+    /// Returns the leases whose deadline passed to their queues.
+    fn expire(&mut self, now: u64) {
+        while let Some(&Reverse((deadline, seq))) = self.expiries.peek() {
+            if deadline > now {
+                break;
+            }
+            self.expiries.pop();
+            let current = self
+                .leases
+                .get(&seq)
+                .is_some_and(|l| l.deadline == deadline);
+            if !current {
+                continue;
+            }
+            let lease = self.leases.remove(&seq).expect("present");
+            if let Ok((_, crawl, sig)) = self.locate(&lease.record) {
+                self.by_url.remove(&(crawl, sig));
+            }
+            self.tokens.remove(&lease.token);
+            let q = &mut self.queues[lease.queue as usize];
+            q.leased -= 1;
+            let k = q.returned.partition_point(|(s, _)| *s < seq);
+            q.returned.insert(k, (seq, lease.record));
+            self.schedule(lease.queue);
+        }
+    }
+
+    /// Moves F's next records into a new Q run, durably, then into their queues.
+    fn move_f(&mut self) -> Result<()> {
+        self.writable()?;
+        let raw = self.sieve.mode() != Mode::Frontier;
+        let mut batch: Vec<(u64, u32, u64, Vec<u8>)> = Vec::new();
+        let mut seq = self.next_seq;
+        let mut bad = None;
+        self.sieve.read_records(usize::MAX, MOVE_BYTES, |rec| {
+            let mut owned;
+            let record = if raw {
+                owned = Vec::with_capacity(rec.len() + 1);
+                owned.push(0);
+                owned.extend_from_slice(rec);
+                &owned[..]
+            } else {
+                owned = rec.to_vec();
+                &owned[..]
+            };
+            match record::decode(record) {
+                Ok(r) => {
+                    let key = r.key.unwrap_or_else(|| default_key(r.url));
+                    batch.push((queue_id(r.crawl, key), r.crawl, seq, owned));
+                    seq += 1;
+                    Ok(())
+                }
+                Err(what) => {
+                    bad = Some(what);
+                    Err(Error::Poisoned)
+                }
+            }
+        })?;
+        if let Some(what) = bad {
+            return Err(Error::corrupt(
+                &names::f(self.sieve.read_position().segment),
+                0,
+                what,
+            ));
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        batch.sort_unstable_by_key(|(q, _, s, _)| (*q, *s));
+        let st = self.sieve.storage().clone();
+        let id = self.next_run;
+        let mut w = RunWriter::create(&*st, id)?;
+        for (q, crawl, s, rec) in &batch {
+            w.push(*q, *crawl, *s, rec)?;
+        }
+        w.finish()?;
+        st.sync_directory()?;
+        let f = self.sieve.read_position();
+        self.commit(&[Entry::Moved {
+            run: Some(id),
+            f,
+            next_seq: seq,
+        }])?;
+        self.sieve.commit_read()?;
+        if self.runs.len() >= MAX_RUNS {
+            self.compact()?;
+        }
+        Ok(())
+    }
+
+    /// Merges every Q run into one, keeping the records not yet handed out.
+    fn compact(&mut self) -> Result<()> {
+        let st = self.sieve.storage().clone();
+        let id = self.next_run;
+        let mut merged: Vec<(u64, u32, u64, Vec<u8>)> = Vec::new();
+        for run in &self.runs {
+            for g in run.groups() {
+                let g = g?;
+                let Some(&i) = self.index.get(&g.queue) else {
+                    continue;
+                };
+                let next = self.queues[i as usize].next_seq;
+                let mut offset = g.offset;
+                let mut left = g.records;
+                while left > 0 {
+                    let f = run.frame(offset)?;
+                    for r in f.records() {
+                        let (seq, rec) = split(run.file(), offset, r)?;
+                        if seq >= next {
+                            merged.push((g.queue, g.crawl, seq, rec.to_vec()));
+                        }
+                    }
+                    left = left.saturating_sub(f.count);
+                    offset += f.size();
+                }
+            }
+        }
+        merged.sort_unstable_by_key(|(q, _, s, _)| (*q, *s));
+        let added = if merged.is_empty() {
+            None
+        } else {
+            let mut w = RunWriter::create(&*st, id)?;
+            for (q, crawl, s, rec) in &merged {
+                w.push(*q, *crawl, *s, rec)?;
+            }
+            w.finish()?;
+            st.sync_directory()?;
+            Some(id)
+        };
+        let removed: Vec<u64> = self.runs.iter().map(Run::id).collect();
+        self.commit(&[Entry::Compacted {
+            removed: removed.clone(),
+            added,
+        }])?;
+        for r in removed {
+            let _ = st.remove_file(&names::q(r));
+        }
+        Ok(())
+    }
+
+    /// Pushes discovered URLs of crawl `crawl`: durable when this returns.
+    pub(super) fn push(&mut self, crawl: &[u8], items: &[super::Discovered<'_>]) -> Result<()> {
+        self.writable()?;
+        for it in items {
+            self.sieve.validate(it.url)?;
+            if it.key.is_some_and(|k| k.len() > super::key::MAX_KEY_LEN) {
+                return Err(Error::InvalidOption {
+                    option: "key",
+                    reason: format!("longer than {} bytes", super::key::MAX_KEY_LEN),
+                });
+            }
+        }
+        let id = self.crawl_id(crawl)?;
+        let seed = record::crawl_seed(self.sieve.seed(), id);
+        let mut buf = Vec::new();
+        for it in items {
+            buf.clear();
+            record::encode(
+                &mut buf,
+                &Record {
+                    crawl: id,
+                    key: it.key,
+                    meta: it.metadata,
+                    url: it.url,
+                },
+            );
+            let sig = crate::signature(it.url, seed);
+            self.sieve.push_parts(&[], &buf, sig)?;
+        }
+        self.sieve.sync()
+    }
+
+    /// The id of crawl `name`, given a new one (durably) if it has none.
+    fn crawl_id(&mut self, name: &[u8]) -> Result<u32> {
+        if let Some(&id) = self.crawls.get(name) {
+            return Ok(id);
+        }
+        let id = self.crawl_names.keys().max().map_or(1, |m| m + 1);
+        self.commit(&[Entry::Crawl { id, name }])?;
+        Ok(id)
+    }
+
+    /// Flushes the sieve and queues every new URL.
+    pub(super) fn flush(&mut self) -> Result<()> {
+        self.writable()?;
+        self.sieve.flush()?;
+        while self.sieve.unread_records() > 0 {
+            self.move_f()?;
+        }
+        Ok(())
+    }
+
+    /// Hands out up to `per_queue` URLs (and the queue's policy's room) of each of up to
+    /// `max_queues` due queues, leased for `ttl` milliseconds.
+    pub(super) fn lease(
+        &mut self,
+        max_queues: usize,
+        per_queue: Option<u32>,
+        ttl: u64,
+    ) -> Result<Vec<Leased>> {
+        self.writable()?;
+        let now = self.clock.now_ms();
+        self.expire(now);
+        if self.paused {
+            return Ok(Vec::new());
+        }
+        if self.sieve.unread_records() > 0 {
+            self.move_f()?;
+        }
+        if self.heap.is_empty() {
+            // Nothing waits: what was pushed is flushed, as BUbiNG does when its front is
+            // empty.
+            self.flush()?;
+        }
+        let deadline = now.saturating_add(ttl);
+        let mut picked: Vec<(u64, Box<[u8]>)> = Vec::new();
+        let mut served: Vec<u32> = Vec::new();
+        while served.len() < max_queues {
+            let Some(&Reverse((due, i))) = self.heap.peek() else {
+                break;
+            };
+            if due > now {
+                break;
+            }
+            self.heap.pop();
+            let q = &self.queues[i as usize];
+            let policy = self.policy(q);
+            if q.due > due {
+                // Its due instant moved since it was scheduled.
+                let d = q.due;
+                self.heap.push(Reverse((d, i)));
+                continue;
+            }
+            self.queues[i as usize].in_heap = false;
+            let q = &self.queues[i as usize];
+            if !q.has_waiting() || q.leased >= policy.per_queue {
+                continue;
+            }
+            let room = policy.per_queue - q.leased;
+            let k = per_queue.map_or(room, |k| k.min(room));
+            let before = picked.len();
+            self.take(i, k as usize, &mut picked)?;
+            if picked.len() > before {
+                served.push(i);
+            }
+        }
+        let first_token = self.next_token;
+        let entries: Vec<Entry<'_>> = picked
+            .iter()
+            .enumerate()
+            .map(|(k, (seq, record))| Entry::Lease {
+                seq: *seq,
+                token: first_token + k as u64,
+                deadline,
+                record,
+            })
+            .collect();
+        if !entries.is_empty() {
+            self.commit(&entries)?;
+        }
+        for i in served {
+            self.schedule(i);
+        }
+        let mut out = Vec::with_capacity(picked.len());
+        for (k, (_, record)) in picked.into_iter().enumerate() {
+            let r =
+                record::decode(&record).map_err(|what| Error::corrupt(&names::j(0), 0, what))?;
+            let key = r.key.unwrap_or_else(|| default_key(r.url)).to_vec();
+            out.push(Leased {
+                token: first_token + k as u64,
+                crawl: self.crawl_names.get(&r.crawl).cloned().unwrap_or_default(),
+                key,
+                url: r.url.to_vec(),
+                metadata: r.meta.to_vec(),
+                deadline_ms: deadline,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Takes up to `k` records of queue `i` in order (returned ones first), without changing
+    /// its counts (the lease entries do).
+    fn take(&mut self, i: u32, k: usize, out: &mut Vec<(u64, Box<[u8]>)>) -> Result<()> {
+        let q = &self.queues[i as usize];
+        let mut n = 0;
+        for (seq, rec) in q.returned.iter().take(k) {
+            out.push((*seq, rec.clone()));
+            n += 1;
+        }
+        let mut next = q.next_seq;
+        let mut left_waiting = q.waiting;
+        while n < k && left_waiting > 0 {
+            let Some((slot, offset, left)) = self.position(i, next)? else {
+                break;
+            };
+            let run = &self.runs[slot];
+            let f = run.frame(offset)?;
+            let mut taken_all = true;
+            for r in f.records() {
+                let (seq, rec) = split(run.file(), offset, r)?;
+                if seq < next {
+                    continue;
+                }
+                if n == k {
+                    taken_all = false;
+                    break;
+                }
+                out.push((seq, rec.into()));
+                next = seq + 1;
+                n += 1;
+                left_waiting -= 1;
+            }
+            let q = &mut self.queues[i as usize];
+            q.at = if taken_all {
+                let left = left.saturating_sub(f.count);
+                (left > 0).then_some((slot, offset + f.size(), left))
+            } else {
+                Some((slot, offset, left))
+            };
+            if taken_all && q.at.is_none() {
+                q.runs &= !(1 << slot);
+            }
+        }
+        Ok(())
+    }
+
+    /// The frame holding queue `i`'s record `next` (or its first record after it): (run,
+    /// offset, records of the group from that frame on).
+    fn position(&mut self, i: u32, next: u64) -> Result<Option<(usize, u64, u32)>> {
+        if let Some(at) = self.queues[i as usize].at {
+            return Ok(Some(at));
+        }
+        let id = self.queues[i as usize].id;
+        loop {
+            let bits = self.queues[i as usize].runs;
+            if bits == 0 {
+                return Ok(None);
+            }
+            let slot = bits.trailing_zeros() as usize;
+            let run = &self.runs[slot];
+            let Some(g) = run.group(id)? else {
+                self.queues[i as usize].runs &= !(1 << slot);
+                continue;
+            };
+            // Skip the frames wholly before `next`.
+            let (mut offset, mut left) = (g.offset, g.records);
+            while left > 0 {
+                let f = run.frame(offset)?;
+                let last = f
+                    .records()
+                    .last()
+                    .map(|r| split(run.file(), offset, r).map(|(s, _)| s))
+                    .transpose()?
+                    .unwrap_or(0);
+                if last >= next {
+                    let at = (slot, offset, left);
+                    self.queues[i as usize].at = Some(at);
+                    return Ok(Some(at));
+                }
+                left = left.saturating_sub(f.count);
+                offset += f.size();
+            }
+            self.queues[i as usize].runs &= !(1 << slot);
+        }
+    }
+
+    /// Ends the lease of `token` (or of `url` in `crawl`): done, or back in its queue. Returns
+    /// false when it is not leased (nothing changes).
+    pub(super) fn complete(&mut self, token: u64, took_ms: u64, retry: bool) -> Result<bool> {
+        self.writable()?;
+        let now = self.clock.now_ms();
+        self.expire(now);
+        let Some(&seq) = self.tokens.get(&token) else {
+            return Ok(false);
+        };
+        let e = if retry {
+            Entry::Retry {
+                seq,
+                at: now,
+                took: took_ms,
+            }
+        } else {
+            Entry::Done {
+                seq,
+                at: now,
+                took: took_ms,
+            }
+        };
+        self.commit(&[e])?;
+        Ok(true)
+    }
+
+    /// The token of the lease of `url` in crawl `crawl`, if it is leased.
+    pub(super) fn token_of(&mut self, crawl: &[u8], url: &[u8]) -> Option<u64> {
+        let now = self.clock.now_ms();
+        self.expire(now);
+        let id = *self.crawls.get(crawl)?;
+        let sig = crate::signature(url, record::crawl_seed(self.sieve.seed(), id));
+        let seq = self.by_url.get(&(id, sig))?;
+        self.leases.get(seq).map(|l| l.token)
+    }
+
+    /// Sets the policy of queue `key` of `crawl`, or the default (`key` None).
+    pub(super) fn set_policy(&mut self, crawl: &[u8], key: Option<&[u8]>, p: Policy) -> Result<()> {
+        if p.per_queue == 0 {
+            return Err(Error::InvalidOption {
+                option: "per_queue",
+                reason: "0: at least 1 URL of a queue may be leased at once".into(),
+            });
+        }
+        let id = self.crawl_id(crawl)?;
+        self.commit(&[Entry::Policy {
+            crawl: id,
+            key,
+            delay: p.delay_ms,
+            per_queue: p.per_queue,
+        }])
+    }
+
+    /// Pauses or resumes the hand-outs.
+    pub(super) fn set_paused(&mut self, on: bool) -> Result<()> {
+        self.commit(&[Entry::Pause(on)])
+    }
+
+    /// Counts.
+    pub(super) fn stats(&mut self) -> Result<FrontierStats> {
+        let now = self.clock.now_ms();
+        self.expire(now);
+        let waiting: u64 = self
+            .queues
+            .iter()
+            .map(|q| q.waiting + q.returned.len() as u64)
+            .sum();
+        Ok(FrontierStats {
+            queues: self.queues.len() as u64,
+            queues_waiting: self.queues.iter().filter(|q| q.has_waiting()).count() as u64,
+            waiting,
+            leased: self.leases.len() as u64,
+            done: self.done,
+            runs: self.runs.len() as u64,
+            paused: self.paused,
+        })
+    }
+
+    /// Syncs and closes.
+    pub(super) fn close(mut self) -> Result<()> {
+        self.writable()?;
+        self.journal.seal()?;
+        self.sieve.close()
+    }
+}
+
+/// Reads J's generations `gens` (consecutive): their entries, and a writer continuing the
+/// last one after its valid frames (a torn tail is marked first, as A's is).
+fn read_journal(st: &dyn Storage, gens: &[u64]) -> Result<(FrameWriter, Vec<Vec<u8>>)> {
+    let mut entries = Vec::new();
+    let last = *gens.last().expect("a generation");
+    let mut replay = None;
+    for (i, &g) in gens.iter().enumerate() {
+        if g != gens[0] + i as u64 {
+            return Err(Error::corrupt(
+                &names::j(gens[0] + i as u64),
+                0,
+                Corruption::Missing,
+            ));
+        }
+        let r = wal::replay_of(J, st, g, g == last, |_, e| {
+            entries.push(e.to_vec());
+            Ok(())
+        })?;
+        if g != last && r.ends_the_stream(false) {
+            return Err(Error::corrupt(
+                &names::j(g),
+                r.valid_end,
+                Corruption::Invalid {
+                    field: "journal generation",
+                    expected: "whole, when a later generation follows",
+                    found: g,
+                },
+            ));
+        }
+        replay = Some(r);
+    }
+    let r = replay.expect("the last generation");
+    if r.valid_end < wal::HEADER_LEN {
+        // A crash while its header was written: it holds nothing.
+        drop(r);
+        st.remove_file(&names::j(last))?;
+        return Ok((wal::create_of(J, st, last, None)?, entries));
+    }
+    wal::mark_torn_tail(last, &r)?;
+    let writer = wal::reuse(r.file, last, r.valid_end, r.records, r.last_epoch);
+    Ok((writer, entries))
+}

@@ -1,0 +1,351 @@
+//! J, the frontier's journal: every change of the queues' state, one record each, in
+//! generations of A's layout (`j-<gen>.log`: header, frames, tail marks; the torn-tail rule
+//! of A applies), made durable by the fsync that acknowledges the change.
+//!
+//! ```text
+//! entry := kind u8 | fields
+//!   1 moved     run u64 (0: none) | f_segment u64 | f_offset u64 | f_skip u32 | f_consumed u64
+//!               | next_seq u64          the mover installed a Q run: F read up to the
+//!                                       position, records numbered below next_seq queued
+//!   2 lease     seq u64 | token u64 | deadline u64 | record      record `seq` handed out
+//!   3 done      seq u64 | at u64 | took u64                      its fetch ended at `at`
+//!   4 retry     seq u64 | at u64 | took u64                      back in its queue
+//!   5 policy    crawl u32 | delay u64 | per_queue u32 | key      (no key: the default)
+//!   6 pause     on u8
+//!   7 crawl     id u32 | name                                    a crawl's id
+//!   8 compacted removed u32 | removed x run u64 | added u64 (0: none)
+//! ```
+//!
+//! Times are milliseconds since the Unix epoch; `took` is the fetch's duration in
+//! milliseconds. A record is `src/record.rs`'s.
+
+use crate::error::Corruption;
+use crate::format::PutLe;
+use crate::frontier::Position;
+
+/// One change of the frontier's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Entry<'a> {
+    /// The mover queued F's records up to `f` (numbered below `next_seq`) in Q run `run`.
+    Moved {
+        run: Option<u64>,
+        f: Position,
+        next_seq: u64,
+    },
+    /// Record `seq` leased until `deadline`, as lease `token`.
+    Lease {
+        seq: u64,
+        token: u64,
+        deadline: u64,
+        record: &'a [u8],
+    },
+    /// The lease of `seq` ended: done for good.
+    Done { seq: u64, at: u64, took: u64 },
+    /// The lease of `seq` ended: back in its queue, in its place.
+    Retry { seq: u64, at: u64, took: u64 },
+    /// The policy of a queue of `crawl` (`key`), or the default one.
+    Policy {
+        crawl: u32,
+        key: Option<&'a [u8]>,
+        delay: u64,
+        per_queue: u32,
+    },
+    /// The frontier paused or resumed.
+    Pause(bool),
+    /// The id of a crawl's name.
+    Crawl { id: u32, name: &'a [u8] },
+    /// Q runs merged: `removed` replaced by `added`.
+    Compacted {
+        removed: Vec<u64>,
+        added: Option<u64>,
+    },
+}
+
+impl Entry<'_> {
+    /// Appends the entry's bytes to `out`.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Entry::Moved { run, f, next_seq } => {
+                out.push(1);
+                out.put_u64(run.unwrap_or(0));
+                out.put_u64(f.segment);
+                out.put_u64(f.offset);
+                out.put_u32(f.skip);
+                out.put_u64(f.consumed);
+                out.put_u64(*next_seq);
+            }
+            Entry::Lease {
+                seq,
+                token,
+                deadline,
+                record,
+            } => {
+                out.push(2);
+                out.put_u64(*seq);
+                out.put_u64(*token);
+                out.put_u64(*deadline);
+                out.extend_from_slice(record);
+            }
+            Entry::Done { seq, at, took } | Entry::Retry { seq, at, took } => {
+                out.push(if matches!(self, Entry::Done { .. }) {
+                    3
+                } else {
+                    4
+                });
+                out.put_u64(*seq);
+                out.put_u64(*at);
+                out.put_u64(*took);
+            }
+            Entry::Policy {
+                crawl,
+                key,
+                delay,
+                per_queue,
+            } => {
+                out.push(5);
+                out.put_u32(*crawl);
+                out.put_u64(*delay);
+                out.put_u32(*per_queue);
+                if let Some(key) = key {
+                    out.push(1);
+                    out.extend_from_slice(key);
+                } else {
+                    out.push(0);
+                }
+            }
+            Entry::Pause(on) => {
+                out.push(6);
+                out.push(u8::from(*on));
+            }
+            Entry::Crawl { id, name } => {
+                out.push(7);
+                out.put_u32(*id);
+                out.extend_from_slice(name);
+            }
+            Entry::Compacted { removed, added } => {
+                out.push(8);
+                out.put_u32(removed.len() as u32);
+                for r in removed {
+                    out.put_u64(*r);
+                }
+                out.put_u64(added.unwrap_or(0));
+            }
+        }
+    }
+
+    /// Decodes an entry; what a well-formed journal never holds is corruption.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Entry<'_>, Corruption> {
+        let mut r = Fields(bytes);
+        let entry = match r.u8()? {
+            1 => {
+                let run = r.u64()?;
+                let f = Position {
+                    segment: r.u64()?,
+                    offset: r.u64()?,
+                    skip: r.u32()?,
+                    consumed: r.u64()?,
+                };
+                Entry::Moved {
+                    run: (run != 0).then_some(run),
+                    f,
+                    next_seq: r.u64()?,
+                }
+            }
+            2 => {
+                let seq = r.u64()?;
+                let token = r.u64()?;
+                let deadline = r.u64()?;
+                let record = r.rest();
+                crate::record::decode(record)?;
+                Entry::Lease {
+                    seq,
+                    token,
+                    deadline,
+                    record,
+                }
+            }
+            k @ (3 | 4) => {
+                let (seq, at, took) = (r.u64()?, r.u64()?, r.u64()?);
+                if k == 3 {
+                    Entry::Done { seq, at, took }
+                } else {
+                    Entry::Retry { seq, at, took }
+                }
+            }
+            5 => {
+                let crawl = r.u32()?;
+                let delay = r.u64()?;
+                let per_queue = r.u32()?;
+                let key = match r.u8()? {
+                    0 => None,
+                    1 => Some(r.rest()),
+                    found => return Err(invalid("policy's key flag", "0 or 1", found.into())),
+                };
+                if per_queue == 0 {
+                    return Err(invalid("policy's per_queue", "at least 1", 0));
+                }
+                Entry::Policy {
+                    crawl,
+                    key,
+                    delay,
+                    per_queue,
+                }
+            }
+            6 => match r.u8()? {
+                b @ (0 | 1) => Entry::Pause(b == 1),
+                found => return Err(invalid("pause flag", "0 or 1", found.into())),
+            },
+            7 => Entry::Crawl {
+                id: r.u32()?,
+                name: r.rest(),
+            },
+            8 => {
+                let n = r.u32()?;
+                if n as usize > r.0.len() / 8 {
+                    return Err(invalid(
+                        "runs removed",
+                        "the count the entry holds",
+                        n.into(),
+                    ));
+                }
+                let mut removed = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    removed.push(r.u64()?);
+                }
+                let added = r.u64()?;
+                Entry::Compacted {
+                    removed,
+                    added: (added != 0).then_some(added),
+                }
+            }
+            kind => return Err(invalid("journal entry kind", "1 to 8", kind.into())),
+        };
+        if !r.0.is_empty() {
+            return Err(invalid(
+                "bytes after a journal entry",
+                "none",
+                r.0.len() as u64,
+            ));
+        }
+        Ok(entry)
+    }
+}
+
+fn invalid(field: &'static str, expected: &'static str, found: u64) -> Corruption {
+    Corruption::Invalid {
+        field,
+        expected,
+        found,
+    }
+}
+
+/// Reads little-endian fields.
+struct Fields<'a>(&'a [u8]);
+
+impl<'a> Fields<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Corruption> {
+        if self.0.len() < n {
+            return Err(Corruption::Truncated {
+                needed: n as u64,
+                available: self.0.len() as u64,
+            });
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, Corruption> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, Corruption> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+    }
+    fn u64(&mut self) -> Result<u64, Corruption> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+    }
+    fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_their_truncations_are_refused() {
+        let entries = [
+            Entry::Moved {
+                run: Some(5),
+                f: Position {
+                    segment: 1,
+                    offset: 200,
+                    skip: 3,
+                    consumed: 40,
+                },
+                next_seq: 41,
+            },
+            Entry::Moved {
+                run: None,
+                f: Position::default(),
+                next_seq: 0,
+            },
+            Entry::Lease {
+                seq: 9,
+                token: 4,
+                deadline: 1_000,
+                record: b"\0http://a/",
+            },
+            Entry::Done {
+                seq: 9,
+                at: 5,
+                took: 3,
+            },
+            Entry::Retry {
+                seq: 9,
+                at: 5,
+                took: 3,
+            },
+            Entry::Policy {
+                crawl: 2,
+                key: Some(b"a.com"),
+                delay: 250,
+                per_queue: 2,
+            },
+            Entry::Policy {
+                crawl: 0,
+                key: None,
+                delay: 0,
+                per_queue: 1,
+            },
+            Entry::Pause(true),
+            Entry::Crawl {
+                id: 3,
+                name: b"BESPOKE",
+            },
+            Entry::Compacted {
+                removed: vec![1, 2],
+                added: Some(3),
+            },
+        ];
+        for e in &entries {
+            let mut b = Vec::new();
+            e.encode(&mut b);
+            assert_eq!(&Entry::decode(&b).unwrap(), e);
+            let fixed_len = !matches!(
+                e,
+                Entry::Lease { .. } | Entry::Crawl { .. } | Entry::Policy { key: Some(_), .. }
+            );
+            if fixed_len {
+                for len in 0..b.len() {
+                    assert!(Entry::decode(&b[..len]).is_err(), "{e:?} cut at {len}");
+                }
+                let mut longer = b.clone();
+                longer.push(0);
+                assert!(Entry::decode(&longer).is_err(), "{e:?} with a byte more");
+            }
+        }
+        assert!(Entry::decode(&[9]).is_err());
+        assert!(Entry::decode(&[2; 25]).is_err());
+    }
+}

@@ -1,0 +1,76 @@
+//! Queue keys: the default key of a URL, and the id of a queue.
+//!
+//! The default key is url-frontier's rule (its reference service's `provideMissingKey`): the
+//! text after `://` if there is one, cut at the first `:`, then at the first `/`, `?` and `&`.
+//! It is the host for `http://host:port/path?query`. A URL whose rule gives an empty key
+//! (`http:///x`, `?a`) goes to the queue [`FALLBACK_KEY`].
+
+/// The queue of URLs whose default key is empty.
+pub const FALLBACK_KEY: &[u8] = b"_DEFAULT_";
+
+/// The longest queue key accepted, in bytes (url-frontier's limit).
+pub const MAX_KEY_LEN: usize = 255;
+
+/// The seed of queue ids: fixed, so that every store and every node of a cluster gives a
+/// queue the same id.
+const QUEUE_SEED: u64 = 0x6372_6976_656c_6c6f;
+
+/// The default queue key of `url`.
+pub fn default_key(url: &[u8]) -> &[u8] {
+    let mut host = url;
+    if let Some(i) = memchr::memmem::find(host, b"://") {
+        host = &host[i + 3..];
+    }
+    for sep in [b':', b'/', b'?', b'&'] {
+        if let Some(i) = memchr::memchr(sep, host) {
+            host = &host[..i];
+        }
+    }
+    if host.is_empty() {
+        FALLBACK_KEY
+    } else {
+        host
+    }
+}
+
+/// The id of the queue of `key` in crawl `crawl`: a 64-bit hash, the same in every store.
+pub(crate) fn queue_id(crawl: u32, key: &[u8]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::with_seed(QUEUE_SEED);
+    h.update(&crawl.to_le_bytes());
+    h.update(key);
+    h.digest()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_key_is_url_frontiers() {
+        for (url, key) in [
+            (
+                &b"http://gac.icann.org?language_id=9"[..],
+                &b"gac.icann.org"[..],
+            ),
+            (b"https://example.com:8080/a/b", b"example.com"),
+            (b"http://a.b/c?d&e", b"a.b"),
+            (b"example.org/path", b"example.org"),
+            (b"http://user@host.com/x", b"user@host.com"),
+            (b"http://h&x/y", b"h"),
+            (b"mailto:someone@example.com", b"mailto"),
+            (b"http:///nohost", FALLBACK_KEY),
+            (b"?only", FALLBACK_KEY),
+        ] {
+            assert_eq!(default_key(url), key, "{}", String::from_utf8_lossy(url));
+        }
+    }
+
+    #[test]
+    fn queue_ids_are_pinned_and_differ_by_crawl() {
+        assert_ne!(queue_id(0, b"example.com"), queue_id(1, b"example.com"));
+        assert_ne!(queue_id(0, b"a"), queue_id(0, b"b"));
+        // Stable across releases: a cluster's nodes and a store's files rely on it.
+        assert_eq!(queue_id(0, b"example.com"), queue_id(0, b"example.com"));
+        assert_eq!(queue_id(0, b"example.com"), 0x333b_1ab4_693c_5a6c);
+    }
+}

@@ -1,0 +1,237 @@
+//! The frontier: per-host queues over the sieve, with politeness and leases that survive
+//! crashes.
+//!
+//! A URL pushed to the frontier goes through the sieve of its crawl (A, S, Z, F: the sieve's
+//! files, in the same directory); a new one comes out of F, and the mover takes it from F into
+//! its queue: a Q run (`qrun`) written durably, then a journal entry that says F was read up
+//! to there. A queue is a FIFO in first-appearance order: its records in the Q runs, in the
+//! order they entered. A hand-out (a *lease*) takes the next records of the queues that are
+//! due (earliest due first: a min-heap of queues keyed by the first instant each may be
+//! served, the host queue of the lecture notes §2.8), and is a journal entry made durable
+//! before the caller sees it. Done, retry and policies are journal entries too; after a
+//! crash, the journal is replayed over the Q runs (`core`).
+//!
+//! Vocabulary is url-frontier's: a *crawl* is a namespace (`DEFAULT`), a *queue* the URLs of
+//! one key (by default the URL's host, [`key::default_key`]), a *lease* a URL handed out until
+//! a deadline, after which it goes back to its queue, in its place.
+//!
+//! What is built: push (with a key and metadata per URL, per crawl), lease with a deadline,
+//! done, retry, the delay after a fetch and the number of URLs of a queue leased at once
+//! (default and per queue), pause, and recovery after a crash. Not yet: refetch at an
+//! instant, the ratio rule, blocks, limits, listing queues and the status of a URL, deleting
+//! queues and crawls, a checkpoint of the journal (it grows with every change until then),
+//! and the command line.
+
+mod clock;
+mod core;
+mod journal;
+pub mod key;
+mod qrun;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use clock::{Clock, ManualClock, SystemClock};
+
+use crate::error::{Error, Result};
+use crate::options::Options;
+use crate::sieve::Sieve;
+use crate::storage::{DirStorage, Storage};
+
+/// The default lease: 30 seconds (url-frontier's).
+pub const DEFAULT_TTL_MS: u64 = 30_000;
+
+/// A URL discovered by a crawler.
+#[derive(Debug, Clone, Copy)]
+pub struct Discovered<'a> {
+    /// The URL.
+    pub url: &'a [u8],
+    /// Its queue's key; `None`: [`key::default_key`] of the URL.
+    pub key: Option<&'a [u8]>,
+    /// Bytes kept with the URL and handed out with it (depth, referrer, ...).
+    pub metadata: &'a [u8],
+}
+
+impl<'a> Discovered<'a> {
+    /// A URL with the default key and no metadata.
+    pub fn url(url: &'a [u8]) -> Discovered<'a> {
+        Discovered {
+            url,
+            key: None,
+            metadata: &[],
+        }
+    }
+}
+
+/// A URL handed out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leased {
+    /// Identifies the lease for [`Frontier::done`] and [`Frontier::retry`].
+    pub token: u64,
+    /// Its crawl.
+    pub crawl: Vec<u8>,
+    /// Its queue's key.
+    pub key: Vec<u8>,
+    /// The URL.
+    pub url: Vec<u8>,
+    /// Its metadata.
+    pub metadata: Vec<u8>,
+    /// The end of the lease, in milliseconds since the Unix epoch.
+    pub deadline_ms: u64,
+}
+
+/// The politeness of a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Milliseconds from the end of one fetch to the next hand-out.
+    pub delay_ms: u64,
+    /// The most URLs of the queue leased at once (1: never two fetchers on one host).
+    pub per_queue: u32,
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy {
+            delay_ms: 0,
+            per_queue: 1,
+        }
+    }
+}
+
+/// Counts of a frontier.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FrontierStats {
+    /// Queues known.
+    pub queues: u64,
+    /// Queues with URLs waiting.
+    pub queues_waiting: u64,
+    /// URLs waiting in their queues.
+    pub waiting: u64,
+    /// URLs leased.
+    pub leased: u64,
+    /// URLs done.
+    pub done: u64,
+    /// Q runs.
+    pub runs: u64,
+    /// Whether hand-outs are paused.
+    pub paused: bool,
+}
+
+/// A durable frontier over a directory: a handle that many threads share (its methods take
+/// `&self`).
+pub struct Frontier {
+    core: Mutex<Option<core::Core>>,
+}
+
+impl Frontier {
+    /// Opens the frontier in `dir` (created if missing) with the sieve's options and the
+    /// system's clock. A store used as a plain sieve is refused ([`Error::WrongMode`]); a new
+    /// one, or one only pushed to, becomes a frontier.
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Frontier> {
+        let storage = DirStorage::open_store(dir.as_ref())?;
+        Frontier::open_with(Arc::new(storage), opts, Arc::new(SystemClock))
+    }
+
+    /// Opens the frontier on any storage, with any clock.
+    pub fn open_with(
+        storage: Arc<dyn Storage>,
+        opts: Options,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Frontier> {
+        let sieve = Sieve::open_with(storage, opts)?;
+        let core = core::Core::open(sieve, clock)?;
+        Ok(Frontier {
+            core: Mutex::new(Some(core)),
+        })
+    }
+
+    fn core(&self) -> Result<MutexGuard<'_, Option<core::Core>>> {
+        // A thread that panicked while holding the lock left the state unknown.
+        self.core.lock().map_err(|_| Error::Poisoned)
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut core::Core) -> Result<T>) -> Result<T> {
+        let mut guard = self.core()?;
+        let core = guard.as_mut().ok_or(Error::Poisoned)?;
+        f(core)
+    }
+
+    /// Pushes discovered URLs of `crawl` (`""` is `DEFAULT`). Durable when this returns Ok.
+    /// A URL already seen in the crawl changes nothing: the merge that finds it drops it. An
+    /// invalid URL or key refuses the whole batch.
+    pub fn push(&self, crawl: &str, items: &[Discovered<'_>]) -> Result<()> {
+        let crawl = crawl_name(crawl);
+        self.with(|c| c.push(crawl, items))
+    }
+
+    /// Flushes: every URL pushed so far is merged and, if new, waits in its queue.
+    pub fn flush(&self) -> Result<()> {
+        self.with(core::Core::flush)
+    }
+
+    /// Hands out the next URLs of up to `max_queues` queues that are due now, up to
+    /// `per_queue` of each (and at most what the queue's policy leaves room for), leased for
+    /// `ttl_ms` milliseconds. The leases are durable when this returns.
+    pub fn lease(
+        &self,
+        max_queues: usize,
+        per_queue: Option<u32>,
+        ttl_ms: u64,
+    ) -> Result<Vec<Leased>> {
+        self.with(|c| c.lease(max_queues, per_queue, ttl_ms))
+    }
+
+    /// Ends the lease `token`: the URL is done and never served again. `took_ms` is how long
+    /// the fetch took. Returns false (and changes nothing) when it is not leased. Durable when
+    /// this returns.
+    pub fn done(&self, token: u64, took_ms: u64) -> Result<bool> {
+        self.with(|c| c.complete(token, took_ms, false))
+    }
+
+    /// Ends the lease `token`: the URL goes back to its queue, in its place, and the queue's
+    /// delay applies. Returns false when it is not leased.
+    pub fn retry(&self, token: u64, took_ms: u64) -> Result<bool> {
+        self.with(|c| c.complete(token, took_ms, true))
+    }
+
+    /// The token of the lease of `url` in `crawl`, if it is leased.
+    pub fn lease_of(&self, crawl: &str, url: &[u8]) -> Result<Option<u64>> {
+        let crawl = crawl_name(crawl);
+        self.with(|c| Ok(c.token_of(crawl, url)))
+    }
+
+    /// Sets the policy of the queue `key` of `crawl`, or (`key` None) the default of every
+    /// queue without a policy of its own. Durable when this returns.
+    pub fn set_policy(&self, crawl: &str, key: Option<&[u8]>, policy: Policy) -> Result<()> {
+        let crawl = crawl_name(crawl);
+        self.with(|c| c.set_policy(crawl, key, policy))
+    }
+
+    /// Pauses (true) or resumes (false) the hand-outs.
+    pub fn set_paused(&self, on: bool) -> Result<()> {
+        self.with(|c| c.set_paused(on))
+    }
+
+    /// Counts.
+    pub fn stats(&self) -> Result<FrontierStats> {
+        self.with(core::Core::stats)
+    }
+
+    /// Syncs and closes.
+    pub fn close(self) -> Result<()> {
+        let core = self.core()?.take();
+        match core {
+            Some(c) => c.close(),
+            None => Err(Error::Poisoned),
+        }
+    }
+}
+
+/// The crawl `DEFAULT` when the name is empty, as url-frontier says.
+fn crawl_name(crawl: &str) -> &[u8] {
+    if crawl.is_empty() {
+        b"DEFAULT"
+    } else {
+        crawl.as_bytes()
+    }
+}
