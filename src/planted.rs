@@ -18,17 +18,24 @@ pub enum Bug {
     RetryFsync,
     /// `zero-record`: an all-zero frame header is accepted as the clean end of the log.
     ZeroRecord,
+    /// `lease-before-sync`: the frontier's journal entries (a lease among them) are written
+    /// but not synced before the caller sees their effect.
+    LeaseBeforeSync,
+    /// `forget-leases`: a reopened frontier takes every lease for expired.
+    ForgetLeases,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 5] = [
+    pub const ALL: [(Bug, &'static str); 7] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
         (Bug::RetryFsync, "retry-fsync"),
         (Bug::ZeroRecord, "zero-record"),
+        (Bug::LeaseBeforeSync, "lease-before-sync"),
+        (Bug::ForgetLeases, "forget-leases"),
     ];
 }
 

@@ -353,3 +353,207 @@ mod model {
         }
     }
 }
+
+/// What a frontier workload saw acknowledged before it stopped.
+#[derive(Default, Debug)]
+struct Acked {
+    /// URLs whose push returned Ok.
+    pushed: HashSet<String>,
+    /// URLs pushed, acknowledged or not.
+    tried: HashSet<String>,
+    /// Leases returned: URL and deadline.
+    leased: HashMap<String, u64>,
+    /// URLs whose done returned Ok (true).
+    done: HashSet<String>,
+    /// URLs given back by a retry (acknowledged or not).
+    retried: HashSet<String>,
+}
+
+/// A workload of every frontier operation; stops at the first error, as a crashed process.
+fn workload(disk: &SimDisk, clock: &Arc<ManualClock>, a: &mut Acked) -> Result<(), Error> {
+    let f = Frontier::open_with(Arc::new(disk.clone()), opts().slots(8), clock.clone())?;
+    let batch = |lo: u32, hi: u32| -> Vec<String> {
+        (lo..hi)
+            .map(|i| format!("http://h{}.test/{}", i % 5, i / 5))
+            .collect()
+    };
+    let push = |f: &Frontier, us: Vec<String>, a: &mut Acked| -> Result<(), Error> {
+        a.tried.extend(us.iter().cloned());
+        let items: Vec<Discovered<'_>> = us.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+        f.push("", &items)?;
+        a.pushed.extend(us);
+        Ok(())
+    };
+    push(&f, batch(0, 12), a)?;
+    let mut held = Vec::new();
+    for round in 0..4 {
+        for l in f.lease(3, None, 5_000)? {
+            let u = String::from_utf8(l.url.clone()).unwrap();
+            a.leased.insert(u.clone(), l.deadline_ms);
+            held.push((l.token, u));
+        }
+        clock.advance(100);
+        if let Some((token, u)) = held.pop() {
+            if f.done(token, 50)? {
+                a.done.insert(u);
+            }
+        }
+        if round == 1 {
+            if let Some((token, u)) = held.pop() {
+                // Back in its queue once the retry is durable: it may be served again.
+                a.leased.remove(&u);
+                a.retried.insert(u);
+                f.retry(token, 10)?;
+            }
+            f.set_policy(
+                "",
+                None,
+                Policy {
+                    delay_ms: 200,
+                    per_queue: 2,
+                },
+            )?;
+        }
+        push(&f, batch(12 + round * 6, 18 + round * 6), a)?;
+    }
+    f.close()
+}
+
+#[test]
+fn a_crash_at_any_operation_loses_no_acknowledged_push_lease_or_done() {
+    use crivello::storage::sim::CrashImage;
+    let start = 5_000_000;
+    let clean = SimDisk::new();
+    let mut a = Acked::default();
+    workload(&clean, &Arc::new(ManualClock::new(start)), &mut a).expect("a clean run");
+    let total = clean.ops();
+    assert!(total > 100, "{total} operations");
+    let mut checked = 0;
+    for k in 1..=total {
+        let disk = SimDisk::new();
+        disk.crash_at(k);
+        let clock = Arc::new(ManualClock::new(start));
+        let mut a = Acked::default();
+        let _ = workload(&disk, &clock, &mut a);
+        let at_crash = crivello::queues::Clock::now_ms(&*clock);
+        for image in [
+            CrashImage::KillProcess,
+            CrashImage::DropAll,
+            CrashImage::KeepDataDropDir,
+            CrashImage::ZeroedData,
+            CrashImage::Random(k),
+        ] {
+            let img = disk.crash_image(image);
+            let clock = Arc::new(ManualClock::new(at_crash));
+            let f = Frontier::open_with(Arc::new(img), opts().slots(8), clock.clone())
+                .unwrap_or_else(|e| panic!("op {k}, {image:?}: reopen: {e}"));
+            // No acknowledged lease is handed out again before its deadline.
+            f.flush().unwrap();
+            for l in f.lease(100, Some(10), 60_000).unwrap() {
+                let u = String::from_utf8(l.url.clone()).unwrap();
+                if let Some(&deadline) = a.leased.get(&u) {
+                    assert!(
+                        deadline <= at_crash || a.done.contains(&u),
+                        "op {k}, {image:?}: {u} served again before its deadline"
+                    );
+                }
+                assert!(
+                    !a.done.contains(&u),
+                    "op {k}, {image:?}: {u} served after done"
+                );
+            }
+            // Then everything pushed and not done comes out once (the queues' delay passing).
+            clock.advance(120_000);
+            let mut served = Vec::new();
+            loop {
+                let got = f.lease(100, Some(10), 60_000).unwrap();
+                if got.is_empty() {
+                    let st = f.stats().unwrap();
+                    if st.waiting == 0 && st.leased == 0 {
+                        break;
+                    }
+                    clock.advance(1_000);
+                    continue;
+                }
+                for l in got {
+                    assert!(f.done(l.token, 1).unwrap());
+                    served.push(String::from_utf8(l.url).unwrap());
+                }
+            }
+            let set: HashSet<String> = served.iter().cloned().collect();
+            assert_eq!(set.len(), served.len(), "op {k}, {image:?}: served twice");
+            for u in &a.pushed {
+                assert!(
+                    set.contains(u)
+                        || a.done.contains(u)
+                        || a.leased.contains_key(u)
+                        || a.retried.contains(u),
+                    "op {k}, {image:?}: acknowledged {u} lost"
+                );
+            }
+            for u in &set {
+                assert!(
+                    a.tried.contains(u),
+                    "op {k}, {image:?}: {u} was never pushed"
+                );
+                assert!(
+                    !a.done.contains(u),
+                    "op {k}, {image:?}: {u} served after done"
+                );
+            }
+            f.close().unwrap();
+            checked += 1;
+        }
+    }
+    eprintln!("{total} crash points, {checked} images checked");
+}
+
+#[test]
+fn threads_leasing_and_completing_at_once_keep_exclusivity_and_serve_each_url_once() {
+    use std::sync::Mutex;
+    let dir = tempfile::tempdir().unwrap();
+    let f = Arc::new(Frontier::open(dir.path(), Options::new().memory(4 << 20)).unwrap());
+    let mut all = Vec::new();
+    for i in 0..2_000 {
+        all.push(format!("http://h{}.example/p{}", i % 50, i / 50));
+    }
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    push(&f, &refs);
+    f.flush().unwrap();
+    // Per host: URLs leased now. Never more than one (the default policy).
+    let busy: Arc<Mutex<HashSet<Vec<u8>>>> = Arc::default();
+    let served: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (f, busy, served) = (f.clone(), busy.clone(), served.clone());
+            std::thread::spawn(move || loop {
+                let got = f.lease(7, None, 60_000).unwrap();
+                if got.is_empty() {
+                    if f.stats().unwrap().waiting == 0 {
+                        return;
+                    }
+                    std::thread::yield_now();
+                    continue;
+                }
+                for l in &got {
+                    assert!(
+                        busy.lock().unwrap().insert(l.key.clone()),
+                        "two leases of one host"
+                    );
+                }
+                for l in got {
+                    served.lock().unwrap().push(l.url.clone());
+                    busy.lock().unwrap().remove(&l.key);
+                    assert!(f.done(l.token, 1).unwrap());
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let served = served.lock().unwrap();
+    let set: HashSet<&Vec<u8>> = served.iter().collect();
+    assert_eq!(served.len(), all.len());
+    assert_eq!(set.len(), all.len());
+}

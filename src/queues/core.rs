@@ -158,7 +158,10 @@ impl Core {
             }
             core.sieve.fix_mode(Mode::Frontier)?;
         }
-        let now = core.clock.now_ms();
+        let mut now = core.clock.now_ms();
+        if crate::planted::active(crate::planted::Bug::ForgetLeases) {
+            now = u64::MAX;
+        }
         core.expire(now);
         Ok(core)
     }
@@ -194,6 +197,9 @@ impl Core {
                 buf.clear();
                 e.encode(&mut buf);
                 self.journal.append(&buf)?;
+            }
+            if crate::planted::active(crate::planted::Bug::LeaseBeforeSync) {
+                return self.journal.write_frame();
             }
             self.journal.sync()
         })();
