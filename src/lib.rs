@@ -48,6 +48,8 @@
 //! - [`signature`]: the hash that stands for a URL;
 //! - [`storage`]: the one seam for file I/O, with the real directory ([`storage::DirStorage`])
 //!   and the simulated, crashing disk ([`storage::SimDisk`]);
+//! - [`Frontier`]: per-host queues over the sieve, with politeness and leases that survive
+//!   crashes ([`queues`]);
 //! - [`uniq`]: each distinct line of a stream once, in bounded memory.
 //!
 //! The way of a URL through the modules (push → A → S → a run or a merge with Z → F → the

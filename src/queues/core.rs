@@ -935,3 +935,14 @@ fn read_journal(st: &dyn Storage, gens: &[u64]) -> Result<(FrameWriter, Vec<Vec<
     let writer = wal::reuse(r.file, last, r.valid_end, r.records, r.last_epoch);
     Ok((writer, entries))
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_state_of_a_queue_takes_what_design_md_says() {
+        // The queue, its entry in the id index (a u64 and a u32) and in the heap (a u64 and
+        // a u32, padded): docs/design.md, "Memory" of the frontier, states these.
+        assert_eq!(std::mem::size_of::<super::Queue>(), 104);
+        assert_eq!(std::mem::size_of::<(u64, u32)>(), 16);
+    }
+}

@@ -15,6 +15,28 @@
 //! one key (by default the URL's host, [`key::default_key`]), a *lease* a URL handed out until
 //! a deadline, after which it goes back to its queue, in its place.
 //!
+//! ```
+//! # fn main() -> crivello::Result<()> {
+//! use crivello::{Discovered, Frontier, Options, Policy};
+//! let dir = tempfile::tempdir().unwrap();
+//! let frontier = Frontier::open(dir.path(), Options::new())?;
+//! frontier.set_policy("", None, Policy { delay_ms: 1_000, per_queue: 1 })?;
+//! frontier.push("", &[
+//!     Discovered::url(b"http://a.example/"),
+//!     Discovered { url: b"http://b.example/", key: None, metadata: b"depth=0" },
+//!     Discovered::url(b"http://a.example/about"),
+//! ])?;
+//! // One URL of each host at a time, each leased for 30 s, durably.
+//! let leased = frontier.lease(100, None, 30_000)?;
+//! assert_eq!(leased.len(), 2);
+//! for l in leased {
+//!     // ... fetch l.url, push its links ...
+//!     frontier.done(l.token, 120)?; // the fetch took 120 ms; a.example waits 1 s
+//! }
+//! frontier.close()?;
+//! # Ok(()) }
+//! ```
+//!
 //! What is built: push (with a key and metadata per URL, per crawl), lease with a deadline,
 //! done, retry, the delay after a fetch and the number of URLs of a queue leased at once
 //! (default and per queue), pause, and recovery after a crash. Not yet: refetch at an

@@ -6,7 +6,7 @@
 //! flip bits, so that tests can enumerate every crash point (the approach of SQLite's crash
 //! VFS, RocksDB's `FaultInjectionTestFS` and redb's `StorageBackend`).
 //!
-//! The durability rules the engine follows live in [`durable`].
+//! The durability rules the engine follows live in `durable.rs`.
 
 pub(crate) mod durable;
 mod file;
