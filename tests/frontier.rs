@@ -78,7 +78,7 @@ fn the_delay_runs_from_the_end_of_a_fetch_and_leases_expire_back_in_their_place(
         None,
         Policy {
             delay_ms: 2_000,
-            per_queue: 1,
+            ..Policy::default()
         },
     )
     .unwrap();
@@ -176,20 +176,24 @@ fn a_store_is_a_plain_sieve_or_a_frontier_never_both() {
     assert!(matches!(s.frontier_next(1), Err(Error::WrongMode { .. })));
 }
 
-/// The frontier against a model: random pushes, leases, dones, retries, expiries, policies,
-/// pauses and reopens, with a simulated clock.
+/// The frontier against a model: random pushes, leases, dones, retries, refetches, expiries,
+/// policies (delay, ratio, URLs at once, limit), blocks, pauses, reopens and power losses,
+/// with a simulated clock.
 mod model {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::BTreeSet;
 
     #[derive(Debug, Clone)]
     enum Op {
         Push(Vec<(u8, u8)>),
         Lease(u8, u8),
-        Done(u8),
+        Done(u8, u16),
         Retry(u8),
+        Refetch(u8, u16),
         Advance(u16),
-        Delay(u16, u8),
+        Policy(u16, u16, u8, u8),
+        Block(u8, u16),
         Pause(bool),
         Reopen,
         PowerLoss,
@@ -199,39 +203,91 @@ mod model {
         prop_oneof![
             4 => proptest::collection::vec((0u8..5, 0u8..12), 1..6).prop_map(Op::Push),
             4 => (1u8..6, 1u8..4).prop_map(|(q, k)| Op::Lease(q, k)),
-            3 => any::<u8>().prop_map(Op::Done),
+            3 => (any::<u8>(), 0u16..800).prop_map(|(i, t)| Op::Done(i, t)),
             1 => any::<u8>().prop_map(Op::Retry),
+            1 => (any::<u8>(), 0u16..4000).prop_map(|(i, a)| Op::Refetch(i, a)),
             2 => (0u16..3000).prop_map(Op::Advance),
-            1 => (0u16..2000, 1u8..3).prop_map(|(d, k)| Op::Delay(d, k)),
+            1 => (0u16..2000, 0u16..3, 1u8..3, 0u8..6)
+                .prop_map(|(d, r, k, l)| Op::Policy(d, r, k, l)),
+            1 => (0u8..5, 0u16..3000).prop_map(|(h, d)| Op::Block(h, d)),
             1 => any::<bool>().prop_map(Op::Pause),
             1 => Just(Op::Reopen),
             1 => Just(Op::PowerLoss),
         ]
     }
 
-    /// The model: per host, URLs in first-appearance order, each waiting, leased or done.
+    /// One host's queue in the model.
+    #[derive(Default)]
+    struct Host {
+        urls: Vec<String>,
+        /// The FIFO's next index.
+        next: usize,
+        returned: BTreeSet<usize>,
+        refetch: BTreeSet<(u64, usize)>,
+        /// Leased: index -> (token, deadline).
+        leased: HashMap<usize, (u64, u64)>,
+        completed: u64,
+        burst: u64,
+        due: u64,
+        blocked: u64,
+    }
+
+    impl Host {
+        /// The next index to serve at `now`, as the frontier's order says.
+        fn next_at(&self, now: u64) -> Option<usize> {
+            if let Some(&i) = self.returned.first() {
+                return Some(i);
+            }
+            if let Some(&(w, i)) = self.refetch.first() {
+                if w <= now {
+                    return Some(i);
+                }
+            }
+            (self.next < self.urls.len()).then_some(self.next)
+        }
+    }
+
     #[derive(Default)]
     struct Model {
         seen: HashSet<String>,
-        queues: BTreeMap<String, Vec<String>>,
-        leased: HashMap<String, (u64, u64)>,
+        hosts: BTreeMap<String, Host>,
         done: HashSet<String>,
-        due: HashMap<String, u64>,
         policy: Policy,
         paused: bool,
     }
 
+    impl Model {
+        fn expire(&mut self, now: u64) {
+            for h in self.hosts.values_mut() {
+                let gone: Vec<usize> = h
+                    .leased
+                    .iter()
+                    .filter(|(_, (_, d))| *d <= now)
+                    .map(|(i, _)| *i)
+                    .collect();
+                for i in gone {
+                    h.leased.remove(&i);
+                    h.returned.insert(i);
+                }
+            }
+        }
+    }
+
+    fn host_of(u: &str) -> String {
+        String::from_utf8(default_key(u.as_bytes()).to_vec()).unwrap()
+    }
+
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
         #[test]
-        fn the_frontier_follows_the_model(ops in proptest::collection::vec(op(), 1..60)) {
+        fn the_frontier_follows_the_model(ops in proptest::collection::vec(op(), 1..70)) {
             let mut disk = SimDisk::new();
             let clock = Arc::new(ManualClock::new(1_000_000));
             let mut f = open(&disk, &clock);
-            let mut m = Model { policy: Policy::default(), ..Model::default() };
+            let mut m = Model::default();
             let mut tokens: Vec<(u64, String)> = Vec::new();
             for op in ops {
-                let now = clock.now_ms_for_test();
+                let now = crivello::queues::Clock::now_ms(&*clock);
                 match op {
                     Op::Push(items) => {
                         let us: Vec<String> = items
@@ -242,18 +298,12 @@ mod model {
                         push(&f, &refs);
                         for u in us {
                             if m.seen.insert(u.clone()) {
-                                let host = String::from_utf8(default_key(u.as_bytes()).to_vec()).unwrap();
-                                m.queues.entry(host).or_default().push(u);
+                                m.hosts.entry(host_of(&u)).or_default().urls.push(u);
                             }
                         }
                     }
                     Op::Lease(q, k) => {
-                        // Expired leases go back to the front of their queue.
-                        let expired: Vec<String> = m.leased.iter()
-                            .filter(|(_, (_, d))| *d <= now).map(|(u, _)| u.clone()).collect();
-                        for u in expired {
-                            m.leased.remove(&u);
-                        }
+                        m.expire(now);
                         let got = f.lease(q as usize, Some(k as u32), 1_500).unwrap();
                         if m.paused {
                             prop_assert!(got.is_empty());
@@ -261,45 +311,89 @@ mod model {
                         let mut per_host: HashMap<String, usize> = HashMap::new();
                         for l in &got {
                             let u = String::from_utf8(l.url.clone()).unwrap();
-                            let host = String::from_utf8(l.key.clone()).unwrap();
+                            let name = String::from_utf8(l.key.clone()).unwrap();
                             prop_assert!(!m.done.contains(&u), "{} served after done", u);
-                            prop_assert!(!m.leased.contains_key(&u), "{} served while leased", u);
-                            prop_assert!(m.due.get(&host).is_none_or(|&d| d <= now), "{} before due", host);
-                            // First-appearance order among what is neither done nor leased.
-                            let next = m.queues[&host].iter()
-                                .find(|x| !m.done.contains(*x) && !m.leased.contains_key(*x));
-                            prop_assert_eq!(next, Some(&u));
-                            let c = per_host.entry(host.clone()).or_default();
+                            let p = m.policy;
+                            let h = m.hosts.get_mut(&name).unwrap();
+                            prop_assert!(h.due <= now, "{} before due", name);
+                            prop_assert!(h.blocked <= now, "{} while blocked", name);
+                            let i = h.next_at(now);
+                            prop_assert_eq!(i.map(|i| &h.urls[i]), Some(&u), "order in {}", name);
+                            let i = i.unwrap();
+                            if !h.returned.remove(&i) {
+                                let r = h.refetch.iter().find(|(_, j)| *j == i).copied();
+                                match r {
+                                    Some(r) => { h.refetch.remove(&r); }
+                                    None => h.next += 1,
+                                }
+                            }
+                            h.leased.insert(i, (l.token, now + 1_500));
+                            prop_assert!(h.leased.len() <= p.per_queue as usize, "too many of {}", name);
+                            if p.limit > 0 {
+                                prop_assert!(h.completed + h.leased.len() as u64 <= p.limit);
+                            }
+                            let c = per_host.entry(name).or_default();
                             *c += 1;
                             prop_assert!(*c <= k as usize);
-                            m.leased.insert(u.clone(), (l.token, now + 1_500));
-                            let in_lease = m.leased.keys()
-                                .filter(|x| default_key(x.as_bytes()) == host.as_bytes()).count();
-                            prop_assert!(in_lease <= m.policy.per_queue as usize);
                             tokens.push((l.token, u));
                         }
                         prop_assert!(per_host.len() <= q as usize);
                     }
-                    Op::Done(i) | Op::Retry(i) => {
+                    Op::Done(t, _) | Op::Retry(t) | Op::Refetch(t, _) => {
                         if tokens.is_empty() { continue; }
-                        let (token, u) = tokens[i as usize % tokens.len()].clone();
-                        let retry = matches!(op, Op::Retry(_));
-                        let active = m.leased.get(&u).is_some_and(|(t, d)| *t == token && *d > now);
-                        let r = if retry { f.retry(token, 5).unwrap() } else { f.done(token, 5).unwrap() };
-                        prop_assert_eq!(r, active, "done/retry of {} ({})", u, token);
+                        m.expire(now);
+                        let (token, u) = tokens[t as usize % tokens.len()].clone();
+                        let name = host_of(&u);
+                        let h = m.hosts.get_mut(&name).unwrap();
+                        let i = h.urls.iter().position(|x| *x == u).unwrap();
+                        let active = h.leased.get(&i).is_some_and(|(tk, _)| *tk == token);
+                        let took = match op { Op::Done(_, took) => took as u64, _ => 7 };
+                        let r = match op {
+                            Op::Done(..) => f.done(token, took).unwrap(),
+                            Op::Retry(_) => f.retry(token, took).unwrap(),
+                            Op::Refetch(_, after) => f.refetch(token, took, now + after as u64).unwrap(),
+                            _ => unreachable!(),
+                        };
+                        prop_assert_eq!(r, active, "end of lease {} of {}", token, u);
                         if active {
-                            m.leased.remove(&u);
-                            if !retry { m.done.insert(u.clone()); }
-                            let host = String::from_utf8(default_key(u.as_bytes()).to_vec()).unwrap();
-                            let d = m.due.entry(host).or_default();
-                            *d = (*d).max(now + m.policy.delay_ms);
+                            h.leased.remove(&i);
+                            match op {
+                                Op::Done(..) => {
+                                    m.done.insert(u.clone());
+                                    h.completed += 1;
+                                }
+                                Op::Retry(_) => { h.returned.insert(i); }
+                                Op::Refetch(_, after) => { h.refetch.insert((now + after as u64, i)); }
+                                _ => unreachable!(),
+                            }
+                            h.burst += took;
+                            let p = m.policy;
+                            let mut wait = p.delay_ms;
+                            if p.ratio_ppm > 0 && h.leased.is_empty() {
+                                wait = wait.max(h.burst * 1_000_000 / p.ratio_ppm as u64);
+                            }
+                            if h.leased.is_empty() {
+                                h.burst = 0;
+                            }
+                            h.due = h.due.max(now + wait);
                         }
                     }
                     Op::Advance(ms) => clock.advance(ms as u64),
-                    Op::Delay(d, k) => {
-                        let p = Policy { delay_ms: d as u64, per_queue: k as u32 };
+                    Op::Policy(d, r, k, l) => {
+                        let p = Policy {
+                            delay_ms: d as u64,
+                            ratio_ppm: [0, 500_000, 250_000][r as usize],
+                            per_queue: k as u32,
+                            limit: l as u64,
+                        };
                         f.set_policy("", None, p).unwrap();
                         m.policy = p;
+                    }
+                    Op::Block(h, d) => {
+                        let name = format!("h{h}.test");
+                        let until = if d == 0 { 0 } else { now + d as u64 };
+                        f.block("", name.as_bytes(), until).unwrap();
+                        m.hosts.entry(name).or_default().blocked = until;
                     }
                     Op::Pause(on) => {
                         f.set_paused(on).unwrap();
@@ -320,11 +414,14 @@ mod model {
             }
             let st = f.stats().unwrap();
             prop_assert_eq!(st.done as usize, m.done.len());
-            // At the end, every URL pushed and not done is served, once, when its lease
-            // expired or not.
+            // At the end, every URL pushed and not done comes out once, the URLs to fetch
+            // again included.
             clock.advance(10_000);
             f.set_paused(false).unwrap();
-            f.set_policy("", None, Policy { delay_ms: 0, per_queue: 1 }).unwrap();
+            f.set_policy("", None, Policy::default()).unwrap();
+            for h in 0..5 {
+                f.block("", format!("h{h}.test").as_bytes(), 0).unwrap();
+            }
             f.flush().unwrap();
             let mut rest = Vec::new();
             loop {
@@ -341,15 +438,6 @@ mod model {
             prop_assert_eq!(served.len(), rest.len(), "a URL served twice in the drain");
             let want: HashSet<String> = m.seen.difference(&m.done).cloned().collect();
             prop_assert_eq!(served, want);
-        }
-    }
-
-    trait NowForTest {
-        fn now_ms_for_test(&self) -> u64;
-    }
-    impl NowForTest for ManualClock {
-        fn now_ms_for_test(&self) -> u64 {
-            crivello::queues::Clock::now_ms(self)
         }
     }
 }
@@ -411,6 +499,7 @@ fn workload(disk: &SimDisk, clock: &Arc<ManualClock>, a: &mut Acked) -> Result<(
                 Policy {
                     delay_ms: 200,
                     per_queue: 2,
+                    ..Policy::default()
                 },
             )?;
         }

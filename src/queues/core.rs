@@ -35,6 +35,8 @@ const MOVE_BYTES: usize = 32 << 20;
 /// A queue: the URLs of one key of one crawl.
 struct Queue {
     id: u64,
+    crawl: u32,
+    key: Box<[u8]>,
     /// The seq of the next record to serve from the Q runs: those below were handed out.
     next_seq: u64,
     /// Records in the Q runs from `next_seq` on.
@@ -42,7 +44,13 @@ struct Queue {
     /// Records handed out whose lease ended without their being done: served first, in seq
     /// order.
     returned: Vec<(u64, Box<[u8]>)>,
+    /// Records done and served again once their instant has passed, by (instant, seq).
+    refetch: Vec<(u64, u64, Box<[u8]>)>,
     leased: u32,
+    /// Milliseconds the fetches of the current burst took (the ratio rule).
+    burst: u64,
+    /// Records done.
+    completed: u64,
     /// Not served before this instant.
     due: u64,
     in_heap: bool,
@@ -54,8 +62,18 @@ struct Queue {
 }
 
 impl Queue {
+    /// Whether it holds records to serve, now or later.
     fn has_waiting(&self) -> bool {
-        self.waiting > 0 || !self.returned.is_empty()
+        self.waiting > 0 || !self.returned.is_empty() || !self.refetch.is_empty()
+    }
+
+    /// The first instant a record of it is available (politeness aside).
+    fn available(&self) -> u64 {
+        if self.waiting > 0 || !self.returned.is_empty() {
+            0
+        } else {
+            self.refetch.first().map_or(u64::MAX, |r| r.0)
+        }
     }
 }
 
@@ -65,6 +83,17 @@ struct Lease {
     queue: u32,
     deadline: u64,
     record: Box<[u8]>,
+}
+
+/// How a lease ends.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum End {
+    /// Done for good.
+    Done,
+    /// Back in its queue, in its place.
+    Retry,
+    /// Done, and served again once the instant has passed.
+    Refetch(u64),
 }
 
 /// The state of a frontier, and its files.
@@ -80,6 +109,8 @@ pub(crate) struct Core {
     crawl_names: HashMap<u32, Vec<u8>>,
     default_policy: Policy,
     policies: HashMap<u64, Policy>,
+    /// Blocked queues: not served before the instant.
+    blocks: HashMap<u64, u64>,
     paused: bool,
     queues: Vec<Queue>,
     index: HashMap<u64, u32>,
@@ -129,6 +160,7 @@ impl Core {
             crawl_names: HashMap::from([(0, b"DEFAULT".to_vec())]),
             default_policy: Policy::default(),
             policies: HashMap::new(),
+            blocks: HashMap::new(),
             paused: false,
             queues: Vec::new(),
             index: HashMap::new(),
@@ -234,29 +266,38 @@ impl Core {
                 deadline,
                 record,
             } => self.apply_lease(*seq, *token, *deadline, record)?,
-            Entry::Done { seq, at, .. } => {
-                self.end_lease(*seq, *at, false)?;
+            Entry::Done { seq, at, took } => {
+                self.end_lease(*seq, *at, *took, End::Done)?;
                 self.done += 1;
             }
-            Entry::Retry { seq, at, .. } => self.end_lease(*seq, *at, true)?,
-            Entry::Policy {
-                crawl,
-                key,
-                delay,
-                per_queue,
-            } => {
-                let p = Policy {
-                    delay_ms: *delay,
-                    per_queue: *per_queue,
-                };
+            Entry::Retry { seq, at, took } => self.end_lease(*seq, *at, *took, End::Retry)?,
+            Entry::Refetch {
+                seq,
+                at,
+                took,
+                when,
+            } => self.end_lease(*seq, *at, *took, End::Refetch(*when))?,
+            Entry::Policy { crawl, key, policy } => {
                 match key {
-                    None => self.default_policy = p,
+                    None => self.default_policy = *policy,
                     Some(k) => {
-                        self.policies.insert(queue_id(*crawl, k), p);
+                        self.policies.insert(queue_id(*crawl, k), *policy);
                     }
                 }
                 for i in 0..self.queues.len() {
                     self.schedule(i as u32);
+                }
+            }
+            Entry::Block { crawl, key, until } => {
+                let id = queue_id(*crawl, key);
+                if *until == 0 {
+                    self.blocks.remove(&id);
+                } else {
+                    self.blocks.insert(id, *until);
+                }
+                if let Some(&i) = self.index.get(&id) {
+                    self.queues[i as usize].in_heap = false;
+                    self.schedule(i);
                 }
             }
             Entry::Pause(on) => self.paused = *on,
@@ -306,10 +347,26 @@ impl Core {
         }
         for g in run.groups() {
             let g = g?;
-            let i = self.queue(g.queue);
+            let i = match self.index.get(&g.queue) {
+                Some(&i) => i,
+                None => {
+                    // A new queue: its key is in its records.
+                    let f = run.frame(g.offset)?;
+                    let first = f.records().next().unwrap_or_default();
+                    let (_, rec) = split(run.file(), g.offset, first)?;
+                    let r = record::decode(rec).map_err(|what| run.file().corrupt(g.offset, what))?;
+                    let key = r.key.unwrap_or_else(|| default_key(r.url));
+                    self.queue(g.queue, g.crawl, key)
+                }
+            };
             let q = &mut self.queues[i as usize];
+            let was_ready_later = q.in_heap && q.available() > 0;
             q.waiting += u64::from(g.records);
             q.runs |= 1 << slot;
+            if was_ready_later {
+                // Scheduled for a later record (a refetch): it may be served sooner now.
+                q.in_heap = false;
+            }
             self.schedule(i);
         }
         self.runs.push(run);
@@ -317,17 +374,22 @@ impl Core {
     }
 
     /// The index of queue `id`, created if new.
-    fn queue(&mut self, id: u64) -> u32 {
+    fn queue(&mut self, id: u64, crawl: u32, key: &[u8]) -> u32 {
         if let Some(&i) = self.index.get(&id) {
             return i;
         }
         let i = self.queues.len() as u32;
         self.queues.push(Queue {
             id,
+            crawl,
+            key: key.into(),
             next_seq: 0,
             waiting: 0,
             returned: Vec::new(),
+            refetch: Vec::new(),
             leased: 0,
+            burst: 0,
+            completed: 0,
             due: 0,
             in_heap: false,
             runs: 0,
@@ -344,15 +406,29 @@ impl Core {
             .unwrap_or(self.default_policy)
     }
 
+    /// Whether queue `q` may get more leases (politeness aside): room under its policy's
+    /// `per_queue`, and under its limit.
+    fn has_room(&self, q: &Queue) -> bool {
+        let p = self.policy(q);
+        q.leased < p.per_queue && (p.limit == 0 || q.completed + u64::from(q.leased) < p.limit)
+    }
+
+    /// The first instant queue `q` may be served: its due instant, its block, and its first
+    /// record's availability.
+    fn ready_at(&self, q: &Queue) -> u64 {
+        let blocked = self.blocks.get(&q.id).copied().unwrap_or(0);
+        q.due.max(blocked).max(q.available())
+    }
+
     /// Puts queue `i` in the scheduler's heap if it may be served (now or later).
     fn schedule(&mut self, i: u32) {
         let q = &self.queues[i as usize];
-        if q.in_heap || !q.has_waiting() || q.leased >= self.policy(q).per_queue {
+        if q.in_heap || !q.has_waiting() || !self.has_room(q) {
             return;
         }
-        let due = q.due;
+        let at = self.ready_at(q);
         self.queues[i as usize].in_heap = true;
-        self.heap.push(Reverse((due, i)));
+        self.heap.push(Reverse((at, i)));
     }
 
     /// The queue of a record, and the signature of its URL (for leases by URL).
@@ -389,6 +465,8 @@ impl Core {
             q.next_seq = seq + 1;
         } else if let Some(k) = q.returned.iter().position(|(s, _)| *s == seq) {
             q.returned.remove(k);
+        } else if let Some(k) = q.refetch.iter().position(|(_, s, _)| *s == seq) {
+            q.refetch.remove(k);
         } else {
             return Err(corrupt(Corruption::Invalid {
                 field: "leased record",
@@ -411,8 +489,8 @@ impl Core {
         Ok(())
     }
 
-    /// Ends the lease of `seq` at `at`: done, or back in its queue (`retry`).
-    fn end_lease(&mut self, seq: u64, at: u64, retry: bool) -> Result<()> {
+    /// Ends the lease of `seq` at `at`, after a fetch of `took` milliseconds.
+    fn end_lease(&mut self, seq: u64, at: u64, took: u64, end: End) -> Result<()> {
         let lease = self.leases.remove(&seq).ok_or_else(|| {
             Error::corrupt(
                 &names::j(0),
@@ -429,13 +507,30 @@ impl Core {
         }
         self.tokens.remove(&lease.token);
         let i = lease.queue;
-        let delay = self.policy(&self.queues[i as usize]).delay_ms;
+        let p = self.policy(&self.queues[i as usize]);
         let q = &mut self.queues[i as usize];
         q.leased -= 1;
-        q.due = q.due.max(at.saturating_add(delay));
-        if retry {
-            let k = q.returned.partition_point(|(s, _)| *s < seq);
-            q.returned.insert(k, (seq, lease.record));
+        q.burst = q.burst.saturating_add(took);
+        // Rule 1: a delay from the end of the fetch.
+        let mut wait = p.delay_ms;
+        // Rule 2: after the burst's fetches took s' in all, wait s'/p.
+        if p.ratio_ppm > 0 && q.leased == 0 {
+            wait = wait.max(q.burst.saturating_mul(1_000_000) / u64::from(p.ratio_ppm));
+        }
+        if q.leased == 0 {
+            q.burst = 0;
+        }
+        q.due = q.due.max(at.saturating_add(wait));
+        match end {
+            End::Done => q.completed += 1,
+            End::Retry => {
+                let k = q.returned.partition_point(|(s, _)| *s < seq);
+                q.returned.insert(k, (seq, lease.record));
+            }
+            End::Refetch(when) => {
+                let k = q.refetch.partition_point(|(w, s, _)| (*w, *s) < (when, seq));
+                q.refetch.insert(k, (when, seq, lease.record));
+            }
         }
         self.schedule(i);
         Ok(())
@@ -667,22 +762,31 @@ impl Core {
             }
             self.heap.pop();
             let q = &self.queues[i as usize];
-            let policy = self.policy(q);
-            if q.due > due {
-                // Its due instant moved since it was scheduled.
-                let d = q.due;
-                self.heap.push(Reverse((d, i)));
+            if !q.in_heap {
+                // An entry of a queue that another entry already took out.
+                continue;
+            }
+            if !q.has_waiting() || !self.has_room(q) {
+                self.queues[i as usize].in_heap = false;
+                continue;
+            }
+            let at = self.ready_at(q);
+            if at > due {
+                // Its instant moved since it was scheduled.
+                self.heap.push(Reverse((at, i)));
                 continue;
             }
             self.queues[i as usize].in_heap = false;
             let q = &self.queues[i as usize];
-            if !q.has_waiting() || q.leased >= policy.per_queue {
-                continue;
+            let policy = self.policy(q);
+            let mut room = policy.per_queue - q.leased;
+            if policy.limit > 0 {
+                let left = policy.limit - q.completed - u64::from(q.leased);
+                room = room.min(u32::try_from(left).unwrap_or(u32::MAX));
             }
-            let room = policy.per_queue - q.leased;
             let k = per_queue.map_or(room, |k| k.min(room));
             let before = picked.len();
-            self.take(i, k as usize, &mut picked)?;
+            self.take(i, k as usize, now, &mut picked)?;
             if picked.len() > before {
                 served.push(i);
             }
@@ -723,10 +827,21 @@ impl Core {
 
     /// Takes up to `k` records of queue `i` in order (returned ones first), without changing
     /// its counts (the lease entries do).
-    fn take(&mut self, i: u32, k: usize, out: &mut Vec<(u64, Box<[u8]>)>) -> Result<()> {
+    fn take(
+        &mut self,
+        i: u32,
+        k: usize,
+        now: u64,
+        out: &mut Vec<(u64, Box<[u8]>)>,
+    ) -> Result<()> {
         let q = &self.queues[i as usize];
         let mut n = 0;
         for (seq, rec) in q.returned.iter().take(k) {
+            out.push((*seq, rec.clone()));
+            n += 1;
+        }
+        // Then the records to fetch again whose instant has passed, in date order.
+        for (_, seq, rec) in q.refetch.iter().take_while(|r| r.0 <= now).take(k - n) {
             out.push((*seq, rec.clone()));
             n += 1;
         }
@@ -809,25 +924,23 @@ impl Core {
 
     /// Ends the lease of `token` (or of `url` in `crawl`): done, or back in its queue. Returns
     /// false when it is not leased (nothing changes).
-    pub(super) fn complete(&mut self, token: u64, took_ms: u64, retry: bool) -> Result<bool> {
+    pub(super) fn complete(&mut self, token: u64, took_ms: u64, end: End) -> Result<bool> {
         self.writable()?;
         let now = self.clock.now_ms();
         self.expire(now);
         let Some(&seq) = self.tokens.get(&token) else {
             return Ok(false);
         };
-        let e = if retry {
-            Entry::Retry {
+        let (at, took) = (now, took_ms);
+        let e = match end {
+            End::Done => Entry::Done { seq, at, took },
+            End::Retry => Entry::Retry { seq, at, took },
+            End::Refetch(when) => Entry::Refetch {
                 seq,
-                at: now,
-                took: took_ms,
-            }
-        } else {
-            Entry::Done {
-                seq,
-                at: now,
-                took: took_ms,
-            }
+                at,
+                took,
+                when,
+            },
         };
         self.commit(&[e])?;
         Ok(true)
@@ -851,13 +964,125 @@ impl Core {
                 reason: "0: at least 1 URL of a queue may be leased at once".into(),
             });
         }
+        if p.ratio_ppm > 1_000_000 {
+            return Err(Error::InvalidOption {
+                option: "ratio",
+                reason: format!("{} millionths: the ratio is at most 1", p.ratio_ppm),
+            });
+        }
         let id = self.crawl_id(crawl)?;
         self.commit(&[Entry::Policy {
             crawl: id,
             key,
-            delay: p.delay_ms,
-            per_queue: p.per_queue,
+            policy: p,
         }])
+    }
+
+    /// Blocks queue `key` of `crawl` until `until` (0: unblocks it).
+    pub(super) fn block(&mut self, crawl: &[u8], key: &[u8], until: u64) -> Result<()> {
+        let id = self.crawl_id(crawl)?;
+        self.commit(&[Entry::Block {
+            crawl: id,
+            key,
+            until,
+        }])
+    }
+
+    /// The queues of `crawl`, by key, from the `start`-th: at most `max`.
+    pub(super) fn queues(
+        &mut self,
+        crawl: &[u8],
+        start: usize,
+        max: usize,
+    ) -> Result<Vec<super::QueueInfo>> {
+        let now = self.clock.now_ms();
+        self.expire(now);
+        let Some(&id) = self.crawls.get(crawl) else {
+            return Ok(Vec::new());
+        };
+        let mut qs: Vec<&Queue> = self.queues.iter().filter(|q| q.crawl == id).collect();
+        qs.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        Ok(qs
+            .into_iter()
+            .skip(start)
+            .take(max)
+            .map(|q| super::QueueInfo {
+                key: q.key.to_vec(),
+                waiting: q.waiting + (q.returned.len() + q.refetch.len()) as u64,
+                leased: u64::from(q.leased),
+                done: q.completed,
+                next_due_ms: self.ready_at(q),
+                policy: self.policies.get(&q.id).copied(),
+                blocked_until_ms: self.blocks.get(&q.id).copied(),
+            })
+            .collect())
+    }
+
+    /// What the frontier knows of `url` of `crawl` (in the queue `key`, or the URL's default
+    /// key's).
+    pub(super) fn status(
+        &mut self,
+        crawl: &[u8],
+        key: Option<&[u8]>,
+        url: &[u8],
+    ) -> Result<super::UrlStatus> {
+        use super::UrlStatus;
+        // What was pushed reaches its queue first.
+        self.flush()?;
+        let now = self.clock.now_ms();
+        self.expire(now);
+        let Some(&id) = self.crawls.get(crawl) else {
+            return Ok(UrlStatus::Unknown);
+        };
+        let sig = crate::signature(url, record::crawl_seed(self.sieve.seed(), id));
+        if let Some(seq) = self.by_url.get(&(id, sig)) {
+            return Ok(UrlStatus::Leased {
+                until_ms: self.leases[seq].deadline,
+            });
+        }
+        let qid = queue_id(id, key.unwrap_or_else(|| default_key(url)));
+        if let Some(&i) = self.index.get(&qid) {
+            let q = &self.queues[i as usize];
+            let same = |rec: &[u8]| record::decode(rec).is_ok_and(|r| r.url == url);
+            if let Some(r) = q.refetch.iter().find(|r| same(&r.2)) {
+                return Ok(UrlStatus::Refetch { at_ms: r.0 });
+            }
+            if q.returned.iter().any(|r| same(&r.1)) || self.waits_in_runs(i, url)? {
+                return Ok(UrlStatus::Waiting);
+            }
+        }
+        if self.sieve.contains_signature(sig)? {
+            Ok(UrlStatus::Done)
+        } else {
+            Ok(UrlStatus::Unknown)
+        }
+    }
+
+    /// Whether `url` is among queue `i`'s records in the Q runs not yet handed out.
+    fn waits_in_runs(&self, i: u32, url: &[u8]) -> Result<bool> {
+        let q = &self.queues[i as usize];
+        for (slot, run) in self.runs.iter().enumerate() {
+            if q.runs & (1 << slot) == 0 {
+                continue;
+            }
+            let Some(g) = run.group(q.id)? else {
+                continue;
+            };
+            let (mut offset, mut left) = (g.offset, g.records);
+            while left > 0 {
+                let f = run.frame(offset)?;
+                for r in f.records() {
+                    let (seq, rec) = split(run.file(), offset, r)?;
+                    let found = record::decode(rec).is_ok_and(|r| r.url == url);
+                    if seq >= q.next_seq && found {
+                        return Ok(true);
+                    }
+                }
+                left = left.saturating_sub(f.count);
+                offset += f.size();
+            }
+        }
+        Ok(false)
     }
 
     /// Pauses or resumes the hand-outs.

@@ -10,10 +10,14 @@
 //!   2 lease     seq u64 | token u64 | deadline u64 | record      record `seq` handed out
 //!   3 done      seq u64 | at u64 | took u64                      its fetch ended at `at`
 //!   4 retry     seq u64 | at u64 | took u64                      back in its queue
-//!   5 policy    crawl u32 | delay u64 | per_queue u32 | key      (no key: the default)
+//!   5 policy    crawl u32 | delay u64 | ratio u32 | per_queue u32 | limit u64 | key flag u8
+//!               | key                   (no key: the default; ratio in millionths, 0: none;
+//!                                       limit 0: none)
 //!   6 pause     on u8
 //!   7 crawl     id u32 | name                                    a crawl's id
 //!   8 compacted removed u32 | removed x run u64 | added u64 (0: none)
+//!   9 block     crawl u32 | until u64 | key                      no hand-out before `until`
+//!  10 refetch   seq u64 | at u64 | took u64 | when u64           done, served again at `when`
 //! ```
 //!
 //! Times are milliseconds since the Unix epoch; `took` is the fetch's duration in
@@ -47,8 +51,20 @@ pub(crate) enum Entry<'a> {
     Policy {
         crawl: u32,
         key: Option<&'a [u8]>,
-        delay: u64,
-        per_queue: u32,
+        policy: super::Policy,
+    },
+    /// Queue `key` of `crawl` gets nothing before `until` (0: unblocked).
+    Block {
+        crawl: u32,
+        key: &'a [u8],
+        until: u64,
+    },
+    /// The lease of `seq` ended: done, and served again once `when` has passed.
+    Refetch {
+        seq: u64,
+        at: u64,
+        took: u64,
+        when: u64,
     },
     /// The frontier paused or resumed.
     Pause(bool),
@@ -96,16 +112,13 @@ impl Entry<'_> {
                 out.put_u64(*at);
                 out.put_u64(*took);
             }
-            Entry::Policy {
-                crawl,
-                key,
-                delay,
-                per_queue,
-            } => {
+            Entry::Policy { crawl, key, policy } => {
                 out.push(5);
                 out.put_u32(*crawl);
-                out.put_u64(*delay);
-                out.put_u32(*per_queue);
+                out.put_u64(policy.delay_ms);
+                out.put_u32(policy.ratio_ppm);
+                out.put_u32(policy.per_queue);
+                out.put_u64(policy.limit);
                 if let Some(key) = key {
                     out.push(1);
                     out.extend_from_slice(key);
@@ -121,6 +134,24 @@ impl Entry<'_> {
                 out.push(7);
                 out.put_u32(*id);
                 out.extend_from_slice(name);
+            }
+            Entry::Block { crawl, key, until } => {
+                out.push(9);
+                out.put_u32(*crawl);
+                out.put_u64(*until);
+                out.extend_from_slice(key);
+            }
+            Entry::Refetch {
+                seq,
+                at,
+                took,
+                when,
+            } => {
+                out.push(10);
+                out.put_u64(*seq);
+                out.put_u64(*at);
+                out.put_u64(*took);
+                out.put_u64(*when);
             }
             Entry::Compacted { removed, added } => {
                 out.push(8);
@@ -174,23 +205,40 @@ impl Entry<'_> {
             }
             5 => {
                 let crawl = r.u32()?;
-                let delay = r.u64()?;
-                let per_queue = r.u32()?;
+                let policy = super::Policy {
+                    delay_ms: r.u64()?,
+                    ratio_ppm: r.u32()?,
+                    per_queue: r.u32()?,
+                    limit: r.u64()?,
+                };
                 let key = match r.u8()? {
                     0 => None,
                     1 => Some(r.rest()),
                     found => return Err(invalid("policy's key flag", "0 or 1", found.into())),
                 };
-                if per_queue == 0 {
+                if policy.per_queue == 0 {
                     return Err(invalid("policy's per_queue", "at least 1", 0));
                 }
-                Entry::Policy {
-                    crawl,
-                    key,
-                    delay,
-                    per_queue,
+                if policy.ratio_ppm > 1_000_000 {
+                    return Err(invalid(
+                        "policy's ratio",
+                        "at most 1,000,000 millionths",
+                        policy.ratio_ppm.into(),
+                    ));
                 }
+                Entry::Policy { crawl, key, policy }
             }
+            9 => Entry::Block {
+                crawl: r.u32()?,
+                until: r.u64()?,
+                key: r.rest(),
+            },
+            10 => Entry::Refetch {
+                seq: r.u64()?,
+                at: r.u64()?,
+                took: r.u64()?,
+                when: r.u64()?,
+            },
             6 => match r.u8()? {
                 b @ (0 | 1) => Entry::Pause(b == 1),
                 found => return Err(invalid("pause flag", "0 or 1", found.into())),
@@ -218,7 +266,7 @@ impl Entry<'_> {
                     added: (added != 0).then_some(added),
                 }
             }
-            kind => return Err(invalid("journal entry kind", "1 to 8", kind.into())),
+            kind => return Err(invalid("journal entry kind", "1 to 10", kind.into())),
         };
         if !r.0.is_empty() {
             return Err(invalid(
@@ -309,14 +357,28 @@ mod tests {
             Entry::Policy {
                 crawl: 2,
                 key: Some(b"a.com"),
-                delay: 250,
-                per_queue: 2,
+                policy: crate::queues::Policy {
+                    delay_ms: 250,
+                    ratio_ppm: 0,
+                    per_queue: 2,
+                    limit: 7,
+                },
             },
             Entry::Policy {
                 crawl: 0,
                 key: None,
-                delay: 0,
-                per_queue: 1,
+                policy: crate::queues::Policy::default(),
+            },
+            Entry::Block {
+                crawl: 1,
+                key: b"h",
+                until: 99,
+            },
+            Entry::Refetch {
+                seq: 4,
+                at: 5,
+                took: 6,
+                when: 7,
             },
             Entry::Pause(true),
             Entry::Crawl {
@@ -334,7 +396,10 @@ mod tests {
             assert_eq!(&Entry::decode(&b).unwrap(), e);
             let fixed_len = !matches!(
                 e,
-                Entry::Lease { .. } | Entry::Crawl { .. } | Entry::Policy { key: Some(_), .. }
+                Entry::Lease { .. }
+                    | Entry::Crawl { .. }
+                    | Entry::Policy { key: Some(_), .. }
+                    | Entry::Block { .. }
             );
             if fixed_len {
                 for len in 0..b.len() {

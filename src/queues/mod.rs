@@ -20,7 +20,7 @@
 //! use crivello::{Discovered, Frontier, Options, Policy};
 //! let dir = tempfile::tempdir().unwrap();
 //! let frontier = Frontier::open(dir.path(), Options::new())?;
-//! frontier.set_policy("", None, Policy { delay_ms: 1_000, per_queue: 1 })?;
+//! frontier.set_policy("", None, Policy { delay_ms: 1_000, ..Policy::default() })?;
 //! frontier.push("", &[
 //!     Discovered::url(b"http://a.example/"),
 //!     Discovered { url: b"http://b.example/", key: None, metadata: b"depth=0" },
@@ -102,22 +102,71 @@ pub struct Leased {
     pub deadline_ms: u64,
 }
 
-/// The politeness of a queue.
+/// The politeness of a queue (the lecture notes' §2.7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
-    /// Milliseconds from the end of one fetch to the next hand-out.
+    /// Milliseconds from the end of one fetch to the next hand-out (rule 1).
     pub delay_ms: u64,
-    /// The most URLs of the queue leased at once (1: never two fetchers on one host).
+    /// The ratio rule (rule 2), in millionths: after fetches that took s′ in all (those of
+    /// one burst of leases), wait s′/p, with p = `ratio_ppm` / 10^6; 0 turns it off. When
+    /// both are set, the longer wait applies.
+    pub ratio_ppm: u32,
+    /// The most URLs of the queue leased at once (1: never two fetchers on one host; more:
+    /// a keep-alive burst).
     pub per_queue: u32,
+    /// The most URLs of the queue done (url-frontier's crawl limit); 0: no limit.
+    pub limit: u64,
 }
 
 impl Default for Policy {
     fn default() -> Policy {
         Policy {
             delay_ms: 0,
+            ratio_ppm: 0,
             per_queue: 1,
+            limit: 0,
         }
     }
+}
+
+/// A queue, as [`Frontier::queues`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueInfo {
+    /// Its key.
+    pub key: Vec<u8>,
+    /// URLs waiting (to fetch again later included).
+    pub waiting: u64,
+    /// URLs leased.
+    pub leased: u64,
+    /// URLs done.
+    pub done: u64,
+    /// The first instant it may be served, in milliseconds since the epoch (0: now).
+    pub next_due_ms: u64,
+    /// Its own policy, if it has one.
+    pub policy: Option<Policy>,
+    /// The instant it is blocked until, if it is.
+    pub blocked_until_ms: Option<u64>,
+}
+
+/// What the frontier knows of a URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UrlStatus {
+    /// Never pushed (or lost as an unacknowledged push).
+    Unknown,
+    /// In its queue.
+    Waiting,
+    /// Handed out until the instant.
+    Leased {
+        /// The end of the lease, in milliseconds since the epoch.
+        until_ms: u64,
+    },
+    /// Done: never served again.
+    Done,
+    /// Done, and served again once the instant has passed.
+    Refetch {
+        /// The instant, in milliseconds since the epoch.
+        at_ms: u64,
+    },
 }
 
 /// Counts of a frontier.
@@ -207,13 +256,19 @@ impl Frontier {
     /// the fetch took. Returns false (and changes nothing) when it is not leased. Durable when
     /// this returns.
     pub fn done(&self, token: u64, took_ms: u64) -> Result<bool> {
-        self.with(|c| c.complete(token, took_ms, false))
+        self.with(|c| c.complete(token, took_ms, core::End::Done))
+    }
+
+    /// Ends the lease `token`: the URL is done, and served again once `at_ms` (milliseconds
+    /// since the epoch) has passed, in date order. Returns false when it is not leased.
+    pub fn refetch(&self, token: u64, took_ms: u64, at_ms: u64) -> Result<bool> {
+        self.with(|c| c.complete(token, took_ms, core::End::Refetch(at_ms)))
     }
 
     /// Ends the lease `token`: the URL goes back to its queue, in its place, and the queue's
     /// delay applies. Returns false when it is not leased.
     pub fn retry(&self, token: u64, took_ms: u64) -> Result<bool> {
-        self.with(|c| c.complete(token, took_ms, true))
+        self.with(|c| c.complete(token, took_ms, core::End::Retry))
     }
 
     /// The token of the lease of `url` in `crawl`, if it is leased.
@@ -227,6 +282,26 @@ impl Frontier {
     pub fn set_policy(&self, crawl: &str, key: Option<&[u8]>, policy: Policy) -> Result<()> {
         let crawl = crawl_name(crawl);
         self.with(|c| c.set_policy(crawl, key, policy))
+    }
+
+    /// Blocks the queue `key` of `crawl` until `until_ms` (milliseconds since the epoch; 0
+    /// unblocks it): nothing of it is handed out before (HTTP 429 or 503, Retry-After).
+    pub fn block(&self, crawl: &str, key: &[u8], until_ms: u64) -> Result<()> {
+        let crawl = crawl_name(crawl);
+        self.with(|c| c.block(crawl, key, until_ms))
+    }
+
+    /// The queues of `crawl`, in the order of their keys, from the `start`-th: at most `max`.
+    pub fn queues(&self, crawl: &str, start: usize, max: usize) -> Result<Vec<QueueInfo>> {
+        let crawl = crawl_name(crawl);
+        self.with(|c| c.queues(crawl, start, max))
+    }
+
+    /// What the frontier knows of `url` of `crawl`, in the queue `key` (None: the URL's
+    /// default key). Flushes first, so that what was pushed is known.
+    pub fn status(&self, crawl: &str, key: Option<&[u8]>, url: &[u8]) -> Result<UrlStatus> {
+        let crawl = crawl_name(crawl);
+        self.with(|c| c.status(crawl, key, url))
     }
 
     /// Pauses (true) or resumes (false) the hand-outs.

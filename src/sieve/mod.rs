@@ -295,9 +295,14 @@ impl Sieve {
     /// Whether `url` was ever pushed (and not lost as an unacknowledged torn tail). Reads at
     /// most one block of each Z segment, and a binary search of blocks in each run.
     pub fn contains(&mut self, url: &[u8]) -> Result<bool> {
+        let sig = signature(url, self.manifest.seed);
+        self.contains_signature(sig)
+    }
+
+    /// Whether a record of signature `sig` was ever pushed.
+    pub(crate) fn contains_signature(&mut self, sig: u64) -> Result<bool> {
         let r = self.decide().and_then(|()| self.finish_inflight());
         self.poison(r)?;
-        let sig = signature(url, self.manifest.seed);
         if self.s.iter().any(|p| p.sig == sig) {
             return Ok(true);
         }
