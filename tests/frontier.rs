@@ -342,7 +342,15 @@ mod model {
                     Op::Done(t, _) | Op::Retry(t) | Op::Refetch(t, _) => {
                         if tokens.is_empty() { continue; }
                         m.expire(now);
-                        let (token, u) = tokens[t as usize % tokens.len()].clone();
+                        // Mostly a lease in force; now and then any token, stale ones too.
+                        let live: Vec<(u64, String)> = m.hosts.values()
+                            .flat_map(|h| h.leased.iter().map(|(i, (tk, _))| (*tk, h.urls[*i].clone())))
+                            .collect::<BTreeSet<_>>().into_iter().collect();
+                        let (token, u) = if t % 8 != 0 && !live.is_empty() {
+                            live[t as usize % live.len()].clone()
+                        } else {
+                            tokens[t as usize % tokens.len()].clone()
+                        };
                         let name = host_of(&u);
                         let h = m.hosts.get_mut(&name).unwrap();
                         let i = h.urls.iter().position(|x| *x == u).unwrap();

@@ -354,7 +354,8 @@ impl Core {
                     let f = run.frame(g.offset)?;
                     let first = f.records().next().unwrap_or_default();
                     let (_, rec) = split(run.file(), g.offset, first)?;
-                    let r = record::decode(rec).map_err(|what| run.file().corrupt(g.offset, what))?;
+                    let r =
+                        record::decode(rec).map_err(|what| run.file().corrupt(g.offset, what))?;
                     let key = r.key.unwrap_or_else(|| default_key(r.url));
                     self.queue(g.queue, g.crawl, key)
                 }
@@ -528,7 +529,9 @@ impl Core {
                 q.returned.insert(k, (seq, lease.record));
             }
             End::Refetch(when) => {
-                let k = q.refetch.partition_point(|(w, s, _)| (*w, *s) < (when, seq));
+                let k = q
+                    .refetch
+                    .partition_point(|(w, s, _)| (*w, *s) < (when, seq));
                 q.refetch.insert(k, (when, seq, lease.record));
             }
         }
@@ -827,13 +830,7 @@ impl Core {
 
     /// Takes up to `k` records of queue `i` in order (returned ones first), without changing
     /// its counts (the lease entries do).
-    fn take(
-        &mut self,
-        i: u32,
-        k: usize,
-        now: u64,
-        out: &mut Vec<(u64, Box<[u8]>)>,
-    ) -> Result<()> {
+    fn take(&mut self, i: u32, k: usize, now: u64, out: &mut Vec<(u64, Box<[u8]>)>) -> Result<()> {
         let q = &self.queues[i as usize];
         let mut n = 0;
         for (seq, rec) in q.returned.iter().take(k) {
