@@ -93,6 +93,9 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
     let gens = live_generations(st, &m, &mut r)?;
     let last = gens.last().copied();
     check_runs(st, &m, last, &mut r);
+    if m.mode == crate::Mode::Frontier {
+        check_queues(st, &mut r)?;
+    }
     if let Some(c) = cursor {
         check_frontier(st, &m, &c, &mut r);
     }
@@ -115,6 +118,86 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
         }
     }
     Ok(r)
+}
+
+/// A frontier's files: every entry of the journal J, and every record of the Q runs it names.
+fn check_queues(st: &dyn Storage, r: &mut CheckReport) -> Result<()> {
+    use crate::queues::journal::Entry;
+    let mut gens: Vec<u64> = st
+        .list_files()?
+        .iter()
+        .filter_map(|n| match names::parse(n) {
+            Some(names::FileName::J(g)) => Some(g),
+            _ => None,
+        })
+        .collect();
+    gens.sort_unstable();
+    let mut runs: Vec<u64> = Vec::new();
+    let last = gens.last().copied();
+    for g in gens {
+        r.files += 1;
+        let mut bad = None;
+        let replayed = wal::replay_of(crate::queues::core::J, st, g, Some(g) == last, |_, e| {
+            match Entry::decode(e) {
+                Ok(Entry::Moved { run: Some(id), .. }) => runs.push(id),
+                Ok(Entry::Compacted { removed, added }) => {
+                    runs.retain(|id| !removed.contains(id));
+                    runs.extend(added);
+                }
+                Ok(_) => {}
+                Err(what) if bad.is_none() => bad = Some(what),
+                Err(_) => {}
+            }
+            Ok(())
+        });
+        match replayed {
+            Ok(rep) => {
+                if rep.ends_the_stream(Some(g) == last) {
+                    r.torn_tails.push((names::j(g), rep.torn_bytes));
+                }
+            }
+            Err(e) => r.damage.push(e),
+        }
+        if let Some(what) = bad {
+            r.damage.push(Error::corrupt(&names::j(g), 0, what));
+        }
+    }
+    for id in runs {
+        r.files += 1;
+        if let Err(e) = check_run_file(st, id) {
+            r.damage.push(e);
+        }
+    }
+    Ok(())
+}
+
+/// Reads every frame of every group of Q run `id`.
+fn check_run_file(st: &dyn Storage, id: u64) -> Result<()> {
+    let run = crate::queues::qrun::Run::open(st, id)?;
+    for g in run.groups() {
+        let g = g?;
+        let (mut offset, mut got) = (g.offset, 0u32);
+        while got < g.records {
+            let f = run.frame(offset)?;
+            for rec in f.records() {
+                let (_, rec) = crate::queues::qrun::split(run.file(), offset, rec)?;
+                crate::record::decode(rec).map_err(|what| run.file().corrupt(offset, what))?;
+            }
+            got += f.count;
+            offset += f.size();
+        }
+        if got != g.records {
+            return Err(run.file().corrupt(
+                g.offset,
+                Corruption::Mismatch {
+                    field: "records of a group",
+                    expected: u64::from(g.records),
+                    found: u64::from(got),
+                },
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Decodes every block of a segment and checks the order of its signatures; returns how

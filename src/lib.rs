@@ -113,7 +113,10 @@ pub use error::{Corruption, Error, InvalidUrl, Result};
 pub use manifest::Mode;
 pub use names::MANIFEST as MANIFEST_FILE;
 pub use options::{Options, SyncPolicy};
-pub use queues::{Discovered, Frontier, FrontierStats, Leased, Policy, QueueInfo, UrlStatus};
+pub use queues::{
+    Completion, Discovered, Frontier, FrontierStats, LeaseRequest, Leased, Policy, QueueInfo,
+    UrlStatus,
+};
 pub use sieve::{Sieve, Stats};
 pub use signature::signature;
 

@@ -12,11 +12,18 @@
 //! | 2 | usage error (bad arguments or option values) |
 //! | 3 | `check` found damage |
 
+mod block;
 mod check;
+mod done;
+mod duration;
 mod flush;
+mod lease;
+mod pause;
+mod policy;
 mod pop;
 mod progress;
 mod push;
+mod queues;
 mod size;
 mod stats;
 mod stream;
@@ -29,7 +36,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
-use crivello::{Options, Sieve};
+use crivello::{Frontier, Options, Sieve};
 
 use size::parse_memory;
 pub use size::{parse_max_line_length, parse_max_url_len};
@@ -102,6 +109,27 @@ enum Command {
     /// Print the counts and sizes of the sieve in DIR.
     #[command(after_help = stats::KEYS_HELP)]
     Stats(stats::StatsArgs),
+    /// Hand out URLs that are due, one per line, each leased until a deadline.
+    ///
+    /// At most K URLs of one queue (the queue's policy's number unless --per-queue is
+    /// lower), from the queues due earliest. The leases are durable before anything is
+    /// printed. Nothing due prints nothing (exit 0); --wait waits until something is. The
+    /// first `lease` (or `done`, `policy`, ...) makes the directory a frontier: `pop` then
+    /// refuses it, and a directory `pop` has read is refused here.
+    Lease(lease::LeaseArgs),
+    /// End the leases of URLs: done, served again after a while, or back in their queue.
+    Done(done::DoneArgs),
+    /// Set the politeness of one queue (--key) or the default: the delay after a fetch or
+    /// the ratio rule, URLs of a queue leased at once, and a limit of URLs done.
+    Policy(policy::PolicyArgs),
+    /// Hand out nothing of the queue KEY before an instant (Retry-After).
+    Block(block::BlockArgs),
+    /// Stop handing out URLs (pushes and dones go on).
+    Pause(pause::PauseArgs),
+    /// Hand out URLs again after a pause.
+    Resume(pause::PauseArgs),
+    /// List the queues: key, waiting, leased, done, next due, policy, blocked until.
+    Queues(queues::QueuesArgs),
     /// Verify every checksum of the sieve in DIR, without changing it; exit 3 on any damage.
     ///
     /// Reads the manifest, the cursor, every block of every Z segment, every frontier
@@ -121,6 +149,21 @@ pub struct Common {
     /// No progress display and no notes on stderr (errors are still reported).
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// The crawl a frontier's subcommand acts on.
+#[derive(Debug, Clone, Args)]
+pub struct CrawlArg {
+    /// The crawl (a namespace of the frontier: its own URLs and queues).
+    #[arg(long = "crawl", value_name = "ID", default_value = "DEFAULT")]
+    pub crawl: String,
+}
+
+impl CrawlArg {
+    /// The crawl's name.
+    pub fn name(&self) -> &str {
+        &self.crawl
+    }
 }
 
 /// Parses the arguments, runs the subcommand, and reports its outcome.
@@ -147,6 +190,13 @@ pub fn run() -> ExitCode {
         Command::Uniq(a) => uniq::run(a),
         Command::Stats(a) => stats::run(a),
         Command::Check(a) => check::run(a),
+        Command::Lease(a) => lease::run(a),
+        Command::Done(a) => done::run(a),
+        Command::Policy(a) => policy::run(a),
+        Command::Block(a) => block::run(a),
+        Command::Pause(a) => pause::run(a, true),
+        Command::Resume(a) => pause::run(a, false),
+        Command::Queues(a) => queues::run(a),
     });
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,
@@ -276,6 +326,11 @@ fn library_hint(e: &crivello::Error) -> Option<&'static str> {
         E::InvalidOption { .. } => "change the option's value (see `crivello --help`)",
         E::Poisoned => "run the command again: reopening recovers what was durable",
         E::NotASieve { .. } => "use the directory of a sieve, or a new or empty directory",
+        E::WrongMode {
+            mode: crivello::Mode::Frontier,
+            ..
+        } => "use `lease` and `done` on this directory, or `pop` on another one",
+        E::WrongMode { .. } => "use `pop` on this directory, or `lease` and `done` on another one",
         E::Io { .. } => return None,
         _ => "see `crivello --help`",
     })
@@ -294,11 +349,23 @@ fn io_hint(e: &std::io::Error) -> &'static str {
     }
 }
 
+/// Opens the frontier in `dir`.
+pub fn open_frontier(dir: &Path, memory: usize) -> anyhow::Result<Frontier> {
+    Frontier::open(dir, Options::new().memory(memory)).map_err(|e| match e {
+        crivello::Error::Locked { .. }
+        | crivello::Error::NotASieve { .. }
+        | crivello::Error::WrongMode { .. } => anyhow::Error::new(e),
+        e => anyhow::Error::new(e).context(format!("frontier {}", dir.display())),
+    })
+}
+
 /// Opens (or creates) the sieve in `dir`.
 pub fn open_sieve(dir: &Path, opts: Options) -> anyhow::Result<Sieve> {
     Sieve::open(dir, opts).map_err(|e| match e {
         // The message already names the directory.
-        crivello::Error::Locked { .. } | crivello::Error::NotASieve { .. } => anyhow::Error::new(e),
+        crivello::Error::Locked { .. }
+        | crivello::Error::NotASieve { .. }
+        | crivello::Error::WrongMode { .. } => anyhow::Error::new(e),
         e => anyhow::Error::new(e).context(format!("sieve {}", dir.display())),
     })
 }

@@ -49,7 +49,10 @@ pub fn run(args: PopArgs) -> Result<()> {
         if let Some(e) = failed {
             return Err(e);
         }
-        let n = n.with_context(|| context(&args))?;
+        let n = n.map_err(|e| match e {
+            crivello::Error::WrongMode { .. } => anyhow::Error::new(e),
+            e => anyhow::Error::new(e).context(context(&args)),
+        })?;
         if n == 0 {
             break;
         }

@@ -15,7 +15,7 @@ use crivello::{InvalidUrl, Options, Sieve};
 
 use super::progress::Progress;
 use super::stream::{sources, Line, LineReader};
-use super::{explained, open_sieve, parse_max_url_len, Common};
+use super::{explained, open_frontier, open_sieve, parse_max_url_len, Common, CrawlArg};
 
 /// The arguments of `push`.
 #[derive(Debug, Args)]
@@ -31,13 +31,23 @@ pub struct PushArgs {
     /// stderr, instead of stopping at the first one.
     #[arg(long)]
     pub skip_invalid: bool,
+    /// The crawl the URLs belong to (a frontier's namespace). Another crawl than DEFAULT
+    /// makes the directory a frontier.
+    #[command(flatten)]
+    pub crawl: CrawlArg,
     /// The options of every subcommand.
     #[command(flatten)]
     pub common: Common,
 }
 
+/// URLs pushed to a frontier in one durable step.
+const FRONTIER_BATCH: usize = 4096;
+
 /// Runs `push`.
 pub fn run(args: PushArgs) -> Result<()> {
+    if !matches!(args.crawl.name(), "DEFAULT" | "") {
+        return run_crawl(args);
+    }
     let opts = Options::new()
         .memory(args.common.memory)
         .max_url_len(args.max_url_len);
@@ -87,6 +97,77 @@ pub fn run(args: PushArgs) -> Result<()> {
     progress.waiting("sync");
     sieve.close()?;
     progress.finish();
+    report_skipped(skipped, &args);
+    Ok(())
+}
+
+/// Pushes to a crawl of a frontier, in durable batches.
+fn run_crawl(args: PushArgs) -> Result<()> {
+    let frontier = open_frontier(&args.dir, args.common.memory)?;
+    let crawl = args.crawl.name();
+    let mut progress = Progress::new("push", args.common.quiet);
+    let mut skipped = 0u64;
+    let limit = args.max_url_len + 2;
+    let mut buf = Vec::with_capacity(64 << 10);
+    let mut batch: Vec<Vec<u8>> = Vec::with_capacity(FRONTIER_BATCH);
+    let push = |batch: &mut Vec<Vec<u8>>| -> Result<()> {
+        let items: Vec<crivello::Discovered<'_>> =
+            batch.iter().map(|u| crivello::Discovered::url(u)).collect();
+        frontier.push(crawl, &items)?;
+        batch.clear();
+        Ok(())
+    };
+    for source in sources(&args.files) {
+        let mut input = LineReader::open(source)?;
+        loop {
+            buf.clear();
+            let Some(line) = input.read_line(&mut buf, limit)? else {
+                break;
+            };
+            let why = match line {
+                Line::TooLong => {
+                    if args.skip_invalid {
+                        input.skip_rest()?;
+                    }
+                    Some(InvalidUrl::TooLong {
+                        len: limit,
+                        max: args.max_url_len,
+                    })
+                }
+                Line::Complete(n) => {
+                    if buf.last() == Some(&b'\r') {
+                        buf.pop();
+                    }
+                    progress.line(n, None);
+                    if buf.is_empty() {
+                        Some(InvalidUrl::Empty)
+                    } else {
+                        batch.push(buf.clone());
+                        None
+                    }
+                }
+            };
+            if let Some(why) = why {
+                if !args.skip_invalid {
+                    push(&mut batch)?;
+                    return Err(line_error(&input, &why));
+                }
+                skipped += 1;
+            }
+            if batch.len() >= FRONTIER_BATCH {
+                push(&mut batch)?;
+            }
+        }
+    }
+    push(&mut batch)?;
+    frontier.close()?;
+    progress.finish();
+    report_skipped(skipped, &args);
+    Ok(())
+}
+
+/// Reports the invalid lines skipped.
+fn report_skipped(skipped: u64, args: &PushArgs) {
     if skipped > 0 && !args.common.quiet {
         let lines = if skipped == 1 { "line" } else { "lines" };
         let note = format!(
@@ -95,7 +176,6 @@ pub fn run(args: PushArgs) -> Result<()> {
         );
         let _ = std::io::stderr().write_all(note.as_bytes());
     }
-    Ok(())
 }
 
 /// The error for an invalid input line, once every line before it is durable.
@@ -103,6 +183,11 @@ fn invalid_line(sieve: Sieve, input: &LineReader, why: &InvalidUrl) -> anyhow::E
     if let Err(e) = sieve.close() {
         return anyhow::Error::new(e).context("sync the lines before the invalid line");
     }
+    line_error(input, why)
+}
+
+/// The error for an invalid input line.
+fn line_error(input: &LineReader, why: &InvalidUrl) -> anyhow::Error {
     let what = match why {
         InvalidUrl::Empty => "empty line".to_owned(),
         InvalidUrl::TooLong { max, .. } => format!("line longer than the maximum of {max} bytes"),

@@ -35,7 +35,16 @@ Keys (the same in the text and the JSON output; every value is an unsigned integ
   bytes_meta     bytes of the manifest and the cursor
   memory_budget  the memory budget in bytes
   slots          slots per buffer of S (the in-memory signature buffer)
-  seed           the signature seed (a 64-bit integer)";
+  seed           the signature seed (a 64-bit integer)
+
+A frontier (a directory `lease` has used) adds:
+  queues         queues known
+  queues_waiting queues with URLs waiting
+  waiting        URLs waiting in their queues
+  leased         URLs leased
+  done           URLs done
+  q_runs         Q runs (files of queued URLs)
+  paused         1 if hand-outs are paused, else 0";
 
 /// The arguments of `stats`.
 #[derive(Debug, Args)]
@@ -55,16 +64,30 @@ pub fn run(args: StatsArgs) -> Result<()> {
     require_sieve(&args.dir)?;
     let mut sieve = open_sieve(&args.dir, Options::new().memory(args.common.memory))?;
     let stats = sieve.stats()?;
+    let frontier = sieve.mode() == crivello::Mode::Frontier;
     sieve.close()?;
+    let mut all: Vec<(&'static str, u64)> = fields(&stats).to_vec();
+    if frontier {
+        let f = super::open_frontier(&args.dir, args.common.memory)?;
+        let fs = f.stats()?;
+        f.close()?;
+        all.extend([
+            ("queues", fs.queues),
+            ("queues_waiting", fs.queues_waiting),
+            ("waiting", fs.waiting),
+            ("leased", fs.leased),
+            ("done", fs.done),
+            ("q_runs", fs.runs),
+            ("paused", u64::from(fs.paused)),
+        ]);
+    }
     let mut out = Output::new();
     if args.json {
-        let object: serde_json::Map<String, serde_json::Value> = fields(&stats)
-            .iter()
-            .map(|&(k, v)| (k.to_owned(), v.into()))
-            .collect();
+        let object: serde_json::Map<String, serde_json::Value> =
+            all.iter().map(|&(k, v)| (k.to_owned(), v.into())).collect();
         out.line(serde_json::Value::Object(object).to_string().as_bytes())?;
     } else {
-        for (key, value) in fields(&stats) {
+        for &(key, value) in &all {
             let line = if key.starts_with("bytes_") || key == "memory_budget" {
                 format!("{key:<14} {value} ({})", HumanBytes(value))
             } else {

@@ -22,7 +22,7 @@ use crate::sieve::Sieve;
 use crate::storage::{Storage, StorageExt};
 
 /// J, the journal.
-pub(super) const J: Kind = Kind {
+pub(crate) const J: Kind = Kind {
     magic: crate::format::MAGIC_J,
     name: names::j,
 };
@@ -733,12 +733,8 @@ impl Core {
 
     /// Hands out up to `per_queue` URLs (and the queue's policy's room) of each of up to
     /// `max_queues` due queues, leased for `ttl` milliseconds.
-    pub(super) fn lease(
-        &mut self,
-        max_queues: usize,
-        per_queue: Option<u32>,
-        ttl: u64,
-    ) -> Result<Vec<Leased>> {
+    pub(super) fn lease(&mut self, req: &super::LeaseRequest) -> Result<Vec<Leased>> {
+        let (max_queues, per_queue, ttl) = (req.max_queues, req.per_queue, req.ttl_ms);
         self.writable()?;
         let now = self.clock.now_ms();
         self.expire(now);
@@ -756,7 +752,7 @@ impl Core {
         let deadline = now.saturating_add(ttl);
         let mut picked: Vec<(u64, Box<[u8]>)> = Vec::new();
         let mut served: Vec<u32> = Vec::new();
-        while served.len() < max_queues {
+        while served.len() < max_queues && picked.len() < req.max_urls {
             let Some(&Reverse((due, i))) = self.heap.peek() else {
                 break;
             };
@@ -788,6 +784,7 @@ impl Core {
                 room = room.min(u32::try_from(left).unwrap_or(u32::MAX));
             }
             let k = per_queue.map_or(room, |k| k.min(room));
+            let k = k.min(u32::try_from(req.max_urls - picked.len()).unwrap_or(u32::MAX));
             let before = picked.len();
             self.take(i, k as usize, now, &mut picked)?;
             if picked.len() > before {
@@ -943,6 +940,63 @@ impl Core {
         Ok(true)
     }
 
+    /// Ends several leases in one commit; returns, for each, whether it was leased.
+    pub(super) fn complete_many(&mut self, items: &[(u64, u64, End)]) -> Result<Vec<bool>> {
+        self.writable()?;
+        let now = self.clock.now_ms();
+        self.expire(now);
+        let mut ended = std::collections::HashSet::new();
+        let mut entries = Vec::with_capacity(items.len());
+        let mut out = Vec::with_capacity(items.len());
+        for &(token, took, end) in items {
+            let seq = match self.tokens.get(&token) {
+                Some(&seq) if ended.insert(seq) => seq,
+                _ => {
+                    out.push(false);
+                    continue;
+                }
+            };
+            out.push(true);
+            let at = now;
+            entries.push(match end {
+                End::Done => Entry::Done { seq, at, took },
+                End::Retry => Entry::Retry { seq, at, took },
+                End::Refetch(when) => Entry::Refetch {
+                    seq,
+                    at,
+                    took,
+                    when,
+                },
+            });
+        }
+        if !entries.is_empty() {
+            self.commit(&entries)?;
+        }
+        Ok(out)
+    }
+
+    /// The first instant a queue may be served (None: nothing waits).
+    pub(super) fn next_due(&mut self) -> Option<u64> {
+        let now = self.clock.now_ms();
+        self.expire(now);
+        let heap = self.heap.iter().map(|Reverse((at, _))| *at).min();
+        let lease = self.expiries.peek().map(|Reverse((d, _))| *d);
+        match (heap, lease) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The policy in force for queue `key` of `crawl` (its own, or the default), or the
+    /// default (`key` None).
+    pub(super) fn policy_of(&self, crawl: &[u8], key: Option<&[u8]>) -> Policy {
+        let own = match (self.crawls.get(crawl), key) {
+            (Some(&id), Some(k)) => self.policies.get(&queue_id(id, k)).copied(),
+            _ => None,
+        };
+        own.unwrap_or(self.default_policy)
+    }
+
     /// The token of the lease of `url` in crawl `crawl`, if it is leased.
     pub(super) fn token_of(&mut self, crawl: &[u8], url: &[u8]) -> Option<u64> {
         let now = self.clock.now_ms();
@@ -1008,7 +1062,7 @@ impl Core {
                 waiting: q.waiting + (q.returned.len() + q.refetch.len()) as u64,
                 leased: u64::from(q.leased),
                 done: q.completed,
-                next_due_ms: self.ready_at(q),
+                next_due_ms: (q.has_waiting() && self.has_room(q)).then(|| self.ready_at(q)),
                 policy: self.policies.get(&q.id).copied(),
                 blocked_until_ms: self.blocks.get(&q.id).copied(),
             })
@@ -1164,7 +1218,7 @@ mod tests {
     fn the_state_of_a_queue_takes_what_design_md_says() {
         // The queue, its entry in the id index (a u64 and a u32) and in the heap (a u64 and
         // a u32, padded): docs/design.md, "Memory" of the frontier, states these.
-        assert_eq!(std::mem::size_of::<super::Queue>(), 104);
+        assert_eq!(std::mem::size_of::<super::Queue>(), 168);
         assert_eq!(std::mem::size_of::<(u64, u32)>(), 16);
     }
 }

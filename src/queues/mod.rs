@@ -45,10 +45,10 @@
 //! and the command line.
 
 mod clock;
-mod core;
-mod journal;
+pub(crate) mod core;
+pub(crate) mod journal;
 pub mod key;
-mod qrun;
+pub(crate) mod qrun;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -129,6 +129,42 @@ impl Default for Policy {
     }
 }
 
+/// The bounds of a hand-out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseRequest {
+    /// URLs in all, at most.
+    pub max_urls: usize,
+    /// Queues, at most.
+    pub max_queues: usize,
+    /// URLs of one queue, at most (and at most what its policy leaves room for); None: what
+    /// its policy leaves room for.
+    pub per_queue: Option<u32>,
+    /// The lease's length, in milliseconds.
+    pub ttl_ms: u64,
+}
+
+impl Default for LeaseRequest {
+    fn default() -> LeaseRequest {
+        LeaseRequest {
+            max_urls: usize::MAX,
+            max_queues: usize::MAX,
+            per_queue: None,
+            ttl_ms: DEFAULT_TTL_MS,
+        }
+    }
+}
+
+/// How a fetch ends a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// Done: never served again.
+    Done,
+    /// Back in its queue, in its place.
+    Retry,
+    /// Done, and served again once the instant (milliseconds since the epoch) has passed.
+    RefetchAt(u64),
+}
+
 /// A queue, as [`Frontier::queues`] lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueInfo {
@@ -140,8 +176,10 @@ pub struct QueueInfo {
     pub leased: u64,
     /// URLs done.
     pub done: u64,
-    /// The first instant it may be served, in milliseconds since the epoch (0: now).
-    pub next_due_ms: u64,
+    /// The first instant it may be served, in milliseconds since the epoch (a past one:
+    /// now); None when nothing of it may be (nothing waits, or its leases or limit leave no
+    /// room).
+    pub next_due_ms: Option<u64>,
     /// Its own policy, if it has one.
     pub policy: Option<Policy>,
     /// The instant it is blocked until, if it is.
@@ -249,7 +287,54 @@ impl Frontier {
         per_queue: Option<u32>,
         ttl_ms: u64,
     ) -> Result<Vec<Leased>> {
-        self.with(|c| c.lease(max_queues, per_queue, ttl_ms))
+        self.lease_with(&LeaseRequest {
+            max_queues,
+            per_queue,
+            ttl_ms,
+            ..LeaseRequest::default()
+        })
+    }
+
+    /// [`Frontier::lease`] with every bound: at most `max_urls` URLs in all.
+    pub fn lease_with(&self, req: &LeaseRequest) -> Result<Vec<Leased>> {
+        self.with(|c| c.lease(req))
+    }
+
+    /// Ends the leases of `urls` of `crawl`, each after a fetch of its milliseconds, in one
+    /// durable step: done, done and served again at an instant, or back in their queue
+    /// (`how`). Returns, for each, whether it was leased (one that is not changes nothing).
+    pub fn complete_urls(
+        &self,
+        crawl: &str,
+        urls: &[(&[u8], u64)],
+        how: Completion,
+    ) -> Result<Vec<bool>> {
+        let crawl = crawl_name(crawl);
+        self.with(|c| {
+            let end = match how {
+                Completion::Done => core::End::Done,
+                Completion::Retry => core::End::Retry,
+                Completion::RefetchAt(at) => core::End::Refetch(at),
+            };
+            let items: Vec<(u64, u64, core::End)> = urls
+                .iter()
+                .map(|(url, took)| (c.token_of(crawl, url).unwrap_or(0), *took, end))
+                .collect();
+            c.complete_many(&items)
+        })
+    }
+
+    /// The first instant something may be handed out: a queue due, or a lease expiring
+    /// (None: nothing waits and nothing is leased).
+    pub fn next_due_ms(&self) -> Result<Option<u64>> {
+        self.with(|c| Ok(c.next_due()))
+    }
+
+    /// The policy in force for the queue `key` of `crawl` (its own or the default), or the
+    /// default (`key` None).
+    pub fn policy(&self, crawl: &str, key: Option<&[u8]>) -> Result<Policy> {
+        let crawl = crawl_name(crawl);
+        self.with(|c| Ok(c.policy_of(crawl, key)))
     }
 
     /// Ends the lease `token`: the URL is done and never served again. `took_ms` is how long

@@ -319,8 +319,8 @@ impl Sieve {
         Ok(false)
     }
 
-    /// How the store is used.
-    pub(crate) fn mode(&self) -> Mode {
+    /// How the store is used: a plain sieve, a frontier, or not fixed yet.
+    pub fn mode(&self) -> Mode {
         self.manifest.mode
     }
 

@@ -1,0 +1,46 @@
+//! `crivello block DIR KEY (--until UNIX_SECONDS | --for DURATION)`: hand out nothing of a
+//! queue before an instant (after an HTTP 429 or 503, say); `--until 0` unblocks it.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{ArgGroup, Args};
+
+use super::duration::parse_duration;
+use super::{open_frontier, require_sieve, Common, CrawlArg};
+
+/// The arguments of `block`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("when").required(true).args(["until", "for_"])))]
+pub struct BlockArgs {
+    /// The frontier's directory.
+    pub dir: PathBuf,
+    /// The queue's key.
+    pub key: String,
+    /// Until this instant, in seconds since the Unix epoch (0: unblock).
+    #[arg(long, value_name = "UNIX_SECONDS")]
+    pub until: Option<u64>,
+    /// For this long from now (a whole number with a unit ms, s, m or h).
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration)]
+    pub for_: Option<u64>,
+    /// The crawl.
+    #[command(flatten)]
+    pub crawl: CrawlArg,
+    /// The options of every subcommand.
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Runs `block`.
+pub fn run(args: BlockArgs) -> Result<()> {
+    require_sieve(&args.dir)?;
+    let frontier = open_frontier(&args.dir, args.common.memory)?;
+    let now = crivello::queues::Clock::now_ms(&crivello::queues::SystemClock);
+    let until = match (args.until, args.for_) {
+        (Some(s), _) => s.saturating_mul(1000),
+        (None, Some(d)) => now.saturating_add(d),
+        (None, None) => unreachable!("clap requires one"),
+    };
+    frontier.block(args.crawl.name(), args.key.as_bytes(), until)?;
+    Ok(frontier.close()?)
+}

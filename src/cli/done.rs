@@ -1,0 +1,166 @@
+//! `crivello done DIR [FILE...] [--refetch-after DURATION] [--retry]`: end the leases of URLs.
+//!
+//! Each line is `URL` or `URL<TAB>SECONDS`, how long the fetch took (for the ratio rule). The
+//! URLs are done for good, served again after DURATION, or (`--retry`) back in their queue
+//! now, the delay applying; a URL that is not leased changes nothing and is counted on
+//! stderr. Lines are ended in batches, each durable before the next is read: exit 0 means
+//! every line is.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use crivello::Completion;
+
+use super::duration::parse_duration;
+use super::stream::{sources, Line, LineReader};
+use super::{explained, open_frontier, require_sieve, Common, CrawlArg};
+
+/// Lines ended in one durable step.
+const BATCH: usize = 4096;
+/// The longest line read.
+const MAX_LINE: usize = 1 << 30;
+
+/// The arguments of `done`.
+#[derive(Debug, Args)]
+pub struct DoneArgs {
+    /// The frontier's directory.
+    pub dir: PathBuf,
+    /// Files of lines `URL` or `URL<TAB>SECONDS`; none, or "-", reads standard input.
+    pub files: Vec<PathBuf>,
+    /// Serve the URLs again after DURATION (a whole number with a unit ms, s, m or h).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "retry")]
+    pub refetch_after: Option<u64>,
+    /// Put the URLs back in their queues now (the delay applies) instead of ending them.
+    #[arg(long)]
+    pub retry: bool,
+    /// The crawl.
+    #[command(flatten)]
+    pub crawl: CrawlArg,
+    /// The options of every subcommand.
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Runs `done`.
+pub fn run(args: DoneArgs) -> Result<()> {
+    require_sieve(&args.dir)?;
+    let frontier = open_frontier(&args.dir, args.common.memory)?;
+    let now = crivello::queues::Clock::now_ms(&crivello::queues::SystemClock);
+    let how = match (args.retry, args.refetch_after) {
+        (true, _) => Completion::Retry,
+        (false, Some(after)) => Completion::RefetchAt(now.saturating_add(after)),
+        (false, None) => Completion::Done,
+    };
+    let crawl = args.crawl.name();
+    let mut not_leased = 0u64;
+    read_and_end(&args, &frontier, crawl, how, &mut not_leased)?;
+    frontier.close()?;
+    if not_leased > 0 && !args.common.quiet {
+        let urls = if not_leased == 1 {
+            "URL was"
+        } else {
+            "URLs were"
+        };
+        let note = format!("crivello: {not_leased} {urls} not leased: nothing changed for them\n");
+        let _ = std::io::stderr().write_all(note.as_bytes());
+    }
+    Ok(())
+}
+
+/// Reads the lines and ends their leases in batches; counts the URLs not leased.
+fn read_and_end(
+    args: &DoneArgs,
+    frontier: &crivello::Frontier,
+    crawl: &str,
+    how: Completion,
+    not_leased: &mut u64,
+) -> Result<()> {
+    let mut batch: Vec<(Vec<u8>, u64)> = Vec::with_capacity(BATCH);
+    let mut end = |batch: &mut Vec<(Vec<u8>, u64)>| -> Result<()> {
+        let items: Vec<(&[u8], u64)> = batch.iter().map(|(u, t)| (&u[..], *t)).collect();
+        let ended = frontier.complete_urls(crawl, &items, how)?;
+        *not_leased += ended.iter().filter(|e| !**e).count() as u64;
+        batch.clear();
+        Ok(())
+    };
+    let mut buf = Vec::new();
+    for source in sources(&args.files) {
+        let mut input = LineReader::open(source)?;
+        loop {
+            buf.clear();
+            let Some(line) = input.read_line(&mut buf, MAX_LINE)? else {
+                break;
+            };
+            if let Line::TooLong = line {
+                end(&mut batch)?;
+                return Err(bad_line(&input, "longer than 1 GiB"));
+            }
+            if buf.last() == Some(&b'\r') {
+                buf.pop();
+            }
+            match parse_line(&buf) {
+                Ok(item) => batch.push(item),
+                Err(why) => {
+                    end(&mut batch)?;
+                    return Err(bad_line(&input, why));
+                }
+            }
+            if batch.len() >= BATCH {
+                end(&mut batch)?;
+            }
+        }
+    }
+    end(&mut batch)
+}
+
+/// A line `URL` or `URL<TAB>SECONDS`: the URL and the fetch's milliseconds.
+fn parse_line(line: &[u8]) -> std::result::Result<(Vec<u8>, u64), &'static str> {
+    let (url, took) = match memchr::memchr(b'\t', line) {
+        None => (line, 0),
+        Some(i) => {
+            let secs = std::str::from_utf8(&line[i + 1..])
+                .ok()
+                .and_then(|s| s.trim().parse::<f64>().ok())
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .ok_or("the time after the tab is not a number of seconds")?;
+            (&line[..i], (secs * 1000.0).round() as u64)
+        }
+    };
+    if url.is_empty() {
+        return Err("no URL");
+    }
+    Ok((url.to_vec(), took))
+}
+
+/// The error of a malformed line, once the lines before it are durable.
+fn bad_line(input: &LineReader, why: &str) -> anyhow::Error {
+    explained(
+        format!("{}: line {}: {why}", input.name(), input.line_number()),
+        "give lines \"URL\" or \"URL<TAB>SECONDS\" (the lines before it were ended and are durable)",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_line;
+
+    #[test]
+    fn done_lines_are_a_url_and_maybe_seconds() {
+        assert_eq!(parse_line(b"http://a/"), Ok((b"http://a/".to_vec(), 0)));
+        assert_eq!(
+            parse_line(b"http://a/\t1.25"),
+            Ok((b"http://a/".to_vec(), 1250))
+        );
+        for bad in [
+            &b""[..],
+            b"\t1",
+            b"http://a/\tx",
+            b"http://a/\t-1",
+            b"http://a/\tnan",
+        ] {
+            assert!(parse_line(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! Durations on the command line: a whole number with a unit, `ms`, `s`, `m` or `h`.
+
+/// Parses a duration: `250ms`, `2s`, `5m`, `1h`; returns milliseconds.
+pub fn parse_duration(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let usage = "expected a whole number with a unit ms, s, m or h, like 250ms, 2s, 5m, 1h";
+    if digits.is_empty() {
+        return Err(usage.to_owned());
+    }
+    let ms = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "" => return Err(format!("no unit: {usage}")),
+        other => return Err(format!("unknown unit {other:?}: {usage}")),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(ms))
+        .ok_or_else(|| "too large".to_owned())
+}
+
+/// Parses a ratio of the ratio rule: a number above 0 and at most 1; returns millionths.
+pub fn parse_ratio(text: &str) -> Result<u32, String> {
+    let p: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| "expected a number above 0 and at most 1, like 0.1".to_owned())?;
+    if !(p > 0.0 && p <= 1.0) {
+        return Err(format!("{p} is not above 0 and at most 1"));
+    }
+    Ok(((p * 1e6).round() as u32).max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_ratios_parse_and_nonsense_is_refused() {
+        assert_eq!(parse_duration("250ms"), Ok(250));
+        assert_eq!(parse_duration("2s"), Ok(2_000));
+        assert_eq!(parse_duration("5m"), Ok(300_000));
+        assert_eq!(parse_duration("1h"), Ok(3_600_000));
+        assert_eq!(parse_duration("0s"), Ok(0));
+        for bad in [
+            "",
+            "5",
+            "s",
+            "-1s",
+            "1.5s",
+            "2d",
+            "1 s",
+            "99999999999999999999h",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_ratio("0.1"), Ok(100_000));
+        assert_eq!(parse_ratio("1"), Ok(1_000_000));
+        for bad in ["0", "-0.5", "1.5", "nan", "inf", "x", ""] {
+            assert!(parse_ratio(bad).is_err(), "{bad:?}");
+        }
+    }
+}

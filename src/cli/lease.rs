@@ -1,0 +1,77 @@
+//! `crivello lease DIR [-n N] [--per-queue K] [--ttl DURATION] [--wait]`: hand out URLs that
+//! are due, one per line. What was pushed is flushed into the queues first; the leases are
+//! durable before anything is printed.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use crivello::LeaseRequest;
+
+use super::duration::parse_duration;
+use super::stream::Output;
+use super::{open_frontier, require_sieve, Common, CrawlArg};
+
+/// The arguments of `lease`.
+#[derive(Debug, Args)]
+pub struct LeaseArgs {
+    /// The frontier's directory.
+    pub dir: PathBuf,
+    /// Print at most N URLs.
+    #[arg(short = 'n', long = "max", value_name = "N", default_value_t = 1000)]
+    pub max: usize,
+    /// At most K URLs of one queue (default: what the queue's policy allows, 1 unless set).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    pub per_queue: Option<u32>,
+    /// How long each URL stays leased: a whole number with a unit ms, s, m or h.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub ttl: u64,
+    /// When nothing is due, wait until something is (the directory is free meanwhile).
+    #[arg(long)]
+    pub wait: bool,
+    /// The crawl.
+    #[command(flatten)]
+    pub crawl: CrawlArg,
+    /// The options of every subcommand.
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Runs `lease`.
+pub fn run(args: LeaseArgs) -> Result<()> {
+    require_sieve(&args.dir)?;
+    let req = LeaseRequest {
+        max_urls: args.max,
+        max_queues: args.max,
+        per_queue: args.per_queue,
+        ttl_ms: args.ttl,
+    };
+    loop {
+        let frontier = open_frontier(&args.dir, args.common.memory)?;
+        // What `push` pushed is due too: merged and queued first.
+        frontier.flush()?;
+        let leased = frontier.lease_with(&req)?;
+        if !leased.is_empty() || !args.wait {
+            let mut out = Output::new();
+            for l in &leased {
+                out.line(&l.url)?;
+            }
+            out.flush()?;
+            return Ok(frontier.close()?);
+        }
+        // Nothing due: wait for the next instant something may be, the directory released.
+        let next = frontier.next_due_ms()?;
+        frontier.close()?;
+        let Some(next) = next else {
+            return Ok(());
+        };
+        sleep_until(next);
+    }
+}
+
+/// Sleeps until `ms` (milliseconds since the epoch), a second at most.
+fn sleep_until(ms: u64) {
+    let now = crivello::queues::Clock::now_ms(&crivello::queues::SystemClock);
+    let wait = ms.saturating_sub(now).clamp(10, 1_000);
+    std::thread::sleep(std::time::Duration::from_millis(wait));
+}

@@ -1,0 +1,64 @@
+//! `crivello policy DIR [--key KEY] [--delay DURATION | --ratio P] [--per-queue K]
+//! [--limit N]`: set the politeness of one queue, or the default of every queue that has no
+//! policy of its own. What is not given keeps its value.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+
+use super::duration::{parse_duration, parse_ratio};
+use super::{open_frontier, require_sieve, Common, CrawlArg};
+
+/// The arguments of `policy`.
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// The frontier's directory.
+    pub dir: PathBuf,
+    /// The queue's key (default: the default policy of every queue without its own).
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
+    /// Wait DURATION from the end of one fetch to the next hand-out (rule 1).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "ratio")]
+    pub delay: Option<u64>,
+    /// After fetches that took s' in all, wait s'/P (rule 2): P above 0 and at most 1.
+    #[arg(long, value_name = "P", value_parser = parse_ratio)]
+    pub ratio: Option<u32>,
+    /// At most K URLs of the queue leased at once (1: never two fetchers on one host).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    pub per_queue: Option<u32>,
+    /// At most N URLs of the queue done (0: no limit).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+    /// The crawl.
+    #[command(flatten)]
+    pub crawl: CrawlArg,
+    /// The options of every subcommand.
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Runs `policy`.
+pub fn run(args: PolicyArgs) -> Result<()> {
+    require_sieve(&args.dir)?;
+    let frontier = open_frontier(&args.dir, args.common.memory)?;
+    let key = args.key.as_deref().map(str::as_bytes);
+    let crawl = args.crawl.name();
+    let mut p = frontier.policy(crawl, key)?;
+    if let Some(d) = args.delay {
+        p.delay_ms = d;
+        p.ratio_ppm = 0;
+    }
+    if let Some(r) = args.ratio {
+        p.ratio_ppm = r;
+        p.delay_ms = 0;
+    }
+    if let Some(k) = args.per_queue {
+        p.per_queue = k;
+    }
+    if let Some(n) = args.limit {
+        p.limit = n;
+    }
+    frontier.set_policy(crawl, key, p)?;
+    Ok(frontier.close()?)
+}

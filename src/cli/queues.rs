@@ -1,0 +1,101 @@
+//! `crivello queues DIR [--json]`: one row per queue of the crawl, in the order of their keys:
+//! key, waiting, leased, done, next due, policy, blocked until.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use crivello::{Policy, QueueInfo};
+
+use super::stream::Output;
+use super::{open_frontier, require_sieve, Common, CrawlArg};
+
+/// Queues read at a time.
+const PAGE: usize = 4096;
+
+/// The arguments of `queues`.
+#[derive(Debug, Args)]
+pub struct QueuesArgs {
+    /// The frontier's directory.
+    pub dir: PathBuf,
+    /// One JSON object per line instead of tab-separated columns.
+    #[arg(long)]
+    pub json: bool,
+    /// The crawl.
+    #[command(flatten)]
+    pub crawl: CrawlArg,
+    /// The options of every subcommand.
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Runs `queues`.
+pub fn run(args: QueuesArgs) -> Result<()> {
+    require_sieve(&args.dir)?;
+    let frontier = open_frontier(&args.dir, args.common.memory)?;
+    let mut out = Output::new();
+    let mut start = 0;
+    loop {
+        let page = frontier.queues(args.crawl.name(), start, PAGE)?;
+        for q in &page {
+            let line = if args.json { json(q) } else { row(q) };
+            out.line(line.as_bytes())?;
+        }
+        if page.len() < PAGE {
+            break;
+        }
+        start += PAGE;
+    }
+    out.flush()?;
+    let _ = std::io::stdout().flush();
+    Ok(frontier.close()?)
+}
+
+/// The policy as `delay=2000ms per-queue=1 limit=0`, or `ratio=0.1 ...`.
+fn policy_text(p: &Policy) -> String {
+    let rule = if p.ratio_ppm > 0 {
+        format!("ratio={}", f64::from(p.ratio_ppm) / 1e6)
+    } else {
+        format!("delay={}ms", p.delay_ms)
+    };
+    format!("{rule} per-queue={} limit={}", p.per_queue, p.limit)
+}
+
+/// A tab-separated row: key, waiting, leased, done, next due (ms since the epoch, "-" if
+/// nothing may be served), policy ("default" if none of its own), blocked until (ms since
+/// the epoch, "-" if not blocked).
+fn row(q: &QueueInfo) -> String {
+    format!(
+        "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+        String::from_utf8_lossy(&q.key),
+        q.waiting,
+        q.leased,
+        q.done,
+        q.next_due_ms.map_or("-".to_owned(), |d| d.to_string()),
+        q.policy.as_ref().map_or("default".to_owned(), policy_text),
+        q.blocked_until_ms.map_or("-".to_owned(), |b| b.to_string()),
+    )
+}
+
+/// One JSON object.
+fn json(q: &QueueInfo) -> String {
+    let policy = q.policy.map_or(serde_json::Value::Null, |p| {
+        serde_json::json!({
+            "delay_ms": p.delay_ms,
+            "ratio": f64::from(p.ratio_ppm) / 1e6,
+            "per_queue": p.per_queue,
+            "limit": p.limit,
+        })
+    });
+    serde_json::json!({
+        "key": String::from_utf8_lossy(&q.key),
+        "waiting": q.waiting,
+        "leased": q.leased,
+        "done": q.done,
+        "next_due_ms": q.next_due_ms,
+        "policy": policy,
+        "blocked_until_ms": q.blocked_until_ms,
+    })
+    .to_string()
+}

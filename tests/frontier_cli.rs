@@ -1,0 +1,165 @@
+//! The frontier's command line, through the built binary: `push`, `lease`, `done`,
+//! `policy`, `block`, `pause`, `resume`, `queues`, their `--crawl`, the mode a first reader
+//! fixes, and bad input.
+
+#![cfg(feature = "cli")]
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+/// The binary under test.
+const BIN: &str = env!("CARGO_BIN_EXE_crivello");
+
+/// Runs the binary with `args` in `dir`'s parent, feeding `stdin`.
+fn run(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn crivello");
+    let mut pipe = child.stdin.take().unwrap();
+    let input = stdin.to_vec();
+    let writer = std::thread::spawn(move || drop(pipe.write_all(&input)));
+    let out = child.wait_with_output().expect("wait for crivello");
+    writer.join().unwrap();
+    out
+}
+
+/// Runs the binary, requires exit code `code`; returns stdout and stderr.
+fn expect(code: i32, args: &[&str], stdin: &[u8]) -> (String, String) {
+    let out = run(args, stdin);
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {e}");
+    (o, e)
+}
+
+fn lines(text: &str) -> Vec<&str> {
+    let mut v: Vec<&str> = text.lines().collect();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn a_crawl_loop_through_the_command_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("crawl");
+    let d = d.to_str().unwrap();
+    let seeds = b"http://a.test/\nhttp://b.test/\nhttp://a.test/x\nhttp://a.test/\n";
+    expect(0, &["push", d], seeds);
+    // One URL of each host, the leases durable before they are printed.
+    let (out, _) = expect(0, &["lease", d], b"");
+    assert_eq!(lines(&out), ["http://a.test/", "http://b.test/"]);
+    let (out, _) = expect(0, &["lease", d], b"");
+    assert_eq!(out, "", "one URL of a host at a time");
+    // The fetch of a.test found links; it took 0.5 s.
+    expect(0, &["push", d], b"http://a.test/y\nhttp://c.test/\n");
+    let (_, err) = expect(
+        0,
+        &["done", d],
+        b"http://a.test/\t0.5\nhttp://never.test/\n",
+    );
+    assert!(err.contains("1 URL was not leased"), "{err}");
+    let (out, _) = expect(0, &["lease", d, "-n", "10"], b"");
+    assert_eq!(lines(&out), ["http://a.test/x", "http://c.test/"]);
+    // Queues as rows and as JSON.
+    let (out, _) = expect(0, &["queues", d], b"");
+    let rows: Vec<Vec<&str>> = out.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(&rows[0][..4], ["a.test", "1", "1", "1"]);
+    let (out, _) = expect(0, &["queues", d, "--json"], b"");
+    let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(first["key"], "a.test");
+    assert_eq!(first["done"], 1);
+    // A retry puts a URL back; a refetch serves it again later; pause stops everything.
+    expect(0, &["done", d, "--retry"], b"http://c.test/\n");
+    expect(0, &["pause", d], b"");
+    let (out, _) = expect(0, &["lease", d], b"");
+    assert_eq!(out, "");
+    expect(0, &["resume", d], b"");
+    let (out, _) = expect(0, &["lease", d], b"");
+    // b.test's only URL is still leased (30 s).
+    assert_eq!(lines(&out), ["http://c.test/"]);
+    // A policy and a block, shown by `queues`.
+    expect(
+        0,
+        &[
+            "policy",
+            d,
+            "--key",
+            "a.test",
+            "--delay",
+            "2s",
+            "--per-queue",
+            "2",
+        ],
+        b"",
+    );
+    expect(0, &["block", d, "b.test", "--for", "1h"], b"");
+    let (out, _) = expect(0, &["queues", d], b"");
+    assert!(
+        out.contains("a.test\t") && out.contains("delay=2000ms per-queue=2"),
+        "{out}"
+    );
+    let b_row = out.lines().find(|l| l.starts_with("b.test\t")).unwrap();
+    assert!(!b_row.ends_with("\t-"), "blocked: {b_row}");
+    // `stats` counts the queues; `check` verifies the journal and the Q runs.
+    let (out, _) = expect(0, &["stats", d, "--json"], b"");
+    let st: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(st["queues"], 3);
+    let (out, _) = expect(0, &["check", d], b"");
+    assert!(out.starts_with("ok"), "{out}");
+    // The directory is a frontier now: `pop` refuses it, saying so.
+    let (_, err) = expect(1, &["pop", d], b"");
+    assert!(err.contains("used as a frontier"), "{err}");
+}
+
+#[test]
+fn crawls_are_namespaces() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("f");
+    let d = d.to_str().unwrap();
+    expect(0, &["push", d, "--crawl", "one"], b"http://a.test/\n");
+    expect(0, &["push", d, "--crawl", "two"], b"http://a.test/\n");
+    let (out, _) = expect(0, &["lease", d, "-n", "10"], b"");
+    assert_eq!(out.lines().count(), 2, "the same URL in two crawls: {out}");
+    let (out, _) = expect(0, &["queues", d, "--crawl", "one"], b"");
+    assert_eq!(out.lines().count(), 1);
+    let (out, _) = expect(0, &["queues", d, "--crawl", "three"], b"");
+    assert_eq!(out, "");
+}
+
+#[test]
+fn a_plain_sieve_refuses_the_frontiers_commands_and_bad_input_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("s");
+    let d = d.to_str().unwrap();
+    expect(0, &["push", d], b"http://a.test/\n");
+    expect(0, &["flush", d], b"");
+    expect(0, &["pop", d], b"");
+    let (_, err) = expect(1, &["lease", d], b"");
+    assert!(err.contains("used as a plain sieve"), "{err}");
+
+    let f = tmp.path().join("f");
+    let f = f.to_str().unwrap();
+    expect(0, &["push", f], b"http://a.test/\n");
+    for bad in [
+        &["lease", f, "--ttl", "5"][..],
+        &["lease", f, "--ttl", "2d"],
+        &["lease", f, "--per-queue", "0"],
+        &["policy", f, "--ratio", "0"],
+        &["policy", f, "--ratio", "1.5"],
+        &["policy", f, "--delay", "1s", "--ratio", "0.5"],
+        &["policy", f, "--limit", "-1"],
+        &["block", f, "a.test"],
+        &["done", f, "--retry", "--refetch-after", "1s"],
+    ] {
+        expect(2, bad, b"");
+    }
+    let (_, err) = expect(1, &["done", f], b"http://a.test/\nhttp://b.test/\tsoon\n");
+    assert!(err.contains("<stdin>: line 2"), "{err}");
+}
