@@ -38,11 +38,10 @@
 //! ```
 //!
 //! What is built: push (with a key and metadata per URL, per crawl), lease with a deadline,
-//! done, retry, the delay after a fetch and the number of URLs of a queue leased at once
-//! (default and per queue), pause, and recovery after a crash. Not yet: refetch at an
-//! instant, the ratio rule, blocks, limits, listing queues and the status of a URL, deleting
-//! queues and crawls, a checkpoint of the journal (it grows with every change until then),
-//! and the command line.
+//! done, retry, refetch at an instant, the delay and the ratio rule, the number of URLs of a
+//! queue leased at once, limits, blocks, pause, the queues' listing, the status of a URL, and
+//! recovery after a crash. Not yet: deleting queues and crawls, and a checkpoint of the
+//! journal (it grows with every change until then).
 
 mod clock;
 pub(crate) mod core;
