@@ -273,10 +273,6 @@ mod model {
         }
     }
 
-    fn host_of(u: &str) -> String {
-        String::from_utf8(default_key(u.as_bytes()).to_vec()).unwrap()
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
         #[test]
@@ -653,4 +649,118 @@ fn threads_leasing_and_completing_at_once_keep_exclusivity_and_serve_each_url_on
     let set: HashSet<&Vec<u8>> = served.iter().collect();
     assert_eq!(served.len(), all.len());
     assert_eq!(set.len(), all.len());
+}
+
+mod common;
+
+/// California's page graph (`../shared/data/california.dat.xz`: a header `nodes arcs ...`,
+/// a line `id URL` per node, a line `from to` per arc): the URL of each node and the URLs of
+/// its outlinks, by the first node of each URL.
+fn california() -> Option<(Vec<String>, HashMap<String, Vec<String>>)> {
+    let lines = common::shared_lines("california.dat.xz")?;
+    let header: Vec<usize> = String::from_utf8_lossy(&lines[0])
+        .split_whitespace()
+        .take(2)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let (n, e) = (header[0], header[1]);
+    let mut url = Vec::with_capacity(n);
+    for line in &lines[1..=n] {
+        let text = String::from_utf8_lossy(line);
+        let (_, u) = text.split_once(' ').unwrap_or((&text, ""));
+        url.push(u.trim().to_owned());
+    }
+    let mut out: HashMap<String, Vec<String>> = HashMap::new();
+    let mut first_node: HashMap<String, usize> = HashMap::new();
+    for (i, u) in url.iter().enumerate() {
+        first_node.entry(u.clone()).or_insert(i);
+    }
+    for line in &lines[n + 1..] {
+        let text = String::from_utf8_lossy(line);
+        let mut it = text.split_whitespace().map(|x| x.parse::<usize>().unwrap());
+        let (Some(a), Some(b)) = (it.next(), it.next()) else { continue };
+        if first_node[&url[a]] == a && !url[b].is_empty() {
+            out.entry(url[a].clone()).or_default().push(url[b].clone());
+        }
+    }
+    assert!(out.values().map(Vec::len).sum::<usize>() <= e);
+    Some((url, out))
+}
+
+#[test]
+fn a_crawl_of_californias_graph_fetches_every_page_once_politely_in_order() {
+    let Some((url, out)) = california() else {
+        return;
+    };
+    let delay = 1_000;
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let f = Frontier::open_with(
+        Arc::new(disk.clone()),
+        Options::new().slots(512).seed(1).background_flush(false),
+        clock.clone(),
+    )
+    .unwrap();
+    f.set_policy("", None, Policy { delay_ms: delay, ..Policy::default() }).unwrap();
+    // Seeded with every page, in the graph's order (as the BFS streams restart at each page
+    // not yet seen), so that the whole graph is crawled.
+    let mut pushed_order: HashMap<String, Vec<String>> = HashMap::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    let seeds: Vec<&str> = url.iter().map(String::as_str).filter(|u| !u.is_empty()).collect();
+    push(&f, &seeds);
+    for u in &seeds {
+        if seen.insert(u.to_string()) {
+            pushed_order.entry(host_of(u)).or_default().push(u.to_string());
+        }
+    }
+    let mut fetched: HashMap<String, Vec<String>> = HashMap::new();
+    let mut last_end: HashMap<String, u64> = HashMap::new();
+    let mut all = HashSet::new();
+    let mut idle = 0;
+    while idle < 100 {
+        let got = f.lease(100, None, 60_000).unwrap();
+        if got.is_empty() {
+            idle += 1;
+            clock.advance(250);
+            continue;
+        }
+        idle = 0;
+        let now = crivello::queues::Clock::now_ms(&*clock);
+        for l in got {
+            let u = String::from_utf8(l.url).unwrap();
+            let host = host_of(&u);
+            if let Some(&end) = last_end.get(&host) {
+                assert!(now >= end + delay, "{host} fetched again {} ms after", now - end);
+            }
+            assert!(all.insert(u.clone()), "{u} fetched twice");
+            fetched.entry(host.clone()).or_default().push(u.clone());
+            // The fetch: the page's links, pushed; then done.
+            let links = out.get(&u).cloned().unwrap_or_default();
+            for v in &links {
+                if seen.insert(v.clone()) {
+                    pushed_order.entry(host_of(v)).or_default().push(v.clone());
+                }
+            }
+            let refs: Vec<&str> = links.iter().map(String::as_str).collect();
+            if !refs.is_empty() {
+                push(&f, &refs);
+            }
+            assert!(f.done(l.token, 0).unwrap());
+            last_end.insert(host, now);
+        }
+        // Time passes between rounds, as fetches take it.
+        clock.advance(50);
+    }
+    // Every page reachable from the seed, once, each host's in first-appearance order.
+    assert_eq!(all, seen, "fetched and reachable differ");
+    assert_eq!(fetched, pushed_order);
+    eprintln!(
+        "California: {} pages of {} hosts fetched",
+        all.len(),
+        fetched.len()
+    );
+}
+
+fn host_of(u: &str) -> String {
+    String::from_utf8(default_key(u.as_bytes()).to_vec()).unwrap()
 }
