@@ -140,7 +140,7 @@ fn check_queues(st: &dyn Storage, r: &mut CheckReport) -> Result<()> {
         let replayed = wal::replay_of(crate::queues::core::J, st, g, Some(g) == last, |_, e| {
             match Entry::decode(e) {
                 Ok(Entry::Moved { run: Some(id), .. }) => runs.push(id),
-                Ok(Entry::Compacted { removed, added }) => {
+                Ok(Entry::Compacted { removed, added, .. }) => {
                     runs.retain(|id| !removed.contains(id));
                     runs.extend(added);
                 }

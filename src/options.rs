@@ -37,6 +37,7 @@ pub struct Options {
     pub(crate) frontier_low: Option<u64>,
     pub(crate) recent: Option<usize>,
     pub(crate) frame_bytes: usize,
+    pub(crate) queue_runs: usize,
 }
 
 impl Default for Options {
@@ -52,6 +53,7 @@ impl Default for Options {
             frontier_low: None,
             recent: None,
             frame_bytes: crate::frames::FRAME_TARGET,
+            queue_runs: 32,
         }
     }
 }
@@ -109,6 +111,14 @@ impl Options {
     #[doc(hidden)]
     pub fn defer_merges(mut self, on: bool) -> Options {
         self.defer_merges = on;
+        self
+    }
+
+    /// Test only: a frontier merges its Q runs into one once they are `runs` (default 32, at
+    /// least 2, at most 63), so that tests of a few hundred URLs compact.
+    #[doc(hidden)]
+    pub fn queue_runs(mut self, runs: usize) -> Options {
+        self.queue_runs = runs.clamp(2, 63);
         self
     }
 

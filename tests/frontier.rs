@@ -13,6 +13,7 @@ fn opts() -> Options {
         .seed(3)
         .background_flush(false)
         .frontier_low(0)
+        .queue_runs(3)
 }
 
 fn open(disk: &SimDisk, clock: &Arc<ManualClock>) -> Frontier {
@@ -197,19 +198,21 @@ mod model {
         Pause(bool),
         Reopen,
         PowerLoss,
+        Flush,
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            4 => proptest::collection::vec((0u8..5, 0u8..12), 1..6).prop_map(Op::Push),
-            4 => (1u8..6, 1u8..4).prop_map(|(q, k)| Op::Lease(q, k)),
+            4 => proptest::collection::vec((0u8..12, 0u8..12), 1..6).prop_map(Op::Push),
+            4 => (1u8..4, 1u8..4).prop_map(|(q, k)| Op::Lease(q, k)),
             3 => (any::<u8>(), 0u16..800).prop_map(|(i, t)| Op::Done(i, t)),
+            2 => Just(Op::Flush),
             1 => any::<u8>().prop_map(Op::Retry),
             1 => (any::<u8>(), 0u16..4000).prop_map(|(i, a)| Op::Refetch(i, a)),
             2 => (0u16..3000).prop_map(Op::Advance),
             1 => (0u16..2000, 0u16..3, 1u8..3, 0u8..6)
                 .prop_map(|(d, r, k, l)| Op::Policy(d, r, k, l)),
-            1 => (0u8..5, 0u16..3000).prop_map(|(h, d)| Op::Block(h, d)),
+            1 => (0u8..12, 0u16..3000).prop_map(|(h, d)| Op::Block(h, d)),
             1 => any::<bool>().prop_map(Op::Pause),
             1 => Just(Op::Reopen),
             1 => Just(Op::PowerLoss),
@@ -383,6 +386,7 @@ mod model {
                         }
                     }
                     Op::Advance(ms) => clock.advance(ms as u64),
+                    Op::Flush => f.flush().unwrap(),
                     Op::Policy(d, r, k, l) => {
                         let p = Policy {
                             delay_ms: d as u64,
@@ -423,7 +427,7 @@ mod model {
             clock.advance(10_000);
             f.set_paused(false).unwrap();
             f.set_policy("", None, Policy::default()).unwrap();
-            for h in 0..5 {
+            for h in 0..12 {
                 f.block("", format!("h{h}.test").as_bytes(), 0).unwrap();
             }
             f.flush().unwrap();
@@ -446,6 +450,11 @@ mod model {
     }
 }
 
+/// The options of the crash workload: tiny buffers, and Q runs compacted when 3 wait.
+fn crash_opts() -> Options {
+    opts().slots(8).queue_runs(3)
+}
+
 /// What a frontier workload saw acknowledged before it stopped.
 #[derive(Default, Debug)]
 struct Acked {
@@ -463,7 +472,7 @@ struct Acked {
 
 /// A workload of every frontier operation; stops at the first error, as a crashed process.
 fn workload(disk: &SimDisk, clock: &Arc<ManualClock>, a: &mut Acked) -> Result<(), Error> {
-    let f = Frontier::open_with(Arc::new(disk.clone()), opts().slots(8), clock.clone())?;
+    let f = Frontier::open_with(Arc::new(disk.clone()), crash_opts(), clock.clone())?;
     let batch = |lo: u32, hi: u32| -> Vec<String> {
         (lo..hi)
             .map(|i| format!("http://h{}.test/{}", i % 5, i / 5))
@@ -478,7 +487,7 @@ fn workload(disk: &SimDisk, clock: &Arc<ManualClock>, a: &mut Acked) -> Result<(
     };
     push(&f, batch(0, 12), a)?;
     let mut held = Vec::new();
-    for round in 0..4 {
+    for round in 0..8 {
         for l in f.lease(3, None, 5_000)? {
             let u = String::from_utf8(l.url.clone()).unwrap();
             a.leased.insert(u.clone(), l.deadline_ms);
@@ -508,6 +517,8 @@ fn workload(disk: &SimDisk, clock: &Arc<ManualClock>, a: &mut Acked) -> Result<(
             )?;
         }
         push(&f, batch(12 + round * 6, 18 + round * 6), a)?;
+        // Each flush moves F into a Q run: they are compacted every 3.
+        f.flush()?;
     }
     f.close()
 }
@@ -538,7 +549,7 @@ fn a_crash_at_any_operation_loses_no_acknowledged_push_lease_or_done() {
         ] {
             let img = disk.crash_image(image);
             let clock = Arc::new(ManualClock::new(at_crash));
-            let f = Frontier::open_with(Arc::new(img), opts().slots(8), clock.clone())
+            let f = Frontier::open_with(Arc::new(img), crash_opts(), clock.clone())
                 .unwrap_or_else(|e| panic!("op {k}, {image:?}: reopen: {e}"));
             // No acknowledged lease is handed out again before its deadline.
             f.flush().unwrap();
@@ -653,10 +664,13 @@ fn threads_leasing_and_completing_at_once_keep_exclusivity_and_serve_each_url_on
 
 mod common;
 
+/// The URLs of each page's outlinks.
+type Links = HashMap<String, Vec<String>>;
+
 /// California's page graph (`../shared/data/california.dat.xz`: a header `nodes arcs ...`,
 /// a line `id URL` per node, a line `from to` per arc): the URL of each node and the URLs of
 /// its outlinks, by the first node of each URL.
-fn california() -> Option<(Vec<String>, HashMap<String, Vec<String>>)> {
+fn california() -> Option<(Vec<String>, Links)> {
     let lines = common::shared_lines("california.dat.xz")?;
     let header: Vec<usize> = String::from_utf8_lossy(&lines[0])
         .split_whitespace()
@@ -678,7 +692,9 @@ fn california() -> Option<(Vec<String>, HashMap<String, Vec<String>>)> {
     for line in &lines[n + 1..] {
         let text = String::from_utf8_lossy(line);
         let mut it = text.split_whitespace().map(|x| x.parse::<usize>().unwrap());
-        let (Some(a), Some(b)) = (it.next(), it.next()) else { continue };
+        let (Some(a), Some(b)) = (it.next(), it.next()) else {
+            continue;
+        };
         if first_node[&url[a]] == a && !url[b].is_empty() {
             out.entry(url[a].clone()).or_default().push(url[b].clone());
         }
@@ -701,16 +717,31 @@ fn a_crawl_of_californias_graph_fetches_every_page_once_politely_in_order() {
         clock.clone(),
     )
     .unwrap();
-    f.set_policy("", None, Policy { delay_ms: delay, ..Policy::default() }).unwrap();
+    f.set_policy(
+        "",
+        None,
+        Policy {
+            delay_ms: delay,
+            ..Policy::default()
+        },
+    )
+    .unwrap();
     // Seeded with every page, in the graph's order (as the BFS streams restart at each page
     // not yet seen), so that the whole graph is crawled.
     let mut pushed_order: HashMap<String, Vec<String>> = HashMap::new();
     let mut seen: HashSet<String> = HashSet::new();
-    let seeds: Vec<&str> = url.iter().map(String::as_str).filter(|u| !u.is_empty()).collect();
+    let seeds: Vec<&str> = url
+        .iter()
+        .map(String::as_str)
+        .filter(|u| !u.is_empty())
+        .collect();
     push(&f, &seeds);
     for u in &seeds {
         if seen.insert(u.to_string()) {
-            pushed_order.entry(host_of(u)).or_default().push(u.to_string());
+            pushed_order
+                .entry(host_of(u))
+                .or_default()
+                .push(u.to_string());
         }
     }
     let mut fetched: HashMap<String, Vec<String>> = HashMap::new();
@@ -730,7 +761,11 @@ fn a_crawl_of_californias_graph_fetches_every_page_once_politely_in_order() {
             let u = String::from_utf8(l.url).unwrap();
             let host = host_of(&u);
             if let Some(&end) = last_end.get(&host) {
-                assert!(now >= end + delay, "{host} fetched again {} ms after", now - end);
+                assert!(
+                    now >= end + delay,
+                    "{host} fetched again {} ms after",
+                    now - end
+                );
             }
             assert!(all.insert(u.clone()), "{u} fetched twice");
             fetched.entry(host.clone()).or_default().push(u.clone());
@@ -763,4 +798,48 @@ fn a_crawl_of_californias_graph_fetches_every_page_once_politely_in_order() {
 
 fn host_of(u: &str) -> String {
     String::from_utf8(default_key(u.as_bytes()).to_vec()).unwrap()
+}
+
+#[test]
+fn queues_only_in_compacted_runs_survive_a_reopen() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let f = open(&disk, &clock);
+    // Three moves, each of new hosts: the third compacts them (queue_runs 3), then a fourth.
+    for batch in [
+        ["http://a/1", "http://a/2"],
+        ["http://b/1", "http://c/1"],
+        ["http://d/1", "http://a/3"],
+        ["http://e/1", "http://b/2"],
+    ] {
+        push(&f, &batch);
+        f.flush().unwrap();
+    }
+    f.close().unwrap();
+    let f = open(&disk, &clock);
+    let mut got = Vec::new();
+    loop {
+        let l = f.lease(100, None, 60_000).unwrap();
+        if l.is_empty() {
+            break;
+        }
+        for x in l {
+            got.push(String::from_utf8(x.url).unwrap());
+            assert!(f.done(x.token, 0).unwrap());
+        }
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "http://a/1",
+            "http://a/2",
+            "http://a/3",
+            "http://b/1",
+            "http://b/2",
+            "http://c/1",
+            "http://d/1",
+            "http://e/1"
+        ]
+    );
 }

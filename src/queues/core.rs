@@ -27,8 +27,6 @@ pub(crate) const J: Kind = Kind {
     name: names::j,
 };
 
-/// Q runs are merged into one once they are this many.
-const MAX_RUNS: usize = 32;
 /// Bytes of F's records the mover gathers into one Q run at most.
 const MOVE_BYTES: usize = 32 << 20;
 
@@ -126,12 +124,16 @@ pub(crate) struct Core {
     heap: BinaryHeap<Reverse<(u64, u32)>>,
     done: u64,
     poisoned: bool,
+    /// Q runs are merged into one once they are this many.
+    max_runs: usize,
+    /// While J is replayed: the runs a later compaction removed (their files may be gone).
+    replay_gone: Option<std::collections::HashSet<u64>>,
 }
 
 impl Core {
     /// Opens the frontier on `sieve`'s store: replays J, then, for a store used as a plain
     /// sieve so far with no reader yet, queues F's bare URLs and fixes the mode.
-    pub(super) fn open(sieve: Sieve, clock: Arc<dyn Clock>) -> Result<Core> {
+    pub(super) fn open(sieve: Sieve, clock: Arc<dyn Clock>, max_runs: usize) -> Result<Core> {
         if sieve.mode() == Mode::Sieve {
             return Err(sieve.wrong_mode());
         }
@@ -173,13 +175,28 @@ impl Core {
             heap: BinaryHeap::new(),
             done: 0,
             poisoned: false,
+            replay_gone: None,
+            max_runs,
         };
         let last = gens.last().copied().unwrap_or(0);
-        for e in &entries {
-            let entry =
-                Entry::decode(e).map_err(|what| Error::corrupt(&names::j(last), 0, what))?;
-            core.apply(&entry)?;
+        let decoded = entries
+            .iter()
+            .map(|e| Entry::decode(e))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|what| Error::corrupt(&names::j(last), 0, what))?;
+        let gone = decoded
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Compacted { removed, .. } => Some(removed.iter().copied()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        core.replay_gone = Some(gone);
+        for entry in &decoded {
+            core.apply(entry)?;
         }
+        core.replay_gone = None;
         core.remove_orphan_runs(st)?;
         if core.sieve.mode() == Mode::Unset {
             // Everything pushed so far is a bare URL: flushed, queued, and only then the
@@ -253,9 +270,14 @@ impl Core {
         match e {
             Entry::Moved { run, f, next_seq } => {
                 if let Some(id) = run {
-                    let run = Run::open(self.sieve.storage().as_ref(), *id)?;
-                    self.install(run)?;
                     self.next_run = self.next_run.max(id + 1);
+                    let gone = self.replay_gone.as_ref().is_some_and(|g| g.contains(id));
+                    // A run a later compaction removed: its records waiting then are in the
+                    // compaction's run, and the compaction's entry says how many.
+                    if !gone {
+                        let run = Run::open(self.sieve.storage().as_ref(), *id)?;
+                        self.install(run)?;
+                    }
                 }
                 self.next_seq = *next_seq;
                 self.sieve.seek_read(*f);
@@ -305,7 +327,11 @@ impl Core {
                 self.crawls.insert(name.to_vec(), *id);
                 self.crawl_names.insert(*id, name.to_vec());
             }
-            Entry::Compacted { removed, added } => {
+            Entry::Compacted {
+                removed,
+                added,
+                waiting,
+            } => {
                 self.runs.retain(|r| !removed.contains(&r.id()));
                 for q in &mut self.queues {
                     q.runs = 0;
@@ -314,18 +340,33 @@ impl Core {
                 // Every run left is the merge's, or later than it: the bits are rebuilt.
                 let runs = std::mem::take(&mut self.runs);
                 if let Some(id) = added {
-                    let run = Run::open(self.sieve.storage().as_ref(), *id)?;
-                    self.runs.push(run);
                     self.next_run = self.next_run.max(id + 1);
+                    // Unless a later compaction removed it too.
+                    if !self.replay_gone.as_ref().is_some_and(|g| g.contains(id)) {
+                        let run = Run::open(self.sieve.storage().as_ref(), *id)?;
+                        self.runs.push(run);
+                    }
                 }
                 self.runs.extend(runs);
-                for (i, run) in self.runs.iter().enumerate() {
+                let runs = self.runs.clone();
+                for (i, run) in runs.iter().enumerate() {
                     for g in run.groups() {
                         let g = g?;
-                        if let Some(&q) = self.index.get(&g.queue) {
-                            self.queues[q as usize].runs |= 1 << i;
-                        }
+                        let q = self.queue_of_group(run, &g)?;
+                        self.queues[q as usize].runs |= 1 << i;
                     }
+                }
+                for q in &mut self.queues {
+                    q.waiting = 0;
+                }
+                for &(id, n) in waiting {
+                    if let Some(&q) = self.index.get(&id) {
+                        self.queues[q as usize].waiting = n;
+                    }
+                }
+                for i in 0..self.queues.len() {
+                    self.queues[i].in_heap = false;
+                    self.schedule(i as u32);
                 }
             }
         }
@@ -347,19 +388,7 @@ impl Core {
         }
         for g in run.groups() {
             let g = g?;
-            let i = match self.index.get(&g.queue) {
-                Some(&i) => i,
-                None => {
-                    // A new queue: its key is in its records.
-                    let f = run.frame(g.offset)?;
-                    let first = f.records().next().unwrap_or_default();
-                    let (_, rec) = split(run.file(), g.offset, first)?;
-                    let r =
-                        record::decode(rec).map_err(|what| run.file().corrupt(g.offset, what))?;
-                    let key = r.key.unwrap_or_else(|| default_key(r.url));
-                    self.queue(g.queue, g.crawl, key)
-                }
-            };
+            let i = self.queue_of_group(&run, &g)?;
             let q = &mut self.queues[i as usize];
             let was_ready_later = q.in_heap && q.available() > 0;
             q.waiting += u64::from(g.records);
@@ -372,6 +401,20 @@ impl Core {
         }
         self.runs.push(run);
         Ok(())
+    }
+
+    /// The index of the queue of group `g` of `run`, created if new (its key is in its
+    /// records).
+    fn queue_of_group(&mut self, run: &Run, g: &super::qrun::Group) -> Result<u32> {
+        if let Some(&i) = self.index.get(&g.queue) {
+            return Ok(i);
+        }
+        let f = run.frame(g.offset)?;
+        let first = f.records().next().unwrap_or_default();
+        let (_, rec) = split(run.file(), g.offset, first)?;
+        let r = record::decode(rec).map_err(|what| run.file().corrupt(g.offset, what))?;
+        let key = r.key.unwrap_or_else(|| default_key(r.url));
+        Ok(self.queue(g.queue, g.crawl, key))
     }
 
     /// The index of queue `id`, created if new.
@@ -453,16 +496,26 @@ impl Core {
             self.expiries.push(Reverse((deadline, seq)));
             return Ok(());
         }
-        let i = *self.index.get(&qid).ok_or_else(|| {
-            corrupt(Corruption::Invalid {
-                field: "lease's queue",
-                expected: "a queue of the frontier",
-                found: qid,
-            })
-        })?;
+        let replaying = self.replay_gone.is_some();
+        let i = match self.index.get(&qid) {
+            Some(&i) => i,
+            // A queue first seen in a run a later compaction removed.
+            None if replaying => {
+                let r = record::decode(record).map_err(corrupt)?;
+                self.queue(qid, crawl, r.key.unwrap_or_else(|| default_key(r.url)))
+            }
+            None => {
+                return Err(corrupt(Corruption::Invalid {
+                    field: "lease's queue",
+                    expected: "a queue of the frontier",
+                    found: qid,
+                }))
+            }
+        };
         let q = &mut self.queues[i as usize];
-        if seq >= q.next_seq && q.waiting > 0 {
-            q.waiting -= 1;
+        if seq >= q.next_seq && (q.waiting > 0 || replaying) {
+            // While replaying, a count may lag until the next compaction's entry sets it.
+            q.waiting = q.waiting.saturating_sub(1);
             q.next_seq = seq + 1;
         } else if let Some(k) = q.returned.iter().position(|(s, _)| *s == seq) {
             q.returned.remove(k);
@@ -623,7 +676,7 @@ impl Core {
             next_seq: seq,
         }])?;
         self.sieve.commit_read()?;
-        if self.runs.len() >= MAX_RUNS {
+        if self.runs.len() >= self.max_runs {
             self.compact()?;
         }
         Ok(())
@@ -657,6 +710,13 @@ impl Core {
             }
         }
         merged.sort_unstable_by_key(|(q, _, s, _)| (*q, *s));
+        let mut waiting: Vec<(u64, u64)> = Vec::new();
+        for (q, ..) in &merged {
+            match waiting.last_mut() {
+                Some((last, n)) if last == q => *n += 1,
+                _ => waiting.push((*q, 1)),
+            }
+        }
         let added = if merged.is_empty() {
             None
         } else {
@@ -672,6 +732,7 @@ impl Core {
         self.commit(&[Entry::Compacted {
             removed: removed.clone(),
             added,
+            waiting,
         }])?;
         for r in removed {
             let _ = st.remove_file(&names::q(r));

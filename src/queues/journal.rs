@@ -15,7 +15,9 @@
 //!                                       limit 0: none)
 //!   6 pause     on u8
 //!   7 crawl     id u32 | name                                    a crawl's id
-//!   8 compacted removed u32 | removed x run u64 | added u64 (0: none)
+//!   8 compacted removed u32 | removed x run u64 | added u64 (0: none) | queues u32
+//!               | queues x (queue u64 | waiting u64)   the records each queue has waiting
+//!                                       in the runs left (replays skip the removed runs)
 //!   9 block     crawl u32 | until u64 | key                      no hand-out before `until`
 //!  10 refetch   seq u64 | at u64 | took u64 | when u64           done, served again at `when`
 //! ```
@@ -70,10 +72,12 @@ pub(crate) enum Entry<'a> {
     Pause(bool),
     /// The id of a crawl's name.
     Crawl { id: u32, name: &'a [u8] },
-    /// Q runs merged: `removed` replaced by `added`.
+    /// Q runs merged: `removed` replaced by `added`; `waiting`: each queue's records waiting
+    /// in the runs then (the others have none).
     Compacted {
         removed: Vec<u64>,
         added: Option<u64>,
+        waiting: Vec<(u64, u64)>,
     },
 }
 
@@ -153,13 +157,22 @@ impl Entry<'_> {
                 out.put_u64(*took);
                 out.put_u64(*when);
             }
-            Entry::Compacted { removed, added } => {
+            Entry::Compacted {
+                removed,
+                added,
+                waiting,
+            } => {
                 out.push(8);
                 out.put_u32(removed.len() as u32);
                 for r in removed {
                     out.put_u64(*r);
                 }
                 out.put_u64(added.unwrap_or(0));
+                out.put_u32(waiting.len() as u32);
+                for (q, n) in waiting {
+                    out.put_u64(*q);
+                    out.put_u64(*n);
+                }
             }
         }
     }
@@ -261,9 +274,22 @@ impl Entry<'_> {
                     removed.push(r.u64()?);
                 }
                 let added = r.u64()?;
+                let n = r.u32()?;
+                if n as usize > r.0.len() / 16 {
+                    return Err(invalid(
+                        "queues of a compaction",
+                        "the count the entry holds",
+                        n.into(),
+                    ));
+                }
+                let mut waiting = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    waiting.push((r.u64()?, r.u64()?));
+                }
                 Entry::Compacted {
                     removed,
                     added: (added != 0).then_some(added),
+                    waiting,
                 }
             }
             kind => return Err(invalid("journal entry kind", "1 to 10", kind.into())),
@@ -388,6 +414,7 @@ mod tests {
             Entry::Compacted {
                 removed: vec![1, 2],
                 added: Some(3),
+                waiting: vec![(7, 2), (9, 1)],
             },
         ];
         for e in &entries {

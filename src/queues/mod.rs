@@ -246,8 +246,9 @@ impl Frontier {
         opts: Options,
         clock: Arc<dyn Clock>,
     ) -> Result<Frontier> {
+        let max_runs = opts.queue_runs;
         let sieve = Sieve::open_with(storage, opts)?;
-        let core = core::Core::open(sieve, clock)?;
+        let core = core::Core::open(sieve, clock, max_runs)?;
         Ok(Frontier {
             core: Mutex::new(Some(core)),
         })

@@ -1,6 +1,10 @@
 //! Helpers shared by the integration tests: the reference model and the shared data.
 
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    unused_imports,
+    reason = "each test crate uses some of the helpers"
+)]
 
 use std::path::PathBuf;
 use std::process::Command;
