@@ -133,6 +133,20 @@ fn check_queues(st: &dyn Storage, r: &mut CheckReport) -> Result<()> {
         .collect();
     gens.sort_unstable();
     let mut runs: Vec<u64> = Vec::new();
+    // The checkpoint, if any: the runs then, and the first generation after it.
+    if let Some(f) = st.open_if_exists(names::CHECKPOINT)? {
+        r.files += 1;
+        match f
+            .read_all()
+            .and_then(|b| crate::queues::core::checkpoint_runs(&b))
+        {
+            Ok((from, listed)) => {
+                gens.retain(|&g| g >= from);
+                runs = listed;
+            }
+            Err(e) => r.damage.push(e),
+        }
+    }
     let last = gens.last().copied();
     for g in gens {
         r.files += 1;

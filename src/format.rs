@@ -31,6 +31,8 @@ pub const MAGIC_Q: u32 = u32::from_le_bytes(*b"CRVQ");
 pub const MAGIC_QEND: u32 = u32::from_le_bytes(*b"QEND");
 /// Magic of J (the frontier's journal) files: `CRVJ`.
 pub const MAGIC_J: u32 = u32::from_le_bytes(*b"CRVJ");
+/// Magic of the frontier's checkpoint: `CRVK`.
+pub const MAGIC_K: u32 = u32::from_le_bytes(*b"CRVK");
 /// Magic of a Z footer's tail: `ZEND`.
 pub const MAGIC_ZEND: u32 = u32::from_le_bytes(*b"ZEND");
 

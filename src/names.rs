@@ -10,6 +10,7 @@
 //! MANIFEST        the commit point
 //! CURSOR          the consumer's position in F
 //! LOCK            the directory's lock
+//! CHECKPOINT      a frontier's checkpoint
 //! merge.tmp       a merge's scratch file (new positions)
 //! <name>.tmp      an atomic replace under way (MANIFEST.tmp, CURSOR.tmp)
 //! ```
@@ -24,6 +25,8 @@ pub const MANIFEST: &str = "MANIFEST";
 pub const CURSOR: &str = "CURSOR";
 /// The directory's lock.
 pub const LOCK: &str = "LOCK";
+/// The frontier's checkpoint.
+pub const CHECKPOINT: &str = "CHECKPOINT";
 /// The scratch file of a merge: the new positions of each source.
 pub const SCRATCH: &str = "merge.tmp";
 
@@ -48,6 +51,8 @@ pub enum FileName {
     Cursor,
     /// `LOCK`.
     Lock,
+    /// `CHECKPOINT`.
+    Checkpoint,
     /// `*.tmp`: a merge's scratch file or an atomic replace under way.
     Temp,
 }
@@ -106,6 +111,7 @@ pub fn parse(name: &str) -> Option<FileName> {
         MANIFEST => FileName::Manifest,
         CURSOR => FileName::Cursor,
         LOCK => FileName::Lock,
+        CHECKPOINT => FileName::Checkpoint,
         _ if name.ends_with(".tmp") => FileName::Temp,
         _ => {
             if let Some(g) = numbered(name, "a-", ".log") {

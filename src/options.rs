@@ -38,6 +38,7 @@ pub struct Options {
     pub(crate) recent: Option<usize>,
     pub(crate) frame_bytes: usize,
     pub(crate) queue_runs: usize,
+    pub(crate) journal_bytes: u64,
 }
 
 impl Default for Options {
@@ -54,6 +55,7 @@ impl Default for Options {
             recent: None,
             frame_bytes: crate::frames::FRAME_TARGET,
             queue_runs: 32,
+            journal_bytes: 64 << 20,
         }
     }
 }
@@ -119,6 +121,14 @@ impl Options {
     #[doc(hidden)]
     pub fn queue_runs(mut self, runs: usize) -> Options {
         self.queue_runs = runs.clamp(2, 63);
+        self
+    }
+
+    /// Test only: a frontier writes a checkpoint and starts a new generation of its journal
+    /// once the generation passes `bytes` (default 64 MiB).
+    #[doc(hidden)]
+    pub fn journal_bytes(mut self, bytes: u64) -> Options {
+        self.journal_bytes = bytes.max(1);
         self
     }
 

@@ -14,6 +14,7 @@ fn opts() -> Options {
         .background_flush(false)
         .frontier_low(0)
         .queue_runs(3)
+        .journal_bytes(4096)
 }
 
 fn open(disk: &SimDisk, clock: &Arc<ManualClock>) -> Frontier {
@@ -452,7 +453,7 @@ mod model {
 
 /// The options of the crash workload: tiny buffers, and Q runs compacted when 3 wait.
 fn crash_opts() -> Options {
-    opts().slots(8).queue_runs(3)
+    opts().slots(8).queue_runs(3).journal_bytes(1500)
 }
 
 /// What a frontier workload saw acknowledged before it stopped.
@@ -532,6 +533,13 @@ fn a_crash_at_any_operation_loses_no_acknowledged_push_lease_or_done() {
     workload(&clean, &Arc::new(ManualClock::new(start)), &mut a).expect("a clean run");
     let total = clean.ops();
     assert!(total > 100, "{total} operations");
+    // The workload compacts Q runs and writes checkpoints: the crash points cover them.
+    let trace = format!("{:?}", clean.trace());
+    assert!(
+        trace.contains("Rename(\"CHECKPOINT.tmp\", \"CHECKPOINT\")"),
+        "no checkpoint"
+    );
+    assert!(trace.matches("Remove(\"q-").count() >= 2, "no compaction");
     let mut checked = 0;
     for k in 1..=total {
         let disk = SimDisk::new();

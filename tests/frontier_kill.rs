@@ -32,6 +32,7 @@ fn opts() -> Options {
         .seed(5)
         .frame_bytes(4096)
         .queue_runs(3)
+        .journal_bytes(16 << 10)
 }
 
 fn url(i: u64) -> String {

@@ -246,9 +246,9 @@ impl Frontier {
         opts: Options,
         clock: Arc<dyn Clock>,
     ) -> Result<Frontier> {
-        let max_runs = opts.queue_runs;
+        let (max_runs, journal_bytes) = (opts.queue_runs, opts.journal_bytes);
         let sieve = Sieve::open_with(storage, opts)?;
-        let core = core::Core::open(sieve, clock, max_runs)?;
+        let core = core::Core::open(sieve, clock, max_runs, journal_bytes)?;
         Ok(Frontier {
             core: Mutex::new(Some(core)),
         })

@@ -83,7 +83,11 @@ pub fn kind_of(name: &str) -> Option<FileKind> {
         FileName::F(_) => FileKind::F,
         FileName::Cursor => FileKind::Cursor,
         FileName::Manifest => FileKind::Manifest,
-        FileName::Lock | FileName::Temp | FileName::Q(_) | FileName::J(_) => return None,
+        FileName::Lock
+        | FileName::Temp
+        | FileName::Q(_)
+        | FileName::J(_)
+        | FileName::Checkpoint => return None,
     })
 }
 

@@ -3,6 +3,10 @@
 //! function that recovery also replays, so that the state after a crash is the state the
 //! acknowledged operations left.
 
+mod checkpoint;
+
+pub(crate) use checkpoint::runs_of as checkpoint_runs;
+
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
@@ -98,7 +102,6 @@ pub(super) enum End {
 pub(crate) struct Core {
     pub(super) sieve: Sieve,
     clock: Arc<dyn Clock>,
-    journal: FrameWriter,
     /// The seq the next record entering a queue gets.
     next_seq: u64,
     /// The id the next Q run gets.
@@ -124,6 +127,14 @@ pub(crate) struct Core {
     heap: BinaryHeap<Reverse<(u64, u32)>>,
     done: u64,
     poisoned: bool,
+    /// The journal's writer, at the end of its newest generation.
+    journal: Option<FrameWriter>,
+    /// The newest generation of J.
+    j_gen: u64,
+    /// The oldest generation of J on disk.
+    first_j_gen: u64,
+    /// A checkpoint is written once J's generation passes this many bytes.
+    journal_bytes: u64,
     /// Q runs are merged into one once they are this many.
     max_runs: usize,
     /// While J is replayed: the runs a later compaction removed (their files may be gone).
@@ -133,29 +144,24 @@ pub(crate) struct Core {
 impl Core {
     /// Opens the frontier on `sieve`'s store: replays J, then, for a store used as a plain
     /// sieve so far with no reader yet, queues F's bare URLs and fixes the mode.
-    pub(super) fn open(sieve: Sieve, clock: Arc<dyn Clock>, max_runs: usize) -> Result<Core> {
+    pub(super) fn open(
+        sieve: Sieve,
+        clock: Arc<dyn Clock>,
+        max_runs: usize,
+        journal_bytes: u64,
+    ) -> Result<Core> {
         if sieve.mode() == Mode::Sieve {
             return Err(sieve.wrong_mode());
         }
         let storage = sieve.storage().clone();
         let st = &*storage;
-        let mut gens: Vec<u64> = st
-            .list_files()?
-            .iter()
-            .filter_map(|n| match names::parse(n) {
-                Some(FileName::J(g)) => Some(g),
-                _ => None,
-            })
-            .collect();
-        gens.sort_unstable();
-        let (journal, entries) = match gens.first() {
-            None => (wal::create_of(J, st, 0, None)?, Vec::new()),
-            Some(_) => read_journal(st, &gens)?,
-        };
         let mut core = Core {
             sieve,
             clock,
-            journal,
+            journal: None,
+            j_gen: 0,
+            first_j_gen: 0,
+            journal_bytes,
             next_seq: 0,
             next_run: 1,
             crawls: HashMap::from([(b"DEFAULT".to_vec(), 0)]),
@@ -178,7 +184,34 @@ impl Core {
             replay_gone: None,
             max_runs,
         };
-        let last = gens.last().copied().unwrap_or(0);
+        // The checkpoint's first generation of the journal to replay.
+        let from = match st.open_if_exists(names::CHECKPOINT)? {
+            Some(f) => checkpoint::runs_of(&f.read_all()?)?.0,
+            None => 0,
+        };
+        let mut gens: Vec<u64> = Vec::new();
+        for n in st.list_files()? {
+            if let Some(FileName::J(g)) = names::parse(&n) {
+                if g < from {
+                    // Replaced by the checkpoint: a crash came before their removal.
+                    st.remove_file(&n)?;
+                } else {
+                    gens.push(g);
+                }
+            }
+        }
+        gens.sort_unstable();
+        if from > 0 && gens.first() != Some(&from) {
+            return Err(Error::corrupt(&names::j(from), 0, Corruption::Missing));
+        }
+        let (journal, newest, entries) = match gens.first() {
+            None => (wal::create_of(J, st, from, None)?, from, Vec::new()),
+            Some(_) => read_journal(st, &gens)?,
+        };
+        core.journal = Some(journal);
+        core.first_j_gen = gens.first().copied().unwrap_or(from);
+        let last = gens.last().copied().unwrap_or(from);
+        core.j_gen = newest;
         let decoded = entries
             .iter()
             .map(|e| Entry::decode(e))
@@ -192,7 +225,10 @@ impl Core {
             })
             .flatten()
             .collect();
+        // The state at the checkpoint (but for the runs a later compaction removed), then the
+        // journal's entries after it.
         core.replay_gone = Some(gone);
+        core.load_checkpoint(st)?;
         for entry in &decoded {
             core.apply(entry)?;
         }
@@ -228,6 +264,13 @@ impl Core {
         Ok(())
     }
 
+    /// The journal's writer.
+    fn writer(&mut self) -> &mut FrameWriter {
+        self.journal
+            .as_mut()
+            .expect("the journal is open once the frontier is")
+    }
+
     fn writable(&self) -> Result<()> {
         if self.poisoned {
             Err(Error::Poisoned)
@@ -245,12 +288,12 @@ impl Core {
             for e in entries {
                 buf.clear();
                 e.encode(&mut buf);
-                self.journal.append(&buf)?;
+                self.writer().append(&buf)?;
             }
             if crate::planted::active(crate::planted::Bug::LeaseBeforeSync) {
-                return self.journal.write_frame();
+                return self.writer().write_frame();
             }
-            self.journal.sync()
+            self.writer().sync()
         })();
         if let Err(e) = written {
             self.poisoned = true;
@@ -261,6 +304,9 @@ impl Core {
                 self.poisoned = true;
                 return Err(err);
             }
+        }
+        if self.writer().end() > self.journal_bytes {
+            self.checkpoint()?;
         }
         Ok(())
     }
@@ -1225,14 +1271,14 @@ impl Core {
     /// Syncs and closes.
     pub(super) fn close(mut self) -> Result<()> {
         self.writable()?;
-        self.journal.seal()?;
+        self.writer().seal()?;
         self.sieve.close()
     }
 }
 
 /// Reads J's generations `gens` (consecutive): their entries, and a writer continuing the
 /// last one after its valid frames (a torn tail is marked first, as A's is).
-fn read_journal(st: &dyn Storage, gens: &[u64]) -> Result<(FrameWriter, Vec<Vec<u8>>)> {
+fn read_journal(st: &dyn Storage, gens: &[u64]) -> Result<(FrameWriter, u64, Vec<Vec<u8>>)> {
     let mut entries = Vec::new();
     let last = *gens.last().expect("a generation");
     let mut replay = None;
@@ -1266,11 +1312,16 @@ fn read_journal(st: &dyn Storage, gens: &[u64]) -> Result<(FrameWriter, Vec<Vec<
         // A crash while its header was written: it holds nothing.
         drop(r);
         st.remove_file(&names::j(last))?;
-        return Ok((wal::create_of(J, st, last, None)?, entries));
+        return Ok((wal::create_of(J, st, last, None)?, last, entries));
+    }
+    if r.ended {
+        // Closed by a checkpoint that did not happen: the next generation follows it.
+        drop(r);
+        return Ok((wal::create_of(J, st, last + 1, None)?, last + 1, entries));
     }
     wal::mark_torn_tail(last, &r)?;
     let writer = wal::reuse(r.file, last, r.valid_end, r.records, r.last_epoch);
-    Ok((writer, entries))
+    Ok((writer, last, entries))
 }
 
 #[cfg(test)]

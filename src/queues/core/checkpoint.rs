@@ -1,0 +1,357 @@
+//! The checkpoint of the frontier's state, so that the journal J stays short:
+//!
+//! ```text
+//! checkpoint := magic "CRVK" u32 | version u32 | j_gen u64 | state | crc32 u32
+//! state := next_seq u64 | next_run u64 | next_token u64 | done u64 | paused u8
+//!        | F position (segment u64 | offset u64 | skip u32 | consumed u64)
+//!        | default policy (delay u64 | ratio u32 | per_queue u32 | limit u64)
+//!        | crawls u32 x (id u32 | len u32 | name)
+//!        | policies u32 x (queue u64 | policy)
+//!        | blocks u32 x (queue u64 | until u64)
+//!        | runs u32 x run u64
+//!        | queues u32 x (id u64 | crawl u32 | len u32 | key | next_seq u64 | waiting u64
+//!                        | completed u64 | burst u64 | due u64
+//!                        | returned u32 x (seq u64 | len u32 | record)
+//!                        | refetch u32 x (when u64 | seq u64 | len u32 | record))
+//!        | leases u32 x (seq u64 | token u64 | deadline u64 | len u32 | record)
+//! ```
+//!
+//! It is the state after every entry of the J generations before `j_gen`: an open loads it,
+//! then replays the generations from `j_gen` on. It is written when J's generation passes a
+//! size: (1) the generation is closed by an end frame, and the next one created, empty and
+//! durable; (2) the checkpoint replaces the
+//! old one atomically: **the switch**; (3) the writer moves to the new generation and the old
+//! ones are removed. A crash before (2) leaves the old checkpoint, and the new generation
+//! empty after the old ones; a crash after it leaves old generations, which the next open
+//! removes.
+
+use std::cmp::Reverse;
+
+use super::{Core, Lease, J};
+use crate::error::{Corruption, Error, Result};
+use crate::format::{seal, ByteReader, PutLe, MAGIC_K, VERSION};
+use crate::frontier::Position;
+use crate::names;
+use crate::queues::qrun::Run;
+use crate::queues::Policy;
+use crate::sieve::wal;
+use crate::storage::{durable, Storage, StorageExt};
+
+fn put_bytes(b: &mut Vec<u8>, bytes: &[u8]) {
+    b.put_u32(bytes.len() as u32);
+    b.extend_from_slice(bytes);
+}
+
+fn put_policy(b: &mut Vec<u8>, p: &Policy) {
+    b.put_u64(p.delay_ms);
+    b.put_u32(p.ratio_ppm);
+    b.put_u32(p.per_queue);
+    b.put_u64(p.limit);
+}
+
+fn bytes<'a>(c: &mut ByteReader<'a>) -> Result<&'a [u8]> {
+    let n = c.u32()? as usize;
+    c.take(n)
+}
+
+fn policy(c: &mut ByteReader<'_>) -> Result<Policy> {
+    Ok(Policy {
+        delay_ms: c.u64()?,
+        ratio_ppm: c.u32()?,
+        per_queue: c.u32()?,
+        limit: c.u64()?,
+    })
+}
+
+/// A count of items of at least `size` bytes each, which the bytes left must hold.
+fn count(c: &mut ByteReader<'_>, size: usize, field: &'static str) -> Result<usize> {
+    let at = c.offset();
+    let n = c.u32()? as usize;
+    if n.saturating_mul(size) > c.remaining() {
+        return Err(Error::corrupt(
+            names::CHECKPOINT,
+            at,
+            Corruption::OutOfRange {
+                field,
+                found: n as u64,
+                limit: (c.remaining() / size + 1) as u64,
+            },
+        ));
+    }
+    Ok(n)
+}
+
+impl Core {
+    /// Encodes the state, to be replayed from J generation `j_gen` on.
+    fn encode_checkpoint(&self, j_gen: u64) -> Vec<u8> {
+        let mut b = Vec::with_capacity(1 << 16);
+        b.put_u32(MAGIC_K);
+        b.put_u32(VERSION);
+        b.put_u64(j_gen);
+        for v in [self.next_seq, self.next_run, self.next_token, self.done] {
+            b.put_u64(v);
+        }
+        b.push(u8::from(self.paused));
+        let f = self.sieve.read_position();
+        b.put_u64(f.segment);
+        b.put_u64(f.offset);
+        b.put_u32(f.skip);
+        b.put_u64(f.consumed);
+        put_policy(&mut b, &self.default_policy);
+        b.put_u32(self.crawl_names.len() as u32);
+        for (id, name) in &self.crawl_names {
+            b.put_u32(*id);
+            put_bytes(&mut b, name);
+        }
+        b.put_u32(self.policies.len() as u32);
+        for (q, p) in &self.policies {
+            b.put_u64(*q);
+            put_policy(&mut b, p);
+        }
+        b.put_u32(self.blocks.len() as u32);
+        for (q, until) in &self.blocks {
+            b.put_u64(*q);
+            b.put_u64(*until);
+        }
+        b.put_u32(self.runs.len() as u32);
+        for r in &self.runs {
+            b.put_u64(r.id());
+        }
+        b.put_u32(self.queues.len() as u32);
+        for q in &self.queues {
+            b.put_u64(q.id);
+            b.put_u32(q.crawl);
+            put_bytes(&mut b, &q.key);
+            for v in [q.next_seq, q.waiting, q.completed, q.burst, q.due] {
+                b.put_u64(v);
+            }
+            b.put_u32(q.returned.len() as u32);
+            for (seq, rec) in &q.returned {
+                b.put_u64(*seq);
+                put_bytes(&mut b, rec);
+            }
+            b.put_u32(q.refetch.len() as u32);
+            for (when, seq, rec) in &q.refetch {
+                b.put_u64(*when);
+                b.put_u64(*seq);
+                put_bytes(&mut b, rec);
+            }
+        }
+        b.put_u32(self.leases.len() as u32);
+        for (seq, l) in &self.leases {
+            b.put_u64(*seq);
+            b.put_u64(l.token);
+            b.put_u64(l.deadline);
+            put_bytes(&mut b, &l.record);
+        }
+        seal(&mut b);
+        b
+    }
+
+    /// Writes a checkpoint and moves J to a new generation (the steps of the module's
+    /// documentation).
+    pub(in crate::queues) fn checkpoint(&mut self) -> Result<()> {
+        self.writable()?;
+        let st = self.sieve.storage().clone();
+        let next = self.j_gen + 1;
+        let r = (|| {
+            // 1. The generation is closed (an end frame: whole, when the next one follows),
+            // and the next one created.
+            self.writer().finish()?;
+            self.writer().sync()?;
+            let writer = wal::create_of(J, &*st, next, None)?;
+            // 2.
+            durable::replace(&*st, names::CHECKPOINT, &self.encode_checkpoint(next))?;
+            Ok(writer)
+        })();
+        let writer = match r {
+            Ok(w) => w,
+            Err(e) => {
+                self.poisoned = true;
+                return Err(e);
+            }
+        };
+        // 3.
+        drop(self.journal.replace(writer));
+        for g in self.first_j_gen..next {
+            let _ = st.remove_file(&names::j(g));
+        }
+        self.first_j_gen = next;
+        self.j_gen = next;
+        Ok(())
+    }
+
+    /// Loads the checkpoint, if there is one, but for the runs that the replay will find
+    /// removed (`replay_gone`); returns the first J generation to replay.
+    pub(in crate::queues) fn load_checkpoint(&mut self, st: &dyn Storage) -> Result<u64> {
+        let Some(f) = st.open_if_exists(names::CHECKPOINT)? else {
+            return Ok(0);
+        };
+        let all = f.read_all()?;
+        let mut c = ByteReader::new(&all, names::CHECKPOINT, 0);
+        c.magic(MAGIC_K)?;
+        c.version()?;
+        // The checksum first: nothing of a damaged checkpoint is used.
+        if all.len() < 12 {
+            return Err(f.corrupt(
+                0,
+                Corruption::Truncated {
+                    needed: 12,
+                    available: all.len() as u64,
+                },
+            ));
+        }
+        let body = &all[..all.len() - 4];
+        let mut tail = ByteReader::new(&all, names::CHECKPOINT, 0);
+        tail.take(body.len())?;
+        tail.check_crc()?;
+        let mut c = ByteReader::new(body, names::CHECKPOINT, 0);
+        c.take(8)?;
+        let j_gen = c.u64()?;
+        self.next_seq = c.u64()?;
+        self.next_run = c.u64()?;
+        self.next_token = c.u64()?;
+        self.done = c.u64()?;
+        self.paused = c.take(1)?[0] == 1;
+        let pos = Position {
+            segment: c.u64()?,
+            offset: c.u64()?,
+            skip: c.u32()?,
+            consumed: c.u64()?,
+        };
+        self.sieve.seek_read(pos);
+        self.default_policy = policy(&mut c)?;
+        for _ in 0..count(&mut c, 8, "crawls")? {
+            let id = c.u32()?;
+            let name = bytes(&mut c)?.to_vec();
+            self.crawls.insert(name.clone(), id);
+            self.crawl_names.insert(id, name);
+        }
+        for _ in 0..count(&mut c, 32, "policies")? {
+            let q = c.u64()?;
+            self.policies.insert(q, policy(&mut c)?);
+        }
+        for _ in 0..count(&mut c, 16, "blocks")? {
+            let q = c.u64()?;
+            self.blocks.insert(q, c.u64()?);
+        }
+        for _ in 0..count(&mut c, 8, "runs")? {
+            let id = c.u64()?;
+            // A run a later compaction removed: its file may be gone; the compaction's entry
+            // says what waits.
+            if !self.replay_gone.as_ref().is_some_and(|g| g.contains(&id)) {
+                self.runs.push(Run::open(st, id)?);
+            }
+        }
+        for _ in 0..count(&mut c, 64, "queues")? {
+            let (id, crawl) = (c.u64()?, c.u32()?);
+            let key = bytes(&mut c)?;
+            let i = self.queue(id, crawl, key);
+            let q = &mut self.queues[i as usize];
+            q.next_seq = c.u64()?;
+            q.waiting = c.u64()?;
+            q.completed = c.u64()?;
+            q.burst = c.u64()?;
+            q.due = c.u64()?;
+            for _ in 0..count(&mut c, 12, "returned records")? {
+                let seq = c.u64()?;
+                let rec = bytes(&mut c)?;
+                self.queues[i as usize].returned.push((seq, rec.into()));
+            }
+            for _ in 0..count(&mut c, 20, "records to fetch again")? {
+                let (when, seq) = (c.u64()?, c.u64()?);
+                let rec = bytes(&mut c)?;
+                self.queues[i as usize]
+                    .refetch
+                    .push((when, seq, rec.into()));
+            }
+        }
+        for _ in 0..count(&mut c, 28, "leases")? {
+            let (seq, token, deadline) = (c.u64()?, c.u64()?, c.u64()?);
+            let record = bytes(&mut c)?;
+            let (qid, crawl, sig) = self
+                .locate(record)
+                .map_err(|what| f.corrupt(c.offset(), what))?;
+            let Some(&queue) = self.index.get(&qid) else {
+                return Err(f.corrupt(
+                    c.offset(),
+                    Corruption::Invalid {
+                        field: "lease's queue",
+                        expected: "a queue of the checkpoint",
+                        found: qid,
+                    },
+                ));
+            };
+            self.queues[queue as usize].leased += 1;
+            self.tokens.insert(token, seq);
+            self.by_url.insert((crawl, sig), seq);
+            self.expiries.push(Reverse((deadline, seq)));
+            self.leases.insert(
+                seq,
+                Lease {
+                    token,
+                    queue,
+                    deadline,
+                    record: record.into(),
+                },
+            );
+        }
+        c.end()?;
+        // Which runs hold each queue, from their directories.
+        let runs = self.runs.clone();
+        for (slot, run) in runs.iter().enumerate() {
+            for g in run.groups() {
+                let g = g?;
+                let i = self.queue_of_group(run, &g)?;
+                self.queues[i as usize].runs |= 1 << slot;
+            }
+        }
+        for i in 0..self.queues.len() {
+            self.schedule(i as u32);
+        }
+        Ok(j_gen)
+    }
+}
+
+/// The first J generation to replay after checkpoint `bytes`, and the Q runs it lists (for
+/// `check`, which does not load the state).
+pub(crate) fn runs_of(bytes: &[u8]) -> Result<(u64, Vec<u64>)> {
+    let mut c = ByteReader::new(bytes, names::CHECKPOINT, 0);
+    c.magic(MAGIC_K)?;
+    c.version()?;
+    let body = bytes.len().checked_sub(4).ok_or_else(|| {
+        Error::corrupt(
+            names::CHECKPOINT,
+            0,
+            Corruption::Truncated {
+                needed: 4,
+                available: bytes.len() as u64,
+            },
+        )
+    })?;
+    let mut tail = ByteReader::new(bytes, names::CHECKPOINT, 0);
+    tail.take(body)?;
+    tail.check_crc()?;
+    let j_gen = c.u64()?;
+    // next_seq, next_run, next_token, done, paused, F's position, the default policy.
+    c.take(4 * 8 + 1 + 28 + 24)?;
+    for _ in 0..count(&mut c, 8, "crawls")? {
+        c.u32()?;
+        bytes_of(&mut c)?;
+    }
+    for _ in 0..count(&mut c, 32, "policies")? {
+        c.take(32)?;
+    }
+    for _ in 0..count(&mut c, 16, "blocks")? {
+        c.take(16)?;
+    }
+    let mut runs = Vec::new();
+    for _ in 0..count(&mut c, 8, "runs")? {
+        runs.push(c.u64()?);
+    }
+    Ok((j_gen, runs))
+}
+
+fn bytes_of<'a>(c: &mut ByteReader<'a>) -> Result<&'a [u8]> {
+    bytes(c)
+}
