@@ -40,8 +40,8 @@
 //! What is built: push (with a key and metadata per URL, per crawl), lease with a deadline,
 //! done, retry, refetch at an instant, the delay and the ratio rule, the number of URLs of a
 //! queue leased at once, limits, blocks, pause, the queues' listing, the status of a URL, and
-//! recovery after a crash. Not yet: deleting queues and crawls, and a checkpoint of the
-//! journal (it grows with every change until then).
+//! recovery after a crash from a checkpoint and the journal after it. Not yet: deleting
+//! queues and crawls.
 
 mod clock;
 pub(crate) mod core;
