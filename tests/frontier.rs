@@ -71,6 +71,49 @@ fn each_host_is_served_in_first_appearance_order_one_url_at_a_time() {
 }
 
 #[test]
+fn a_queue_is_served_as_soon_as_it_may_be_whatever_the_lease_calls_asked() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(10_000));
+    let f = open(&disk, &clock);
+    f.set_policy(
+        "",
+        None,
+        Policy {
+            delay_ms: 0,
+            per_queue: 2,
+            ..Policy::default()
+        },
+    )
+    .unwrap();
+    push(&f, &["http://h/1", "http://h/2", "http://g/1"]);
+    // Asking for none of a queue's URLs is asking for one: the queues popped stay scheduled.
+    let req = |per_queue| crivello::LeaseRequest {
+        max_urls: 10,
+        max_queues: 10,
+        per_queue,
+        ttl_ms: 36_000_000,
+    };
+    let mut first = urls(&f.lease_with(&req(Some(0))).unwrap());
+    first.sort();
+    assert_eq!(first, ["http://g/1", "http://h/1"]);
+    let second = f.lease_with(&req(None)).unwrap();
+    assert_eq!(urls(&second), ["http://h/2"], "the policy's room of two");
+    // /1 is due again in an hour: the queue is scheduled for then. /2 is retried: it is
+    // served now, not in an hour.
+    let h1 = f.lease_of("", b"http://h/1").unwrap().expect("leased");
+    assert!(f.refetch(h1, 5, 10_000 + 3_600_000).unwrap());
+    assert!(f.lease_with(&req(None)).unwrap().is_empty());
+    assert!(f.retry(second[0].token, 5).unwrap());
+    assert_eq!(urls(&f.lease_with(&req(Some(1))).unwrap()), ["http://h/2"]);
+    assert!(
+        f.lease_with(&req(None)).unwrap().is_empty(),
+        "/1 is due in an hour"
+    );
+    clock.advance(3_600_000);
+    assert_eq!(urls(&f.lease_with(&req(None)).unwrap()), ["http://h/1"]);
+}
+
+#[test]
 fn the_delay_runs_from_the_end_of_a_fetch_and_leases_expire_back_in_their_place() {
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(10_000));

@@ -213,7 +213,7 @@ pub struct FrontierStats {
     pub queues: u64,
     /// Queues with URLs waiting.
     pub queues_waiting: u64,
-    /// URLs waiting in their queues.
+    /// URLs waiting in their queues (those due again later included).
     pub waiting: u64,
     /// URLs leased.
     pub leased: u64,

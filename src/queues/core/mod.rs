@@ -55,7 +55,9 @@ struct Queue {
     completed: u64,
     /// Not served before this instant.
     due: u64,
-    in_heap: bool,
+    /// The instant of its entry in the scheduler's heap (`u64::MAX`: none). Entries of other
+    /// instants are stale and skipped.
+    heap_at: u64,
     /// Runs (by their index in `Core::runs`) that may hold its records.
     runs: u64,
     /// Where `next_seq` is: the run's index, a frame's offset, and the group's records from
@@ -364,7 +366,6 @@ impl Core {
                     self.blocks.insert(id, *until);
                 }
                 if let Some(&i) = self.index.get(&id) {
-                    self.queues[i as usize].in_heap = false;
                     self.schedule(i);
                 }
             }
@@ -411,7 +412,6 @@ impl Core {
                     }
                 }
                 for i in 0..self.queues.len() {
-                    self.queues[i].in_heap = false;
                     self.schedule(i as u32);
                 }
             }
@@ -436,13 +436,8 @@ impl Core {
             let g = g?;
             let i = self.queue_of_group(&run, &g)?;
             let q = &mut self.queues[i as usize];
-            let was_ready_later = q.in_heap && q.available() > 0;
             q.waiting += u64::from(g.records);
             q.runs |= 1 << slot;
-            if was_ready_later {
-                // Scheduled for a later record (a refetch): it may be served sooner now.
-                q.in_heap = false;
-            }
             self.schedule(i);
         }
         self.runs.push(run);
@@ -481,7 +476,7 @@ impl Core {
             burst: 0,
             completed: 0,
             due: 0,
-            in_heap: false,
+            heap_at: u64::MAX,
             runs: 0,
             at: None,
         });
@@ -510,15 +505,18 @@ impl Core {
         q.due.max(blocked).max(q.available())
     }
 
-    /// Puts queue `i` in the scheduler's heap if it may be served (now or later).
+    /// Puts queue `i` in the scheduler's heap if it may be served (now or later), or moves
+    /// its entry earlier (an entry too early is put back when it comes out).
     fn schedule(&mut self, i: u32) {
         let q = &self.queues[i as usize];
-        if q.in_heap || !q.has_waiting() || !self.has_room(q) {
+        if !q.has_waiting() || !self.has_room(q) {
             return;
         }
         let at = self.ready_at(q);
-        self.queues[i as usize].in_heap = true;
-        self.heap.push(Reverse((at, i)));
+        if at < q.heap_at {
+            self.queues[i as usize].heap_at = at;
+            self.heap.push(Reverse((at, i)));
+        }
     }
 
     /// The queue of a record, and the signature of its URL (for leases by URL).
@@ -672,7 +670,10 @@ impl Core {
         let mut batch: Vec<(u64, u32, u64, Vec<u8>)> = Vec::new();
         let mut seq = self.next_seq;
         let mut bad = None;
-        self.sieve.read_records(usize::MAX, MOVE_BYTES, |rec| {
+        // F's read position moves past each record read: if one does not reach a run, the
+        // next move would skip it. A failure from here on poisons the frontier; a reopen reads
+        // F again from the position J holds.
+        let read = self.sieve.read_records(usize::MAX, MOVE_BYTES, |rec| {
             let mut owned;
             let record = if raw {
                 owned = Vec::with_capacity(rec.len() + 1);
@@ -695,18 +696,29 @@ impl Core {
                     Err(Error::Poisoned)
                 }
             }
-        })?;
-        if let Some(what) = bad {
-            return Err(Error::corrupt(
-                &names::f(self.sieve.read_position().segment),
-                0,
-                what,
-            ));
+        });
+        if let Err(e) = read {
+            self.poisoned = true;
+            return Err(match bad {
+                Some(what) => {
+                    Error::corrupt(&names::f(self.sieve.read_position().segment), 0, what)
+                }
+                None => e,
+            });
         }
         if batch.is_empty() {
             return Ok(());
         }
         batch.sort_unstable_by_key(|(q, _, s, _)| (*q, *s));
+        let moved = self.write_run(batch, seq);
+        if moved.is_err() {
+            self.poisoned = true;
+        }
+        moved
+    }
+
+    /// Writes `batch` (sorted) as the next Q run and makes the move durable in J.
+    fn write_run(&mut self, batch: Vec<(u64, u32, u64, Vec<u8>)>, next_seq: u64) -> Result<()> {
         let st = self.sieve.storage().clone();
         let id = self.next_run;
         let mut w = RunWriter::create(&*st, id)?;
@@ -719,7 +731,7 @@ impl Core {
         self.commit(&[Entry::Moved {
             run: Some(id),
             f,
-            next_seq: seq,
+            next_seq,
         }])?;
         self.sieve.commit_read()?;
         if self.runs.len() >= self.max_runs {
@@ -859,6 +871,7 @@ impl Core {
         let deadline = now.saturating_add(ttl);
         let mut picked: Vec<(u64, Box<[u8]>)> = Vec::new();
         let mut served: Vec<u32> = Vec::new();
+        let mut popped: Vec<u32> = Vec::new();
         while served.len() < max_queues && picked.len() < req.max_urls {
             let Some(&Reverse((due, i))) = self.heap.peek() else {
                 break;
@@ -867,22 +880,20 @@ impl Core {
                 break;
             }
             self.heap.pop();
+            if self.queues[i as usize].heap_at != due {
+                // A stale entry: the queue's entry is another one.
+                continue;
+            }
+            self.queues[i as usize].heap_at = u64::MAX;
+            popped.push(i);
             let q = &self.queues[i as usize];
-            if !q.in_heap {
-                // An entry of a queue that another entry already took out.
-                continue;
-            }
             if !q.has_waiting() || !self.has_room(q) {
-                self.queues[i as usize].in_heap = false;
                 continue;
             }
-            let at = self.ready_at(q);
-            if at > due {
-                // Its instant moved since it was scheduled.
-                self.heap.push(Reverse((at, i)));
+            if self.ready_at(q) > now {
+                // Its instant moved later since it was scheduled: rescheduled below.
                 continue;
             }
-            self.queues[i as usize].in_heap = false;
             let q = &self.queues[i as usize];
             let policy = self.policy(q);
             let mut room = policy.per_queue - q.leased;
@@ -890,10 +901,14 @@ impl Core {
                 let left = policy.limit - q.completed - u64::from(q.leased);
                 room = room.min(u32::try_from(left).unwrap_or(u32::MAX));
             }
-            let k = per_queue.map_or(room, |k| k.min(room));
+            let k = per_queue.map_or(room, |k| k.clamp(1, room.max(1)).min(room));
             let k = k.min(u32::try_from(req.max_urls - picked.len()).unwrap_or(u32::MAX));
             let before = picked.len();
-            self.take(i, k as usize, now, &mut picked)?;
+            if let Err(e) = self.take(i, k as usize, now, &mut picked) {
+                // The state of the queues popped is unknown to the heap: stop here.
+                self.poisoned = true;
+                return Err(e);
+            }
             if picked.len() > before {
                 served.push(i);
             }
@@ -912,7 +927,7 @@ impl Core {
         if !entries.is_empty() {
             self.commit(&entries)?;
         }
-        for i in served {
+        for i in popped {
             self.schedule(i);
         }
         let mut out = Vec::with_capacity(picked.len());
@@ -1255,7 +1270,7 @@ impl Core {
         let waiting: u64 = self
             .queues
             .iter()
-            .map(|q| q.waiting + q.returned.len() as u64)
+            .map(|q| q.waiting + (q.returned.len() + q.refetch.len()) as u64)
             .sum();
         Ok(FrontierStats {
             queues: self.queues.len() as u64,
