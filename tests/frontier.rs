@@ -92,6 +92,7 @@ fn a_queue_is_served_as_soon_as_it_may_be_whatever_the_lease_calls_asked() {
         max_queues: 10,
         per_queue,
         ttl_ms: 36_000_000,
+        crawl: None,
     };
     let mut first = urls(&f.lease_with(&req(Some(0))).unwrap());
     first.sort();
@@ -111,6 +112,45 @@ fn a_queue_is_served_as_soon_as_it_may_be_whatever_the_lease_calls_asked() {
     );
     clock.advance(3_600_000);
     assert_eq!(urls(&f.lease_with(&req(None)).unwrap()), ["http://h/1"]);
+}
+
+#[test]
+fn a_lease_may_ask_for_one_crawl_and_the_others_stay_due() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(10_000));
+    let f = open(&disk, &clock);
+    let items = |urls: &[&'static str]| -> Vec<Discovered<'static>> {
+        urls.iter().map(|u| Discovered::url(u.as_bytes())).collect()
+    };
+    f.push("news", &items(&["http://a/1", "http://b/1"]))
+        .unwrap();
+    f.push("", &items(&["http://a/1", "http://c/1"])).unwrap();
+    f.flush().unwrap();
+    let req = |crawl: Option<&str>| crivello::LeaseRequest {
+        crawl: crawl.map(str::to_owned),
+        ..crivello::LeaseRequest::default()
+    };
+    assert!(f.lease_with(&req(Some("sports"))).unwrap().is_empty());
+    let mut news: Vec<_> = f
+        .lease_with(&req(Some("news")))
+        .unwrap()
+        .iter()
+        .map(|l| (l.crawl.clone(), String::from_utf8(l.url.clone()).unwrap()))
+        .collect();
+    news.sort();
+    assert_eq!(
+        news,
+        [
+            (b"news".to_vec(), "http://a/1".to_owned()),
+            (b"news".to_vec(), "http://b/1".to_owned())
+        ]
+    );
+    assert!(f.lease_with(&req(Some("news"))).unwrap().is_empty());
+    // The default crawl's queues, passed over, are still due.
+    let mut rest = urls(&f.lease_with(&req(Some(""))).unwrap());
+    rest.sort();
+    assert_eq!(rest, ["http://a/1", "http://c/1"]);
+    assert!(f.lease_with(&req(None)).unwrap().is_empty());
 }
 
 #[test]

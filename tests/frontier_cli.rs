@@ -126,7 +126,11 @@ fn crawls_are_namespaces() {
     expect(0, &["push", d, "--crawl", "one"], b"http://a.test/\n");
     expect(0, &["push", d, "--crawl", "two"], b"http://a.test/\n");
     let (out, _) = expect(0, &["lease", d, "-n", "10"], b"");
-    assert_eq!(out.lines().count(), 2, "the same URL in two crawls: {out}");
+    assert_eq!(out, "", "the default crawl has no URLs");
+    for crawl in ["one", "two"] {
+        let (out, _) = expect(0, &["lease", d, "-n", "10", "--crawl", crawl], b"");
+        assert_eq!(out, "http://a.test/\n", "the same URL in two crawls");
+    }
     let (out, _) = expect(0, &["queues", d, "--crawl", "one"], b"");
     assert_eq!(out.lines().count(), 1);
     let (out, _) = expect(0, &["queues", d, "--crawl", "three"], b"");

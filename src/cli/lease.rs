@@ -1,6 +1,6 @@
-//! `crivello lease DIR [-n N] [--per-queue K] [--ttl DURATION] [--wait]`: hand out URLs that
-//! are due, one per line. What was pushed is flushed into the queues first; the leases are
-//! durable before anything is printed.
+//! `crivello lease DIR [-n N] [--per-queue K] [--ttl DURATION] [--wait]`: hand out the URLs
+//! of the crawl (`--crawl`, default `DEFAULT`) that are due, one per line. What was pushed is
+//! flushed into the queues first; the leases are durable before anything is printed.
 
 use std::path::PathBuf;
 
@@ -29,7 +29,7 @@ pub struct LeaseArgs {
     /// When nothing is due, wait until something is (the directory is free meanwhile).
     #[arg(long)]
     pub wait: bool,
-    /// The crawl.
+    /// The crawl whose URLs are leased.
     #[command(flatten)]
     pub crawl: CrawlArg,
     /// The options of every subcommand.
@@ -45,6 +45,7 @@ pub fn run(args: LeaseArgs) -> Result<()> {
         max_queues: args.max,
         per_queue: args.per_queue,
         ttl_ms: args.ttl,
+        crawl: Some(args.crawl.name().to_owned()),
     };
     loop {
         let frontier = open_frontier(&args.dir, args.common.memory)?;

@@ -129,7 +129,7 @@ impl Default for Policy {
 }
 
 /// The bounds of a hand-out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRequest {
     /// URLs in all, at most.
     pub max_urls: usize,
@@ -140,6 +140,8 @@ pub struct LeaseRequest {
     pub per_queue: Option<u32>,
     /// The lease's length, in milliseconds.
     pub ttl_ms: u64,
+    /// Only this crawl's queues (`""` is `DEFAULT`); None: every crawl's.
+    pub crawl: Option<String>,
 }
 
 impl Default for LeaseRequest {
@@ -149,6 +151,7 @@ impl Default for LeaseRequest {
             max_queues: usize::MAX,
             per_queue: None,
             ttl_ms: DEFAULT_TTL_MS,
+            crawl: None,
         }
     }
 }

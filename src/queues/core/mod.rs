@@ -336,17 +336,27 @@ impl Core {
                 deadline,
                 record,
             } => self.apply_lease(*seq, *token, *deadline, record)?,
+            // The leases that expired by `at` are returned first: at runtime the call did so
+            // before it wrote the entry, and a replay must count the same leases in force (the
+            // delay after a burst depends on them).
             Entry::Done { seq, at, took } => {
+                self.expire(*at);
                 self.end_lease(*seq, *at, *took, End::Done)?;
                 self.done += 1;
             }
-            Entry::Retry { seq, at, took } => self.end_lease(*seq, *at, *took, End::Retry)?,
+            Entry::Retry { seq, at, took } => {
+                self.expire(*at);
+                self.end_lease(*seq, *at, *took, End::Retry)?;
+            }
             Entry::Refetch {
                 seq,
                 at,
                 took,
                 when,
-            } => self.end_lease(*seq, *at, *took, End::Refetch(*when))?,
+            } => {
+                self.expire(*at);
+                self.end_lease(*seq, *at, *took, End::Refetch(*when))?;
+            }
             Entry::Policy { crawl, key, policy } => {
                 match key {
                     None => self.default_policy = *policy,
@@ -872,6 +882,14 @@ impl Core {
         let mut picked: Vec<(u64, Box<[u8]>)> = Vec::new();
         let mut served: Vec<u32> = Vec::new();
         let mut popped: Vec<u32> = Vec::new();
+        let only = match &req.crawl {
+            None => None,
+            Some(name) => match self.crawls.get(super::crawl_name(name)) {
+                Some(&id) => Some(id),
+                // A crawl never pushed to has no queues.
+                None => return Ok(Vec::new()),
+            },
+        };
         while served.len() < max_queues && picked.len() < req.max_urls {
             let Some(&Reverse((due, i))) = self.heap.peek() else {
                 break;
@@ -887,7 +905,8 @@ impl Core {
             self.queues[i as usize].heap_at = u64::MAX;
             popped.push(i);
             let q = &self.queues[i as usize];
-            if !q.has_waiting() || !self.has_room(q) {
+            if !q.has_waiting() || !self.has_room(q) || only.is_some_and(|c| c != q.crawl) {
+                // Another crawl's queue is scheduled again below, as it was.
                 continue;
             }
             if self.ready_at(q) > now {
