@@ -7,6 +7,7 @@
 //! crivello-bench run  --input URLS.txt --expected DISTINCT.txt [--peers LIST] [--reps N]
 //! crivello-bench plot --input results.json --output performance-throughput.svg
 //! crivello-bench table --input results.json
+//! crivello-bench frontier [--urls N] [--hosts H] [--batch B] [--dir DIR]
 //! ```
 //!
 //! `run` runs each peer in a child process of its own (the hidden `peer` subcommand), so that
@@ -14,6 +15,7 @@
 
 #![warn(missing_docs)]
 
+mod frontier;
 mod peers;
 mod plot;
 mod record;
@@ -53,6 +55,8 @@ enum Cmd {
     },
     /// Runs the peers on the stream, each in a child process, and reports.
     Run(RunArgs),
+    /// Measures the frontier: durable push, flush into queues, lease + done, in one process.
+    Frontier(frontier::FrontierArgs),
     /// Draws pushes/s against pushes for every peer, from a results file, as SVG.
     Plot {
         /// The results file written by `run --json`.
@@ -180,6 +184,7 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Cmd::Gen { pushes, seed } => gen(pushes, seed),
         Cmd::Run(a) => run(&a),
+        Cmd::Frontier(a) => frontier::run(&a),
         Cmd::Plot { input, output } => plot::plot(&input, &output),
         Cmd::Table { input } => record::load(&input).map(|rs| print!("{}", table::markdown(&rs))),
         Cmd::Peer {

@@ -1,0 +1,121 @@
+//! `crivello-bench frontier`: the frontier's push, lease and done throughput on a real
+//! directory, every call durable (each push batch, lease batch and done batch is one fsync'd
+//! journal commit).
+//!
+//! URLs `http://h<host>.example/<i>` over `--hosts` hosts (the host of URL `i` is a seeded
+//! hash of `i`), pushed in batches, flushed into their queues, then leased in batches of up to
+//! `--batch` queues (one URL of each: the default policy's one fetcher per host, delay 0) and
+//! completed as done in one call per batch, until nothing is left.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crivello::{Completion, Discovered, Frontier, Options, Policy};
+
+use crate::peers::peak_rss_kib;
+use crate::record::Result;
+
+/// The arguments of `frontier`.
+#[derive(Debug, clap::Args)]
+pub struct FrontierArgs {
+    /// URLs to push (e.g. 1000000, 1e6 or 10^6).
+    #[arg(long, value_parser = crate::parse_count, default_value = "1e6")]
+    pub urls: u64,
+    /// Hosts they are spread over.
+    #[arg(long, value_parser = crate::parse_count, default_value = "1e5")]
+    pub hosts: u64,
+    /// Queues per lease call, and URLs per push and per done call.
+    #[arg(long, default_value_t = 1000)]
+    pub batch: usize,
+    /// The directory to create the frontier under (default: the system's temporary one).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// Runs the frontier benchmark and prints its figures.
+pub fn run(a: &FrontierArgs) -> Result<()> {
+    let parent = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let tmp = tempfile::tempdir_in(parent)?;
+    let f = Frontier::open(tmp.path().join("frontier"), Options::new())?;
+    f.set_policy(
+        "",
+        None,
+        Policy {
+            delay_ms: 0,
+            ..Policy::default()
+        },
+    )?;
+    let batch = a.batch.max(1);
+    let hosts = a.hosts.max(1);
+
+    let start = Instant::now();
+    let mut urls: Vec<String> = Vec::with_capacity(batch);
+    let mut i = 0;
+    while i < a.urls {
+        urls.clear();
+        while urls.len() < batch && i < a.urls {
+            let h = xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes()) % hosts;
+            urls.push(format!("http://h{h}.example/{i}"));
+            i += 1;
+        }
+        let items: Vec<Discovered<'_>> =
+            urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+        f.push("", &items)?;
+    }
+    let pushed = start.elapsed();
+    let start = Instant::now();
+    f.flush()?;
+    let flushed = start.elapsed();
+    let queues = f.stats()?.queues;
+
+    let start = Instant::now();
+    let (mut served, mut calls) = (0u64, 0u64);
+    loop {
+        let leased = f.lease(batch, None, 60_000)?;
+        if leased.is_empty() {
+            break;
+        }
+        let done: Vec<(&[u8], u64)> = leased.iter().map(|l| (&l.url[..], 0)).collect();
+        let ended = f.complete_urls("", &done, Completion::Done)?;
+        if ended.iter().any(|e| !e) {
+            return Err("a URL just leased was not leased at its done".into());
+        }
+        served += leased.len() as u64;
+        calls += 1;
+    }
+    let drained = start.elapsed();
+    let stats = f.stats()?;
+    f.close()?;
+    if served != a.urls || stats.done != a.urls {
+        return Err(format!(
+            "{} URLs pushed, {served} served, {} done",
+            a.urls, stats.done
+        )
+        .into());
+    }
+    let rate = |n: u64, d: std::time::Duration| n as f64 / d.as_secs_f64();
+    println!(
+        "frontier: {} URLs over {queues} queues, batches of {batch}",
+        a.urls
+    );
+    println!(
+        "  push (durable batches)   {:>8.3} s  {:>12.0} URLs/s",
+        pushed.as_secs_f64(),
+        rate(a.urls, pushed)
+    );
+    println!(
+        "  flush into queues        {:>8.3} s  {:>12.0} URLs/s",
+        flushed.as_secs_f64(),
+        rate(a.urls, flushed)
+    );
+    println!(
+        "  lease + done             {:>8.3} s  {:>12.0} URLs/s  ({calls} lease calls, {calls} done calls)",
+        drained.as_secs_f64(),
+        rate(served, drained)
+    );
+    println!(
+        "  peak RSS                 {:>8.1} MiB",
+        peak_rss_kib() as f64 / 1024.0
+    );
+    Ok(())
+}
