@@ -131,8 +131,23 @@ fn crawls_are_namespaces() {
         let (out, _) = expect(0, &["lease", d, "-n", "10", "--crawl", crawl], b"");
         assert_eq!(out, "http://a.test/\n", "the same URL in two crawls");
     }
+    // An invalid line stops a push to a crawl once the lines before it are durable.
+    let (_, err) = expect(
+        1,
+        &["push", d, "--crawl", "one"],
+        b"http://b.test/\n\nhttp://c.test/\n",
+    );
+    assert!(err.contains("<stdin>: line 2: empty line"), "{err}");
+    let (_, err) = expect(
+        0,
+        &["push", d, "--crawl", "one", "--skip-invalid"],
+        b"\nhttp://d.test/\n",
+    );
+    assert!(err.contains("skipped 1 invalid line"), "{err}");
+    let (out, _) = expect(0, &["lease", d, "-n", "10", "--crawl", "one"], b"");
+    assert_eq!(lines(&out), ["http://b.test/", "http://d.test/"]);
     let (out, _) = expect(0, &["queues", d, "--crawl", "one"], b"");
-    assert_eq!(out.lines().count(), 1);
+    assert_eq!(out.lines().count(), 3);
     let (out, _) = expect(0, &["queues", d, "--crawl", "three"], b"");
     assert_eq!(out, "");
 }

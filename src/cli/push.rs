@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use crivello::{InvalidUrl, Options, Sieve};
+use crivello::{Discovered, Frontier, InvalidUrl, Options, Sieve};
 
 use super::progress::Progress;
 use super::stream::{sources, Line, LineReader};
@@ -45,14 +45,100 @@ const FRONTIER_BATCH: usize = 4096;
 
 /// Runs `push`.
 pub fn run(args: PushArgs) -> Result<()> {
-    if !matches!(args.crawl.name(), "DEFAULT" | "") {
-        return run_crawl(args);
-    }
-    let opts = Options::new()
-        .memory(args.common.memory)
-        .max_url_len(args.max_url_len);
-    let mut sieve = open_sieve(&args.dir, opts)?;
     let mut progress = Progress::new("push", args.common.quiet);
+    let skipped = if matches!(args.crawl.name(), "DEFAULT" | "") {
+        let opts = Options::new()
+            .memory(args.common.memory)
+            .max_url_len(args.max_url_len);
+        let mut sink = SieveSink(open_sieve(&args.dir, opts)?);
+        let skipped = push_lines(&args, &mut progress, &mut sink)?;
+        progress.waiting("sync");
+        sink.0.close()?;
+        skipped
+    } else {
+        let mut sink = FrontierSink {
+            frontier: open_frontier(&args.dir, args.common.memory)?,
+            crawl: args.crawl.name(),
+            batch: Vec::with_capacity(FRONTIER_BATCH),
+        };
+        let skipped = push_lines(&args, &mut progress, &mut sink)?;
+        sink.settle()?;
+        sink.frontier.close()?;
+        skipped
+    };
+    progress.finish();
+    report_skipped(skipped, &args);
+    Ok(())
+}
+
+/// Where `push` puts the lines it reads.
+trait Sink {
+    /// Takes one line (its "\r" removed), `n` bytes read; says why it is invalid, if it is.
+    fn take(&mut self, url: &[u8], n: usize, progress: &mut Progress)
+        -> Result<Option<InvalidUrl>>;
+    /// Makes every line taken durable.
+    fn settle(&mut self) -> Result<()>;
+}
+
+/// A plain sieve: each line pushed as read; the sieve's group commit makes them durable.
+struct SieveSink(Sieve);
+
+impl Sink for SieveSink {
+    fn take(
+        &mut self,
+        url: &[u8],
+        n: usize,
+        progress: &mut Progress,
+    ) -> Result<Option<InvalidUrl>> {
+        progress.line(n, Some(&mut self.0));
+        match self.0.push(url) {
+            Ok(()) => Ok(None),
+            Err(crivello::Error::InvalidUrl(why)) => Ok(Some(why)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn settle(&mut self) -> Result<()> {
+        Ok(self.0.sync()?)
+    }
+}
+
+/// A crawl of a frontier: lines pushed in durable batches.
+struct FrontierSink<'a> {
+    frontier: Frontier,
+    crawl: &'a str,
+    batch: Vec<Vec<u8>>,
+}
+
+impl Sink for FrontierSink<'_> {
+    fn take(
+        &mut self,
+        url: &[u8],
+        n: usize,
+        progress: &mut Progress,
+    ) -> Result<Option<InvalidUrl>> {
+        progress.line(n, None);
+        if url.is_empty() {
+            return Ok(Some(InvalidUrl::Empty));
+        }
+        self.batch.push(url.to_vec());
+        if self.batch.len() >= FRONTIER_BATCH {
+            self.settle()?;
+        }
+        Ok(None)
+    }
+
+    fn settle(&mut self) -> Result<()> {
+        let items: Vec<Discovered<'_>> = self.batch.iter().map(|u| Discovered::url(u)).collect();
+        self.frontier.push(self.crawl, &items)?;
+        self.batch.clear();
+        Ok(())
+    }
+}
+
+/// Reads every line of the input into `sink`; returns the invalid lines skipped. An invalid
+/// line, unless skipped, stops it once every line before it is durable.
+fn push_lines(args: &PushArgs, progress: &mut Progress, sink: &mut dyn Sink) -> Result<u64> {
     let mut skipped = 0u64;
     // A URL and its "\r\n": a longer read without "\n" is a line too long.
     let limit = args.max_url_len + 2;
@@ -78,92 +164,21 @@ pub fn run(args: PushArgs) -> Result<()> {
                     if buf.last() == Some(&b'\r') {
                         buf.pop();
                     }
-                    progress.line(n, Some(&mut sieve));
-                    match sieve.push(&buf) {
-                        Ok(()) => None,
-                        Err(crivello::Error::InvalidUrl(why)) => Some(why),
-                        Err(e) => return Err(e.into()),
-                    }
+                    sink.take(&buf, n, progress)?
                 }
             };
             if let Some(why) = why {
                 if !args.skip_invalid {
-                    return Err(invalid_line(sieve, &input, &why));
-                }
-                skipped += 1;
-            }
-        }
-    }
-    progress.waiting("sync");
-    sieve.close()?;
-    progress.finish();
-    report_skipped(skipped, &args);
-    Ok(())
-}
-
-/// Pushes to a crawl of a frontier, in durable batches.
-fn run_crawl(args: PushArgs) -> Result<()> {
-    let frontier = open_frontier(&args.dir, args.common.memory)?;
-    let crawl = args.crawl.name();
-    let mut progress = Progress::new("push", args.common.quiet);
-    let mut skipped = 0u64;
-    let limit = args.max_url_len + 2;
-    let mut buf = Vec::with_capacity(64 << 10);
-    let mut batch: Vec<Vec<u8>> = Vec::with_capacity(FRONTIER_BATCH);
-    let push = |batch: &mut Vec<Vec<u8>>| -> Result<()> {
-        let items: Vec<crivello::Discovered<'_>> =
-            batch.iter().map(|u| crivello::Discovered::url(u)).collect();
-        frontier.push(crawl, &items)?;
-        batch.clear();
-        Ok(())
-    };
-    for source in sources(&args.files) {
-        let mut input = LineReader::open(source)?;
-        loop {
-            buf.clear();
-            let Some(line) = input.read_line(&mut buf, limit)? else {
-                break;
-            };
-            let why = match line {
-                Line::TooLong => {
-                    if args.skip_invalid {
-                        input.skip_rest()?;
+                    if let Err(e) = sink.settle() {
+                        return Err(e.context("sync the lines before the invalid line"));
                     }
-                    Some(InvalidUrl::TooLong {
-                        len: limit,
-                        max: args.max_url_len,
-                    })
-                }
-                Line::Complete(n) => {
-                    if buf.last() == Some(&b'\r') {
-                        buf.pop();
-                    }
-                    progress.line(n, None);
-                    if buf.is_empty() {
-                        Some(InvalidUrl::Empty)
-                    } else {
-                        batch.push(buf.clone());
-                        None
-                    }
-                }
-            };
-            if let Some(why) = why {
-                if !args.skip_invalid {
-                    push(&mut batch)?;
                     return Err(line_error(&input, &why));
                 }
                 skipped += 1;
             }
-            if batch.len() >= FRONTIER_BATCH {
-                push(&mut batch)?;
-            }
         }
     }
-    push(&mut batch)?;
-    frontier.close()?;
-    progress.finish();
-    report_skipped(skipped, &args);
-    Ok(())
+    Ok(skipped)
 }
 
 /// Reports the invalid lines skipped.
@@ -176,14 +191,6 @@ fn report_skipped(skipped: u64, args: &PushArgs) {
         );
         let _ = std::io::stderr().write_all(note.as_bytes());
     }
-}
-
-/// The error for an invalid input line, once every line before it is durable.
-fn invalid_line(sieve: Sieve, input: &LineReader, why: &InvalidUrl) -> anyhow::Error {
-    if let Err(e) = sieve.close() {
-        return anyhow::Error::new(e).context("sync the lines before the invalid line");
-    }
-    line_error(input, why)
 }
 
 /// The error for an invalid input line.

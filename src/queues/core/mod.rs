@@ -1057,28 +1057,10 @@ impl Core {
         }
     }
 
-    /// Ends the lease of `token` (or of `url` in `crawl`): done, or back in its queue. Returns
-    /// false when it is not leased (nothing changes).
+    /// Ends the lease of `token`: done, or back in its queue. Returns false when it is not
+    /// leased (nothing changes).
     pub(super) fn complete(&mut self, token: u64, took_ms: u64, end: End) -> Result<bool> {
-        self.writable()?;
-        let now = self.clock.now_ms();
-        self.expire(now);
-        let Some(&seq) = self.tokens.get(&token) else {
-            return Ok(false);
-        };
-        let (at, took) = (now, took_ms);
-        let e = match end {
-            End::Done => Entry::Done { seq, at, took },
-            End::Retry => Entry::Retry { seq, at, took },
-            End::Refetch(when) => Entry::Refetch {
-                seq,
-                at,
-                took,
-                when,
-            },
-        };
-        self.commit(&[e])?;
-        Ok(true)
+        Ok(self.complete_many(&[(token, took_ms, end)])?[0])
     }
 
     /// Ends several leases in one commit; returns, for each, whether it was leased.
