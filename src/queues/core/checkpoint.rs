@@ -161,11 +161,15 @@ impl Core {
             self.writer().sync()?;
             let writer = wal::create_of(J, &*st, next, None)?;
             // 2.
-            durable::replace(&*st, names::CHECKPOINT, &self.encode_checkpoint(next))?;
-            Ok(writer)
+            let bytes = self.encode_checkpoint(next);
+            durable::replace(&*st, names::CHECKPOINT, &bytes)?;
+            Ok((writer, bytes.len() as u64))
         })();
         let writer = match r {
-            Ok(w) => w,
+            Ok((w, len)) => {
+                self.checkpoint_bytes = len;
+                w
+            }
             Err(e) => {
                 self.poisoned = true;
                 return Err(e);
@@ -188,6 +192,7 @@ impl Core {
             return Ok(0);
         };
         let all = f.read_all()?;
+        self.checkpoint_bytes = all.len() as u64;
         let mut c = ByteReader::new(&all, names::CHECKPOINT, 0);
         c.magic(MAGIC_K)?;
         c.version()?;

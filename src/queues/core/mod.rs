@@ -34,6 +34,11 @@ pub(crate) const J: Kind = Kind {
 /// Bytes of F's records the mover gathers into one Q run at most.
 const MOVE_BYTES: usize = 32 << 20;
 
+/// A close writes a checkpoint when J's generation holds more than this many bytes (or than
+/// the checkpoint threshold, if smaller) and more than the last checkpoint: reopening then
+/// reads the state whole rather than replay it.
+const CLOSE_CHECKPOINT_MIN: u64 = 256 << 10;
+
 /// A queue: the URLs of one key of one crawl.
 struct Queue {
     id: u64,
@@ -137,6 +142,10 @@ pub(crate) struct Core {
     first_j_gen: u64,
     /// A checkpoint is written once J's generation passes this many bytes.
     journal_bytes: u64,
+    /// The size of the last checkpoint written or loaded: a close writes a new one when J's
+    /// generation has grown past it (and past [`CLOSE_CHECKPOINT_MIN`]), so that an open
+    /// replays no more than it would read of a checkpoint.
+    checkpoint_bytes: u64,
     /// Q runs are merged into one once they are this many.
     max_runs: usize,
     /// While J is replayed: the runs a later compaction removed (their files may be gone).
@@ -164,6 +173,7 @@ impl Core {
             j_gen: 0,
             first_j_gen: 0,
             journal_bytes,
+            checkpoint_bytes: 0,
             next_seq: 0,
             next_run: 1,
             crawls: HashMap::from([(b"DEFAULT".to_vec(), 0)]),
@@ -1287,6 +1297,10 @@ impl Core {
     /// Syncs and closes.
     pub(super) fn close(mut self) -> Result<()> {
         self.writable()?;
+        let grown = self.writer().end();
+        if grown > CLOSE_CHECKPOINT_MIN.min(self.journal_bytes) && grown > self.checkpoint_bytes {
+            self.checkpoint()?;
+        }
         self.writer().seal()?;
         self.sieve.close()
     }
