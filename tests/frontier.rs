@@ -154,6 +154,75 @@ fn a_lease_may_ask_for_one_crawl_and_the_others_stay_due() {
 }
 
 #[test]
+fn a_deleted_crawl_is_forgotten_and_starts_afresh_and_a_deleted_queue_takes_new_urls() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(10_000));
+    let mut f = open(&disk, &clock);
+    let items = |urls: &[&'static str]| -> Vec<Discovered<'static>> {
+        urls.iter().map(|u| Discovered::url(u.as_bytes())).collect()
+    };
+    let seeds = ["http://a/1", "http://a/2", "http://b/1"];
+    f.push("news", &items(&seeds)).unwrap();
+    f.push("", &items(&["http://a/1", "http://c/1"])).unwrap();
+    f.block("news", b"z", 99_999).unwrap();
+    let news = crivello::LeaseRequest {
+        crawl: Some("news".into()),
+        ..crivello::LeaseRequest::default()
+    };
+    let leased = f.lease_with(&news).unwrap();
+    assert_eq!(leased.len(), 2);
+    assert_eq!(f.crawls().unwrap(), ["DEFAULT", "news"]);
+    let c = f.counts("news", None).unwrap();
+    assert_eq!((c.queues, c.waiting, c.leased, c.done), (2, 1, 2, 0));
+    assert_eq!(f.counts("news", Some(b"a")).unwrap().waiting, 1);
+    // Three URLs held: one waiting, two leased; the block of "z" goes too.
+    assert_eq!(f.delete_crawl("news").unwrap(), 3);
+    assert!(
+        !f.done(leased[0].token, 5).unwrap(),
+        "a lease of a deleted crawl ended"
+    );
+    assert_eq!(f.crawls().unwrap(), ["DEFAULT"]);
+    assert_eq!(f.counts("news", None).unwrap(), crivello::Counts::default());
+    assert!(f.queues("news", 0, 10).unwrap().is_empty());
+    assert_eq!(
+        f.status("news", None, b"http://a/1").unwrap(),
+        crivello::queues::UrlStatus::Unknown
+    );
+    // The default crawl is untouched.
+    assert_eq!(f.counts("", None).unwrap().waiting, 2);
+    // Across a reopen (from the journal, then from a checkpoint), the crawl stays deleted,
+    // and the same URLs pushed again are a new crawl's: new, and served.
+    for _ in 0..2 {
+        f.close().unwrap();
+        f = open(&disk, &clock);
+        assert_eq!(f.crawls().unwrap(), ["DEFAULT"]);
+        assert!(f.lease_with(&news).unwrap().is_empty());
+    }
+    f.push("news", &items(&seeds)).unwrap();
+    let mut again = urls(&f.lease_with(&news).unwrap());
+    again.sort();
+    assert_eq!(again, ["http://a/1", "http://b/1"]);
+    // A deleted queue: its URLs stay known, and a new one of its key is served.
+    assert_eq!(f.delete_queue("", b"c").unwrap(), 1);
+    assert_eq!(f.delete_queue("", b"nothing").unwrap(), 0);
+    push(&f, &["http://c/1", "http://c/2"]);
+    // DEFAULT has a queue waiting: a lease does not flush by itself.
+    f.flush().unwrap();
+    let req = crivello::LeaseRequest {
+        crawl: Some(String::new()),
+        ..crivello::LeaseRequest::default()
+    };
+    let mut got = urls(&f.lease_with(&req).unwrap());
+    got.sort();
+    assert_eq!(got, ["http://a/1", "http://c/2"]);
+    assert_eq!(
+        f.status("", None, b"http://c/1").unwrap(),
+        crivello::queues::UrlStatus::Done
+    );
+    f.close().unwrap();
+}
+
+#[test]
 fn the_delay_runs_from_the_end_of_a_fetch_and_leases_expire_back_in_their_place() {
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(10_000));
@@ -262,8 +331,8 @@ fn a_store_is_a_plain_sieve_or_a_frontier_never_both() {
 }
 
 /// The frontier against a model: random pushes, leases, dones, retries, refetches, expiries,
-/// policies (delay, ratio, URLs at once, limit), blocks, pauses, reopens and power losses,
-/// with a simulated clock.
+/// policies (delay, ratio, URLs at once, limit), blocks, pauses, deleted queues and crawls,
+/// reopens and power losses, with a simulated clock.
 mod model {
     use super::*;
     use proptest::prelude::*;
@@ -280,6 +349,8 @@ mod model {
         Policy(u16, u16, u8, u8),
         Block(u8, u16),
         Pause(bool),
+        DeleteQueue(u8),
+        DeleteCrawl,
         Reopen,
         PowerLoss,
         Flush,
@@ -298,6 +369,8 @@ mod model {
                 .prop_map(|(d, r, k, l)| Op::Policy(d, r, k, l)),
             1 => (0u8..12, 0u16..3000).prop_map(|(h, d)| Op::Block(h, d)),
             1 => any::<bool>().prop_map(Op::Pause),
+            1 => (0u8..12).prop_map(Op::DeleteQueue),
+            1 => Just(Op::DeleteCrawl),
             1 => Just(Op::Reopen),
             1 => Just(Op::PowerLoss),
         ]
@@ -339,11 +412,35 @@ mod model {
         seen: HashSet<String>,
         hosts: BTreeMap<String, Host>,
         done: HashSet<String>,
+        /// URLs of deleted queues: never served again.
+        deleted: HashSet<String>,
         policy: Policy,
         paused: bool,
     }
 
     impl Model {
+        /// Deletes a host's queue: what it holds is gone, its URLs stay known; a URL found
+        /// later joins it.
+        fn delete(&mut self, name: &str) -> u64 {
+            let Some(h) = self.hosts.get_mut(name) else {
+                return 0;
+            };
+            let mut gone: Vec<usize> = (h.next..h.urls.len()).collect();
+            gone.extend(h.returned.iter().copied());
+            gone.extend(h.refetch.iter().map(|(_, i)| *i));
+            gone.extend(h.leased.keys().copied());
+            for &i in &gone {
+                self.deleted.insert(h.urls[i].clone());
+            }
+            let urls = std::mem::take(&mut h.urls);
+            *h = Host {
+                next: urls.len(),
+                urls,
+                ..Host::default()
+            };
+            gone.len() as u64
+        }
+
         fn expire(&mut self, now: u64) {
             for h in self.hosts.values_mut() {
                 let gone: Vec<usize> = h
@@ -491,6 +588,19 @@ mod model {
                         f.set_paused(on).unwrap();
                         m.paused = on;
                     }
+                    Op::DeleteQueue(h) => {
+                        m.expire(now);
+                        let name = format!("h{h}.test");
+                        let held = f.delete_queue("", name.as_bytes()).unwrap();
+                        prop_assert_eq!(held, m.delete(&name), "URLs deleted with {}", name);
+                    }
+                    Op::DeleteCrawl => {
+                        m.expire(now);
+                        let held = f.delete_crawl("").unwrap();
+                        let names: Vec<String> = m.hosts.keys().cloned().collect();
+                        let want: u64 = names.iter().map(|n| m.delete(n)).sum();
+                        prop_assert_eq!(held, want, "URLs deleted with the crawl");
+                    }
                     Op::Reopen => {
                         f.close().unwrap();
                         f = open(&disk, &clock);
@@ -505,7 +615,12 @@ mod model {
                 }
             }
             let st = f.stats().unwrap();
-            prop_assert_eq!(st.done as usize, m.done.len());
+            let completed: u64 = m.hosts.values().map(|h| h.completed).sum();
+            prop_assert_eq!(st.done, completed);
+            let counts = f.counts("", None).unwrap();
+            prop_assert_eq!(counts.done, completed);
+            prop_assert_eq!(counts.leased, st.leased);
+            prop_assert_eq!(counts.waiting, st.waiting);
             // At the end, every URL pushed and not done comes out once, the URLs to fetch
             // again included.
             clock.advance(10_000);
@@ -528,7 +643,12 @@ mod model {
             }
             let served: HashSet<String> = rest.iter().cloned().collect();
             prop_assert_eq!(served.len(), rest.len(), "a URL served twice in the drain");
-            let want: HashSet<String> = m.seen.difference(&m.done).cloned().collect();
+            let want: HashSet<String> = m
+                .seen
+                .iter()
+                .filter(|u| !m.done.contains(*u) && !m.deleted.contains(*u))
+                .cloned()
+                .collect();
             prop_assert_eq!(served, want);
         }
     }
@@ -552,6 +672,10 @@ struct Acked {
     done: HashSet<String>,
     /// URLs given back by a retry (acknowledged or not).
     retried: HashSet<String>,
+    /// URLs of a queue whose deletion was asked (acknowledged or not).
+    deleting: HashSet<String>,
+    /// URLs of a queue whose deletion was acknowledged: never served again.
+    deleted: HashSet<String>,
 }
 
 /// A workload of every frontier operation; stops at the first error, as a crashed process.
@@ -599,6 +723,17 @@ fn workload(disk: &SimDisk, clock: &Arc<ManualClock>, a: &mut Acked) -> Result<(
                     ..Policy::default()
                 },
             )?;
+        }
+        if round == 5 {
+            let of_h4: Vec<String> = a
+                .tried
+                .iter()
+                .filter(|u| u.starts_with("http://h4.test/"))
+                .cloned()
+                .collect();
+            a.deleting.extend(of_h4.iter().cloned());
+            f.delete_queue("", b"h4.test")?;
+            a.deleted.extend(of_h4);
         }
         push(&f, batch(12 + round * 6, 18 + round * 6), a)?;
         // Each flush moves F into a Q run: they are compacted every 3.
@@ -656,6 +791,10 @@ fn a_crash_at_any_operation_loses_no_acknowledged_push_lease_or_done() {
                     !a.done.contains(&u),
                     "op {k}, {image:?}: {u} served after done"
                 );
+                assert!(
+                    !a.deleted.contains(&u),
+                    "op {k}, {image:?}: {u} served after its queue was deleted"
+                );
             }
             // Then everything pushed and not done comes out once (the queues' delay passing).
             clock.advance(120_000);
@@ -682,7 +821,8 @@ fn a_crash_at_any_operation_loses_no_acknowledged_push_lease_or_done() {
                     set.contains(u)
                         || a.done.contains(u)
                         || a.leased.contains_key(u)
-                        || a.retried.contains(u),
+                        || a.retried.contains(u)
+                        || a.deleting.contains(u),
                     "op {k}, {image:?}: acknowledged {u} lost"
                 );
             }
@@ -694,6 +834,10 @@ fn a_crash_at_any_operation_loses_no_acknowledged_push_lease_or_done() {
                 assert!(
                     !a.done.contains(u),
                     "op {k}, {image:?}: {u} served after done"
+                );
+                assert!(
+                    !a.deleted.contains(u),
+                    "op {k}, {image:?}: {u} served after its queue was deleted"
                 );
             }
             f.close().unwrap();

@@ -20,6 +20,9 @@
 //!                                       in the runs left (replays skip the removed runs)
 //!   9 block     crawl u32 | until u64 | key                      no hand-out before `until`
 //!  10 refetch   seq u64 | at u64 | took u64 | when u64           done, served again at `when`
+//!  11 delete queue  crawl u32 | key       its records, leases, counts, policy and block go
+//!  12 delete crawl  id u32                each of its queues is deleted, and its name is free
+//!                                         (but DEFAULT's): a new push makes it a new crawl
 //! ```
 //!
 //! Times are milliseconds since the Unix epoch; `took` is the fetch's duration in
@@ -72,6 +75,10 @@ pub(crate) enum Entry<'a> {
     Pause(bool),
     /// The id of a crawl's name.
     Crawl { id: u32, name: &'a [u8] },
+    /// Queue `key` of `crawl` deleted.
+    DeleteQueue { crawl: u32, key: &'a [u8] },
+    /// Crawl `id` deleted.
+    DeleteCrawl { id: u32 },
     /// Q runs merged: `removed` replaced by `added`; `waiting`: each queue's records waiting
     /// in the runs then (the others have none).
     Compacted {
@@ -138,6 +145,15 @@ impl Entry<'_> {
                 out.push(7);
                 out.put_u32(*id);
                 out.extend_from_slice(name);
+            }
+            Entry::DeleteQueue { crawl, key } => {
+                out.push(11);
+                out.put_u32(*crawl);
+                out.extend_from_slice(key);
+            }
+            Entry::DeleteCrawl { id } => {
+                out.push(12);
+                out.put_u32(*id);
             }
             Entry::Block { crawl, key, until } => {
                 out.push(9);
@@ -260,6 +276,11 @@ impl Entry<'_> {
                 id: r.u32()?,
                 name: r.rest(),
             },
+            11 => Entry::DeleteQueue {
+                crawl: r.u32()?,
+                key: r.rest(),
+            },
+            12 => Entry::DeleteCrawl { id: r.u32()? },
             8 => {
                 let n = r.u32()?;
                 if n as usize > r.0.len() / 8 {
@@ -292,7 +313,7 @@ impl Entry<'_> {
                     waiting,
                 }
             }
-            kind => return Err(invalid("journal entry kind", "1 to 10", kind.into())),
+            kind => return Err(invalid("journal entry kind", "1 to 12", kind.into())),
         };
         if !r.0.is_empty() {
             return Err(invalid(
@@ -416,6 +437,11 @@ mod tests {
                 added: Some(3),
                 waiting: vec![(7, 2), (9, 1)],
             },
+            Entry::DeleteQueue {
+                crawl: 4,
+                key: b"a.com",
+            },
+            Entry::DeleteCrawl { id: 4 },
         ];
         for e in &entries {
             let mut b = Vec::new();
@@ -427,6 +453,7 @@ mod tests {
                     | Entry::Crawl { .. }
                     | Entry::Policy { key: Some(_), .. }
                     | Entry::Block { .. }
+                    | Entry::DeleteQueue { .. }
             );
             if fixed_len {
                 for len in 0..b.len() {

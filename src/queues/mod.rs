@@ -40,8 +40,8 @@
 //! What is built: push (with a key and metadata per URL, per crawl), lease with a deadline,
 //! done, retry, refetch at an instant, the delay and the ratio rule, the number of URLs of a
 //! queue leased at once, limits, blocks, pause, the queues' listing, the status of a URL, and
-//! recovery after a crash from a checkpoint and the journal after it. Not yet: deleting
-//! queues and crawls.
+//! recovery after a crash from a checkpoint and the journal after it, deleting queues and
+//! crawls, counts per crawl and per queue.
 
 mod clock;
 pub(crate) mod core;
@@ -228,6 +228,23 @@ pub struct FrontierStats {
     pub paused: bool,
 }
 
+/// Counts of one crawl, or of one of its queues ([`Frontier::counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Queues (those that hold or held URLs, or have a policy or block of their own).
+    pub queues: u64,
+    /// Queues with URLs waiting.
+    pub queues_waiting: u64,
+    /// Queues that may be served now.
+    pub queues_due: u64,
+    /// URLs waiting (those due again later included).
+    pub waiting: u64,
+    /// URLs leased.
+    pub leased: u64,
+    /// URLs done.
+    pub done: u64,
+}
+
 /// A durable frontier over a directory: a handle that many threads share (its methods take
 /// `&self`).
 pub struct Frontier {
@@ -390,6 +407,42 @@ impl Frontier {
     pub fn status(&self, crawl: &str, key: Option<&[u8]>, url: &[u8]) -> Result<UrlStatus> {
         let crawl = crawl_name(crawl);
         self.with(|c| c.status(crawl, key, url))
+    }
+
+    /// Deletes the queue `key` of `crawl`, with every URL pushed to it before this call:
+    /// its URLs waiting and leased (a later done of one changes nothing), its counts, its
+    /// policy and its block. Its URLs stay known to the crawl (pushed again, they change
+    /// nothing). Returns how many URLs it held. Durable when this returns.
+    pub fn delete_queue(&self, crawl: &str, key: &[u8]) -> Result<u64> {
+        let crawl = crawl_name(crawl);
+        self.with(|c| c.delete_queue(crawl, key))
+    }
+
+    /// Deletes `crawl` (`""` is `DEFAULT`): each of its queues as [`Frontier::delete_queue`]
+    /// does, with every URL pushed to it before this call. Its URLs are forgotten: a later
+    /// push to the same name starts a new crawl, in which they are new (but `DEFAULT`'s, whose
+    /// URLs are the store's own sieve's and stay known). Returns how many URLs its queues
+    /// held. Durable when this returns.
+    pub fn delete_crawl(&self, crawl: &str) -> Result<u64> {
+        let crawl = crawl_name(crawl);
+        self.with(|c| c.delete_crawl(crawl))
+    }
+
+    /// The names of the crawls, sorted: each one pushed to (or given a policy or a block) and
+    /// not deleted since, and `DEFAULT` when it has queues.
+    pub fn crawls(&self) -> Result<Vec<String>> {
+        self.with(|c| {
+            Ok(c.crawls()
+                .into_iter()
+                .map(|n| String::from_utf8_lossy(&n).into_owned())
+                .collect())
+        })
+    }
+
+    /// The counts of `crawl`, or (`key` given) of its queue `key`.
+    pub fn counts(&self, crawl: &str, key: Option<&[u8]>) -> Result<Counts> {
+        let crawl = crawl_name(crawl);
+        self.with(|c| Ok(c.counts(crawl, key)))
     }
 
     /// Pauses (true) or resumes (false) the hand-outs.

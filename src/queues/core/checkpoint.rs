@@ -3,6 +3,7 @@
 //! ```text
 //! checkpoint := magic "CRVK" u32 | version u32 | j_gen u64 | state | crc32 u32
 //! state := next_seq u64 | next_run u64 | next_token u64 | done u64 | paused u8
+//!        | next_crawl u32 (the id the next new crawl gets)
 //!        | F position (segment u64 | offset u64 | skip u32 | consumed u64)
 //!        | default policy (delay u64 | ratio u32 | per_queue u32 | limit u64)
 //!        | crawls u32 x (id u32 | len u32 | name)
@@ -92,6 +93,7 @@ impl Core {
             b.put_u64(v);
         }
         b.push(u8::from(self.paused));
+        b.put_u32(self.next_crawl);
         let f = self.sieve.read_position();
         b.put_u64(f.segment);
         b.put_u64(f.offset);
@@ -218,6 +220,7 @@ impl Core {
         self.next_token = c.u64()?;
         self.done = c.u64()?;
         self.paused = c.take(1)?[0] == 1;
+        self.next_crawl = c.u32()?;
         let pos = Position {
             segment: c.u64()?,
             offset: c.u64()?,
@@ -230,6 +233,7 @@ impl Core {
             let id = c.u32()?;
             let name = bytes(&mut c)?.to_vec();
             self.crawls.insert(name.clone(), id);
+            self.next_crawl = self.next_crawl.max(id.saturating_add(1));
             self.crawl_names.insert(id, name);
         }
         for _ in 0..count(&mut c, 32, "policies")? {
@@ -338,8 +342,9 @@ pub(crate) fn runs_of(bytes: &[u8]) -> Result<(u64, Vec<u64>)> {
     tail.take(body)?;
     tail.check_crc()?;
     let j_gen = c.u64()?;
-    // next_seq, next_run, next_token, done, paused, F's position, the default policy.
-    c.take(4 * 8 + 1 + 28 + 24)?;
+    // next_seq, next_run, next_token, done, paused, next_crawl, F's position, the default
+    // policy.
+    c.take(4 * 8 + 1 + 4 + 28 + 24)?;
     for _ in 0..count(&mut c, 8, "crawls")? {
         c.u32()?;
         bytes_of(&mut c)?;

@@ -115,6 +115,9 @@ pub(crate) struct Core {
     next_run: u64,
     crawls: HashMap<Vec<u8>, u32>,
     crawl_names: HashMap<u32, Vec<u8>>,
+    /// The id the next new crawl gets: above every id a crawl or a queue ever had, so that a
+    /// deleted crawl's id is never reused.
+    next_crawl: u32,
     default_policy: Policy,
     policies: HashMap<u64, Policy>,
     /// Blocked queues: not served before the instant.
@@ -132,6 +135,8 @@ pub(crate) struct Core {
     by_url: HashMap<(u32, u64), u64>,
     expiries: BinaryHeap<Reverse<(u64, u64)>>,
     heap: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Queues with a live entry in the heap, by crawl.
+    scheduled: HashMap<u32, u64>,
     done: u64,
     poisoned: bool,
     /// The journal's writer, at the end of its newest generation.
@@ -178,6 +183,7 @@ impl Core {
             next_run: 1,
             crawls: HashMap::from([(b"DEFAULT".to_vec(), 0)]),
             crawl_names: HashMap::from([(0, b"DEFAULT".to_vec())]),
+            next_crawl: 1,
             default_policy: Policy::default(),
             policies: HashMap::new(),
             blocks: HashMap::new(),
@@ -191,6 +197,7 @@ impl Core {
             by_url: HashMap::new(),
             expiries: BinaryHeap::new(),
             heap: BinaryHeap::new(),
+            scheduled: HashMap::new(),
             done: 0,
             poisoned: false,
             replay_gone: None,
@@ -393,6 +400,32 @@ impl Core {
             Entry::Crawl { id, name } => {
                 self.crawls.insert(name.to_vec(), *id);
                 self.crawl_names.insert(*id, name.to_vec());
+                self.next_crawl = self.next_crawl.max(id.saturating_add(1));
+            }
+            Entry::DeleteQueue { crawl, key } => {
+                let id = queue_id(*crawl, key);
+                if let Some(&i) = self.index.get(&id) {
+                    self.drop_queue(i);
+                }
+                self.policies.remove(&id);
+                self.blocks.remove(&id);
+            }
+            Entry::DeleteCrawl { id } => {
+                let of_crawl: Vec<u32> = (0..self.queues.len() as u32)
+                    .filter(|&i| self.queues[i as usize].crawl == *id)
+                    .collect();
+                for i in of_crawl {
+                    let qid = self.queues[i as usize].id;
+                    self.drop_queue(i);
+                    self.policies.remove(&qid);
+                    self.blocks.remove(&qid);
+                }
+                // DEFAULT keeps its id: the store's own sieve is its sieve.
+                if *id != 0 {
+                    if let Some(name) = self.crawl_names.remove(id) {
+                        self.crawls.remove(&name);
+                    }
+                }
             }
             Entry::Compacted {
                 removed,
@@ -484,6 +517,7 @@ impl Core {
             return i;
         }
         let i = self.queues.len() as u32;
+        self.next_crawl = self.next_crawl.max(crawl.saturating_add(1));
         self.queues.push(Queue {
             id,
             crawl,
@@ -534,8 +568,22 @@ impl Core {
         }
         let at = self.ready_at(q);
         if at < q.heap_at {
+            if q.heap_at == u64::MAX {
+                *self.scheduled.entry(q.crawl).or_default() += 1;
+            }
             self.queues[i as usize].heap_at = at;
             self.heap.push(Reverse((at, i)));
+        }
+    }
+
+    /// Takes queue `i`'s entry out of the heap (any entry left there is stale).
+    fn unschedule(&mut self, i: u32) {
+        let q = &mut self.queues[i as usize];
+        if q.heap_at != u64::MAX {
+            q.heap_at = u64::MAX;
+            if let Some(n) = self.scheduled.get_mut(&q.crawl) {
+                *n -= 1;
+            }
         }
     }
 
@@ -681,6 +729,41 @@ impl Core {
             q.returned.insert(k, (seq, lease.record));
             self.schedule(lease.queue);
         }
+    }
+
+    /// Empties queue `i`: its records waiting are skipped for good (those in the Q runs go at
+    /// the next compaction), its leases end (a later done of one changes nothing), and its
+    /// counts start again. Returns how many URLs it held (leased ones included).
+    fn drop_queue(&mut self, i: u32) -> u64 {
+        let seqs: Vec<u64> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.queue == i)
+            .map(|(seq, _)| *seq)
+            .collect();
+        for seq in &seqs {
+            let lease = self.leases.remove(seq).expect("listed");
+            if let Ok((_, crawl, sig)) = self.locate(&lease.record) {
+                self.by_url.remove(&(crawl, sig));
+            }
+            self.tokens.remove(&lease.token);
+        }
+        let next_seq = self.next_seq;
+        let q = &mut self.queues[i as usize];
+        let held = q.waiting + (q.returned.len() + q.refetch.len() + seqs.len()) as u64;
+        self.done -= q.completed;
+        q.next_seq = next_seq;
+        q.waiting = 0;
+        q.returned = Vec::new();
+        q.refetch = Vec::new();
+        q.leased = 0;
+        q.burst = 0;
+        q.completed = 0;
+        q.due = 0;
+        q.runs = 0;
+        q.at = None;
+        self.unschedule(i);
+        held
     }
 
     /// Moves F's next records into a new Q run, durably, then into their queues.
@@ -855,7 +938,7 @@ impl Core {
         if let Some(&id) = self.crawls.get(name) {
             return Ok(id);
         }
-        let id = self.crawl_names.keys().max().map_or(1, |m| m + 1);
+        let id = self.next_crawl;
         self.commit(&[Entry::Crawl { id, name }])?;
         Ok(id)
     }
@@ -883,15 +966,6 @@ impl Core {
         if self.sieve.unread_records() > 0 {
             self.move_f()?;
         }
-        if self.heap.is_empty() {
-            // Nothing waits: what was pushed is flushed, as BUbiNG does when its front is
-            // empty.
-            self.flush()?;
-        }
-        let deadline = now.saturating_add(ttl);
-        let mut picked: Vec<(u64, Box<[u8]>)> = Vec::new();
-        let mut served: Vec<u32> = Vec::new();
-        let mut popped: Vec<u32> = Vec::new();
         let only = match &req.crawl {
             None => None,
             Some(name) => match self.crawls.get(super::crawl_name(name)) {
@@ -900,6 +974,19 @@ impl Core {
                 None => return Ok(Vec::new()),
             },
         };
+        let front = match only {
+            None => self.scheduled.values().sum(),
+            Some(id) => self.scheduled.get(&id).copied().unwrap_or(0),
+        };
+        if front == 0 {
+            // Nothing of the crawls asked waits: what was pushed is flushed, as BUbiNG does
+            // when its front is empty.
+            self.flush()?;
+        }
+        let deadline = now.saturating_add(ttl);
+        let mut picked: Vec<(u64, Box<[u8]>)> = Vec::new();
+        let mut served: Vec<u32> = Vec::new();
+        let mut popped: Vec<u32> = Vec::new();
         while served.len() < max_queues && picked.len() < req.max_urls {
             let Some(&Reverse((due, i))) = self.heap.peek() else {
                 break;
@@ -912,7 +999,7 @@ impl Core {
                 // A stale entry: the queue's entry is another one.
                 continue;
             }
-            self.queues[i as usize].heap_at = u64::MAX;
+            self.unschedule(i);
             popped.push(i);
             let q = &self.queues[i as usize];
             if !q.has_waiting() || !self.has_room(q) || only.is_some_and(|c| c != q.crawl) {
@@ -1172,6 +1259,99 @@ impl Core {
         }])
     }
 
+    /// The URLs queue `i` holds: waiting, to fetch again, and leased.
+    fn held(&self, i: u32) -> u64 {
+        let q = &self.queues[i as usize];
+        q.waiting + (q.returned.len() + q.refetch.len()) as u64 + u64::from(q.leased)
+    }
+
+    /// Whether queue `q` is listed: it holds or held URLs, or has a policy or block of its
+    /// own (a deleted queue has neither).
+    fn listed(&self, q: &Queue) -> bool {
+        q.has_waiting()
+            || q.leased > 0
+            || q.completed > 0
+            || self.policies.contains_key(&q.id)
+            || self.blocks.contains_key(&q.id)
+    }
+
+    /// Deletes queue `key` of `crawl` (everything pushed before is deleted too); returns the
+    /// URLs it held.
+    pub(super) fn delete_queue(&mut self, crawl: &[u8], key: &[u8]) -> Result<u64> {
+        self.flush()?;
+        let now = self.clock.now_ms();
+        self.expire(now);
+        let Some(&id) = self.crawls.get(crawl) else {
+            return Ok(0);
+        };
+        let qid = queue_id(id, key);
+        let held = self.index.get(&qid).map_or(0, |&i| self.held(i));
+        let known = held > 0 || self.policies.contains_key(&qid) || self.blocks.contains_key(&qid);
+        if known || self.index.contains_key(&qid) {
+            self.commit(&[Entry::DeleteQueue { crawl: id, key }])?;
+        }
+        Ok(held)
+    }
+
+    /// Deletes crawl `crawl` (everything pushed before is deleted too); returns the URLs its
+    /// queues held.
+    pub(super) fn delete_crawl(&mut self, crawl: &[u8]) -> Result<u64> {
+        self.flush()?;
+        let now = self.clock.now_ms();
+        self.expire(now);
+        let Some(&id) = self.crawls.get(crawl) else {
+            return Ok(0);
+        };
+        let held = (0..self.queues.len() as u32)
+            .filter(|&i| self.queues[i as usize].crawl == id)
+            .map(|i| self.held(i))
+            .sum();
+        self.commit(&[Entry::DeleteCrawl { id }])?;
+        Ok(held)
+    }
+
+    /// The names of the crawls, sorted: each one pushed to (or given a policy or a block) and
+    /// not deleted since, and DEFAULT when it has queues.
+    pub(super) fn crawls(&self) -> Vec<Vec<u8>> {
+        let default_used = self.queues.iter().any(|q| q.crawl == 0 && self.listed(q));
+        let mut names: Vec<Vec<u8>> = self
+            .crawls
+            .iter()
+            .filter(|(_, &id)| id != 0 || default_used)
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// The counts of crawl `crawl`, or of its queue `key`.
+    pub(super) fn counts(&mut self, crawl: &[u8], key: Option<&[u8]>) -> super::Counts {
+        let now = self.clock.now_ms();
+        self.expire(now);
+        let mut c = super::Counts::default();
+        let Some(&id) = self.crawls.get(crawl) else {
+            return c;
+        };
+        let one = key.map(|k| queue_id(id, k));
+        for q in &self.queues {
+            if q.crawl != id || one.is_some_and(|o| o != q.id) || !self.listed(q) {
+                continue;
+            }
+            c.queues += 1;
+            let waiting = q.waiting + (q.returned.len() + q.refetch.len()) as u64;
+            c.waiting += waiting;
+            c.leased += u64::from(q.leased);
+            c.done += q.completed;
+            if waiting > 0 {
+                c.queues_waiting += 1;
+            }
+            if q.has_waiting() && self.has_room(q) && self.ready_at(q) <= now {
+                c.queues_due += 1;
+            }
+        }
+        c
+    }
+
     /// The queues of `crawl`, by key, from the `start`-th: at most `max`.
     pub(super) fn queues(
         &mut self,
@@ -1184,7 +1364,11 @@ impl Core {
         let Some(&id) = self.crawls.get(crawl) else {
             return Ok(Vec::new());
         };
-        let mut qs: Vec<&Queue> = self.queues.iter().filter(|q| q.crawl == id).collect();
+        let mut qs: Vec<&Queue> = self
+            .queues
+            .iter()
+            .filter(|q| q.crawl == id && self.listed(q))
+            .collect();
         qs.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         Ok(qs
             .into_iter()
@@ -1284,7 +1468,7 @@ impl Core {
             .map(|q| q.waiting + (q.returned.len() + q.refetch.len()) as u64)
             .sum();
         Ok(FrontierStats {
-            queues: self.queues.len() as u64,
+            queues: self.queues.iter().filter(|q| self.listed(q)).count() as u64,
             queues_waiting: self.queues.iter().filter(|q| q.has_waiting()).count() as u64,
             waiting,
             leased: self.leases.len() as u64,
