@@ -23,12 +23,15 @@ pub enum Bug {
     LeaseBeforeSync,
     /// `forget-leases`: a reopened frontier takes every lease for expired.
     ForgetLeases,
+    /// `cursor-before-queues`: the mover commits the sieve's cursor (F's read position, and
+    /// the removal of the segments read) before the Q run and its journal entry are durable.
+    CursorBeforeQueues,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 7] = [
+    pub const ALL: [(Bug, &'static str); 8] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -36,6 +39,7 @@ impl Bug {
         (Bug::ZeroRecord, "zero-record"),
         (Bug::LeaseBeforeSync, "lease-before-sync"),
         (Bug::ForgetLeases, "forget-leases"),
+        (Bug::CursorBeforeQueues, "cursor-before-queues"),
     ];
 }
 

@@ -812,6 +812,9 @@ impl Core {
         if batch.is_empty() {
             return Ok(());
         }
+        if crate::planted::active(crate::planted::Bug::CursorBeforeQueues) {
+            self.sieve.commit_read()?;
+        }
         batch.sort_unstable_by_key(|(q, _, s, _)| (*q, *s));
         let moved = self.write_run(batch, seq);
         if moved.is_err() {
