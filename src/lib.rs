@@ -129,6 +129,10 @@ pub mod internals {
         corruption_opts, corruption_outcome, corruption_store, corruption_urls, decode, kind_of,
         reseal, FileKind,
     };
+    pub use crate::testing::frontier::{
+        decode_frontier, frontier_corruption_opts, frontier_ops, frontier_outcome, frontier_store,
+        judge_frontier_edit, reseal_frontier, FrontierFile, FrontierState, Verdict,
+    };
     pub use crate::testing::fuzz::{canary, crash_schedule, ops, random_input, target};
     pub use crate::testing::{apply, emit_model, run, verify, Observed, Step, Survivor};
 }

@@ -9,14 +9,18 @@ use std::path::Path;
 use crivello::internals::{random_input, target};
 use crivello::storage::sim::Rng;
 
-const TARGETS: [&str; 9] = [
+const TARGETS: [&str; 13] = [
     "decode_a",
     "decode_z",
     "decode_r",
     "decode_f",
     "decode_cursor",
     "decode_manifest",
+    "decode_j",
+    "decode_checkpoint",
+    "decode_q",
     "ops",
+    "frontier_ops",
     "crash_schedule",
     "canary",
 ];

@@ -21,22 +21,22 @@
 
 use std::sync::Arc;
 
-use crate::error::{Corruption, Result};
+use crate::error::{Corruption, Error, Result};
 use crate::format::{crc, seal, ByteReader, PutLe, MAGIC_Q, MAGIC_QEND, VERSION};
 use crate::frames::{Frame, FrameError, FrameReader, FrameWriter};
 use crate::names;
 use crate::storage::{File, Storage, StorageExt};
 
 /// Bytes of the header.
-const HEADER_LEN: u64 = 20;
+pub(crate) const HEADER_LEN: u64 = 20;
 /// Bytes of the tail.
-const TAIL_LEN: u64 = 16;
+pub(crate) const TAIL_LEN: u64 = 16;
 /// Entries per directory block.
 const DIR_BLOCK: usize = 128;
 /// Bytes of a directory entry.
-const DIR_ENTRY: usize = 32;
+pub(crate) const DIR_ENTRY: usize = 32;
 /// Bytes of an index entry.
-const INDEX_ENTRY: u64 = 20;
+pub(crate) const INDEX_ENTRY: u64 = 20;
 /// A frame is written once its records reach this size.
 const FRAME_TARGET: usize = 16 << 10;
 
@@ -289,6 +289,21 @@ impl Run {
             index.push(e);
         }
         c.check_crc()?;
+        // Each directory block ends before the next one (the last one before the index).
+        for (k, e) in index.iter().enumerate() {
+            let next = index.get(k + 1).map_or(index_offset, |n| n.offset);
+            let end = e.offset + 8 + u64::from(e.count) * DIR_ENTRY as u64;
+            if end > next {
+                return Err(file.corrupt(
+                    e.offset,
+                    Corruption::OutOfRange {
+                        field: "end of a directory block",
+                        found: end,
+                        limit: next + 1,
+                    },
+                ));
+            }
+        }
         Ok(Run {
             file,
             id,
@@ -382,6 +397,16 @@ impl Run {
 
     /// Reads the frame at `offset` (a frame of a group).
     pub(crate) fn frame(&self, offset: u64) -> Result<Frame> {
+        if offset < HEADER_LEN || offset >= self.frames_end {
+            return Err(self.file.corrupt(
+                offset,
+                Corruption::OutOfRange {
+                    field: "offset of a group's frame",
+                    found: offset,
+                    limit: self.frames_end,
+                },
+            ));
+        }
         let reader = FrameReader::new(&self.file, self.frames_end, u64::MAX, self.id);
         match reader.frame_at(offset) {
             Ok(f) if f.end.is_none() && f.count > 0 => Ok(f),
@@ -393,6 +418,18 @@ impl Run {
                     found: offset,
                 },
             )),
+            Err(FrameError::Io(Error::Io { source, .. }))
+                if source.kind() == std::io::ErrorKind::UnexpectedEof =>
+            {
+                Err(self.file.corrupt(
+                    offset,
+                    Corruption::Invalid {
+                        field: "frame of a group",
+                        expected: "a frame within the run's frames",
+                        found: offset,
+                    },
+                ))
+            }
             Err(FrameError::Io(e)) => Err(e),
             Err(FrameError::Invalid(what)) => Err(self.file.corrupt(offset, what)),
         }
@@ -417,6 +454,42 @@ pub(crate) fn split<'a>(file: &File, offset: u64, bytes: &'a [u8]) -> Result<(u6
     }
     let (seq, record) = bytes.split_at(8);
     Ok((u64::from_le_bytes(seq.try_into().expect("8 bytes")), record))
+}
+
+/// Checks that `record`, of the group of queue `queue` (crawl `crawl`) in the frame at
+/// `offset`, decodes and is of that queue: a record under another queue's directory entry
+/// is damage.
+pub(crate) fn check_record(
+    file: &File,
+    offset: u64,
+    record: &[u8],
+    queue: u64,
+    crawl: u32,
+) -> Result<()> {
+    let r = crate::record::decode(record).map_err(|what| file.corrupt(offset, what))?;
+    let key = r.key.unwrap_or_else(|| super::key::default_key(r.url));
+    let found = super::key::queue_id(r.crawl, key);
+    if r.crawl != crawl {
+        return Err(file.corrupt(
+            offset,
+            Corruption::Mismatch {
+                field: "crawl of a record",
+                expected: crawl.into(),
+                found: r.crawl.into(),
+            },
+        ));
+    }
+    if found != queue {
+        return Err(file.corrupt(
+            offset,
+            Corruption::Mismatch {
+                field: "queue of a record",
+                expected: queue,
+                found,
+            },
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -52,9 +52,22 @@ impl Sieve {
     }
 
     /// Moves the read position to `to`, a position of F at or after the cursor (the
-    /// frontier's mover keeps its position in its journal, ahead of the cursor file).
-    pub(crate) fn seek_read(&mut self, to: frontier::Position) {
+    /// frontier's mover keeps its position in its journal, ahead of the cursor file). A
+    /// position past F's committed end is refused: `file`, which holds it, is damaged.
+    pub(crate) fn seek_read(&mut self, to: frontier::Position, file: &str) -> Result<()> {
+        if let Err(crate::Error::Corrupt { what, .. }) =
+            to.check_within(&self.manifest.frontier_end())
+        {
+            return Err(crate::Error::corrupt(file, 0, what));
+        }
         self.reader.seek(to);
+        Ok(())
+    }
+
+    /// Whether the read position is before the cursor (which never passes the frontier
+    /// mover's position: a store whose journal says otherwise is damaged).
+    pub(crate) fn read_before_cursor(&self) -> bool {
+        self.reader.position().consumed < self.cursor.consumed
     }
 
     /// Records in F after the read position.

@@ -10,6 +10,7 @@
 
 pub(crate) mod durable;
 mod file;
+pub(crate) mod overlay;
 mod real;
 pub mod sim;
 

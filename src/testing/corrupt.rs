@@ -120,20 +120,20 @@ impl FileKind {
     ];
 }
 
-fn get_u32(b: &[u8], at: usize) -> Option<u32> {
+pub(crate) fn get_u32(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(
         b.get(at..at.checked_add(4)?)?.try_into().ok()?,
     ))
 }
 
-fn get_u64(b: &[u8], at: usize) -> Option<u64> {
+pub(crate) fn get_u64(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(
         b.get(at..at.checked_add(8)?)?.try_into().ok()?,
     ))
 }
 
 /// Writes the crc32 of `b[from..to]` at `to`, if it fits.
-fn seal_at(b: &mut [u8], from: usize, to: usize) {
+pub(crate) fn seal_at(b: &mut [u8], from: usize, to: usize) {
     if to + 4 <= b.len() && from <= to {
         let c = crate::format::crc(&b[from..to]);
         b[to..to + 4].copy_from_slice(&c.to_le_bytes());
@@ -142,12 +142,18 @@ fn seal_at(b: &mut [u8], from: usize, to: usize) {
 
 /// Rewrites the crcs of the frames of an A file or F segment (after a `header`-byte header
 /// whose crc is its last 4 bytes), as far as the frames' lengths can be followed.
-fn seal_frames(b: &mut [u8], header: usize) {
+pub(crate) fn seal_frames(b: &mut [u8], header: usize) {
+    let len = b.len();
+    seal_frames_until(b, header, len);
+}
+
+/// [`seal_frames`] of the frames that end by `limit`.
+pub(crate) fn seal_frames_until(b: &mut [u8], header: usize, limit: usize) {
     seal_at(b, 0, header - 4);
     let mut at = header;
     while let Some(len) = get_u32(b, at + frames::PAYLOAD_LEN_AT) {
-        let end = at + frames::FRAME_HEADER + len as usize;
-        if end > b.len() {
+        let end = (at + frames::FRAME_HEADER).saturating_add(len as usize);
+        if end > b.len().min(limit) {
             break;
         }
         frames::reseal_frame(&mut b[at..end]);

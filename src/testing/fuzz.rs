@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::corrupt::{decode, FileKind};
+use super::frontier::{decode_frontier, frontier_ops, FrontierFile};
 use super::{apply, run, verify, Bytes, Observed, Step};
 use crate::storage::sim::{CrashImage, Rng};
 use crate::storage::SimDisk;
@@ -159,7 +160,11 @@ pub fn target(name: &str) -> Option<fn(&[u8])> {
         "decode_f" => |d| decode(FileKind::F, d),
         "decode_cursor" => |d| decode(FileKind::Cursor, d),
         "decode_manifest" => |d| decode(FileKind::Manifest, d),
+        "decode_j" => |d| decode_frontier(FrontierFile::J, d),
+        "decode_checkpoint" => |d| decode_frontier(FrontierFile::Checkpoint, d),
+        "decode_q" => |d| decode_frontier(FrontierFile::Q, d),
         "ops" => ops,
+        "frontier_ops" => frontier_ops,
         "crash_schedule" => crash_schedule,
         "canary" => canary,
         _ => return None,

@@ -7,6 +7,7 @@
 //! failure). Not part of the stable API.
 
 pub mod corrupt;
+pub mod frontier;
 pub mod fuzz;
 
 use std::collections::HashSet;

@@ -33,6 +33,7 @@ use crate::error::{Corruption, Error, Result};
 use crate::format::{seal, ByteReader, PutLe, MAGIC_K, VERSION};
 use crate::frontier::Position;
 use crate::names;
+use crate::queues::key::{default_key, queue_id};
 use crate::queues::qrun::Run;
 use crate::queues::Policy;
 use crate::sieve::wal;
@@ -195,117 +196,62 @@ impl Core {
         };
         let all = f.read_all()?;
         self.checkpoint_bytes = all.len() as u64;
-        let mut c = ByteReader::new(&all, names::CHECKPOINT, 0);
-        c.magic(MAGIC_K)?;
-        c.version()?;
-        // The checksum first: nothing of a damaged checkpoint is used.
-        if all.len() < 12 {
-            return Err(f.corrupt(
-                0,
-                Corruption::Truncated {
-                    needed: 12,
-                    available: all.len() as u64,
-                },
-            ));
-        }
-        let body = &all[..all.len() - 4];
-        let mut tail = ByteReader::new(&all, names::CHECKPOINT, 0);
-        tail.take(body.len())?;
-        tail.check_crc()?;
-        let mut c = ByteReader::new(body, names::CHECKPOINT, 0);
-        c.take(8)?;
-        let j_gen = c.u64()?;
-        self.next_seq = c.u64()?;
-        self.next_run = c.u64()?;
-        self.next_token = c.u64()?;
-        self.done = c.u64()?;
-        self.paused = c.take(1)?[0] == 1;
-        self.next_crawl = c.u32()?;
-        let pos = Position {
-            segment: c.u64()?,
-            offset: c.u64()?,
-            skip: c.u32()?,
-            consumed: c.u64()?,
-        };
-        self.sieve.seek_read(pos);
-        self.default_policy = policy(&mut c)?;
-        for _ in 0..count(&mut c, 8, "crawls")? {
-            let id = c.u32()?;
-            let name = bytes(&mut c)?.to_vec();
-            self.crawls.insert(name.clone(), id);
+        // Decoded whole first: nothing of a damaged checkpoint is used.
+        let k = Image::decode(&all)?;
+        self.next_seq = k.next_seq;
+        self.next_run = k.next_run;
+        self.next_token = k.next_token;
+        self.done = k.done;
+        self.paused = k.paused;
+        self.next_crawl = k.next_crawl;
+        self.sieve.seek_read(k.position, names::CHECKPOINT)?;
+        self.default_policy = k.default_policy;
+        for (id, name) in k.crawls {
+            self.crawls.insert(name.to_vec(), id);
             self.next_crawl = self.next_crawl.max(id.saturating_add(1));
-            self.crawl_names.insert(id, name);
+            self.crawl_names.insert(id, name.to_vec());
         }
-        for _ in 0..count(&mut c, 32, "policies")? {
-            let q = c.u64()?;
-            self.policies.insert(q, policy(&mut c)?);
-        }
-        for _ in 0..count(&mut c, 16, "blocks")? {
-            let q = c.u64()?;
-            self.blocks.insert(q, c.u64()?);
-        }
-        for _ in 0..count(&mut c, 8, "runs")? {
-            let id = c.u64()?;
+        self.policies.extend(k.policies);
+        self.blocks.extend(k.blocks);
+        for id in k.runs {
             // A run a later compaction removed: its file may be gone; the compaction's entry
             // says what waits.
             if !self.replay_gone.as_ref().is_some_and(|g| g.contains(&id)) {
                 self.runs.push(Run::open(st, id)?);
             }
         }
-        for _ in 0..count(&mut c, 64, "queues")? {
-            let (id, crawl) = (c.u64()?, c.u32()?);
-            let key = bytes(&mut c)?;
-            let i = self.queue(id, crawl, key);
-            let q = &mut self.queues[i as usize];
-            q.next_seq = c.u64()?;
-            q.waiting = c.u64()?;
-            q.completed = c.u64()?;
-            q.burst = c.u64()?;
-            q.due = c.u64()?;
-            for _ in 0..count(&mut c, 12, "returned records")? {
-                let seq = c.u64()?;
-                let rec = bytes(&mut c)?;
-                self.queues[i as usize].returned.push((seq, rec.into()));
-            }
-            for _ in 0..count(&mut c, 20, "records to fetch again")? {
-                let (when, seq) = (c.u64()?, c.u64()?);
-                let rec = bytes(&mut c)?;
-                self.queues[i as usize]
-                    .refetch
-                    .push((when, seq, rec.into()));
-            }
+        for q in k.queues {
+            let i = self.queue(q.id, q.crawl, q.key);
+            let s = &mut self.queues[i as usize];
+            s.next_seq = q.next_seq;
+            s.waiting = q.waiting;
+            s.completed = q.completed;
+            s.burst = q.burst;
+            s.due = q.due;
+            s.returned = q.returned.iter().map(|&(seq, r)| (seq, r.into())).collect();
+            s.refetch = q
+                .refetch
+                .iter()
+                .map(|&(when, seq, r)| (when, seq, r.into()))
+                .collect();
         }
-        for _ in 0..count(&mut c, 28, "leases")? {
-            let (seq, token, deadline) = (c.u64()?, c.u64()?, c.u64()?);
-            let record = bytes(&mut c)?;
-            let (qid, crawl, sig) = self
-                .locate(record)
-                .map_err(|what| f.corrupt(c.offset(), what))?;
-            let Some(&queue) = self.index.get(&qid) else {
-                return Err(f.corrupt(
-                    c.offset(),
-                    Corruption::Invalid {
-                        field: "lease's queue",
-                        expected: "a queue of the checkpoint",
-                        found: qid,
-                    },
-                ));
-            };
+        for l in k.leases {
+            let (qid, crawl, sig) = self.locate(l.record).map_err(|what| f.corrupt(0, what))?;
+            let queue = self.index[&qid];
             self.queues[queue as usize].leased += 1;
-            self.tokens.insert(token, seq);
-            self.by_url.insert((crawl, sig), seq);
-            self.expiries.push(Reverse((deadline, seq)));
+            self.tokens.insert(l.token, l.seq);
+            self.by_url.insert((crawl, sig), l.seq);
+            self.expiries.push(Reverse((l.deadline, l.seq)));
             self.leases.insert(
-                seq,
+                l.seq,
                 Lease {
-                    token,
+                    token: l.token,
                     queue,
-                    deadline,
-                    record: record.into(),
+                    deadline: l.deadline,
+                    record: l.record.into(),
                 },
             );
         }
-        c.end()?;
         // Which runs hold each queue, from their directories.
         let runs = self.runs.clone();
         for (slot, run) in runs.iter().enumerate() {
@@ -318,50 +264,211 @@ impl Core {
         for i in 0..self.queues.len() {
             self.schedule(i as u32);
         }
-        Ok(j_gen)
+        Ok(k.j_gen)
+    }
+}
+
+/// A queue as the checkpoint holds it.
+struct QueueImage<'a> {
+    id: u64,
+    crawl: u32,
+    key: &'a [u8],
+    next_seq: u64,
+    waiting: u64,
+    completed: u64,
+    burst: u64,
+    due: u64,
+    returned: Vec<(u64, &'a [u8])>,
+    refetch: Vec<(u64, u64, &'a [u8])>,
+}
+
+/// A lease as the checkpoint holds it.
+struct LeaseImage<'a> {
+    seq: u64,
+    token: u64,
+    deadline: u64,
+    record: &'a [u8],
+}
+
+/// A checkpoint, decoded and checked whole (its checksum first, then every field, every
+/// record, and the queue of every lease), so that a load uses nothing of a damaged one and
+/// `check` finds what a load would.
+struct Image<'a> {
+    j_gen: u64,
+    next_seq: u64,
+    next_run: u64,
+    next_token: u64,
+    done: u64,
+    paused: bool,
+    next_crawl: u32,
+    position: Position,
+    default_policy: Policy,
+    crawls: Vec<(u32, &'a [u8])>,
+    policies: Vec<(u64, Policy)>,
+    blocks: Vec<(u64, u64)>,
+    runs: Vec<u64>,
+    queues: Vec<QueueImage<'a>>,
+    leases: Vec<LeaseImage<'a>>,
+}
+
+/// A record of the checkpoint, which must decode.
+fn record_at<'a>(c: &mut ByteReader<'a>) -> Result<&'a [u8]> {
+    let at = c.offset();
+    let rec = bytes(c)?;
+    crate::record::decode(rec).map_err(|what| Error::corrupt(names::CHECKPOINT, at, what))?;
+    Ok(rec)
+}
+
+impl<'a> Image<'a> {
+    fn decode(all: &'a [u8]) -> Result<Image<'a>> {
+        let mut c = ByteReader::new(all, names::CHECKPOINT, 0);
+        c.magic(MAGIC_K)?;
+        c.version()?;
+        if all.len() < 12 {
+            return Err(Error::corrupt(
+                names::CHECKPOINT,
+                0,
+                Corruption::Truncated {
+                    needed: 12,
+                    available: all.len() as u64,
+                },
+            ));
+        }
+        let body = &all[..all.len() - 4];
+        let mut tail = ByteReader::new(all, names::CHECKPOINT, 0);
+        tail.take(body.len())?;
+        tail.check_crc()?;
+        let mut c = ByteReader::new(body, names::CHECKPOINT, 0);
+        c.take(8)?;
+        let j_gen = c.u64()?;
+        let (next_seq, next_run, next_token, done) = (c.u64()?, c.u64()?, c.u64()?, c.u64()?);
+        let at = c.offset();
+        let paused = match c.take(1)?[0] {
+            0 => false,
+            1 => true,
+            found => {
+                return Err(Error::corrupt(
+                    names::CHECKPOINT,
+                    at,
+                    Corruption::Invalid {
+                        field: "pause flag",
+                        expected: "0 or 1",
+                        found: found.into(),
+                    },
+                ))
+            }
+        };
+        let next_crawl = c.u32()?;
+        let position = Position {
+            segment: c.u64()?,
+            offset: c.u64()?,
+            skip: c.u32()?,
+            consumed: c.u64()?,
+        };
+        let default_policy = policy(&mut c)?;
+        let mut k = Image {
+            j_gen,
+            next_seq,
+            next_run,
+            next_token,
+            done,
+            paused,
+            next_crawl,
+            position,
+            default_policy,
+            crawls: Vec::new(),
+            policies: Vec::new(),
+            blocks: Vec::new(),
+            runs: Vec::new(),
+            queues: Vec::new(),
+            leases: Vec::new(),
+        };
+        for _ in 0..count(&mut c, 8, "crawls")? {
+            let id = c.u32()?;
+            k.crawls.push((id, bytes(&mut c)?));
+        }
+        for _ in 0..count(&mut c, 32, "policies")? {
+            let q = c.u64()?;
+            k.policies.push((q, policy(&mut c)?));
+        }
+        for _ in 0..count(&mut c, 16, "blocks")? {
+            k.blocks.push((c.u64()?, c.u64()?));
+        }
+        for _ in 0..count(&mut c, 8, "runs")? {
+            k.runs.push(c.u64()?);
+        }
+        let mut ids = std::collections::HashSet::new();
+        for _ in 0..count(&mut c, 64, "queues")? {
+            let at = c.offset();
+            let (id, crawl) = (c.u64()?, c.u32()?);
+            let key = bytes(&mut c)?;
+            if queue_id(crawl, key) != id {
+                return Err(Error::corrupt(
+                    names::CHECKPOINT,
+                    at,
+                    Corruption::Mismatch {
+                        field: "id of a queue",
+                        expected: queue_id(crawl, key),
+                        found: id,
+                    },
+                ));
+            }
+            ids.insert(id);
+            let mut q = QueueImage {
+                id,
+                crawl,
+                key,
+                next_seq: c.u64()?,
+                waiting: c.u64()?,
+                completed: c.u64()?,
+                burst: c.u64()?,
+                due: c.u64()?,
+                returned: Vec::new(),
+                refetch: Vec::new(),
+            };
+            for _ in 0..count(&mut c, 12, "returned records")? {
+                let seq = c.u64()?;
+                q.returned.push((seq, record_at(&mut c)?));
+            }
+            for _ in 0..count(&mut c, 20, "records to fetch again")? {
+                let (when, seq) = (c.u64()?, c.u64()?);
+                q.refetch.push((when, seq, record_at(&mut c)?));
+            }
+            k.queues.push(q);
+        }
+        for _ in 0..count(&mut c, 28, "leases")? {
+            let (seq, token, deadline) = (c.u64()?, c.u64()?, c.u64()?);
+            let at = c.offset();
+            let record = record_at(&mut c)?;
+            let r = crate::record::decode(record).expect("checked by record_at");
+            let key = r.key.unwrap_or_else(|| default_key(r.url));
+            let qid = queue_id(r.crawl, key);
+            if !ids.contains(&qid) {
+                return Err(Error::corrupt(
+                    names::CHECKPOINT,
+                    at,
+                    Corruption::Invalid {
+                        field: "lease's queue",
+                        expected: "a queue of the checkpoint",
+                        found: qid,
+                    },
+                ));
+            }
+            k.leases.push(LeaseImage {
+                seq,
+                token,
+                deadline,
+                record,
+            });
+        }
+        c.end()?;
+        Ok(k)
     }
 }
 
 /// The first J generation to replay after checkpoint `bytes`, and the Q runs it lists (for
-/// `check`, which does not load the state).
+/// `check`, which does not load the state): the whole checkpoint is decoded and checked.
 pub(crate) fn runs_of(bytes: &[u8]) -> Result<(u64, Vec<u64>)> {
-    let mut c = ByteReader::new(bytes, names::CHECKPOINT, 0);
-    c.magic(MAGIC_K)?;
-    c.version()?;
-    let body = bytes.len().checked_sub(4).ok_or_else(|| {
-        Error::corrupt(
-            names::CHECKPOINT,
-            0,
-            Corruption::Truncated {
-                needed: 4,
-                available: bytes.len() as u64,
-            },
-        )
-    })?;
-    let mut tail = ByteReader::new(bytes, names::CHECKPOINT, 0);
-    tail.take(body)?;
-    tail.check_crc()?;
-    let j_gen = c.u64()?;
-    // next_seq, next_run, next_token, done, paused, next_crawl, F's position, the default
-    // policy.
-    c.take(4 * 8 + 1 + 4 + 28 + 24)?;
-    for _ in 0..count(&mut c, 8, "crawls")? {
-        c.u32()?;
-        bytes_of(&mut c)?;
-    }
-    for _ in 0..count(&mut c, 32, "policies")? {
-        c.take(32)?;
-    }
-    for _ in 0..count(&mut c, 16, "blocks")? {
-        c.take(16)?;
-    }
-    let mut runs = Vec::new();
-    for _ in 0..count(&mut c, 8, "runs")? {
-        runs.push(c.u64()?);
-    }
-    Ok((j_gen, runs))
-}
-
-fn bytes_of<'a>(c: &mut ByteReader<'a>) -> Result<&'a [u8]> {
-    bytes(c)
+    let k = Image::decode(bytes)?;
+    Ok((k.j_gen, k.runs))
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::clock::Clock;
 use super::journal::Entry;
 use super::key::{default_key, queue_id};
-use super::qrun::{split, Run, RunWriter};
+use super::qrun::{check_record, split, Run, RunWriter};
 use super::{FrontierStats, Leased, Policy};
 use crate::error::{Corruption, Error, Result};
 use crate::frames::FrameWriter;
@@ -155,6 +155,8 @@ pub(crate) struct Core {
     max_runs: usize,
     /// While J is replayed: the runs a later compaction removed (their files may be gone).
     replay_gone: Option<std::collections::HashSet<u64>>,
+    /// While J is replayed: the generation of the entry applied.
+    replaying_gen: Option<u64>,
 }
 
 impl Core {
@@ -201,6 +203,7 @@ impl Core {
             done: 0,
             poisoned: false,
             replay_gone: None,
+            replaying_gen: None,
             max_runs,
         };
         // The checkpoint's first generation of the journal to replay.
@@ -229,16 +232,18 @@ impl Core {
         };
         core.journal = Some(journal);
         core.first_j_gen = gens.first().copied().unwrap_or(from);
-        let last = gens.last().copied().unwrap_or(from);
         core.j_gen = newest;
         let decoded = entries
             .iter()
-            .map(|e| Entry::decode(e))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|what| Error::corrupt(&names::j(last), 0, what))?;
+            .map(|(g, e)| {
+                Entry::decode(e)
+                    .map(|e| (*g, e))
+                    .map_err(|what| Error::corrupt(&names::j(*g), 0, what))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let gone = decoded
             .iter()
-            .filter_map(|e| match e {
+            .filter_map(|(_, e)| match e {
                 Entry::Compacted { removed, .. } => Some(removed.iter().copied()),
                 _ => None,
             })
@@ -248,10 +253,29 @@ impl Core {
         // journal's entries after it.
         core.replay_gone = Some(gone);
         core.load_checkpoint(st)?;
-        for entry in &decoded {
+        for (g, entry) in &decoded {
+            core.replaying_gen = Some(*g);
             core.apply(entry)?;
         }
+        core.replaying_gen = None;
         core.replay_gone = None;
+        if core.sieve.read_before_cursor() {
+            // The cursor is committed after the journal's entry that moves past it.
+            let from = decoded
+                .iter()
+                .rev()
+                .find(|(_, e)| matches!(e, Entry::Moved { .. }))
+                .map_or_else(|| names::CHECKPOINT.to_owned(), |(g, _)| names::j(*g));
+            return Err(Error::corrupt(
+                &from,
+                0,
+                Corruption::Invalid {
+                    field: "position of the frontier's mover",
+                    expected: "at or after the sieve's cursor",
+                    found: core.sieve.read_position().consumed,
+                },
+            ));
+        }
         core.remove_orphan_runs(st)?;
         if core.sieve.mode() == Mode::Unset {
             // Everything pushed so far is a bare URL: flushed, queued, and only then the
@@ -281,6 +305,12 @@ impl Core {
             }
         }
         Ok(())
+    }
+
+    /// The name of the J generation that holds the entry applied: while J is replayed, the
+    /// one replayed; otherwise the newest, which the entry was just written to.
+    fn journal_name(&self) -> String {
+        names::j(self.replaying_gen.unwrap_or(self.j_gen))
     }
 
     /// The journal's writer.
@@ -345,7 +375,8 @@ impl Core {
                     }
                 }
                 self.next_seq = *next_seq;
-                self.sieve.seek_read(*f);
+                let j = self.journal_name();
+                self.sieve.seek_read(*f, &j)?;
             }
             Entry::Lease {
                 seq,
@@ -596,7 +627,8 @@ impl Core {
     }
 
     fn apply_lease(&mut self, seq: u64, token: u64, deadline: u64, record: &[u8]) -> Result<()> {
-        let corrupt = |what| Error::corrupt(&names::j(0), 0, what);
+        let j = self.journal_name();
+        let corrupt = |what| Error::corrupt(&j, 0, what);
         let (qid, crawl, sig) = self.locate(record).map_err(corrupt)?;
         self.next_token = self.next_token.max(token + 1);
         self.tokens.insert(token, seq);
@@ -657,9 +689,10 @@ impl Core {
 
     /// Ends the lease of `seq` at `at`, after a fetch of `took` milliseconds.
     fn end_lease(&mut self, seq: u64, at: u64, took: u64, end: End) -> Result<()> {
+        let j = self.journal_name();
         let lease = self.leases.remove(&seq).ok_or_else(|| {
             Error::corrupt(
-                &names::j(0),
+                &j,
                 0,
                 Corruption::Invalid {
                     field: "end of a lease",
@@ -1051,8 +1084,9 @@ impl Core {
         }
         let mut out = Vec::with_capacity(picked.len());
         for (k, (_, record)) in picked.into_iter().enumerate() {
-            let r =
-                record::decode(&record).map_err(|what| Error::corrupt(&names::j(0), 0, what))?;
+            // Journaled just now: the lease entry holds the record.
+            let j = self.journal_name();
+            let r = record::decode(&record).map_err(|what| Error::corrupt(&j, 0, what))?;
             let key = r.key.unwrap_or_else(|| default_key(r.url)).to_vec();
             out.push(Leased {
                 token: first_token + k as u64,
@@ -1098,6 +1132,8 @@ impl Core {
                     taken_all = false;
                     break;
                 }
+                let q = &self.queues[i as usize];
+                check_record(run.file(), offset, rec, q.id, q.crawl)?;
                 out.push((seq, rec.into()));
                 next = seq + 1;
                 n += 1;
@@ -1493,9 +1529,12 @@ impl Core {
     }
 }
 
+/// J's entries, each with its generation.
+type Entries = Vec<(u64, Vec<u8>)>;
+
 /// Reads J's generations `gens` (consecutive): their entries, and a writer continuing the
 /// last one after its valid frames (a torn tail is marked first, as A's is).
-fn read_journal(st: &dyn Storage, gens: &[u64]) -> Result<(FrameWriter, u64, Vec<Vec<u8>>)> {
+fn read_journal(st: &dyn Storage, gens: &[u64]) -> Result<(FrameWriter, u64, Entries)> {
     let mut entries = Vec::new();
     let last = *gens.last().expect("a generation");
     let mut replay = None;
@@ -1508,7 +1547,7 @@ fn read_journal(st: &dyn Storage, gens: &[u64]) -> Result<(FrameWriter, u64, Vec
             ));
         }
         let r = wal::replay_of(J, st, g, g == last, |_, e| {
-            entries.push(e.to_vec());
+            entries.push((g, e.to_vec()));
             Ok(())
         })?;
         if g != last && r.ends_the_stream(false) {
