@@ -1023,6 +1023,7 @@ impl Core {
         let mut picked: Vec<(u64, Box<[u8]>)> = Vec::new();
         let mut served: Vec<u32> = Vec::new();
         let mut popped: Vec<u32> = Vec::new();
+        let mut taken: std::collections::HashSet<u64> = std::collections::HashSet::new();
         while served.len() < max_queues && picked.len() < req.max_urls {
             let Some(&Reverse((due, i))) = self.heap.peek() else {
                 break;
@@ -1056,7 +1057,7 @@ impl Core {
             let k = per_queue.map_or(room, |k| k.clamp(1, room.max(1)).min(room));
             let k = k.min(u32::try_from(req.max_urls - picked.len()).unwrap_or(u32::MAX));
             let before = picked.len();
-            if let Err(e) = self.take(i, k as usize, now, &mut picked) {
+            if let Err(e) = self.take(i, k as usize, now, &mut picked, &mut taken) {
                 // The state of the queues popped is unknown to the heap: stop here.
                 self.poisoned = true;
                 return Err(e);
@@ -1102,16 +1103,27 @@ impl Core {
 
     /// Takes up to `k` records of queue `i` in order (returned ones first), without changing
     /// its counts (the lease entries do).
-    fn take(&mut self, i: u32, k: usize, now: u64, out: &mut Vec<(u64, Box<[u8]>)>) -> Result<()> {
+    /// `taken`: the seqs of the call's records so far; a record of a run must be none of
+    /// them, nor leased (seqs are unique: a run that repeats one is damaged).
+    fn take(
+        &mut self,
+        i: u32,
+        k: usize,
+        now: u64,
+        out: &mut Vec<(u64, Box<[u8]>)>,
+        taken: &mut std::collections::HashSet<u64>,
+    ) -> Result<()> {
         let q = &self.queues[i as usize];
         let mut n = 0;
         for (seq, rec) in q.returned.iter().take(k) {
             out.push((*seq, rec.clone()));
+            taken.insert(*seq);
             n += 1;
         }
         // Then the records to fetch again whose instant has passed, in date order.
         for (_, seq, rec) in q.refetch.iter().take_while(|r| r.0 <= now).take(k - n) {
             out.push((*seq, rec.clone()));
+            taken.insert(*seq);
             n += 1;
         }
         let mut next = q.next_seq;
@@ -1132,8 +1144,23 @@ impl Core {
                     taken_all = false;
                     break;
                 }
+                if left_waiting == 0 {
+                    // The queue's count says it has no more (a damaged run holds more).
+                    taken_all = false;
+                    break;
+                }
                 let q = &self.queues[i as usize];
                 check_record(run.file(), offset, rec, q.id, q.crawl)?;
+                if self.leases.contains_key(&seq) || !taken.insert(seq) {
+                    return Err(run.file().corrupt(
+                        offset,
+                        Corruption::Invalid {
+                            field: "seq of a record",
+                            expected: "a seq no other record has",
+                            found: seq,
+                        },
+                    ));
+                }
                 out.push((seq, rec.into()));
                 next = seq + 1;
                 n += 1;
