@@ -311,6 +311,39 @@ struct Image<'a> {
     leases: Vec<LeaseImage<'a>>,
 }
 
+/// A value no sound checkpoint holds, at `at`.
+fn invalid(at: u64, field: &'static str, found: u64) -> Error {
+    Error::corrupt(
+        names::CHECKPOINT,
+        at,
+        Corruption::Invalid {
+            field,
+            expected: "in order, below its queue's next seq, and unique",
+            found,
+        },
+    )
+}
+
+/// A record of queue `queue` in the checkpoint: it must decode and be of that queue.
+fn queue_record<'a>(c: &mut ByteReader<'a>, queue: u64) -> Result<&'a [u8]> {
+    let at = c.offset();
+    let rec = record_at(c)?;
+    let r = crate::record::decode(rec).expect("checked by record_at");
+    let found = queue_id(r.crawl, r.key.unwrap_or_else(|| default_key(r.url)));
+    if found != queue {
+        return Err(Error::corrupt(
+            names::CHECKPOINT,
+            at,
+            Corruption::Mismatch {
+                field: "queue of a record",
+                expected: queue,
+                found,
+            },
+        ));
+    }
+    Ok(rec)
+}
+
 /// A record of the checkpoint, which must decode.
 fn record_at<'a>(c: &mut ByteReader<'a>) -> Result<&'a [u8]> {
     let at = c.offset();
@@ -397,7 +430,10 @@ impl<'a> Image<'a> {
         for _ in 0..count(&mut c, 8, "runs")? {
             k.runs.push(c.u64()?);
         }
-        let mut ids = std::collections::HashSet::new();
+        // Each queue's next seq; the seqs of the records out of the queues' FIFOs (returned,
+        // to fetch again, leased), each below its queue's next seq and none twice.
+        let mut ids = std::collections::HashMap::new();
+        let mut out = std::collections::HashSet::new();
         for _ in 0..count(&mut c, 64, "queues")? {
             let at = c.offset();
             let (id, crawl) = (c.u64()?, c.u32()?);
@@ -413,7 +449,6 @@ impl<'a> Image<'a> {
                     },
                 ));
             }
-            ids.insert(id);
             let mut q = QueueImage {
                 id,
                 crawl,
@@ -427,23 +462,41 @@ impl<'a> Image<'a> {
                 refetch: Vec::new(),
             };
             for _ in 0..count(&mut c, 12, "returned records")? {
+                let at = c.offset();
                 let seq = c.u64()?;
-                q.returned.push((seq, record_at(&mut c)?));
+                let rec = queue_record(&mut c, id)?;
+                let ordered = q.returned.last().is_none_or(|&(s, _)| s < seq);
+                if !ordered || seq >= q.next_seq || !out.insert(seq) {
+                    return Err(invalid(at, "seq of a returned record", seq));
+                }
+                q.returned.push((seq, rec));
             }
             for _ in 0..count(&mut c, 20, "records to fetch again")? {
+                let at = c.offset();
                 let (when, seq) = (c.u64()?, c.u64()?);
-                q.refetch.push((when, seq, record_at(&mut c)?));
+                let rec = queue_record(&mut c, id)?;
+                let ordered = q
+                    .refetch
+                    .last()
+                    .is_none_or(|&(w, s, _)| (w, s) < (when, seq));
+                if !ordered || seq >= q.next_seq || !out.insert(seq) {
+                    return Err(invalid(at, "seq of a record to fetch again", seq));
+                }
+                q.refetch.push((when, seq, rec));
+            }
+            if ids.insert(id, q.next_seq).is_some() {
+                return Err(invalid(at, "id of a queue", id));
             }
             k.queues.push(q);
         }
         for _ in 0..count(&mut c, 28, "leases")? {
-            let (seq, token, deadline) = (c.u64()?, c.u64()?, c.u64()?);
             let at = c.offset();
+            let (seq, token, deadline) = (c.u64()?, c.u64()?, c.u64()?);
             let record = record_at(&mut c)?;
             let r = crate::record::decode(record).expect("checked by record_at");
             let key = r.key.unwrap_or_else(|| default_key(r.url));
             let qid = queue_id(r.crawl, key);
-            if !ids.contains(&qid) {
+            let Some(&next_seq) = ids.get(&qid) else {
                 return Err(Error::corrupt(
                     names::CHECKPOINT,
                     at,
@@ -453,6 +506,9 @@ impl<'a> Image<'a> {
                         found: qid,
                     },
                 ));
+            };
+            if seq >= next_seq || !out.insert(seq) {
+                return Err(invalid(at, "seq of a leased record", seq));
             }
             k.leases.push(LeaseImage {
                 seq,
