@@ -883,22 +883,56 @@ impl Core {
     fn compact(&mut self) -> Result<()> {
         let st = self.sieve.storage().clone();
         let id = self.next_run;
-        let mut merged: Vec<(u64, u32, u64, Vec<u8>)> = Vec::new();
-        for run in &self.runs {
-            for g in run.groups() {
-                let g = g?;
-                let Some(&i) = self.index.get(&g.queue) else {
+        // A merge of the runs' groups by queue (each run's are in queue order), streamed into
+        // the new run: a queue's records are its groups' in the order of the runs, which is
+        // the order of their seqs (a run holds records queued after every earlier run's).
+        let runs = self.runs.clone();
+        let mut heads: Vec<_> = runs.iter().map(|r| r.groups().peekable()).collect();
+        let mut writer: Option<RunWriter> = None;
+        let mut waiting: Vec<(u64, u64)> = Vec::new();
+        loop {
+            let mut next_queue: Option<u64> = None;
+            for h in &mut heads {
+                match h.peek() {
+                    Some(Ok(g)) => {
+                        next_queue = Some(next_queue.map_or(g.queue, |q| q.min(g.queue)))
+                    }
+                    Some(Err(_)) => return Err(h.next().expect("peeked").expect_err("an error")),
+                    None => {}
+                }
+            }
+            let Some(queue) = next_queue else {
+                break;
+            };
+            let next = self
+                .index
+                .get(&queue)
+                .map(|&i| self.queues[i as usize].next_seq);
+            for (run, h) in runs.iter().zip(&mut heads) {
+                if !matches!(h.peek(), Some(Ok(g)) if g.queue == queue) {
+                    continue;
+                }
+                let g = h.next().expect("peeked")?;
+                // A queue the frontier does not know has nothing waiting.
+                let Some(next) = next else {
                     continue;
                 };
-                let next = self.queues[i as usize].next_seq;
-                let mut offset = g.offset;
-                let mut left = g.records;
+                let (mut offset, mut left) = (g.offset, g.records);
                 while left > 0 {
                     let f = run.frame(offset)?;
                     for r in f.records() {
                         let (seq, rec) = split(run.file(), offset, r)?;
-                        if seq >= next {
-                            merged.push((g.queue, g.crawl, seq, rec.to_vec()));
+                        if seq < next {
+                            continue;
+                        }
+                        let w = match &mut writer {
+                            Some(w) => w,
+                            None => writer.insert(RunWriter::create(&*st, id)?),
+                        };
+                        w.push(queue, g.crawl, seq, rec)?;
+                        match waiting.last_mut() {
+                            Some((q, n)) if *q == queue => *n += 1,
+                            _ => waiting.push((queue, 1)),
                         }
                     }
                     left = left.saturating_sub(f.count);
@@ -906,24 +940,13 @@ impl Core {
                 }
             }
         }
-        merged.sort_unstable_by_key(|(q, _, s, _)| (*q, *s));
-        let mut waiting: Vec<(u64, u64)> = Vec::new();
-        for (q, ..) in &merged {
-            match waiting.last_mut() {
-                Some((last, n)) if last == q => *n += 1,
-                _ => waiting.push((*q, 1)),
+        let added = match writer {
+            None => None,
+            Some(w) => {
+                w.finish()?;
+                st.sync_directory()?;
+                Some(id)
             }
-        }
-        let added = if merged.is_empty() {
-            None
-        } else {
-            let mut w = RunWriter::create(&*st, id)?;
-            for (q, crawl, s, rec) in &merged {
-                w.push(*q, *crawl, *s, rec)?;
-            }
-            w.finish()?;
-            st.sync_directory()?;
-            Some(id)
         };
         let removed: Vec<u64> = self.runs.iter().map(Run::id).collect();
         self.commit(&[Entry::Compacted {
