@@ -53,12 +53,15 @@ impl Sieve {
 
     /// Moves the read position to `to`, a position of F at or after the cursor (the
     /// frontier's mover keeps its position in its journal, ahead of the cursor file). A
-    /// position past F's committed end is refused: `file`, which holds it, is damaged.
-    pub(crate) fn seek_read(&mut self, to: frontier::Position, file: &str) -> Result<()> {
+    /// position past F's committed end is refused (what holds it is damaged).
+    pub(crate) fn seek_read(
+        &mut self,
+        to: frontier::Position,
+    ) -> std::result::Result<(), crate::Corruption> {
         if let Err(crate::Error::Corrupt { what, .. }) =
             to.check_within(&self.manifest.frontier_end())
         {
-            return Err(crate::Error::corrupt(file, 0, what));
+            return Err(what);
         }
         self.reader.seek(to);
         Ok(())

@@ -204,7 +204,9 @@ impl Core {
         self.done = k.done;
         self.paused = k.paused;
         self.next_crawl = k.next_crawl;
-        self.sieve.seek_read(k.position, names::CHECKPOINT)?;
+        self.sieve
+            .seek_read(k.position)
+            .map_err(|what| Error::corrupt(names::CHECKPOINT, 0, what))?;
         self.default_policy = k.default_policy;
         for (id, name) in k.crawls {
             self.crawls.insert(name.to_vec(), id);

@@ -307,10 +307,10 @@ impl Core {
         Ok(())
     }
 
-    /// The name of the J generation that holds the entry applied: while J is replayed, the
-    /// one replayed; otherwise the newest, which the entry was just written to.
-    fn journal_name(&self) -> String {
-        names::j(self.replaying_gen.unwrap_or(self.j_gen))
+    /// The J generation that holds the entry applied: while J is replayed, the one
+    /// replayed; otherwise the newest, which the entry was just written to.
+    fn journal_gen(&self) -> u64 {
+        self.replaying_gen.unwrap_or(self.j_gen)
     }
 
     /// The journal's writer.
@@ -375,8 +375,10 @@ impl Core {
                     }
                 }
                 self.next_seq = *next_seq;
-                let j = self.journal_name();
-                self.sieve.seek_read(*f, &j)?;
+                let g = self.journal_gen();
+                self.sieve
+                    .seek_read(*f)
+                    .map_err(|what| Error::corrupt(&names::j(g), 0, what))?;
             }
             Entry::Lease {
                 seq,
@@ -627,8 +629,8 @@ impl Core {
     }
 
     fn apply_lease(&mut self, seq: u64, token: u64, deadline: u64, record: &[u8]) -> Result<()> {
-        let j = self.journal_name();
-        let corrupt = |what| Error::corrupt(&j, 0, what);
+        let g = self.journal_gen();
+        let corrupt = |what| Error::corrupt(&names::j(g), 0, what);
         let (qid, crawl, sig) = self.locate(record).map_err(corrupt)?;
         self.next_token = self.next_token.max(token + 1);
         self.tokens.insert(token, seq);
@@ -689,10 +691,10 @@ impl Core {
 
     /// Ends the lease of `seq` at `at`, after a fetch of `took` milliseconds.
     fn end_lease(&mut self, seq: u64, at: u64, took: u64, end: End) -> Result<()> {
-        let j = self.journal_name();
+        let g = self.journal_gen();
         let lease = self.leases.remove(&seq).ok_or_else(|| {
             Error::corrupt(
-                &j,
+                &names::j(g),
                 0,
                 Corruption::Invalid {
                     field: "end of a lease",
@@ -1109,8 +1111,9 @@ impl Core {
         let mut out = Vec::with_capacity(picked.len());
         for (k, (_, record)) in picked.into_iter().enumerate() {
             // Journaled just now: the lease entry holds the record.
-            let j = self.journal_name();
-            let r = record::decode(&record).map_err(|what| Error::corrupt(&j, 0, what))?;
+            let g = self.journal_gen();
+            let r =
+                record::decode(&record).map_err(|what| Error::corrupt(&names::j(g), 0, what))?;
             let key = r.key.unwrap_or_else(|| default_key(r.url)).to_vec();
             out.push(Leased {
                 token: first_token + k as u64,
