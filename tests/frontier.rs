@@ -173,7 +173,7 @@ fn a_deleted_crawl_is_forgotten_and_starts_afresh_and_a_deleted_queue_takes_new_
     assert_eq!(leased.len(), 2);
     assert_eq!(f.crawls().unwrap(), ["DEFAULT", "news"]);
     let c = f.counts("news", None).unwrap();
-    assert_eq!((c.queues, c.waiting, c.leased, c.done), (2, 1, 2, 0));
+    assert_eq!((c.queues, c.waiting, c.leased, c.done), (3, 1, 2, 0));
     assert_eq!(f.counts("news", Some(b"a")).unwrap().waiting, 1);
     // Three URLs held: one waiting, two leased; the block of "z" goes too.
     assert_eq!(f.delete_crawl("news").unwrap(), 3);
@@ -219,6 +219,54 @@ fn a_deleted_crawl_is_forgotten_and_starts_afresh_and_a_deleted_queue_takes_new_
         f.status("", None, b"http://c/1").unwrap(),
         crivello::queues::UrlStatus::Done
     );
+    // A block of a key with no URL yet goes with its crawl, DEFAULT's too.
+    f.block("", b"later", u64::MAX).unwrap();
+    f.delete_crawl("").unwrap();
+    push(&f, &["http://later/1"]);
+    f.flush().unwrap();
+    assert_eq!(urls(&f.lease_with(&req).unwrap()), ["http://later/1"]);
+    f.close().unwrap();
+}
+
+#[test]
+fn a_checkpoint_of_version_4_is_read() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(10_000));
+    let f = open(&disk, &clock);
+    let many: Vec<String> = (0..200)
+        .map(|i| format!("http://h{}.test/{i}", i % 7))
+        .collect();
+    let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+    push(&f, &refs);
+    f.push("news", &[Discovered::url(b"http://n/1")]).unwrap();
+    f.flush().unwrap();
+    // Enough leases and dones for J to pass the checkpoint's size.
+    for _ in 0..10 {
+        for l in f.lease(7, None, 60_000).unwrap() {
+            assert!(f.done(l.token, 1).unwrap());
+        }
+    }
+    let leased = f.lease(3, None, 60_000).unwrap();
+    f.close().unwrap();
+    let before = open(&disk, &clock).queues("", 0, 100).unwrap();
+    // Version 4 had no next_crawl (4 bytes after the pause flag, at 49).
+    let mut c = disk.content("CHECKPOINT").expect("a checkpoint");
+    assert_eq!(c[4..8], 6u32.to_le_bytes());
+    c[4..8].copy_from_slice(&4u32.to_le_bytes());
+    c.drain(49..53);
+    let body = c.len() - 4;
+    let crc = crc32fast::hash(&c[..body]);
+    c[body..].copy_from_slice(&crc.to_le_bytes());
+    disk.set_content("CHECKPOINT", c);
+    let f = open(&disk, &clock);
+    assert_eq!(f.queues("", 0, 100).unwrap(), before);
+    assert_eq!(
+        f.lease_of("", &leased[0].url).unwrap(),
+        Some(leased[0].token)
+    );
+    // A new crawl still gets an id of its own.
+    f.push("sports", &[Discovered::url(b"http://n/1")]).unwrap();
+    assert_eq!(f.crawls().unwrap(), ["DEFAULT", "news", "sports"]);
     f.close().unwrap();
 }
 

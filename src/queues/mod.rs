@@ -212,7 +212,8 @@ pub enum UrlStatus {
 /// Counts of a frontier.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FrontierStats {
-    /// Queues known.
+    /// Queues that hold or held URLs, or have a policy or a block of their own (a deleted
+    /// queue is not counted).
     pub queues: u64,
     /// Queues with URLs waiting.
     pub queues_waiting: u64,

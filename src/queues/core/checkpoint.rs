@@ -31,6 +31,10 @@ use std::cmp::Reverse;
 use super::{Core, Lease, J};
 use crate::error::{Corruption, Error, Result};
 use crate::format::{seal, ByteReader, PutLe, MAGIC_K, VERSION};
+
+/// The checkpoint's version: 6 adds `next_crawl`; a checkpoint of version 4 (the store's
+/// version then) is read, its `next_crawl` taken from the ids it holds.
+const CHECKPOINT_VERSION: u32 = 6;
 use crate::frontier::Position;
 use crate::names;
 use crate::queues::key::{default_key, queue_id};
@@ -88,7 +92,7 @@ impl Core {
     fn encode_checkpoint(&self, j_gen: u64) -> Vec<u8> {
         let mut b = Vec::with_capacity(1 << 16);
         b.put_u32(MAGIC_K);
-        b.put_u32(VERSION);
+        b.put_u32(CHECKPOINT_VERSION);
         b.put_u64(j_gen);
         for v in [self.next_seq, self.next_run, self.next_token, self.done] {
             b.put_u64(v);
@@ -358,7 +362,17 @@ impl<'a> Image<'a> {
     fn decode(all: &'a [u8]) -> Result<Image<'a>> {
         let mut c = ByteReader::new(all, names::CHECKPOINT, 0);
         c.magic(MAGIC_K)?;
-        c.version()?;
+        let version = c.version_between(VERSION, CHECKPOINT_VERSION)?;
+        if version != VERSION && version != CHECKPOINT_VERSION {
+            return Err(Error::corrupt(
+                names::CHECKPOINT,
+                4,
+                Corruption::Version {
+                    expected: CHECKPOINT_VERSION,
+                    found: version,
+                },
+            ));
+        }
         if all.len() < 12 {
             return Err(Error::corrupt(
                 names::CHECKPOINT,
@@ -393,7 +407,12 @@ impl<'a> Image<'a> {
                 ))
             }
         };
-        let next_crawl = c.u32()?;
+        // Version 4 has no next_crawl: the load takes it above every id it finds.
+        let next_crawl = if version >= CHECKPOINT_VERSION {
+            c.u32()?
+        } else {
+            0
+        };
         let position = Position {
             segment: c.u64()?,
             offset: c.u64()?,

@@ -411,7 +411,11 @@ impl Core {
                 match key {
                     None => self.default_policy = *policy,
                     Some(k) => {
-                        self.policies.insert(queue_id(*crawl, k), *policy);
+                        // The queue exists from its policy on (so that deleting its crawl
+                        // finds the policy).
+                        let id = queue_id(*crawl, k);
+                        self.queue(id, *crawl, k);
+                        self.policies.insert(id, *policy);
                     }
                 }
                 for i in 0..self.queues.len() {
@@ -423,6 +427,9 @@ impl Core {
                 if *until == 0 {
                     self.blocks.remove(&id);
                 } else {
+                    // The queue exists from its block on (so that deleting its crawl finds
+                    // the block).
+                    self.queue(id, *crawl, key);
                     self.blocks.insert(id, *until);
                 }
                 if let Some(&i) = self.index.get(&id) {
@@ -786,7 +793,7 @@ impl Core {
         let next_seq = self.next_seq;
         let q = &mut self.queues[i as usize];
         let held = q.waiting + (q.returned.len() + q.refetch.len() + seqs.len()) as u64;
-        self.done -= q.completed;
+        self.done = self.done.saturating_sub(q.completed);
         q.next_seq = next_seq;
         q.waiting = 0;
         q.returned = Vec::new();
