@@ -210,26 +210,10 @@ fn check_run_file(st: &dyn Storage, id: u64) -> Result<()> {
     let run = crate::queues::qrun::Run::open(st, id)?;
     for g in run.groups() {
         let g = g?;
-        let (mut offset, mut got) = (g.offset, 0u32);
-        while got < g.records {
-            let f = run.frame(offset)?;
-            for rec in f.records() {
-                let (_, rec) = crate::queues::qrun::split(run.file(), offset, rec)?;
-                crate::queues::qrun::check_record(run.file(), offset, rec, g.queue, g.crawl)?;
-            }
-            got += f.count;
-            offset += f.size();
-        }
-        if got != g.records {
-            return Err(run.file().corrupt(
-                g.offset,
-                Corruption::Mismatch {
-                    field: "records of a group",
-                    expected: u64::from(g.records),
-                    found: u64::from(got),
-                },
-            ));
-        }
+        run.walk_group(&g, |_, rec, offset| {
+            crate::queues::qrun::check_record(run.file(), offset, rec, g.queue, g.crawl)?;
+            Ok(true)
+        })?;
     }
     Ok(())
 }

@@ -435,6 +435,39 @@ impl Run {
         }
     }
 
+    /// Calls `f` with each record of group `g` in order: its seq, the record, and the offset
+    /// of its frame; `f` returns false to stop. When every record was visited, the frames
+    /// must hold exactly the group's count (damage otherwise).
+    pub(crate) fn walk_group(
+        &self,
+        g: &Group,
+        mut f: impl FnMut(u64, &[u8], u64) -> Result<bool>,
+    ) -> Result<()> {
+        let (mut offset, mut got) = (g.offset, 0u32);
+        while got < g.records {
+            let frame = self.frame(offset)?;
+            for r in frame.records() {
+                let (seq, rec) = split(&self.file, offset, r)?;
+                if !f(seq, rec, offset)? {
+                    return Ok(());
+                }
+            }
+            got = got.saturating_add(frame.count);
+            offset += frame.size();
+        }
+        if got != g.records {
+            return Err(self.file.corrupt(
+                g.offset,
+                Corruption::Mismatch {
+                    field: "records of a group",
+                    expected: u64::from(g.records),
+                    found: u64::from(got),
+                },
+            ));
+        }
+        Ok(())
+    }
+
     /// The file, for errors.
     pub(crate) fn file(&self) -> &File {
         &self.file
@@ -518,15 +551,11 @@ mod tests {
 
     fn read_group(run: &Run, g: &Group) -> Vec<(u64, Vec<u8>)> {
         let mut out = Vec::new();
-        let mut offset = g.offset;
-        while out.len() < g.records as usize {
-            let f = run.frame(offset).unwrap();
-            for r in f.records() {
-                let (seq, rec) = split(run.file(), offset, r).unwrap();
-                out.push((seq, rec.to_vec()));
-            }
-            offset += f.size();
-        }
+        run.walk_group(g, |seq, rec, _| {
+            out.push((seq, rec.to_vec()));
+            Ok(true)
+        })
+        .unwrap();
         out
     }
 
@@ -572,24 +601,8 @@ mod tests {
                 let mut n = 0;
                 for g in run.groups() {
                     let g = g?;
-                    let mut offset = g.offset;
-                    let mut got = 0;
-                    while got < g.records {
-                        let f = run.frame(offset)?;
-                        got += f.count;
-                        offset += f.size();
-                    }
-                    if got != g.records {
-                        return Err(run.file().corrupt(
-                            g.offset,
-                            Corruption::Mismatch {
-                                field: "records of a group",
-                                expected: u64::from(g.records),
-                                found: u64::from(got),
-                            },
-                        ));
-                    }
-                    n += u64::from(got);
+                    run.walk_group(&g, |_, _, _| Ok(true))?;
+                    n += u64::from(g.records);
                 }
                 Ok(n)
             });

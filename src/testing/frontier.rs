@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
-use super::corrupt::{edit, get_u32, get_u64, seal_at, seal_frames, seal_frames_until};
+use super::corrupt::{edit_one, get_u32, get_u64, seal_at, seal_frames, seal_frames_until, Edited};
 use super::Bytes;
 use crate::names::{self, FileName};
 use crate::queues::qrun;
@@ -303,23 +303,17 @@ pub fn judge_frontier_edit(
 /// the store was in before (its torn tail).
 pub fn decode_frontier(kind: FrontierFile, data: &[u8]) {
     let (disk, _, _, files) = shared();
-    let mut input = Bytes(data);
     let candidates: Vec<&String> = files
         .iter()
         .filter(|f| FrontierFile::of(f) == Some(kind))
         .collect();
-    let name = candidates[usize::from(input.u8()) % candidates.len()];
-    let resealed = input.u8() % 4 != 0;
-    let img = disk.crash_image(CrashImage::KillProcess);
-    let original = img.content(name).expect("the file exists");
-    let mut bytes = original.clone();
-    edit(&mut bytes, &mut input);
-    if resealed {
-        reseal_frontier(kind, &mut bytes);
-    }
-    let truncated_only = original.starts_with(&bytes);
-    let changed = bytes != original;
-    img.set_content(name, bytes);
+    let Edited {
+        img,
+        name,
+        resealed,
+        changed,
+        truncated_only,
+    } = edit_one(disk, &candidates, data, |b| reseal_frontier(kind, b));
     let verdict = judge_frontier_edit(&img, name, truncated_only, resealed && changed);
     assert!(
         changed || verdict == Verdict::Harmless,

@@ -926,27 +926,21 @@ impl Core {
                 let Some(next) = next else {
                     continue;
                 };
-                let (mut offset, mut left) = (g.offset, g.records);
-                while left > 0 {
-                    let f = run.frame(offset)?;
-                    for r in f.records() {
-                        let (seq, rec) = split(run.file(), offset, r)?;
-                        if seq < next {
-                            continue;
-                        }
-                        let w = match &mut writer {
-                            Some(w) => w,
-                            None => writer.insert(RunWriter::create(&*st, id)?),
-                        };
-                        w.push(queue, g.crawl, seq, rec)?;
-                        match waiting.last_mut() {
-                            Some((q, n)) if *q == queue => *n += 1,
-                            _ => waiting.push((queue, 1)),
-                        }
+                run.walk_group(&g, |seq, rec, _| {
+                    if seq < next {
+                        return Ok(true);
                     }
-                    left = left.saturating_sub(f.count);
-                    offset += f.size();
-                }
+                    let w = match &mut writer {
+                        Some(w) => w,
+                        None => writer.insert(RunWriter::create(&*st, id)?),
+                    };
+                    w.push(queue, g.crawl, seq, rec)?;
+                    match waiting.last_mut() {
+                        Some((q, n)) if *q == queue => *n += 1,
+                        _ => waiting.push((queue, 1)),
+                    }
+                    Ok(true)
+                })?;
             }
         }
         let added = match writer {
@@ -1535,18 +1529,13 @@ impl Core {
             let Some(g) = run.group(q.id)? else {
                 continue;
             };
-            let (mut offset, mut left) = (g.offset, g.records);
-            while left > 0 {
-                let f = run.frame(offset)?;
-                for r in f.records() {
-                    let (seq, rec) = split(run.file(), offset, r)?;
-                    let found = record::decode(rec).is_ok_and(|r| r.url == url);
-                    if seq >= q.next_seq && found {
-                        return Ok(true);
-                    }
-                }
-                left = left.saturating_sub(f.count);
-                offset += f.size();
+            let mut found = false;
+            run.walk_group(&g, |seq, rec, _| {
+                found = seq >= q.next_seq && record::decode(rec).is_ok_and(|r| r.url == url);
+                Ok(!found)
+            })?;
+            if found {
+                return Ok(true);
             }
         }
         Ok(false)
