@@ -71,6 +71,57 @@ fn each_host_is_served_in_first_appearance_order_one_url_at_a_time() {
 }
 
 #[test]
+fn push_new_says_exactly_which_urls_are_new_across_flushes_runs_merges_and_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    // Small buffers, a background flush and few runs: the answers come from S, the batch
+    // being flushed, R runs and Z segments in turn.
+    let opts = || {
+        Options::new()
+            .slots(999)
+            .seed(5)
+            .recent_cache(0)
+            .frontier_low(0)
+            .journal_bytes(1 << 16)
+    };
+    let mut seen = HashSet::new();
+    let mut x = 7u64;
+    let mut pushed = 0u64;
+    for round in 0..4 {
+        let f = Frontier::open(dir.path(), opts()).unwrap();
+        for _ in 0..40 {
+            let us: Vec<String> = (0..97)
+                .map(|_| {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    // About 6,000 distinct URLs over 160 hosts, many repeated.
+                    let n = (x >> 33) % 6_000;
+                    format!("http://h{}.test/{}", n % 160, n)
+                })
+                .collect();
+            let items: Vec<Discovered> = us.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+            let new = f.push_new("", &items).unwrap();
+            for (u, n) in us.iter().zip(new) {
+                assert_eq!(n, seen.insert(u.clone()), "novelty of {u} in round {round}");
+            }
+            pushed += us.len() as u64;
+        }
+        f.flush().unwrap();
+        let st = f.stats().unwrap();
+        assert_eq!(
+            st.waiting,
+            seen.len() as u64,
+            "every new URL waits in its queue"
+        );
+        f.close().unwrap();
+    }
+    assert!(
+        pushed > 4 * seen.len() as u64 / 3,
+        "the stream repeats URLs"
+    );
+}
+
+#[test]
 fn a_queue_is_served_as_soon_as_it_may_be_whatever_the_lease_calls_asked() {
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(10_000));
@@ -523,9 +574,22 @@ mod model {
                             .map(|(h, p)| format!("http://h{h}.test/{p}"))
                             .collect();
                         let refs: Vec<&str> = us.iter().map(String::as_str).collect();
-                        push(&f, &refs);
-                        for u in us {
-                            if m.seen.insert(u.clone()) {
+                        // Half the batches say which URLs were new: exactly those the model
+                        // had not seen.
+                        let reported = if us.len() % 2 == 0 {
+                            let items: Vec<Discovered> =
+                                refs.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+                            Some(f.push_new("", &items).unwrap())
+                        } else {
+                            push(&f, &refs);
+                            None
+                        };
+                        for (i, u) in us.into_iter().enumerate() {
+                            let new = m.seen.insert(u.clone());
+                            if let Some(r) = &reported {
+                                prop_assert_eq!(r[i], new, "novelty of {}", u);
+                            }
+                            if new {
                                 m.hosts.entry(host_of(&u)).or_default().urls.push(u);
                             }
                         }

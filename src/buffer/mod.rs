@@ -10,6 +10,36 @@
 pub(crate) mod recent;
 pub(crate) mod sort;
 
+/// The exact index of S's signatures that a sieve keeps while it answers whether pushes are
+/// new: a hash set of signatures, which are already uniform, so that they are their own
+/// hash.
+pub(crate) type SigIndex = std::collections::HashSet<u64, std::hash::BuildHasherDefault<SigHasher>>;
+
+/// The hasher of [`SigIndex`]: a signature is its own hash.
+#[derive(Default)]
+pub(crate) struct SigHasher(u64);
+
+impl std::hash::Hasher for SigHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used; anything else folds its bytes in.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, sig: u64) {
+        self.0 = sig;
+    }
+}
+
+/// The share of S's slots a sieve fills while it keeps the [`SigIndex`] of S: the index takes
+/// the rest of S's budget (up to about 21 bytes per signature beside the slot's 12).
+pub(crate) const INDEXED_SHARE: usize = 3;
+
 /// A slot of S: a signature and the index of its record in the batch, in 12 bytes (the
 /// index is what the pair of a run keeps; BUbiNG packs its sieve's buffer the same way).
 /// A full buffer is sorted in place into a run's pairs.

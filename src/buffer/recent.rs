@@ -38,6 +38,12 @@ impl Recent {
         }
     }
 
+    /// Whether `sig` was inserted before and is still there; inserts nothing.
+    #[inline]
+    pub(crate) fn contains(&self, sig: u64) -> bool {
+        sig != 0 && self.slots.get(self.slot(sig)) == Some(&sig)
+    }
+
     /// Whether `sig` was inserted before (and is still there); inserts it otherwise.
     #[inline]
     pub(crate) fn seen(&mut self, sig: u64) -> bool {

@@ -294,6 +294,16 @@ impl Frontier {
         self.with(|c| c.push(crawl, items))
     }
 
+    /// [`Frontier::push`], saying of each URL whether it was new to its crawl (true) or
+    /// already known (false: pushed before, by an earlier call or an earlier item of this
+    /// one, and not pushed again). Exact, at the cost of a lookup per URL (a block of each Z
+    /// segment and R run for a new one), and of a third of S's slots while it is used (the
+    /// rest of S's budget holds S's index). Durable when this returns Ok.
+    pub fn push_new(&self, crawl: &str, items: &[Discovered<'_>]) -> Result<Vec<bool>> {
+        let crawl = crawl_name(crawl);
+        self.with(|c| c.push_new(crawl, items))
+    }
+
     /// Flushes: every URL pushed so far is merged and, if new, waits in its queue.
     pub fn flush(&self) -> Result<()> {
         self.with(core::Core::flush)

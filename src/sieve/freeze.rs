@@ -204,6 +204,7 @@ impl Sieve {
         self.spilled_beside_merge
             .push(Arc::new(Run::open(&*self.storage, meta)?));
         self.s.clear();
+        self.s_index = None;
         self.next_generation()
     }
 
@@ -281,7 +282,10 @@ impl Sieve {
                 gen: self.gen,
                 wal: self.wal.file().clone(),
                 skip: self.gen_skip,
-                sigs: std::mem::replace(&mut self.s, next_s),
+                sigs: {
+                    self.s_index = None;
+                    std::mem::replace(&mut self.s, next_s)
+                },
                 absorbed,
                 next: wal::Start {
                     gen: self.gen + 1,

@@ -23,7 +23,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::buffer::recent::Recent;
-use crate::buffer::Slot;
+use crate::buffer::{self, SigIndex, Slot};
 use crate::error::{Error, InvalidUrl, Result};
 use crate::frames::FrameWriter;
 use crate::frontier::{self, Position};
@@ -97,6 +97,10 @@ pub struct Sieve {
     next_s: Vec<Slot>,
     /// Signatures of recent pushes: a push found there is a repeat and is dropped at once.
     recent: Recent,
+    /// The exact index of S's signatures, kept from the first [`Sieve::known_signature`]
+    /// until S is next frozen (S then fills one slot in [`buffer::INDEXED_SHARE`], so that
+    /// both fit S's budget).
+    s_index: Option<SigIndex>,
     /// Pushes dropped by `recent` since the last freeze (counted by the next flush).
     absorbed: u64,
     /// The last push, in A's buffer but not yet looked up in `recent`: its signature and
@@ -182,7 +186,7 @@ impl Sieve {
         self.recent.prefetch(sig);
         let r = self.decide();
         self.poison(r)?;
-        if self.s.len() >= self.slots {
+        if self.s.len() >= self.s_limit() {
             let r = self.freeze(false);
             self.poison(r)?;
         }
@@ -217,6 +221,9 @@ impl Sieve {
         }
         let idx = self.s.len() as u32;
         crate::buffer::push_slot(&mut self.s, Slot { sig, idx }, self.slots);
+        if let Some(index) = &mut self.s_index {
+            index.insert(sig);
+        }
         self.wal.frame_if_full()
     }
 
@@ -299,6 +306,49 @@ impl Sieve {
         self.contains_signature(sig)
     }
 
+    /// The most slots S fills before it is frozen: fewer while its index is kept.
+    fn s_limit(&self) -> usize {
+        match self.s_index {
+            Some(_) => (self.slots / buffer::INDEXED_SHARE).max(1),
+            None => self.slots,
+        }
+    }
+
+    /// Whether a record of signature `sig` was ever pushed (and not lost as an
+    /// unacknowledged torn tail), exactly: the cache of recent signatures, then S through its
+    /// index (made at the first call, and kept), then the batch a flush is writing (waited
+    /// for), the Z segments and the R runs (a block of each at most).
+    pub(crate) fn known_signature(&mut self, sig: u64) -> Result<bool> {
+        let r = self.decide();
+        self.poison(r)?;
+        if self.recent.contains(sig) {
+            return Ok(true);
+        }
+        if self.s_index.is_none() {
+            let mut index = SigIndex::default();
+            index.extend(self.s.iter().map(|p| p.sig));
+            self.s_index = Some(index);
+        }
+        if self.s_index.as_ref().is_some_and(|i| i.contains(&sig)) {
+            return Ok(true);
+        }
+        let r = self.finish_inflight();
+        self.poison(r)?;
+        self.stored(sig)
+    }
+
+    /// Pushes the record `head` then `rest`, of signature `sig`, unless a record of that
+    /// signature was pushed before ([`Sieve::known_signature`]); returns whether it was new.
+    /// A repeat is counted as a push that changed nothing.
+    pub(crate) fn push_parts_if_new(&mut self, head: &[u8], rest: &[u8], sig: u64) -> Result<bool> {
+        if self.known_signature(sig)? {
+            self.absorbed += 1;
+            return Ok(false);
+        }
+        self.push_parts(head, rest, sig)?;
+        Ok(true)
+    }
+
     /// Whether a record of signature `sig` was ever pushed.
     pub(crate) fn contains_signature(&mut self, sig: u64) -> Result<bool> {
         let r = self.decide().and_then(|()| self.finish_inflight());
@@ -306,6 +356,11 @@ impl Sieve {
         if self.s.iter().any(|p| p.sig == sig) {
             return Ok(true);
         }
+        self.stored(sig)
+    }
+
+    /// Whether a Z segment or an R run holds `sig`.
+    fn stored(&self, sig: u64) -> Result<bool> {
         for seg in &self.segments {
             if seg.contains(sig)? {
                 return Ok(true);

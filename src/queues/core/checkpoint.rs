@@ -539,6 +539,28 @@ impl<'a> Image<'a> {
             });
         }
         c.end()?;
+        // Every record out of the Q runs, and every one waiting in them, has its own seq below
+        // the frontier's next seq: so their counts add up to no more than it.
+        let mut total = k.leases.len() as u64;
+        for q in &k.queues {
+            let queue = q
+                .waiting
+                .checked_add((q.returned.len() + q.refetch.len()) as u64);
+            total = match queue.and_then(|n| total.checked_add(n)) {
+                Some(t) if q.next_seq <= k.next_seq && t <= k.next_seq => t,
+                _ => {
+                    return Err(Error::corrupt(
+                        names::CHECKPOINT,
+                        0,
+                        Corruption::Invalid {
+                            field: "records of the queues",
+                            expected: "fewer than the frontier's next seq",
+                            found: q.id,
+                        },
+                    ))
+                }
+            };
+        }
         Ok(k)
     }
 }

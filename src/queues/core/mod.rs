@@ -730,7 +730,7 @@ impl Core {
         }
         q.due = q.due.max(at.saturating_add(wait));
         match end {
-            End::Done => q.completed += 1,
+            End::Done => q.completed = q.completed.saturating_add(1),
             End::Retry => {
                 let k = q.returned.partition_point(|(s, _)| *s < seq);
                 q.returned.insert(k, (seq, lease.record));
@@ -965,6 +965,29 @@ impl Core {
 
     /// Pushes discovered URLs of crawl `crawl`: durable when this returns.
     pub(super) fn push(&mut self, crawl: &[u8], items: &[super::Discovered<'_>]) -> Result<()> {
+        self.push_items(crawl, items, None)
+    }
+
+    /// Pushes `items` of `crawl`, and says of each whether it was new: a URL already known
+    /// to the crawl (pushed before, this batch's earlier items included) is not pushed.
+    pub(super) fn push_new(
+        &mut self,
+        crawl: &[u8],
+        items: &[super::Discovered<'_>],
+    ) -> Result<Vec<bool>> {
+        let mut new = Vec::with_capacity(items.len());
+        self.push_items(crawl, items, Some(&mut new))?;
+        Ok(new)
+    }
+
+    /// Pushes `items` of `crawl` durably; with `new`, only those not known, each one's
+    /// novelty appended to it.
+    fn push_items(
+        &mut self,
+        crawl: &[u8],
+        items: &[super::Discovered<'_>],
+        mut new: Option<&mut Vec<bool>>,
+    ) -> Result<()> {
         self.writable()?;
         for it in items {
             self.sieve.validate(it.url)?;
@@ -990,7 +1013,10 @@ impl Core {
                 },
             );
             let sig = crate::signature(it.url, seed);
-            self.sieve.push_parts(&[], &buf, sig)?;
+            match new.as_deref_mut() {
+                Some(new) => new.push(self.sieve.push_parts_if_new(&[], &buf, sig)?),
+                None => self.sieve.push_parts(&[], &buf, sig)?,
+            }
         }
         self.sieve.sync()
     }
@@ -1434,7 +1460,7 @@ impl Core {
             let waiting = q.waiting + (q.returned.len() + q.refetch.len()) as u64;
             c.waiting += waiting;
             c.leased += u64::from(q.leased);
-            c.done += q.completed;
+            c.done = c.done.saturating_add(q.completed);
             if waiting > 0 {
                 c.queues_waiting += 1;
             }

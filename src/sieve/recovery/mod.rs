@@ -86,6 +86,7 @@ pub(crate) fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         s: Vec::new(),
         next_s: Vec::new(),
         recent: Recent::new(opts.recent_entries()),
+        s_index: None,
         absorbed: 0,
         undecided: None,
         since_sync: 0,
