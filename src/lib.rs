@@ -114,7 +114,7 @@ pub use manifest::Mode;
 pub use names::MANIFEST as MANIFEST_FILE;
 pub use options::{Options, SyncPolicy};
 pub use queues::{
-    Completion, Counts, Discovered, Frontier, FrontierStats, LeaseRequest, Leased, Policy,
+    Completion, Counts, Discovered, Frontier, FrontierStats, Known, LeaseRequest, Leased, Policy,
     QueueInfo, UrlStatus,
 };
 pub use sieve::{Sieve, Stats};
@@ -130,8 +130,9 @@ pub mod internals {
         reseal, FileKind,
     };
     pub use crate::testing::frontier::{
-        decode_frontier, frontier_corruption_opts, frontier_ops, frontier_outcome, frontier_store,
-        judge_frontier_edit, reseal_frontier, FrontierFile, FrontierState, Verdict,
+        checkpoint_in_version, decode_frontier, frontier_corruption_opts, frontier_ops,
+        frontier_outcome, frontier_store, judge_frontier_edit, reseal_frontier, FrontierFile,
+        FrontierState, Verdict,
     };
     pub use crate::testing::fuzz::{canary, crash_schedule, ops, random_input, target};
     pub use crate::testing::{apply, emit_model, run, verify, Observed, Step, Survivor};

@@ -280,7 +280,7 @@ fn a_deleted_crawl_is_forgotten_and_starts_afresh_and_a_deleted_queue_takes_new_
 }
 
 #[test]
-fn a_checkpoint_of_version_4_is_read() {
+fn checkpoints_of_versions_4_and_6_are_read() {
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(10_000));
     let f = open(&disk, &clock);
@@ -300,14 +300,18 @@ fn a_checkpoint_of_version_4_is_read() {
     let leased = f.lease(3, None, 60_000).unwrap();
     f.close().unwrap();
     let before = open(&disk, &clock).queues("", 0, 100).unwrap();
-    // Version 4 had no next_crawl (4 bytes after the pause flag, at 49).
-    let mut c = disk.content("CHECKPOINT").expect("a checkpoint");
-    assert_eq!(c[4..8], 6u32.to_le_bytes());
-    c[4..8].copy_from_slice(&4u32.to_le_bytes());
-    c.drain(49..53);
-    let body = c.len() - 4;
-    let crc = crc32fast::hash(&c[..body]);
-    c[body..].copy_from_slice(&crc.to_le_bytes());
+    // Version 4 had no next_crawl nor skips; version 6 no skips.
+    let c = disk.content("CHECKPOINT").expect("a checkpoint");
+    assert_eq!(c[4..8], 7u32.to_le_bytes());
+    // Version 6, on a copy of the store.
+    let copy = disk.crash_image(crivello::storage::sim::CrashImage::KillProcess);
+    let c6 = crivello::internals::checkpoint_in_version(&c, 6).unwrap();
+    copy.set_content("CHECKPOINT", c6);
+    let f6 = open(&copy, &clock);
+    assert_eq!(f6.queues("", 0, 100).unwrap(), before);
+    assert_eq!(f6.crawls().unwrap(), ["DEFAULT", "news"]);
+    drop(f6);
+    let c = crivello::internals::checkpoint_in_version(&c, 4).unwrap();
     disk.set_content("CHECKPOINT", c);
     let f = open(&disk, &clock);
     assert_eq!(f.queues("", 0, 100).unwrap(), before);
@@ -453,6 +457,9 @@ mod model {
         Reopen,
         PowerLoss,
         Flush,
+        /// A known update of `http://h<h>.test/<p>`: done (0) or to fetch again after so
+        /// many milliseconds.
+        Known(u8, u8, u16),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -472,6 +479,8 @@ mod model {
             1 => Just(Op::DeleteCrawl),
             1 => Just(Op::Reopen),
             1 => Just(Op::PowerLoss),
+            2 => (0u8..12, 0u8..12, prop_oneof![Just(0u16), 1u16..3000])
+                .prop_map(|(h, p, a)| Op::Known(h, p, a)),
         ]
     }
 
@@ -482,7 +491,10 @@ mod model {
         /// The FIFO's next index.
         next: usize,
         returned: BTreeSet<usize>,
-        refetch: BTreeSet<(u64, usize)>,
+        /// (instant, order, index): the order is the frontier's seq's.
+        refetch: BTreeSet<(u64, u64, usize)>,
+        /// FIFO indexes a known update took out.
+        skipped: BTreeSet<usize>,
         /// Leased: index -> (token, deadline).
         leased: HashMap<usize, (u64, u64)>,
         completed: u64,
@@ -497,18 +509,21 @@ mod model {
             if let Some(&i) = self.returned.first() {
                 return Some(i);
             }
-            if let Some(&(w, i)) = self.refetch.first() {
+            if let Some(&(w, _, i)) = self.refetch.first() {
                 if w <= now {
                     return Some(i);
                 }
             }
-            (self.next < self.urls.len()).then_some(self.next)
+            (self.next..self.urls.len()).find(|i| !self.skipped.contains(i))
         }
     }
 
     #[derive(Default)]
     struct Model {
         seen: HashSet<String>,
+        /// Each URL's place in the order of the frontier's seqs.
+        order: HashMap<String, u64>,
+        orders: u64,
         hosts: BTreeMap<String, Host>,
         done: HashSet<String>,
         /// URLs of deleted queues: never served again.
@@ -524,9 +539,11 @@ mod model {
             let Some(h) = self.hosts.get_mut(name) else {
                 return 0;
             };
-            let mut gone: Vec<usize> = (h.next..h.urls.len()).collect();
+            let mut gone: Vec<usize> = (h.next..h.urls.len())
+                .filter(|i| !h.skipped.contains(i))
+                .collect();
             gone.extend(h.returned.iter().copied());
-            gone.extend(h.refetch.iter().map(|(_, i)| *i));
+            gone.extend(h.refetch.iter().map(|(_, _, i)| *i));
             gone.extend(h.leased.keys().copied());
             for &i in &gone {
                 self.deleted.insert(h.urls[i].clone());
@@ -590,6 +607,8 @@ mod model {
                                 prop_assert_eq!(r[i], new, "novelty of {}", u);
                             }
                             if new {
+                                m.order.insert(u.clone(), m.orders);
+                                m.orders += 1;
                                 m.hosts.entry(host_of(&u)).or_default().urls.push(u);
                             }
                         }
@@ -613,10 +632,13 @@ mod model {
                             prop_assert_eq!(i.map(|i| &h.urls[i]), Some(&u), "order in {}", name);
                             let i = i.unwrap();
                             if !h.returned.remove(&i) {
-                                let r = h.refetch.iter().find(|(_, j)| *j == i).copied();
+                                let r = h.refetch.iter().find(|(_, _, j)| *j == i).copied();
                                 match r {
                                     Some(r) => { h.refetch.remove(&r); }
-                                    None => h.next += 1,
+                                    None => {
+                                        h.next = i + 1;
+                                        h.skipped.retain(|&j| j > i);
+                                    }
                                 }
                             }
                             h.leased.insert(i, (l.token, now + 1_500));
@@ -663,7 +685,9 @@ mod model {
                                     h.completed += 1;
                                 }
                                 Op::Retry(_) => { h.returned.insert(i); }
-                                Op::Refetch(_, after) => { h.refetch.insert((now + after as u64, i)); }
+                                Op::Refetch(_, after) => {
+                                    h.refetch.insert((now + after as u64, m.order[&u], i));
+                                }
                                 _ => unreachable!(),
                             }
                             h.burst += took;
@@ -676,6 +700,64 @@ mod model {
                                 h.burst = 0;
                             }
                             h.due = h.due.max(now + wait);
+                        }
+                    }
+                    Op::Known(hn, pn, after) => {
+                        m.expire(now);
+                        let u = format!("http://h{hn}.test/{pn}");
+                        let when = if after == 0 { 0 } else { now + after as u64 };
+                        let item = crivello::Known {
+                            url: u.as_bytes(),
+                            key: None,
+                            metadata: b"known",
+                            refetch_ms: when,
+                        };
+                        f.update("", &[item]).unwrap();
+                        if m.seen.insert(u.clone()) {
+                            m.order.insert(u.clone(), m.orders);
+                            m.orders += 1;
+                            m.hosts.entry(host_of(&u)).or_default().urls.push(u.clone());
+                        }
+                        let p = m.policy;
+                        let h = m.hosts.get_mut(&host_of(&u)).unwrap();
+                        let i = h.urls.iter().position(|x| *x == u).unwrap();
+                        let r = h.refetch.iter().find(|(_, _, j)| *j == i).copied();
+                        let held = if h.leased.remove(&i).is_some() {
+                            // The fetch ended now, after 0 ms.
+                            let mut wait = p.delay_ms;
+                            if p.ratio_ppm > 0 && h.leased.is_empty() {
+                                wait = wait.max(h.burst * 1_000_000 / p.ratio_ppm as u64);
+                            }
+                            if h.leased.is_empty() {
+                                h.burst = 0;
+                            }
+                            h.due = h.due.max(now + wait);
+                            true
+                        } else if h.returned.remove(&i) {
+                            true
+                        } else if let Some(r) = r {
+                            h.refetch.remove(&r);
+                            true
+                        } else if i >= h.next && !h.skipped.contains(&i) {
+                            h.skipped.insert(i);
+                            true
+                        } else {
+                            false
+                        };
+                        if when == 0 {
+                            if held {
+                                m.done.insert(u.clone());
+                                h.completed += 1;
+                            }
+                        } else {
+                            if !held {
+                                // Done: served again, after every seq given so far.
+                                m.order.insert(u.clone(), m.orders);
+                                m.orders += 1;
+                            }
+                            h.refetch.insert((when, m.order[&u], i));
+                            m.done.remove(&u);
+                            m.deleted.remove(&u);
                         }
                     }
                     Op::Advance(ms) => clock.advance(ms as u64),
@@ -788,6 +870,8 @@ struct Acked {
     deleting: HashSet<String>,
     /// URLs of a queue whose deletion was acknowledged: never served again.
     deleted: HashSet<String>,
+    /// URLs of a known update to done (acknowledged or not).
+    knowing: HashSet<String>,
 }
 
 /// A workload of every frontier operation; stops at the first error, as a crashed process.
@@ -835,6 +919,33 @@ fn workload(disk: &SimDisk, clock: &Arc<ManualClock>, a: &mut Acked) -> Result<(
                     ..Policy::default()
                 },
             )?;
+        }
+        if round == 3 {
+            // Known updates to done: a URL leased, one waiting in its queue, one never
+            // pushed. Done once acknowledged: never served again.
+            let mut us = vec!["http://h1.test/never-pushed".to_owned()];
+            if let Some((_, u)) = held.pop() {
+                us.push(u);
+            }
+            let waiting = a
+                .pushed
+                .iter()
+                .filter(|u| !a.leased.contains_key(*u))
+                .min()
+                .cloned();
+            us.extend(waiting);
+            a.knowing.extend(us.iter().cloned());
+            let items: Vec<crivello::Known<'_>> = us
+                .iter()
+                .map(|u| crivello::Known {
+                    url: u.as_bytes(),
+                    key: None,
+                    metadata: b"",
+                    refetch_ms: 0,
+                })
+                .collect();
+            f.update("", &items)?;
+            a.done.extend(us);
         }
         if round == 5 {
             let of_h4: Vec<String> = a
@@ -945,13 +1056,14 @@ fn a_crash_at_any_operation_loses_no_acknowledged_push_lease_or_done() {
                         || a.done.contains(u)
                         || a.leased.contains_key(u)
                         || a.retried.contains(u)
-                        || a.deleting.contains(u),
+                        || a.deleting.contains(u)
+                        || a.knowing.contains(u),
                     "op {k}, {image:?}: acknowledged {u} lost"
                 );
             }
             for u in &set {
                 assert!(
-                    a.tried.contains(u),
+                    a.tried.contains(u) || a.knowing.contains(u),
                     "op {k}, {image:?}: {u} was never pushed"
                 );
                 assert!(

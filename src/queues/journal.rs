@@ -23,6 +23,11 @@
 //!  11 delete queue  crawl u32 | key       its records, leases, counts, policy and block go
 //!  12 delete crawl  id u32                each of its queues is deleted, and its name is free
 //!                                         (but DEFAULT's): a new push makes it a new crawl
+//!  13 known     seq u64 | at u64 | when u64 | fresh u8 | record
+//!               a URL the crawler says it fetched (url-frontier's known item): record `seq`
+//!               (leased, returned, to fetch again, or waiting in the Q runs: then skipped
+//!               there) is done (`when` 0) or to fetch again from `when`, as `record` (its
+//!               metadata replaced); fresh 1: a done URL to fetch again, `seq` a new seq
 //! ```
 //!
 //! Times are milliseconds since the Unix epoch; `took` is the fetch's duration in
@@ -79,6 +84,16 @@ pub(crate) enum Entry<'a> {
     DeleteQueue { crawl: u32, key: &'a [u8] },
     /// Crawl `id` deleted.
     DeleteCrawl { id: u32 },
+    /// A known URL: record `seq` is done (`when` 0) or to fetch again from `when`, as
+    /// `record`, whatever it was (leased, returned, to fetch again, or waiting in the Q runs);
+    /// `fresh`: a done URL to fetch again, under the new seq `seq`.
+    Known {
+        seq: u64,
+        at: u64,
+        when: u64,
+        fresh: bool,
+        record: &'a [u8],
+    },
     /// Q runs merged: `removed` replaced by `added`; `waiting`: each queue's records waiting
     /// in the runs then (the others have none).
     Compacted {
@@ -154,6 +169,20 @@ impl Entry<'_> {
             Entry::DeleteCrawl { id } => {
                 out.push(12);
                 out.put_u32(*id);
+            }
+            Entry::Known {
+                seq,
+                at,
+                when,
+                fresh,
+                record,
+            } => {
+                out.push(13);
+                out.put_u64(*seq);
+                out.put_u64(*at);
+                out.put_u64(*when);
+                out.push(u8::from(*fresh));
+                out.extend_from_slice(record);
             }
             Entry::Block { crawl, key, until } => {
                 out.push(9);
@@ -281,6 +310,27 @@ impl Entry<'_> {
                 key: r.rest(),
             },
             12 => Entry::DeleteCrawl { id: r.u32()? },
+            13 => {
+                let (seq, at, when) = (r.u64()?, r.u64()?, r.u64()?);
+                let fresh = match r.u8()? {
+                    b @ (0 | 1) => b == 1,
+                    found => {
+                        return Err(invalid("known entry's fresh flag", "0 or 1", found.into()))
+                    }
+                };
+                if fresh && when == 0 {
+                    return Err(invalid("known entry's instant", "not 0 when fresh", 0));
+                }
+                let record = r.rest();
+                crate::record::decode(record)?;
+                Entry::Known {
+                    seq,
+                    at,
+                    when,
+                    fresh,
+                    record,
+                }
+            }
             8 => {
                 let n = r.u32()?;
                 if n as usize > r.0.len() / 8 {
@@ -313,7 +363,7 @@ impl Entry<'_> {
                     waiting,
                 }
             }
-            kind => return Err(invalid("journal entry kind", "1 to 12", kind.into())),
+            kind => return Err(invalid("journal entry kind", "1 to 13", kind.into())),
         };
         if !r.0.is_empty() {
             return Err(invalid(
@@ -442,6 +492,20 @@ mod tests {
                 key: b"a.com",
             },
             Entry::DeleteCrawl { id: 4 },
+            Entry::Known {
+                seq: 8,
+                at: 1_000,
+                when: 0,
+                fresh: false,
+                record: b"\0http://a/",
+            },
+            Entry::Known {
+                seq: 9,
+                at: 1_000,
+                when: 5_000,
+                fresh: true,
+                record: b"\0http://a/",
+            },
         ];
         for e in &entries {
             let mut b = Vec::new();
@@ -454,6 +518,7 @@ mod tests {
                     | Entry::Policy { key: Some(_), .. }
                     | Entry::Block { .. }
                     | Entry::DeleteQueue { .. }
+                    | Entry::Known { .. }
             );
             if fixed_len {
                 for len in 0..b.len() {

@@ -84,6 +84,20 @@ impl<'a> Discovered<'a> {
     }
 }
 
+/// A URL the crawler fetched, or knows otherwise (url-frontier's known URL item): done, or
+/// to fetch again from an instant.
+#[derive(Debug, Clone, Copy)]
+pub struct Known<'a> {
+    /// The URL.
+    pub url: &'a [u8],
+    /// Its queue's key; `None`: [`key::default_key`] of the URL.
+    pub key: Option<&'a [u8]>,
+    /// Its metadata, which replaces what it had.
+    pub metadata: &'a [u8],
+    /// When to fetch it again, in milliseconds since the epoch; 0: never.
+    pub refetch_ms: u64,
+}
+
 /// A URL handed out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leased {
@@ -302,6 +316,18 @@ impl Frontier {
     pub fn push_new(&self, crawl: &str, items: &[Discovered<'_>]) -> Result<Vec<bool>> {
         let crawl = crawl_name(crawl);
         self.with(|c| c.push_new(crawl, items))
+    }
+
+    /// Says of URLs of `crawl` that they are done (`refetch_ms` 0) or to fetch again from
+    /// `refetch_ms`, whatever they were (url-frontier's known items): a URL never pushed
+    /// becomes known; one waiting in its queue is taken out of it; a leased one's lease ends
+    /// (its fetch ended now, and its queue's delay runs from now); one to fetch again gets
+    /// the new instant; a done one is served again only if `refetch_ms` is not 0. To fetch
+    /// again, it keeps the item's metadata. Of one URL given twice, the last item counts.
+    /// An invalid URL or key refuses the whole batch. Durable when this returns Ok.
+    pub fn update(&self, crawl: &str, items: &[Known<'_>]) -> Result<()> {
+        let crawl = crawl_name(crawl);
+        self.with(|c| c.update(crawl, items))
     }
 
     /// Flushes: every URL pushed so far is merged and, if new, waits in its queue.

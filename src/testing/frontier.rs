@@ -644,3 +644,9 @@ pub fn frontier_ops(data: &[u8]) {
     assert_eq!(served, want, "the URLs left to serve");
     f.close().expect("close");
 }
+
+/// Checkpoint `bytes` rewritten in the layout of an older version (4 or 6), as a store of
+/// that version wrote it.
+pub fn checkpoint_in_version(bytes: &[u8], version: u32) -> crate::Result<Vec<u8>> {
+    crate::queues::core::checkpoint_in_version(bytes, version)
+}

@@ -13,7 +13,8 @@
 //!        | queues u32 x (id u64 | crawl u32 | len u32 | key | next_seq u64 | waiting u64
 //!                        | completed u64 | burst u64 | due u64
 //!                        | returned u32 x (seq u64 | len u32 | record)
-//!                        | refetch u32 x (when u64 | seq u64 | len u32 | record))
+//!                        | refetch u32 x (when u64 | seq u64 | len u32 | record)
+//!                        | skips u32 x seq u64)
 //!        | leases u32 x (seq u64 | token u64 | deadline u64 | len u32 | record)
 //! ```
 //!
@@ -32,9 +33,10 @@ use super::{Core, Lease, J};
 use crate::error::{Corruption, Error, Result};
 use crate::format::{seal, ByteReader, PutLe, MAGIC_K, VERSION};
 
-/// The checkpoint's version: 6 adds `next_crawl`; a checkpoint of version 4 (the store's
-/// version then) is read, its `next_crawl` taken from the ids it holds.
-const CHECKPOINT_VERSION: u32 = 6;
+/// The checkpoint's version: 7 adds each queue's skips, 6 added `next_crawl`. A checkpoint of
+/// version 6, or of version 4 (the store's version then, its `next_crawl` taken from the ids
+/// it holds), is read.
+const CHECKPOINT_VERSION: u32 = 7;
 use crate::frontier::Position;
 use crate::names;
 use crate::queues::key::{default_key, queue_id};
@@ -90,69 +92,54 @@ fn count(c: &mut ByteReader<'_>, size: usize, field: &'static str) -> Result<usi
 impl Core {
     /// Encodes the state, to be replayed from J generation `j_gen` on.
     fn encode_checkpoint(&self, j_gen: u64) -> Vec<u8> {
-        let mut b = Vec::with_capacity(1 << 16);
-        b.put_u32(MAGIC_K);
-        b.put_u32(CHECKPOINT_VERSION);
-        b.put_u64(j_gen);
-        for v in [self.next_seq, self.next_run, self.next_token, self.done] {
-            b.put_u64(v);
+        let queues = self
+            .queues
+            .iter()
+            .map(|q| QueueImage {
+                id: q.id,
+                crawl: q.crawl,
+                key: &q.key,
+                next_seq: q.next_seq,
+                waiting: q.waiting,
+                completed: q.completed,
+                burst: q.burst,
+                due: q.due,
+                returned: q.returned.iter().map(|(s, r)| (*s, &r[..])).collect(),
+                refetch: q.refetch.iter().map(|(w, s, r)| (*w, *s, &r[..])).collect(),
+                skips: q.skips.clone(),
+            })
+            .collect();
+        Image {
+            j_gen,
+            next_seq: self.next_seq,
+            next_run: self.next_run,
+            next_token: self.next_token,
+            done: self.done,
+            paused: self.paused,
+            next_crawl: self.next_crawl,
+            position: self.sieve.read_position(),
+            default_policy: self.default_policy,
+            crawls: self
+                .crawl_names
+                .iter()
+                .map(|(id, n)| (*id, &n[..]))
+                .collect(),
+            policies: self.policies.iter().map(|(q, p)| (*q, *p)).collect(),
+            blocks: self.blocks.iter().map(|(q, u)| (*q, *u)).collect(),
+            runs: self.runs.iter().map(Run::id).collect(),
+            queues,
+            leases: self
+                .leases
+                .iter()
+                .map(|(seq, l)| LeaseImage {
+                    seq: *seq,
+                    token: l.token,
+                    deadline: l.deadline,
+                    record: &l.record,
+                })
+                .collect(),
         }
-        b.push(u8::from(self.paused));
-        b.put_u32(self.next_crawl);
-        let f = self.sieve.read_position();
-        b.put_u64(f.segment);
-        b.put_u64(f.offset);
-        b.put_u32(f.skip);
-        b.put_u64(f.consumed);
-        put_policy(&mut b, &self.default_policy);
-        b.put_u32(self.crawl_names.len() as u32);
-        for (id, name) in &self.crawl_names {
-            b.put_u32(*id);
-            put_bytes(&mut b, name);
-        }
-        b.put_u32(self.policies.len() as u32);
-        for (q, p) in &self.policies {
-            b.put_u64(*q);
-            put_policy(&mut b, p);
-        }
-        b.put_u32(self.blocks.len() as u32);
-        for (q, until) in &self.blocks {
-            b.put_u64(*q);
-            b.put_u64(*until);
-        }
-        b.put_u32(self.runs.len() as u32);
-        for r in &self.runs {
-            b.put_u64(r.id());
-        }
-        b.put_u32(self.queues.len() as u32);
-        for q in &self.queues {
-            b.put_u64(q.id);
-            b.put_u32(q.crawl);
-            put_bytes(&mut b, &q.key);
-            for v in [q.next_seq, q.waiting, q.completed, q.burst, q.due] {
-                b.put_u64(v);
-            }
-            b.put_u32(q.returned.len() as u32);
-            for (seq, rec) in &q.returned {
-                b.put_u64(*seq);
-                put_bytes(&mut b, rec);
-            }
-            b.put_u32(q.refetch.len() as u32);
-            for (when, seq, rec) in &q.refetch {
-                b.put_u64(*when);
-                b.put_u64(*seq);
-                put_bytes(&mut b, rec);
-            }
-        }
-        b.put_u32(self.leases.len() as u32);
-        for (seq, l) in &self.leases {
-            b.put_u64(*seq);
-            b.put_u64(l.token);
-            b.put_u64(l.deadline);
-            put_bytes(&mut b, &l.record);
-        }
-        seal(&mut b);
-        b
+        .encode(CHECKPOINT_VERSION)
     }
 
     /// Writes a checkpoint and moves J to a new generation (the steps of the module's
@@ -240,6 +227,7 @@ impl Core {
                 .iter()
                 .map(|&(when, seq, r)| (when, seq, r.into()))
                 .collect();
+            s.skips = q.skips;
         }
         for l in k.leases {
             let (qid, crawl, sig) = self.locate(l.record).map_err(|what| f.corrupt(0, what))?;
@@ -286,6 +274,7 @@ struct QueueImage<'a> {
     due: u64,
     returned: Vec<(u64, &'a [u8])>,
     refetch: Vec<(u64, u64, &'a [u8])>,
+    skips: Vec<u64>,
 }
 
 /// A lease as the checkpoint holds it.
@@ -317,6 +306,90 @@ struct Image<'a> {
     leases: Vec<LeaseImage<'a>>,
 }
 
+impl Image<'_> {
+    /// The checkpoint's bytes, in the layout of `version` (4, 6 or 7; what an older one has
+    /// no field for is left out).
+    fn encode(&self, version: u32) -> Vec<u8> {
+        let mut b = Vec::with_capacity(1 << 16);
+        b.put_u32(MAGIC_K);
+        b.put_u32(version);
+        b.put_u64(self.j_gen);
+        for v in [self.next_seq, self.next_run, self.next_token, self.done] {
+            b.put_u64(v);
+        }
+        b.push(u8::from(self.paused));
+        if version >= 6 {
+            b.put_u32(self.next_crawl);
+        }
+        let f = self.position;
+        b.put_u64(f.segment);
+        b.put_u64(f.offset);
+        b.put_u32(f.skip);
+        b.put_u64(f.consumed);
+        put_policy(&mut b, &self.default_policy);
+        b.put_u32(self.crawls.len() as u32);
+        for (id, name) in &self.crawls {
+            b.put_u32(*id);
+            put_bytes(&mut b, name);
+        }
+        b.put_u32(self.policies.len() as u32);
+        for (q, p) in &self.policies {
+            b.put_u64(*q);
+            put_policy(&mut b, p);
+        }
+        b.put_u32(self.blocks.len() as u32);
+        for (q, until) in &self.blocks {
+            b.put_u64(*q);
+            b.put_u64(*until);
+        }
+        b.put_u32(self.runs.len() as u32);
+        for r in &self.runs {
+            b.put_u64(*r);
+        }
+        b.put_u32(self.queues.len() as u32);
+        for q in &self.queues {
+            b.put_u64(q.id);
+            b.put_u32(q.crawl);
+            put_bytes(&mut b, q.key);
+            for v in [q.next_seq, q.waiting, q.completed, q.burst, q.due] {
+                b.put_u64(v);
+            }
+            b.put_u32(q.returned.len() as u32);
+            for (seq, rec) in &q.returned {
+                b.put_u64(*seq);
+                put_bytes(&mut b, rec);
+            }
+            b.put_u32(q.refetch.len() as u32);
+            for (when, seq, rec) in &q.refetch {
+                b.put_u64(*when);
+                b.put_u64(*seq);
+                put_bytes(&mut b, rec);
+            }
+            if version >= CHECKPOINT_VERSION {
+                b.put_u32(q.skips.len() as u32);
+                for seq in &q.skips {
+                    b.put_u64(*seq);
+                }
+            }
+        }
+        b.put_u32(self.leases.len() as u32);
+        for l in &self.leases {
+            b.put_u64(l.seq);
+            b.put_u64(l.token);
+            b.put_u64(l.deadline);
+            put_bytes(&mut b, l.record);
+        }
+        seal(&mut b);
+        b
+    }
+}
+
+/// Checkpoint `bytes` rewritten in the layout of an older `version` (4 or 6), as a store
+/// of that version wrote it: for the tests of the reading of old checkpoints.
+pub(crate) fn in_version(bytes: &[u8], version: u32) -> Result<Vec<u8>> {
+    Ok(Image::decode(bytes)?.encode(version))
+}
+
 /// A value no sound checkpoint holds, at `at`.
 fn invalid(at: u64, field: &'static str, found: u64) -> Error {
     Error::corrupt(
@@ -324,7 +397,7 @@ fn invalid(at: u64, field: &'static str, found: u64) -> Error {
         at,
         Corruption::Invalid {
             field,
-            expected: "in order, below its queue's next seq, and unique",
+            expected: "in order, below the next seq, and unique",
             found,
         },
     )
@@ -363,7 +436,7 @@ impl<'a> Image<'a> {
         let mut c = ByteReader::new(all, names::CHECKPOINT, 0);
         c.magic(MAGIC_K)?;
         let version = c.version_between(VERSION, CHECKPOINT_VERSION)?;
-        if version != VERSION && version != CHECKPOINT_VERSION {
+        if version != VERSION && version != 6 && version != CHECKPOINT_VERSION {
             return Err(Error::corrupt(
                 names::CHECKPOINT,
                 4,
@@ -408,11 +481,7 @@ impl<'a> Image<'a> {
             }
         };
         // Version 4 has no next_crawl: the load takes it above every id it finds.
-        let next_crawl = if version >= CHECKPOINT_VERSION {
-            c.u32()?
-        } else {
-            0
-        };
+        let next_crawl = if version >= 6 { c.u32()? } else { 0 };
         let position = Position {
             segment: c.u64()?,
             offset: c.u64()?,
@@ -451,9 +520,10 @@ impl<'a> Image<'a> {
         for _ in 0..count(&mut c, 8, "runs")? {
             k.runs.push(c.u64()?);
         }
-        // Each queue's next seq; the seqs of the records out of the queues' FIFOs (returned,
-        // to fetch again, leased), each below its queue's next seq and none twice.
-        let mut ids = std::collections::HashMap::new();
+        // The queues' ids; the seqs of the records out of the queues' FIFOs (returned, to
+        // fetch again, leased), each below the frontier's next seq and none twice (a record
+        // to fetch again after a known update may have a seq past its queue's next one).
+        let mut ids = std::collections::HashSet::new();
         let mut out = std::collections::HashSet::new();
         for _ in 0..count(&mut c, 64, "queues")? {
             let at = c.offset();
@@ -481,13 +551,14 @@ impl<'a> Image<'a> {
                 due: c.u64()?,
                 returned: Vec::new(),
                 refetch: Vec::new(),
+                skips: Vec::new(),
             };
             for _ in 0..count(&mut c, 12, "returned records")? {
                 let at = c.offset();
                 let seq = c.u64()?;
                 let rec = queue_record(&mut c, id)?;
                 let ordered = q.returned.last().is_none_or(|&(s, _)| s < seq);
-                if !ordered || seq >= q.next_seq || !out.insert(seq) {
+                if !ordered || seq >= k.next_seq || !out.insert(seq) {
                     return Err(invalid(at, "seq of a returned record", seq));
                 }
                 q.returned.push((seq, rec));
@@ -500,12 +571,23 @@ impl<'a> Image<'a> {
                     .refetch
                     .last()
                     .is_none_or(|&(w, s, _)| (w, s) < (when, seq));
-                if !ordered || seq >= q.next_seq || !out.insert(seq) {
+                if !ordered || seq >= k.next_seq || !out.insert(seq) {
                     return Err(invalid(at, "seq of a record to fetch again", seq));
                 }
                 q.refetch.push((when, seq, rec));
             }
-            if ids.insert(id, q.next_seq).is_some() {
+            if version >= CHECKPOINT_VERSION {
+                for _ in 0..count(&mut c, 8, "skips")? {
+                    let at = c.offset();
+                    let seq = c.u64()?;
+                    let ordered = q.skips.last().is_none_or(|&s| s < seq);
+                    if !ordered || seq < q.next_seq || seq >= k.next_seq {
+                        return Err(invalid(at, "seq of a record skipped", seq));
+                    }
+                    q.skips.push(seq);
+                }
+            }
+            if !ids.insert(id) {
                 return Err(invalid(at, "id of a queue", id));
             }
             k.queues.push(q);
@@ -517,7 +599,7 @@ impl<'a> Image<'a> {
             let r = crate::record::decode(record).expect("checked by record_at");
             let key = r.key.unwrap_or_else(|| default_key(r.url));
             let qid = queue_id(r.crawl, key);
-            let Some(&next_seq) = ids.get(&qid) else {
+            if !ids.contains(&qid) {
                 return Err(Error::corrupt(
                     names::CHECKPOINT,
                     at,
@@ -527,8 +609,8 @@ impl<'a> Image<'a> {
                         found: qid,
                     },
                 ));
-            };
-            if seq >= next_seq || !out.insert(seq) {
+            }
+            if seq >= k.next_seq || !out.insert(seq) {
                 return Err(invalid(at, "seq of a leased record", seq));
             }
             k.leases.push(LeaseImage {

@@ -5,10 +5,11 @@
 
 mod checkpoint;
 
+pub(crate) use checkpoint::in_version as checkpoint_in_version;
 pub(crate) use checkpoint::runs_of as checkpoint_runs;
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use super::clock::Clock;
@@ -53,6 +54,10 @@ struct Queue {
     returned: Vec<(u64, Box<[u8]>)>,
     /// Records done and served again once their instant has passed, by (instant, seq).
     refetch: Vec<(u64, u64, Box<[u8]>)>,
+    /// Seqs of records in the Q runs, from `next_seq` on, that a known update ended: not
+    /// counted in `waiting`, passed over when reached, dropped by the next compaction.
+    /// Sorted.
+    skips: Vec<u64>,
     leased: u32,
     /// Milliseconds the fetches of the current burst took (the ratio rule).
     burst: u64,
@@ -391,12 +396,12 @@ impl Core {
             // delay after a burst depends on them).
             Entry::Done { seq, at, took } => {
                 self.expire(*at);
-                self.end_lease(*seq, *at, *took, End::Done)?;
+                self.end_lease(*seq, *at, *took, End::Done, None)?;
                 self.done += 1;
             }
             Entry::Retry { seq, at, took } => {
                 self.expire(*at);
-                self.end_lease(*seq, *at, *took, End::Retry)?;
+                self.end_lease(*seq, *at, *took, End::Retry, None)?;
             }
             Entry::Refetch {
                 seq,
@@ -405,7 +410,17 @@ impl Core {
                 when,
             } => {
                 self.expire(*at);
-                self.end_lease(*seq, *at, *took, End::Refetch(*when))?;
+                self.end_lease(*seq, *at, *took, End::Refetch(*when), None)?;
+            }
+            Entry::Known {
+                seq,
+                at,
+                when,
+                fresh,
+                record,
+            } => {
+                self.expire(*at);
+                self.apply_known(*seq, *at, *when, *fresh, record)?;
             }
             Entry::Policy { crawl, key, policy } => {
                 match key {
@@ -498,6 +513,8 @@ impl Core {
                 }
                 for q in &mut self.queues {
                     q.waiting = 0;
+                    // The compaction dropped the records skipped.
+                    q.skips = Vec::new();
                 }
                 for &(id, n) in waiting {
                     if let Some(&q) = self.index.get(&id) {
@@ -566,6 +583,7 @@ impl Core {
             waiting: 0,
             returned: Vec::new(),
             refetch: Vec::new(),
+            skips: Vec::new(),
             leased: 0,
             burst: 0,
             completed: 0,
@@ -666,14 +684,18 @@ impl Core {
             }
         };
         let q = &mut self.queues[i as usize];
-        if seq >= q.next_seq && (q.waiting > 0 || replaying) {
-            // While replaying, a count may lag until the next compaction's entry sets it.
-            q.waiting = q.waiting.saturating_sub(1);
-            q.next_seq = seq + 1;
-        } else if let Some(k) = q.returned.iter().position(|(s, _)| *s == seq) {
+        // The lists first: a record to fetch again after a known update may have a seq
+        // past the queue's next one.
+        if let Some(k) = q.returned.iter().position(|(s, _)| *s == seq) {
             q.returned.remove(k);
         } else if let Some(k) = q.refetch.iter().position(|(_, s, _)| *s == seq) {
             q.refetch.remove(k);
+        } else if seq >= q.next_seq && (q.waiting > 0 || replaying) {
+            // While replaying, a count may lag until the next compaction's entry sets it.
+            q.waiting = q.waiting.saturating_sub(1);
+            q.next_seq = seq + 1;
+            // The records skipped on the way are passed.
+            q.skips.retain(|&s| s > seq);
         } else {
             return Err(corrupt(Corruption::Invalid {
                 field: "leased record",
@@ -696,8 +718,16 @@ impl Core {
         Ok(())
     }
 
-    /// Ends the lease of `seq` at `at`, after a fetch of `took` milliseconds.
-    fn end_lease(&mut self, seq: u64, at: u64, took: u64, end: End) -> Result<()> {
+    /// Ends the lease of `seq` at `at`, after a fetch of `took` milliseconds; a record to
+    /// fetch again is `record` when given, else the lease's.
+    fn end_lease(
+        &mut self,
+        seq: u64,
+        at: u64,
+        took: u64,
+        end: End,
+        record: Option<&[u8]>,
+    ) -> Result<()> {
         let g = self.journal_gen();
         let lease = self.leases.remove(&seq).ok_or_else(|| {
             Error::corrupt(
@@ -736,11 +766,94 @@ impl Core {
                 q.returned.insert(k, (seq, lease.record));
             }
             End::Refetch(when) => {
-                let k = q
-                    .refetch
-                    .partition_point(|(w, s, _)| (*w, *s) < (when, seq));
-                q.refetch.insert(k, (when, seq, lease.record));
+                let rec = record.map_or(lease.record, Into::into);
+                insert_refetch(q, when, seq, rec);
             }
+        }
+        self.schedule(i);
+        Ok(())
+    }
+
+    /// Applies a known update (journal entry 13): record `seq` is done (`when` 0) or to fetch
+    /// again from `when`, as `record`, whatever it was; `fresh`: a done URL to fetch again,
+    /// under the new seq `seq`.
+    fn apply_known(
+        &mut self,
+        seq: u64,
+        at: u64,
+        when: u64,
+        fresh: bool,
+        record: &[u8],
+    ) -> Result<()> {
+        let g = self.journal_gen();
+        let corrupt = |what| Error::corrupt(&names::j(g), 0, what);
+        let (qid, crawl, _) = self.locate(record).map_err(corrupt)?;
+        if !fresh
+            && self
+                .leases
+                .get(&seq)
+                .is_some_and(|l| self.queues[l.queue as usize].id == qid)
+        {
+            let end = if when == 0 {
+                End::Done
+            } else {
+                End::Refetch(when)
+            };
+            self.end_lease(seq, at, 0, end, Some(record))?;
+            if when == 0 {
+                self.done += 1;
+            }
+            return Ok(());
+        }
+        let replaying = self.replay_gone.is_some();
+        let i = match self.index.get(&qid) {
+            Some(&i) => i,
+            None if fresh || replaying => {
+                let r = record::decode(record).map_err(corrupt)?;
+                self.queue(qid, crawl, r.key.unwrap_or_else(|| default_key(r.url)))
+            }
+            None => {
+                return Err(corrupt(Corruption::Invalid {
+                    field: "known URL's queue",
+                    expected: "a queue of the frontier",
+                    found: qid,
+                }))
+            }
+        };
+        let next_seq = self.next_seq;
+        let q = &mut self.queues[i as usize];
+        let bad = |field| {
+            corrupt(Corruption::Invalid {
+                field,
+                expected: "a record of its queue",
+                found: seq,
+            })
+        };
+        if fresh {
+            if seq < next_seq {
+                return Err(bad("new seq of a known URL"));
+            }
+            self.next_seq = seq + 1;
+        } else if let Some(k) = q.returned.iter().position(|(s, _)| *s == seq) {
+            q.returned.remove(k);
+        } else if let Some(k) = q.refetch.iter().position(|(_, s, _)| *s == seq) {
+            q.refetch.remove(k);
+        } else if seq >= q.next_seq && seq < next_seq {
+            match q.skips.binary_search(&seq) {
+                Ok(_) => return Err(bad("seq of a known URL")),
+                Err(k) => q.skips.insert(k, seq),
+            }
+            // While replaying, a count may lag until the next compaction's entry sets it.
+            q.waiting = q.waiting.saturating_sub(1);
+        } else {
+            return Err(bad("seq of a known URL"));
+        }
+        let q = &mut self.queues[i as usize];
+        if when == 0 {
+            q.completed = q.completed.saturating_add(1);
+            self.done += 1;
+        } else {
+            insert_refetch(q, when, seq, record.into());
         }
         self.schedule(i);
         Ok(())
@@ -798,6 +911,7 @@ impl Core {
         q.waiting = 0;
         q.returned = Vec::new();
         q.refetch = Vec::new();
+        q.skips = Vec::new();
         q.leased = 0;
         q.burst = 0;
         q.completed = 0;
@@ -913,10 +1027,13 @@ impl Core {
             let Some(queue) = next_queue else {
                 break;
             };
-            let next = self
-                .index
-                .get(&queue)
-                .map(|&i| self.queues[i as usize].next_seq);
+            let (next, skips) = match self.index.get(&queue) {
+                Some(&i) => {
+                    let q = &self.queues[i as usize];
+                    (Some(q.next_seq), &q.skips[..])
+                }
+                None => (None, &[][..]),
+            };
             for (run, h) in runs.iter().zip(&mut heads) {
                 if !matches!(h.peek(), Some(Ok(g)) if g.queue == queue) {
                     continue;
@@ -927,7 +1044,7 @@ impl Core {
                     continue;
                 };
                 run.walk_group(&g, |seq, rec, _| {
-                    if seq < next {
+                    if seq < next || skips.binary_search(&seq).is_ok() {
                         return Ok(true);
                     }
                     let w = match &mut writer {
@@ -1190,7 +1307,7 @@ impl Core {
             let mut taken_all = true;
             for r in f.records() {
                 let (seq, rec) = split(run.file(), offset, r)?;
-                if seq < next {
+                if seq < next || self.queues[i as usize].skips.binary_search(&seq).is_ok() {
                     continue;
                 }
                 if n == k {
@@ -1534,7 +1651,7 @@ impl Core {
             if let Some(r) = q.refetch.iter().find(|r| same(&r.2)) {
                 return Ok(UrlStatus::Refetch { at_ms: r.0 });
             }
-            if q.returned.iter().any(|r| same(&r.1)) || self.waits_in_runs(i, url)? {
+            if q.returned.iter().any(|r| same(&r.1)) || self.find_in_runs(i, &[url])?[0].is_some() {
                 return Ok(UrlStatus::Waiting);
             }
         }
@@ -1545,26 +1662,139 @@ impl Core {
         }
     }
 
-    /// Whether `url` is among queue `i`'s records in the Q runs not yet handed out.
-    fn waits_in_runs(&self, i: u32, url: &[u8]) -> Result<bool> {
+    /// The seqs of `urls` among queue `i`'s records waiting in the Q runs (not handed out,
+    /// not skipped), in one walk of its groups.
+    fn find_in_runs(&self, i: u32, urls: &[&[u8]]) -> Result<Vec<Option<u64>>> {
         let q = &self.queues[i as usize];
+        let mut found = vec![None; urls.len()];
+        let mut left = urls.len();
+        let wanted: HashMap<&[u8], usize> = urls.iter().enumerate().map(|(k, u)| (*u, k)).collect();
         for (slot, run) in self.runs.iter().enumerate() {
-            if q.runs & (1 << slot) == 0 {
+            if q.runs & (1 << slot) == 0 || left == 0 {
                 continue;
             }
             let Some(g) = run.group(q.id)? else {
                 continue;
             };
-            let mut found = false;
             run.walk_group(&g, |seq, rec, _| {
-                found = seq >= q.next_seq && record::decode(rec).is_ok_and(|r| r.url == url);
-                Ok(!found)
+                if seq < q.next_seq || q.skips.binary_search(&seq).is_ok() {
+                    return Ok(true);
+                }
+                let at = record::decode(rec)
+                    .ok()
+                    .and_then(|r| wanted.get(r.url).copied());
+                if let Some(k) = at {
+                    if found[k].is_none() {
+                        found[k] = Some(seq);
+                        left -= 1;
+                    }
+                }
+                Ok(left > 0)
             })?;
-            if found {
-                return Ok(true);
+        }
+        Ok(found)
+    }
+
+    /// Known updates of `crawl` (url-frontier's known URL items): each URL is done
+    /// (`refetch_ms` 0) or to fetch again from `refetch_ms`, with its metadata, whatever it
+    /// was: unknown (pushed first), waiting (skipped in its queue), leased (its lease ends:
+    /// the fetch ended now), returned, to fetch again, or done. Of one URL given twice, the
+    /// last item counts. Durable when this returns.
+    pub(super) fn update(&mut self, crawl: &[u8], items: &[super::Known<'_>]) -> Result<()> {
+        self.writable()?;
+        // The last item of each URL, in the order given.
+        let mut last: HashMap<&[u8], usize> = HashMap::new();
+        for (k, it) in items.iter().enumerate() {
+            last.insert(it.url, k);
+        }
+        let items: Vec<&super::Known<'_>> = items
+            .iter()
+            .enumerate()
+            .filter(|(k, it)| last[it.url] == *k)
+            .map(|(_, it)| it)
+            .collect();
+        // URLs not known yet become known (they reach their queues, where they are skipped).
+        let discovered: Vec<super::Discovered<'_>> = items
+            .iter()
+            .map(|it| super::Discovered {
+                url: it.url,
+                key: it.key,
+                metadata: it.metadata,
+            })
+            .collect();
+        self.push_items(crawl, &discovered, None)?;
+        self.flush()?;
+        let now = self.clock.now_ms();
+        self.expire(now);
+        let id = self.crawls[crawl];
+        let seed = record::crawl_seed(self.sieve.seed(), id);
+        let mut records = Vec::with_capacity(items.len());
+        for it in &items {
+            let mut buf = Vec::new();
+            record::encode(
+                &mut buf,
+                &Record {
+                    crawl: id,
+                    key: it.key,
+                    meta: it.metadata,
+                    url: it.url,
+                },
+            );
+            records.push(buf);
+        }
+        // Where each one is: (seq, fresh), or None (done, and done it stays).
+        let mut at: Vec<Option<(u64, bool)>> = vec![None; items.len()];
+        let mut in_runs: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (k, it) in items.iter().enumerate() {
+            let sig = crate::signature(it.url, seed);
+            if let Some(&seq) = self.by_url.get(&(id, sig)) {
+                at[k] = Some((seq, false));
+                continue;
+            }
+            let qid = queue_id(id, it.key.unwrap_or_else(|| default_key(it.url)));
+            let Some(&i) = self.index.get(&qid) else {
+                continue;
+            };
+            let q = &self.queues[i as usize];
+            let same = |rec: &[u8]| record::decode(rec).is_ok_and(|r| r.url == it.url);
+            if let Some(r) = q.returned.iter().find(|r| same(&r.1)) {
+                at[k] = Some((r.0, false));
+            } else if let Some(r) = q.refetch.iter().find(|r| same(&r.2)) {
+                at[k] = Some((r.1, false));
+            } else {
+                in_runs.entry(i).or_default().push(k);
             }
         }
-        Ok(false)
+        for (i, ks) in in_runs {
+            let urls: Vec<&[u8]> = ks.iter().map(|&k| items[k].url).collect();
+            for (k, seq) in ks.into_iter().zip(self.find_in_runs(i, &urls)?) {
+                at[k] = seq.map(|s| (s, false));
+            }
+        }
+        let mut fresh = self.next_seq;
+        let mut entries = Vec::new();
+        for (k, it) in items.iter().enumerate() {
+            let (seq, is_fresh) = match at[k] {
+                Some(found) => found,
+                // Done: to fetch again, under a new seq; done again, nothing changes.
+                None if it.refetch_ms > 0 => {
+                    fresh += 1;
+                    (fresh - 1, true)
+                }
+                None => continue,
+            };
+            entries.push(Entry::Known {
+                seq,
+                at: now,
+                when: it.refetch_ms,
+                fresh: is_fresh,
+                record: &records[k],
+            });
+        }
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.commit(&entries)
     }
 
     /// Pauses or resumes the hand-outs.
@@ -1602,6 +1832,15 @@ impl Core {
         self.writer().seal()?;
         self.sieve.close()
     }
+}
+
+/// Puts record `seq` among queue `q`'s records to fetch again at `when`, in (instant, seq)
+/// order.
+fn insert_refetch(q: &mut Queue, when: u64, seq: u64, record: Box<[u8]>) {
+    let k = q
+        .refetch
+        .partition_point(|(w, s, _)| (*w, *s) < (when, seq));
+    q.refetch.insert(k, (when, seq, record));
 }
 
 /// J's entries, each with its generation.
@@ -1661,7 +1900,7 @@ mod tests {
     fn the_state_of_a_queue_takes_what_design_md_says() {
         // The queue, its entry in the id index (a u64 and a u32) and in the heap (a u64 and
         // a u32, padded): docs/design.md, "Memory" of the frontier, states these.
-        assert_eq!(std::mem::size_of::<super::Queue>(), 168);
+        assert_eq!(std::mem::size_of::<super::Queue>(), 192);
         assert_eq!(std::mem::size_of::<(u64, u32)>(), 16);
     }
 }
