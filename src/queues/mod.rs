@@ -41,7 +41,8 @@
 //! done, retry, refetch at an instant, the delay and the ratio rule, the number of URLs of a
 //! queue leased at once, limits, blocks, pause, the queues' listing, the status of a URL, and
 //! recovery after a crash from a checkpoint and the journal after it, deleting queues and
-//! crawls, counts per crawl and per queue.
+//! crawls, counts per crawl and per queue, pushes that say which URLs were new, and known
+//! updates (a URL done or to fetch again, whatever it was).
 
 mod clock;
 pub(crate) mod core;
