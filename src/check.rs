@@ -133,7 +133,11 @@ fn replay_frontier(storage: &Arc<dyn Storage>, r: &mut CheckReport) -> Result<()
         .memory(1 << 20)
         .background_flush(false);
     match crate::Frontier::open_with(view, opts, Arc::new(crate::queues::SystemClock)) {
-        Ok(f) => drop(f),
+        Ok(f) => match f.verify_seqs() {
+            Ok(()) => drop(f),
+            Err(e) if e.is_corruption() => r.damage.push(e),
+            Err(e) => return Err(e),
+        },
         Err(e) if e.is_corruption() => r.damage.push(e),
         Err(e) => return Err(e),
     }

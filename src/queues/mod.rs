@@ -493,6 +493,11 @@ impl Frontier {
         self.with(core::Core::stats)
     }
 
+    /// For `check`: every record waiting in the Q runs has a seq of its own.
+    pub(crate) fn verify_seqs(&self) -> Result<()> {
+        self.with(|c| c.verify_seqs())
+    }
+
     /// Syncs and closes.
     pub fn close(self) -> Result<()> {
         let core = self.core()?.take();
