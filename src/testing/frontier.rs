@@ -435,7 +435,16 @@ pub fn frontier_ops(data: &[u8]) {
                     .collect();
                 let items: Vec<Discovered<'_>> =
                     urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
-                f.push(crawl, &items).expect("push");
+                if op & 0x40 == 0 {
+                    f.push(crawl, &items).expect("push");
+                } else {
+                    // Which were new: exactly those the crawl does not know.
+                    let new = f.push_new(crawl, &items).expect("push");
+                    for (u, n) in urls.iter().zip(new) {
+                        let known = m.urls.contains_key(&(crawl.to_owned(), u.clone()));
+                        assert_eq!(n, !known, "novelty of {u} in {crawl}");
+                    }
+                }
                 for u in urls {
                     m.urls.entry((crawl.to_owned(), u)).or_insert(Url::Waiting);
                 }
@@ -580,7 +589,36 @@ pub fn frontier_ops(data: &[u8]) {
                     }
                 }
             }
-            14 => f.flush().expect("flush"),
+            14 if arg & 1 == 0 => f.flush().expect("flush"),
+            14 => {
+                // A known update: done, or to fetch again, whatever the URL was.
+                let crawl = crawl_of(op);
+                let u = format!("http://h{}.t/{}", (arg >> 1) % 5, (arg >> 4) % 12);
+                let when = if arg & 2 == 0 {
+                    0
+                } else {
+                    now + u64::from(arg) * 7
+                };
+                let item = crate::Known {
+                    url: u.as_bytes(),
+                    key: None,
+                    metadata: b"",
+                    refetch_ms: when,
+                };
+                f.update(crawl, &[item]).expect("update");
+                let k = (crawl.to_owned(), u.clone());
+                // Held in a queue (or never seen: it is pushed, then taken out of its queue).
+                let held = matches!(
+                    m.at(&k, now),
+                    None | Some(Url::Waiting | Url::Leased { .. } | Url::Refetch { .. })
+                );
+                if when > 0 {
+                    m.urls.insert(k, Url::Refetch { at: when });
+                } else if held {
+                    *m.completed.entry((k.0.clone(), host(&u))).or_default() += 1;
+                    m.urls.insert(k, Url::Done);
+                }
+            }
             _ => {
                 if arg & 1 == 0 {
                     f.close().expect("close");
