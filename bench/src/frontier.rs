@@ -30,6 +30,10 @@ pub struct FrontierArgs {
     /// The directory to create the frontier under (default: the system's temporary one).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Push with `push_new`, which says of each URL whether it was new (every one is: the
+    /// run checks it), instead of `push`.
+    #[arg(long)]
+    pub push_new: bool,
 }
 
 /// Runs the frontier benchmark and prints its figures.
@@ -60,7 +64,14 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         }
         let items: Vec<Discovered<'_>> =
             urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
-        f.push("", &items)?;
+        if a.push_new {
+            let new = f.push_new("", &items)?;
+            if new.iter().any(|n| !n) {
+                return Err("a URL never pushed before was reported known".into());
+            }
+        } else {
+            f.push("", &items)?;
+        }
     }
     let pushed = start.elapsed();
     let start = Instant::now();
@@ -99,7 +110,12 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         a.urls
     );
     println!(
-        "  push (durable batches)   {:>8.3} s  {:>12.0} URLs/s",
+        "  {} {:>8.3} s  {:>12.0} URLs/s",
+        if a.push_new {
+            "push_new (durable)      "
+        } else {
+            "push (durable batches)  "
+        },
         pushed.as_secs_f64(),
         rate(a.urls, pushed)
     );

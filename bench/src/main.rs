@@ -7,7 +7,7 @@
 //! crivello-bench run  --input URLS.txt --expected DISTINCT.txt [--peers LIST] [--reps N]
 //! crivello-bench plot --input results.json --output performance-throughput.svg
 //! crivello-bench table --input results.json
-//! crivello-bench frontier [--urls N] [--hosts H] [--batch B] [--dir DIR]
+//! crivello-bench frontier [--urls N] [--hosts H] [--batch B] [--dir DIR] [--push-new]
 //! ```
 //!
 //! `run` runs each peer in a child process of its own (the hidden `peer` subcommand), so that
