@@ -1702,6 +1702,9 @@ impl Core {
     /// last item counts. Durable when this returns.
     pub(super) fn update(&mut self, crawl: &[u8], items: &[super::Known<'_>]) -> Result<()> {
         self.writable()?;
+        if items.is_empty() {
+            return Ok(());
+        }
         // The last item of each URL, in the order given.
         let mut last: HashMap<&[u8], usize> = HashMap::new();
         for (k, it) in items.iter().enumerate() {
