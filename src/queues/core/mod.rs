@@ -81,6 +81,19 @@ impl Queue {
         self.waiting > 0 || !self.returned.is_empty() || !self.refetch.is_empty()
     }
 
+    /// Takes record `seq` out of the returned records or those to fetch again; false when
+    /// it is in neither.
+    fn take_listed(&mut self, seq: u64) -> bool {
+        if let Some(k) = self.returned.iter().position(|(s, _)| *s == seq) {
+            self.returned.remove(k);
+        } else if let Some(k) = self.refetch.iter().position(|(_, s, _)| *s == seq) {
+            self.refetch.remove(k);
+        } else {
+            return false;
+        }
+        true
+    }
+
     /// The first instant a record of it is available (politeness aside).
     fn available(&self) -> u64 {
         if self.waiting > 0 || !self.returned.is_empty() {
@@ -668,28 +681,12 @@ impl Core {
             return Ok(());
         }
         let replaying = self.replay_gone.is_some();
-        let i = match self.index.get(&qid) {
-            Some(&i) => i,
-            // A queue first seen in a run a later compaction removed.
-            None if replaying => {
-                let r = record::decode(record).map_err(corrupt)?;
-                self.queue(qid, crawl, r.key.unwrap_or_else(|| default_key(r.url)))
-            }
-            None => {
-                return Err(corrupt(Corruption::Invalid {
-                    field: "lease's queue",
-                    expected: "a queue of the frontier",
-                    found: qid,
-                }))
-            }
-        };
+        let i = self.queue_of_record(qid, crawl, record, replaying, "lease's queue")?;
         let q = &mut self.queues[i as usize];
         // The lists first: a record to fetch again after a known update may have a seq
         // past the queue's next one.
-        if let Some(k) = q.returned.iter().position(|(s, _)| *s == seq) {
-            q.returned.remove(k);
-        } else if let Some(k) = q.refetch.iter().position(|(_, s, _)| *s == seq) {
-            q.refetch.remove(k);
+        if q.take_listed(seq) {
+            // Taken from the returned records or those to fetch again.
         } else if seq >= q.next_seq && (q.waiting > 0 || replaying) {
             // While replaying, a count may lag until the next compaction's entry sets it.
             q.waiting = q.waiting.saturating_sub(1);
@@ -774,6 +771,33 @@ impl Core {
         Ok(())
     }
 
+    /// The queue `qid` of record `record` (of crawl `crawl`); made when `create` (a queue
+    /// first seen in a run a later compaction removed, while replaying; a known update of a
+    /// done URL), else a damaged `field` of J.
+    fn queue_of_record(
+        &mut self,
+        qid: u64,
+        crawl: u32,
+        record: &[u8],
+        create: bool,
+        field: &'static str,
+    ) -> Result<u32> {
+        let g = self.journal_gen();
+        let corrupt = |what| Error::corrupt(&names::j(g), 0, what);
+        match self.index.get(&qid) {
+            Some(&i) => Ok(i),
+            None if create => {
+                let r = record::decode(record).map_err(corrupt)?;
+                Ok(self.queue(qid, crawl, r.key.unwrap_or_else(|| default_key(r.url))))
+            }
+            None => Err(corrupt(Corruption::Invalid {
+                field,
+                expected: "a queue of the frontier",
+                found: qid,
+            })),
+        }
+    }
+
     /// Applies a known update (journal entry 13): record `seq` is done (`when` 0) or to fetch
     /// again from `when`, as `record`, whatever it was; `fresh`: a done URL to fetch again,
     /// under the new seq `seq`.
@@ -806,20 +830,8 @@ impl Core {
             return Ok(());
         }
         let replaying = self.replay_gone.is_some();
-        let i = match self.index.get(&qid) {
-            Some(&i) => i,
-            None if fresh || replaying => {
-                let r = record::decode(record).map_err(corrupt)?;
-                self.queue(qid, crawl, r.key.unwrap_or_else(|| default_key(r.url)))
-            }
-            None => {
-                return Err(corrupt(Corruption::Invalid {
-                    field: "known URL's queue",
-                    expected: "a queue of the frontier",
-                    found: qid,
-                }))
-            }
-        };
+        let i =
+            self.queue_of_record(qid, crawl, record, fresh || replaying, "known URL's queue")?;
         let next_seq = self.next_seq;
         let q = &mut self.queues[i as usize];
         let bad = |field| {
@@ -834,10 +846,8 @@ impl Core {
                 return Err(bad("new seq of a known URL"));
             }
             self.next_seq = seq + 1;
-        } else if let Some(k) = q.returned.iter().position(|(s, _)| *s == seq) {
-            q.returned.remove(k);
-        } else if let Some(k) = q.refetch.iter().position(|(_, s, _)| *s == seq) {
-            q.refetch.remove(k);
+        } else if q.take_listed(seq) {
+            // Taken from the returned records or those to fetch again.
         } else if seq >= q.next_seq && seq < next_seq {
             match q.skips.binary_search(&seq) {
                 Ok(_) => return Err(bad("seq of a known URL")),
