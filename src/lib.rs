@@ -114,8 +114,8 @@ pub use manifest::Mode;
 pub use names::MANIFEST as MANIFEST_FILE;
 pub use options::{Options, SyncPolicy};
 pub use queues::{
-    Completion, Counts, Discovered, Frontier, FrontierStats, Known, LeaseRequest, Leased, Policy,
-    QueueInfo, UrlStatus,
+    Completion, Counts, Discovered, Frontier, FrontierStats, HeldUrl, Known, LeaseRequest, Leased,
+    Policy, QueueInfo, UrlStatus,
 };
 pub use sieve::{Sieve, Stats};
 pub use signature::signature;

@@ -144,6 +144,7 @@ fn a_queue_is_served_as_soon_as_it_may_be_whatever_the_lease_calls_asked() {
         per_queue,
         ttl_ms: 36_000_000,
         crawl: None,
+        key: None,
     };
     let mut first = urls(&f.lease_with(&req(Some(0))).unwrap());
     first.sort();

@@ -46,6 +46,7 @@ pub fn run(args: LeaseArgs) -> Result<()> {
         per_queue: args.per_queue,
         ttl_ms: args.ttl,
         crawl: Some(args.crawl.name().to_owned()),
+        key: None,
     };
     loop {
         let frontier = open_frontier(&args.dir, args.common.memory)?;

@@ -24,6 +24,8 @@ mod pop;
 mod progress;
 mod push;
 mod queues;
+#[cfg(feature = "serve")]
+pub(crate) mod serve;
 mod size;
 mod stats;
 mod stream;
@@ -130,6 +132,13 @@ enum Command {
     Resume(pause::PauseArgs),
     /// List the queues: key, waiting, leased, done, next due, policy, blocked until.
     Queues(queues::QueuesArgs),
+    /// Serve the frontier in DIR over gRPC: url-frontier's API (version 2.6), durably.
+    ///
+    /// Prints "listening on HOST:PORT" on stdout once ready, and logs to stderr. Every
+    /// acknowledged item is durable. SIGTERM or SIGINT stops it: calls in flight end,
+    /// streams acknowledge what they read, the frontier is synced and closed, exit 0.
+    #[cfg(feature = "serve")]
+    Serve(serve::ServeArgs),
     /// Verify every checksum of the sieve in DIR, without changing it; exit 3 on any damage.
     ///
     /// Reads the manifest, the cursor, every block of every Z segment, every frontier
@@ -197,6 +206,8 @@ pub fn run() -> ExitCode {
         Command::Pause(a) => pause::run(a, true),
         Command::Resume(a) => pause::run(a, false),
         Command::Queues(a) => queues::run(a),
+        #[cfg(feature = "serve")]
+        Command::Serve(a) => serve::run(a),
     });
     match result {
         Ok(Ok(())) => ExitCode::SUCCESS,

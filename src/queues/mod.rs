@@ -157,6 +157,8 @@ pub struct LeaseRequest {
     pub ttl_ms: u64,
     /// Only this crawl's queues (`""` is `DEFAULT`); None: every crawl's.
     pub crawl: Option<String>,
+    /// Only the queue of this key (of `crawl`, or of `DEFAULT` when `crawl` is None).
+    pub key: Option<Vec<u8>>,
 }
 
 impl Default for LeaseRequest {
@@ -167,6 +169,7 @@ impl Default for LeaseRequest {
             per_queue: None,
             ttl_ms: DEFAULT_TTL_MS,
             crawl: None,
+            key: None,
         }
     }
 }
@@ -224,6 +227,19 @@ pub enum UrlStatus {
     },
 }
 
+/// A URL a queue holds ([`Frontier::urls`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldUrl {
+    /// Its queue's key.
+    pub key: Vec<u8>,
+    /// The URL.
+    pub url: Vec<u8>,
+    /// Its metadata.
+    pub metadata: Vec<u8>,
+    /// Waiting, leased or to fetch again.
+    pub status: UrlStatus,
+}
+
 /// Counts of a frontier.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FrontierStats {
@@ -265,6 +281,8 @@ pub struct Counts {
 /// `&self`).
 pub struct Frontier {
     core: Mutex<Option<core::Core>>,
+    /// The longest URL accepted (the sieve's option), for checks that need no lock.
+    max_url_len: usize,
 }
 
 impl Frontier {
@@ -283,10 +301,12 @@ impl Frontier {
         clock: Arc<dyn Clock>,
     ) -> Result<Frontier> {
         let (max_runs, journal_bytes) = (opts.queue_runs, opts.journal_bytes);
+        let max_url_len = opts.max_url_len;
         let sieve = Sieve::open_with(storage, opts)?;
         let core = core::Core::open(sieve, clock, max_runs, journal_bytes)?;
         Ok(Frontier {
             core: Mutex::new(Some(core)),
+            max_url_len,
         })
     }
 
@@ -447,6 +467,38 @@ impl Frontier {
         self.with(|c| c.status(crawl, key, url))
     }
 
+    /// Visits the URLs the queues of `crawl` hold (or its queue `key` holds), queue by
+    /// queue in key order: those leased, those returned by a retry or an expired lease,
+    /// those waiting in queue order, and those to fetch again in date order; `f` returns
+    /// false to stop. Done URLs are not held (the sieve keeps a signature of each, not the
+    /// URL). Flushes first, so that what was pushed is visited.
+    pub fn urls(
+        &self,
+        crawl: &str,
+        key: Option<&[u8]>,
+        mut f: impl FnMut(HeldUrl) -> bool,
+    ) -> Result<()> {
+        let crawl = crawl_name(crawl);
+        self.with(|c| {
+            c.visit_held(crawl, key, &mut |r, status| {
+                f(HeldUrl {
+                    key: r.key.unwrap_or_else(|| key::default_key(r.url)).to_vec(),
+                    url: r.url.to_vec(),
+                    metadata: r.meta.to_vec(),
+                    status,
+                })
+            })
+        })
+    }
+
+    /// Refuses (with the error [`Frontier::push`] would return) a URL or key that a push
+    /// would refuse, so that a caller can set such items aside before pushing a batch. It
+    /// takes no lock: it waits for no other call.
+    pub fn validate(&self, url: &[u8], key: Option<&[u8]>) -> Result<()> {
+        crate::sieve::validate_url(url, self.max_url_len)?;
+        validate_key(key)
+    }
+
     /// Deletes the queue `key` of `crawl`, with every URL pushed to it before this call:
     /// its URLs waiting and leased (a later done of one changes nothing), its counts, its
     /// policy and its block. Its URLs stay known to the crawl (pushed again, they change
@@ -515,4 +567,15 @@ fn crawl_name(crawl: &str) -> &[u8] {
     } else {
         crawl.as_bytes()
     }
+}
+
+/// Refuses a key longer than [`key::MAX_KEY_LEN`].
+fn validate_key(key: Option<&[u8]>) -> Result<()> {
+    if key.is_some_and(|k| k.len() > key::MAX_KEY_LEN) {
+        return Err(Error::InvalidOption {
+            option: "key",
+            reason: format!("longer than {} bytes", key::MAX_KEY_LEN),
+        });
+    }
+    Ok(())
 }

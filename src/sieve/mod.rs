@@ -152,16 +152,7 @@ impl Sieve {
 
     /// Checks a URL against the options.
     pub fn validate(&self, url: &[u8]) -> Result<()> {
-        if url.is_empty() {
-            return Err(Error::InvalidUrl(InvalidUrl::Empty));
-        }
-        if url.len() > self.opts.max_url_len {
-            return Err(Error::InvalidUrl(InvalidUrl::TooLong {
-                len: url.len(),
-                max: self.opts.max_url_len,
-            }));
-        }
-        Ok(())
+        validate_url(url, self.opts.max_url_len)
     }
 
     /// Pushes one URL. It is acknowledged (durable) once a later [`Sieve::sync`],
@@ -407,4 +398,18 @@ impl Drop for Sieve {
             f.join();
         }
     }
+}
+
+/// Refuses an empty URL, or one longer than `max_url_len` bytes.
+pub(crate) fn validate_url(url: &[u8], max_url_len: usize) -> Result<()> {
+    if url.is_empty() {
+        return Err(Error::InvalidUrl(InvalidUrl::Empty));
+    }
+    if url.len() > max_url_len {
+        return Err(Error::InvalidUrl(InvalidUrl::TooLong {
+            len: url.len(),
+            max: max_url_len,
+        }));
+    }
+    Ok(())
 }

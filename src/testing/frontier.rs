@@ -460,6 +460,7 @@ pub fn frontier_ops(data: &[u8]) {
                     per_queue: (op & 0x40 != 0).then_some(u32::from(op >> 7) + 1),
                     ttl_ms: 500 + u64::from(arg) * 10,
                     crawl: crawl.clone(),
+                    key: None,
                 };
                 let got = f.lease_with(&req).expect("lease");
                 assert!(!m.paused || got.is_empty(), "served while paused");

@@ -1117,13 +1117,7 @@ impl Core {
     ) -> Result<()> {
         self.writable()?;
         for it in items {
-            self.sieve.validate(it.url)?;
-            if it.key.is_some_and(|k| k.len() > super::key::MAX_KEY_LEN) {
-                return Err(Error::InvalidOption {
-                    option: "key",
-                    reason: format!("longer than {} bytes", super::key::MAX_KEY_LEN),
-                });
-            }
+            self.validate(it.url, it.key)?;
         }
         let id = self.crawl_id(crawl)?;
         let seed = record::crawl_seed(self.sieve.seed(), id);
@@ -1146,6 +1140,12 @@ impl Core {
             }
         }
         self.sieve.sync()
+    }
+
+    /// Refuses a URL or a key that a push would refuse.
+    pub(super) fn validate(&self, url: &[u8], key: Option<&[u8]>) -> Result<()> {
+        self.sieve.validate(url)?;
+        super::validate_key(key)
     }
 
     /// The id of crawl `name`, given a new one (durably) if it has none.
@@ -1203,18 +1203,40 @@ impl Core {
         let mut served: Vec<u32> = Vec::new();
         let mut popped: Vec<u32> = Vec::new();
         let mut taken: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        // One queue asked by its key: that queue only (of DEFAULT when no crawl is given).
+        let mut one = match &req.key {
+            None => None,
+            Some(key) => {
+                let crawl = match only {
+                    Some(id) => Some(id),
+                    None => self.crawls.get(&b"DEFAULT"[..]).copied(),
+                };
+                match crawl.and_then(|c| self.index.get(&queue_id(c, key))) {
+                    Some(&i) => Some(i),
+                    None => return Ok(Vec::new()),
+                }
+            }
+        };
         while served.len() < max_queues && picked.len() < req.max_urls {
-            let Some(&Reverse((due, i))) = self.heap.peek() else {
-                break;
+            let i = if req.key.is_some() {
+                let Some(i) = one.take() else {
+                    break;
+                };
+                i
+            } else {
+                let Some(&Reverse((due, i))) = self.heap.peek() else {
+                    break;
+                };
+                if due > now {
+                    break;
+                }
+                self.heap.pop();
+                if self.queues[i as usize].heap_at != due {
+                    // A stale entry: the queue's entry is another one.
+                    continue;
+                }
+                i
             };
-            if due > now {
-                break;
-            }
-            self.heap.pop();
-            if self.queues[i as usize].heap_at != due {
-                // A stale entry: the queue's entry is another one.
-                continue;
-            }
             self.unschedule(i);
             popped.push(i);
             let q = &self.queues[i as usize];
@@ -1672,6 +1694,96 @@ impl Core {
         }
     }
 
+    /// Visits the URLs the queues of `crawl` (or its queue `key`) hold, queue by queue in
+    /// key order: those leased, those returned, those waiting in the Q runs (in queue
+    /// order), those to fetch again (in date order). `f` gets each one's record and status,
+    /// and returns false to stop. Done URLs are not held (the sieve keeps their signatures
+    /// only).
+    pub(super) fn visit_held(
+        &mut self,
+        crawl: &[u8],
+        key: Option<&[u8]>,
+        f: &mut dyn FnMut(Record<'_>, super::UrlStatus) -> bool,
+    ) -> Result<()> {
+        use super::UrlStatus;
+        self.flush()?;
+        let now = self.clock.now_ms();
+        self.expire(now);
+        let Some(&id) = self.crawls.get(crawl) else {
+            return Ok(());
+        };
+        let mut qs: Vec<u32> = match key {
+            Some(key) => self
+                .index
+                .get(&queue_id(id, key))
+                .copied()
+                .into_iter()
+                .collect(),
+            None => (0..self.queues.len() as u32)
+                .filter(|&i| self.queues[i as usize].crawl == id)
+                .collect(),
+        };
+        qs.sort_unstable_by(|a, b| {
+            self.queues[*a as usize]
+                .key
+                .cmp(&self.queues[*b as usize].key)
+        });
+        let mut leased: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+        for (seq, l) in &self.leases {
+            leased.entry(l.queue).or_default().push((*seq, l.deadline));
+        }
+        // Records of leases and lists came from J's entries, checked when they were read.
+        let g = self.journal_gen();
+        fn listed(rec: &[u8], g: u64) -> Result<Record<'_>> {
+            record::decode(rec).map_err(|w| Error::corrupt(&names::j(g), 0, w))
+        }
+        for i in qs {
+            if let Some(mut ls) = leased.remove(&i) {
+                ls.sort_unstable();
+                for (seq, until_ms) in ls {
+                    if !f(
+                        listed(&self.leases[&seq].record, g)?,
+                        UrlStatus::Leased { until_ms },
+                    ) {
+                        return Ok(());
+                    }
+                }
+            }
+            let q = &self.queues[i as usize];
+            for (_, rec) in &q.returned {
+                if !f(listed(rec, g)?, UrlStatus::Waiting) {
+                    return Ok(());
+                }
+            }
+            let mut more = true;
+            for (slot, run) in self.runs.iter().enumerate() {
+                if q.runs & (1 << slot) == 0 || !more {
+                    continue;
+                }
+                let Some(grp) = run.group(q.id)? else {
+                    continue;
+                };
+                run.walk_group(&grp, |seq, rec, offset| {
+                    if seq < q.next_seq || q.skips.binary_search(&seq).is_ok() {
+                        return Ok(true);
+                    }
+                    let r = record::decode(rec).map_err(|w| run.file().corrupt(offset, w))?;
+                    more = f(r, UrlStatus::Waiting);
+                    Ok(more)
+                })?;
+            }
+            if !more {
+                return Ok(());
+            }
+            for (at_ms, _, rec) in &q.refetch {
+                if !f(listed(rec, g)?, UrlStatus::Refetch { at_ms: *at_ms }) {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The seqs of `urls` among queue `i`'s records waiting in the Q runs (not handed out,
     /// not skipped), in one walk of its groups.
     fn find_in_runs(&self, i: u32, urls: &[&[u8]]) -> Result<Vec<Option<u64>>> {
@@ -1726,19 +1838,34 @@ impl Core {
             .filter(|(k, it)| last[it.url] == *k)
             .map(|(_, it)| it)
             .collect();
-        // URLs not known yet become known (they reach their queues, where they are skipped).
-        let discovered: Vec<super::Discovered<'_>> = items
-            .iter()
-            .map(|it| super::Discovered {
-                url: it.url,
-                key: it.key,
-                metadata: it.metadata,
-            })
-            .collect();
-        self.push_items(crawl, &discovered, None)?;
-        self.flush()?;
-        let now = self.clock.now_ms();
+        // The usual case, a crawler ending its leases, needs no push and no flush.
+        let mut now = self.clock.now_ms();
         self.expire(now);
+        let all_leased = self.crawls.get(crawl).is_some_and(|&id| {
+            let seed = record::crawl_seed(self.sieve.seed(), id);
+            items.iter().all(|it| {
+                self.validate(it.url, it.key).is_ok()
+                    && self
+                        .by_url
+                        .contains_key(&(id, crate::signature(it.url, seed)))
+            })
+        });
+        if !all_leased {
+            // URLs not known yet become known (they reach their queues, where they are
+            // skipped).
+            let discovered: Vec<super::Discovered<'_>> = items
+                .iter()
+                .map(|it| super::Discovered {
+                    url: it.url,
+                    key: it.key,
+                    metadata: it.metadata,
+                })
+                .collect();
+            self.push_items(crawl, &discovered, None)?;
+            self.flush()?;
+            now = self.clock.now_ms();
+            self.expire(now);
+        }
         let id = self.crawls[crawl];
         let seed = record::crawl_seed(self.sieve.seed(), id);
         let mut records = Vec::with_capacity(items.len());

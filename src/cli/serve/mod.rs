@@ -1,0 +1,175 @@
+//! `crivello serve DIR`: the url-frontier service (gRPC, url-frontier 2.6) over the durable
+//! frontier in DIR.
+//!
+//! The service is a thin layer over the library's [`crivello::Frontier`] (`service`): pushes
+//! and known updates of every stream go through one group-commit thread (`commit`), so that
+//! an acknowledgement is sent only once its item is durable and one fsync serves many
+//! streams. On SIGTERM or SIGINT the server stops accepting calls, streams read no more
+//! items and acknowledge those read, and the frontier is synced and closed; the exit code is
+//! then 0.
+
+mod commit;
+pub(crate) mod log;
+mod meta;
+mod service;
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+use crivello::Policy;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use self::log::{log, Level, Log};
+use super::{explained, open_frontier, Common};
+
+/// The code generated from `proto/urlfrontier.proto`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod pb {
+    tonic::include_proto!("urlfrontier");
+}
+
+/// The largest message accepted (a bigger one is refused with RESOURCE_EXHAUSTED... as
+/// gRPC's limit does), and the largest sent.
+const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+/// Bytes of items read from streams and not yet acknowledged, across all streams: what
+/// clients send beyond it waits (backpressure).
+const IN_FLIGHT_BYTES: usize = 32 << 20;
+
+/// How long a stop waits for calls in flight before it closes the frontier anyway.
+const STOP_GRACE: Duration = Duration::from_secs(20);
+
+/// The arguments of `serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The frontier's directory (created if missing).
+    pub dir: PathBuf,
+    /// The address to listen on; port 0 picks a free port (the address is printed).
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:7071")]
+    pub addr: String,
+    /// What the log on stderr says: trace, debug, info, warn or error (--quiet: error).
+    #[arg(long, value_name = "LEVEL", value_enum, default_value = "info")]
+    pub log_level: Level,
+    /// The number of URLs of a queue in transit at once, for every queue without a policy
+    /// of its own (kept in the store; a new store has 1: never two fetchers on one host).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub per_queue: Option<u32>,
+    /// The options of every subcommand.
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Runs `serve` until SIGTERM or SIGINT.
+pub fn run(args: ServeArgs) -> Result<()> {
+    let level = if args.common.quiet {
+        Level::Error
+    } else {
+        args.log_level
+    };
+    let log = Arc::new(Log::new(level));
+    let addr: SocketAddr = args.addr.parse().map_err(|_| {
+        explained(
+            format!("--addr {}: not an address", args.addr),
+            "give HOST:PORT with a numeric host, e.g. 127.0.0.1:7071",
+        )
+    })?;
+    let frontier = Arc::new(open_frontier(&args.dir, args.common.memory)?);
+    if let Some(k) = args.per_queue {
+        let now = frontier.policy("", None)?;
+        if now.per_queue != k {
+            frontier.set_policy(
+                "",
+                None,
+                Policy {
+                    per_queue: k,
+                    ..now
+                },
+            )?;
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("crivello-serve")
+        .build()
+        .context("start the service's threads")?;
+    let listener =
+        std::net::TcpListener::bind(addr).with_context(|| format!("listen on {addr}"))?;
+    listener.set_nonblocking(true)?;
+    let local = listener.local_addr()?;
+    let committer = commit::Committer::start(frontier.clone(), log.clone())?;
+    let (stop, stopping) = watch::channel(false);
+    let served = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let svc = service::Service::new(
+            frontier.clone(),
+            committer.sender(),
+            log.clone(),
+            local.to_string(),
+            IN_FLIGHT_BYTES,
+            stopping.clone(),
+        );
+        let server = pb::url_frontier_server::UrlFrontierServer::new(svc)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let mut stopped = stopping.clone();
+        let serving = tonic::transport::Server::builder()
+            .add_service(server)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            });
+        log!(log, Info, "serving {} on {local}", args.dir.display());
+        println!("listening on {local}");
+        let _ = std::io::stdout().flush();
+        let signals = signals(log.clone(), stop);
+        tokio::pin!(serving);
+        tokio::select! {
+            r = &mut serving => return r.context("serve"),
+            r = signals => r?,
+        }
+        // Stopping: calls in flight end (streams acknowledge what they read).
+        match tokio::time::timeout(STOP_GRACE, serving).await {
+            Ok(r) => r.context("serve"),
+            Err(_) => {
+                log!(
+                    log,
+                    Warn,
+                    "calls still in flight after {STOP_GRACE:?}: closing anyway"
+                );
+                Ok(())
+            }
+        }
+    });
+    // Tasks still running (a stream's reader) end with the runtime.
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    committer.join();
+    served?;
+    let frontier = Arc::try_unwrap(frontier).map_err(|_| {
+        explained(
+            "the frontier is still in use at shutdown",
+            "what was acknowledged is durable; reopening recovers the rest",
+        )
+    })?;
+    frontier.close()?;
+    log!(log, Info, "stopped: the frontier is synced and closed");
+    Ok(())
+}
+
+/// Waits for SIGTERM or SIGINT, then tells the server to stop.
+async fn signals(log: Arc<Log>, stop: watch::Sender<bool>) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("wait for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("wait for SIGINT")?;
+    let name = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    log!(log, Info, "{name}: stopping");
+    let _ = stop.send(true);
+    Ok(())
+}
