@@ -667,16 +667,22 @@ mod model {
                             tokens[t as usize % tokens.len()].clone()
                         };
                         let name = host_of(&u);
-                        let h = m.hosts.get_mut(&name).unwrap();
-                        let i = h.urls.iter().position(|x| *x == u).unwrap();
-                        let active = h.leased.get(&i).is_some_and(|(tk, _)| *tk == token);
                         let took = match op { Op::Done(_, took) => took as u64, _ => 7 };
-                        let r = match op {
+                        let end = |f: &Frontier| match op {
                             Op::Done(..) => f.done(token, took).unwrap(),
                             Op::Retry(_) => f.retry(token, took).unwrap(),
                             Op::Refetch(_, after) => f.refetch(token, took, now + after as u64).unwrap(),
                             _ => unreachable!(),
                         };
+                        // A token of a deleted crawl, whose URL was not pushed again.
+                        let at = m.hosts.get(&name).and_then(|h| h.urls.iter().position(|x| *x == u));
+                        let Some(i) = at else {
+                            prop_assert!(!end(&f), "end of lease {} of deleted {}", token, u);
+                            continue;
+                        };
+                        let h = m.hosts.get_mut(&name).unwrap();
+                        let active = h.leased.get(&i).is_some_and(|(tk, _)| *tk == token);
+                        let r = end(&f);
                         prop_assert_eq!(r, active, "end of lease {} of {}", token, u);
                         if active {
                             h.leased.remove(&i);
@@ -795,6 +801,13 @@ mod model {
                         let names: Vec<String> = m.hosts.keys().cloned().collect();
                         let want: u64 = names.iter().map(|n| m.delete(n)).sum();
                         prop_assert_eq!(held, want, "URLs deleted with the crawl");
+                        // Its URLs are forgotten: pushed again, they are a new crawl's.
+                        m = Model {
+                            orders: m.orders,
+                            policy: m.policy,
+                            paused: m.paused,
+                            ..Model::default()
+                        };
                     }
                     Op::Reopen => {
                         f.close().unwrap();

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use crivello::{Discovered, Frontier, InvalidUrl, Options, Sieve};
+use crivello::{Discovered, Frontier, InvalidUrl, Mode, Options, Sieve};
 
 use super::progress::Progress;
 use super::stream::{sources, Line, LineReader};
@@ -46,11 +46,22 @@ const FRONTIER_BATCH: usize = 4096;
 /// Runs `push`.
 pub fn run(args: PushArgs) -> Result<()> {
     let mut progress = Progress::new("push", args.common.quiet);
-    let skipped = if matches!(args.crawl.name(), "DEFAULT" | "") {
+    // DEFAULT's URLs go to the sieve directly, unless the store is a frontier already:
+    // there the frontier says which crawl DEFAULT is (a new one once DEFAULT was deleted).
+    let mut sieve = None;
+    if matches!(args.crawl.name(), "DEFAULT" | "") {
         let opts = Options::new()
             .memory(args.common.memory)
             .max_url_len(args.max_url_len);
-        let mut sink = SieveSink(open_sieve(&args.dir, opts)?);
+        let s = open_sieve(&args.dir, opts)?;
+        if s.mode() == Mode::Frontier {
+            s.close()?;
+        } else {
+            sieve = Some(s);
+        }
+    }
+    let skipped = if let Some(s) = sieve {
+        let mut sink = SieveSink(s);
         let skipped = push_lines(&args, &mut progress, &mut sink)?;
         progress.waiting("sync");
         sink.0.close()?;

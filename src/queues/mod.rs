@@ -510,9 +510,10 @@ impl Frontier {
 
     /// Deletes `crawl` (`""` is `DEFAULT`): each of its queues as [`Frontier::delete_queue`]
     /// does, with every URL pushed to it before this call. Its URLs are forgotten: a later
-    /// push to the same name starts a new crawl, in which they are new (but `DEFAULT`'s, whose
-    /// URLs are the store's own sieve's and stay known). Returns how many URLs its queues
-    /// held. Durable when this returns.
+    /// push to the same name starts a new crawl, in which they are new (`DEFAULT` too; after
+    /// that, push to `DEFAULT` through the frontier, not [`Sieve::push`], which pushes to the
+    /// store's first crawl). Returns how many URLs its queues held. Durable when this
+    /// returns.
     pub fn delete_crawl(&self, crawl: &str) -> Result<u64> {
         let crawl = crawl_name(crawl);
         self.with(|c| c.delete_crawl(crawl))

@@ -582,8 +582,7 @@ pub fn frontier_ops(data: &[u8]) {
                     }
                 } else {
                     let held = f.delete_crawl(crawl).expect("delete crawl");
-                    let forget = crawl != "DEFAULT";
-                    let want = m.delete(crawl, now, |_| true, forget);
+                    let want = m.delete(crawl, now, |_| true, true);
                     assert_eq!(held, want, "URLs of deleted crawl {crawl}");
                     if crawl == "DEFAULT" {
                         m.blocked.clear();

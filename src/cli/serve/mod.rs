@@ -8,6 +8,7 @@
 //! items and acknowledge those read, and the frontier is synced and closed; the exit code is
 //! then 0.
 
+mod codes;
 mod commit;
 pub(crate) mod log;
 mod meta;
@@ -34,8 +35,8 @@ pub mod pb {
     tonic::include_proto!("urlfrontier");
 }
 
-/// The largest message accepted (a bigger one is refused with RESOURCE_EXHAUSTED... as
-/// gRPC's limit does), and the largest sent.
+/// The largest message accepted (a bigger one is refused with RESOURCE_EXHAUSTED before it
+/// is read), and the largest sent.
 const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
 /// Bytes of items read from streams and not yet acknowledged, across all streams: what
@@ -119,6 +120,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let mut stopped = stopping.clone();
         let serving = tonic::transport::Server::builder()
+            .layer(codes::StatusLayer)
             .add_service(server)
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
                 let _ = stopped.wait_for(|s| *s).await;

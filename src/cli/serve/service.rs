@@ -15,6 +15,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::codes;
 use super::commit::{Job, Op, Outcome};
 use super::log::{log, Level, Log};
 use super::meta;
@@ -125,6 +126,9 @@ impl Service {
         let mut stopping = self.stopping.clone();
         tokio::spawn(async move {
             let mut ended = false;
+            // The status a stream that failed ends with, after the acknowledgements of what
+            // it sent before.
+            let mut failed = None;
             while !ended {
                 let first = tokio::select! {
                     m = inbound.message() => m,
@@ -139,6 +143,7 @@ impl Service {
                     Ok(None) => break,
                     Err(s) => {
                         log!(log, Warn, "a stream failed: {}", s.message());
+                        failed = Some(codes::map_status(s));
                         break;
                     }
                 }
@@ -152,6 +157,7 @@ impl Service {
                         }
                         Some(Err(s)) => {
                             log!(log, Warn, "a stream failed: {}", s.message());
+                            failed = Some(codes::map_status(s));
                             ended = true;
                             break;
                         }
@@ -178,15 +184,23 @@ impl Service {
                     units,
                     slots,
                     outcomes,
-                    _permit: permit,
+                    failure: None,
+                    _permit: Some(permit),
                 };
                 if pending.send(p).await.is_err() {
                     break;
                 }
             }
+            if let Some(s) = failed {
+                let _ = pending.send(Pending::failure(s)).await;
+            }
         });
         tokio::spawn(async move {
             while let Some(p) = pending_rx.recv().await {
+                if let Some(s) = p.failure {
+                    let _ = acks.send(Err(s)).await;
+                    return;
+                }
                 let done = match p.outcomes {
                     Some(rx) => rx.await.unwrap_or_default(),
                     None => Vec::new(),
@@ -268,7 +282,21 @@ struct Pending {
     units: Vec<(Unit, usize)>,
     slots: Vec<SlotState>,
     outcomes: Option<oneshot::Receiver<Vec<Outcome>>>,
-    _permit: OwnedSemaphorePermit,
+    /// The status the stream ends with, after what was sent before.
+    failure: Option<Status>,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Pending {
+    fn failure(s: Status) -> Pending {
+        Pending {
+            units: Vec::new(),
+            slots: Vec::new(),
+            outcomes: None,
+            failure: Some(s),
+            _permit: None,
+        }
+    }
 }
 
 /// The status an outcome is acknowledged with.
@@ -466,7 +494,11 @@ impl UrlFrontier for Service {
         let p = r.into_inner();
         let crawl = p.crawl_id.clone();
         let all = self
-            .call("ListQueues", move |f| f.queues(&crawl, 0, usize::MAX))
+            .call("ListQueues", move |f| {
+                // What was acknowledged is in its queue first.
+                f.flush()?;
+                f.queues(&crawl, 0, usize::MAX)
+            })
             .await?;
         let now_ms = now_s().saturating_mul(1000);
         let listed: Vec<String> = all
@@ -561,6 +593,7 @@ impl UrlFrontier for Service {
         let key = non_empty(&p.key).map(str::to_owned);
         let c = self
             .call("GetStats", move |f| {
+                f.flush()?;
                 f.counts(&crawl, key.as_deref().map(str::as_bytes))
             })
             .await?;

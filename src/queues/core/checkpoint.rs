@@ -199,6 +199,9 @@ impl Core {
             .seek_read(k.position)
             .map_err(|what| Error::corrupt(names::CHECKPOINT, 0, what))?;
         self.default_policy = k.default_policy;
+        // The checkpoint lists every crawl: DEFAULT is missing once deleted.
+        self.crawls.clear();
+        self.crawl_names.clear();
         for (id, name) in k.crawls {
             self.crawls.insert(name.to_vec(), id);
             self.next_crawl = self.next_crawl.max(id.saturating_add(1));

@@ -488,11 +488,10 @@ impl Core {
                     self.policies.remove(&qid);
                     self.blocks.remove(&qid);
                 }
-                // DEFAULT keeps its id: the store's own sieve is its sieve.
-                if *id != 0 {
-                    if let Some(name) = self.crawl_names.remove(id) {
-                        self.crawls.remove(&name);
-                    }
+                // Its name is free: used again, it names a new crawl (a new id, so that its
+                // URLs are new), DEFAULT's too.
+                if let Some(name) = self.crawl_names.remove(id) {
+                    self.crawls.remove(&name);
                 }
             }
             Entry::Compacted {
