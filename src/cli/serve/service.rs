@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crivello::{Frontier, HeldUrl, LeaseRequest, Policy, UrlStatus};
-use futures_util::FutureExt as _;
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
@@ -35,8 +34,9 @@ const ITEMS_PER_JOB: usize = 4096;
 /// Bytes of one job at most.
 const BYTES_PER_JOB: usize = 4 << 20;
 
-/// Jobs of one stream sent and not acknowledged yet, at most.
-const JOBS_PER_STREAM: usize = 8;
+/// Jobs of one stream sent and not acknowledged yet, at most: one committing, one waiting
+/// its turn; meanwhile the stream's next job gathers what arrives.
+const JOBS_PER_STREAM: usize = 2;
 
 /// Acknowledgements of a stream not yet taken by its client, at most: a client that does
 /// not read them stops its own stream, no other.
@@ -129,66 +129,63 @@ impl Service {
             // The status a stream that failed ends with, after the acknowledgements of what
             // it sent before.
             let mut failed = None;
-            while !ended {
-                let first = tokio::select! {
-                    m = inbound.message() => m,
-                    _ = stopping.wait_for(|s| *s) => {
-                        log!(log, Debug, "a stream ends: the server stops");
-                        break;
-                    }
-                };
-                let mut batch = Batch::default();
-                match first {
-                    Ok(Some(m)) => batch.add(split(&frontier, &log, m)),
-                    Ok(None) => break,
-                    Err(s) => {
-                        log!(log, Warn, "a stream failed: {}", s.message());
-                        failed = Some(codes::map_status(s));
-                        break;
-                    }
+            // Jobs of this stream sent and not yet acknowledged: while they are, the next
+            // one gathers what the client sends.
+            let jobs = Arc::new(Semaphore::new(JOBS_PER_STREAM));
+            let mut batch = Batch::default();
+            loop {
+                if ended && batch.units.is_empty() {
+                    break;
                 }
-                // Then what has arrived already, without waiting.
-                while batch.items < ITEMS_PER_JOB && batch.bytes < BYTES_PER_JOB {
-                    match inbound.message().now_or_never() {
-                        Some(Ok(Some(m))) => batch.add(split(&frontier, &log, m)),
-                        Some(Ok(None)) => {
-                            ended = true;
-                            break;
-                        }
-                        Some(Err(s)) => {
+                let full = batch.items >= ITEMS_PER_JOB || batch.bytes >= BYTES_PER_JOB;
+                tokio::select! {
+                    biased;
+                    () = async {
+                        let _ = stopping.wait_for(|s| *s).await;
+                    }, if !ended => {
+                        log!(log, Debug, "a stream ends: the server stops");
+                        ended = true;
+                    }
+                    m = inbound.message(), if !ended && !full => match m {
+                        Ok(Some(m)) => batch.add(split(&frontier, &log, m)),
+                        Ok(None) => ended = true,
+                        Err(s) => {
                             log!(log, Warn, "a stream failed: {}", s.message());
                             failed = Some(codes::map_status(s));
                             ended = true;
+                        }
+                    },
+                    slot = jobs.clone().acquire_owned(), if !batch.units.is_empty() => {
+                        let Ok(slot) = slot else {
+                            break;
+                        };
+                        let bytes = u32::try_from(batch.bytes.clamp(1, cap)).unwrap_or(u32::MAX);
+                        let Ok(permit) = sem.clone().acquire_many_owned(bytes).await else {
+                            break;
+                        };
+                        let (reply, outcomes) = oneshot::channel();
+                        let (units, slots, ops) = std::mem::take(&mut batch).into_parts();
+                        let outcomes = if ops.is_empty() {
+                            // Nothing to commit: answered at once.
+                            None
+                        } else {
+                            match commits.send(Job { ops, reply }).await {
+                                Ok(()) => Some(outcomes),
+                                // The committing thread is gone: nothing of it is durable.
+                                Err(_) => None,
+                            }
+                        };
+                        let p = Pending {
+                            units,
+                            slots,
+                            outcomes,
+                            failure: None,
+                            _permits: Some((permit, slot)),
+                        };
+                        if pending.send(p).await.is_err() {
                             break;
                         }
-                        None => break,
                     }
-                }
-                let bytes = u32::try_from(batch.bytes.clamp(1, cap)).unwrap_or(u32::MAX);
-                let Ok(permit) = sem.clone().acquire_many_owned(bytes).await else {
-                    break;
-                };
-                let (reply, outcomes) = oneshot::channel();
-                let (units, slots, ops) = batch.into_parts();
-                let outcomes = if ops.is_empty() {
-                    // Nothing to commit: answer at once.
-                    None
-                } else {
-                    match commits.send(Job { ops, reply }).await {
-                        Ok(()) => Some(outcomes),
-                        // The committing thread is gone: nothing of it is durable.
-                        Err(_) => None,
-                    }
-                };
-                let p = Pending {
-                    units,
-                    slots,
-                    outcomes,
-                    failure: None,
-                    _permit: Some(permit),
-                };
-                if pending.send(p).await.is_err() {
-                    break;
                 }
             }
             if let Some(s) = failed {
@@ -284,7 +281,8 @@ struct Pending {
     outcomes: Option<oneshot::Receiver<Vec<Outcome>>>,
     /// The status the stream ends with, after what was sent before.
     failure: Option<Status>,
-    _permit: Option<OwnedSemaphorePermit>,
+    /// Its bytes among those of every stream, and its place among the stream's jobs.
+    _permits: Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)>,
 }
 
 impl Pending {
@@ -294,7 +292,7 @@ impl Pending {
             slots: Vec::new(),
             outcomes: None,
             failure: Some(s),
-            _permit: None,
+            _permits: None,
         }
     }
 }

@@ -1210,7 +1210,20 @@ impl Core {
                     Some(id) => Some(id),
                     None => self.crawls.get(&b"DEFAULT"[..]).copied(),
                 };
-                match crawl.and_then(|c| self.index.get(&queue_id(c, key))) {
+                let Some(crawl) = crawl else {
+                    return Ok(Vec::new());
+                };
+                let qid = queue_id(crawl, key);
+                let waits = |c: &Core| {
+                    c.index
+                        .get(&qid)
+                        .is_some_and(|&i| c.queues[i as usize].has_waiting())
+                };
+                if !waits(self) && front > 0 {
+                    // What was pushed to it may still be in the sieve.
+                    self.flush()?;
+                }
+                match self.index.get(&qid) {
                     Some(&i) => Some(i),
                     None => return Ok(Vec::new()),
                 }

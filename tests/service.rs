@@ -1,0 +1,49 @@
+//! The black-box suite of `crivello serve` (`tests/service/`, in Python with grpcio): url-
+//! frontier's own test cases, politeness, streams, bad input and `kill -9`, against the
+//! binary cargo built. It needs a Python with grpcio, grpcio-tools and pytest:
+//! `CRIVELLO_PYTHON` names it (default `python3`). Without them the test says so and passes,
+//! unless `CRIVELLO_REQUIRE_TOOLS` is set (`.ci/run` installs them and sets it).
+
+#![cfg(feature = "serve")]
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn the_service_passes_its_black_box_suite() {
+    let python = std::env::var("CRIVELLO_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let ready = Command::new(&python)
+        .args(["-c", "import grpc, grpc_tools, pytest"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ready {
+        let what = format!(
+            "{python} with grpcio, grpcio-tools and pytest is needed for the service's suite \
+             (pip install grpcio grpcio-tools pytest; CRIVELLO_PYTHON names the interpreter)"
+        );
+        assert!(
+            std::env::var_os("CRIVELLO_REQUIRE_TOOLS").is_none(),
+            "{what}"
+        );
+        eprintln!("skipped: {what}");
+        return;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("service");
+    let out = Command::new(&python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg(&dir)
+        .current_dir(&dir)
+        .env("CRIVELLO_BIN", env!("CARGO_BIN_EXE_crivello"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("run pytest");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{text}");
+    assert!(out.status.success(), "the service's suite failed:\n{text}");
+}
