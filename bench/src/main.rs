@@ -19,6 +19,7 @@ mod frontier;
 mod peers;
 mod plot;
 mod record;
+mod serve;
 mod stream;
 mod table;
 
@@ -57,6 +58,8 @@ enum Cmd {
     Run(RunArgs),
     /// Measures the frontier: durable push, flush into queues, lease + done, in one process.
     Frontier(frontier::FrontierArgs),
+    /// Measures `crivello serve` over loopback beside the in-process frontier.
+    Serve(serve::ServeArgs),
     /// Draws pushes/s against pushes for every peer, from a results file, as SVG.
     Plot {
         /// The results file written by `run --json`.
@@ -185,6 +188,7 @@ fn main() -> ExitCode {
         Cmd::Gen { pushes, seed } => gen(pushes, seed),
         Cmd::Run(a) => run(&a),
         Cmd::Frontier(a) => frontier::run(&a),
+        Cmd::Serve(a) => serve::run(&a),
         Cmd::Plot { input, output } => plot::plot(&input, &output),
         Cmd::Table { input } => record::load(&input).map(|rs| print!("{}", table::markdown(&rs))),
         Cmd::Peer {

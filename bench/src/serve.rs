@@ -1,0 +1,356 @@
+//! `crivello-bench serve`: `crivello serve` measured as a client sees it, over loopback,
+//! beside the in-process frontier doing the same work in the same run.
+//!
+//! URLs `http://h<host>.example/<i>` over `--hosts` hosts. Three phases against a fresh
+//! server (every ack durable):
+//! 1. PutDiscovered: `--clients` concurrent streams, batches of `--batch` URLs;
+//! 2. PutURLs: `--clients` concurrent streams of discovered items, one URL per message;
+//! 3. GetURLs of every queue (delay 0, one URL per queue in transit), each round's URLs then
+//!    acknowledged done on one PutURLs stream, until every URL was handed out.
+//!
+//! The in-process run does the same work through the library: `push_new` in batches of
+//! `--batch` from `--clients` threads, then `lease_with` and `update` per round.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::record::Result;
+
+/// The generated url-frontier client.
+#[allow(missing_docs, clippy::all)]
+mod pb {
+    tonic::include_proto!("urlfrontier");
+}
+
+use pb::url_frontier_client::UrlFrontierClient;
+
+/// The arguments of `serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The `crivello` binary (built with the `serve` feature).
+    #[arg(long, default_value = "../target/release/crivello")]
+    pub bin: PathBuf,
+    /// URLs of each put phase (e.g. 1000000, 1e6 or 10^6).
+    #[arg(long, value_parser = crate::parse_count, default_value = "1e6")]
+    pub urls: u64,
+    /// Hosts they are spread over.
+    #[arg(long, value_parser = crate::parse_count, default_value = "1e5")]
+    pub hosts: u64,
+    /// Concurrent clients (streams, or threads in process).
+    #[arg(long, default_value_t = 4)]
+    pub clients: usize,
+    /// URLs per PutDiscovered batch (and per push_new call in process).
+    #[arg(long, default_value_t = 100)]
+    pub batch: usize,
+    /// The server's memory budget.
+    #[arg(long, default_value = "64M")]
+    pub memory: String,
+    /// The directory to create the stores under (default: the system's temporary one).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+fn url(i: u64, hosts: u64) -> String {
+    let h = xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes()) % hosts;
+    format!("http://h{h}.example/{i}")
+}
+
+fn info(u: String) -> pb::UrlInfo {
+    pb::UrlInfo {
+        url: u,
+        key: String::new(),
+        metadata: Default::default(),
+        crawl_id: String::new(),
+    }
+}
+
+/// Peak RSS of process `pid`, in KiB.
+fn peak_rss_of(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Runs the benchmark and prints its figures.
+pub fn run(a: &ServeArgs) -> Result<()> {
+    let parent = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let tmp = tempfile::tempdir_in(parent)?;
+    let mut child = Command::new(&a.bin)
+        .arg("serve")
+        .arg(tmp.path().join("served"))
+        .args(["--addr", "127.0.0.1:0", "--quiet", "--memory", &a.memory])
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("start {}: {e}", a.bin.display()))?;
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().ok_or("no stdout")?).read_line(&mut line)?;
+    let addr = line
+        .strip_prefix("listening on ")
+        .ok_or_else(|| format!("unexpected first line {line:?}"))?
+        .trim()
+        .to_owned();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let served = rt.block_on(remote(a, format!("http://{addr}")));
+    let rss = peak_rss_of(child.id());
+    // SAFETY: `kill` with the child's own pid and SIGTERM has no memory-safety requirements.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let status = child.wait()?;
+    let served = served?;
+    if !status.success() {
+        return Err(format!("crivello serve exited with {status}").into());
+    }
+    let local = in_process(a, &tmp.path().join("local"))?;
+    let n = a.urls as f64;
+    println!(
+        "crivello serve over loopback vs the in-process frontier: {} URLs per phase, {} hosts, {} clients, batches of {}",
+        a.urls, a.hosts, a.clients, a.batch
+    );
+    println!("  phase                        served (URLs/s)  in process (URLs/s)  ratio");
+    for (name, s, l, count) in [
+        ("PutDiscovered / push_new", served[0], local[0], n),
+        ("PutURLs (1 URL per message)", served[1], local[1], n),
+        ("GetURLs / lease", served[2], local[2], 2.0 * n),
+        ("PutURLs known done / update", served[3], local[3], 2.0 * n),
+    ] {
+        let (rs, rl) = (count / s.as_secs_f64(), count / l.as_secs_f64());
+        println!("  {name:<28} {rs:>15.0}  {rl:>19.0}  {:>5.2}", rs / rl);
+    }
+    println!("  server peak RSS: {:.1} MiB", rss as f64 / 1024.0);
+    Ok(())
+}
+
+/// The four phases against the server; their durations.
+async fn remote(a: &ServeArgs, endpoint: String) -> Result<[Duration; 4]> {
+    let channel = tonic::transport::Endpoint::from_shared(endpoint)?
+        .connect()
+        .await?;
+    let client = UrlFrontierClient::new(channel)
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(64 << 20);
+    let (n, hosts, clients, batch) = (a.urls, a.hosts, a.clients.max(1) as u64, a.batch.max(1));
+
+    // 1. PutDiscovered.
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let mut client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mine: Vec<u64> = (0..n).filter(|i| i % clients == c).collect();
+            let batches: Vec<pb::DiscoveredBatch> = mine
+                .chunks(batch)
+                .enumerate()
+                .map(|(k, ch)| pb::DiscoveredBatch {
+                    id: k.to_string(),
+                    items: ch.iter().map(|&i| info(url(i, hosts))).collect(),
+                })
+                .collect();
+            let want = mine.len();
+            let mut acks = client
+                .put_discovered(tokio_stream::iter(batches))
+                .await
+                .map_err(|e| e.to_string())?
+                .into_inner();
+            let mut ok = 0;
+            while let Some(ack) = acks.message().await.map_err(|e| e.to_string())? {
+                ok += ack.statuses.iter().filter(|&&s| s == 0).count();
+            }
+            if ok != want {
+                return Err(format!("{ok} of {want} discovered URLs acked OK"));
+            }
+            Ok::<(), String>(())
+        }));
+    }
+    for t in tasks {
+        t.await?.map_err(|e| e.to_string())?;
+    }
+    let discovered = start.elapsed();
+
+    // 2. PutURLs, one URL per message.
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let mut client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let items: Vec<pb::UrlItem> = (n..2 * n)
+                .filter(|i| i % clients == c)
+                .map(|i| pb::UrlItem {
+                    id: String::new(),
+                    creation_date: 0,
+                    item: Some(pb::url_item::Item::Discovered(pb::DiscoveredUrlItem {
+                        info: Some(info(url(i, hosts))),
+                    })),
+                })
+                .collect();
+            let want = items.len();
+            let mut acks = client
+                .put_ur_ls(tokio_stream::iter(items))
+                .await
+                .map_err(|e| e.to_string())?
+                .into_inner();
+            let mut ok = 0;
+            while let Some(ack) = acks.message().await.map_err(|e| e.to_string())? {
+                ok += usize::from(ack.status == 0);
+            }
+            if ok != want {
+                return Err(format!("{ok} of {want} items acked OK"));
+            }
+            Ok::<(), String>(())
+        }));
+    }
+    for t in tasks {
+        t.await?.map_err(|e| e.to_string())?;
+    }
+    let put = start.elapsed();
+
+    // 3. GetURLs of every queue, then the round's URLs done.
+    let mut client = client.clone();
+    client
+        .set_delay(pb::QueueDelayParams {
+            key: String::new(),
+            delay_requestable: 0,
+            crawl_id: String::new(),
+            local: false,
+        })
+        .await?;
+    let (mut get, mut done, mut handed) = (Duration::ZERO, Duration::ZERO, 0u64);
+    loop {
+        let start = Instant::now();
+        let mut s = client
+            .get_ur_ls(pb::GetParams {
+                max_urls_per_queue: 0,
+                max_queues: 0,
+                key: String::new(),
+                delay_requestable: 600,
+                item: None,
+            })
+            .await?
+            .into_inner();
+        let mut round = Vec::new();
+        while let Some(u) = s.message().await? {
+            round.push(u);
+        }
+        get += start.elapsed();
+        if round.is_empty() {
+            break;
+        }
+        handed += round.len() as u64;
+        let start = Instant::now();
+        let items: Vec<pb::UrlItem> = round
+            .into_iter()
+            .map(|u| pb::UrlItem {
+                id: String::new(),
+                creation_date: 0,
+                item: Some(pb::url_item::Item::Known(pb::KnownUrlItem {
+                    info: Some(u),
+                    refetchable_from_date: 0,
+                })),
+            })
+            .collect();
+        let mut acks = client
+            .put_ur_ls(tokio_stream::iter(items))
+            .await?
+            .into_inner();
+        while let Some(ack) = acks.message().await? {
+            if ack.status != 0 {
+                return Err(format!("a done update acked {}", ack.status).into());
+            }
+        }
+        done += start.elapsed();
+    }
+    if handed != 2 * n {
+        return Err(format!("{handed} URLs handed out of {}", 2 * n).into());
+    }
+    Ok([discovered, put, get, done])
+}
+
+/// The same work through the library, in process.
+fn in_process(a: &ServeArgs, dir: &std::path::Path) -> Result<[Duration; 4]> {
+    use crivello::{Discovered, Frontier, Known, LeaseRequest, Options, Policy};
+    let memory = crivello_memory(&a.memory)?;
+    let f = Arc::new(Frontier::open(dir, Options::new().memory(memory))?);
+    f.set_policy("", None, Policy::default())?;
+    let (n, hosts, clients, batch) = (a.urls, a.hosts, a.clients.max(1) as u64, a.batch.max(1));
+    let phase = |from: u64, per: usize| -> Result<Duration> {
+        let start = Instant::now();
+        let threads: Vec<_> = (0..clients)
+            .map(|c| {
+                let f = f.clone();
+                std::thread::spawn(move || -> crivello::Result<()> {
+                    let mine: Vec<String> = (from..from + n)
+                        .filter(|i| i % clients == c)
+                        .map(|i| url(i, hosts))
+                        .collect();
+                    for ch in mine.chunks(per) {
+                        let items: Vec<Discovered<'_>> =
+                            ch.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+                        f.push_new("", &items)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().map_err(|_| "a pushing thread panicked")??;
+        }
+        Ok(start.elapsed())
+    };
+    let discovered = phase(0, batch)?;
+    // In process, the natural call is a batch either way.
+    let put = phase(n, batch)?;
+    let (mut get, mut done) = (Duration::ZERO, Duration::ZERO);
+    loop {
+        let start = Instant::now();
+        let round = f.lease_with(&LeaseRequest {
+            ttl_ms: 600_000,
+            ..LeaseRequest::default()
+        })?;
+        get += start.elapsed();
+        if round.is_empty() {
+            break;
+        }
+        let start = Instant::now();
+        let items: Vec<Known<'_>> = round
+            .iter()
+            .map(|l| Known {
+                url: &l.url,
+                key: None,
+                metadata: &l.metadata,
+                refetch_ms: 0,
+            })
+            .collect();
+        f.update("", &items)?;
+        done += start.elapsed();
+    }
+    Ok([discovered, put, get, done])
+}
+
+/// A memory size as `crivello --memory` reads it (K, M, G: powers of 1024).
+fn crivello_memory(s: &str) -> Result<usize> {
+    let s = s.trim().to_ascii_uppercase();
+    let (num, mul) = match s.strip_suffix('G') {
+        Some(n) => (n, 1 << 30),
+        None => match s.strip_suffix('M') {
+            Some(n) => (n, 1 << 20),
+            None => match s.strip_suffix('K') {
+                Some(n) => (n, 1 << 10),
+                None => (s.as_str(), 1),
+            },
+        },
+    };
+    Ok(num
+        .parse::<usize>()
+        .map_err(|e| format!("--memory {s}: {e}"))?
+        * mul)
+}
