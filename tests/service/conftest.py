@@ -65,6 +65,7 @@ class Server:
         self.start()
 
     def start(self):
+        self.stderr_path.parent.mkdir(parents=True, exist_ok=True)
         self.stderr = open(self.stderr_path, "ab")
         self.proc = subprocess.Popen(
             [BIN, "serve", self.dir, "--addr", "127.0.0.1:0", *self.args],
