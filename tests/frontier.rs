@@ -1327,3 +1327,57 @@ fn queues_only_in_compacted_runs_survive_a_reopen() {
         ]
     );
 }
+
+/// A deleted DEFAULT forgets its URLs as any crawl does, and stays deleted across reopens,
+/// from the journal and from a checkpoint that no longer lists it.
+#[test]
+fn a_deleted_default_forgets_its_urls_across_reopens() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let open_small = || {
+        // A checkpoint at almost every commit.
+        Frontier::open_with(
+            Arc::new(disk.clone()),
+            opts().journal_bytes(64),
+            clock.clone(),
+        )
+        .expect("open")
+    };
+    let f = open_small();
+    let seeds = [
+        Discovered::url(b"http://a/1"),
+        Discovered::url(b"http://b/1"),
+    ];
+    assert_eq!(f.push_new("", &seeds).unwrap(), [true, true]);
+    f.flush().unwrap();
+    assert_eq!(f.crawls().unwrap(), ["DEFAULT"]);
+    assert_eq!(f.delete_crawl("").unwrap(), 2);
+    // Later commits, of another crawl: the checkpoint written after them lists no DEFAULT.
+    for k in 0..4u64 {
+        f.block("other", b"k", 10_000 + k).unwrap();
+    }
+    assert_eq!(f.crawls().unwrap(), ["other"]);
+    f.close().unwrap();
+    assert!(
+        disk.content("CHECKPOINT").is_some(),
+        "no checkpoint written"
+    );
+    for _ in 0..2 {
+        let f = open_small();
+        assert_eq!(f.crawls().unwrap(), ["other"], "DEFAULT came back");
+        assert_eq!(
+            f.status("", None, b"http://a/1").unwrap(),
+            crivello::queues::UrlStatus::Unknown
+        );
+        f.close().unwrap();
+    }
+    let f = open_small();
+    assert_eq!(
+        f.push_new("", &seeds).unwrap(),
+        [true, true],
+        "the URLs are new again"
+    );
+    f.flush().unwrap();
+    assert_eq!(f.counts("", None).unwrap().waiting, 2);
+    f.close().unwrap();
+}

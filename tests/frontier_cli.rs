@@ -182,3 +182,31 @@ fn a_plain_sieve_refuses_the_frontiers_commands_and_bad_input_is_named() {
     let (_, err) = expect(1, &["done", f], b"http://a.test/\nhttp://b.test/\tsoon\n");
     assert!(err.contains("<stdin>: line 2"), "{err}");
 }
+
+/// `push` without `--crawl` on a frontier whose DEFAULT was deleted pushes to the new
+/// DEFAULT (through the frontier, not into the store's first crawl), and refuses a line a
+/// push would refuse alone, as on a plain sieve.
+#[test]
+fn push_reaches_default_after_default_was_deleted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("f");
+    let d = dir.to_str().unwrap();
+    expect(0, &["push", d, "-q"], b"http://a/1\nhttp://b/1\n");
+    expect(0, &["lease", d, "-q"], b"");
+    let f = crivello::Frontier::open(&dir, crivello::Options::new()).unwrap();
+    f.delete_crawl("").unwrap();
+    f.close().unwrap();
+    // An empty line is skipped alone (the lines before and after it are pushed).
+    let (_, err) = expect(
+        0,
+        &["push", d, "--skip-invalid"],
+        b"http://a/1\n\nhttp://c/1\n",
+    );
+    assert!(err.contains("skipped 1"), "{err}");
+    let f = crivello::Frontier::open(&dir, crivello::Options::new()).unwrap();
+    f.flush().unwrap();
+    assert_eq!(f.crawls().unwrap(), ["DEFAULT"]);
+    // http://a/1 was forgotten with the old DEFAULT: both are new and waiting.
+    assert_eq!(f.counts("", None).unwrap().waiting, 2);
+    f.close().unwrap();
+}

@@ -362,7 +362,12 @@ fn io_hint(e: &std::io::Error) -> &'static str {
 
 /// Opens the frontier in `dir`.
 pub fn open_frontier(dir: &Path, memory: usize) -> anyhow::Result<Frontier> {
-    Frontier::open(dir, Options::new().memory(memory)).map_err(|e| match e {
+    open_frontier_with(dir, Options::new().memory(memory))
+}
+
+/// Opens the frontier in `dir` with options.
+pub fn open_frontier_with(dir: &Path, opts: Options) -> anyhow::Result<Frontier> {
+    Frontier::open(dir, opts).map_err(|e| match e {
         crivello::Error::Locked { .. }
         | crivello::Error::NotASieve { .. }
         | crivello::Error::WrongMode { .. } => anyhow::Error::new(e),

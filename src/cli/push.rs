@@ -15,7 +15,7 @@ use crivello::{Discovered, Frontier, InvalidUrl, Mode, Options, Sieve};
 
 use super::progress::Progress;
 use super::stream::{sources, Line, LineReader};
-use super::{explained, open_frontier, open_sieve, parse_max_url_len, Common, CrawlArg};
+use super::{explained, open_frontier_with, open_sieve, parse_max_url_len, Common, CrawlArg};
 
 /// The arguments of `push`.
 #[derive(Debug, Args)]
@@ -48,12 +48,12 @@ pub fn run(args: PushArgs) -> Result<()> {
     let mut progress = Progress::new("push", args.common.quiet);
     // DEFAULT's URLs go to the sieve directly, unless the store is a frontier already:
     // there the frontier says which crawl DEFAULT is (a new one once DEFAULT was deleted).
+    let opts = Options::new()
+        .memory(args.common.memory)
+        .max_url_len(args.max_url_len);
     let mut sieve = None;
     if matches!(args.crawl.name(), "DEFAULT" | "") {
-        let opts = Options::new()
-            .memory(args.common.memory)
-            .max_url_len(args.max_url_len);
-        let s = open_sieve(&args.dir, opts)?;
+        let s = open_sieve(&args.dir, opts.clone())?;
         if s.mode() == Mode::Frontier {
             s.close()?;
         } else {
@@ -68,7 +68,7 @@ pub fn run(args: PushArgs) -> Result<()> {
         skipped
     } else {
         let mut sink = FrontierSink {
-            frontier: open_frontier(&args.dir, args.common.memory)?,
+            frontier: open_frontier_with(&args.dir, opts)?,
             crawl: args.crawl.name(),
             batch: Vec::with_capacity(FRONTIER_BATCH),
         };
@@ -129,8 +129,11 @@ impl Sink for FrontierSink<'_> {
         progress: &mut Progress,
     ) -> Result<Option<InvalidUrl>> {
         progress.line(n, None);
-        if url.is_empty() {
-            return Ok(Some(InvalidUrl::Empty));
+        // Refused as a push of the batch would refuse it, but alone.
+        match self.frontier.validate(url, None) {
+            Ok(()) => {}
+            Err(crivello::Error::InvalidUrl(why)) => return Ok(Some(why)),
+            Err(e) => return Err(e.into()),
         }
         self.batch.push(url.to_vec());
         if self.batch.len() >= FRONTIER_BATCH {
