@@ -1,0 +1,83 @@
+"""The clauses of the API not covered elsewhere: ListNodes, SetLogLevel and the log's levels,
+PurgeURLs, ListQueues pages, DeleteCrawl counts, GetURLs by crawl, --memory."""
+
+import time
+
+from helpers import discovered, get, known, now_s, put
+
+
+def test_list_nodes_is_this_node(server):
+    assert list(server.stub.ListNodes(server.pb.Empty()).values) == [server.addr]
+
+
+def test_set_log_level_changes_what_is_logged(server):
+    pb = server.pb
+    L = pb.LogLevelParams.Level
+    server.stub.SetLogLevel(pb.LogLevelParams(level=L.Value("DEBUG")))
+    put(server, [discovered(pb, "http://loud.t/1")])
+    time.sleep(0.2)
+    assert "PutURLs: a stream opens" in server.log()
+    server.stub.SetLogLevel(pb.LogLevelParams(level=L.Value("ERROR")))
+    before = server.log()
+    put(server, [discovered(pb, "")])  # refused: a WARN line, not written at ERROR
+    time.sleep(0.2)
+    assert server.log() == before
+    server.stub.SetLogLevel(pb.LogLevelParams(level=L.Value("INFO")))
+    put(server, [discovered(pb, "")])
+    time.sleep(0.2)
+    assert "refused" in server.log()[len(before):]
+
+
+def test_quiet_logs_errors_only(server_factory):
+    server = server_factory("--quiet", "--memory", "8M")
+    pb = server.pb
+    put(server, [discovered(pb, "")])
+    assert server.stop() == 0
+    assert server.log() == ""
+
+
+def test_purge_urls_by_creation_date(server):
+    pb = server.pb
+    old = now_s() - 10 * 86_400
+    items = [
+        discovered(pb, "http://purge.t/old"),
+        discovered(pb, "http://purge.t/new"),
+    ]
+    items[0].creation_date = old
+    put(server, items)
+    purged = server.stub.PurgeURLs(pb.PurgeUrlParams(key="purge.t", days=5))
+    assert purged.value == 1
+    listed = [i.known.info.url for i in server.stub.ListURLs(pb.ListUrlParams(key="purge.t"))]
+    assert listed == ["http://purge.t/new"]
+    status = server.stub.GetURLStatus(pb.URLStatusRequest(url="http://purge.t/old"))
+    assert status.known.refetchable_from_date == 0
+    assert server.stub.PurgeURLs(pb.PurgeUrlParams(key="purge.t", days=5)).value == 0
+
+
+def test_list_queues_pages_and_total(server):
+    pb = server.pb
+    crawl = "PAGES"
+    put(server, [discovered(pb, f"http://q{i:02}.t/", crawl=crawl) for i in range(25)])
+    first = server.stub.ListQueues(pb.Pagination(crawlID=crawl, size=10))
+    assert list(first.values) == [f"q{i:02}.t" for i in range(10)]
+    assert (first.total, first.start, first.size, first.crawlID) == (25, 0, 10, crawl)
+    last = server.stub.ListQueues(pb.Pagination(crawlID=crawl, start=20, size=10))
+    assert list(last.values) == [f"q{i:02}.t" for i in range(20, 25)]
+    assert len(server.stub.ListQueues(pb.Pagination(crawlID=crawl)).values) == 25
+    # A queue whose URLs are all done is inactive.
+    got = get(server, key="q00.t", crawl=crawl)
+    put(server, [known(pb, g.url, 0, crawl=crawl) for g in got])
+    assert "q00.t" not in server.stub.ListQueues(pb.Pagination(crawlID=crawl)).values
+    everything = server.stub.ListQueues(pb.Pagination(crawlID=crawl, include_inactive=True))
+    assert "q00.t" in everything.values
+    assert server.stub.DeleteCrawl(pb.DeleteCrawlMessage(value=crawl)).value == 24
+
+
+def test_get_urls_by_crawl(server):
+    pb = server.pb
+    put(server, [discovered(pb, "http://one.t/", crawl="C1"), discovered(pb, "http://two.t/", crawl="C2")])
+    assert [g.url for g in get(server, crawl="C1")] == ["http://one.t/"]
+    rest = list(server.stub.GetURLs(pb.GetParams(anyCrawlID=pb.AnyCrawlID())))
+    # Every crawl's (the other tests' URLs of DEFAULT too), but not what C1 has in transit.
+    mine = [(g.url, g.crawlID) for g in rest if g.crawlID in ("C1", "C2")]
+    assert mine == [("http://two.t/", "C2")]
