@@ -26,12 +26,15 @@ pub enum Bug {
     /// `cursor-before-queues`: the mover commits the sieve's cursor (F's read position, and
     /// the removal of the segments read) before the Q run and its journal entry are durable.
     CursorBeforeQueues,
+    /// `commit-before-pushes`: a commit to the frontier's journal does not first sync the
+    /// pushes made without a sync before it, so a done can be durable without them.
+    CommitBeforePushes,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 8] = [
+    pub const ALL: [(Bug, &'static str); 9] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -40,6 +43,7 @@ impl Bug {
         (Bug::LeaseBeforeSync, "lease-before-sync"),
         (Bug::ForgetLeases, "forget-leases"),
         (Bug::CursorBeforeQueues, "cursor-before-queues"),
+        (Bug::CommitBeforePushes, "commit-before-pushes"),
     ];
 }
 

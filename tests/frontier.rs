@@ -406,6 +406,160 @@ fn leases_dones_and_queues_survive_a_reopen() {
 }
 
 #[test]
+fn leases_found_at_open_are_released_at_once_and_a_batch_of_completions_is_one_step() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(50_000));
+    let f = open(&disk, &clock);
+    push(
+        &f,
+        &[
+            "http://a.test/1",
+            "http://a.test/2",
+            "http://b.test/1",
+            "http://c.test/1",
+        ],
+    );
+    let first = f.lease(3, None, 60_000).unwrap();
+    let mut hosts = urls(&first);
+    hosts.sort();
+    assert_eq!(
+        hosts,
+        ["http://a.test/1", "http://b.test/1", "http://c.test/1"]
+    );
+    drop(f); // the fetcher dies with its leases
+    let disk = disk.crash_image(crivello::storage::sim::CrashImage::KillProcess);
+    let f = open(&disk, &clock);
+    // Its leases hold the hosts until their deadline...
+    assert!(f.lease(3, None, 60_000).unwrap().is_empty());
+    // ...unless the one user of the store gives them back, in their place.
+    assert_eq!(f.release_leases(Some("other")).unwrap(), 0);
+    assert_eq!(f.release_leases(None).unwrap(), 3);
+    assert_eq!(f.stats().unwrap().leased, 0);
+    let again = f.lease(3, None, 60_000).unwrap();
+    assert_eq!(urls(&again), urls(&first));
+    // Three completions in one call: done, fetch again later, back in the queue; a token
+    // given twice counts once, an unknown one not at all.
+    let by_url = |u: &str| again.iter().find(|l| l.url == u.as_bytes()).unwrap().token;
+    let t = [
+        by_url("http://a.test/1"),
+        by_url("http://b.test/1"),
+        by_url("http://c.test/1"),
+    ];
+    let got = f
+        .complete(&[
+            (t[0], 5, crivello::Completion::Done),
+            (t[1], 5, crivello::Completion::RefetchAt(60_000)),
+            (t[2], 5, crivello::Completion::Retry),
+            (t[0], 5, crivello::Completion::Done),
+            (999_999, 5, crivello::Completion::Done),
+        ])
+        .unwrap();
+    assert_eq!(got, [true, true, true, false, false]);
+    drop(f);
+    let f = open(
+        &disk.crash_image(crivello::storage::sim::CrashImage::DropAll),
+        &clock,
+    );
+    // The one to fetch again waits, with the two others.
+    let st = f.stats().unwrap();
+    assert_eq!((st.leased, st.done, st.waiting), (0, 1, 3));
+    let mut now = urls(&f.lease(3, None, 60_000).unwrap());
+    now.sort();
+    assert_eq!(now, ["http://a.test/2", "http://c.test/1"]);
+    clock.set(60_000);
+    assert_eq!(
+        urls(&f.lease(3, None, 60_000).unwrap()),
+        ["http://b.test/1"]
+    );
+}
+
+#[test]
+fn unsynced_pushes_are_made_durable_by_the_next_commit_before_it() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(50_000));
+    let f = open(&disk, &clock);
+    push(&f, &["http://a.test/1"]);
+    let l = f.lease(1, None, 60_000).unwrap();
+    let items = [
+        Discovered::url(b"http://a.test/2"),
+        Discovered::url(b"http://a.test/1"),
+    ];
+    assert_eq!(f.push_new_unsynced("", &items).unwrap(), [true, false]);
+    // Nothing durable since: power loss may lose them, and a reopen does not invent them.
+    let lost = open(
+        &disk.crash_image(crivello::storage::sim::CrashImage::DropAll),
+        &clock,
+    );
+    assert_eq!(
+        lost.status("", None, b"http://a.test/2").unwrap(),
+        crivello::UrlStatus::Unknown
+    );
+    drop(lost);
+    // The done's commit syncs them first.
+    assert!(f.done(l[0].token, 1).unwrap());
+    drop(f);
+    let disk = disk.crash_image(crivello::storage::sim::CrashImage::DropAll);
+    let f = open(&disk, &clock);
+    assert_eq!(
+        f.status("", None, b"http://a.test/2").unwrap(),
+        crivello::UrlStatus::Waiting
+    );
+    assert_eq!(
+        f.status("", None, b"http://a.test/1").unwrap(),
+        crivello::UrlStatus::Done
+    );
+    // So does sync.
+    let items = [Discovered::url(b"http://b.test/1")];
+    assert_eq!(f.push_new_unsynced("b", &items).unwrap(), [true]);
+    f.sync().unwrap();
+    drop(f);
+    let f = open(
+        &disk.crash_image(crivello::storage::sim::CrashImage::DropAll),
+        &clock,
+    );
+    assert_eq!(
+        f.status("b", None, b"http://b.test/1").unwrap(),
+        crivello::UrlStatus::Waiting
+    );
+}
+
+#[test]
+fn a_sieve_says_which_pushes_are_new_across_flushes_and_reopens() {
+    let disk = SimDisk::new();
+    let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
+    let url = |i: u32| format!("http://h{}.test/{}", i % 7, i);
+    for i in 0..300 {
+        assert!(s.push_new(url(i).as_bytes()).unwrap(), "{i}");
+        if i % 50 == 49 {
+            s.flush().unwrap();
+        }
+    }
+    for i in (0..300).step_by(7) {
+        assert!(!s.push_new(url(i).as_bytes()).unwrap(), "{i}");
+    }
+    assert!(s.push_new(b"").is_err());
+    s.close().unwrap();
+    let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
+    for i in (0..310).step_by(3) {
+        assert_eq!(s.push_new(url(i).as_bytes()).unwrap(), i >= 300, "{i}");
+    }
+    s.flush().unwrap();
+    let mut out = Vec::new();
+    loop {
+        let batch = s.frontier_next(1000).unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        out.extend(batch);
+    }
+    let want: Vec<Vec<u8>> = (0..300)
+        .chain((300..310).filter(|i| i % 3 == 0))
+        .map(|i| url(i).into_bytes())
+        .collect();
+    assert_eq!(out, want);
+}
+
+#[test]
 fn a_store_is_a_plain_sieve_or_a_frontier_never_both() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Sieve::open(dir.path(), Options::new()).unwrap();
@@ -903,6 +1057,13 @@ fn workload(disk: &SimDisk, clock: &Arc<ManualClock>, a: &mut Acked) -> Result<(
         a.pushed.extend(us);
         Ok(())
     };
+    // Pushes that wait for a later durable call: acknowledged once a done returns.
+    let push_unsynced = |f: &Frontier, us: Vec<String>, a: &mut Acked| -> Result<_, Error> {
+        a.tried.extend(us.iter().cloned());
+        let items: Vec<Discovered<'_>> = us.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+        f.push_new_unsynced("", &items)?;
+        Ok(us)
+    };
     push(&f, batch(0, 12), a)?;
     let mut held = Vec::new();
     for round in 0..8 {
@@ -912,9 +1073,12 @@ fn workload(disk: &SimDisk, clock: &Arc<ManualClock>, a: &mut Acked) -> Result<(
             held.push((l.token, u));
         }
         clock.advance(100);
+        let pending = push_unsynced(&f, batch(1000 + round * 2, 1002 + round * 2), a)?;
         if let Some((token, u)) = held.pop() {
             if f.done(token, 50)? {
                 a.done.insert(u);
+                // The done's commit made the pushes before it durable first.
+                a.pushed.extend(pending);
             }
         }
         if round == 1 {

@@ -336,7 +336,43 @@ impl Frontier {
     /// rest of S's budget holds S's index). Durable when this returns Ok.
     pub fn push_new(&self, crawl: &str, items: &[Discovered<'_>]) -> Result<Vec<bool>> {
         let crawl = crawl_name(crawl);
-        self.with(|c| c.push_new(crawl, items))
+        self.with(|c| c.push_new(crawl, items, true))
+    }
+
+    /// [`Frontier::push_new`] without waiting for the disk: the pushes are acknowledged by
+    /// the next call that is durable when it returns ([`Frontier::sync`], a push, a lease, a
+    /// done, any change of state, a flush, a close), which makes them durable before its own
+    /// change. A crash before that may lose them, as a suffix of the pushes, and nothing
+    /// else: a done made after them is never durable without them. For a caller that
+    /// completes a fetch only once the URLs it found are safe, this is a group commit.
+    pub fn push_new_unsynced(&self, crawl: &str, items: &[Discovered<'_>]) -> Result<Vec<bool>> {
+        let crawl = crawl_name(crawl);
+        self.with(|c| c.push_new(crawl, items, false))
+    }
+
+    /// Makes every push made so far durable.
+    pub fn sync(&self) -> Result<()> {
+        self.with(core::Core::sync)
+    }
+
+    /// Ends several leases in one durable step, each as its [`Completion`] says, after a
+    /// fetch of its milliseconds: `(token, took_ms, how)`. Returns, for each, whether it was
+    /// leased (one that is not, or given twice, changes nothing the second time).
+    pub fn complete(&self, items: &[(u64, u64, Completion)]) -> Result<Vec<bool>> {
+        let items: Vec<(u64, u64, core::End)> = items
+            .iter()
+            .map(|&(token, took, how)| (token, took, end_of(how)))
+            .collect();
+        self.with(|c| c.complete_many(&items))
+    }
+
+    /// Returns every URL leased in `crawl` (every crawl: None) to its queue, in its place, as
+    /// a retry would: for a caller that knows no fetcher holds them any more (the one that
+    /// leased them died, and the store's lock says nobody else uses it). Returns how many.
+    /// Durable when this returns.
+    pub fn release_leases(&self, crawl: Option<&str>) -> Result<u64> {
+        let crawl = crawl.map(crawl_name);
+        self.with(|c| c.release_leases(crawl))
     }
 
     /// Says of URLs of `crawl` that they are done (`refetch_ms` 0) or to fetch again from
@@ -389,11 +425,7 @@ impl Frontier {
     ) -> Result<Vec<bool>> {
         let crawl = crawl_name(crawl);
         self.with(|c| {
-            let end = match how {
-                Completion::Done => core::End::Done,
-                Completion::Retry => core::End::Retry,
-                Completion::RefetchAt(at) => core::End::Refetch(at),
-            };
+            let end = end_of(how);
             let items: Vec<(u64, u64, core::End)> = urls
                 .iter()
                 .map(|(url, took)| (c.token_of(crawl, url).unwrap_or(0), *took, end))
@@ -558,6 +590,15 @@ impl Frontier {
             Some(c) => c.close(),
             None => Err(Error::Poisoned),
         }
+    }
+}
+
+/// The core's end of a lease for a [`Completion`].
+fn end_of(how: Completion) -> core::End {
+    match how {
+        Completion::Done => core::End::Done,
+        Completion::Retry => core::End::Retry,
+        Completion::RefetchAt(at) => core::End::Refetch(at),
     }
 }
 

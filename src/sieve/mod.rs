@@ -162,12 +162,27 @@ impl Sieve {
         self.writable()?;
         self.validate(url)?;
         let sig = signature(url, self.manifest.seed);
-        // In a frontier, a bare URL is the record of the default crawl with nothing else.
-        let head: &[u8] = match self.manifest.mode {
+        self.push_parts(self.bare_head(), url, sig)
+    }
+
+    /// Pushes `url` unless it was pushed before, and says whether it was new: exactly, at
+    /// the cost of a lookup (a block of each Z segment and R run for a new URL, and a third
+    /// of S's slots while lookups are made: the rest of S's budget holds S's index).
+    /// Acknowledged as [`Sieve::push`] is. An invalid URL is refused and changes nothing.
+    pub fn push_new(&mut self, url: &[u8]) -> Result<bool> {
+        self.writable()?;
+        self.validate(url)?;
+        let sig = signature(url, self.manifest.seed);
+        self.push_parts_if_new(self.bare_head(), url, sig)
+    }
+
+    /// What goes before a bare URL: in a frontier, a bare URL is the record of the default
+    /// crawl with nothing else.
+    fn bare_head(&self) -> &'static [u8] {
+        match self.manifest.mode {
             Mode::Frontier => &[0],
             Mode::Unset | Mode::Sieve => &[],
-        };
-        self.push_parts(head, url, sig)
+        }
     }
 
     /// Pushes the record `head` then `rest`, of signature `sig`.

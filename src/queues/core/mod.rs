@@ -157,6 +157,9 @@ pub(crate) struct Core {
     scheduled: HashMap<u32, u64>,
     done: u64,
     poisoned: bool,
+    /// Pushes were made since the sieve's last sync: the next commit to J syncs them first,
+    /// so that nothing J holds is durable before a push made ahead of it.
+    unsynced: bool,
     /// The journal's writer, at the end of its newest generation.
     journal: Option<FrameWriter>,
     /// The newest generation of J.
@@ -220,6 +223,7 @@ impl Core {
             scheduled: HashMap::new(),
             done: 0,
             poisoned: false,
+            unsynced: false,
             replay_gone: None,
             replaying_gen: None,
             max_runs,
@@ -350,6 +354,9 @@ impl Core {
     /// frontier: what J holds past its last sync is unknown.
     fn commit(&mut self, entries: &[Entry<'_>]) -> Result<()> {
         self.writable()?;
+        if !crate::planted::active(crate::planted::Bug::CommitBeforePushes) {
+            self.sync()?;
+        }
         let mut buf = Vec::new();
         let written = (|| {
             for e in entries {
@@ -1091,23 +1098,39 @@ impl Core {
 
     /// Pushes discovered URLs of crawl `crawl`: durable when this returns.
     pub(super) fn push(&mut self, crawl: &[u8], items: &[super::Discovered<'_>]) -> Result<()> {
-        self.push_items(crawl, items, None)
+        self.push_items(crawl, items, None)?;
+        self.sync()
     }
 
     /// Pushes `items` of `crawl`, and says of each whether it was new: a URL already known
     /// to the crawl (pushed before, this batch's earlier items included) is not pushed.
+    /// Durable when this returns if `durable`; otherwise at the next [`Core::sync`] (or
+    /// commit to J, or flush).
     pub(super) fn push_new(
         &mut self,
         crawl: &[u8],
         items: &[super::Discovered<'_>],
+        durable: bool,
     ) -> Result<Vec<bool>> {
         let mut new = Vec::with_capacity(items.len());
         self.push_items(crawl, items, Some(&mut new))?;
+        if durable {
+            self.sync()?;
+        }
         Ok(new)
     }
 
-    /// Pushes `items` of `crawl` durably; with `new`, only those not known, each one's
-    /// novelty appended to it.
+    /// Makes every push made so far durable (a no-op when none waits).
+    pub(super) fn sync(&mut self) -> Result<()> {
+        if self.unsynced {
+            self.sieve.sync()?;
+            self.unsynced = false;
+        }
+        Ok(())
+    }
+
+    /// Pushes `items` of `crawl`, not yet durable ([`Core::sync`] makes them so); with
+    /// `new`, only those not known, each one's novelty appended to it.
     fn push_items(
         &mut self,
         crawl: &[u8],
@@ -1137,8 +1160,9 @@ impl Core {
                 Some(new) => new.push(self.sieve.push_parts_if_new(&[], &buf, sig)?),
                 None => self.sieve.push_parts(&[], &buf, sig)?,
             }
+            self.unsynced = true;
         }
-        self.sieve.sync()
+        Ok(())
     }
 
     /// Refuses a URL or a key that a push would refuse.
@@ -1161,6 +1185,7 @@ impl Core {
     pub(super) fn flush(&mut self) -> Result<()> {
         self.writable()?;
         self.sieve.flush()?;
+        self.unsynced = false;
         while self.sieve.unread_records() > 0 {
             self.move_f()?;
         }
@@ -1438,6 +1463,29 @@ impl Core {
     /// leased (nothing changes).
     pub(super) fn complete(&mut self, token: u64, took_ms: u64, end: End) -> Result<bool> {
         Ok(self.complete_many(&[(token, took_ms, end)])?[0])
+    }
+
+    /// Returns every lease of `crawl` (every crawl: None) to its queue, as retries in one
+    /// commit; returns how many.
+    pub(super) fn release_leases(&mut self, crawl: Option<&[u8]>) -> Result<u64> {
+        self.writable()?;
+        let crawl = match crawl {
+            Some(name) => match self.crawls.get(name) {
+                Some(&id) => Some(id),
+                None => return Ok(0),
+            },
+            None => None,
+        };
+        let mut items: Vec<(u64, u64, End)> = self
+            .leases
+            .values()
+            .filter(|l| crawl.is_none_or(|id| self.queues[l.queue as usize].crawl == id))
+            .map(|l| (l.token, 0, End::Retry))
+            .collect();
+        // In token order, so that a replay sees the same sequence.
+        items.sort_unstable_by_key(|i| i.0);
+        let done = self.complete_many(&items)?;
+        Ok(done.iter().filter(|&&d| d).count() as u64)
     }
 
     /// Ends several leases in one commit; returns, for each, whether it was leased.
