@@ -112,7 +112,7 @@ pub use check::{check, check_storage, CheckReport};
 pub use error::{Corruption, Error, InvalidUrl, Result};
 pub use manifest::Mode;
 pub use names::MANIFEST as MANIFEST_FILE;
-pub use options::{Options, SyncPolicy};
+pub use options::{parse_size, Options, SyncPolicy};
 pub use queues::{
     Completion, Counts, Discovered, Frontier, FrontierStats, HeldUrl, Known, LeaseRequest, Leased,
     Policy, QueueInfo, UrlStatus,

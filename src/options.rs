@@ -244,3 +244,29 @@ pub(crate) fn max_runs(memory: usize) -> usize {
 pub(crate) fn recent_default(memory: usize) -> usize {
     (memory / 128).min(512 << 10)
 }
+
+/// Parses a size: bytes, or a number with a unit K, M or G (powers of 1024), optionally
+/// followed by "B" or "iB", in any case: `512K`, `64M`, `1GiB`, `4096`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let lower = text.trim().to_ascii_lowercase();
+    let split = lower
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(lower.len());
+    let (digits, unit) = lower.split_at(split);
+    let usage = "expected a number of bytes, optionally with a unit K, M or G, like 64M or 1G";
+    if digits.is_empty() {
+        return Err(usage.to_owned());
+    }
+    let shift = match unit {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => return Err(format!("unknown unit {unit:?}: {usage}")),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| "too large".to_owned())
+}
