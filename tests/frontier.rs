@@ -474,6 +474,45 @@ fn leases_found_at_open_are_released_at_once_and_a_batch_of_completions_is_one_s
 }
 
 #[test]
+fn the_next_instant_due_is_exact_once_leases_end_and_queues_empty() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(50_000));
+    let f = open(&disk, &clock);
+    f.set_policy(
+        "",
+        None,
+        Policy {
+            delay_ms: 700,
+            ..Policy::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(f.next_due_ms().unwrap(), None);
+    push(
+        &f,
+        &["http://a.test/1", "http://a.test/2", "http://b.test/1"],
+    );
+    f.flush().unwrap();
+    assert_eq!(f.next_due_ms().unwrap(), Some(50_000));
+    let l = f.lease(10, None, 9_000).unwrap();
+    assert_eq!(l.len(), 2);
+    // Both queues are leased: the first lease's end is next.
+    assert_eq!(f.next_due_ms().unwrap(), Some(59_000));
+    clock.advance(100);
+    for x in &l {
+        assert!(f.done(x.token, 50).unwrap());
+    }
+    // a.test's next URL after its delay; b.test is empty; the leases' ends are gone.
+    assert_eq!(f.next_due_ms().unwrap(), Some(50_800));
+    clock.set(50_800);
+    let l = f.lease(10, None, 9_000).unwrap();
+    assert_eq!(urls(&l), ["http://a.test/2"]);
+    assert!(f.done(l[0].token, 50).unwrap());
+    // Nothing waits and nothing is leased: nothing is due, whatever the heaps held.
+    assert_eq!(f.next_due_ms().unwrap(), None);
+}
+
+#[test]
 fn unsynced_pushes_are_made_durable_by_the_next_commit_before_it() {
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(50_000));

@@ -434,8 +434,9 @@ impl Frontier {
         })
     }
 
-    /// The first instant something may be handed out: a queue due, or a lease expiring
-    /// (None: nothing waits and nothing is leased).
+    /// The first instant something may be handed out: a queue due (now, if it is due
+    /// already), or a lease expiring (None: nothing waits that may be served, and nothing is
+    /// leased). Exact: a queue emptied or a lease ended since counts no more.
     pub fn next_due_ms(&self) -> Result<Option<u64>> {
         self.with(|c| Ok(c.next_due()))
     }

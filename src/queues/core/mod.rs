@@ -1527,7 +1527,35 @@ impl Core {
     pub(super) fn next_due(&mut self) -> Option<u64> {
         let now = self.clock.now_ms();
         self.expire(now);
-        let heap = self.heap.iter().map(|Reverse((at, _))| *at).min();
+        // The entries of the heaps left stale (a queue served, emptied or rescheduled; a lease
+        // ended) go, so that the first one left is exact.
+        while let Some(&Reverse((at, i))) = self.heap.peek() {
+            let q = &self.queues[i as usize];
+            if q.heap_at != at {
+                self.heap.pop();
+            } else if !q.has_waiting() || !self.has_room(q) {
+                self.heap.pop();
+                self.unschedule(i);
+            } else if self.ready_at(q) > at {
+                self.heap.pop();
+                self.unschedule(i);
+                self.schedule(i);
+            } else {
+                break;
+            }
+        }
+        while let Some(&Reverse((deadline, seq))) = self.expiries.peek() {
+            if self
+                .leases
+                .get(&seq)
+                .is_some_and(|l| l.deadline == deadline)
+            {
+                break;
+            }
+            self.expiries.pop();
+        }
+        // A queue due since an instant past is due now.
+        let heap = self.heap.peek().map(|Reverse((at, _))| (*at).max(now));
         let lease = self.expiries.peek().map(|Reverse((d, _))| *d);
         match (heap, lease) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -1,0 +1,616 @@
+"""Scrapy's scheduler and duplicate filter on crivello's durable frontier.
+
+In a project's settings::
+
+    SCHEDULER = "crivello.scrapy.Scheduler"
+    DUPEFILTER_CLASS = "crivello.scrapy.DupeFilter"
+    CRIVELLO_DIR = "crawl-state"        # required: where the store lives
+    # optional: CRIVELLO_MEMORY ("64M"), CRIVELLO_LEASE (seconds a request may stay in
+    # flight, default 180), CRIVELLO_CRAWL (the crawl's id, default the spider's name),
+    # CRIVELLO_PER_HOST (requests of one download slot in flight at once, default 1)
+
+How the scheduler works:
+
+- A request goes into the frontier as one URL of the crawl whose *identity* is the
+  request's fingerprint (Scrapy's ``REQUEST_FINGERPRINTER``), keyed by its download slot
+  (``download_slot`` in its meta, else its host), with the request serialised as the
+  URL's metadata (``Request.to_dict``, callbacks by name, pickled). The frontier's sieve is
+  the duplicate filter: exact, durable, in bounded memory. A ``dont_filter=True`` request
+  bypasses it, as with Scrapy's own scheduler: its identity is the fingerprint with the
+  identity of the request it came from and its rank among that request's outputs, so that
+  a page fetched again after a crash yields the same identities and adds nothing twice.
+- ``next_request`` leases requests of queues that may be served now, so that the
+  downloader is fed across hosts: at most ``CRIVELLO_PER_HOST`` of one host in flight (one
+  by default), the next one handed out at least ``DOWNLOAD_DELAY`` after the previous one
+  was completed (the frontier's delay, durable and never randomised).
+- A request is completed in the frontier only once its work is safe. After a response:
+  when the output of its callback has been consumed, every request it yielded being in the
+  frontier (the completion's commit makes them durable first). After a failure: once its
+  errback's output has been consumed, or, without an errback, when the failure reaches
+  it. A request replaced in the downloader (a redirect, a retry) is completed with the
+  new request's push. A crash before that fetches it again.
+- After ``kill -9``, the same command with the same ``CRIVELLO_DIR`` resumes the crawl: a
+  request leased at the kill is handed out again at once, not after its lease: the store
+  is locked by one process at a time, so the process that held it is dead.
+
+Priorities are ignored: each host's requests are served in the order they were first
+scheduled (breadth-first), and hosts in the order they become due.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import pickle
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Set
+
+from scrapy import Request
+from scrapy.dupefilters import RFPDupeFilter
+from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy.utils.request import request_from_dict
+
+from . import errors
+from ._crivello import Frontier, Policy, Sieve
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.spiders import Spider
+    from twisted.python.failure import Failure
+
+logger = logging.getLogger(__name__)
+
+#: The meta key of the token of the lease a handed-out request belongs to.
+TOKEN_META = "_crivello_token"
+#: The meta key of the token of the request whose callback yielded a request.
+PARENT_META = "_crivello_parent"
+_OURS = (TOKEN_META, PARENT_META)
+
+DEFAULT_LEASE = 180.0
+
+
+class SettingError(ValueError):
+    """A setting of crivello is missing or wrong: the crawl cannot start."""
+
+
+def _setting_dir(settings: Any) -> str:
+    path = settings.get("CRIVELLO_DIR")
+    if not path:
+        raise SettingError(
+            "CRIVELLO_DIR is not set: crivello.scrapy needs a directory for its store. Add "
+            "CRIVELLO_DIR = \"crawl-state\" (any path) to the project's settings, or pass "
+            "-s CRIVELLO_DIR=crawl-state on the command line."
+        )
+    return str(path)
+
+
+def _open_store(kind: Callable[..., Any], path: str, memory: Any) -> Any:
+    """Opens a store, with a message that says what to do when it cannot be."""
+    try:
+        return kind(path, memory=memory)
+    except errors.LockedError as e:
+        raise SettingError(
+            f"CRIVELLO_DIR={path} is in use by another crawl (or another handle): {e}. "
+            "Stop that crawl first, or give this one another CRIVELLO_DIR."
+        ) from e
+    except errors.WrongModeError as e:
+        raise SettingError(
+            f"CRIVELLO_DIR={path}: {e}. The scheduler keeps a frontier and the duplicate "
+            "filter alone keeps a plain sieve: give each use its own directory."
+        ) from e
+    except errors.NotAStoreError as e:
+        raise SettingError(
+            f"CRIVELLO_DIR={path}: {e}. Give a new or empty directory, or a store made by "
+            "this version of crivello."
+        ) from e
+    except (ValueError, TypeError) as e:
+        raise SettingError(f"CRIVELLO_MEMORY={memory!r}: {e}") from e
+
+
+def _slot_of(request: Request) -> str:
+    """The download slot of a request, as Scrapy's downloader computes it by default."""
+    slot = request.meta.get("download_slot")
+    if slot is not None:
+        return str(slot)
+    return urlparse_cached(request).hostname or ""
+
+
+class DupeFilter(RFPDupeFilter):
+    """Scrapy's request-fingerprint duplicate filter with the fingerprints in a durable
+    crivello sieve instead of a set in RAM: memory stays bounded however many requests
+    were seen, and the fingerprints survive a crash (acknowledged within a second, and at
+    close).
+
+    With ``crivello.scrapy.Scheduler`` it keeps no store of its own: the scheduler's frontier
+    filters, and this class logs the duplicates. With Scrapy's own scheduler it keeps its
+    fingerprints in ``CRIVELLO_DIR``. It logs duplicates as Scrapy's does
+    (``DUPEFILTER_DEBUG``) and counts them in ``dupefilter/filtered``.
+    """
+
+    #: Seconds between two syncs of the fingerprints (when used alone).
+    SYNC_INTERVAL = 1.0
+
+    def __init__(
+        self,
+        path: Optional[str] = None,
+        debug: bool = False,
+        *,
+        fingerprinter: Any = None,
+        memory: Any = "64M",
+    ) -> None:
+        super().__init__(None, debug, fingerprinter=fingerprinter)
+        self.store_path = path
+        self.memory = memory
+        self.sieve: Optional[Sieve] = None
+        self.scheduler: Optional[Scheduler] = None
+        self._synced = time.monotonic()
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> DupeFilter:
+        settings = crawler.settings
+        return cls(
+            _setting_dir(settings),
+            settings.getbool("DUPEFILTER_DEBUG"),
+            fingerprinter=crawler.request_fingerprinter,
+            memory=settings.get("CRIVELLO_MEMORY", "64M"),
+        )
+
+    def fingerprint_of(self, request: Request) -> str:
+        """The request's fingerprint, as hexadecimal text."""
+        return self.fingerprinter.fingerprint(request).hex()
+
+    def open(self) -> None:
+        if self.scheduler is None and self.sieve is None:
+            assert self.store_path is not None
+            self.sieve = _open_store(Sieve, self.store_path, self.memory)
+
+    def request_seen(self, request: Request) -> bool:
+        fp = self.fingerprint_of(request)
+        if self.scheduler is not None:
+            # The scheduler's frontier filters; here, only whether it knows the request.
+            state, _ = self.scheduler.frontier.status(fp, crawl=self.scheduler.crawl)
+            return state != "unknown"
+        if self.sieve is None:
+            self.open()
+        assert self.sieve is not None
+        new = self.sieve.push_new(fp)
+        now = time.monotonic()
+        if now - self._synced >= self.SYNC_INTERVAL:
+            self.sieve.sync()
+            self._synced = now
+        return not new
+
+    def close(self, reason: str) -> None:
+        if self.sieve is not None:
+            sieve, self.sieve = self.sieve, None
+            # What was merged is not needed again: only the fingerprints' signatures are.
+            sieve.flush()
+            while sieve.pop(100_000):
+                pass
+            sieve.close()
+
+
+class _Live:
+    """A request handed out and not yet completed."""
+
+    __slots__ = ("identity", "scraping", "ranks")
+
+    def __init__(self, identity: str) -> None:
+        self.identity = identity
+        # Its callback or errback was called: requests that carry its token are its outputs.
+        self.scraping = False
+        # The rank of each fingerprint among its outputs that bypass the filter.
+        self.ranks: Dict[str, int] = {}
+
+
+class _Completing:
+    """A request's callback or errback, wrapped: the scheduler completes the request once
+    the output has been consumed (or the call raised)."""
+
+    __slots__ = ("scheduler", "token", "original", "errback", "__weakref__")
+
+    def __init__(
+        self, scheduler: Scheduler, token: int, original: Any, errback: bool
+    ) -> None:
+        self.scheduler = scheduler
+        self.token = token
+        self.original = original
+        self.errback = errback
+
+    def __call__(self, result: Any, *args: Any, **kwargs: Any) -> Any:
+        sched = self.scheduler
+        sched._scraping(self.token)
+        try:
+            if self.original is None:
+                if self.errback:
+                    # No errback of its own: the failure goes on as it would have.
+                    sched._complete(self.token)
+                    result.raiseException()
+                original = getattr(sched.spider, "_parse", None) or sched.spider.parse
+            else:
+                original = self.original
+            output = original(result, *args, **kwargs)
+        except BaseException:
+            sched._complete(self.token)
+            raise
+        if output is None:
+            sched._complete(self.token)
+            return None
+        if hasattr(output, "__aiter__"):
+            return self._async_through(output)
+        if hasattr(output, "__await__"):
+            return self._awaited_through(output)
+        return self._through(output)
+
+    def _tag(self, item: Any) -> Any:
+        if isinstance(item, Request):
+            item.meta[PARENT_META] = self.token
+        return item
+
+    def _through(self, output: Any) -> Any:
+        try:
+            for item in output:
+                yield self._tag(item)
+        finally:
+            # Consumed, or stopped by an exception: either way, the request's work ended.
+            self.scheduler._complete(self.token)
+
+    async def _async_through(self, output: Any) -> Any:
+        try:
+            async for item in output:
+                yield self._tag(item)
+        finally:
+            self.scheduler._complete(self.token)
+
+    async def _awaited_through(self, output: Any) -> Any:
+        try:
+            result = await output
+            if result is not None:
+                if hasattr(result, "__aiter__"):
+                    async for item in result:
+                        yield self._tag(item)
+                elif isinstance(result, (Request, dict)) or not hasattr(result, "__iter__"):
+                    yield self._tag(result)
+                else:
+                    for item in result:
+                        yield self._tag(item)
+        finally:
+            self.scheduler._complete(self.token)
+
+
+def _unwrapped(request: Request) -> Request:
+    """The request with its own callback and errback (not the scheduler's wrappers)."""
+    cb, eb = request.callback, request.errback
+    if isinstance(cb, _Completing) or isinstance(eb, _Completing):
+        request = request.replace(
+            callback=cb.original if isinstance(cb, _Completing) else cb,
+            errback=eb.original if isinstance(eb, _Completing) else eb,
+        )
+    return request
+
+
+class Scheduler:
+    """Scrapy's scheduler on crivello's durable frontier: per-host politeness, requests
+    that survive ``kill -9``, and memory that stays flat as the crawl grows. See the
+    module's documentation for how it works, and the project's README for the settings.
+    """
+
+    def __init__(
+        self,
+        crawler: Crawler,
+        dupefilter: Any,
+        path: str,
+        *,
+        memory: Any = "64M",
+        lease: float = DEFAULT_LEASE,
+        crawl: Optional[str] = None,
+        delay: float = 0.0,
+        per_host: int = 1,
+        batch: int = 16,
+        stats: Any = None,
+    ) -> None:
+        self.crawler = crawler
+        self.df = dupefilter
+        self.path = path
+        self.memory = memory
+        self.lease_seconds = float(lease)
+        if self.lease_seconds <= 0:
+            raise SettingError(f"CRIVELLO_LEASE={lease!r}: a number of seconds above 0")
+        self.crawl_setting = crawl
+        self.crawl = ""
+        self.delay = float(delay)
+        if per_host < 1:
+            raise SettingError(f"CRIVELLO_PER_HOST={per_host!r}: at least 1")
+        self.per_host = per_host
+        self.batch = max(1, batch)
+        self.stats = stats
+        self.spider: Any = None
+        self.frontier: Frontier = None  # type: ignore[assignment]
+        # The frontier filters when the duplicate filter is ours; another one filters
+        # first, and the frontier then takes every request it lets through.
+        self.filtering = isinstance(dupefilter, DupeFilter)
+        if self.filtering:
+            dupefilter.scheduler = self
+        self._ready: Deque[Any] = deque()
+        self._live: Dict[int, _Live] = {}
+        self._to_complete: List[int] = []
+        self._completing: Set[int] = set()
+        self._unflushed = False
+        self._flushed_at = 0.0
+        self._start_ranks: Dict[str, int] = {}
+        self._wake_at: Optional[float] = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Scheduler:
+        settings = crawler.settings
+        path = _setting_dir(settings)
+        dupefilter = build_from_crawler(load_object(settings["DUPEFILTER_CLASS"]), crawler)
+        return cls(
+            crawler,
+            dupefilter,
+            path,
+            memory=settings.get("CRIVELLO_MEMORY", "64M"),
+            lease=settings.getfloat("CRIVELLO_LEASE", DEFAULT_LEASE),
+            crawl=settings.get("CRIVELLO_CRAWL"),
+            delay=settings.getfloat("DOWNLOAD_DELAY"),
+            per_host=settings.getint("CRIVELLO_PER_HOST", 1),
+            batch=settings.getint("CONCURRENT_REQUESTS", 16),
+            stats=crawler.stats,
+        )
+
+    # Scrapy's scheduler interface.
+
+    def open(self, spider: Spider) -> None:
+        self.spider = spider
+        self.crawl = self.crawl_setting or spider.name
+        self.frontier = _open_store(Frontier, self.path, self.memory)
+        policy = Policy(delay=self.delay, per_queue=self.per_host)
+        if self.frontier.policy(self.crawl) != policy:
+            self.frontier.set_policy(policy, crawl=self.crawl)
+        released = self.frontier.release(self.crawl)
+        counts = self.frontier.counts(self.crawl)
+        if released or counts["waiting"]:
+            logger.info(
+                "Resuming crawl %(crawl)s from %(dir)s: %(waiting)d requests waiting "
+                "(%(released)d in flight when it stopped, handed out again), "
+                "%(done)d done",
+                {
+                    "crawl": self.crawl,
+                    "dir": self.path,
+                    "waiting": counts["waiting"],
+                    "released": released,
+                    "done": counts["done"],
+                },
+                extra={"spider": spider},
+            )
+        if not self.filtering:
+            self.df.open()
+
+    def close(self, reason: str) -> None:
+        try:
+            if self.frontier is not None:
+                self._flush_completions()
+                # Requests leased and not handed to the engine go back at once.
+                self.frontier.release(self.crawl)
+                self.frontier.close()
+        finally:
+            self.df.close(reason)
+
+    def has_pending_requests(self) -> bool:
+        return bool(
+            self._ready
+            or self._unflushed
+            or self._to_complete
+            or self.frontier.next_due() is not None
+        )
+
+    def __len__(self) -> int:
+        counts = self.frontier.counts(self.crawl)
+        return int(counts["waiting"]) + len(self._ready)
+
+    def enqueue_request(self, request: Request) -> bool:
+        replaced = self._replaced(request)
+        parent = self._parent_of(request)
+        if not request.dont_filter and not self.filtering and self.df.request_seen(request):
+            self.df.log(request, self.spider)
+            self._replace_done(replaced)
+            return False
+        fp = self._fingerprint(request)
+        if self.filtering and not request.dont_filter:
+            identity = fp
+        else:
+            identity = self._unique_identity(fp, parent)
+        metadata = self._serialise(request)
+        new = self.frontier.push_new(
+            [(identity, _slot_of(request), metadata)], crawl=self.crawl, sync=False
+        )[0]
+        self._unflushed = True
+        self._replace_done(replaced)
+        if not new:
+            if not request.dont_filter:
+                self.df.log(request, self.spider)
+            else:
+                logger.debug(
+                    "Already in the frontier (scheduled before a restart): %(request)s",
+                    {"request": request},
+                    extra={"spider": self.spider},
+                )
+            return False
+        if self.stats is not None:
+            self.stats.inc_value("scheduler/enqueued/crivello")
+            self.stats.inc_value("scheduler/enqueued")
+        return True
+
+    def next_request(self) -> Optional[Request]:
+        self._flush_completions()
+        if not self._ready:
+            self._fill()
+        while self._ready:
+            lease = self._ready.popleft()
+            request = self._load(lease)
+            if request is not None:
+                if self.stats is not None:
+                    self.stats.inc_value("scheduler/dequeued/crivello")
+                    self.stats.inc_value("scheduler/dequeued")
+                return request
+        self._wake_when_due()
+        return None
+
+    # Hand-outs.
+
+    def _fill(self) -> None:
+        leased = self.frontier.lease(
+            self.batch, ttl=self.lease_seconds, crawl=self.crawl
+        )
+        if not leased and self._unflushed:
+            # Nothing due: what was pushed since the last flush may be (new hosts above
+            # all). A flush merges with what the sieve holds: at most one a second.
+            now = time.monotonic()
+            if now - self._flushed_at >= 1.0 or self.frontier.next_due() is None:
+                self.frontier.flush()
+                self._unflushed = False
+                self._flushed_at = now
+                leased = self.frontier.lease(
+                    self.batch, ttl=self.lease_seconds, crawl=self.crawl
+                )
+        self._ready.extend(leased)
+
+    def _load(self, lease: Any) -> Optional[Request]:
+        try:
+            d = pickle.loads(lease.metadata)
+            request = request_from_dict(d, spider=self.spider)
+        except Exception as e:
+            # It cannot be fetched by this spider (its code changed since it was
+            # scheduled?): said loudly, and done, so that it is not handed out forever.
+            logger.error(
+                "Cannot load the request %(identity)s of %(key)s scheduled earlier: "
+                "%(error)s; it is dropped",
+                {"identity": lease.url, "key": lease.key, "error": e},
+                extra={"spider": self.spider},
+            )
+            self.frontier.done(lease)
+            if self.stats is not None:
+                self.stats.inc_value("crivello/unloadable")
+            return None
+        token = lease.token
+        request.meta[TOKEN_META] = token
+        self._live[token] = _Live(lease.url)
+        from scrapy.http.request import NO_CALLBACK
+
+        if request.callback is not NO_CALLBACK:
+            request.callback = _Completing(self, token, request.callback, False)
+        request.errback = _Completing(self, token, request.errback, True)
+        return request
+
+    def _wake_when_due(self) -> None:
+        """Makes the engine ask again when the next queue is due: it asks only after a
+        download ends, or every few seconds."""
+        due = self.frontier.next_due()
+        if due is None:
+            return
+        from twisted.internet import reactor
+
+        wait = due - time.time()
+        # Due now and yet nothing was handed out: another crawl's queue, or a pause.
+        delay = min(wait, 5.0) + 0.001 if wait > 0 else 0.25
+        at = time.monotonic() + delay
+        if self._wake_at is not None and self._wake_at <= at:
+            return
+        self._wake_at = at
+        reactor.callLater(delay, self._wake)  # type: ignore[attr-defined]
+
+    def _wake(self) -> None:
+        self._wake_at = None
+        engine = self.crawler.engine
+        slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+        nextcall = getattr(slot, "nextcall", None)
+        if nextcall is not None:
+            nextcall.schedule()
+
+    # Completions.
+
+    def _scraping(self, token: int) -> None:
+        live = self._live.get(token)
+        if live is not None:
+            live.scraping = True
+
+    def _complete(self, token: int) -> None:
+        """The request of `token` finished its work: completed (durably, with every push
+        before) at the next hand-out, which the engine asks for soon after."""
+        if token in self._live and token not in self._completing:
+            self._completing.add(token)
+            self._to_complete.append(token)
+            self._wake_soon()
+
+    def _wake_soon(self) -> None:
+        if self._wake_at is not None and self._wake_at <= time.monotonic():
+            return
+        from twisted.internet import reactor
+
+        self._wake_at = time.monotonic()
+        reactor.callLater(0, self._wake)  # type: ignore[attr-defined]
+
+    def _flush_completions(self) -> None:
+        if not self._to_complete:
+            return
+        tokens, self._to_complete = self._to_complete, []
+        # One commit: it syncs the pushes made before it (the requests' outputs) first.
+        self.frontier.complete(tokens)
+        for t in tokens:
+            self._live.pop(t, None)
+            self._completing.discard(t)
+
+    # Identities.
+
+    def _fingerprint(self, request: Request) -> str:
+        return self.crawler.request_fingerprinter.fingerprint(request).hex()
+
+    def _replaced(self, request: Request) -> Optional[int]:
+        """The token of the request this one replaces (a redirect or a retry made by the
+        downloader, which copies the meta), if it does."""
+        token = request.meta.get(TOKEN_META)
+        if PARENT_META in request.meta or token is None:
+            return None
+        live = self._live.get(token)
+        if live is None or live.scraping:
+            return None
+        return int(token)
+
+    def _replace_done(self, replaced: Optional[int]) -> None:
+        if replaced is not None:
+            self._complete(replaced)
+
+    def _parent_of(self, request: Request) -> Optional[_Live]:
+        token = request.meta.get(PARENT_META, request.meta.get(TOKEN_META))
+        if token is None:
+            return None
+        return self._live.get(token)
+
+    def _unique_identity(self, fp: str, parent: Optional[_Live]) -> str:
+        """The identity of a request that bypasses the filter: the same for the same
+        output of the same request, so that a page fetched again after a crash adds nothing
+        twice."""
+        if parent is None:
+            ranks, origin = self._start_ranks, ""
+        else:
+            ranks, origin = parent.ranks, parent.identity
+        rank = ranks.get(fp, 0)
+        ranks[fp] = rank + 1
+        tag = hashlib.sha1(f"{origin}#{rank}".encode()).hexdigest()[:16]
+        return f"{fp}~{tag}"
+
+    def _serialise(self, request: Request) -> bytes:
+        try:
+            d = _unwrapped(request).to_dict(spider=self.spider)
+            meta = d.get("meta")
+            if meta and any(k in meta for k in _OURS):
+                d["meta"] = {k: v for k, v in meta.items() if k not in _OURS}
+            return pickle.dumps(d, protocol=4)
+        except Exception as e:
+            raise ValueError(
+                f"crivello.scrapy cannot store the request {request!r}: {e}. Its callback "
+                "and errback must be methods of the spider, and its meta and cb_kwargs "
+                "must pickle."
+            ) from e
