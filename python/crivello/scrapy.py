@@ -280,6 +280,18 @@ class _Completing:
             self.scheduler._complete(self.token)
 
 
+def bypass_identity(fingerprint: str, origin: str = "", rank: int = 0) -> str:
+    """The identity in the frontier of a request that bypasses the duplicate filter
+    (``dont_filter=True``): its fingerprint (hexadecimal), tagged with the identity of the
+    request whose output it is (``origin``; ``""`` for a start request or one scheduled by
+    another component) and its rank among that request's outputs of the same fingerprint.
+    The same output of the same request has the same identity, so that a page fetched again
+    after a crash adds nothing twice. A request that goes through the filter has its
+    fingerprint as its identity."""
+    tag = hashlib.sha1(f"{origin}#{rank}".encode()).hexdigest()[:16]
+    return f"{fingerprint}~{tag}"
+
+
 def _unwrapped(request: Request) -> Request:
     """The request with its own callback and errback (not the scheduler's wrappers)."""
     cb, eb = request.callback, request.errback
@@ -589,17 +601,13 @@ class Scheduler:
         return self._live.get(token)
 
     def _unique_identity(self, fp: str, parent: Optional[_Live]) -> str:
-        """The identity of a request that bypasses the filter: the same for the same
-        output of the same request, so that a page fetched again after a crash adds nothing
-        twice."""
         if parent is None:
             ranks, origin = self._start_ranks, ""
         else:
             ranks, origin = parent.ranks, parent.identity
         rank = ranks.get(fp, 0)
         ranks[fp] = rank + 1
-        tag = hashlib.sha1(f"{origin}#{rank}".encode()).hexdigest()[:16]
-        return f"{fp}~{tag}"
+        return bypass_identity(fp, origin, rank)
 
     def _serialise(self, request: Request) -> bytes:
         try:

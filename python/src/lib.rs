@@ -30,10 +30,12 @@ use crivello::{Completion, Discovered, LeaseRequest, Options, Policy as LibPolic
 static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 
 fn error_class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyType>> {
-    let module = ERRORS.get_or_try_init(py, || {
-        py.import("crivello.errors").map(Bound::unbind)
-    })?;
-    module.bind(py).getattr(name)?.cast_into::<PyType>().map_err(PyErr::from)
+    let module = ERRORS.get_or_try_init(py, || py.import("crivello.errors").map(Bound::unbind))?;
+    module
+        .bind(py)
+        .getattr(name)?
+        .cast_into::<PyType>()
+        .map_err(PyErr::from)
 }
 
 /// The Python exception of a library error: its class says what went wrong, its message is
@@ -586,7 +588,10 @@ impl Frontier {
     }
 }
 
-fn leased_list<'py>(py: Python<'py>, leased: Vec<crivello::Leased>) -> PyResult<Bound<'py, PyList>> {
+fn leased_list<'py>(
+    py: Python<'py>,
+    leased: Vec<crivello::Leased>,
+) -> PyResult<Bound<'py, PyList>> {
     let list = PyList::empty(py);
     for l in leased {
         list.append(Bound::new(
@@ -612,7 +617,13 @@ fn status_tuple<'py>(py: Python<'py>, st: UrlStatus) -> PyResult<Bound<'py, PyTu
         UrlStatus::Done => ("done", None),
         UrlStatus::Refetch { at_ms } => ("refetch", Some(seconds(at_ms))),
     };
-    PyTuple::new(py, [name.into_pyobject(py)?.into_any(), at.into_pyobject(py)?.into_any()])
+    PyTuple::new(
+        py,
+        [
+            name.into_pyobject(py)?.into_any(),
+            at.into_pyobject(py)?.into_any(),
+        ],
+    )
 }
 
 #[pymethods]
@@ -753,7 +764,9 @@ impl Frontier {
             ("retry", None) => Completion::Retry,
             ("refetch", Some(at)) => Completion::RefetchAt(millis(at, "at")?),
             ("refetch", None) => {
-                return Err(PyValueError::new_err("how=\"refetch\" needs the instant at"))
+                return Err(PyValueError::new_err(
+                    "how=\"refetch\" needs the instant at",
+                ))
             }
             ("done" | "retry", Some(_)) => {
                 return Err(PyValueError::new_err("at goes with how=\"refetch\" only"))

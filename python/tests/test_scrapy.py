@@ -1,0 +1,236 @@
+"""Real Scrapy crawls of a local site with crivello's scheduler and duplicate filter: every
+page once, politely; kill -9 and resume; the duplicate filter alone; bad settings."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import pytest
+
+scrapy = pytest.importorskip("scrapy")
+
+import crivello  # noqa: E402
+from crivello.scrapy import bypass_identity  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from local_site import DATA, Site  # noqa: E402
+
+SPIDER = str(Path(__file__).parent / "follow_spider.py")
+pytestmark = pytest.mark.skipif(
+    not (DATA / "hollins.dat.xz").exists(), reason=f"no page graph in {DATA}"
+)
+
+CRIVELLO = {
+    "SCHEDULER": "crivello.scrapy.Scheduler",
+    "DUPEFILTER_CLASS": "crivello.scrapy.DupeFilter",
+}
+
+
+def settings(store: Path, **extra: object) -> Dict[str, str]:
+    s = {
+        "CRIVELLO_DIR": str(store),
+        "CRIVELLO_MEMORY": "16M",
+        "TELNETCONSOLE_ENABLED": "0",
+        "LOG_LEVEL": "INFO",
+        "ROBOTSTXT_OBEY": "0",
+    }
+    s.update({k: str(v) for k, v in extra.items()})
+    return s
+
+
+def command(site: Site, opts: Dict[str, str], spider: str = SPIDER) -> List[str]:
+    cmd = [sys.executable, "-m", "scrapy", "runspider", spider, "-a", f"start={site.url(site.pages[0])}"]
+    for k, v in opts.items():
+        cmd += ["-s", f"{k}={v}"]
+    return cmd
+
+
+def crawl(
+    site: Site, opts: Dict[str, str], timeout: float = 120, spider: str = SPIDER
+) -> Tuple[int, str, int]:
+    """Runs a crawl to its end: exit status, log, peak RSS in KiB."""
+    p = subprocess.Popen(
+        command(site, opts, spider), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        _, log = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise
+    # The child was reaped by communicate; its peak RSS is in the children's usage.
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return p.returncode, log, rss
+
+
+def fingerprint(url: str) -> str:
+    from scrapy import Request
+    from scrapy.utils.request import RequestFingerprinter
+
+    return RequestFingerprinter().fingerprint(Request(url)).hex()
+
+
+def identities(site: Site) -> Dict[int, str]:
+    """The identity in the frontier of each page: its request's fingerprint; the start
+    page's request bypasses the filter (Scrapy's start requests do)."""
+    ids = {p: fingerprint(site.url(p)) for p in site.pages}
+    start = site.pages[0]
+    ids[start] = bypass_identity(ids[start])
+    return ids
+
+
+def host_key(site: Site, page: int) -> str:
+    """The queue of a page: its download slot, the host."""
+    return site.servers[site.host_of[page]].server_address[0]
+
+
+def per_host_gaps(site: Site) -> float:
+    """The smallest time between two fetches of one host."""
+    last: Dict[int, float] = {}
+    smallest = float("inf")
+    for t, h, _ in sorted(site.fetches):
+        if h in last:
+            smallest = min(smallest, t - last[h])
+        last[h] = t
+    return smallest
+
+
+@pytest.fixture
+def site() -> Site:
+    s = Site(pages=500, hosts=4, latency=0.002)
+    yield s
+    s.close()
+
+
+def test_a_crawl_fetches_every_page_once_politely(site: Site, tmp_path: Path) -> None:
+    delay = 0.05
+    rc, log, rss = crawl(site, settings(tmp_path / "store", DOWNLOAD_DELAY=delay, **CRIVELLO))
+    assert rc == 0, log[-3000:]
+    counts = site.count()
+    assert set(counts) == set(site.pages), f"missing {set(site.pages) - set(counts)}"
+    assert max(counts.values()) == 1, {p: c for p, c in counts.items() if c > 1}
+    # One fetch of a host at a time, at least the delay apart (from the end of the previous
+    # fetch: arrivals are further apart still).
+    assert site.most_in_flight == [1] * 4
+    assert per_host_gaps(site) >= delay
+    assert rss < 300 * 1024, f"peak RSS {rss} KiB"
+    # The frontier holds every page as done, and the crawl's name is the spider's.
+    with crivello.Frontier(tmp_path / "store") as f:
+        assert f.crawls() == ["follow"]
+        c = f.counts("follow")
+        assert (c["done"], c["waiting"], c["leased"]) == (len(site.pages), 0, 0)
+    # Run again: the crawl is over, nothing is fetched again.
+    before = len(site.fetches)
+    rc, log, _ = crawl(site, settings(tmp_path / "store", **CRIVELLO))
+    assert rc == 0, log[-3000:]
+    assert len(site.fetches) == before
+
+
+def test_kill_9_at_random_instants_then_resume_fetches_everything_and_nothing_done_twice(
+    site: Site, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    opts = settings(store, DOWNLOAD_DELAY=0.01, CRIVELLO_LEASE=600, **CRIVELLO)
+    ids = identities(site)
+    rng = random.Random(int(os.environ.get("CRIVELLO_SEED", "7")))
+    # After each kill: the pages the frontier holds as done, and when.
+    done_at_kill: List[Tuple[float, Set[int]]] = []
+    for _ in range(3):
+        started = len(site.fetches)
+        p = subprocess.Popen(command(site, opts), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # Kill once the crawl has fetched something, at a random instant after.
+        deadline = time.time() + 30
+        while len(site.fetches) == started and time.time() < deadline:
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.05, 0.6))
+        p.send_signal(signal.SIGKILL)
+        p.communicate()
+        killed = time.time()
+        with crivello.Frontier(store) as f:
+            done = {
+                page
+                for page, i in ids.items()
+                if f.status(i, crawl="follow", key=host_key(site, page))[0] == "done"
+            }
+            # The leases of the killed process are still there, until the next run.
+            leased = f.stats()["leased"]
+        done_at_kill.append((killed, done))
+        assert leased <= 16
+    rc, log, _ = crawl(site, opts)
+    assert rc == 0, log[-3000:]
+    assert "Resuming crawl follow" in log
+    counts = site.count()
+    assert set(counts) == set(site.pages), f"missing {set(site.pages) - set(counts)}"
+    # A page done at a kill is never fetched after it.
+    for killed, done in done_at_kill:
+        again = {p for t, _, p in site.fetches if t > killed and p in done}
+        assert not again, f"pages done before a kill fetched again: {sorted(again)}"
+    # Only pages in flight at a kill are fetched twice: a few per kill at most.
+    twice = [p for p, c in counts.items() if c > 1]
+    assert len(twice) <= 3 * 16, twice
+    assert done_at_kill[-1][1], "nothing was done before the last kill"
+
+
+def test_the_duplicate_filter_alone_keeps_scrapys_semantics(site: Site, tmp_path: Path) -> None:
+    opts = settings(
+        tmp_path / "seen", DUPEFILTER_CLASS="crivello.scrapy.DupeFilter", LOG_LEVEL="DEBUG"
+    )
+    rc, log, _ = crawl(site, opts)
+    assert rc == 0, log[-3000:]
+    counts = site.count()
+    assert set(counts) == set(site.pages) and max(counts.values()) == 1
+    # Logged as Scrapy's filter logs them, and counted.
+    assert "Filtered duplicate request" in log
+    assert "'dupefilter/filtered'" in log
+    # The fingerprints survived the run: a second run fetches the start page (it bypasses
+    # the filter) and no other.
+    before = len(site.fetches)
+    rc, log, _ = crawl(site, opts)
+    assert rc == 0, log[-3000:]
+    assert [p for _, _, p in site.fetches[before:]] == [site.pages[0]]
+
+
+def test_bad_settings_stop_the_crawl_at_start_with_what_to_do(site: Site, tmp_path: Path) -> None:
+    opts = settings(tmp_path / "store", **CRIVELLO)
+    del opts["CRIVELLO_DIR"]
+    rc, log, _ = crawl(site, opts)
+    assert "CRIVELLO_DIR is not set" in log, log[-3000:]
+    assert len(site.fetches) == 0
+    # Locked: another handle holds the store.
+    with crivello.Frontier(tmp_path / "store"):
+        rc, log, _ = crawl(site, settings(tmp_path / "store", **CRIVELLO))
+        assert "is in use by another crawl" in log, log[-3000:]
+    # A store of the other kind.
+    with crivello.Sieve(tmp_path / "plain") as s:
+        s.push("http://a.test/")
+        s.flush()
+        s.pop()
+    rc, log, _ = crawl(site, settings(tmp_path / "plain", **CRIVELLO))
+    assert "give each use its own directory" in log, log[-3000:]
+    rc, log, _ = crawl(site, settings(tmp_path / "m", CRIVELLO_MEMORY="lots", **CRIVELLO))
+    assert "CRIVELLO_MEMORY='lots'" in log, log[-3000:]
+    assert len(site.fetches) == 0
+
+
+def test_an_unserialisable_request_is_an_error_naming_it(site: Site, tmp_path: Path) -> None:
+    spider = tmp_path / "lambda_spider.py"
+    spider.write_text(
+        "import scrapy\n"
+        "class LambdaSpider(scrapy.Spider):\n"
+        "    name = 'lambda'\n"
+        "    def __init__(self, start='', **kw):\n"
+        "        super().__init__(**kw)\n"
+        "        self.start_urls = [start]\n"
+        "    def parse(self, response):\n"
+        "        yield scrapy.Request(response.url + '?x', callback=lambda r: None)\n"
+    )
+    rc, log, _ = crawl(site, settings(tmp_path / "store", **CRIVELLO), spider=str(spider))
+    assert "cannot store the request <GET " in log and "?x>" in log, log[-3000:]
