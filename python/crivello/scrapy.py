@@ -249,20 +249,31 @@ class _Completing:
             item.meta[PARENT_META] = self.token
         return item
 
+    # Consumed, or stopped by the callback's exception (which Scrapy then handles): either
+    # way the request's work ended. Abandoned unconsumed (the crawl shutting down): not
+    # completed, so that the request is fetched again.
+
     def _through(self, output: Any) -> Any:
         try:
             for item in output:
                 yield self._tag(item)
-        finally:
-            # Consumed, or stopped by an exception: either way, the request's work ended.
+        except GeneratorExit:
+            raise
+        except BaseException:
             self.scheduler._complete(self.token)
+            raise
+        self.scheduler._complete(self.token)
 
     async def _async_through(self, output: Any) -> Any:
         try:
             async for item in output:
                 yield self._tag(item)
-        finally:
+        except GeneratorExit:
+            raise
+        except BaseException:
             self.scheduler._complete(self.token)
+            raise
+        self.scheduler._complete(self.token)
 
     async def _awaited_through(self, output: Any) -> Any:
         try:
@@ -276,8 +287,12 @@ class _Completing:
                 else:
                     for item in result:
                         yield self._tag(item)
-        finally:
+        except GeneratorExit:
+            raise
+        except BaseException:
             self.scheduler._complete(self.token)
+            raise
+        self.scheduler._complete(self.token)
 
 
 def bypass_identity(fingerprint: str, origin: str = "", rank: int = 0) -> str:
