@@ -146,7 +146,7 @@ class Leased:
 
 @final
 class Policy:
-    """The politeness of a queue, or the default of a crawl's queues.
+    """The politeness of a queue, or the default of the store's queues (of every crawl).
 
     `delay`: seconds from the end of one fetch to the next hand-out; `ratio`: after fetches
     that took s seconds in all, wait s/ratio (0: off; the longer wait applies); `per_queue`:
@@ -232,9 +232,10 @@ class Frontier:
     def release(self, crawl: Optional[str] = None) -> int:
         """Returns every URL leased (in `crawl`) to its queue; returns how many."""
     def policy(self, crawl: str = "", key: Optional[Text] = None) -> Policy:
-        """The policy in force for a queue, or the crawl's default."""
+        """The policy in force for a queue, or the default (one for every crawl)."""
     def set_policy(self, policy: Policy, *, crawl: str = "", key: Optional[Text] = None) -> None:
-        """Sets the policy of a queue, or the default of a crawl's queues."""
+        """Sets the policy of a queue, or the default of every queue without its own (of
+        every crawl of the store)."""
     def block(self, key: Text, until: float, *, crawl: str = "") -> None:
         """Blocks a queue until the instant `until` (0 unblocks it)."""
     def pause(self) -> None:

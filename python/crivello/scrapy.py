@@ -23,12 +23,11 @@ How the scheduler works:
   downloader is fed across hosts: at most ``CRIVELLO_PER_HOST`` of one host in flight (one
   by default), the next one handed out at least ``DOWNLOAD_DELAY`` after the previous one
   was completed (the frontier's delay, durable and never randomised).
-- A request is completed in the frontier only once its work is safe. After a response:
-  when the output of its callback has been consumed, every request it yielded being in the
-  frontier (the completion's commit makes them durable first). After a failure: once its
-  errback's output has been consumed, or, without an errback, when the failure reaches
-  it. A request replaced in the downloader (a redirect, a retry) is completed with the
-  new request's push. A crash before that fetches it again.
+- A request is completed in the frontier only once its work is safe: when the engine lets
+  it go, which it does once the output of its callback (or errback) has been processed,
+  every request it yielded scheduled, or once the request that replaces it (a redirect, a
+  retry) is scheduled, or its failure handled. The completion's commit makes the pushes
+  before it durable first. A crash before that fetches it again.
 - After ``kill -9``, the same command with the same ``CRIVELLO_DIR`` resumes the crawl: a
   request leased at the kill is handed out again at once, not after its lease: the store
   is locked by one process at a time, so the process that held it is dead.
@@ -49,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Se
 from scrapy import Request
 from scrapy.dupefilters import RFPDupeFilter
 from scrapy.utils.httpobj import urlparse_cached
-from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy.utils.misc import arg_to_iter, load_object
 from scrapy.utils.request import request_from_dict
 
 from . import errors
@@ -60,7 +59,20 @@ if TYPE_CHECKING:
     from scrapy.spiders import Spider
     from twisted.python.failure import Failure
 
+try:
+    from scrapy.utils.misc import build_from_crawler
+except ImportError:  # Scrapy 2.11
+    from scrapy.utils.misc import create_instance
+
+    def build_from_crawler(objcls: Any, crawler: Any) -> Any:
+        return create_instance(objcls, settings=None, crawler=crawler)
+
+
 logger = logging.getLogger(__name__)
+
+#: Start requests (and others with no origin) that bypass the filter: the ranks of this many
+#: fingerprints at most are kept; past that, they start again.
+MAX_START_RANKS = 100_000
 
 #: The meta key of the token of the lease a handed-out request belongs to.
 TOKEN_META = "_crivello_token"
@@ -195,10 +207,13 @@ class DupeFilter(RFPDupeFilter):
 class _Live:
     """A request handed out and not yet completed."""
 
-    __slots__ = ("identity", "scraping", "ranks")
+    __slots__ = ("identity", "request", "scraping", "ranks", "ended")
 
-    def __init__(self, identity: str) -> None:
+    def __init__(self, identity: str, request: Request) -> None:
         self.identity = identity
+        self.request = request
+        # Its output ended (or it was replaced): completed once the engine is done with it.
+        self.ended = False
         # Its callback or errback was called: requests that carry its token are its outputs.
         self.scraping = False
         # The rank of each fingerprint among its outputs that bypass the filter.
@@ -242,7 +257,8 @@ class _Completing:
             return self._async_through(output)
         if hasattr(output, "__await__"):
             return self._awaited_through(output)
-        return self._through(output)
+        # One request or item, or an iterable of them, as Scrapy takes them.
+        return self._through(arg_to_iter(output))
 
     def _tag(self, item: Any) -> Any:
         if isinstance(item, Request):
@@ -278,15 +294,12 @@ class _Completing:
     async def _awaited_through(self, output: Any) -> Any:
         try:
             result = await output
-            if result is not None:
-                if hasattr(result, "__aiter__"):
-                    async for item in result:
-                        yield self._tag(item)
-                elif isinstance(result, (Request, dict)) or not hasattr(result, "__iter__"):
-                    yield self._tag(result)
-                else:
-                    for item in result:
-                        yield self._tag(item)
+            if hasattr(result, "__aiter__"):
+                async for item in result:
+                    yield self._tag(item)
+            else:
+                for item in arg_to_iter(result):
+                    yield self._tag(item)
         except GeneratorExit:
             raise
         except BaseException:
@@ -426,12 +439,12 @@ class Scheduler:
             self.df.close(reason)
 
     def has_pending_requests(self) -> bool:
-        return bool(
-            self._ready
-            or self._unflushed
-            or self._to_complete
-            or self.frontier.next_due() is not None
-        )
+        if self._ready or self._unflushed or self._to_complete or self._live:
+            return True
+        # The engine asks only when it has nothing else to do: a count of this crawl's
+        # queues (another crawl's in the same store do not keep this one open).
+        counts = self.frontier.counts(self.crawl)
+        return bool(counts["waiting"] or counts["leased"])
 
     def __len__(self) -> int:
         counts = self.frontier.counts(self.crawl)
@@ -439,22 +452,13 @@ class Scheduler:
 
     def enqueue_request(self, request: Request) -> bool:
         replaced = self._replaced(request)
-        parent = self._parent_of(request)
-        if not request.dont_filter and not self.filtering and self.df.request_seen(request):
-            self.df.log(request, self.spider)
+        try:
+            new = self._push(request)
+        finally:
+            # The request it replaces ends with it (pushed, filtered, or refused).
             self._replace_done(replaced)
+        if new is None:
             return False
-        fp = self._fingerprint(request)
-        if self.filtering and not request.dont_filter:
-            identity = fp
-        else:
-            identity = self._unique_identity(fp, parent)
-        metadata = self._serialise(request)
-        new = self.frontier.push_new(
-            [(identity, _slot_of(request), metadata)], crawl=self.crawl, sync=False
-        )[0]
-        self._unflushed = True
-        self._replace_done(replaced)
         if not new:
             if not request.dont_filter:
                 self.df.log(request, self.spider)
@@ -469,6 +473,31 @@ class Scheduler:
             self.stats.inc_value("scheduler/enqueued/crivello")
             self.stats.inc_value("scheduler/enqueued")
         return True
+
+    def _push(self, request: Request) -> Optional[bool]:
+        """Pushes the request: whether it was new to the frontier; None when the duplicate
+        filter (another class than ours) or an error refused it."""
+        parent = self._parent_of(request)
+        if not request.dont_filter and not self.filtering and self.df.request_seen(request):
+            self.df.log(request, self.spider)
+            return None
+        try:
+            metadata = self._serialise(request)
+        except ValueError as e:
+            logger.error("%(error)s", {"error": e}, extra={"spider": self.spider})
+            if self.stats is not None:
+                self.stats.inc_value("crivello/unserialisable")
+            return None
+        fp = self._fingerprint(request)
+        if self.filtering and not request.dont_filter:
+            identity = fp
+        else:
+            identity = self._unique_identity(fp, parent)
+        new = self.frontier.push_new(
+            [(identity, _slot_of(request), metadata)], crawl=self.crawl, sync=False
+        )[0]
+        self._unflushed = True
+        return new
 
     def next_request(self) -> Optional[Request]:
         self._flush_completions()
@@ -523,7 +552,7 @@ class Scheduler:
             return None
         token = lease.token
         request.meta[TOKEN_META] = token
-        self._live[token] = _Live(lease.url)
+        self._live[token] = _Live(lease.url, request)
         from scrapy.http.request import NO_CALLBACK
 
         if request.callback is not NO_CALLBACK:
@@ -564,12 +593,38 @@ class Scheduler:
             live.scraping = True
 
     def _complete(self, token: int) -> None:
-        """The request of `token` finished its work: completed (durably, with every push
-        before) at the next hand-out, which the engine asks for soon after."""
-        if token in self._live and token not in self._completing:
-            self._completing.add(token)
-            self._to_complete.append(token)
+        """The output of the request of `token` ended (or the request was replaced): it is
+        completed (durably, with every push before) once the engine is done with it, at a
+        hand-out, which the engine asks for when it is."""
+        live = self._live.get(token)
+        if live is not None:
+            live.ended = True
             self._wake_soon()
+
+    def _in_progress(self) -> Optional[Any]:
+        """The engine's requests in progress (downloading, or their output being processed),
+        when this Scrapy exposes them."""
+        engine = getattr(self.crawler, "engine", None)
+        slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+        return getattr(slot, "inprogress", None)
+
+    def _gather_completions(self) -> None:
+        """Moves the requests whose work is over to the completions to write: their output
+        ended and the engine is done with them (it processes a callback's output, items and
+        requests alike, before it lets the request go), or, where the engine does not say,
+        their output ended."""
+        in_progress = self._in_progress()
+        for token, live in self._live.items():
+            if token in self._completing:
+                continue
+            if in_progress is not None:
+                # Its output processed, or its replacement scheduled, or its failure handled.
+                done = live.request not in in_progress
+            else:
+                done = live.ended
+            if done:
+                self._completing.add(token)
+                self._to_complete.append(token)
 
     def _wake_soon(self) -> None:
         if self._wake_at is not None and self._wake_at <= time.monotonic():
@@ -580,14 +635,23 @@ class Scheduler:
         reactor.callLater(0, self._wake)  # type: ignore[attr-defined]
 
     def _flush_completions(self) -> None:
+        self._gather_completions()
         if not self._to_complete:
             return
         tokens, self._to_complete = self._to_complete, []
         # One commit: it syncs the pushes made before it (the requests' outputs) first.
-        self.frontier.complete(tokens)
-        for t in tokens:
-            self._live.pop(t, None)
+        ended = self.frontier.complete(tokens)
+        for t, was_leased in zip(tokens, ended):
+            live = self._live.pop(t, None)
             self._completing.discard(t)
+            if not was_leased and live is not None:
+                logger.warning(
+                    "The lease of %(request)s ended before its work did: it may have been "
+                    "handed out again. Raise CRIVELLO_LEASE (now %(lease)s s) above the "
+                    "longest a request takes, its download and its callback included.",
+                    {"request": live.request, "lease": self.lease_seconds},
+                    extra={"spider": self.spider},
+                )
 
     # Identities.
 
@@ -617,6 +681,8 @@ class Scheduler:
 
     def _unique_identity(self, fp: str, parent: Optional[_Live]) -> str:
         if parent is None:
+            if len(self._start_ranks) >= MAX_START_RANKS:
+                self._start_ranks.clear()
             ranks, origin = self._start_ranks, ""
         else:
             ranks, origin = parent.ranks, parent.identity

@@ -193,13 +193,16 @@ impl Sieve {
         py: Python<'_>,
         f: impl FnOnce(&mut crivello::Sieve) -> crivello::Result<T> + Send,
     ) -> PyResult<T> {
-        let r = py.detach(|| {
-            let mut guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-            guard.as_mut().map(f)
+        // A thread that panicked while holding the lock left the sieve's state unknown: it is
+        // poisoned, as the library's frontier is.
+        let r = py.detach(|| match self.inner.lock() {
+            Ok(mut guard) => Ok(guard.as_mut().map(f)),
+            Err(_) => Err(crivello::Error::Poisoned),
         });
         match r {
-            Some(r) => r.map_err(|e| to_py(py, e)),
-            None => Err(closed(py, "sieve")),
+            Ok(Some(r)) => r.map_err(|e| to_py(py, e)),
+            Ok(None) => Err(closed(py, "sieve")),
+            Err(e) => Err(to_py(py, e)),
         }
     }
 }
@@ -406,7 +409,7 @@ impl Leased {
     }
 }
 
-/// The politeness of a queue, or the default of a crawl's queues.
+/// The politeness of a queue, or the default of the store's queues.
 ///
 /// `delay`: seconds from the end of one fetch to the next hand-out; `ratio`: after fetches
 /// that took s seconds in all, wait s/ratio (0: off; the longer of the two waits applies);
@@ -431,9 +434,9 @@ impl Policy {
     #[pyo3(signature = (*, delay=0.0, ratio=0.0, per_queue=1, limit=0))]
     fn new(delay: f64, ratio: f64, per_queue: u32, limit: u64) -> PyResult<Policy> {
         millis(delay, "delay")?;
-        if !ratio.is_finite() || !(0.0..=4294.0).contains(&ratio) {
+        if !ratio.is_finite() || !(0.0..=1.0).contains(&ratio) {
             return Err(PyValueError::new_err(format!(
-                "ratio must be between 0 and 4294, not {ratio}"
+                "ratio must be between 0 and 1, not {ratio}"
             )));
         }
         if per_queue == 0 {
@@ -794,7 +797,7 @@ impl Frontier {
     }
 
     /// The policy in force for the queue `key` of `crawl` (its own or the default), or the
-    /// crawl's default (`key` None).
+    /// default (`key` None), which is the store's: one for every crawl.
     #[pyo3(signature = (crawl="", key=None))]
     fn policy(
         &self,
@@ -808,7 +811,7 @@ impl Frontier {
     }
 
     /// Sets the policy of the queue `key` of `crawl`, or (`key` None) the default of every
-    /// queue without its own. Durable when it returns.
+    /// queue without its own, of every crawl of the store. Durable when it returns.
     #[pyo3(signature = (policy, *, crawl="", key=None))]
     fn set_policy(
         &self,

@@ -235,3 +235,28 @@ def test_an_unserialisable_request_is_an_error_naming_it(site: Site, tmp_path: P
     )
     rc, log, _ = crawl(site, settings(tmp_path / "store", **CRIVELLO), spider=str(spider))
     assert "cannot store the request <GET " in log and "?x>" in log, log[-3000:]
+
+
+def test_a_callback_may_return_one_request_or_a_list(site: Site, tmp_path: Path) -> None:
+    spider = tmp_path / "single_spider.py"
+    spider.write_text(
+        "import scrapy\n"
+        "class SingleSpider(scrapy.Spider):\n"
+        "    name = 'single'\n"
+        "    def __init__(self, start='', **kw):\n"
+        "        super().__init__(**kw)\n"
+        "        self.start_urls = [start]\n"
+        "    def parse(self, response):\n"
+        "        links = response.css('a::attr(href)').getall()\n"
+        "        if response.url.endswith('/p/1'):\n"
+        "            return [response.follow(h) for h in links]\n"
+        "        return response.follow(links[0]) if links else None\n"
+    )
+    rc, log, _ = crawl(site, settings(tmp_path / "store", **CRIVELLO), spider=str(spider))
+    assert rc == 0, log[-3000:]
+    counts = site.count()
+    # The start page's links, each followed by the first link of each page, once each.
+    assert len(counts) > len(site.out[site.pages[0]]) and max(counts.values()) == 1
+    with crivello.Frontier(tmp_path / "store") as f:
+        c = f.counts("single")
+        assert (c["waiting"], c["leased"]) == (0, 0) and c["done"] == len(counts)
