@@ -308,15 +308,19 @@ impl Sieve {
 
     /// Syncs and closes; later calls raise `ClosedError`. Closing twice does nothing.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = py.detach(|| {
-            self.inner
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take()
+        let taken = py.detach(|| match self.inner.lock() {
+            Ok(mut guard) => Ok(guard.take()),
+            // A panic left its state unknown: dropped without a close, which would write it;
+            // the next open recovers from what is durable.
+            Err(poisoned) => {
+                drop(poisoned.into_inner().take());
+                Err(crivello::Error::Poisoned)
+            }
         });
         match taken {
-            Some(s) => detached(py, || s.close()),
-            None => Ok(()),
+            Ok(Some(s)) => detached(py, || s.close()),
+            Ok(None) => Ok(()),
+            Err(e) => Err(to_py(py, e)),
         }
     }
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -221,7 +222,9 @@ def test_threads_share_a_frontier_and_each_url_is_leased_once(tmp_path: Path) ->
 
 
 def test_calls_release_the_interpreter_while_the_library_works(tmp_path: Path) -> None:
-    # A thread that counts while another pushes and flushes: it must get to run.
+    # With a long switch interval, a thread holding the interpreter's lock keeps it: another
+    # thread runs during a call only if the call releases it.
+    urls = [f"http://h{i % 999}.test/{i}" for i in range(300_000)]
     ticks = 0
     stop = threading.Event()
 
@@ -230,16 +233,22 @@ def test_calls_release_the_interpreter_while_the_library_works(tmp_path: Path) -
         while not stop.is_set():
             ticks += 1
 
-    t = threading.Thread(target=count)
-    t.start()
-    with crivello.Sieve(tmp_path / "s", memory="8M") as s:
-        before = ticks
-        s.push_many(f"http://h{i % 999}.test/{i}" for i in range(200_000))
-        s.flush()
-        during = ticks - before
-    stop.set()
-    t.join()
-    assert during > 0
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(0.5)
+    try:
+        with crivello.Sieve(tmp_path / "s", memory="64M") as s:
+            t = threading.Thread(target=count)
+            t.start()
+            time.sleep(0.05)  # lets it start
+            s.push_many(urls)
+            before = ticks
+            s.flush()  # sorts and writes, then waits for the disk
+            during = ticks - before
+            stop.set()
+        t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert during > 0, "no other thread ran during flush"
 
 
 def test_the_stubs_match_the_module() -> None:
