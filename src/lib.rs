@@ -105,6 +105,9 @@ pub mod queues;
 mod check;
 pub mod uniq;
 
+// Near-duplicate pages: SimHash fingerprints in a store of their own.
+pub mod neardup;
+
 // Harnesses of the tests and fuzz targets.
 mod testing;
 
@@ -125,6 +128,7 @@ pub use signature::signature;
 #[doc(hidden)]
 pub mod internals {
     pub use crate::buffer::{sort_slots, Slot};
+    pub use crate::testing::corpus;
     pub use crate::testing::corrupt::{
         corruption_opts, corruption_outcome, corruption_store, corruption_urls, decode, kind_of,
         reseal, FileKind,

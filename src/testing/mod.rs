@@ -6,6 +6,7 @@
 //! (except [`canary`], which panics on purpose, to show that the fuzzing setup finds a
 //! failure). Not part of the stable API.
 
+pub mod corpus;
 pub mod corrupt;
 pub mod frontier;
 pub mod fuzz;
