@@ -1,6 +1,49 @@
 //! Near-duplicate pages: SimHash fingerprints (the lecture notes §2.6) in a durable store
-//! that finds every stored fingerprint within a Hamming distance of a query.
+//! that finds every stored fingerprint within a Hamming distance of a query, exactly.
+//!
+//! - [`fingerprint`] turns a text into its 64-bit fingerprint ([`Fingerprinter`] reuses
+//!   its buffer);
+//! - [`Store`] keeps (fingerprint, document id) pairs durably: [`Store::insert`] stores a
+//!   batch of documents whose ids are new and tells, for each, the stored document nearest
+//!   to it within `k` bits; [`Store::query`] lists every stored document within `k`.
+//!
+//! ```
+//! # fn main() -> crivello::Result<()> {
+//! use crivello::neardup::{fingerprint, Store};
+//! use crivello::Options;
+//! let dir = tempfile::tempdir().unwrap();
+//! let mut store = Store::open(dir.path(), Options::new().memory(16 << 20))?;
+//! let a = fingerprint("The quick brown fox jumps over the lazy dog, again and again.").unwrap();
+//! let b = fingerprint("The quick brown fox jumps over the lazy dog, again and again!").unwrap();
+//! let out = store.insert(&[(&b"page-1"[..], a), (&b"page-2"[..], b), (&b"page-1"[..], b)], 3)?;
+//! assert!(out[0].as_ref().unwrap().nearest.is_none());
+//! assert_eq!(out[1].as_ref().unwrap().nearest.as_ref().unwrap().id, b"page-1");
+//! assert!(out[2].is_none()); // an id seen before
+//! store.close()?;
+//! # Ok(()) }
+//! ```
+//!
+//! The files, the commit steps and recovery are in `docs/design.md` ("Near-duplicates").
 
+mod docs;
 pub mod fingerprint;
+mod manifest;
+mod search;
+mod segment;
+mod store;
 
-pub use fingerprint::{distance, fingerprint, Fingerprinter};
+pub use docs::MAX_ID;
+pub use fingerprint::{distance, fingerprint, Fingerprinter, MAX_TEXT, SHINGLE};
+pub use manifest::NAME as MANIFEST_FILE;
+pub use search::MAX_K;
+pub use store::{check, check_storage, NearCheck, NearStats, Nearest, Store, Stored};
+
+/// The tables of a store: one per 16-bit block of the fingerprint.
+pub(crate) const TABLES: usize = 4;
+
+/// An entry of a table: a fingerprint and its document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub fp: u64,
+    pub doc: u64,
+}

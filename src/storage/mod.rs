@@ -11,6 +11,7 @@
 pub(crate) mod durable;
 mod file;
 pub(crate) mod overlay;
+pub(crate) mod prefixed;
 mod real;
 pub mod sim;
 

@@ -4,7 +4,6 @@
 //! of known size; unrelated pairs are pairs of texts that share few features.
 
 use std::collections::HashSet;
-use std::path::Path;
 
 use xxhash_rust::xxh3::xxh3_64;
 

@@ -1,0 +1,95 @@
+//! The search: every stored fingerprint within distance `k` of a batch of queries, by
+//! multi-index hashing over the four tables (Norouzi, Punjani, Fleet, "Fast Search in Hamming
+//! Space with Multi-Index Hashing", 2012; Manku, Jain, Das Sarma's permuted tables are the
+//! case k = 3). A fingerprint within `k` of a query differs from it in at most `k` bits, so in
+//! one of the four 16-bit blocks it differs in at most `k / 4` bits (pigeonhole): probing, in
+//! each table, every key within `k / 4` bits of the query's block finds it, and nothing is
+//! missed. For k ≤ 3 that is the query's own key; for 4 ≤ k ≤ 7, 17 keys per table.
+
+use super::segment::{key, BlockInfo};
+use super::Entry;
+
+/// The largest distance a search takes.
+pub const MAX_K: u32 = 7;
+
+/// A query's probe of one key of a table.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Probe {
+    /// The key probed.
+    pub key: u32,
+    /// The query's fingerprint.
+    pub fp: u64,
+    /// The query's document: only entries of earlier documents match it.
+    pub doc: u64,
+    /// The query's index in its batch.
+    pub slot: u32,
+}
+
+/// The probes of `queries` (fingerprint, document) in table `t` for distance `k`, sorted by
+/// key, into `out`.
+pub(crate) fn probes(t: usize, queries: &[(u64, u64)], k: u32, out: &mut Vec<Probe>) {
+    out.clear();
+    let radius = k / 4;
+    debug_assert!(radius <= 1);
+    for (slot, &(fp, doc)) in queries.iter().enumerate() {
+        let own = key(fp, t);
+        let p = Probe {
+            key: own,
+            fp,
+            doc,
+            slot: slot as u32,
+        };
+        out.push(p);
+        if radius >= 1 {
+            for b in 0..16 {
+                out.push(Probe {
+                    key: own ^ 1 << b,
+                    ..p
+                });
+            }
+        }
+    }
+    out.sort_unstable_by_key(|p| p.key);
+}
+
+/// The blocks of a table that hold a key some probe asks for.
+pub(crate) fn blocks<'a>(
+    probes: &'a [Probe],
+    blocks: &'a [BlockInfo],
+) -> impl Iterator<Item = usize> + 'a {
+    blocks.iter().enumerate().filter_map(|(i, b)| {
+        let p = probes.partition_point(|p| p.key < b.first);
+        (p < probes.len() && probes[p].key <= b.last).then_some(i)
+    })
+}
+
+/// Calls `on(slot, doc, distance)` for every pair of a probe and an entry of table `t` with
+/// the same key, the entry's document earlier than the probe's, within distance `k`.
+/// `entries` are in (key, document) order, `probes` in key order.
+pub(crate) fn join(
+    probes: &[Probe],
+    entries: &[Entry],
+    t: usize,
+    k: u32,
+    on: &mut impl FnMut(u32, u64, u32),
+) {
+    let mut p = 0;
+    for e in entries {
+        let ke = key(e.fp, t);
+        while p < probes.len() && probes[p].key < ke {
+            p += 1;
+        }
+        if p == probes.len() {
+            return;
+        }
+        for q in &probes[p..] {
+            if q.key != ke {
+                break;
+            }
+            let d = (q.fp ^ e.fp).count_ones();
+            if d <= k && e.doc < q.doc {
+                on(q.slot, e.doc, d);
+            }
+        }
+    }
+}

@@ -1,0 +1,714 @@
+//! The store: open and recovery, insert, query, merges, stats and check.
+
+use std::any::Any;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use super::docs::{self, Docs, MAX_ID};
+use super::manifest::{Manifest, SegmentRef, NAME};
+use super::search::{self, Probe, MAX_K};
+use super::segment::{self, key, Segment, SegmentWriter};
+use super::{Entry, TABLES};
+use crate::error::{Error, Result};
+use crate::options::MIN_MEMORY;
+use crate::storage::prefixed::Prefixed;
+use crate::storage::{DirStorage, Storage, StorageExt};
+use crate::{Options, Sieve};
+
+/// The prefix of the files of the sieve of document ids.
+const IDS: &str = "ids.";
+/// Segments beyond which the two newest are merged whatever their sizes.
+const MAX_SEGMENTS: usize = 40;
+/// Bytes of a batch per document beside its id, per probe of a table (k ≤ 3: one probe per
+/// table, 4 ≤ k: 17): the query, the best match, the probe and the entry of the batch's table.
+const BYTES_PER_DOC: usize = 64;
+const BYTES_PER_PROBE: usize = 24;
+
+/// The stored document nearest to another one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nearest {
+    /// Its document number.
+    pub doc: u64,
+    /// Its id.
+    pub id: Vec<u8>,
+    /// The Hamming distance between the two fingerprints.
+    pub distance: u32,
+}
+
+/// A stored document, as [`Store::insert`] stored it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// Its document number: documents are numbered from 0 in the order they were stored.
+    pub doc: u64,
+    /// Its id.
+    pub id: Vec<u8>,
+    /// Its fingerprint.
+    pub fingerprint: u64,
+    /// The stored document nearest to it when it was stored, within the `k` of that call;
+    /// ties go to the earliest stored.
+    pub nearest: Option<Nearest>,
+}
+
+/// The counts and sizes of a store.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NearStats {
+    /// Documents stored.
+    pub docs: u64,
+    /// Documents refused because their id was seen before (counted at each commit).
+    pub repeats: u64,
+    /// Documents whose results were reported ([`Store::set_reported`]).
+    pub reported: u64,
+    /// Segments.
+    pub segments: u64,
+    /// Bytes of the segments.
+    pub segment_bytes: u64,
+    /// Bytes of the log of documents and of its index.
+    pub log_bytes: u64,
+    /// Commits of the manifest.
+    pub commits: u64,
+}
+
+/// A durable store of (fingerprint, document id) pairs that finds every stored fingerprint
+/// within a Hamming distance of a query. One writer: the directory is locked while open.
+pub struct Store {
+    storage: Arc<dyn Storage>,
+    manifest: Manifest,
+    docs: Docs,
+    segments: Vec<Segment>,
+    sieve: Sieve,
+    /// The budget of a batch (the sieve of ids has its own share).
+    batch_budget: usize,
+    /// Whether an error left the in-memory state unknown.
+    poisoned: bool,
+    /// Whether the manifest in memory differs from the one on disk.
+    dirty: bool,
+    _lock: Box<dyn Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("dir", &self.storage.describe())
+            .field("docs", &self.manifest.docs)
+            .field("segments", &self.manifest.segments.len())
+            .finish()
+    }
+}
+
+impl Store {
+    /// Opens the store in `dir`, creating the directory and the store if missing. The memory
+    /// budget is `opts`'s: a quarter of it (at least 1 MiB) goes to the sieve of document
+    /// ids, the rest to the batches of [`Store::insert`].
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Store> {
+        Store::open_with(Arc::new(DirStorage::open_store(dir.as_ref())?), opts)
+    }
+
+    /// Opens the store in `storage` (see [`Store::open`]), recovering from a crash.
+    pub fn open_with(storage: Arc<dyn Storage>, opts: Options) -> Result<Store> {
+        opts.validate()?;
+        let lock = storage.lock_exclusive()?;
+        let manifest = match Manifest::read(&*storage)? {
+            Some(m) => m,
+            None => create(&*storage)?,
+        };
+        // Files the manifest does not list: an interrupted commit or merge left them.
+        let listed: HashSet<u64> = manifest.segments.iter().map(|s| s.id).collect();
+        for name in storage.list_files()? {
+            let orphan = name.ends_with(".tmp")
+                || segment::parse_name(&name).is_some_and(|id| !listed.contains(&id));
+            if orphan {
+                storage.remove_file(&name)?;
+            }
+        }
+        let docs = Docs::open(
+            &*storage,
+            manifest.log_len,
+            manifest.index_len,
+            manifest.docs,
+            true,
+        )?;
+        let segments = manifest
+            .segments
+            .iter()
+            .map(|s| Segment::open(&*storage, s.id, s.first, s.docs, s.bytes))
+            .collect::<Result<Vec<_>>>()?;
+        let sieve_memory = (opts.memory / 4).max(MIN_MEMORY);
+        let batch_budget = opts.memory.saturating_sub(sieve_memory).max(MIN_MEMORY);
+        let sieve_opts = opts.clone().memory(sieve_memory).max_url_len(MAX_ID);
+        let ids: Arc<dyn Storage> = Arc::new(Prefixed::new(storage.clone(), IDS));
+        let sieve = Sieve::open_with(ids, sieve_opts)?;
+        let mut store = Store {
+            storage,
+            manifest,
+            docs,
+            segments,
+            sieve,
+            batch_budget,
+            poisoned: false,
+            dirty: false,
+            _lock: lock,
+        };
+        store.catch_up_sieve()?;
+        Ok(store)
+    }
+
+    /// Pushes the ids of the documents stored after the last durable push of ids to the
+    /// sieve of ids (a crash came between a commit and that push), and commits.
+    fn catch_up_sieve(&mut self) -> Result<()> {
+        if self.manifest.in_sieve == self.manifest.docs {
+            return Ok(());
+        }
+        for doc in self.manifest.in_sieve..self.manifest.docs {
+            let rec = self.docs.record(doc)?;
+            self.sieve.push(&rec.id)?;
+        }
+        self.sieve.sync()?;
+        self.manifest.in_sieve = self.manifest.docs;
+        self.manifest.commit_to(&*self.storage)
+    }
+
+    /// Refuses writes after an error.
+    fn writable(&self) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        Ok(())
+    }
+
+    /// Remembers a failure: the store refuses writes until it is reopened.
+    fn poison<T>(&mut self, r: Result<T>) -> Result<T> {
+        if r.is_err() {
+            self.poisoned = true;
+        }
+        r
+    }
+
+    /// Checks a document id: not empty, at most [`MAX_ID`] bytes.
+    pub fn validate_id(id: &[u8]) -> Result<()> {
+        if id.is_empty() || id.len() > MAX_ID {
+            return Err(Error::InvalidOption {
+                option: "document id",
+                reason: format!(
+                    "an id is 1 to {MAX_ID} bytes long; this one has {}",
+                    id.len()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Stores the documents `(id, fingerprint)` whose ids were never stored before, in
+    /// order, and returns for each document `Some` with what was stored (its nearest stored
+    /// document within `k`, which may be one stored earlier in this call) or `None` when its
+    /// id was seen before (earlier in the call or in the store). Durable when this returns:
+    /// the documents are committed in batches that fit the budget, each before the next.
+    /// `k` is at most [`MAX_K`]; every id is checked ([`Store::validate_id`]) before anything
+    /// is stored.
+    pub fn insert(&mut self, docs: &[(&[u8], u64)], k: u32) -> Result<Vec<Option<Stored>>> {
+        self.writable()?;
+        check_k(k)?;
+        for (id, _) in docs {
+            Store::validate_id(id)?;
+        }
+        let mut out = Vec::with_capacity(docs.len());
+        let per_doc = BYTES_PER_DOC + BYTES_PER_PROBE * if k >= 4 { 17 } else { 1 };
+        let max_docs = (self.batch_budget / per_doc).max(1);
+        let max_bytes = (self.batch_budget / 4).max(MAX_ID);
+        let mut start = 0;
+        while start < docs.len() {
+            let mut end = start;
+            let mut bytes = 0;
+            while end < docs.len() && end - start < max_docs && bytes < max_bytes {
+                bytes += docs[end].0.len();
+                end += 1;
+            }
+            let r = self.insert_batch(&docs[start..end], k, &mut out);
+            self.poison(r)?;
+            start = end;
+        }
+        Ok(out)
+    }
+
+    /// One batch of [`Store::insert`]: the steps of "Near-duplicates: a batch" in
+    /// `docs/design.md`.
+    fn insert_batch(
+        &mut self,
+        docs: &[(&[u8], u64)],
+        k: u32,
+        out: &mut Vec<Option<Stored>>,
+    ) -> Result<()> {
+        // 1. Which ids are new: not earlier in the batch, not in the sieve of ids.
+        let base = self.manifest.docs;
+        let mut seen: HashSet<&[u8]> = HashSet::with_capacity(docs.len());
+        let mut new = Vec::with_capacity(docs.len());
+        let first_out = out.len();
+        for (i, &(id, _)) in docs.iter().enumerate() {
+            if !seen.insert(id) || self.sieve.contains(id)? {
+                out.push(None);
+                self.manifest.repeats += 1;
+                self.dirty = true;
+            } else {
+                new.push(i);
+                out.push(Some(Stored {
+                    doc: base + new.len() as u64 - 1,
+                    id: id.to_vec(),
+                    fingerprint: docs[i].1,
+                    nearest: None,
+                }));
+            }
+        }
+        if new.is_empty() {
+            return Ok(());
+        }
+        // 2. The nearest earlier document of each: in the segments, or earlier in the batch.
+        let queries: Vec<(u64, u64)> = new
+            .iter()
+            .enumerate()
+            .map(|(j, &i)| (docs[i].1, base + j as u64))
+            .collect();
+        let mut best = vec![(u32::MAX, u64::MAX); queries.len()];
+        self.search(&queries, k, true, &mut |slot, doc, d| {
+            let b = &mut best[slot as usize];
+            if (d, doc) < *b {
+                *b = (d, doc);
+            }
+        })?;
+        // 3. Their ids, and D's records.
+        for (j, &i) in new.iter().enumerate() {
+            let (d, doc) = best[j];
+            let nearest = if d == u32::MAX {
+                None
+            } else {
+                let id = if doc >= base {
+                    docs[new[(doc - base) as usize]].0.to_vec()
+                } else {
+                    self.docs.record(doc)?.id
+                };
+                Some(Nearest {
+                    doc,
+                    id,
+                    distance: d,
+                })
+            };
+            self.docs
+                .append(docs[i].1, nearest.as_ref().map(|n| (n.doc, n.distance)), docs[i].0)?;
+            if let Some(Some(s)) = out.get_mut(first_out + i) {
+                s.nearest = nearest;
+            }
+        }
+        // 4. D durable; 5. the batch's segment durable; 6. commit.
+        self.docs.sync()?;
+        let n = queries.len() as u64;
+        let entries: Vec<Entry> = queries.iter().map(|&(fp, doc)| Entry { fp, doc }).collect();
+        let seg = self.write_segment(base, n, |t, w| {
+            let mut sorted = entries.clone();
+            sorted.sort_unstable_by_key(|e| (key(e.fp, t), e.doc));
+            for e in sorted {
+                w.push(t, e)?;
+            }
+            Ok(())
+        })?;
+        self.manifest.docs += n;
+        self.manifest.log_len = self.docs.log_len;
+        self.manifest.index_len = self.docs.index_len;
+        self.manifest.segments.push(SegmentRef {
+            id: seg.id,
+            first: seg.first,
+            docs: seg.docs,
+            bytes: seg.bytes,
+        });
+        self.segments.push(seg);
+        self.manifest.commit_to(&*self.storage)?;
+        self.dirty = false;
+        // 7. The ids to the sieve, durably (recorded in the manifest at the next commit).
+        for &i in &new {
+            self.sieve.push(docs[i].0)?;
+        }
+        self.sieve.sync()?;
+        self.manifest.in_sieve = self.manifest.docs;
+        self.dirty = true;
+        // 8. A merge, when due.
+        self.merge_if_due()
+    }
+
+    /// Writes a new segment of `docs` documents from `first`, its tables filled by `fill`,
+    /// durably (file and directory synced).
+    fn write_segment(
+        &mut self,
+        first: u64,
+        docs: u64,
+        fill: impl FnMut(usize, &mut SegmentWriter) -> Result<()>,
+    ) -> Result<Segment> {
+        let mut fill = fill;
+        let id = self.manifest.next_id;
+        self.manifest.next_id += 1;
+        let mut w = SegmentWriter::create(&*self.storage, id, first, docs)?;
+        for t in 0..TABLES {
+            fill(t, &mut w)?;
+        }
+        let (file, bytes, tables) = w.finish()?;
+        self.storage.sync_directory()?;
+        Ok(Segment {
+            file,
+            id,
+            first,
+            docs,
+            bytes,
+            tables,
+        })
+    }
+
+    /// Calls `on(slot, doc, distance)` for every stored document within `k` of a query
+    /// `(fingerprint, document)` and earlier than it: in the segments, and among the queries
+    /// themselves when `among` (a batch being stored).
+    fn search(
+        &mut self,
+        queries: &[(u64, u64)],
+        k: u32,
+        among: bool,
+        on: &mut impl FnMut(u32, u64, u32),
+    ) -> Result<()> {
+        let mut probes: Vec<Probe> = Vec::new();
+        let mut buf = Vec::new();
+        let mut entries = Vec::new();
+        for t in 0..TABLES {
+            search::probes(t, queries, k, &mut probes);
+            for seg in &self.segments {
+                for b in search::blocks(&probes, &seg.tables[t]) {
+                    seg.read_block(t, b, &mut buf, &mut entries)?;
+                    let from = probes.partition_point(|p| p.key < seg.tables[t][b].first);
+                    search::join(&probes[from..], &entries, t, k, on);
+                }
+            }
+            if among {
+                entries.clear();
+                entries.extend(queries.iter().map(|&(fp, doc)| Entry { fp, doc }));
+                entries.sort_unstable_by_key(|e| (key(e.fp, t), e.doc));
+                search::join(&probes, &entries, t, k, on);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every stored document within `k` of `fingerprint`, nearest first (ties: earliest
+    /// stored first), as (document, distance).
+    pub fn query(&mut self, fingerprint: u64, k: u32) -> Result<Vec<(u64, u32)>> {
+        check_k(k)?;
+        let mut found = Vec::new();
+        self.search(&[(fingerprint, u64::MAX)], k, false, &mut |_, doc, d| {
+            found.push((d, doc))
+        })?;
+        found.sort_unstable();
+        found.dedup();
+        Ok(found.into_iter().map(|(d, doc)| (doc, d)).collect())
+    }
+
+    /// What was stored as document `doc`.
+    pub fn document(&mut self, doc: u64) -> Result<Stored> {
+        let rec = self.docs.record(doc)?;
+        let nearest = match rec.nearest {
+            None => None,
+            Some((m, distance)) => Some(Nearest {
+                doc: m,
+                id: self.docs.record(m)?.id,
+                distance,
+            }),
+        };
+        Ok(Stored {
+            doc,
+            id: rec.id,
+            fingerprint: rec.fp,
+            nearest,
+        })
+    }
+
+    /// Whether a document of this id was stored.
+    pub fn contains_id(&mut self, id: &[u8]) -> Result<bool> {
+        self.sieve.contains(id)
+    }
+
+    /// The number of documents stored.
+    pub fn len(&self) -> u64 {
+        self.manifest.docs
+    }
+
+    /// Whether no document is stored.
+    pub fn is_empty(&self) -> bool {
+        self.manifest.docs == 0
+    }
+
+    /// The documents stored whose results were not reported yet: `reported .. len`. A crash
+    /// after a document was stored and before its result reached its reader leaves it here,
+    /// so that the next run reports it (the command line prints these lines first).
+    pub fn unreported(&self) -> std::ops::Range<u64> {
+        self.manifest.reported..self.manifest.docs
+    }
+
+    /// Records that the results of the documents before `upto` were reported; durable at the
+    /// next commit (a batch of [`Store::insert`] or [`Store::close`]).
+    pub fn set_reported(&mut self, upto: u64) {
+        let upto = upto.min(self.manifest.docs);
+        if upto > self.manifest.reported {
+            self.manifest.reported = upto;
+            self.dirty = true;
+        }
+    }
+
+    /// The counts and sizes.
+    pub fn stats(&self) -> NearStats {
+        NearStats {
+            docs: self.manifest.docs,
+            repeats: self.manifest.repeats,
+            reported: self.manifest.reported,
+            segments: self.segments.len() as u64,
+            segment_bytes: self.segments.iter().map(|s| s.bytes).sum(),
+            log_bytes: self.docs.log_len + self.docs.index_len,
+            commits: self.manifest.commit,
+        }
+    }
+
+    /// The sieve of document ids (for its statistics).
+    pub fn ids(&mut self) -> &mut Sieve {
+        &mut self.sieve
+    }
+
+    /// Merges the newest segments when they hold at least half as many documents as the one
+    /// before them, so that each segment holds at least twice the documents of all later
+    /// ones: fewer than `log2(documents) + 1` segments, each document rewritten at most that
+    /// many times.
+    fn merge_if_due(&mut self) -> Result<()> {
+        loop {
+            let n = self.segments.len();
+            if n < 2 {
+                return Ok(());
+            }
+            let mut a = n - 1;
+            let mut acc = self.segments[a].docs;
+            while a > 0 && acc * 2 >= self.segments[a - 1].docs {
+                a -= 1;
+                acc += self.segments[a].docs;
+            }
+            if a == n - 1 && n <= MAX_SEGMENTS {
+                return Ok(());
+            }
+            let a = if a == n - 1 { n - 2 } else { a };
+            self.merge(a)?;
+        }
+    }
+
+    /// Merges the segments from `a` on into one: a commit, then the old files are removed.
+    fn merge(&mut self, a: usize) -> Result<()> {
+        let first = self.segments[a].first;
+        let docs: u64 = self.segments[a..].iter().map(|s| s.docs).sum();
+        let inputs: Vec<Segment> = self.segments.drain(a..).collect();
+        let seg = self.write_segment(first, docs, |t, w| merge_table(&inputs, t, w))?;
+        self.manifest.segments.truncate(a);
+        self.manifest.segments.push(SegmentRef {
+            id: seg.id,
+            first,
+            docs,
+            bytes: seg.bytes,
+        });
+        self.segments.push(seg);
+        self.manifest.commit_to(&*self.storage)?;
+        self.dirty = false;
+        for s in inputs {
+            let name = segment::name(s.id);
+            drop(s);
+            self.storage.remove_file(&name)?;
+        }
+        Ok(())
+    }
+
+    /// Commits what changed in memory (the reported documents, the ids' progress, the
+    /// counters), closes the sieve of ids and releases the lock.
+    pub fn close(mut self) -> Result<()> {
+        self.writable()?;
+        if self.dirty {
+            self.manifest.commit_to(&*self.storage)?;
+        }
+        self.sieve.close()
+    }
+}
+
+/// Refuses a `k` over [`MAX_K`].
+fn check_k(k: u32) -> Result<()> {
+    if k > MAX_K {
+        return Err(Error::InvalidOption {
+            option: "k",
+            reason: format!("the distance is 0 to {MAX_K} bits, not {k}"),
+        });
+    }
+    Ok(())
+}
+
+/// Creates an empty store: D and its index, then the manifest (last, so that an
+/// interrupted creation leaves files the next creation overwrites).
+fn create(storage: &dyn Storage) -> Result<Manifest> {
+    let foreign = storage.list_files()?.into_iter().any(|n| {
+        !(n == "LOCK" || n == docs::LOG || n == docs::INDEX || n.ends_with(".tmp"))
+    });
+    if foreign {
+        return Err(Error::NotASieve {
+            dir: storage.describe(),
+            reason: format!(
+                "the directory holds files but no near-duplicate store ({NAME} is missing)"
+            ),
+        });
+    }
+    docs::create(storage)?;
+    storage.sync_directory()?;
+    let mut m = Manifest {
+        log_len: docs::HEADER,
+        index_len: docs::HEADER,
+        ..Manifest::default()
+    };
+    m.commit_to(storage)?;
+    Ok(m)
+}
+
+/// Writes table `t` of `inputs` merged, in (key, document) order.
+fn merge_table(inputs: &[Segment], t: usize, w: &mut SegmentWriter) -> Result<()> {
+    struct Cursor<'a> {
+        seg: &'a Segment,
+        block: usize,
+        entries: Vec<Entry>,
+        pos: usize,
+    }
+    let mut buf = Vec::new();
+    let mut cursors: Vec<Cursor<'_>> = inputs
+        .iter()
+        .map(|seg| Cursor {
+            seg,
+            block: 0,
+            entries: Vec::new(),
+            pos: 0,
+        })
+        .collect();
+    let mut heap = BinaryHeap::new();
+    let advance = |c: &mut Cursor<'_>, buf: &mut Vec<u8>| -> Result<Option<Entry>> {
+        if c.pos == c.entries.len() {
+            if c.block == c.seg.tables[t].len() {
+                return Ok(None);
+            }
+            c.seg.read_block(t, c.block, buf, &mut c.entries)?;
+            c.block += 1;
+            c.pos = 0;
+        }
+        c.pos += 1;
+        Ok(Some(c.entries[c.pos - 1]))
+    };
+    for (i, c) in cursors.iter_mut().enumerate() {
+        if let Some(e) = advance(c, &mut buf)? {
+            heap.push(Reverse((key(e.fp, t), e.doc, e.fp, i)));
+        }
+    }
+    while let Some(Reverse((_, doc, fp, i))) = heap.pop() {
+        w.push(t, Entry { fp, doc })?;
+        if let Some(e) = advance(&mut cursors[i], &mut buf)? {
+            heap.push(Reverse((key(e.fp, t), e.doc, e.fp, i)));
+        }
+    }
+    Ok(())
+}
+
+/// What [`check`] found in a sound store.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NearCheck {
+    /// Documents verified.
+    pub docs: u64,
+    /// Segments verified.
+    pub segments: u64,
+    /// Entries verified (four per document).
+    pub entries: u64,
+}
+
+/// Verifies the near-duplicate store in `dir` without changing it: the manifest, every
+/// frame of D and its index, every block of every segment (each table holds each of its
+/// documents once, with D's fingerprint), and the sieve of ids.
+pub fn check(dir: impl AsRef<Path>) -> Result<NearCheck> {
+    let dir = dir.as_ref();
+    if !dir.is_dir() {
+        return Err(Error::NotASieve {
+            dir: dir.display().to_string(),
+            reason: "no such directory".into(),
+        });
+    }
+    check_storage(Arc::new(DirStorage::open_store(dir)?))
+}
+
+/// [`check`] of a store in `storage`.
+pub fn check_storage(storage: Arc<dyn Storage>) -> Result<NearCheck> {
+    let _lock = storage.lock_exclusive()?;
+    let m = Manifest::read(&*storage)?.ok_or_else(|| Error::NotASieve {
+        dir: storage.describe(),
+        reason: format!("no {NAME}: not a near-duplicate store"),
+    })?;
+    let mut docs = Docs::open(&*storage, m.log_len, m.index_len, m.docs, false)?;
+    docs.verify_layout()?;
+    // Every record of D, in order: a mix of (document, fingerprint) summed over each
+    // segment's range, to compare with its tables.
+    let mut sums = vec![0u64; m.segments.len()];
+    let mut seg_of = 0usize;
+    for doc in 0..m.docs {
+        let rec = docs.record(doc)?;
+        if let Some((n, _)) = rec.nearest {
+            if n >= doc {
+                return Err(Error::corrupt(
+                    docs::LOG,
+                    0,
+                    crate::error::Corruption::OutOfRange {
+                        field: "nearest document",
+                        found: n,
+                        limit: doc,
+                    },
+                ));
+            }
+        }
+        while doc >= m.segments[seg_of].first + m.segments[seg_of].docs {
+            seg_of += 1;
+        }
+        sums[seg_of] = sums[seg_of].wrapping_add(mix(doc, rec.fp));
+    }
+    let mut report = NearCheck {
+        docs: m.docs,
+        ..NearCheck::default()
+    };
+    let (mut buf, mut entries) = (Vec::new(), Vec::new());
+    for (s, sum) in m.segments.iter().zip(&sums) {
+        let seg = Segment::open(&*storage, s.id, s.first, s.docs, s.bytes)?;
+        for t in 0..TABLES {
+            let mut got = 0u64;
+            for b in 0..seg.tables[t].len() {
+                seg.read_block(t, b, &mut buf, &mut entries)?;
+                for e in &entries {
+                    got = got.wrapping_add(mix(e.doc, e.fp));
+                }
+                report.entries += entries.len() as u64;
+            }
+            if got != *sum {
+                return Err(Error::corrupt(
+                    &segment::name(s.id),
+                    0,
+                    crate::error::Corruption::Mismatch {
+                        field: "entries of a table against the log of documents",
+                        expected: *sum,
+                        found: got,
+                    },
+                ));
+            }
+        }
+        report.segments += 1;
+    }
+    let ids: Arc<dyn Storage> = Arc::new(Prefixed::new(storage, IDS));
+    crate::check_storage(ids)?;
+    Ok(report)
+}
+
+/// A mix of a document and its fingerprint for `check`'s sums: any change of either changes
+/// the sum but with probability about 2^−64.
+fn mix(doc: u64, fp: u64) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(&fp.to_le_bytes(), doc)
+}

@@ -1,0 +1,128 @@
+//! The near-duplicate store: exact against a brute-force scan, durable, and checked.
+
+use crivello::neardup::{check, distance, Store, MAX_K};
+use crivello::Options;
+use proptest::prelude::*;
+
+/// A fingerprint `d` bits away from `fp`, the bits chosen by `seed`.
+fn flip(fp: u64, d: u32, mut seed: u64) -> u64 {
+    let mut out = fp;
+    let mut flipped = 0;
+    while flipped < d {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let bit = 1u64 << (seed >> 58);
+        if (out ^ fp) & bit == 0 {
+            out ^= bit;
+            flipped += 1;
+        }
+    }
+    out
+}
+
+/// The brute-force answer: every earlier fingerprint within `k`, nearest then earliest.
+fn brute(stored: &[u64], fp: u64, k: u32) -> Vec<(u64, u32)> {
+    let mut v: Vec<(u32, u64)> = stored
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| (distance(s, fp), i as u64))
+        .filter(|&(d, _)| d <= k)
+        .collect();
+    v.sort_unstable();
+    v.into_iter().map(|(d, i)| (i, d)).collect()
+}
+
+/// Fingerprints: random ones, and neighbours planted at distances 0 ..= k + 1 of earlier ones.
+fn fingerprints(seed: u64, n: usize, k: u32) -> Vec<u64> {
+    let mut s = seed | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut out: Vec<u64> = Vec::with_capacity(n);
+    while out.len() < n {
+        let r = next();
+        if out.is_empty() || r % 3 == 0 {
+            out.push(next());
+        } else {
+            let base = out[(r as usize >> 8) % out.len()];
+            out.push(flip(base, (r >> 40) as u32 % (k + 2), next()));
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    #[test]
+    fn insert_and_query_equal_a_brute_force_scan(
+        seed in any::<u64>(),
+        n in 1usize..400,
+        k in 0u32..=6,
+        cuts in proptest::collection::vec(1usize..120, 1..8),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let fps = fingerprints(seed, n, k);
+        let ids: Vec<Vec<u8>> = (0..n).map(|i| format!("doc-{i}").into_bytes()).collect();
+        let mut store = Store::open(dir.path(), Options::new().memory(4 << 20)).unwrap();
+        // Several calls (segments, merges), a close and a reopen in the middle.
+        let mut at = 0;
+        let mut c = 0;
+        while at < n {
+            let end = (at + cuts[c % cuts.len()]).min(n);
+            let batch: Vec<(&[u8], u64)> =
+                (at..end).map(|i| (ids[i].as_slice(), fps[i])).collect();
+            let out = store.insert(&batch, k).unwrap();
+            for (j, o) in out.iter().enumerate() {
+                let i = at + j;
+                let o = o.as_ref().expect("every id is new");
+                prop_assert_eq!(o.doc, i as u64);
+                let want = brute(&fps[..i], fps[i], k).first().copied();
+                let got = o.nearest.as_ref().map(|m| (m.doc, m.distance));
+                prop_assert_eq!(got, want, "doc {}", i);
+                if let Some(m) = &o.nearest {
+                    prop_assert_eq!(&m.id, &ids[m.doc as usize]);
+                }
+            }
+            at = end;
+            c += 1;
+            if c == 2 {
+                store.close().unwrap();
+                store = Store::open(dir.path(), Options::new().memory(4 << 20)).unwrap();
+            }
+        }
+        for q in [fps[0], flip(fps[n / 2], k, seed), flip(fps[n - 1], k + 1, seed), seed] {
+            for kk in [0, k, MAX_K] {
+                prop_assert_eq!(store.query(q, kk).unwrap(), brute(&fps, q, kk));
+            }
+        }
+        prop_assert!(store.stats().segments <= 12);
+        store.close().unwrap();
+        let report = check(dir.path()).unwrap();
+        prop_assert_eq!(report.docs, n as u64);
+    }
+}
+
+#[test]
+fn a_repeated_id_is_not_stored_again_even_after_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path(), Options::new().memory(4 << 20)).unwrap();
+    let out = store
+        .insert(&[(b"a", 1), (b"b", 2), (b"a", 3)], 3)
+        .unwrap();
+    assert!(out[0].is_some() && out[1].is_some() && out[2].is_none());
+    store.close().unwrap();
+    let mut store = Store::open(dir.path(), Options::new().memory(4 << 20)).unwrap();
+    let out = store.insert(&[(b"b", 9), (b"c", 1)], 3).unwrap();
+    assert!(out[0].is_none());
+    let c = out[1].as_ref().unwrap();
+    assert_eq!(c.doc, 2);
+    assert_eq!(c.nearest.as_ref().unwrap().id, b"a");
+    assert_eq!(c.nearest.as_ref().unwrap().distance, 0);
+    assert_eq!(store.stats().repeats, 2);
+    assert_eq!(store.document(2).unwrap(), *c);
+    assert!(store.insert(&[(b"", 1)], 3).is_err());
+    assert!(store.insert(&[(b"x", 1)], MAX_K + 1).is_err());
+    store.close().unwrap();
+}
