@@ -18,6 +18,7 @@ mod done;
 mod duration;
 mod flush;
 mod lease;
+mod neardup;
 mod pause;
 mod policy;
 mod pop;
@@ -139,6 +140,10 @@ enum Command {
     /// streams acknowledge what they read, the frontier is synced and closed, exit 0.
     #[cfg(feature = "serve")]
     Serve(serve::ServeArgs),
+    /// Find near-duplicate pages: SimHash fingerprints of JSON lines {"id", "text"}, stored
+    /// in DIR, each new document with the stored one nearest to it within K bits.
+    #[command(after_help = neardup::HELP)]
+    Neardup(neardup::NeardupArgs),
     /// Verify every checksum of the sieve in DIR, without changing it; exit 3 on any damage.
     ///
     /// Reads the manifest, the cursor, every block of every Z segment, every frontier
@@ -199,6 +204,7 @@ pub fn run() -> ExitCode {
         Command::Uniq(a) => uniq::run(a),
         Command::Stats(a) => stats::run(a),
         Command::Check(a) => check::run(a),
+        Command::Neardup(a) => neardup::run(a),
         Command::Lease(a) => lease::run(a),
         Command::Done(a) => done::run(a),
         Command::Policy(a) => policy::run(a),

@@ -61,6 +61,9 @@ pub struct StatsArgs {
 
 /// Runs `stats`.
 pub fn run(args: StatsArgs) -> Result<()> {
+    if args.dir.join(crivello::neardup::MANIFEST_FILE).is_file() {
+        return print(&args, &neardup_fields(&args)?);
+    }
     require_sieve(&args.dir)?;
     let mut sieve = open_sieve(&args.dir, Options::new().memory(args.common.memory))?;
     let stats = sieve.stats()?;
@@ -81,13 +84,39 @@ pub fn run(args: StatsArgs) -> Result<()> {
             ("paused", u64::from(fs.paused)),
         ]);
     }
+    print(&args, &all)
+}
+
+/// The fields of a near-duplicate store (`crivello neardup`), and the pushes and distinct
+/// ids of its sieve of document ids.
+fn neardup_fields(args: &StatsArgs) -> Result<Vec<(&'static str, u64)>> {
+    let opts = Options::new().memory(args.common.memory);
+    let mut store = crivello::neardup::Store::open(&args.dir, opts)?;
+    let ns = store.stats();
+    let ids = store.ids().stats()?;
+    store.close()?;
+    Ok(vec![
+        ("documents", ns.docs),
+        ("repeats", ns.repeats),
+        ("reported", ns.reported),
+        ("segments", ns.segments),
+        ("bytes_segments", ns.segment_bytes),
+        ("bytes_log", ns.log_bytes),
+        ("commits", ns.commits),
+        ("ids_pushed", ids.pushed),
+        ("ids_distinct", ids.distinct + ids.unmerged + ids.buffered),
+    ])
+}
+
+/// Prints the fields, as text or JSON.
+fn print(args: &StatsArgs, all: &[(&'static str, u64)]) -> Result<()> {
     let mut out = Output::new();
     if args.json {
         let object: serde_json::Map<String, serde_json::Value> =
             all.iter().map(|&(k, v)| (k.to_owned(), v.into())).collect();
         out.line(serde_json::Value::Object(object).to_string().as_bytes())?;
     } else {
-        for &(key, value) in &all {
+        for &(key, value) in all {
             let line = if key.starts_with("bytes_") || key == "memory_budget" {
                 format!("{key:<14} {value} ({})", HumanBytes(value))
             } else {

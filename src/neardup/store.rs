@@ -703,7 +703,10 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<NearCheck> {
         report.segments += 1;
     }
     let ids: Arc<dyn Storage> = Arc::new(Prefixed::new(storage, IDS));
-    crate::check_storage(ids)?;
+    let ids = crate::check_storage(ids)?;
+    if let Some(damage) = ids.damage.into_iter().next() {
+        return Err(damage);
+    }
     Ok(report)
 }
 

@@ -1,0 +1,202 @@
+//! `crivello neardup DIR [FILE...] [-k K]`: near-duplicate pages by SimHash.
+//!
+//! Reads JSON lines `{"id": STRING, "text": STRING}`, fingerprints each text, and stores
+//! each document whose id is new, printing `ID<TAB>FINGERPRINT<TAB>MATCH<TAB>DISTANCE`. Lines
+//! are printed in batches, each after its documents are durable; the store then records that
+//! they were printed (durably at its next commit), and a run that finds documents stored but
+//! not recorded as printed (an earlier run was interrupted) prints their lines first.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+use crivello::neardup::{Fingerprinter, Store, Stored, MAX_ID, MAX_TEXT};
+use crivello::Options;
+
+use super::stream::{sources, Line, LineReader, Output};
+use super::{explained, Common};
+
+/// Documents fingerprinted before a batch is stored and its lines printed.
+const BATCH_DOCS: usize = 1 << 16;
+/// Bytes of ids in a batch.
+const BATCH_ID_BYTES: usize = 16 << 20;
+/// The longest input line: a text of [`MAX_TEXT`] bytes, with room for its JSON escapes.
+const MAX_LINE: usize = MAX_TEXT + (1 << 20);
+
+/// The arguments of `neardup`.
+#[derive(Debug, Args)]
+pub struct NeardupArgs {
+    /// The store's directory (created if missing).
+    pub dir: PathBuf,
+    /// Inputs of JSON lines {"id": ..., "text": ...}; none or "-": standard input.
+    pub files: Vec<PathBuf>,
+    /// Near-duplicates differ in at most K bits of their 64-bit fingerprints (0 to 6).
+    #[arg(short = 'k', value_name = "K", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(0..=6))]
+    pub k: u32,
+    /// The options of every subcommand.
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// The command's help: what a near-duplicate is, and what k means.
+pub const HELP: &str = "\
+Each input line is a JSON object with a string \"id\" and a string \"text\" (other fields are
+ignored). The text's fingerprint is its 64-bit SimHash: the text is lower-cased, every run of
+characters that are not letters or digits becomes one space (markup is not removed: give the
+page's text), every 5 consecutive characters are a feature hashed to 64 bits, and bit i of the
+fingerprint is set when most features have bit i set. Similar texts get fingerprints that
+differ in few bits; an empty text (or one with no letter or digit) has the fingerprint 0.
+
+Two documents are near-duplicates when their fingerprints differ in at most K bits (the
+Hamming distance; default 3, as Google's crawler used over 8 billion pages). For each
+document whose id is new, one line: ID, the fingerprint (16 hex digits), the id of the stored
+document nearest to it within K (ties: the earliest stored) and the distance, or \"-\" and
+\"-\"; every new document is stored, near-duplicate or not. A document whose id was stored
+before prints nothing; their count goes to stderr at the end. A line is printed once its
+document is durable; an interrupted run, run again, may print a line again, never skips one.
+
+An input line that is not such an object, an id that is empty, longer than 64 KiB or holds a
+tab or a line break, or a text over 16 MiB stops the command (exit 1) with the file and line,
+after the documents before it were stored and printed.";
+
+/// One line of output.
+fn line(out: &mut Output, s: &Stored) -> Result<()> {
+    let (m, d) = match &s.nearest {
+        Some(n) => (String::from_utf8_lossy(&n.id).into_owned(), n.distance.to_string()),
+        None => ("-".to_owned(), "-".to_owned()),
+    };
+    out.text(&format!(
+        "{}\t{:016x}\t{m}\t{d}\n",
+        String::from_utf8_lossy(&s.id),
+        s.fingerprint
+    ))
+}
+
+/// Runs `neardup`.
+pub fn run(args: NeardupArgs) -> Result<()> {
+    let opts = Options::new().memory(args.common.memory);
+    let mut store = Store::open(&args.dir, opts).map_err(|e| match e {
+        crivello::Error::Locked { .. } | crivello::Error::NotASieve { .. } => {
+            anyhow::Error::new(e)
+        }
+        e => anyhow::Error::new(e).context(format!("near-duplicate store {}", args.dir.display())),
+    })?;
+    let mut out = Output::new();
+    // Lines of an interrupted run, stored but not recorded as printed.
+    let pending = store.unreported();
+    for doc in pending.clone() {
+        let s = store.document(doc)?;
+        line(&mut out, &s)?;
+    }
+    out.flush()?;
+    store.set_reported(pending.end);
+
+    let mut fp = Fingerprinter::new();
+    let mut batch: Vec<(String, u64)> = Vec::new();
+    let mut batch_bytes = 0;
+    let (mut new, mut repeats) = (0u64, 0u64);
+    let mut buf = Vec::new();
+    let mut failure = None;
+    'inputs: for source in sources(&args.files) {
+        let mut reader = LineReader::open(source)?;
+        loop {
+            buf.clear();
+            let Some(l) = reader.read_line(&mut buf, MAX_LINE)? else {
+                break;
+            };
+            let doc = match l {
+                Line::TooLong => Err(format!("a line longer than {MAX_LINE} bytes")),
+                Line::Complete(_) => parse(&buf, &mut fp),
+            };
+            match doc {
+                Ok(d) => {
+                    batch_bytes += d.0.len();
+                    batch.push(d);
+                }
+                Err(why) => {
+                    failure = Some(explained(
+                        format!("{}: line {}: {why}", reader.name(), reader.line_number()),
+                        "fix the input line; the documents before it were stored",
+                    ));
+                    break 'inputs;
+                }
+            }
+            if batch.len() >= BATCH_DOCS || batch_bytes >= BATCH_ID_BYTES {
+                store_batch(&mut store, &mut out, &mut batch, args.k, &mut new, &mut repeats)?;
+                batch_bytes = 0;
+            }
+        }
+    }
+    store_batch(&mut store, &mut out, &mut batch, args.k, &mut new, &mut repeats)?;
+    store.close().context("close the near-duplicate store")?;
+    if !args.common.quiet {
+        eprintln!("neardup: {new} new documents stored, {repeats} with an id seen before");
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Stores a batch, prints its lines, flushes them, and records them as printed.
+fn store_batch(
+    store: &mut Store,
+    out: &mut Output,
+    batch: &mut Vec<(String, u64)>,
+    k: u32,
+    new: &mut u64,
+    repeats: &mut u64,
+) -> Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let docs: Vec<(&[u8], u64)> = batch.iter().map(|(id, fp)| (id.as_bytes(), *fp)).collect();
+    let stored = store.insert(&docs, k)?;
+    let mut last = None;
+    for s in &stored {
+        match s {
+            Some(s) => {
+                line(out, s)?;
+                *new += 1;
+                last = Some(s.doc);
+            }
+            None => *repeats += 1,
+        }
+    }
+    out.flush()?;
+    if let Some(doc) = last {
+        store.set_reported(doc + 1);
+    }
+    batch.clear();
+    Ok(())
+}
+
+/// Parses one input line into (id, fingerprint), or says why it is refused.
+fn parse(line: &[u8], fp: &mut Fingerprinter) -> std::result::Result<(String, u64), String> {
+    let value: serde_json::Value =
+        serde_json::from_slice(line).map_err(|e| format!("not JSON: {e}"))?;
+    let obj = value
+        .as_object()
+        .ok_or("not a JSON object with a string \"id\" and a string \"text\"")?;
+    let id = match obj.get("id") {
+        Some(serde_json::Value::String(s)) => s,
+        Some(_) => return Err("\"id\" is not a string".into()),
+        None => return Err("no \"id\"".into()),
+    };
+    let text = match obj.get("text") {
+        Some(serde_json::Value::String(s)) => s,
+        Some(_) => return Err("\"text\" is not a string".into()),
+        None => return Err("no \"text\"".into()),
+    };
+    if id.is_empty() || id.len() > MAX_ID {
+        return Err(format!("the id is {} bytes long: it must be 1 to {MAX_ID}", id.len()));
+    }
+    if id.contains(['\t', '\n', '\r']) {
+        return Err("the id holds a tab or a line break, which the output cannot show".into());
+    }
+    let f = fp
+        .fingerprint(text)
+        .ok_or_else(|| format!("the text is {} bytes long: at most {MAX_TEXT}", text.len()))?;
+    Ok((id.clone(), f))
+}
