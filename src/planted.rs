@@ -29,12 +29,16 @@ pub enum Bug {
     /// `commit-before-pushes`: a commit to the frontier's journal does not first sync the
     /// pushes made without a sync before it, so a done can be durable without them.
     CommitBeforePushes,
+    /// `ids-before-commit`: the near-duplicate store pushes a batch's ids to its sieve of ids,
+    /// durably, before the batch's documents are committed, so a crash between the two makes
+    /// a re-run skip documents that were never stored.
+    IdsBeforeCommit,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 9] = [
+    pub const ALL: [(Bug, &'static str); 10] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -44,6 +48,7 @@ impl Bug {
         (Bug::ForgetLeases, "forget-leases"),
         (Bug::CursorBeforeQueues, "cursor-before-queues"),
         (Bug::CommitBeforePushes, "commit-before-pushes"),
+        (Bug::IdsBeforeCommit, "ids-before-commit"),
     ];
 }
 

@@ -9,7 +9,9 @@ fn flip(fp: u64, d: u32, mut seed: u64) -> u64 {
     let mut out = fp;
     let mut flipped = 0;
     while flipped < d {
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let bit = 1u64 << (seed >> 58);
         if (out ^ fp) & bit == 0 {
             out ^= bit;
@@ -108,9 +110,7 @@ proptest! {
 fn a_repeated_id_is_not_stored_again_even_after_reopening() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(dir.path(), Options::new().memory(4 << 20)).unwrap();
-    let out = store
-        .insert(&[(b"a", 1), (b"b", 2), (b"a", 3)], 3)
-        .unwrap();
+    let out = store.insert(&[(b"a", 1), (b"b", 2), (b"a", 3)], 3).unwrap();
     assert!(out[0].is_some() && out[1].is_some() && out[2].is_none());
     store.close().unwrap();
     let mut store = Store::open(dir.path(), Options::new().memory(4 << 20)).unwrap();

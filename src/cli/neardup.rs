@@ -63,7 +63,10 @@ after the documents before it were stored and printed.";
 /// One line of output.
 fn line(out: &mut Output, s: &Stored) -> Result<()> {
     let (m, d) = match &s.nearest {
-        Some(n) => (String::from_utf8_lossy(&n.id).into_owned(), n.distance.to_string()),
+        Some(n) => (
+            String::from_utf8_lossy(&n.id).into_owned(),
+            n.distance.to_string(),
+        ),
         None => ("-".to_owned(), "-".to_owned()),
     };
     out.text(&format!(
@@ -77,9 +80,7 @@ fn line(out: &mut Output, s: &Stored) -> Result<()> {
 pub fn run(args: NeardupArgs) -> Result<()> {
     let opts = Options::new().memory(args.common.memory);
     let mut store = Store::open(&args.dir, opts).map_err(|e| match e {
-        crivello::Error::Locked { .. } | crivello::Error::NotASieve { .. } => {
-            anyhow::Error::new(e)
-        }
+        crivello::Error::Locked { .. } | crivello::Error::NotASieve { .. } => anyhow::Error::new(e),
         e => anyhow::Error::new(e).context(format!("near-duplicate store {}", args.dir.display())),
     })?;
     let mut out = Output::new();
@@ -123,12 +124,26 @@ pub fn run(args: NeardupArgs) -> Result<()> {
                 }
             }
             if batch.len() >= BATCH_DOCS || batch_bytes >= BATCH_ID_BYTES {
-                store_batch(&mut store, &mut out, &mut batch, args.k, &mut new, &mut repeats)?;
+                store_batch(
+                    &mut store,
+                    &mut out,
+                    &mut batch,
+                    args.k,
+                    &mut new,
+                    &mut repeats,
+                )?;
                 batch_bytes = 0;
             }
         }
     }
-    store_batch(&mut store, &mut out, &mut batch, args.k, &mut new, &mut repeats)?;
+    store_batch(
+        &mut store,
+        &mut out,
+        &mut batch,
+        args.k,
+        &mut new,
+        &mut repeats,
+    )?;
     store.close().context("close the near-duplicate store")?;
     if !args.common.quiet {
         eprintln!("neardup: {new} new documents stored, {repeats} with an id seen before");
@@ -190,7 +205,10 @@ fn parse(line: &[u8], fp: &mut Fingerprinter) -> std::result::Result<(String, u6
         None => return Err("no \"text\"".into()),
     };
     if id.is_empty() || id.len() > MAX_ID {
-        return Err(format!("the id is {} bytes long: it must be 1 to {MAX_ID}", id.len()));
+        return Err(format!(
+            "the id is {} bytes long: it must be 1 to {MAX_ID}",
+            id.len()
+        ));
     }
     if id.contains(['\t', '\n', '\r']) {
         return Err("the id holds a tab or a line break, which the output cannot show".into());

@@ -262,7 +262,9 @@ impl Docs {
 
     /// The record of document `doc` (written, not buffered).
     pub(crate) fn record(&mut self, doc: u64) -> Result<DocRecord> {
-        let i = self.frames.partition_point(|f| f.first + f.count as u64 <= doc);
+        let i = self
+            .frames
+            .partition_point(|f| f.first + f.count as u64 <= doc);
         let info = *self.frames.get(i).ok_or_else(|| {
             Error::corrupt(
                 INDEX,
@@ -323,7 +325,9 @@ impl Docs {
             next += match reader.frame_at(f.offset) {
                 Ok(frame) => frame.size(),
                 Err(FrameError::Io(e)) => return Err(e),
-                Err(FrameError::End) => return Err(self.log.corrupt(f.offset, Corruption::Missing)),
+                Err(FrameError::End) => {
+                    return Err(self.log.corrupt(f.offset, Corruption::Missing))
+                }
                 Err(FrameError::Invalid(c)) => return Err(self.log.corrupt(f.offset, c)),
             };
         }

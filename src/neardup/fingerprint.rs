@@ -265,7 +265,10 @@ mod tests {
             ("...", 0),
             ("Hello, World!", 0x1507_dc5d_4879_e43e),
             ("hello world", 0x1507_dc5d_4879_e43e),
-            ("The quick brown fox jumps over the lazy dog.", 0x0f23_1859_fb18_ce61),
+            (
+                "The quick brown fox jumps over the lazy dog.",
+                0x0f23_1859_fb18_ce61,
+            ),
             ("Ünïcödé, ASCII & 日本語", 0x2873_f325_d7b8_6776),
         ];
         for (t, fp) in pins {
@@ -283,7 +286,8 @@ mod tests {
 
     #[test]
     fn near_texts_are_near() {
-        let a = "It is a truth universally acknowledged, that a single man in possession of a good \
+        let a =
+            "It is a truth universally acknowledged, that a single man in possession of a good \
                  fortune, must be in want of a wife. However little known the feelings or views \
                  of such a man may be on his first entering a neighbourhood, this truth is so well \
                  fixed in the minds of the surrounding families, that he is considered the \
@@ -292,8 +296,8 @@ mod tests {
         let fa = fingerprint(a).unwrap();
         let fb = fingerprint(&b).unwrap();
         assert!(distance(fa, fb) <= 6, "{}", distance(fa, fb));
-        let c = fingerprint("An entirely different sentence about crawling the web politely.")
-            .unwrap();
+        let c =
+            fingerprint("An entirely different sentence about crawling the web politely.").unwrap();
         assert!(distance(fa, c) > 10, "{}", distance(fa, c));
     }
 }

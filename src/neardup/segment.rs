@@ -105,11 +105,22 @@ impl Segment {
         let mut r = ByteReader::new(&h, &name, 0);
         r.magic(MAGIC_SEG)?;
         version(&mut r)?;
-        for (field, expected) in [("segment id", id), ("first document", first), ("documents", docs)] {
+        for (field, expected) in [
+            ("segment id", id),
+            ("first document", first),
+            ("documents", docs),
+        ] {
             let at = r.offset();
             let found = r.u64()?;
             if found != expected {
-                return Err(corrupt(at, Corruption::Mismatch { field, expected, found }));
+                return Err(corrupt(
+                    at,
+                    Corruption::Mismatch {
+                        field,
+                        expected,
+                        found,
+                    },
+                ));
             }
         }
         r.check_crc()?;
@@ -174,7 +185,10 @@ impl Segment {
         out.clear();
         let end = self.first + self.docs;
         let mut prev: Option<(u32, u64)> = None;
-        for (i, e) in buf[4..4 + count as usize * ENTRY].chunks_exact(ENTRY).enumerate() {
+        for (i, e) in buf[4..4 + count as usize * ENTRY]
+            .chunks_exact(ENTRY)
+            .enumerate()
+        {
             let fp = u64::from_le_bytes(e[..8].try_into().expect("8 bytes"));
             let doc = u64::from_le_bytes(e[8..].try_into().expect("8 bytes"));
             let at = info.offset + 4 + (i * ENTRY) as u64;
@@ -190,15 +204,16 @@ impl Segment {
                 ));
             }
             let k = (key(fp, t), doc);
-            let first_or_last = (i == 0 && k.0 != info.first)
-                || (i + 1 == count as usize && k.0 != info.last);
+            let first_or_last =
+                (i == 0 && k.0 != info.first) || (i + 1 == count as usize && k.0 != info.last);
             if prev.is_some_and(|p| p >= k) || first_or_last {
                 return Err(Error::corrupt(
                     name,
                     at,
                     Corruption::Invalid {
                         field: "entry order",
-                        expected: "entries in increasing (key, document) order within the block's keys",
+                        expected:
+                            "entries in increasing (key, document) order within the block's keys",
                         found: doc,
                     },
                 ));

@@ -292,11 +292,20 @@ impl Store {
                     distance: d,
                 })
             };
-            self.docs
-                .append(docs[i].1, nearest.as_ref().map(|n| (n.doc, n.distance)), docs[i].0)?;
+            self.docs.append(
+                docs[i].1,
+                nearest.as_ref().map(|n| (n.doc, n.distance)),
+                docs[i].0,
+            )?;
             if let Some(Some(s)) = out.get_mut(first_out + i) {
                 s.nearest = nearest;
             }
+        }
+        if crate::planted::active(crate::planted::Bug::IdsBeforeCommit) {
+            for &i in &new {
+                self.sieve.push(docs[i].0)?;
+            }
+            self.sieve.sync()?;
         }
         // 4. D durable; 5. the batch's segment durable; 6. commit.
         self.docs.sync()?;
@@ -547,9 +556,10 @@ fn check_k(k: u32) -> Result<()> {
 /// Creates an empty store: D and its index, then the manifest (last, so that an
 /// interrupted creation leaves files the next creation overwrites).
 fn create(storage: &dyn Storage) -> Result<Manifest> {
-    let foreign = storage.list_files()?.into_iter().any(|n| {
-        !(n == "LOCK" || n == docs::LOG || n == docs::INDEX || n.ends_with(".tmp"))
-    });
+    let foreign = storage
+        .list_files()?
+        .into_iter()
+        .any(|n| !(n == "LOCK" || n == docs::LOG || n == docs::INDEX || n.ends_with(".tmp")));
     if foreign {
         return Err(Error::NotASieve {
             dir: storage.describe(),

@@ -1,0 +1,302 @@
+//! `crivello neardup` as users run it: the exact output contract, bad input, `stats` and
+//! `check` of the store, and real `kill -9` cycles (no line skipped, none different, no
+//! document stored twice).
+//!
+//! `CRIVELLO_KILL_CYCLES` sets the number of kill cycles (default 6).
+
+#![cfg(unix)]
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crivello::storage::sim::Rng;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_crivello"))
+}
+
+/// Runs `neardup DIR args...` with `input` on stdin; returns (exit code, stdout, stderr).
+fn neardup(dir: &Path, args: &[&str], input: &[u8]) -> (i32, String, String) {
+    let mut child = bin()
+        .arg("neardup")
+        .arg(dir)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn doc(id: &str, text: &str) -> String {
+    serde_json::json!({"id": id, "text": text}).to_string() + "\n"
+}
+
+const PARAGRAPH: &str = "Permission is hereby granted, free of charge, to any person obtaining a \
+    copy of this software and associated documentation files, to deal in the Software without \
+    restriction, including without limitation the rights to use, copy, modify, merge, publish, \
+    distribute, sublicense, and sell copies of the Software, and to permit persons to whom the \
+    Software is furnished to do so, subject to the following conditions: the above copyright \
+    notice and this permission notice shall be included in all copies or substantial portions \
+    of the Software. THE SOFTWARE IS PROVIDED AS IS, WITHOUT WARRANTY OF ANY KIND, EXPRESS OR \
+    IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A \
+    PARTICULAR PURPOSE AND NONINFRINGEMENT.";
+
+#[test]
+fn the_output_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("store");
+    let edited = PARAGRAPH.replace("free of charge", "free of cost");
+    let input = [
+        doc("a", PARAGRAPH),
+        doc(
+            "b",
+            "Something else entirely, about crawling the web with politeness.",
+        ),
+        doc("c", &edited),
+        doc("a", "a repeated id: no line"),
+        doc("e", ""),
+        r#"{"id":"f","text":"extra fields are ignored","lang":"en","n":[1,2]}"#.to_owned() + "\n",
+    ]
+    .concat();
+    let (code, out, err) = neardup(&d, &[], input.as_bytes());
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(lines.len(), 5, "{out}");
+    let ids: Vec<&str> = lines.iter().map(|l| l[0]).collect();
+    assert_eq!(ids, ["a", "b", "c", "e", "f"]);
+    for l in &lines {
+        assert_eq!(l.len(), 4);
+        assert_eq!(l[1].len(), 16);
+        assert!(l[1]
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+    }
+    assert_eq!(&lines[0][2..], ["-", "-"]);
+    assert_eq!(lines[2][2], "a");
+    assert!(lines[2][3].parse::<u32>().unwrap() <= 3);
+    assert_eq!(lines[3][1], "0000000000000000");
+    assert!(err.contains("1 with an id seen before"), "{err}");
+
+    // A second run: ids seen before print nothing; matches reach the earlier run's documents.
+    let again = [doc("c", &edited), doc("g", PARAGRAPH)].concat();
+    let (code, out, err) = neardup(&d, &["-k", "0"], again.as_bytes());
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, format!("g\t{}\ta\t0\n", lines[0][1]));
+    assert!(err.contains("1 with an id seen before"), "{err}");
+
+    // stats and check know the store.
+    let stats = bin().arg("stats").arg(&d).arg("--json").output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(v["documents"], 6);
+    assert_eq!(v["repeats"], 2);
+    let check = bin().arg("check").arg(&d).output().unwrap();
+    assert!(check.status.success());
+    assert!(String::from_utf8_lossy(&check.stdout).starts_with("ok:"));
+
+    // k out of range is a usage error.
+    let (code, _, err) = neardup(&d, &["-k", "7"], b"");
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn bad_input_names_file_and_line_and_stores_nothing_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let long_id = "x".repeat(70_000);
+    let cases: Vec<(String, &str)> = vec![
+        ("not json\n".into(), "not JSON"),
+        ("[1,2]\n".into(), "not a JSON object"),
+        ("{\"text\":\"t\"}\n".into(), "no \"id\""),
+        (
+            "{\"id\":5,\"text\":\"t\"}\n".into(),
+            "\"id\" is not a string",
+        ),
+        ("{\"id\":\"z\"}\n".into(), "no \"text\""),
+        (
+            "{\"id\":\"z\",\"text\":null}\n".into(),
+            "\"text\" is not a string",
+        ),
+        ("{\"id\":\"\",\"text\":\"t\"}\n".into(), "1 to"),
+        (doc(&long_id, "t"), "1 to"),
+        (doc("tab\there", "t"), "tab or a line break"),
+        ("\n".into(), "not JSON"),
+    ];
+    for (i, (bad, why)) in cases.iter().enumerate() {
+        let d = dir.path().join(format!("s{i}"));
+        let file = dir.path().join(format!("in{i}.jsonl"));
+        std::fs::write(
+            &file,
+            [doc("ok", PARAGRAPH), bad.clone(), doc("after", "t")].concat(),
+        )
+        .unwrap();
+        let out = bin().arg("neardup").arg(&d).arg(&file).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{bad:?}: {err}");
+        assert!(
+            err.contains(&format!("{}: line 2: ", file.display())) && err.contains(why),
+            "{bad:?}: {err}"
+        );
+        // The line before it was stored and printed; nothing of it or after it.
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.starts_with("ok\t") && stdout.lines().count() == 1,
+            "{stdout}"
+        );
+        let stats = bin().arg("stats").arg(&d).arg("--json").output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+        assert_eq!(v["documents"], 1, "{bad:?}");
+    }
+    // A text over the maximum is refused, never read whole into a fingerprint.
+    let d = dir.path().join("big");
+    let big = doc("big", &"a".repeat(crivello::neardup::MAX_TEXT + 1));
+    let (code, out, err) = neardup(&d, &[], big.as_bytes());
+    assert_eq!(code, 1);
+    assert!(out.is_empty() && err.contains("at most"), "{err}");
+}
+
+/// A seeded input: `n` documents, a quarter of them near-duplicates of an earlier one, some
+/// ids repeated.
+fn input(n: usize) -> Vec<u8> {
+    let words = [
+        "crawl",
+        "frontier",
+        "sieve",
+        "host",
+        "queue",
+        "politeness",
+        "lease",
+        "fetch",
+        "page",
+        "link",
+        "durable",
+        "exactly",
+        "once",
+        "order",
+        "memory",
+        "disk",
+        "merge",
+        "segment",
+    ];
+    let mut r = Rng::new(7);
+    let mut texts: Vec<String> = Vec::with_capacity(n);
+    let mut out = Vec::new();
+    for i in 0..n {
+        let text = if i > 0 && r.below(4) == 0 {
+            let j = r.below(i as u64) as usize;
+            format!("{} edited", texts[j])
+        } else {
+            (0..40)
+                .map(|_| words[r.below(words.len() as u64) as usize])
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let id = format!("page-{}", r.below(n as u64 * 9 / 10));
+        out.extend_from_slice(doc(&id, &text).as_bytes());
+        texts.push(text);
+    }
+    out
+}
+
+#[test]
+fn kill_9_cycles_skip_no_line_and_store_nothing_twice() {
+    let cycles: usize = std::env::var("CRIVELLO_KILL_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("in.jsonl");
+    std::fs::write(&file, input(300_000)).unwrap();
+    let clean = bin()
+        .arg("neardup")
+        .arg(dir.path().join("clean"))
+        .arg(&file)
+        .arg("-q")
+        .output()
+        .unwrap();
+    assert!(clean.status.success());
+    let expected: Vec<String> = String::from_utf8(clean.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let all: HashSet<&str> = expected.iter().map(String::as_str).collect();
+    let store = dir.path().join("killed");
+    let mut r = Rng::new(99);
+    let mut printed: HashSet<String> = HashSet::new();
+    let mut kills = 0;
+    for _ in 0..cycles {
+        let mut child = bin()
+            .arg("neardup")
+            .arg(&store)
+            .arg(&file)
+            .arg("-q")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stdout.read_to_string(&mut s);
+            s
+        });
+        std::thread::sleep(Duration::from_millis(30 + r.below(900)));
+        kills += usize::from(child.try_wait().unwrap().is_none());
+        let _ = child.kill();
+        child.wait().unwrap();
+        let out = reader.join().unwrap();
+        // Only whole lines count: a kill may cut the last one.
+        let whole = out.rfind('\n').map_or("", |i| &out[..=i]);
+        for l in whole.lines() {
+            assert!(all.contains(l), "a line differs from the clean run's: {l}");
+            printed.insert(l.to_owned());
+        }
+    }
+    let last = bin()
+        .arg("neardup")
+        .arg(&store)
+        .arg(&file)
+        .arg("-q")
+        .output()
+        .unwrap();
+    assert!(last.status.success());
+    for l in String::from_utf8(last.stdout).unwrap().lines() {
+        assert!(all.contains(l), "a line differs from the clean run's: {l}");
+        printed.insert(l.to_owned());
+    }
+    assert_eq!(printed.len(), expected.len(), "lines were skipped");
+    let stats = bin()
+        .arg("stats")
+        .arg(&store)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(
+        v["documents"],
+        expected.len() as u64,
+        "a document stored twice or lost"
+    );
+    let check = bin().arg("check").arg(&store).output().unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    eprintln!("{kills} of {cycles} runs killed before their end");
+}
