@@ -137,14 +137,7 @@ fn vote(norm: &[u8], shingle: usize) -> u64 {
     let mut planes = [0u64; PLANES];
     let mut features: u64 = 0;
     let mut add = |h: u64| {
-        let mut carry = h;
-        let mut j = 0;
-        while carry != 0 {
-            let t = planes[j] & carry;
-            planes[j] ^= carry;
-            carry = t;
-            j += 1;
-        }
+        add_word(&mut planes, h);
         features += 1;
     };
     if norm.is_ascii() {
@@ -159,26 +152,50 @@ fn vote(norm: &[u8], shingle: usize) -> u64 {
         // The start of each character, in a ring of the last `shingle + 1` of them.
         let ring = shingle + 1;
         let mut starts = [0usize; MAX_SHINGLE + 1];
-        let mut chars = 0usize;
+        // `chars` characters seen; the next one's start goes to slot `w` (= chars % ring),
+        // and the first of the last `shingle` is at slot (w − shingle) mod ring.
+        let (mut chars, mut w) = (0usize, 0usize);
+        let oldest = |w: usize| {
+            let s = w + ring - shingle;
+            if s >= ring {
+                s - ring
+            } else {
+                s
+            }
+        };
         for (at, &b) in norm.iter().enumerate() {
             if b & 0xC0 == 0x80 {
                 continue;
             }
             if chars >= shingle {
-                let first = starts[(chars - shingle) % ring];
-                add(xxh3_64(&norm[first..at]));
+                add(xxh3_64(&norm[starts[oldest(w)]..at]));
             }
-            starts[chars % ring] = at;
+            starts[w] = at;
+            w = if w + 1 == ring { 0 } else { w + 1 };
             chars += 1;
         }
         let first = if chars >= shingle {
-            starts[(chars - shingle) % ring]
+            starts[oldest(w)]
         } else {
             0
         };
         add(xxh3_64(&norm[first..]));
     }
     above_half(&planes, features)
+}
+
+/// Adds one to each of the 64 bit-sliced counters whose bit of `h` is set: a ripple-carry
+/// addition of one word.
+#[inline(always)]
+fn add_word(planes: &mut [u64; PLANES], h: u64) {
+    let mut carry = h;
+    let mut j = 0;
+    while carry != 0 && j < PLANES {
+        let t = planes[j] & carry;
+        planes[j] ^= carry;
+        carry = t;
+        j += 1;
+    }
 }
 
 /// The bits whose counter exceeds `features / 2`: a bit-sliced comparison of the 64 counters

@@ -245,7 +245,7 @@ impl Store {
         let mut new = Vec::with_capacity(docs.len());
         let first_out = out.len();
         for (i, &(id, _)) in docs.iter().enumerate() {
-            if !seen.insert(id) || self.sieve.contains(id)? {
+            if !seen.insert(id) || self.sieve.known(id)? {
                 out.push(None);
                 self.manifest.repeats += 1;
                 self.dirty = true;
@@ -435,7 +435,7 @@ impl Store {
 
     /// Whether a document of this id was stored.
     pub fn contains_id(&mut self, id: &[u8]) -> Result<bool> {
-        self.sieve.contains(id)
+        self.sieve.known(id)
     }
 
     /// The number of documents stored.

@@ -312,6 +312,13 @@ impl Sieve {
         self.contains_signature(sig)
     }
 
+    /// Whether `url` was ever pushed, as [`Sieve::push_new`] finds it: through S's index
+    /// rather than a scan of S (for callers that look up many URLs between pushes).
+    pub(crate) fn known(&mut self, url: &[u8]) -> Result<bool> {
+        let sig = signature(url, self.manifest.seed);
+        self.known_signature(sig)
+    }
+
     /// The most slots S fills before it is frozen: fewer while its index is kept.
     fn s_limit(&self) -> usize {
         match self.s_index {
