@@ -4,7 +4,7 @@
 //!
 //! `CRIVELLO_KILL_CYCLES` sets the number of kill cycles (default 6).
 
-#![cfg(unix)]
+#![cfg(all(unix, feature = "cli"))]
 
 use std::collections::HashSet;
 use std::io::{Read, Write};
