@@ -126,3 +126,61 @@ fn a_repeated_id_is_not_stored_again_even_after_reopening() {
     assert!(store.insert(&[(b"x", 1)], MAX_K + 1).is_err());
     store.close().unwrap();
 }
+
+/// Recall and precision at k = 3 on the corpus of this machine's texts (copyright files and
+/// licences), through the store: every exact copy and at least 90 % of the one-edit copies
+/// find their original (or a text at least as near), and no unrelated pair is within 3.
+/// Skipped, with a note, on a machine with fewer than 20 such texts.
+#[test]
+fn recall_and_precision_on_real_text() {
+    use crivello::internals::corpus::machine_corpus;
+    use crivello::neardup::fingerprint;
+    let Some(c) = machine_corpus(20) else {
+        eprintln!("note: fewer than 20 texts of 2,000 bytes in /usr/share/doc: skipped");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path(), Options::new().memory(8 << 20)).unwrap();
+    let fps: Vec<u64> = c
+        .texts
+        .iter()
+        .map(|(_, t)| fingerprint(t).unwrap())
+        .collect();
+    let ids: Vec<Vec<u8>> = c
+        .texts
+        .iter()
+        .map(|(p, _)| p.clone().into_bytes())
+        .collect();
+    let docs: Vec<(&[u8], u64)> = ids
+        .iter()
+        .map(Vec::as_slice)
+        .zip(fps.iter().copied())
+        .collect();
+    store.insert(&docs, 3).unwrap();
+    // Exact copies: distance 0 to their original.
+    for (i, &fp) in fps.iter().enumerate() {
+        let found = store.query(fp, 3).unwrap();
+        assert!(found.iter().any(|&(d, dist)| d == i as u64 && dist == 0));
+    }
+    let mut hits = 0;
+    for (i, _, copy) in &c.edited {
+        let found = store.query(fingerprint(copy).unwrap(), 3).unwrap();
+        hits += usize::from(found.iter().any(|&(d, _)| d == *i as u64));
+    }
+    let recall = hits as f64 / c.edited.len() as f64;
+    let close = c
+        .unrelated
+        .iter()
+        .filter(|(a, b)| distance(fps[*a], fps[*b]) <= 3)
+        .count();
+    eprintln!(
+        "{} texts: recall of one-edit copies {:.1} % ({hits}/{}), unrelated pairs within 3: {close}/{}",
+        c.texts.len(),
+        100.0 * recall,
+        c.edited.len(),
+        c.unrelated.len()
+    );
+    assert!(recall >= 0.9, "recall {recall}");
+    assert_eq!(close, 0, "unrelated pairs within k = 3");
+    store.close().unwrap();
+}
