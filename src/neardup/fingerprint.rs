@@ -91,31 +91,23 @@ pub fn distance(a: u64, b: u64) -> u32 {
 /// Step 1: the normalised text of `text` into `out`.
 fn normalise(text: &str, out: &mut Vec<u8>) {
     out.clear();
-    out.reserve(text.len());
     // Whether a space is owed before the next kept character.
     let mut gap = false;
     let bytes = text.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
-        let b = bytes[i];
-        if b < 0x80 {
-            i += 1;
-            if b.is_ascii_alphanumeric() {
-                if gap && !out.is_empty() {
-                    out.push(b' ');
-                }
-                gap = false;
-                out.push(b.to_ascii_lowercase());
-            } else {
-                gap = true;
-            }
-            continue;
+        // ASCII characters up to the next other one, without a branch per character.
+        let run;
+        (run, gap) = normalise_ascii(&bytes[i..], out, gap);
+        i += run;
+        if i == bytes.len() {
+            break;
         }
         // A multi-byte character: decode it from the valid UTF-8 of `text`.
         let c = text[i..].chars().next().expect("a character starts here");
         i += c.len_utf8();
         if c.is_alphanumeric() {
-            if gap && !out.is_empty() {
+            if gap {
                 out.push(b' ');
             }
             gap = false;
@@ -127,6 +119,102 @@ fn normalise(text: &str, out: &mut Vec<u8>) {
             gap = true;
         }
     }
+    // A space is owed before the first kept character when separators came first: none at
+    // the start.
+    if out.first() == Some(&b' ') {
+        out.remove(0);
+    }
+}
+
+/// Each byte: its lower case when it is an ASCII letter or digit, 0 otherwise (other ASCII
+/// characters, and the bytes of multi-byte characters).
+const ASCII_KEPT: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 128 {
+        let c = b as u8;
+        if c.is_ascii_alphanumeric() {
+            t[b] = c.to_ascii_lowercase();
+        }
+        b += 1;
+    }
+    t
+};
+
+/// Step 1 over the ASCII characters at the start of `bytes`, appended to `out`; `gap` says
+/// whether a space is owed before the next kept character. Returns how many bytes were read
+/// (up to the first byte of a multi-byte character) and whether a space is owed after them.
+/// Eight bytes at a time while they are ASCII; each byte is written unconditionally and kept
+/// by advancing the length, so that no branch depends on the text's characters.
+fn normalise_ascii(bytes: &[u8], out: &mut Vec<u8>, gap: bool) -> (usize, bool) {
+    let start = out.len();
+    // At most a space and a character per byte read, and one byte written past them.
+    out.reserve(2 * bytes.len() + 1);
+    let buf = out.spare_capacity_mut().as_mut_ptr().cast::<u8>();
+    let mut n = 0usize;
+    let mut gap = usize::from(gap);
+    let mut step = |b: u8| {
+        let c = ASCII_KEPT[usize::from(b)];
+        let keep = usize::from(c != 0);
+        // SAFETY: before the `i`-th byte read, n <= 2 i: both writes fall below
+        // 2 bytes.len() + 1, within the capacity reserved above.
+        unsafe {
+            buf.add(n).write(b' ');
+            n += keep & gap;
+            buf.add(n).write(c);
+        }
+        n += keep;
+        gap = keep ^ 1;
+    };
+    let mut i = 0;
+    while let Some(chunk) = bytes.get(i..i + 8) {
+        let chunk: &[u8; 8] = chunk.try_into().expect("eight bytes");
+        if u64::from_le_bytes(*chunk) & 0x8080_8080_8080_8080 != 0 {
+            break;
+        }
+        for &b in chunk {
+            step(b);
+        }
+        i += 8;
+    }
+    while let Some(&b) = bytes.get(i).filter(|&&b| b < 0x80) {
+        step(b);
+        i += 1;
+    }
+    // SAFETY: the `n` bytes after `start` were written above (each byte counted was written
+    // where `n` stood before it was counted), within the capacity reserved.
+    unsafe { out.set_len(start + n) };
+    (i, gap != 0)
+}
+
+/// Bytes 8 to 24 of xxh3's default secret, as its 4-to-8-byte path folds them into one word.
+const XXH3_FLIP_4TO8: u64 = u64::from_le_bytes([0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c])
+    ^ u64::from_le_bytes([0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb]);
+
+/// `xxh3_64` (seed 0) of an input of `len` bytes, 4 to 8, whose first four bytes read `first`
+/// and last four read `last` (little-endian): xxh3's path for such lengths, inlined here so
+/// that a window of the normalised text is hashed from two loads. A test checks it against
+/// `xxh3_64` for every length.
+#[inline(always)]
+fn xxh3_4to8(first: u32, last: u32, len: u64) -> u64 {
+    let mut h = (u64::from(last).wrapping_add(u64::from(first) << 32)) ^ XXH3_FLIP_4TO8;
+    h ^= h.rotate_left(49) ^ h.rotate_left(24);
+    h = h.wrapping_mul(0x9FB2_1C65_1E98_DF25);
+    h ^= (h >> 35).wrapping_add(len);
+    h = h.wrapping_mul(0x9FB2_1C65_1E98_DF25);
+    h ^ (h >> 28)
+}
+
+/// `xxh3_64` of a feature: the inlined path for 4 to 8 bytes, the library's otherwise.
+#[inline(always)]
+fn feature_hash(f: &[u8]) -> u64 {
+    if (4..=8).contains(&f.len()) {
+        let first = u32::from_le_bytes(f[..4].try_into().expect("four bytes"));
+        let last = u32::from_le_bytes(f[f.len() - 4..].try_into().expect("four bytes"));
+        xxh3_4to8(first, last, f.len() as u64)
+    } else {
+        xxh3_64(f)
+    }
 }
 
 /// Steps 2 to 4 over a normalised text.
@@ -134,19 +222,15 @@ fn vote(norm: &[u8], shingle: usize) -> u64 {
     if norm.is_empty() {
         return 0;
     }
-    let mut planes = [0u64; PLANES];
-    let mut features: u64 = 0;
-    let mut add = |h: u64| {
-        add_word(&mut planes, h);
-        features += 1;
-    };
-    if norm.is_ascii() {
-        if norm.len() <= shingle {
-            add(xxh3_64(norm));
-        } else {
-            for w in norm.windows(shingle) {
-                add(xxh3_64(w));
-            }
+    let mut counters = Counters::default();
+    if norm.len() <= shingle {
+        // One feature, the whole text, whatever its characters.
+        counters.add(feature_hash(norm));
+    } else if shingle == SHINGLE {
+        vote5(norm, &mut counters);
+    } else if norm.is_ascii() {
+        for w in norm.windows(shingle) {
+            counters.add(xxh3_64(w));
         }
     } else {
         // The start of each character, in a ring of the last `shingle + 1` of them.
@@ -168,7 +252,7 @@ fn vote(norm: &[u8], shingle: usize) -> u64 {
                 continue;
             }
             if chars >= shingle {
-                add(xxh3_64(&norm[starts[oldest(w)]..at]));
+                counters.add(feature_hash(&norm[starts[oldest(w)]..at]));
             }
             starts[w] = at;
             w = if w + 1 == ring { 0 } else { w + 1 };
@@ -179,18 +263,192 @@ fn vote(norm: &[u8], shingle: usize) -> u64 {
         } else {
             0
         };
-        add(xxh3_64(&norm[first..]));
+        counters.add(xxh3_64(&norm[first..]));
     }
-    above_half(&planes, features)
+    counters.vote()
 }
 
-/// Adds one to each of the 64 bit-sliced counters whose bit of `h` is set: a ripple-carry
-/// addition of one word.
+/// The bytes of the UTF-8 character that starts with byte `b`.
 #[inline(always)]
-fn add_word(planes: &mut [u64; PLANES], h: u64) {
-    let mut carry = h;
-    let mut j = 0;
-    while carry != 0 && j < PLANES {
+fn utf8_len(b: u8) -> usize {
+    if b < 0x80 {
+        1
+    } else if b < 0xE0 {
+        2
+    } else if b < 0xF0 {
+        3
+    } else {
+        4
+    }
+}
+
+/// The features of a normalised text of more than [`SHINGLE`] bytes, characters of any
+/// size: the windows within runs of ASCII characters go sixteen at a time
+/// ([`vote_ascii5`]), those that hold a character of several bytes one at a time.
+fn vote5(norm: &[u8], counters: &mut Counters) {
+    if norm.len() <= 4 * SHINGLE {
+        let chars = norm.iter().filter(|&&b| b & 0xC0 != 0x80).count();
+        if chars <= SHINGLE {
+            // One feature, the whole text.
+            counters.add(feature_hash(norm));
+            return;
+        }
+    }
+    // `p` starts a run of ASCII bytes whose windows have not been counted.
+    let mut p = 0;
+    loop {
+        let q = p + norm[p..]
+            .iter()
+            .position(|&b| b >= 0x80)
+            .unwrap_or(norm.len() - p);
+        if q - p >= SHINGLE {
+            vote_ascii5(&norm[p..q], counters);
+        }
+        if q == norm.len() {
+            return;
+        }
+        // The windows that hold a character of several bytes: from the first of the last
+        // four ASCII characters before it, to the next window of ASCII characters only.
+        let mut s = q.saturating_sub(SHINGLE - 1).max(p);
+        loop {
+            let mut end = s;
+            for _ in 0..SHINGLE {
+                if end >= norm.len() {
+                    // Fewer than five characters left: no more windows.
+                    return;
+                }
+                end += utf8_len(norm[end]);
+            }
+            if end - s == SHINGLE {
+                // Five ASCII characters: a run of them starts here.
+                p = s;
+                break;
+            }
+            counters.add(feature_hash(&norm[s..end]));
+            s += utf8_len(norm[s]);
+        }
+    }
+}
+
+/// The features of an ASCII text of more than five bytes: each window of five bytes, hashed
+/// from two overlapping four-byte loads, sixteen at a time.
+fn vote_ascii5(norm: &[u8], counters: &mut Counters) {
+    const _: () = assert!(SHINGLE == 5);
+    let windows = norm.len() - SHINGLE + 1;
+    // A window's first four bytes are the low half of the word loaded at its start, its last
+    // four the bytes after the first.
+    let hash = |w: u64| xxh3_4to8(w as u32, (w >> 8) as u32, SHINGLE as u64);
+    let mut i = 0;
+    // Sixteen windows from the 24 bytes at `i` (three past the last window's end).
+    while i + 24 <= norm.len() {
+        let b: &[u8; 24] = norm[i..i + 24].try_into().expect("24 bytes");
+        let d: [u64; 16] = std::array::from_fn(|j| {
+            hash(u64::from_le_bytes(b[j..j + 8].try_into().expect("8 bytes")))
+        });
+        counters.add16(&d);
+        i += 16;
+    }
+    for at in i..windows {
+        let mut w = [0u8; 8];
+        w[..SHINGLE].copy_from_slice(&norm[at..at + SHINGLE]);
+        counters.add(hash(u64::from_le_bytes(w)));
+    }
+}
+
+/// Full adder of three words, bit by bit: (carries, sums).
+#[inline(always)]
+fn csa(a: u64, b: u64, c: u64) -> (u64, u64) {
+    let u = a ^ b;
+    ((a & b) | (u & c), u ^ c)
+}
+
+/// 64 counters, bit-sliced, fed a word (a feature's hash) at a time. Words are gathered by
+/// sixteen and summed with a carry-save tree (Harley and Seal's), which keeps the counters'
+/// low four bits in `ones`, `twos`, `fours` and `eights`; the sixteens are added to `planes`
+/// (plane `j` holding bit `j` of each counter's count of sixteens) by a ripple-carry addition
+/// of one word, once per sixteen features.
+#[derive(Default)]
+struct Counters {
+    planes: [u64; PLANES],
+    ones: u64,
+    twos: u64,
+    fours: u64,
+    eights: u64,
+    pending: [u64; 16],
+    n: usize,
+    features: u64,
+}
+
+impl Counters {
+    /// Counts the bits of one feature's hash.
+    #[inline(always)]
+    fn add(&mut self, h: u64) {
+        self.pending[self.n] = h;
+        self.n += 1;
+        if self.n == 16 {
+            self.n = 0;
+            self.reduce();
+        }
+    }
+
+    /// Adds the sixteen pending words.
+    #[inline]
+    fn reduce(&mut self) {
+        let d = self.pending;
+        self.add16(&d);
+    }
+
+    /// Counts the bits of sixteen features' hashes.
+    #[inline]
+    fn add16(&mut self, d: &[u64; 16]) {
+        let (mut ones, mut twos, mut fours, mut eights) =
+            (self.ones, self.twos, self.fours, self.eights);
+        let quad = |d: &[u64], ones: &mut u64, twos: &mut u64| {
+            let (ta, o) = csa(*ones, d[0], d[1]);
+            let (tb, o) = csa(o, d[2], d[3]);
+            *ones = o;
+            let (f, t) = csa(*twos, ta, tb);
+            *twos = t;
+            f
+        };
+        let fa = quad(&d[0..4], &mut ones, &mut twos);
+        let fb = quad(&d[4..8], &mut ones, &mut twos);
+        let (ea, f) = csa(fours, fa, fb);
+        fours = f;
+        let fa = quad(&d[8..12], &mut ones, &mut twos);
+        let fb = quad(&d[12..16], &mut ones, &mut twos);
+        let (eb, f) = csa(fours, fa, fb);
+        fours = f;
+        let (sixteens, e) = csa(eights, ea, eb);
+        eights = e;
+        (self.ones, self.twos, self.fours, self.eights) = (ones, twos, fours, eights);
+        add_at(&mut self.planes, 0, sixteens);
+        self.features += 16;
+    }
+
+    /// The vote: the bits set in more than half of the features.
+    fn vote(&self) -> u64 {
+        // The whole counts: sixteens shifted up four planes, plus the low planes and the
+        // words still pending.
+        let mut total = [0u64; PLANES + 4];
+        total[4..].copy_from_slice(&self.planes);
+        add_at(&mut total, 3, self.eights);
+        add_at(&mut total, 2, self.fours);
+        add_at(&mut total, 1, self.twos);
+        add_at(&mut total, 0, self.ones);
+        for &h in &self.pending[..self.n] {
+            add_at(&mut total, 0, h);
+        }
+        above_half(&total, self.features + self.n as u64)
+    }
+}
+
+/// Adds `word` at plane `j` of bit-sliced counters (one to each counter whose bit of `word`
+/// is set, times 2^j): a ripple-carry addition of one word.
+#[inline(always)]
+fn add_at(planes: &mut [u64], mut j: usize, word: u64) {
+    let mut carry = word;
+    while carry != 0 && j < planes.len() {
         let t = planes[j] & carry;
         planes[j] ^= carry;
         carry = t;
@@ -200,11 +458,11 @@ fn add_word(planes: &mut [u64; PLANES], h: u64) {
 
 /// The bits whose counter exceeds `features / 2`: a bit-sliced comparison of the 64 counters
 /// with the constant, from the top plane down.
-fn above_half(planes: &[u64; PLANES], features: u64) -> u64 {
+fn above_half(planes: &[u64], features: u64) -> u64 {
     let half = features / 2;
     let mut greater = 0u64;
     let mut equal = u64::MAX;
-    for j in (0..PLANES).rev() {
+    for j in (0..planes.len()).rev() {
         if half >> j & 1 == 1 {
             equal &= planes[j];
         } else {
@@ -218,6 +476,24 @@ fn above_half(planes: &[u64; PLANES], features: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Step 1 as the definition says it, a character at a time.
+    fn normalised_plain(text: &str) -> String {
+        let mut out = String::new();
+        let mut gap = false;
+        for c in text.chars() {
+            if c.is_alphanumeric() {
+                if gap && !out.is_empty() {
+                    out.push(' ');
+                }
+                gap = false;
+                out.extend(c.to_lowercase());
+            } else {
+                gap = true;
+            }
+        }
+        out
+    }
 
     /// The counters, one at a time: the definition the bit-sliced version must equal.
     fn plain(norm: &str) -> u64 {
@@ -257,6 +533,23 @@ mod tests {
     }
 
     #[test]
+    fn the_inlined_hash_is_xxh3() {
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut bytes = [0u8; 40];
+        for _ in 0..2000 {
+            for b in bytes.iter_mut() {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                *b = s as u8;
+            }
+            for len in 0..=bytes.len() {
+                assert_eq!(feature_hash(&bytes[..len]), xxh3_64(&bytes[..len]), "{len}");
+            }
+        }
+    }
+
+    #[test]
     fn bit_sliced_counters_equal_the_definition() {
         let texts = [
             "",
@@ -270,7 +563,48 @@ mod tests {
         let mut f = Fingerprinter::new();
         for t in texts {
             let fp = f.fingerprint(t).unwrap();
+            assert_eq!(f.normalised(), normalised_plain(t));
             assert_eq!(fp, plain(f.normalised()), "{t:?}");
+        }
+        // Long texts (thousands of features, so counters past sixteen many times over), of
+        // every length around the groups of sixteen, ASCII and not.
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let words = [
+            "alpha",
+            "beta",
+            "gamma",
+            "délta",
+            "x",
+            "42",
+            "日本",
+            "<p>",
+            "--",
+            "é",
+            "ab",
+            "İSTANBUL",
+            "😀",
+            "Ünï",
+        ];
+        let mut long = String::new();
+        for n in 0..3000 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            long.push_str(words[(s % words.len() as u64) as usize]);
+            long.push(if s >> 40 & 3 == 0 { ',' } else { ' ' });
+            if n % 97 == 0 || n > 2990 {
+                let fp = f.fingerprint(&long).unwrap();
+                assert_eq!(f.normalised(), normalised_plain(&long));
+                assert_eq!(fp, plain(f.normalised()), "{} bytes", long.len());
+                let ascii: String = long.chars().filter(char::is_ascii).collect();
+                let fp = f.fingerprint(&ascii).unwrap();
+                assert_eq!(f.normalised(), normalised_plain(&ascii));
+                assert_eq!(fp, plain(f.normalised()), "{} ASCII bytes", ascii.len());
+                let led = format!("¡ {long}");
+                let fp = f.fingerprint(&led).unwrap();
+                assert_eq!(f.normalised(), normalised_plain(&led));
+                assert_eq!(fp, plain(f.normalised()), "{} bytes after ¡", led.len());
+            }
         }
     }
 
