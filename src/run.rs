@@ -230,6 +230,39 @@ impl Run {
         Ok(false)
     }
 
+    /// Marks in `found` each of `sigs` (sorted, ascending) that the run holds: a binary
+    /// search of blocks for each when they are few, one pass over the run's blocks when a
+    /// pass reads fewer blocks than the searches would.
+    pub fn contains_sorted(&self, sigs: &[u64], found: &mut [bool]) -> Result<()> {
+        debug_assert!(sigs.is_sorted() && sigs.len() == found.len());
+        let blocks = self.meta.blocks();
+        let per_search = u64::from(64 - blocks.leading_zeros());
+        if (sigs.len() as u64).saturating_mul(per_search) < blocks {
+            for (s, f) in sigs.iter().zip(found.iter_mut()) {
+                *f |= self.contains(*s)?;
+            }
+            return Ok(());
+        }
+        let mut block = Vec::with_capacity(RUN_BLOCK);
+        let mut i = 0;
+        for b in 0..blocks {
+            if i == sigs.len() {
+                break;
+            }
+            self.read_block(b, &mut block)?;
+            let Some(&(last, _)) = block.last() else {
+                continue;
+            };
+            let mut at = 0;
+            while i < sigs.len() && sigs[i] <= last {
+                at += block[at..].partition_point(|p| p.0 < sigs[i]);
+                found[i] |= block.get(at).is_some_and(|p| p.0 == sigs[i]);
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
     /// Iterates the pairs in order; yields `Err` once on a damaged block, and checks that
     /// signatures increase across blocks.
     pub fn iter(&self) -> RunIter<'_> {

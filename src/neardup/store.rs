@@ -244,8 +244,10 @@ impl Store {
         let mut seen: HashSet<&[u8]> = HashSet::with_capacity(docs.len());
         let mut new = Vec::with_capacity(docs.len());
         let first_out = out.len();
+        let ids: Vec<&[u8]> = docs.iter().map(|d| d.0).collect();
+        let known = self.sieve.known_many(&ids)?;
         for (i, &(id, _)) in docs.iter().enumerate() {
-            if !seen.insert(id) || self.sieve.known(id)? {
+            if known[i] || !seen.insert(id) {
                 out.push(None);
                 self.manifest.repeats += 1;
                 self.dirty = true;

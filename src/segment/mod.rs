@@ -190,6 +190,38 @@ impl Segment {
         Ok(block.binary_search(&sig).is_ok())
     }
 
+    /// Marks in `found` each of `sigs` (sorted, ascending) that the segment holds; reads
+    /// each block at most once, however many of `sigs` fall in it.
+    pub fn contains_sorted(&self, sigs: &[u64], found: &mut [bool]) -> Result<()> {
+        debug_assert!(sigs.is_sorted() && sigs.len() == found.len());
+        let mut block = Vec::with_capacity(BLOCK_SIGS);
+        let mut i = 0;
+        while i < sigs.len() {
+            let Some(b) = self.block_for(sigs[i]) else {
+                i += 1;
+                continue;
+            };
+            // The signatures that fall in block `b`: below the next block's first.
+            let end = match self.index.get(b + 1) {
+                Some(next) => i + sigs[i..].partition_point(|&s| s < next.first),
+                None => sigs.len(),
+            };
+            if end - i == 1 && self.index[b].first == sigs[i] {
+                found[i] = true;
+                i = end;
+                continue;
+            }
+            self.read_block(b, &mut block)?;
+            let mut at = 0;
+            for (s, f) in sigs[i..end].iter().zip(&mut found[i..end]) {
+                at += block[at..].partition_point(|&x| x < *s);
+                *f |= block.get(at) == Some(s);
+            }
+            i = end;
+        }
+        Ok(())
+    }
+
     /// Iterates every signature in order, block by block.
     pub fn iter(&self) -> SegmentIter<'_> {
         SegmentIter {

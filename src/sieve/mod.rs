@@ -350,6 +350,54 @@ impl Sieve {
         self.stored(sig)
     }
 
+    /// Whether each of `urls` was ever pushed, as [`Sieve::known`] finds it, for many at
+    /// once: the signatures not in the cache of recent ones nor in S are sorted, and each
+    /// block of a Z segment or R run is read once for all of them.
+    pub(crate) fn known_many(&mut self, urls: &[&[u8]]) -> Result<Vec<bool>> {
+        let seed = self.manifest.seed;
+        let sigs: Vec<u64> = urls.iter().map(|u| signature(u, seed)).collect();
+        self.known_signatures(&sigs)
+    }
+
+    /// [`Sieve::known_signature`] of each of `sigs`, reading each block once.
+    pub(crate) fn known_signatures(&mut self, sigs: &[u64]) -> Result<Vec<bool>> {
+        let r = self.decide();
+        self.poison(r)?;
+        if self.s_index.is_none() {
+            let mut index = SigIndex::default();
+            index.extend(self.s.iter().map(|p| p.sig));
+            self.s_index = Some(index);
+        }
+        let index = self.s_index.as_ref().expect("made above");
+        let mut known: Vec<bool> = sigs
+            .iter()
+            .map(|&s| self.recent.contains(s) || index.contains(&s))
+            .collect();
+        // The others, sorted (with their places), looked up in Z and in the runs.
+        let mut rest: Vec<(u64, u32)> = (0..sigs.len())
+            .filter(|&i| !known[i])
+            .map(|i| (sigs[i], i as u32))
+            .collect();
+        if rest.is_empty() {
+            return Ok(known);
+        }
+        rest.sort_unstable();
+        let r = self.finish_inflight();
+        self.poison(r)?;
+        let sorted: Vec<u64> = rest.iter().map(|p| p.0).collect();
+        let mut found = vec![false; sorted.len()];
+        for seg in &self.segments {
+            seg.contains_sorted(&sorted, &mut found)?;
+        }
+        for run in &self.runs {
+            run.contains_sorted(&sorted, &mut found)?;
+        }
+        for (&(_, i), f) in rest.iter().zip(found) {
+            known[i as usize] = f;
+        }
+        Ok(known)
+    }
+
     /// Pushes the record `head` then `rest`, of signature `sig`, unless a record of that
     /// signature was pushed before ([`Sieve::known_signature`]); returns whether it was new.
     /// A repeat is counted as a push that changed nothing.
@@ -434,4 +482,57 @@ pub(crate) fn validate_url(url: &[u8], max_url_len: usize) -> Result<()> {
         }));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+    use crate::storage::sim::SimDisk;
+
+    /// The batched lookup answers as the lookup of one URL does, and as a model does, with
+    /// the answers coming from S, the batch being flushed, R runs and Z segments in turn.
+    #[test]
+    fn known_many_equals_known_and_the_model() {
+        let disk = SimDisk::new();
+        let opts = Options::new().slots(999).seed(3).recent_cache(0);
+        let mut sieve = Sieve::open_with(Arc::new(disk.clone()), opts.clone()).unwrap();
+        let url = |n: u64| format!("http://h{}.test/{n}", n % 97).into_bytes();
+        let mut model = HashSet::new();
+        let mut x = 11u64;
+        let mut next = move || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % 40_000
+        };
+        let mut runs_seen = false;
+        for round in 0..60 {
+            for _ in 0..700 {
+                let n = next();
+                sieve.push(&url(n)).unwrap();
+                model.insert(n);
+            }
+            if round % 17 == 16 {
+                sieve.flush().unwrap();
+            }
+            if round == 40 {
+                sieve.close().unwrap();
+                sieve = Sieve::open_with(Arc::new(disk.clone()), opts.clone()).unwrap();
+            }
+            runs_seen |= !sieve.runs.is_empty();
+            let asked: Vec<u64> = (0..500).map(|_| next()).collect();
+            let urls: Vec<Vec<u8>> = asked.iter().map(|&n| url(n)).collect();
+            let refs: Vec<&[u8]> = urls.iter().map(Vec::as_slice).collect();
+            let many = sieve.known_many(&refs).unwrap();
+            for ((n, u), m) in asked.iter().zip(&urls).zip(many) {
+                assert_eq!(m, model.contains(n), "{n} in round {round}");
+                assert_eq!(m, sieve.known(u).unwrap(), "{n} in round {round}");
+            }
+        }
+        assert!(runs_seen, "some lookups were answered by R runs");
+        assert!(!sieve.segments.is_empty());
+        sieve.close().unwrap();
+    }
 }
