@@ -106,6 +106,47 @@ proptest! {
     }
 }
 
+/// Batches of thousands of documents (the tables sorted by counting, the merges of several
+/// large segments) answer as the brute-force scan does, at k = 3 and at k = 5.
+#[test]
+fn large_batches_and_merges_equal_a_brute_force_scan() {
+    for (k, seed) in [(3u32, 41u64), (5, 43)] {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 24_000;
+        let fps = fingerprints(seed, n, k);
+        let ids: Vec<Vec<u8>> = (0..n).map(|i| format!("doc-{i}").into_bytes()).collect();
+        let mut store = Store::open(dir.path(), Options::new().memory(16 << 20)).unwrap();
+        let mut at = 0;
+        let mut merged = false;
+        for size in [5_000, 9_000, 4_100, 3_000, 1_900, 1_000] {
+            let end = (at + size).min(n);
+            let batch: Vec<(&[u8], u64)> = (at..end).map(|i| (ids[i].as_slice(), fps[i])).collect();
+            let before = store.stats().segments;
+            let out = store.insert(&batch, k).unwrap();
+            merged |= store.stats().segments <= before;
+            for (j, o) in out.iter().enumerate() {
+                let i = at + j;
+                let o = o.as_ref().expect("every id is new");
+                let want = brute(&fps[..i], fps[i], k).first().copied();
+                let got = o.nearest.as_ref().map(|m| (m.doc, m.distance));
+                assert_eq!(got, want, "doc {i}, k = {k}");
+            }
+            at = end;
+        }
+        assert!(merged, "some insert merged segments");
+        for i in (0..at).step_by(997) {
+            let q = flip(fps[i], k, seed ^ i as u64);
+            assert_eq!(
+                store.query(q, k).unwrap(),
+                brute(&fps[..at], q, k),
+                "query {i}"
+            );
+        }
+        store.close().unwrap();
+        assert_eq!(check(dir.path()).unwrap().docs, at as u64);
+    }
+}
+
 #[test]
 fn a_repeated_id_is_not_stored_again_even_after_reopening() {
     let dir = tempfile::tempdir().unwrap();

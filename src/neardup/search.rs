@@ -49,7 +49,37 @@ pub(crate) fn probes(t: usize, queries: &[(u64, u64)], k: u32, out: &mut Vec<Pro
             }
         }
     }
-    out.sort_unstable_by_key(|p| p.key);
+    sort_by_key16(out, |p| p.key);
+}
+
+/// Sorts `items` by a 16-bit key, stably: a counting sort (two passes over the items and one
+/// over the 65,536 counts) for batches large enough that the counts cost less than comparing,
+/// a comparison sort for smaller ones. Entries given in document order come out in (key,
+/// document) order, as a table holds them.
+pub(crate) fn sort_by_key16<T: Copy>(items: &mut Vec<T>, key: impl Fn(&T) -> u32) {
+    const KEYS: usize = 1 << 16;
+    if items.len() < KEYS / 16 {
+        items.sort_by_key(|x| key(x));
+        return;
+    }
+    // starts[k]: where the items of key k go.
+    let mut starts = vec![0u32; KEYS];
+    for x in items.iter() {
+        starts[key(x) as usize] += 1;
+    }
+    let mut at = 0u32;
+    for s in starts.iter_mut() {
+        let n = *s;
+        *s = at;
+        at += n;
+    }
+    let mut out = items.clone();
+    for x in items.iter() {
+        let s = &mut starts[key(x) as usize];
+        out[*s as usize] = *x;
+        *s += 1;
+    }
+    *items = out;
 }
 
 /// The blocks of a table that hold a key some probe asks for.

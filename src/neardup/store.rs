@@ -1,8 +1,7 @@
 //! The store: open and recovery, insert, query, merges, stats and check.
 
 use std::any::Any;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -314,8 +313,9 @@ impl Store {
         let n = queries.len() as u64;
         let entries: Vec<Entry> = queries.iter().map(|&(fp, doc)| Entry { fp, doc }).collect();
         let seg = self.write_segment(base, n, |t, w| {
+            // In document order, so that a stable sort by key gives (key, document) order.
             let mut sorted = entries.clone();
-            sorted.sort_unstable_by_key(|e| (key(e.fp, t), e.doc));
+            search::sort_by_key16(&mut sorted, |e| key(e.fp, t));
             for e in sorted {
                 w.push(t, e)?;
             }
@@ -396,7 +396,8 @@ impl Store {
             if among {
                 entries.clear();
                 entries.extend(queries.iter().map(|&(fp, doc)| Entry { fp, doc }));
-                entries.sort_unstable_by_key(|e| (key(e.fp, t), e.doc));
+                // In document order: a stable sort by key gives (key, document) order.
+                search::sort_by_key16(&mut entries, |e| key(e.fp, t));
                 search::join(&probes, &entries, t, k, on);
             }
         }
@@ -581,7 +582,10 @@ fn create(storage: &dyn Storage) -> Result<Manifest> {
     Ok(m)
 }
 
-/// Writes table `t` of `inputs` merged, in (key, document) order.
+/// Writes table `t` of `inputs` merged, in (key, document) order. The inputs hold
+/// consecutive ranges of documents, in order, so that among entries of one key those of an
+/// earlier input come first: the order is (key, input), and runs of entries of one input are
+/// copied up to the next input's head, without comparing entry by entry across inputs.
 fn merge_table(inputs: &[Segment], t: usize, w: &mut SegmentWriter) -> Result<()> {
     struct Cursor<'a> {
         seg: &'a Segment,
@@ -589,6 +593,23 @@ fn merge_table(inputs: &[Segment], t: usize, w: &mut SegmentWriter) -> Result<()
         entries: Vec<Entry>,
         pos: usize,
     }
+    impl Cursor<'_> {
+        /// The key of the next entry, reading the next block when this one is used up.
+        fn head(&mut self, t: usize, buf: &mut Vec<u8>) -> Result<Option<u32>> {
+            while self.pos == self.entries.len() {
+                if self.block == self.seg.tables[t].len() {
+                    return Ok(None);
+                }
+                self.seg.read_block(t, self.block, buf, &mut self.entries)?;
+                self.block += 1;
+                self.pos = 0;
+            }
+            Ok(Some(key(self.entries[self.pos].fp, t)))
+        }
+    }
+    debug_assert!(inputs
+        .windows(2)
+        .all(|p| p[0].first + p[0].docs <= p[1].first));
     let mut buf = Vec::new();
     let mut cursors: Vec<Cursor<'_>> = inputs
         .iter()
@@ -599,31 +620,46 @@ fn merge_table(inputs: &[Segment], t: usize, w: &mut SegmentWriter) -> Result<()
             pos: 0,
         })
         .collect();
-    let mut heap = BinaryHeap::new();
-    let advance = |c: &mut Cursor<'_>, buf: &mut Vec<u8>| -> Result<Option<Entry>> {
-        if c.pos == c.entries.len() {
-            if c.block == c.seg.tables[t].len() {
-                return Ok(None);
+    let mut heads: Vec<Option<u32>> = Vec::with_capacity(cursors.len());
+    for c in cursors.iter_mut() {
+        heads.push(c.head(t, &mut buf)?);
+    }
+    loop {
+        // The least (key, input) of the heads, and the next least: where its run stops.
+        let mut first: Option<(u32, usize)> = None;
+        let mut bound: Option<(u32, usize)> = None;
+        for (i, h) in heads.iter().enumerate() {
+            if let Some(k) = *h {
+                if first.is_none_or(|f| (k, i) < f) {
+                    bound = first;
+                    first = Some((k, i));
+                } else if bound.is_none_or(|b| (k, i) < b) {
+                    bound = Some((k, i));
+                }
             }
-            c.seg.read_block(t, c.block, buf, &mut c.entries)?;
-            c.block += 1;
-            c.pos = 0;
         }
-        c.pos += 1;
-        Ok(Some(c.entries[c.pos - 1]))
-    };
-    for (i, c) in cursors.iter_mut().enumerate() {
-        if let Some(e) = advance(c, &mut buf)? {
-            heap.push(Reverse((key(e.fp, t), e.doc, e.fp, i)));
+        let Some((_, i)) = first else {
+            return Ok(());
+        };
+        let c = &mut cursors[i];
+        loop {
+            while c.pos < c.entries.len() {
+                let e = c.entries[c.pos];
+                if bound.is_some_and(|b| (key(e.fp, t), i) > b) {
+                    break;
+                }
+                w.push(t, e)?;
+                c.pos += 1;
+            }
+            if c.pos < c.entries.len() {
+                break;
+            }
+            if c.head(t, &mut buf)?.is_none() {
+                break;
+            }
         }
+        heads[i] = c.head(t, &mut buf)?;
     }
-    while let Some(Reverse((_, doc, fp, i))) = heap.pop() {
-        w.push(t, Entry { fp, doc })?;
-        if let Some(e) = advance(&mut cursors[i], &mut buf)? {
-            heap.push(Reverse((key(e.fp, t), e.doc, e.fp, i)));
-        }
-    }
-    Ok(())
 }
 
 /// What [`check`] found in a sound store.
