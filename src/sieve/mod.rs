@@ -410,6 +410,12 @@ impl Sieve {
         Ok(true)
     }
 
+    /// Counts a push that [`Sieve::known_signatures`] found known and that changes nothing,
+    /// as [`Sieve::push_parts_if_new`] counts one.
+    pub(crate) fn count_repeat(&mut self) {
+        self.absorbed += 1;
+    }
+
     /// Whether a record of signature `sig` was ever pushed.
     pub(crate) fn contains_signature(&mut self, sig: u64) -> Result<bool> {
         let r = self.decide().and_then(|()| self.finish_inflight());

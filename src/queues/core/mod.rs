@@ -1135,7 +1135,7 @@ impl Core {
         &mut self,
         crawl: &[u8],
         items: &[super::Discovered<'_>],
-        mut new: Option<&mut Vec<bool>>,
+        new: Option<&mut Vec<bool>>,
     ) -> Result<()> {
         self.writable()?;
         for it in items {
@@ -1144,6 +1144,37 @@ impl Core {
         let id = self.crawl_id(crawl)?;
         let seed = record::crawl_seed(self.sieve.seed(), id);
         let mut buf = Vec::new();
+        if let Some(new) = new {
+            // Which URLs were known before this batch, looked up together (each block of Z
+            // and of the runs read once for all of them); then the batch's own repeats.
+            let sigs: Vec<u64> = items
+                .iter()
+                .map(|it| crate::signature(it.url, seed))
+                .collect();
+            let known = self.sieve.known_signatures(&sigs)?;
+            let mut batch = std::collections::HashSet::with_capacity(items.len());
+            for ((it, &sig), known) in items.iter().zip(&sigs).zip(known) {
+                self.unsynced = true;
+                if known || !batch.insert(sig) {
+                    self.sieve.count_repeat();
+                    new.push(false);
+                    continue;
+                }
+                buf.clear();
+                record::encode(
+                    &mut buf,
+                    &Record {
+                        crawl: id,
+                        key: it.key,
+                        meta: it.metadata,
+                        url: it.url,
+                    },
+                );
+                self.sieve.push_parts(&[], &buf, sig)?;
+                new.push(true);
+            }
+            return Ok(());
+        }
         for it in items {
             buf.clear();
             record::encode(
@@ -1156,10 +1187,7 @@ impl Core {
                 },
             );
             let sig = crate::signature(it.url, seed);
-            match new.as_deref_mut() {
-                Some(new) => new.push(self.sieve.push_parts_if_new(&[], &buf, sig)?),
-                None => self.sieve.push_parts(&[], &buf, sig)?,
-            }
+            self.sieve.push_parts(&[], &buf, sig)?;
             self.unsynced = true;
         }
         Ok(())
