@@ -8,6 +8,7 @@
 //! crivello-bench plot --input results.json --output performance-throughput.svg
 //! crivello-bench table --input results.json
 //! crivello-bench frontier [--urls N] [--hosts H] [--batch B] [--dir DIR] [--push-new]
+//! crivello-bench neardup [--stored N[,N...]] [--memory MIB] [--batch B] [--python PY]
 //! ```
 //!
 //! `run` runs each peer in a child process of its own (the hidden `peer` subcommand), so that
@@ -16,6 +17,7 @@
 #![warn(missing_docs)]
 
 mod frontier;
+mod neardup;
 mod peers;
 mod plot;
 mod record;
@@ -60,6 +62,24 @@ enum Cmd {
     Frontier(frontier::FrontierArgs),
     /// Measures `crivello serve` over loopback beside the in-process frontier.
     Serve(serve::ServeArgs),
+    /// Measures the near-duplicate store beside `simhash`, datasketch and a linear scan.
+    Neardup(neardup::NeardupArgs),
+    /// Runs crivello's near-duplicate store alone and prints its figures (used by `neardup`).
+    #[command(hide = true)]
+    NeardupStore {
+        /// Documents to store.
+        #[arg(long, value_parser = parse_count)]
+        stored: u64,
+        /// Memory budget, MiB.
+        #[arg(long, default_value_t = 64)]
+        memory: usize,
+        /// Documents per insert call.
+        #[arg(long, value_parser = parse_count)]
+        batch: u64,
+        /// Where to make the store.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Draws pushes/s against pushes for every peer, from a results file, as SVG.
     Plot {
         /// The results file written by `run --json`.
@@ -189,6 +209,13 @@ fn main() -> ExitCode {
         Cmd::Run(a) => run(&a),
         Cmd::Frontier(a) => frontier::run(&a),
         Cmd::Serve(a) => serve::run(&a),
+        Cmd::Neardup(a) => neardup::run(&a),
+        Cmd::NeardupStore {
+            stored,
+            memory,
+            batch,
+            dir,
+        } => neardup::store_child(stored, memory, batch, dir),
         Cmd::Plot { input, output } => plot::plot(&input, &output),
         Cmd::Table { input } => record::load(&input).map(|rs| print!("{}", table::markdown(&rs))),
         Cmd::Peer {

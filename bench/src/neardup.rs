@@ -1,0 +1,549 @@
+//! `crivello-bench neardup`: crivello's near-duplicate store beside the PyPI `simhash`
+//! package, datasketch's MinHash and a linear scan, in one run:
+//!
+//! 1. fingerprinting, MB/s of text on one core, on the corpus of this machine's texts
+//!    (crivello in process; `simhash.Simhash` and datasketch's `MinHash` with 128 permutations
+//!    in a Python child process, `neardup_peers.py`);
+//! 2. recall of one-edit copies and unrelated pairs found close, on the same corpus: crivello
+//!    at k = 3, `simhash.Simhash` at k = 3, MinHash LSH at a Jaccard threshold of 0.8;
+//! 3. query + insert at k = 3 with the fingerprints given, documents/s as the store grows to
+//!    each count of `--stored`: crivello's store in a child process of its own (its peak RSS
+//!    its own), a linear scan of the same fingerprints in memory (on a sample of queries),
+//!    and `SimhashIndex` up to `--simhash-cap` documents.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use crivello::internals::corpus::{machine_corpus, Corpus};
+use crivello::neardup::{distance, Fingerprinter, Store};
+use crivello::Options;
+
+use crate::peers::{dir_size, peak_rss_kib};
+use crate::record::Result;
+
+/// The arguments of `neardup`.
+#[derive(Debug, clap::Args)]
+pub struct NeardupArgs {
+    /// Counts of stored documents to measure query + insert at, comma-separated.
+    #[arg(long, value_parser = crate::parse_count, value_delimiter = ',', default_value = "1e6,1e7")]
+    pub stored: Vec<u64>,
+    /// crivello's memory budget, MiB.
+    #[arg(long, default_value_t = 64)]
+    pub memory: usize,
+    /// Documents per `Store::insert` call.
+    #[arg(long, value_parser = crate::parse_count, default_value = "1e5")]
+    pub batch: u64,
+    /// The Python with `simhash` and `datasketch` installed (`none`: no Python peer).
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+    /// The most documents `SimhashIndex` is measured with (it is slow, and all in RAM).
+    #[arg(long, value_parser = crate::parse_count, default_value = "1e5")]
+    pub simhash_cap: u64,
+    /// Seconds each fingerprinting measurement takes.
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
+    /// Where the stores are made (default: the system's temporary directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Writes the figures to this JSON file too.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Draws query + insert against stored documents to this SVG file.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+    /// The `crivello` command to time `crivello neardup` with, as users run it, on
+    /// `--cli-docs` synthetic documents (none: not timed).
+    #[arg(long)]
+    pub cli: Option<PathBuf>,
+    /// Documents of the command-line run.
+    #[arg(long, value_parser = crate::parse_count, default_value = "1e6")]
+    pub cli_docs: u64,
+}
+
+/// Writes `n` synthetic documents as JSON lines: 40 words each from a vocabulary of 5,000,
+/// a quarter of them a near-duplicate (one word changed) of a recent one, two in five a
+/// repeat of an earlier id. Returns the bytes written and the distinct ids.
+fn write_docs(path: &std::path::Path, n: u64) -> Result<(u64, u64)> {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    let mut rand = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let word = |w: u64| format!("w{}x{}", w % 5000, (w * 7) % 13);
+    let mut recent: Vec<Vec<u64>> = Vec::new();
+    let (mut bytes, mut ids) = (0u64, 0u64);
+    for i in 0..n {
+        let id = if i > 0 && rand() % 5 < 2 {
+            rand() % ids.max(1)
+        } else {
+            ids += 1;
+            ids - 1
+        };
+        let words: Vec<u64> = if !recent.is_empty() && rand() % 4 == 0 {
+            let mut w = recent[(rand() % recent.len() as u64) as usize].clone();
+            let at = (rand() % w.len() as u64) as usize;
+            w[at] = rand();
+            w
+        } else {
+            (0..40).map(|_| rand()).collect()
+        };
+        let text: Vec<String> = words.iter().map(|&w| word(w)).collect();
+        let line = serde_json::json!({"id": format!("doc-{id}"), "text": text.join(" ")});
+        let line = format!("{line}\n");
+        bytes += line.len() as u64;
+        out.write_all(line.as_bytes())?;
+        if recent.len() < 64 {
+            recent.push(words);
+        } else {
+            let at = (rand() % 64) as usize;
+            recent[at] = words;
+        }
+    }
+    out.flush()?;
+    Ok((bytes, ids))
+}
+
+/// The synthetic fingerprints: one in eight a near-duplicate (two bits off) of the one
+/// before it, the others uniformly random. The same for every peer.
+pub struct Fingerprints(u64, u64);
+
+impl Fingerprints {
+    /// The sequence from its start.
+    pub fn new() -> Fingerprints {
+        Fingerprints(0x9e37_79b9_7f4a_7c15, 0)
+    }
+
+    fn rand(&mut self) -> u64 {
+        let s = &mut self.0;
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        *s
+    }
+}
+
+impl Iterator for Fingerprints {
+    type Item = u64;
+    fn next(&mut self) -> Option<u64> {
+        let fp = if self.1 != 0 && self.rand().is_multiple_of(8) {
+            let r = self.rand();
+            self.1 ^ 0b11 << (r % 62)
+        } else {
+            self.rand()
+        };
+        self.1 = fp;
+        Some(fp)
+    }
+}
+
+/// Runs crivello's store alone (the hidden `neardup-store` subcommand): inserts `stored`
+/// synthetic fingerprints at k = 3 in batches, and prints one JSON line of figures.
+pub fn store_child(stored: u64, memory: usize, batch: u64, dir: Option<PathBuf>) -> Result<()> {
+    let parent = dir.unwrap_or_else(std::env::temp_dir);
+    let tmp = tempfile::tempdir_in(parent)?;
+    let mut store = Store::open(tmp.path(), Options::new().memory(memory << 20))?;
+    let mut fps = Fingerprints::new();
+    let mut ids: Vec<String> = Vec::new();
+    let mut near = 0u64;
+    let start = Instant::now();
+    let mut at = 0u64;
+    let mut progress = Instant::now();
+    while at < stored {
+        let n = batch.min(stored - at);
+        ids.clear();
+        ids.extend((at..at + n).map(|i| format!("d{i}")));
+        let docs: Vec<(&[u8], u64)> = ids
+            .iter()
+            .map(|id| (id.as_bytes(), fps.next().expect("endless")))
+            .collect();
+        let out = store.insert(&docs, 3)?;
+        near += out.iter().flatten().filter(|s| s.nearest.is_some()).count() as u64;
+        at += n;
+        if progress.elapsed().as_secs() >= 10 {
+            progress = Instant::now();
+            eprintln!(
+                "  crivello: {at} stored, {:.0} documents/s so far",
+                at as f64 / start.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let stats = store.stats();
+    store.close()?;
+    let out = serde_json::json!({
+        "stored": stored,
+        "secs": secs,
+        "docs_s": stored as f64 / secs,
+        "near": near,
+        "segments": stats.segments,
+        "disk_bytes": dir_size(tmp.path()),
+        "peak_rss_kib": peak_rss_kib(),
+    });
+    println!("{out}");
+    Ok(())
+}
+
+/// MB/s of crivello's fingerprint over the texts, for `seconds`.
+fn fingerprint_speed(texts: &[(String, String)], seconds: f64) -> f64 {
+    let mut f = Fingerprinter::new();
+    let mut x = 0u64;
+    let mut done = 0usize;
+    let start = Instant::now();
+    while start.elapsed().as_secs_f64() < seconds {
+        for (_, t) in texts {
+            x = x.rotate_left(1) ^ f.fingerprint(t).expect("within the maximum");
+            done += t.len();
+        }
+    }
+    std::hint::black_box(x);
+    done as f64 / 1e6 / start.elapsed().as_secs_f64()
+}
+
+/// crivello's recall of one-edit copies at k = 3, and the unrelated pairs within 3.
+fn recall(c: &Corpus) -> (f64, usize) {
+    let mut f = Fingerprinter::new();
+    let fps: Vec<u64> = c
+        .texts
+        .iter()
+        .map(|(_, t)| f.fingerprint(t).expect("within the maximum"))
+        .collect();
+    let hits = c
+        .edited
+        .iter()
+        .filter(|(i, _, e)| distance(fps[*i], f.fingerprint(e).expect("within")) <= 3)
+        .count();
+    let close = c
+        .unrelated
+        .iter()
+        .filter(|(a, b)| distance(fps[*a], fps[*b]) <= 3)
+        .count();
+    (hits as f64 / c.edited.len() as f64, close)
+}
+
+/// Queries/s of a linear scan over `fps` at k = 3, on a sample of queries.
+fn scan_speed(fps: &[u64]) -> f64 {
+    let start = Instant::now();
+    let mut hits = 0usize;
+    let mut q = 0usize;
+    while q < 20 || start.elapsed().as_secs_f64() < 1.0 {
+        let fp = fps[(q * 7919) % fps.len()] ^ 1;
+        hits += fps.iter().filter(|&&f| distance(f, fp) <= 3).count();
+        q += 1;
+    }
+    std::hint::black_box(hits);
+    q as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Runs the benchmark and prints its tables.
+pub fn run(a: &NeardupArgs) -> Result<()> {
+    let exe = std::env::current_exe()?;
+    let mut report = serde_json::Map::new();
+
+    // The corpus, and the task of the Python peers.
+    let corpus = machine_corpus(20)
+        .ok_or("fewer than 20 texts of 2,000 bytes on this machine: no corpus")?;
+    let bytes: usize = corpus.texts.iter().map(|(_, t)| t.len()).sum();
+    println!(
+        "corpus: {} texts ({:.1} MB), {} one-edit copies, {} unrelated pairs\n",
+        corpus.texts.len(),
+        bytes as f64 / 1e6,
+        corpus.edited.len(),
+        corpus.unrelated.len()
+    );
+    let max_stored = a.stored.iter().copied().max().unwrap_or(0);
+    let simhash_counts: Vec<u64> = a
+        .stored
+        .iter()
+        .map(|&n| n.min(a.simhash_cap))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let python = if a.python == "none" {
+        None
+    } else {
+        let tmp = tempfile::tempdir()?;
+        let task = tmp.path().join("task.json");
+        let fps: Vec<u64> = Fingerprints::new()
+            .take(*simhash_counts.last().unwrap_or(&0) as usize)
+            .collect();
+        let t = serde_json::json!({
+            "texts": corpus.texts.iter().map(|(_, t)| t).collect::<Vec<_>>(),
+            "edited": corpus.edited.iter().map(|(i, k, e)| (i, format!("{k:?}"), e)).collect::<Vec<_>>(),
+            "unrelated": corpus.unrelated,
+            "seconds": a.seconds,
+            "fingerprints": fps,
+            "stored": simhash_counts,
+        });
+        std::fs::write(&task, t.to_string())?;
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("neardup_peers.py");
+        eprintln!("running the Python peers ({})", a.python);
+        let out = Command::new(&a.python).arg(&script).arg(&task).output()?;
+        if !out.status.success() {
+            return Err(format!(
+                "{} {}: {}",
+                a.python,
+                script.display(),
+                String::from_utf8_lossy(&out.stderr)
+            )
+            .into());
+        }
+        Some(serde_json::from_slice::<serde_json::Value>(&out.stdout)?)
+    };
+    let py = |path: &[&str]| -> Option<f64> {
+        let mut v = python.as_ref()?;
+        for p in path {
+            v = v.get(p)?;
+        }
+        v.as_f64()
+    };
+
+    // 1. Fingerprinting.
+    let mbs = fingerprint_speed(&corpus.texts, a.seconds);
+    println!("| fingerprinting, one core | MB/s of text | crivello is |");
+    println!("|---|---:|---:|");
+    println!("| crivello (SimHash, 5-character shingles, xxh3) | {mbs:.1} | |");
+    for (name, key) in [
+        ("PyPI `simhash` (`Simhash(text)`)", "simhash_mb_s"),
+        ("datasketch `MinHash`, 128 permutations", "minhash_mb_s"),
+    ] {
+        if let Some(v) = py(&["fingerprint", key]) {
+            println!("| {name} | {v:.2} | {:.0}x |", mbs / v);
+        }
+    }
+    report.insert("fingerprint_mb_s".into(), mbs.into());
+
+    // 2. Recall and precision.
+    let (rec, close) = recall(&corpus);
+    let pairs = corpus.unrelated.len();
+    println!("\n| recall and precision | one-edit copies found | unrelated pairs found close |");
+    println!("|---|---:|---:|");
+    println!(
+        "| crivello, k = 3 | {:.1} % | {close} of {pairs} |",
+        100.0 * rec
+    );
+    for (name, key) in [
+        ("PyPI `simhash`, k = 3", "simhash"),
+        ("datasketch MinHash LSH, Jaccard ≥ 0.8", "minhash_lsh"),
+    ] {
+        if let (Some(r), Some(c)) = (
+            py(&["recall", key, "recall"]),
+            py(&["recall", key, "unrelated_close"]),
+        ) {
+            println!("| {name} | {:.1} % | {c} of {pairs} |", 100.0 * r);
+        }
+    }
+    report.insert("recall".into(), rec.into());
+    report.insert("unrelated_close".into(), close.into());
+    report.insert("python".into(), python.clone().unwrap_or_default());
+
+    // 3. Query + insert.
+    println!(
+        "\n| query + insert, k = 3, fingerprints given | stored | documents/s | crivello is | peak RSS |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    let fps: Vec<u64> = Fingerprints::new().take(max_stored as usize).collect();
+    let mut rows = Vec::new();
+    for &n in &a.stored {
+        let mut cmd = Command::new(&exe);
+        cmd.args(["neardup-store", "--stored", &n.to_string()])
+            .args(["--memory", &a.memory.to_string()])
+            .args(["--batch", &a.batch.to_string()]);
+        if let Some(d) = &a.dir {
+            cmd.arg("--dir").arg(d);
+        }
+        let out = cmd.stderr(std::process::Stdio::inherit()).output()?;
+        if !out.status.success() {
+            return Err(format!("crivello's store at {n}: {}", out.status).into());
+        }
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        let docs_s = r["docs_s"].as_f64().unwrap_or(0.0);
+        println!(
+            "| crivello, {} MiB, batches of {} | {n} | {docs_s:.0} | | {} MiB ({} segments, {:.0} MB on disk) |",
+            a.memory,
+            a.batch,
+            r["peak_rss_kib"].as_u64().unwrap_or(0) / 1024,
+            r["segments"],
+            r["disk_bytes"].as_f64().unwrap_or(0.0) / 1e6
+        );
+        let scan = scan_speed(&fps[..n as usize]);
+        println!(
+            "| linear scan (in memory) | {n} | {scan:.0} | {:.0}x | |",
+            docs_s / scan
+        );
+        let mut row = serde_json::json!({"stored": n, "crivello": r, "scan_docs_s": scan});
+        if let Some(rs) = python
+            .as_ref()
+            .and_then(|p| p["index"]["simhash_index"].as_array())
+        {
+            if let Some(s) = rs
+                .iter()
+                .find(|s| s["stored"].as_u64() == Some(n.min(a.simhash_cap)))
+            {
+                let v = s["docs_s"].as_f64().unwrap_or(0.0);
+                println!(
+                    "| PyPI `SimhashIndex`, k = 3 | {} | {v:.0} | {:.0}x | {} MiB (its process) |",
+                    n.min(a.simhash_cap),
+                    docs_s / v,
+                    python
+                        .as_ref()
+                        .map_or(0, |p| p["index"]["peak_rss_kib"].as_u64().unwrap_or(0)
+                            / 1024)
+                );
+                row["simhash_index_docs_s"] = v.into();
+                row["simhash_stored"] = n.min(a.simhash_cap).into();
+            }
+        }
+        rows.push(row);
+    }
+    if let Some(cli) = &a.cli {
+        let parent = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+        let tmp = tempfile::tempdir_in(parent)?;
+        let input = tmp.path().join("docs.jsonl");
+        let (bytes, ids) = write_docs(&input, a.cli_docs)?;
+        let store = tmp.path().join("store");
+        let start = Instant::now();
+        let out = Command::new(cli)
+            .arg("neardup")
+            .arg(&store)
+            .arg(&input)
+            .args(["--memory", &format!("{}M", a.memory)])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .output()?;
+        let secs = start.elapsed().as_secs_f64();
+        if !out.status.success() {
+            return Err(format!(
+                "{} neardup: {}",
+                cli.display(),
+                String::from_utf8_lossy(&out.stderr)
+            )
+            .into());
+        }
+        let lines = out.stdout.iter().filter(|&&b| b == b'\n').count() as u64;
+        if lines != ids {
+            return Err(format!("crivello neardup printed {lines} lines for {ids} new ids").into());
+        }
+        let near = out
+            .stdout
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty() && !l.ends_with(b"\t-\t-"))
+            .count();
+        println!(
+            "\n`crivello neardup`, {} MiB: {} documents ({:.0} MB of JSON lines, {ids} new ids, {near} near-duplicates) in {secs:.2} s: {:.0} documents/s, {:.0} MB/s",
+            a.memory,
+            a.cli_docs,
+            bytes as f64 / 1e6,
+            a.cli_docs as f64 / secs,
+            bytes as f64 / 1e6 / secs
+        );
+        report.insert(
+            "cli".into(),
+            serde_json::json!({"docs": a.cli_docs, "bytes": bytes, "new": ids, "near": near, "secs": secs}),
+        );
+    }
+    if let Some(svg) = &a.svg {
+        plot(&rows, a.memory, svg)?;
+    }
+    report.insert("index".into(), rows.into());
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::Value::Object(report).to_string())?;
+    }
+    Ok(())
+}
+
+/// Draws documents/s against stored documents (both axes logarithmic) for crivello, the
+/// linear scan and `SimhashIndex`, from the rows of a run, to the SVG file `output`.
+fn plot(rows: &[serde_json::Value], memory: usize, output: &std::path::Path) -> Result<()> {
+    use plotters::prelude::*;
+    let series: [(&str, RGBColor, String); 3] = [
+        (
+            "crivello",
+            RGBColor(214, 39, 40),
+            format!("crivello's store (durable, {memory} MiB)"),
+        ),
+        (
+            "scan",
+            RGBColor(127, 127, 127),
+            "linear scan (in memory)".into(),
+        ),
+        (
+            "simhash",
+            RGBColor(31, 119, 180),
+            "PyPI SimhashIndex (in memory)".into(),
+        ),
+    ];
+    let point = |r: &serde_json::Value, which: &str| -> Option<(f64, f64)> {
+        let n = r["stored"].as_f64()?;
+        match which {
+            "crivello" => Some((n, r["crivello"]["docs_s"].as_f64()?)),
+            "scan" => Some((n, r["scan_docs_s"].as_f64()?)),
+            _ => Some((
+                r["simhash_stored"].as_f64()?,
+                r["simhash_index_docs_s"].as_f64()?,
+            )),
+        }
+    };
+    let all: Vec<(f64, f64)> = rows
+        .iter()
+        .flat_map(|r| series.iter().filter_map(|s| point(r, s.0)))
+        .collect();
+    if all.is_empty() {
+        return Err("no figures to draw".into());
+    }
+    let (xmin, xmax) = all
+        .iter()
+        .fold((f64::MAX, 0f64), |(a, b), p| (a.min(p.0), b.max(p.0)));
+    let (ymin, ymax) = all
+        .iter()
+        .fold((f64::MAX, 0f64), |(a, b), p| (a.min(p.1), b.max(p.1)));
+    let root = SVGBackend::new(output, (960, 600)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Near-duplicates: query + insert at k = 3, fingerprints given",
+            ("sans-serif", 22),
+        )
+        .margin(20)
+        .x_label_area_size(50)
+        .y_label_area_size(90)
+        .build_cartesian_2d(
+            (xmin / 2.0..xmax * 2.0).log_scale(),
+            (ymin / 3.0..ymax * 3.0).log_scale(),
+        )?;
+    chart
+        .configure_mesh()
+        .light_line_style(WHITE)
+        .x_desc("documents stored")
+        .y_desc("documents per second")
+        .x_label_formatter(&|x| format!("{x:.0e}"))
+        .y_label_formatter(&|y| format!("{y:.0e}"))
+        .draw()?;
+    for (which, color, legend) in series {
+        let mut pts: Vec<(f64, f64)> = rows.iter().filter_map(|r| point(r, which)).collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        pts.dedup_by(|a, b| a.0 == b.0);
+        if pts.is_empty() {
+            continue;
+        }
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
+            .label(legend)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerLeft)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
