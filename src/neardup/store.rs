@@ -20,10 +20,14 @@ use crate::{Options, Sieve};
 const IDS: &str = "ids.";
 /// Segments beyond which the two newest are merged whatever their sizes.
 const MAX_SEGMENTS: usize = 40;
-/// Bytes of a batch per document beside its id, per probe of a table (k ≤ 3: one probe per
-/// table, 4 ≤ k: 17): the query, the best match, the probe and the entry of the batch's table.
-const BYTES_PER_DOC: usize = 64;
-const BYTES_PER_PROBE: usize = 24;
+/// Bytes of a batch per document beside its id, at the batch's peak (its search): the set of
+/// the batch's ids (a hash set of slices, up to 40), the list of ids and whether each is
+/// known (17), the new documents' places (8), the queries (16), the best matches (16), and a
+/// table's entries with the copy its counting sort makes (32).
+const BYTES_PER_DOC: usize = 136;
+/// Bytes per probe of a table (k ≤ 3: one probe per table, 4 ≤ k: 17), with the copy its
+/// counting sort makes.
+const BYTES_PER_PROBE: usize = 48;
 
 /// The stored document nearest to another one.
 #[derive(Debug, Clone, PartialEq, Eq)]
