@@ -18,10 +18,13 @@ import json
 import sys
 import time
 
+from datasketch import MinHash
+
 
 def shingles(text, n=5):
-    """The 5-character shingles of a text normalised as crivello normalises it (lower case,
-    every run of characters that are not letters or digits one space)."""
+    """The 5-character shingles of a text normalised about as crivello normalises it (lower
+    case, every run of characters that are not letters or digits one space; Python's
+    `str.isalnum` differs from Rust's `char::is_alphanumeric` on some combining marks)."""
     out = []
     gap = False
     for c in text:
@@ -54,8 +57,7 @@ def timed(texts, seconds, one):
 
 
 def minhash(text):
-    from datasketch import MinHash
-
+    """datasketch's MinHash of a text's shingles (made in Python, as a user of it would)."""
     m = MinHash(num_perm=128)
     m.update_batch(shingles(text))
     return m
