@@ -1143,39 +1143,32 @@ impl Core {
         }
         let id = self.crawl_id(crawl)?;
         let seed = record::crawl_seed(self.sieve.seed(), id);
+        let sigs: Vec<u64> = items
+            .iter()
+            .map(|it| crate::signature(it.url, seed))
+            .collect();
+        // With `new`: which URLs were known before this batch, looked up together (each
+        // block of Z and of the runs read once for all of them); the batch's own repeats are
+        // found in a set of its signatures.
+        let mut novelty = match new {
+            Some(new) => Some((
+                new,
+                self.sieve.known_signatures(&sigs)?,
+                std::collections::HashSet::with_capacity(items.len()),
+            )),
+            None => None,
+        };
         let mut buf = Vec::new();
-        if let Some(new) = new {
-            // Which URLs were known before this batch, looked up together (each block of Z
-            // and of the runs read once for all of them); then the batch's own repeats.
-            let sigs: Vec<u64> = items
-                .iter()
-                .map(|it| crate::signature(it.url, seed))
-                .collect();
-            let known = self.sieve.known_signatures(&sigs)?;
-            let mut batch = std::collections::HashSet::with_capacity(items.len());
-            for ((it, &sig), known) in items.iter().zip(&sigs).zip(known) {
-                self.unsynced = true;
-                if known || !batch.insert(sig) {
+        for (i, (it, &sig)) in items.iter().zip(&sigs).enumerate() {
+            self.unsynced = true;
+            if let Some((new, known, batch)) = novelty.as_mut() {
+                let fresh = !known[i] && batch.insert(sig);
+                new.push(fresh);
+                if !fresh {
                     self.sieve.count_repeat();
-                    new.push(false);
                     continue;
                 }
-                buf.clear();
-                record::encode(
-                    &mut buf,
-                    &Record {
-                        crawl: id,
-                        key: it.key,
-                        meta: it.metadata,
-                        url: it.url,
-                    },
-                );
-                self.sieve.push_parts(&[], &buf, sig)?;
-                new.push(true);
             }
-            return Ok(());
-        }
-        for it in items {
             buf.clear();
             record::encode(
                 &mut buf,
@@ -1186,9 +1179,7 @@ impl Core {
                     url: it.url,
                 },
             );
-            let sig = crate::signature(it.url, seed);
             self.sieve.push_parts(&[], &buf, sig)?;
-            self.unsynced = true;
         }
         Ok(())
     }
