@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::error::{Corruption, Error, Result};
 use crate::frames::{FrameError, FrameReader};
 use crate::frontier::{self, Position};
-use crate::manifest::Manifest;
+use crate::manifest::{CleanEnd, Manifest};
 use crate::names;
 use crate::run::Run;
 use crate::segment::Segment;
@@ -53,7 +53,7 @@ pub fn check(dir: impl AsRef<Path>) -> Result<CheckReport> {
             reason: "no such directory".into(),
         });
     }
-    check_storage(Arc::new(DirStorage::open_store(dir)?))
+    check_storage(Arc::new(DirStorage::open_store_read_only(dir)?))
 }
 
 /// Verifies the sieve on any storage; see [`check`].
@@ -91,10 +91,13 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
         }
     }
     let gens = live_generations(st, &m, &mut r)?;
+    if let Err(e) = wal::check_clean_present(wal::A, m.a_gen, &gens, m.clean_a) {
+        r.damage.push(e);
+    }
     let last = gens.last().copied();
     check_runs(st, &m, last, &mut r);
     if m.mode == crate::Mode::Frontier {
-        check_queues(st, &mut r)?;
+        check_queues(st, m.clean_j, &mut r)?;
     }
     if let Some(c) = cursor {
         check_frontier(st, &m, &c, &mut r);
@@ -107,7 +110,7 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
             n += u64::from(i >= skip);
             Ok(())
         });
-        match counted {
+        match counted.and_then(|rep| rep.check_clean(g, m.clean_a).map(|()| rep)) {
             Ok(rep) => {
                 r.buffered += n;
                 if rep.ends_the_stream(Some(g) == last) {
@@ -145,7 +148,7 @@ fn replay_frontier(storage: &Arc<dyn Storage>, r: &mut CheckReport) -> Result<()
 }
 
 /// A frontier's files: every entry of the journal J, and every record of the Q runs it names.
-fn check_queues(st: &dyn Storage, r: &mut CheckReport) -> Result<()> {
+fn check_queues(st: &dyn Storage, clean: CleanEnd, r: &mut CheckReport) -> Result<()> {
     use crate::queues::journal::Entry;
     let mut gens: Vec<u64> = st
         .list_files()?
@@ -157,6 +160,7 @@ fn check_queues(st: &dyn Storage, r: &mut CheckReport) -> Result<()> {
         .collect();
     gens.sort_unstable();
     let mut runs: Vec<u64> = Vec::new();
+    let mut first = 0;
     // The checkpoint, if any: the runs then, and the first generation after it.
     if let Some(f) = st.open_if_exists(names::CHECKPOINT)? {
         r.files += 1;
@@ -167,9 +171,13 @@ fn check_queues(st: &dyn Storage, r: &mut CheckReport) -> Result<()> {
             Ok((from, listed)) => {
                 gens.retain(|&g| g >= from);
                 runs = listed;
+                first = from;
             }
             Err(e) => r.damage.push(e),
         }
+    }
+    if let Err(e) = wal::check_clean_present(crate::queues::core::J, first, &gens, clean) {
+        r.damage.push(e);
     }
     let last = gens.last().copied();
     for g in gens {
@@ -188,7 +196,7 @@ fn check_queues(st: &dyn Storage, r: &mut CheckReport) -> Result<()> {
             }
             Ok(())
         });
-        match replayed {
+        match replayed.and_then(|rep| rep.check_clean(g, clean).map(|()| rep)) {
             Ok(rep) => {
                 if rep.ends_the_stream(Some(g) == last) {
                     r.torn_tails.push((names::j(g), rep.torn_bytes));

@@ -95,6 +95,22 @@ impl Error {
         }
     }
 
+    /// Whether the file system refused to store more: no space left on the device, a quota
+    /// exceeded, or a read-only file system. [`crate::Sieve::open_read_only`] and
+    /// [`crate::Frontier::open_read_only`] still read such a store.
+    pub fn is_write_refused(&self) -> bool {
+        const ENOSPC: i32 = 28;
+        const EROFS: i32 = 30;
+        const EDQUOT: i32 = 122;
+        match self {
+            Error::Io { source, .. } => matches!(
+                source.raw_os_error(),
+                Some(ENOSPC) | Some(EROFS) | Some(EDQUOT)
+            ),
+            _ => false,
+        }
+    }
+
     /// Whether this error reports damaged data (as opposed to a failed operation).
     pub fn is_corruption(&self) -> bool {
         matches!(self, Error::Corrupt { .. })
@@ -189,6 +205,13 @@ pub enum Corruption {
         /// Offset of the later valid record.
         next_valid: u64,
     },
+    /// A log is damaged or cut before the end its last clean close recorded, so the damage
+    /// is not a torn tail: synced data was changed.
+    DamagedBeforeCleanEnd {
+        /// The end recorded at the clean close (0: the log's later generation was recorded,
+        /// so this one had to be whole).
+        clean_end: u64,
+    },
 }
 
 impl fmt::Display for Corruption {
@@ -241,6 +264,16 @@ impl fmt::Display for Corruption {
                 f,
                 "damaged record followed by a valid later commit at offset {next_valid} \
                  (synced data was changed, not a torn write)"
+            ),
+            Corruption::DamagedBeforeCleanEnd { clean_end: 0 } => write!(
+                f,
+                "damaged or incomplete, though a later generation was closed cleanly \
+                 (synced data was changed, not a torn write)"
+            ),
+            Corruption::DamagedBeforeCleanEnd { clean_end } => write!(
+                f,
+                "damaged or cut before offset {clean_end}, where the last clean close ended \
+                 it (synced data was changed, not a torn write)"
             ),
         }
     }

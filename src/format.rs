@@ -8,8 +8,8 @@ use crate::error::{Corruption, Error, Result};
 /// The format version of the files written by this build, but the manifest (see
 /// `docs/design.md`, "Format versions").
 pub const VERSION: u32 = 4;
-/// The format version of the manifest written by this build; version 4 is read too.
-pub const MANIFEST_VERSION: u32 = 5;
+/// The format version of the manifest written by this build; versions 4 and 5 are read too.
+pub const MANIFEST_VERSION: u32 = 8;
 
 /// Magic of A (write-ahead log) files: `CRVA`.
 pub const MAGIC_A: u32 = u32::from_le_bytes(*b"CRVA");

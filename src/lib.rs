@@ -130,8 +130,8 @@ pub mod internals {
     pub use crate::buffer::{sort_slots, Slot};
     pub use crate::testing::corpus;
     pub use crate::testing::corrupt::{
-        corruption_opts, corruption_outcome, corruption_store, corruption_urls, decode, kind_of,
-        reseal, FileKind,
+        corruption_opts, corruption_outcome, corruption_store, corruption_store_closed,
+        corruption_urls, decode, kind_of, reseal, FileKind,
     };
     pub use crate::testing::frontier::{
         checkpoint_in_version, decode_frontier, frontier_corruption_opts, frontier_ops,

@@ -7,13 +7,17 @@
 //!           | pushed u64 | flushes u64 | torn_records u64 | torn_bytes u64
 //!           | merges u64
 //!           | mode u32                                  (version 5; 0 in version 4)
+//!           | clean_a_gen u64 | clean_a_end u64         (version 8; 0 before)
+//!           | clean_j_gen u64 | clean_j_end u64         where the last clean close left A and J
 //!           | segments u32 | segments x (id u64 | sigs u64 | bytes u64)
 //!           | runs u32 | runs x (id u64 | gen u64 | skip u64 | records u64 | pairs u64)
 //!           | crc32 u32
 //! ```
 //!
 //! It is replaced atomically (`MANIFEST.tmp`, fsync, rename, fsync directory). A manifest of
-//! version 4 is read as of mode 0 and written back as version 5 at the next commit.
+//! version 4 is read as of mode 0, one of version 5 as of no clean close recorded, and both
+//! are written back as version 8 at the next commit (versions 6 and 7 changed other files
+//! only: no manifest has them).
 
 use crate::error::{Corruption, Error, Result};
 use crate::format::{seal, ByteReader, PutLe, MAGIC_M, MANIFEST_VERSION, VERSION};
@@ -60,6 +64,24 @@ impl Mode {
     }
 }
 
+/// Where the last clean close left a log's newest generation: its bytes before `end` were
+/// synced, then sealed, so damage or a cut before `end` is corruption, never a torn tail
+/// (`docs/design.md`, "The clean end"). `end == 0`: none recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct CleanEnd {
+    /// The generation.
+    pub gen: u64,
+    /// The end of its valid frames at the close.
+    pub end: u64,
+}
+
+impl CleanEnd {
+    /// The clean end of generation `gen`, if one is recorded for it.
+    pub(crate) fn of(self, gen: u64) -> Option<u64> {
+        (self.end > 0 && self.gen == gen).then_some(self.end)
+    }
+}
+
 /// The content of a manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Manifest {
@@ -91,6 +113,10 @@ pub(crate) struct Manifest {
     pub merges: u64,
     /// How the store is used.
     pub mode: Mode,
+    /// Where the last clean close left A's newest generation.
+    pub clean_a: CleanEnd,
+    /// Where the last clean close left the frontier's journal J (none for a plain sieve).
+    pub clean_j: CleanEnd,
     /// Z's segments.
     pub segments: Vec<SegmentMeta>,
     /// Spilled batches not yet merged with Z, in push order.
@@ -121,6 +147,14 @@ impl Manifest {
             b.put_u64(v);
         }
         b.put_u32(self.mode.code());
+        for v in [
+            self.clean_a.gen,
+            self.clean_a.end,
+            self.clean_j.gen,
+            self.clean_j.end,
+        ] {
+            b.put_u64(v);
+        }
         b.put_u32(self.segments.len() as u32);
         for s in &self.segments {
             b.put_u64(s.id);
@@ -142,7 +176,19 @@ impl Manifest {
     pub(crate) fn decode(bytes: &[u8], file: &str) -> Result<Manifest> {
         let mut c = ByteReader::new(bytes, file, 0);
         c.magic(MAGIC_M)?;
+        let at = c.offset();
         let version = c.version_between(VERSION, MANIFEST_VERSION)?;
+        if version == 6 || version == 7 {
+            return Err(Error::corrupt(
+                file,
+                at,
+                Corruption::Invalid {
+                    field: "manifest version",
+                    expected: "4, 5 or 8 (versions 6 and 7 changed other files)",
+                    found: u64::from(version),
+                },
+            ));
+        }
         let seed = c.u64()?;
         let commit = c.u64_below("commit", COUNTER_LIMIT)?;
         let next_id = c.u64_below("next id", COUNTER_LIMIT)?;
@@ -173,6 +219,13 @@ impl Manifest {
         } else {
             Mode::Unset
         };
+        let (mut clean_a, mut clean_j) = (CleanEnd::default(), CleanEnd::default());
+        if version >= 8 {
+            clean_a.gen = c.u64_below("clean A generation", COUNTER_LIMIT)?;
+            clean_a.end = c.u64_below("clean A end", COUNTER_LIMIT)?;
+            clean_j.gen = c.u64_below("clean J generation", COUNTER_LIMIT)?;
+            clean_j.end = c.u64_below("clean J end", COUNTER_LIMIT)?;
+        }
         let at = c.offset();
         let n = c.u32()? as usize;
         if n.saturating_mul(24) > c.remaining() {
@@ -235,6 +288,8 @@ impl Manifest {
             torn_bytes,
             merges,
             mode,
+            clean_a,
+            clean_j,
             segments,
             runs,
         })
@@ -297,6 +352,8 @@ mod tests {
             torn_bytes: 11,
             merges: 12,
             mode: Mode::Frontier,
+            clean_a: CleanEnd { gen: 3, end: 4096 },
+            clean_j: CleanEnd { gen: 1, end: 512 },
             runs: vec![RunMeta {
                 id: 7,
                 gen: 3,
@@ -340,11 +397,23 @@ mod tests {
     }
 
     #[test]
-    fn a_manifest_of_version_4_reads_as_of_no_mode_and_an_unknown_mode_is_corruption() {
+    fn manifests_of_versions_4_and_5_read_as_of_no_mode_and_no_clean_end() {
         let m = sample();
-        let v5 = m.encode();
-        // Version 4: no mode field.
+        let v8 = m.encode();
         let at = 8 + 13 * 8;
+        // Version 5: no clean ends.
+        let mut v5 = v8[..at + 4].to_vec();
+        v5.extend_from_slice(&v8[at + 4 + 32..v8.len() - 4]);
+        v5[4..8].copy_from_slice(&5u32.to_le_bytes());
+        seal(&mut v5);
+        let old = Manifest::decode(&v5, MANIFEST).unwrap();
+        let no_clean = Manifest {
+            clean_a: CleanEnd::default(),
+            clean_j: CleanEnd::default(),
+            ..m.clone()
+        };
+        assert_eq!(old, no_clean);
+        // Version 4: no mode field either.
         let mut v4 = v5[..at].to_vec();
         v4.extend_from_slice(&v5[at + 4..v5.len() - 4]);
         v4[4..8].copy_from_slice(&4u32.to_le_bytes());
@@ -354,10 +423,10 @@ mod tests {
             old,
             Manifest {
                 mode: Mode::Unset,
-                ..m.clone()
+                ..no_clean
             }
         );
-        let mut bad = v5[..v5.len() - 4].to_vec();
+        let mut bad = v8[..v8.len() - 4].to_vec();
         bad[at..at + 4].copy_from_slice(&3u32.to_le_bytes());
         seal(&mut bad);
         assert!(Manifest::decode(&bad, MANIFEST)
@@ -369,6 +438,25 @@ mod tests {
         seal(&mut v3);
         let e = Manifest::decode(&v3, MANIFEST).unwrap_err();
         assert!(e.to_string().contains("format version 3"), "{e}");
+        // No manifest was ever written with version 6 or 7.
+        for v in [6u32, 7] {
+            let mut odd = v8[..v8.len() - 4].to_vec();
+            odd[4..8].copy_from_slice(&v.to_le_bytes());
+            seal(&mut odd);
+            let e = Manifest::decode(&odd, MANIFEST).unwrap_err();
+            assert!(
+                e.is_corruption() && e.to_string().contains("manifest version"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_clean_end_names_its_generation_only() {
+        let c = CleanEnd { gen: 3, end: 100 };
+        assert_eq!(c.of(3), Some(100));
+        assert_eq!(c.of(4), None);
+        assert_eq!(CleanEnd::default().of(0), None);
     }
 
     #[test]

@@ -33,12 +33,15 @@ pub enum Bug {
     /// durably, before the batch's documents are committed, so a crash between the two makes
     /// a re-run skip documents that were never stored.
     IdsBeforeCommit,
+    /// `no-clean-end`: a clean close does not record where A and J end, so damage or a cut
+    /// in their last frames after a clean close reads as a torn tail.
+    NoCleanEnd,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 10] = [
+    pub const ALL: [(Bug, &'static str); 11] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -49,6 +52,7 @@ impl Bug {
         (Bug::CursorBeforeQueues, "cursor-before-queues"),
         (Bug::CommitBeforePushes, "commit-before-pushes"),
         (Bug::IdsBeforeCommit, "ids-before-commit"),
+        (Bug::NoCleanEnd, "no-clean-end"),
     ];
 }
 

@@ -3,13 +3,17 @@
 //! the outcome is a typed corruption error naming the file, or the fully correct answer —
 //! never a panic, never a wrong or silently shortened output — and `check` reports each.
 //!
-//! The one exception is documented in `docs/design.md` ("Torn tails"): damage inside the
-//! last group commit of the newest A generation cannot be told from a torn write; it is
-//! dropped as a torn tail, counted in `Stats::torn_bytes`, and listed by `check`.
+//! The one exception is documented in `docs/design.md` ("Torn tails"): in a store that
+//! crashed, damage inside the last group commit of the newest A generation cannot be told
+//! from a torn write; it is dropped as a torn tail, counted in `Stats::torn_bytes`, and
+//! listed by `check`. In a store closed cleanly there is no exception: the manifest records
+//! where the close left A ("The clean end"), and damage before it is corruption.
 
 use std::sync::Arc;
 
-use crivello::internals::{corruption_outcome as outcome, corruption_store, kind_of, FileKind};
+use crivello::internals::{
+    corruption_outcome as outcome, corruption_store_closed, kind_of, FileKind,
+};
 use crivello::storage::sim::{CrashImage, Rng};
 use crivello::{check_storage, Error};
 
@@ -37,7 +41,18 @@ fn frames_of(file: &[u8]) -> Vec<(usize, usize)> {
 
 #[test]
 fn every_flip_and_truncation_is_caught_or_harmless() {
-    let (disk, expected) = corruption_store();
+    flips_and_truncations(true);
+}
+
+#[test]
+fn after_a_crash_only_the_last_group_commit_may_read_as_a_torn_tail() {
+    flips_and_truncations(false);
+}
+
+/// Damages every file kind of the corruption store, closed cleanly (`closed`) or left by a
+/// crash after its last sync, and judges each outcome.
+fn flips_and_truncations(closed: bool) {
+    let (disk, expected) = corruption_store_closed(closed);
     let (clean, _) = outcome(&disk.crash_image(CrashImage::KillProcess)).unwrap();
     assert!(clean == expected, "the clean store is correct");
     let files: Vec<String> = disk.files().into_iter().filter(|n| n != "LOCK").collect();
@@ -111,7 +126,12 @@ fn every_flip_and_truncation_is_caught_or_harmless() {
                 Ok((out, _)) if out == expected => "harmless",
                 Ok((out, torn)) => {
                     // Only the documented torn-tail case may shorten the output, and only
-                    // at its end, counted, and listed by check.
+                    // at its end, counted, and listed by check; never after a clean close.
+                    assert!(
+                        !closed,
+                        "{what} of {name}: after a clean close, damage read as a torn tail \
+                         ({torn} bytes dropped)"
+                    );
                     assert!(
                         name == &newest_a,
                         "{what} of {name}: wrong output, silently"
@@ -134,5 +154,5 @@ fn every_flip_and_truncation_is_caught_or_harmless() {
             *tally.entry((kind, verdict)).or_default() += 1;
         }
     }
-    eprintln!("{tally:?}");
+    eprintln!("closed {closed}: {tally:?}");
 }

@@ -58,6 +58,14 @@ fn every_flip_and_truncation_of_the_frontiers_files_is_caught_or_harmless() {
         }
     }
     eprintln!("{tally:?}");
+    // The store was closed cleanly: the manifest records where J ends, so no damage of J
+    // reads as a cut or a torn tail.
+    assert!(
+        !tally
+            .keys()
+            .any(|(_, v, _)| matches!(v, Verdict::CutTail | Verdict::TornTail)),
+        "after a clean close, damage of J read as a cut or torn tail: {tally:?}"
+    );
     for kind in FrontierFile::ALL {
         assert!(
             tally

@@ -308,6 +308,10 @@ fn report(err: &anyhow::Error) -> ExitCode {
 
 /// What to do about an error: the advice of the outermost cause that has one.
 fn hint(err: &anyhow::Error) -> String {
+    // An explanation given as the context of a library error.
+    if let Some(e) = err.downcast_ref::<Explained>() {
+        return e.todo.clone();
+    }
     for cause in err.chain() {
         if let Some(e) = cause.downcast_ref::<Explained>() {
             return e.todo.clone();
@@ -357,11 +361,15 @@ fn library_hint(e: &crivello::Error) -> Option<&'static str> {
 fn io_hint(e: &std::io::Error) -> &'static str {
     use std::io::ErrorKind as K;
     const ENOSPC: i32 = 28;
+    const EROFS: i32 = 30;
     match e.kind() {
         K::NotFound => "check that the path exists",
         K::PermissionDenied => "check the permissions of the path",
         K::AlreadyExists => "remove the path or choose another",
         _ if e.raw_os_error() == Some(ENOSPC) => "free some disk space and run the command again",
+        _ if e.raw_os_error() == Some(EROFS) => {
+            "the file system is read-only: remount it read-write and run the command again"
+        }
         _ => "check the disk and the path, then run the command again",
     }
 }
@@ -373,23 +381,59 @@ pub fn open_frontier(dir: &Path, memory: usize) -> anyhow::Result<Frontier> {
 
 /// Opens the frontier in `dir` with options.
 pub fn open_frontier_with(dir: &Path, opts: Options) -> anyhow::Result<Frontier> {
-    Frontier::open(dir, opts).map_err(|e| match e {
-        crivello::Error::Locked { .. }
-        | crivello::Error::NotASieve { .. }
-        | crivello::Error::WrongMode { .. } => anyhow::Error::new(e),
-        e => anyhow::Error::new(e).context(format!("frontier {}", dir.display())),
-    })
+    Frontier::open(dir, opts).map_err(|e| opening(e, "frontier", dir))
+}
+
+/// Opens the frontier in `dir` as a read-only view ([`Frontier::open_read_only`]).
+pub fn open_frontier_read_only(dir: &Path, memory: usize) -> anyhow::Result<Frontier> {
+    Frontier::open_read_only(dir, Options::new().memory(memory))
+        .map_err(|e| opening(e, "frontier", dir))
 }
 
 /// Opens (or creates) the sieve in `dir`.
 pub fn open_sieve(dir: &Path, opts: Options) -> anyhow::Result<Sieve> {
-    Sieve::open(dir, opts).map_err(|e| match e {
-        // The message already names the directory.
+    Sieve::open(dir, opts).map_err(|e| opening(e, "sieve", dir))
+}
+
+/// Opens the sieve in `dir` as a read-only view ([`Sieve::open_read_only`]).
+pub fn open_sieve_read_only(dir: &Path, opts: Options) -> anyhow::Result<Sieve> {
+    Sieve::open_read_only(dir, opts).map_err(|e| opening(e, "sieve", dir))
+}
+
+/// Why a store could not be opened for writing, for an error that
+/// [`crivello::Error::is_write_refused`].
+pub fn cannot_write(e: &crivello::Error) -> &'static str {
+    const EROFS: i32 = 30;
+    match e {
+        crivello::Error::Io { source, .. } if source.raw_os_error() == Some(EROFS) => {
+            "its file system is read-only"
+        }
+        // An open after a clean close writes nothing: this one has to recover.
+        _ => {
+            "opening must write to recover from a close that did not finish (a crash, or a \
+             full disk), and the disk is full"
+        }
+    }
+}
+
+/// An error met opening the `what` in `dir`, named unless its message names it already.
+pub fn opening(e: crivello::Error, what: &str, dir: &Path) -> anyhow::Error {
+    if e.is_write_refused() && dir.join(crivello::MANIFEST_FILE).is_file() {
+        let why = cannot_write(&e);
+        return anyhow::Error::new(e).context(Explained {
+            what: format!("{what} {}: {why}", dir.display()),
+            todo: "free some disk space (or remount the file system read-write) and run the \
+                   command again; meanwhile `crivello stats` and `crivello check` work, and \
+                   `crivello pop` prints what the frontier holds without consuming it"
+                .into(),
+        });
+    }
+    match e {
         crivello::Error::Locked { .. }
         | crivello::Error::NotASieve { .. }
         | crivello::Error::WrongMode { .. } => anyhow::Error::new(e),
-        e => anyhow::Error::new(e).context(format!("sieve {}", dir.display())),
-    })
+        e => anyhow::Error::new(e).context(format!("{what} {}", dir.display())),
+    }
 }
 
 /// Refuses a directory that does not exist or holds no sieve, so that a mistyped name is

@@ -3,16 +3,21 @@
 //! URLs are read in batches; a batch is written to stdout and stdout is flushed before the
 //! cursor is committed past it. A kill half-way may therefore print a batch again, but never
 //! skips a URL. `pop` does not flush the sieve.
+//!
+//! When opening would have to write and cannot (a recovery after a crash, on a full disk or
+//! a read-only file system), `pop` still prints the URLs the frontier holds, from a read-only
+//! view, without consuming them, and then fails saying so.
 
 use std::path::PathBuf;
 
 use anyhow::{Context as _, Result};
 use clap::Args;
-use crivello::Options;
+use crivello::{Options, Sieve};
 
 use super::progress::Progress;
 use super::stream::{stop, Output, BATCH_BYTES};
-use super::{open_sieve, require_sieve, Common};
+use super::Explained;
+use super::{cannot_write, open_sieve_read_only, opening, require_sieve, Common};
 
 /// URLs read, printed and committed at a time.
 const BATCH: u64 = 4096;
@@ -33,7 +38,12 @@ pub struct PopArgs {
 /// Runs `pop`.
 pub fn run(args: PopArgs) -> Result<()> {
     require_sieve(&args.dir)?;
-    let mut sieve = open_sieve(&args.dir, Options::new().memory(args.common.memory))?;
+    let opts = Options::new().memory(args.common.memory);
+    let mut sieve = match Sieve::open(&args.dir, opts.clone()) {
+        Ok(sieve) => sieve,
+        Err(e) if e.is_write_refused() => return print_without_consuming(&args, opts, e),
+        Err(e) => return Err(opening(e, "sieve", &args.dir)),
+    };
     let mut progress = Progress::new("pop", args.common.quiet);
     let mut out = Output::new();
     let mut left = args.max.unwrap_or(u64::MAX);
@@ -58,12 +68,69 @@ pub fn run(args: PopArgs) -> Result<()> {
         }
         // Only what reached stdout may be committed.
         out.flush()?;
-        sieve.frontier_commit().with_context(|| context(&args))?;
+        sieve.frontier_commit().map_err(|e| {
+            if e.is_write_refused() {
+                anyhow::Error::new(e).context(Explained {
+                    what: format!(
+                        "sieve {}: the last {n} URLs printed could not be consumed",
+                        args.dir.display()
+                    ),
+                    todo: "free some disk space (or remount the file system read-write), then \
+                           run `crivello pop` again: it prints those URLs again"
+                        .into(),
+                })
+            } else {
+                anyhow::Error::new(e).context(context(&args))
+            }
+        })?;
         left -= n as u64;
     }
     sieve.close()?;
     progress.finish();
     Ok(())
+}
+
+/// Prints the URLs of the frontier after the cursor (at most `--max`) from a read-only view,
+/// without consuming them, and fails with `why`, the error that kept the store from opening.
+fn print_without_consuming(args: &PopArgs, opts: Options, why: crivello::Error) -> Result<()> {
+    let mut sieve = open_sieve_read_only(&args.dir, opts)?;
+    let mut progress = Progress::new("pop", args.common.quiet);
+    let mut out = Output::new();
+    let (mut left, mut printed) = (args.max.unwrap_or(u64::MAX), 0u64);
+    while left > 0 {
+        let mut failed = None;
+        let n = sieve.frontier_read(BATCH.min(left) as usize, BATCH_BYTES, |url| {
+            progress.line(url.len() + 1, None);
+            out.line(url).map_err(|e| {
+                failed = Some(e);
+                stop()
+            })
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let n = n.with_context(|| context(args))?;
+        if n == 0 {
+            break;
+        }
+        printed += n as u64;
+        left -= n as u64;
+    }
+    out.flush()?;
+    drop(sieve);
+    progress.finish();
+    let reason = cannot_write(&why);
+    Err(anyhow::Error::new(why).context(Explained {
+        what: format!(
+            "sieve {}: printed the {printed} URLs the frontier holds without consuming them, \
+             as the store cannot be written: {}",
+            args.dir.display(),
+            reason
+        ),
+        todo: "free some disk space (or remount the file system read-write), then run \
+               `crivello pop` again: it prints these URLs again, and consumes them"
+            .into(),
+    }))
 }
 
 /// Names the sieve in errors met while reading the frontier.

@@ -9,7 +9,7 @@ use crivello::{Options, Stats};
 use indicatif::HumanBytes;
 
 use super::stream::Output;
-use super::{open_sieve, require_sieve, Common};
+use super::{open_sieve_read_only, require_sieve, Common};
 
 /// The keys of the output and their meaning, shown by `crivello stats --help`.
 pub const KEYS_HELP: &str = "\
@@ -65,13 +65,15 @@ pub fn run(args: StatsArgs) -> Result<()> {
         return print(&args, &neardup_fields(&args)?);
     }
     require_sieve(&args.dir)?;
-    let mut sieve = open_sieve(&args.dir, Options::new().memory(args.common.memory))?;
+    // Read-only views: `stats` writes nothing, and works on a full disk and on a read-only
+    // file system.
+    let mut sieve = open_sieve_read_only(&args.dir, Options::new().memory(args.common.memory))?;
     let stats = sieve.stats()?;
     let frontier = sieve.mode() == crivello::Mode::Frontier;
     sieve.close()?;
     let mut all: Vec<(&'static str, u64)> = fields(&stats).to_vec();
     if frontier {
-        let f = super::open_frontier(&args.dir, args.common.memory)?;
+        let f = super::open_frontier_read_only(&args.dir, args.common.memory)?;
         let fs = f.stats()?;
         f.close()?;
         all.extend([

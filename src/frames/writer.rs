@@ -27,6 +27,9 @@ pub(crate) struct FrameWriter {
     behind: Option<Behind>,
     /// Whether a write or sync failed: the writer then refuses to write.
     broken: bool,
+    /// The end at the last sync (or at the open of a log a clean close synced): a sync with
+    /// nothing written since needs no fsync.
+    synced_end: Option<u64>,
 }
 
 impl FrameWriter {
@@ -48,7 +51,15 @@ impl FrameWriter {
             mark: false,
             behind: None,
             broken: false,
+            synced_end: None,
         }
+    }
+
+    /// Marks the file's contents as durable already (a clean close synced them): a sync
+    /// before anything is written is then no fsync.
+    pub(crate) fn assume_synced(mut self) -> FrameWriter {
+        self.synced_end = Some(self.end);
+        self
     }
 
     /// Runs `op` unless an earlier write or sync failed, and remembers if it fails: after a
@@ -252,6 +263,9 @@ impl FrameWriter {
 
     fn sync_all(&mut self) -> Result<()> {
         let wrote = self.count > 0;
+        if !wrote && self.synced_end == Some(self.end) {
+            return Ok(());
+        }
         self.frame()?;
         self.drain()?;
         let mut synced = self.file.sync();
@@ -260,6 +274,7 @@ impl FrameWriter {
         }
         synced?;
         self.clean = self.end;
+        self.synced_end = Some(self.end);
         if wrote {
             self.epoch = self.epoch.saturating_add(1);
         }

@@ -294,6 +294,21 @@ impl Frontier {
         Frontier::open_with(Arc::new(storage), opts, Arc::new(SystemClock))
     }
 
+    /// Opens the existing frontier in `dir` without ever writing to the directory, as
+    /// [`Sieve::open_read_only`] does: for commands that only read (`stats`), on a full disk
+    /// or a read-only file system. Changes stay in memory and are forgotten at the close.
+    pub fn open_read_only(dir: impl AsRef<Path>, opts: Options) -> Result<Frontier> {
+        let dir = dir.as_ref();
+        if !dir.join(crate::names::MANIFEST).is_file() {
+            return Err(Error::NotASieve {
+                dir: dir.display().to_string(),
+                reason: "no MANIFEST: not a crivello store".into(),
+            });
+        }
+        let storage = crate::storage::read_only_view(dir)?;
+        Frontier::open_with(storage, opts, Arc::new(SystemClock))
+    }
+
     /// Opens the frontier on any storage, with any clock.
     pub fn open_with(
         storage: Arc<dyn Storage>,

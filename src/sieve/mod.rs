@@ -27,7 +27,7 @@ use crate::buffer::{self, SigIndex, Slot};
 use crate::error::{Error, InvalidUrl, Result};
 use crate::frames::FrameWriter;
 use crate::frontier::{self, Position};
-use crate::manifest::{Manifest, Mode};
+use crate::manifest::{CleanEnd, Manifest, Mode};
 use crate::options::{Options, SyncPolicy};
 use crate::run::Run;
 use crate::segment::Segment;
@@ -128,6 +128,29 @@ impl Sieve {
     /// and recovers from any crash. Takes the directory's exclusive lock.
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Sieve> {
         Sieve::open_with(Arc::new(DirStorage::open_store(dir.as_ref())?), opts)
+    }
+
+    /// Opens the existing sieve in `dir` without ever writing to the directory: for
+    /// commands that only read (`stats`), on a full disk, on a read-only file system. What
+    /// an open would write (the recovery of pushes not flushed, after a crash) and any change
+    /// made through the sieve stay in memory, within the budget, and are forgotten at
+    /// [`Sieve::close`]. Takes the directory's lock, as [`Sieve::open`] does.
+    pub fn open_read_only(dir: impl AsRef<Path>, opts: Options) -> Result<Sieve> {
+        let dir = dir.as_ref();
+        if !dir.join(crate::names::MANIFEST).is_file() {
+            return Err(Error::NotASieve {
+                dir: dir.display().to_string(),
+                reason: "no MANIFEST: not a crivello sieve".into(),
+            });
+        }
+        Sieve::open_with(crate::storage::read_only_view(dir)?, opts)
+    }
+
+    /// [`Sieve::open_read_only`] on any [`Storage`]: nothing is ever written to `storage`
+    /// (it is read through a copy-on-write view in memory).
+    pub fn open_read_only_with(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
+        let view = Arc::new(crate::storage::overlay::Overlay::new(storage));
+        Sieve::open_with(view, opts)
     }
 
     /// Opens (or creates) the sieve on any [`Storage`], such as the simulated disk.
@@ -458,12 +481,49 @@ impl Sieve {
 
     /// Waits for any flush, syncs, and closes. Buffered pushes stay in A and are flushed at the
     /// next open.
-    pub fn close(mut self) -> Result<()> {
+    pub fn close(self) -> Result<()> {
+        self.close_with_journal(None)
+    }
+
+    /// [`Sieve::close`], recording in the same commit where the frontier's journal J, sealed
+    /// by the caller, ends.
+    pub(crate) fn close_with_journal(mut self, journal: Option<CleanEnd>) -> Result<()> {
         self.sync()?;
         let r = self.finish_inflight().and_then(|()| self.commit_absorbed());
         self.poison(r)?;
-        let r = self.wal.seal();
+        let r = self.seal_clean(journal);
         self.poison(r)
+    }
+
+    /// Seals A's generation and records where it (and J, if given) ends in the manifest, so
+    /// that damage before those ends reads as corruption, never as a torn tail
+    /// (`docs/design.md`, "The clean end"). A store opened after a clean close and left
+    /// untouched writes nothing.
+    fn seal_clean(&mut self, journal: Option<CleanEnd>) -> Result<()> {
+        if self.manifest.clean_a.of(self.gen) != Some(self.wal.end()) {
+            self.wal.seal()?;
+        }
+        let mut m = self.manifest.clone();
+        if !crate::planted::active(crate::planted::Bug::NoCleanEnd) {
+            m.clean_a = CleanEnd {
+                gen: self.gen,
+                end: self.wal.end(),
+            };
+            if let Some(j) = journal {
+                m.clean_j = j;
+            }
+        }
+        if m != self.manifest {
+            m.commit += 1;
+            m.commit_to(&*self.storage)?;
+            self.manifest = m;
+        }
+        Ok(())
+    }
+
+    /// Where the last clean close left the frontier's journal.
+    pub(crate) fn clean_journal(&self) -> CleanEnd {
+        self.manifest.clean_j
     }
 }
 

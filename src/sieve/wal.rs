@@ -19,6 +19,7 @@
 use crate::error::{Corruption, Result};
 use crate::format::{seal, ByteReader, PutLe, MAGIC_A, VERSION};
 use crate::frames::{FrameError, FrameReader, FrameWriter, FRAME_HEADER};
+use crate::manifest::CleanEnd;
 use crate::names;
 use crate::options::Options;
 use crate::storage::{durable, File, Storage, StorageExt};
@@ -200,6 +201,54 @@ impl Replay {
     pub(crate) fn ends_the_stream(&self, last: bool) -> bool {
         self.torn || (!last && !self.ended)
     }
+
+    /// Checks this replay of generation `gen` against where the last clean close left the
+    /// log (`docs/design.md`, "The clean end"): that close synced and sealed every byte
+    /// before `clean.end` of generation `clean.gen`, so a cut or damage before it is
+    /// corruption, not a torn tail, and a generation before it must be whole, closed by its
+    /// end frame.
+    pub(crate) fn check_clean(&self, gen: u64, clean: CleanEnd) -> Result<()> {
+        if clean.end == 0 {
+            return Ok(());
+        }
+        if let Some(end) = clean.of(gen) {
+            if self.valid_end < end {
+                let what = if self.torn {
+                    Corruption::DamagedBeforeCleanEnd { clean_end: end }
+                } else {
+                    Corruption::Truncated {
+                        needed: end,
+                        available: self.valid_end,
+                    }
+                };
+                return Err(self.file.corrupt(self.valid_end, what));
+            }
+        } else if gen < clean.gen && self.ends_the_stream(false) {
+            return Err(self.file.corrupt(
+                self.valid_end,
+                Corruption::DamagedBeforeCleanEnd { clean_end: 0 },
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks that generation `clean.gen`, recorded by the last clean close, is among the live
+/// generations `gens` when it is not before the first of them, `first`.
+pub(crate) fn check_clean_present(
+    kind: Kind,
+    first: u64,
+    gens: &[u64],
+    clean: CleanEnd,
+) -> Result<()> {
+    if clean.end > 0 && clean.gen >= first && !gens.contains(&clean.gen) {
+        return Err(crate::Error::corrupt(
+            &(kind.name)(clean.gen),
+            0,
+            Corruption::Missing,
+        ));
+    }
+    Ok(())
 }
 
 /// Reads generation `gen`, calling `each(index, url)` for every record of the valid prefix.

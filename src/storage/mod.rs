@@ -147,3 +147,11 @@ impl<S: Storage> Storage for Unsynced<S> {
         self.0.describe()
     }
 }
+
+/// A view of the store in `dir` that reads its files and never writes to it: every change
+/// stays in memory and is forgotten with the view (see [`overlay`]). The directory is opened
+/// read-only, so the view works on a full disk and on a read-only file system.
+pub(crate) fn read_only_view(dir: &std::path::Path) -> crate::Result<Arc<dyn Storage>> {
+    let base: Arc<dyn Storage> = Arc::new(DirStorage::open_store_read_only(dir)?);
+    Ok(Arc::new(overlay::Overlay::new(base)))
+}

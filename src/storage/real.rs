@@ -15,6 +15,9 @@ use super::{Storage, StorageFile};
 #[derive(Debug, Clone)]
 pub struct DirStorage {
     dir: PathBuf,
+    /// Opened with [`DirStorage::open_read_only`]: files are opened for reading only, and
+    /// every change fails as on a read-only file system.
+    read_only: bool,
 }
 
 impl DirStorage {
@@ -38,7 +41,39 @@ impl DirStorage {
                 "not a directory",
             ));
         }
-        Ok(DirStorage { dir })
+        Ok(DirStorage {
+            dir,
+            read_only: false,
+        })
+    }
+
+    /// Opens the existing directory `dir` for reading only: its files are opened read-only
+    /// (so this works on a read-only file system and writes nothing), and every change
+    /// (creating, renaming, removing a file, a write, a truncation) fails with the error of a
+    /// read-only file system.
+    pub fn open_read_only(dir: impl AsRef<Path>) -> io::Result<DirStorage> {
+        let dir = dir.as_ref().to_path_buf();
+        if !dir.is_dir() {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "no such directory"));
+        }
+        Ok(DirStorage {
+            dir,
+            read_only: true,
+        })
+    }
+
+    /// [`DirStorage::open_read_only`] for a store: an error names the directory.
+    pub(crate) fn open_store_read_only(dir: &Path) -> crate::Result<DirStorage> {
+        DirStorage::open_read_only(dir)
+            .map_err(|e| crate::Error::io("open directory", &dir.display().to_string(), e))
+    }
+
+    fn refuse_change(&self) -> io::Result<()> {
+        if self.read_only {
+            Err(read_only_error())
+        } else {
+            Ok(())
+        }
     }
 
     /// [`DirStorage::open`] for a store: an error names the directory.
@@ -53,7 +88,34 @@ impl DirStorage {
     }
 }
 
+/// The error of a change refused by a read-only [`DirStorage`]: that of a read-only file
+/// system (`EROFS`).
+fn read_only_error() -> io::Error {
+    io::Error::from_raw_os_error(libc::EROFS)
+}
+
 struct RealFile(File);
+
+/// A file of a read-only [`DirStorage`]: opened for reading, every change refused.
+struct ReadOnlyFile(File);
+
+impl StorageFile for ReadOnlyFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_all_at(&self, _buf: &[u8], _offset: u64) -> io::Result<()> {
+        Err(read_only_error())
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn set_len(&self, _len: u64) -> io::Result<()> {
+        Err(read_only_error())
+    }
+    fn sync(&self) -> io::Result<()> {
+        Err(read_only_error())
+    }
+}
 
 impl StorageFile for RealFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -88,6 +150,7 @@ impl StorageFile for RealFile {
 
 impl Storage for DirStorage {
     fn create(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+        self.refuse_change()?;
         let f = OpenOptions::new()
             .read(true)
             .write(true)
@@ -97,6 +160,10 @@ impl Storage for DirStorage {
         Ok(Arc::new(RealFile(f)))
     }
     fn open(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+        if self.read_only {
+            let f = File::open(self.dir.join(name))?;
+            return Ok(Arc::new(ReadOnlyFile(f)));
+        }
         let f = OpenOptions::new()
             .read(true)
             .write(true)
@@ -104,12 +171,15 @@ impl Storage for DirStorage {
         Ok(Arc::new(RealFile(f)))
     }
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.refuse_change()?;
         fs::rename(self.dir.join(from), self.dir.join(to))
     }
     fn remove(&self, name: &str) -> io::Result<()> {
+        self.refuse_change()?;
         fs::remove_file(self.dir.join(name))
     }
     fn sync_dir(&self) -> io::Result<()> {
+        self.refuse_change()?;
         File::open(&self.dir)?.sync_all()
     }
     fn list(&self) -> io::Result<Vec<String>> {
@@ -124,12 +194,23 @@ impl Storage for DirStorage {
         Ok(names)
     }
     fn lock(&self) -> io::Result<Box<dyn Any + Send + Sync>> {
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(self.dir.join(crate::names::LOCK))?;
+        let path = self.dir.join(crate::names::LOCK);
+        let f = if self.read_only {
+            // flock needs no write access. A store without its lock file has had no opener
+            // (every opener creates it): there is no one to exclude.
+            match File::open(&path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Box::new(())),
+                Err(e) => return Err(e),
+            }
+        } else {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)?
+        };
         match f.try_lock_exclusive() {
             Ok(()) => Ok(Box::new(f)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(11) => {

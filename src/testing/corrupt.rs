@@ -36,6 +36,12 @@ pub fn corruption_urls() -> Vec<Vec<u8>> {
 /// group commits in the newest generation). Returns the disk and the frontier URLs after
 /// the cursor, as the model has them.
 pub fn corruption_store() -> (SimDisk, Vec<Vec<u8>>) {
+    corruption_store_closed(true)
+}
+
+/// [`corruption_store`], closed cleanly (`closed`), or left by a crash after its last sync:
+/// only then may damage in the newest A generation's last group commit read as a torn tail.
+pub fn corruption_store_closed(closed: bool) -> (SimDisk, Vec<Vec<u8>>) {
     let disk = SimDisk::new();
     let urls = corruption_urls();
     let mut s = Sieve::open_with(Arc::new(disk.clone()), corruption_opts()).expect("create");
@@ -51,7 +57,12 @@ pub fn corruption_store() -> (SimDisk, Vec<Vec<u8>>) {
             s.sync().expect("sync");
         }
     }
-    s.close().expect("close");
+    if closed {
+        s.close().expect("close");
+    } else {
+        s.sync().expect("sync");
+        drop(s);
+    }
     let expected = emit_model(&urls)[consumed.len()..].to_vec();
     (disk, expected)
 }

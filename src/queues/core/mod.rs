@@ -248,9 +248,11 @@ impl Core {
         if from > 0 && gens.first() != Some(&from) {
             return Err(Error::corrupt(&names::j(from), 0, Corruption::Missing));
         }
+        let clean = core.sieve.clean_journal();
+        wal::check_clean_present(J, from, &gens, clean)?;
         let (journal, newest, entries) = match gens.first() {
             None => (wal::create_of(J, st, from, None)?, from, Vec::new()),
-            Some(_) => read_journal(st, &gens)?,
+            Some(_) => read_journal(st, &gens, clean)?,
         };
         core.journal = Some(journal);
         core.first_j_gen = gens.first().copied().unwrap_or(from);
@@ -2124,8 +2126,14 @@ impl Core {
         if grown > CLOSE_CHECKPOINT_MIN.min(self.journal_bytes) && grown > self.checkpoint_bytes {
             self.checkpoint()?;
         }
-        self.writer().seal()?;
-        self.sieve.close()
+        // A frontier opened after a clean close and left untouched writes nothing.
+        let gen = self.journal_gen();
+        if self.sieve.clean_journal().of(gen) != Some(self.writer().end()) {
+            self.writer().seal()?;
+        }
+        let end = self.writer().end();
+        self.sieve
+            .close_with_journal(Some(crate::manifest::CleanEnd { gen, end }))
     }
 }
 
@@ -2143,7 +2151,11 @@ type Entries = Vec<(u64, Vec<u8>)>;
 
 /// Reads J's generations `gens` (consecutive): their entries, and a writer continuing the
 /// last one after its valid frames (a torn tail is marked first, as A's is).
-fn read_journal(st: &dyn Storage, gens: &[u64]) -> Result<(FrameWriter, u64, Entries)> {
+fn read_journal(
+    st: &dyn Storage,
+    gens: &[u64],
+    clean: crate::manifest::CleanEnd,
+) -> Result<(FrameWriter, u64, Entries)> {
     let mut entries = Vec::new();
     let last = *gens.last().expect("a generation");
     let mut replay = None;
@@ -2159,6 +2171,7 @@ fn read_journal(st: &dyn Storage, gens: &[u64]) -> Result<(FrameWriter, u64, Ent
             entries.push((g, e.to_vec()));
             Ok(())
         })?;
+        r.check_clean(g, clean)?;
         if g != last && r.ends_the_stream(false) {
             return Err(Error::corrupt(
                 &names::j(g),
@@ -2185,7 +2198,12 @@ fn read_journal(st: &dyn Storage, gens: &[u64]) -> Result<(FrameWriter, u64, Ent
         return Ok((wal::create_of(J, st, last + 1, None)?, last + 1, entries));
     }
     wal::mark_torn_tail(last, &r)?;
-    let writer = wal::reuse(r.file, last, r.valid_end, r.records, r.last_epoch);
+    let synced = clean.of(last) == Some(r.valid_end);
+    let mut writer = wal::reuse(r.file, last, r.valid_end, r.records, r.last_epoch);
+    if synced {
+        // As the last clean close left it, synced.
+        writer = writer.assume_synced();
+    }
     Ok((writer, last, entries))
 }
 

@@ -46,6 +46,8 @@ pub(super) fn create(storage: &dyn Storage, opts: &Options) -> Result<Manifest> 
         torn_bytes: 0,
         merges: 0,
         mode: crate::manifest::Mode::Unset,
+        clean_a: Default::default(),
+        clean_j: Default::default(),
         segments: Vec::new(),
         runs: Vec::new(),
     };

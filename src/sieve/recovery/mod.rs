@@ -12,7 +12,8 @@
 //! 6. replay the live A generations in order through S ([`replay`]), spilling a run inline
 //!    whenever S fills and at the end of each generation; a torn tail is dropped and
 //!    counted; corruption of synced data is an error;
-//! 7. continue the newest A generation, or create the next one.
+//! 7. continue the newest A generation (its pushes not flushed back in S), or create the
+//!    next one.
 //!
 //! Every step is idempotent, so a crash during recovery is recovered by the next open.
 
@@ -48,6 +49,7 @@ pub(crate) fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
     cursor.check_within(&m.frontier_end())?;
     // 3.
     let gens = remove_orphans(st, &m, &cursor)?;
+    wal::check_clean_present(wal::A, m.a_gen, &gens, m.clean_a)?;
     // 4.
     let segments = m
         .segments
@@ -61,16 +63,19 @@ pub(crate) fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
     let state = replay::State { m, segments, runs };
     let replayed = replay::replay(&storage, state, &gens, slots)?;
     // 7.
-    let (gen, wal, gen_skip) = match replayed.continued {
-        Some(c) => (
-            c.gen,
-            wal::reuse(c.file, c.gen, c.end, c.records, c.last_epoch),
-            c.records,
-        ),
+    let (gen, wal, gen_skip, s) = match replayed.continued {
+        Some(c) => {
+            let mut w = wal::reuse(c.file, c.gen, c.end, c.records, c.last_epoch);
+            if replayed.state.m.clean_a.of(c.gen) == Some(c.end) {
+                // As the last clean close left it, synced.
+                w = w.assume_synced();
+            }
+            (c.gen, w, c.skip, c.s)
+        }
         None => {
             let m = &replayed.state.m;
             let gen = m.a_gen.max(gens.last().map_or(0, |g| g + 1));
-            (gen, wal::create(st, gen, None)?, 0)
+            (gen, wal::create(st, gen, None)?, 0, Vec::new())
         }
     };
     let replay::State { m, segments, runs } = replayed.state;
@@ -83,7 +88,7 @@ pub(crate) fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         gen,
         gen_skip,
         wal: wal::configure(wal, &opts),
-        s: Vec::new(),
+        s,
         next_s: Vec::new(),
         recent: Recent::new(opts.recent_entries()),
         s_index: None,

@@ -23,7 +23,8 @@ pub(super) struct State {
     pub runs: Vec<Arc<Run>>,
 }
 
-/// The newest generation, intact and holding nothing to flush: continued as it is.
+/// The newest generation, intact and not closed by an end frame, with fewer records to
+/// flush than S holds: continued as it is, its records to flush back in S.
 pub(super) struct Continued {
     pub gen: u64,
     pub file: File,
@@ -33,6 +34,10 @@ pub(super) struct Continued {
     pub last_epoch: i64,
     /// Its records.
     pub records: u64,
+    /// Its records flushed already (before S's first one).
+    pub skip: u64,
+    /// S: the slots of its records from `skip` on.
+    pub s: Vec<Slot>,
 }
 
 /// What the replay left.
@@ -72,13 +77,17 @@ pub(super) fn replay(
         };
         let sig = Signer::of(&state.m);
         let (r, full, rest) = read_generation(st, g, last, skip, sig, slots)?;
-        if last && !r.torn && !r.ended && full.is_empty() && rest.sigs.is_empty() {
-            // An open after a clean close commits nothing.
+        r.check_clean(g, state.m.clean_a)?;
+        if last && !r.torn && !r.ended && full.is_empty() {
+            // An open after a clean close writes nothing: the pushes not flushed go back
+            // to S, as they were before the close.
             continued = Some(Continued {
                 gen: g,
                 end: r.valid_end,
                 last_epoch: r.last_epoch,
                 records: r.records,
+                skip: rest.start,
+                s: rest.sigs,
                 file: r.file,
             });
             continue;

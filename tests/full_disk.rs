@@ -1,0 +1,348 @@
+//! A store on a full disk, or one that must not be written: an open after a clean close
+//! writes nothing, and a read-only view reads what a crashed store holds without writing,
+//! where a writable open would have to recover and cannot (`docs/design.md`, "Opening
+//! without writing").
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use common::emit_model;
+use crivello::queues::ManualClock;
+use crivello::storage::sim::{CrashImage, FaultKind};
+use crivello::storage::SimDisk;
+use crivello::{check_storage, Discovered, Frontier, Options, Sieve};
+
+fn opts() -> Options {
+    Options::new()
+        .slots(64)
+        .seed(9)
+        .background_flush(false)
+        .frontier_low(0)
+}
+
+fn urls(n: u32, round: u32) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| format!("http://h{}.test/{round}/{}", i % 11, (i * 5) % 150).into_bytes())
+        .collect()
+}
+
+/// Every file of the disk with its bytes.
+fn contents(disk: &SimDisk) -> BTreeMap<String, Vec<u8>> {
+    disk.files()
+        .into_iter()
+        .map(|n| {
+            let c = disk.content(&n).expect("listed");
+            (n, c)
+        })
+        .collect()
+}
+
+/// The offset of the tail mark that ends the frames of the A file `file` (a 20-byte header,
+/// then frames of a 28-byte header whose tag is at 8 and payload length at 16; the mark is
+/// the frame of count 0 and payload 4).
+fn tail_mark_offset(file: &[u8]) -> usize {
+    let tag = &file[8..16];
+    let mut at = 20;
+    loop {
+        let head = &file[at..at + 28];
+        assert_eq!(&head[8..16], tag, "no tail mark");
+        let len = u32::from_le_bytes(head[16..20].try_into().unwrap()) as usize;
+        let count = u32::from_le_bytes(head[20..24].try_into().unwrap());
+        if count == 0 && len == 4 {
+            return at;
+        }
+        at += 28 + len;
+    }
+}
+
+#[test]
+fn a_sieve_opened_after_a_clean_close_and_left_untouched_writes_nothing() {
+    let disk = SimDisk::new();
+    let all = urls(300, 0);
+    let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
+    for u in &all[..200] {
+        s.push(u).unwrap();
+    }
+    s.flush().unwrap();
+    let first = s.frontier_next(10).unwrap();
+    s.frontier_commit().unwrap();
+    // Pushes not flushed: the next open takes them back into S, without a spill.
+    for u in &all[200..] {
+        s.push(u).unwrap();
+    }
+    s.close().unwrap();
+    let before = contents(&disk);
+    let ops = disk.ops();
+    for _ in 0..3 {
+        let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
+        let stats = s.stats().unwrap();
+        assert_eq!(stats.pushed, 300);
+        assert_eq!(stats.consumed, first.len() as u64);
+        assert!(s.contains(&all[250]).unwrap());
+        s.close().unwrap();
+    }
+    assert_eq!(disk.ops(), ops, "an untouched open and close wrote");
+    assert_eq!(contents(&disk), before);
+    // The pushes taken back are flushed as any others.
+    let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
+    s.flush().unwrap();
+    let mut out = first.clone();
+    loop {
+        let b = s.frontier_next(100).unwrap();
+        if b.is_empty() {
+            break;
+        }
+        out.extend(b);
+    }
+    assert_eq!(out, emit_model(&all));
+    s.close().unwrap();
+}
+
+#[test]
+fn a_frontier_opened_after_a_clean_close_and_left_untouched_writes_nothing() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let f = Frontier::open_with(Arc::new(disk.clone()), opts(), clock.clone()).unwrap();
+    let all = urls(120, 1);
+    let items: Vec<Discovered<'_>> = all.iter().map(|u| Discovered::url(u)).collect();
+    f.push("", &items).unwrap();
+    f.flush().unwrap();
+    let leased = f.lease(3, None, 600_000).unwrap();
+    assert!(f.done(leased[0].token, 5).unwrap());
+    f.close().unwrap();
+    let before = contents(&disk);
+    let ops = disk.ops();
+    let stats = {
+        let f = Frontier::open_with(Arc::new(disk.clone()), opts(), clock.clone()).unwrap();
+        let stats = f.stats().unwrap();
+        f.close().unwrap();
+        stats
+    };
+    assert_eq!((stats.leased, stats.done), (2, 1));
+    assert_eq!(disk.ops(), ops, "an untouched open and close wrote");
+    assert_eq!(contents(&disk), before);
+}
+
+#[test]
+fn a_full_disk_after_a_crash_is_read_by_a_view_and_recovered_once_space_is_freed() {
+    let disk = SimDisk::new();
+    let all = urls(400, 2);
+    let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
+    for u in &all[..150] {
+        s.push(u).unwrap();
+    }
+    s.flush().unwrap();
+    for u in &all[150..220] {
+        s.push(u).unwrap();
+    }
+    s.sync().unwrap();
+    // The disk fills: every later write fails, and the push stream stops with an error.
+    disk.fail_at(1, FaultKind::NoSpace, true);
+    let refused = all[220..]
+        .iter()
+        .try_for_each(|u| s.push(u).and_then(|()| s.sync()));
+    assert!(refused.unwrap_err().is_write_refused());
+    drop(s);
+    let full = disk.crash_image(CrashImage::KillProcess);
+    // The write the disk refused was torn: its first bytes reached the file, over the tail
+    // mark that ended the generation's valid frames.
+    let newest = full
+        .files()
+        .into_iter()
+        .filter(|n| n.starts_with("a-"))
+        .max()
+        .unwrap();
+    let mut torn = full.content(&newest).unwrap();
+    let mark = tail_mark_offset(&torn);
+    torn[mark..mark + 32].fill(0x5a);
+    full.set_content(&newest, torn);
+    full.fail_at(1, FaultKind::NoSpace, true);
+    let before = contents(&full);
+
+    // A writable open must recover (a run of the pushes not flushed), and cannot.
+    let opened = Sieve::open_with(Arc::new(full.clone()), opts());
+    let e = opened.err().expect("an open that must write fails");
+    assert!(e.is_write_refused(), "{e}");
+
+    // The view reads the committed frontier and counts every acknowledged push.
+    let mut view = Sieve::open_read_only_with(Arc::new(full.clone()), opts()).unwrap();
+    let stats = view.stats().unwrap();
+    assert_eq!(stats.pushed, 220);
+    assert_eq!(stats.emitted, emit_model(&all[..150]).len() as u64);
+    let mut committed = Vec::new();
+    loop {
+        let b = view.frontier_next(64).unwrap();
+        if b.is_empty() {
+            break;
+        }
+        committed.extend(b);
+    }
+    view.frontier_commit().unwrap();
+    assert_eq!(committed, emit_model(&all[..150]));
+    // A flush in the view works in memory, and is forgotten.
+    view.flush().unwrap();
+    assert!(!view.frontier_next(1).unwrap().is_empty());
+    view.close().unwrap();
+    let report = check_storage(Arc::new(full.clone())).unwrap();
+    assert!(report.is_sound(), "{:?}", report.damage);
+    assert_eq!(contents(&full), before, "the view or check wrote");
+
+    // Space freed: the writable open recovers, and nothing acknowledged is lost.
+    let freed = full.crash_image(CrashImage::KillProcess);
+    let mut s = Sieve::open_with(Arc::new(freed), opts()).unwrap();
+    s.flush().unwrap();
+    let mut out = Vec::new();
+    loop {
+        let b = s.frontier_next(100).unwrap();
+        if b.is_empty() {
+            break;
+        }
+        out.extend(b);
+    }
+    let model = emit_model(&all);
+    assert!(model.starts_with(&out), "not a prefix of the model");
+    assert!(
+        out.len() >= emit_model(&all[..220]).len(),
+        "acknowledged pushes lost"
+    );
+}
+
+/// A size-limited tmpfs, mounted for a test (needs root), unmounted when dropped.
+struct SmallFs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    /// Mounts a tmpfs of `size` (as `mount -o size=` takes it), or says why it cannot.
+    fn mount(size: &str) -> Result<SmallFs, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cannot mount a tmpfs (root is needed): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(SmallFs { dir })
+    }
+
+    fn remount_read_only(&self) {
+        let ok = std::process::Command::new("mount")
+            .args(["-o", "remount,ro"])
+            .arg(self.dir.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "remount read-only");
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+fn crivello(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_crivello"))
+        .args(args)
+        .output()
+        .expect("run crivello")
+}
+
+#[test]
+fn on_a_full_then_read_only_file_system_stats_check_and_pop_still_work() {
+    let fs = match SmallFs::mount("2m") {
+        Ok(fs) => fs,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let work = tempfile::tempdir().unwrap();
+    let write = |name: &str, n: u32, prefix: &str| {
+        let p = work.path().join(name);
+        let text: String = (0..n).map(|i| format!("http://{prefix}/{i}\n")).collect();
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let small = write("small.txt", 5000, "a");
+    let big = write("big.txt", 200_000, "example.com/page");
+    let store = fs.dir.path().join("s");
+    let dir = store.display().to_string();
+    assert!(crivello(&["push", &dir, &small]).status.success());
+    assert!(crivello(&["flush", &dir]).status.success());
+    // The disk fills up in the middle of a push.
+    let out = crivello(&["push", &dir, &big]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("No space left on device"), "{err}");
+    let files = |dir: &std::path::Path| -> BTreeMap<String, Vec<u8>> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().into_string().unwrap(),
+                    std::fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect()
+    };
+    let mut before = files(&store);
+    let committed: String = (0..5000).map(|i| format!("http://a/{i}\n")).collect();
+    for read_only in [false, true] {
+        if read_only {
+            fs.remount_read_only();
+        }
+        let stats = crivello(&["stats", &dir]);
+        assert!(stats.status.success(), "{stats:?}");
+        assert!(String::from_utf8_lossy(&stats.stdout).contains("emitted        5000"));
+        let check = crivello(&["check", &dir]);
+        assert!(check.status.success(), "{check:?}");
+        assert!(String::from_utf8_lossy(&check.stdout).starts_with("ok:"));
+        let after = files(&store);
+        assert!(
+            after == before,
+            "a read-only command wrote: {:?} became {:?}",
+            before.iter().map(|(n, c)| (n, c.len())).collect::<Vec<_>>(),
+            after.iter().map(|(n, c)| (n, c.len())).collect::<Vec<_>>()
+        );
+        // pop prints what the frontier holds, says it could not consume it, and why.
+        let pop = crivello(&["pop", &dir]);
+        assert_eq!(pop.status.code(), Some(1), "{pop:?}");
+        assert_eq!(String::from_utf8_lossy(&pop.stdout), committed);
+        let err = String::from_utf8_lossy(&pop.stderr);
+        assert!(err.contains("printed the 5000 URLs"), "{err}");
+        assert!(err.contains("without consuming them"), "{err}");
+        let why = if read_only {
+            "file system is read-only"
+        } else {
+            "the disk is full"
+        };
+        assert!(err.contains(why), "{err}");
+        assert!(err.contains("free some disk space"), "{err}");
+        // A command that must write fails, saying what to do.
+        let flush = crivello(&["flush", &dir]);
+        assert_eq!(flush.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&flush.stderr);
+        let what = if read_only {
+            "read-only"
+        } else {
+            "No space left on device"
+        };
+        assert!(err.contains(what), "{err}");
+        assert!(err.contains("free some disk space"), "{err}");
+        // What pop and flush tried to write before they failed (a recovery's first steps)
+        // is taken up again by the next open.
+        before = files(&store);
+    }
+}
