@@ -1,14 +1,16 @@
 //! `crivello pop DIR [-n N]`: print frontier URLs in order, then durably advance the cursor.
 //!
-//! URLs are read in batches; a batch is written to stdout and stdout is flushed before the
-//! cursor is committed past it. A kill half-way may therefore print a batch again, but never
-//! skips a URL. `pop` does not flush the sieve.
+//! URLs are read in batches and written to stdout; every 64 MiB of output or every second,
+//! and at the end, stdout is flushed and then the cursor is committed past what it holds. A
+//! kill half-way may therefore print again what was printed since the last commit (at most
+//! 64 MiB, a second's worth), but never skips a URL. `pop` does not flush the sieve.
 //!
 //! When opening would have to write and cannot (a recovery after a crash, on a full disk or
 //! a read-only file system), `pop` still prints the URLs the frontier holds, from a read-only
 //! view, without consuming them, and then fails saying so.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use clap::Args;
@@ -19,8 +21,12 @@ use super::stream::{stop, Output, BATCH_BYTES};
 use super::Explained;
 use super::{cannot_write, open_sieve_read_only, opening, require_sieve, Common};
 
-/// URLs read, printed and committed at a time.
+/// URLs read and printed at a time.
 const BATCH: u64 = 4096;
+/// The cursor is committed once this many bytes were printed since the last commit...
+const COMMIT_BYTES: usize = 64 << 20;
+/// ... or this long after it, and at the end: each commit is two fsyncs.
+const COMMIT_EVERY: Duration = Duration::from_secs(1);
 
 /// The arguments of `pop`.
 #[derive(Debug, Args)]
@@ -47,43 +53,58 @@ pub fn run(args: PopArgs) -> Result<()> {
     let mut progress = Progress::new("pop", args.common.quiet);
     let mut out = Output::new();
     let mut left = args.max.unwrap_or(u64::MAX);
-    while left > 0 {
+    // URLs and bytes printed since the last commit, and when it was.
+    let (mut pending, mut pending_bytes, mut committed_at) = (0u64, 0usize, Instant::now());
+    loop {
         let mut failed = None;
-        let n = sieve.frontier_read(BATCH.min(left) as usize, BATCH_BYTES, |url| {
-            progress.line(url.len() + 1, None);
-            out.line(url).map_err(|e| {
-                failed = Some(e);
-                stop()
+        let mut bytes = 0;
+        let n = if left == 0 {
+            Ok(0)
+        } else {
+            sieve.frontier_read(BATCH.min(left) as usize, BATCH_BYTES, |url| {
+                progress.line(url.len() + 1, None);
+                bytes += url.len() + 1;
+                out.line(url).map_err(|e| {
+                    failed = Some(e);
+                    stop()
+                })
             })
-        });
+        };
         if let Some(e) = failed {
             return Err(e);
         }
         let n = n.map_err(|e| match e {
             crivello::Error::WrongMode { .. } => anyhow::Error::new(e),
             e => anyhow::Error::new(e).context(context(&args)),
-        })?;
-        if n == 0 {
+        })? as u64;
+        left -= n;
+        pending += n;
+        pending_bytes += bytes;
+        let last = n == 0 || left == 0;
+        let due = pending_bytes >= COMMIT_BYTES || committed_at.elapsed() >= COMMIT_EVERY;
+        if pending > 0 && (last || due) {
+            // Only what reached stdout may be committed.
+            out.flush()?;
+            sieve.frontier_commit().map_err(|e| {
+                if e.is_write_refused() {
+                    anyhow::Error::new(e).context(Explained {
+                        what: format!(
+                            "sieve {}: the last {pending} URLs printed could not be consumed",
+                            args.dir.display()
+                        ),
+                        todo: "free some disk space (or remount the file system read-write), \
+                               then run `crivello pop` again: it prints those URLs again"
+                            .into(),
+                    })
+                } else {
+                    anyhow::Error::new(e).context(context(&args))
+                }
+            })?;
+            (pending, pending_bytes, committed_at) = (0, 0, Instant::now());
+        }
+        if last {
             break;
         }
-        // Only what reached stdout may be committed.
-        out.flush()?;
-        sieve.frontier_commit().map_err(|e| {
-            if e.is_write_refused() {
-                anyhow::Error::new(e).context(Explained {
-                    what: format!(
-                        "sieve {}: the last {n} URLs printed could not be consumed",
-                        args.dir.display()
-                    ),
-                    todo: "free some disk space (or remount the file system read-write), then \
-                           run `crivello pop` again: it prints those URLs again"
-                        .into(),
-                })
-            } else {
-                anyhow::Error::new(e).context(context(&args))
-            }
-        })?;
-        left -= n as u64;
     }
     sieve.close()?;
     progress.finish();
