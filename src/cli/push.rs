@@ -156,12 +156,10 @@ fn push_lines(args: &PushArgs, progress: &mut Progress, sink: &mut dyn Sink) -> 
     let mut skipped = 0u64;
     // A URL and its "\r\n": a longer read without "\n" is a line too long.
     let limit = args.max_url_len + 2;
-    let mut buf = Vec::with_capacity(64 << 10);
     for source in sources(&args.files) {
         let mut input = LineReader::open(source)?;
         loop {
-            buf.clear();
-            let Some(line) = input.read_line(&mut buf, limit)? else {
+            let Some((mut buf, line)) = input.next_line(limit)? else {
                 break;
             };
             let why = match line {
@@ -175,10 +173,10 @@ fn push_lines(args: &PushArgs, progress: &mut Progress, sink: &mut dyn Sink) -> 
                     })
                 }
                 Line::Complete(n) => {
-                    if buf.last() == Some(&b'\r') {
-                        buf.pop();
+                    if let Some(url) = buf.strip_suffix(b"\r") {
+                        buf = url;
                     }
-                    sink.take(&buf, n, progress)?
+                    sink.take(buf, n, progress)?
                 }
             };
             if let Some(why) = why {

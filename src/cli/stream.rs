@@ -2,7 +2,7 @@
 //! closed pipe into a quiet exit.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, Read, StdoutLock, Write};
+use std::io::{self, BufWriter, Read, StdoutLock, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
@@ -50,12 +50,20 @@ pub enum Line {
     TooLong,
 }
 
-/// Reads the lines of one input with a large buffer, into a buffer the caller reuses.
+/// Reads the lines of one input with a large buffer of its own: a line is handed out as a
+/// slice of that buffer (found with a vectorised search for "\n"), copied only when the
+/// caller asks for a copy.
 pub struct LineReader {
     /// The input's name in messages: its path, or [`STDIN_NAME`].
     name: String,
-    /// The buffered input.
-    reader: BufReader<Box<dyn Read>>,
+    /// The input.
+    inner: Box<dyn Read>,
+    /// The buffer: bytes `start..end` are read and not yet handed out.
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Whether the input reached its end.
+    eof: bool,
     /// The 1-based number of the last line read.
     line: u64,
 }
@@ -71,11 +79,19 @@ impl LineReader {
                 (path.display().to_string(), Box::new(file))
             }
         };
-        Ok(LineReader {
+        Ok(LineReader::new(name, inner, READ_BUFFER))
+    }
+
+    fn new(name: String, inner: Box<dyn Read>, capacity: usize) -> LineReader {
+        LineReader {
             name,
-            reader: BufReader::with_capacity(READ_BUFFER, inner),
+            inner,
+            buf: vec![0; capacity],
+            start: 0,
+            end: 0,
+            eof: false,
             line: 0,
-        })
+        }
     }
 
     /// The input's name in messages.
@@ -88,48 +104,87 @@ impl LineReader {
         self.line
     }
 
-    /// Appends the next line to `buf` without its "\n", reading at most `limit` bytes (its
-    /// "\n" included); a last line without "\n" is a line. Returns `None` at the end of the
-    /// input. Memory stays bounded by `limit` however long the line.
-    pub fn read_line(&mut self, buf: &mut Vec<u8>, limit: usize) -> Result<Option<Line>> {
-        let n = (&mut self.reader)
-            .take(limit as u64)
-            .read_until(b'\n', buf)
-            .with_context(|| format!("read {}", self.name))?;
-        if n == 0 {
-            return Ok(None);
-        }
+    /// The next line without its "\n", reading at most `limit` bytes (its "\n" included); a
+    /// last line without "\n" is a line. Returns `None` at the end of the input. Memory
+    /// stays bounded by the buffer and `limit` however long the line.
+    pub fn next_line(&mut self, limit: usize) -> Result<Option<(&[u8], Line)>> {
+        let (at, len, how) = loop {
+            let avail = self.end - self.start;
+            let window = &self.buf[self.start..self.start + avail.min(limit)];
+            if let Some(i) = memchr::memchr(b'\n', window) {
+                break (self.start, i, Line::Complete(i + 1));
+            }
+            if window.len() == limit {
+                break (self.start, limit, Line::TooLong);
+            }
+            if self.eof {
+                if avail == 0 {
+                    return Ok(None);
+                }
+                break (self.start, avail, Line::Complete(avail));
+            }
+            self.fill(limit)?;
+        };
+        self.start = at
+            + match how {
+                Line::Complete(n) => n,
+                Line::TooLong => len,
+            };
         self.line += 1;
-        if buf.last() == Some(&b'\n') {
-            buf.pop();
-            return Ok(Some(Line::Complete(n)));
+        Ok(Some((&self.buf[at..at + len], how)))
+    }
+
+    /// Appends the next line to `buf`, as [`LineReader::next_line`] reads it.
+    pub fn read_line(&mut self, buf: &mut Vec<u8>, limit: usize) -> Result<Option<Line>> {
+        Ok(self.next_line(limit)?.map(|(line, how)| {
+            buf.extend_from_slice(line);
+            how
+        }))
+    }
+
+    /// Moves the bytes not handed out to the front of the buffer (grown to hold `limit`
+    /// bytes if needed) and reads more after them; sets `eof` at the end of the input.
+    fn fill(&mut self, limit: usize) -> Result<()> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
         }
-        if n == limit {
-            return Ok(Some(Line::TooLong));
+        if self.buf.len() < limit.max(self.end + 1) {
+            let len = limit.max(2 * self.buf.len());
+            self.buf.resize(len, 0);
         }
-        Ok(Some(Line::Complete(n)))
+        loop {
+            match self.inner.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(());
+                }
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(anyhow::Error::new(e).context(format!("read {}", self.name))),
+            }
+        }
     }
 
     /// Skips the rest of the current line, through its "\n"; returns the bytes skipped.
     pub fn skip_rest(&mut self) -> Result<u64> {
         let mut skipped = 0u64;
         loop {
-            let chunk = self
-                .reader
-                .fill_buf()
-                .with_context(|| format!("read {}", self.name))?;
-            if chunk.is_empty() {
+            let avail = &self.buf[self.start..self.end];
+            if let Some(i) = memchr::memchr(b'\n', avail) {
+                self.start += i + 1;
+                return Ok(skipped + i as u64 + 1);
+            }
+            skipped += avail.len() as u64;
+            self.start = self.end;
+            if self.eof {
                 return Ok(skipped);
             }
-            let (used, done) = match chunk.iter().position(|&b| b == b'\n') {
-                Some(i) => (i + 1, true),
-                None => (chunk.len(), false),
-            };
-            self.reader.consume(used);
-            skipped += used as u64;
-            if done {
-                return Ok(skipped);
-            }
+            self.fill(1)?;
         }
     }
 }
@@ -208,10 +263,67 @@ mod tests {
     use super::*;
 
     fn reader(bytes: &'static [u8]) -> LineReader {
-        LineReader {
-            name: "test".into(),
-            reader: BufReader::with_capacity(4, Box::new(bytes)),
-            line: 0,
+        LineReader::new("test".into(), Box::new(bytes), 4)
+    }
+
+    /// Reads `input` in chunks of at most 3 bytes (a reader that returns less than asked).
+    struct Trickle(Vec<u8>, usize);
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = buf.len().min(3).min(self.0.len() - self.1);
+            buf[..n].copy_from_slice(&self.0[self.1..self.1 + n]);
+            self.1 += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn every_buffer_size_and_limit_splits_as_the_definition_does() {
+        let input: Vec<u8> = (0..200u32)
+            .flat_map(|i| {
+                let mut l = vec![b'a' + (i % 26) as u8; (i as usize * 7) % 23];
+                l.push(b'\n');
+                l
+            })
+            .chain(*b"tail")
+            .collect();
+        for capacity in 1..12 {
+            for limit in [1, 2, 5, 9, 23, 24, 100] {
+                // The definition: at most `limit` bytes, "\n" included; a longer line is cut
+                // at `limit`, and its rest skipped.
+                let mut want = Vec::new();
+                let mut rest = &input[..];
+                while !rest.is_empty() {
+                    let window = &rest[..rest.len().min(limit)];
+                    match window.iter().position(|&b| b == b'\n') {
+                        Some(i) => {
+                            want.push((rest[..i].to_vec(), Line::Complete(i + 1)));
+                            rest = &rest[i + 1..];
+                        }
+                        None if window.len() == limit => {
+                            want.push((window.to_vec(), Line::TooLong));
+                            let skip = rest.iter().position(|&b| b == b'\n');
+                            rest = &rest[skip.map_or(rest.len(), |i| i + 1)..];
+                        }
+                        None => {
+                            want.push((rest.to_vec(), Line::Complete(rest.len())));
+                            rest = &[];
+                        }
+                    }
+                }
+                let mut r =
+                    LineReader::new("test".into(), Box::new(Trickle(input.clone(), 0)), capacity);
+                let mut got = Vec::new();
+                while let Some((line, how)) = r.next_line(limit).unwrap() {
+                    got.push((line.to_vec(), how));
+                    if how == Line::TooLong {
+                        r.skip_rest().unwrap();
+                    }
+                }
+                assert_eq!(got, want, "capacity {capacity}, limit {limit}");
+                assert_eq!(r.line_number(), want.len() as u64);
+            }
         }
     }
 
