@@ -65,10 +65,18 @@ run() {
         'BEGIN { printf "| %s | %.2f | %.2f M | %.0f MiB | %d |\n", n, s, (s > 0 ? l / s / 1e6 : 0), k / 1024, u }'
 }
 
+# The number of distinct lines (from gen's statistics), which --expected sizes filters for.
+distinct=$(sed -n 's/.* \([0-9]*\) distinct.*/\1/p' "$work/gen.txt")
+status=0
 echo
 echo "| tool | seconds | lines/s | peak RSS | distinct lines |"
 echo "|---|---|---|---|---|"
 run "crivello uniq (64 MiB budget)" /dev/null "$work/crivello.out" "$crivello" uniq --quiet "$input"
+run "crivello uniq --approx (64 MiB)" /dev/null "$work/approx.out" "$crivello" uniq --approx --quiet "$input"
+run "crivello uniq --approx --fp-rate 0.01 --expected N" /dev/null "$work/approx1.out" \
+    "$crivello" uniq --approx --quiet --fp-rate 0.01 --expected "$distinct" "$input"
+run "seed 002 (10 hashes, 4 bytes per line)" /dev/null "$work/seed002.out" \
+    "$bench" bloom002 --expected "$distinct" "$input"
 run "huniq" "$input" "$work/huniq.out" huniq
 run "runiq" /dev/null "$work/runiq.out" runiq "$input"
 if [ -z "${NO_SORT:-}" ]; then
@@ -77,7 +85,17 @@ fi
 run "LC_ALL=C awk '!seen[\$0]++'" /dev/null "$work/awk.out" env LC_ALL=C awk '!seen[$0]++' "$input"
 echo
 
-status=0
+# The lossy ones: their output must be an ordered subsequence of awk's; the share dropped.
+for tool in approx approx1 seed002; do
+    if awk 'NR == FNR { want[++n] = $0; next } { while (i < n && want[++i] != $0) {} if (want[i] != $0) bad = 1 } END { exit bad }' \
+        "$work/awk.out" "$work/$tool.out"; then
+        awk -v a="$(wc -l <"$work/awk.out")" -v t="$(wc -l <"$work/$tool.out")" -v n="$tool" \
+            'BEGIN { printf "%s: an ordered subsequence of awk'"'"'s output; %d of %d distinct lines dropped (%.4f%%)\n", n, a - t, a, 100 * (a - t) / a }'
+    else
+        echo "$tool: NOT an ordered subsequence of awk's output"
+        status=1
+    fi
+done
 for tool in crivello huniq runiq; do
     if cmp -s "$work/$tool.out" "$work/awk.out"; then
         echo "$tool: output byte-identical to awk's"

@@ -120,6 +120,17 @@ enum Cmd {
         input: Option<PathBuf>,
     },
     /// Fills a new store's write-ahead log and exits without closing it (used by `run`).
+    /// Seed 002's program as a command line: each line of FILE printed unless all of its 10
+    /// bits (10 independent hashes) are set in a bitmap of 32 bits per expected distinct line;
+    /// for `bench/uniq.sh`.
+    #[command(hide = true)]
+    Bloom002 {
+        /// The input.
+        input: PathBuf,
+        /// Distinct lines the bitmap is sized for (32 bits each).
+        #[arg(long, value_parser = parse_count)]
+        expected: u64,
+    },
     #[command(hide = true)]
     CrashFill {
         /// The store's directory.
@@ -206,6 +217,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Cmd::Gen { pushes, seed } => gen(pushes, seed),
+        Cmd::Bloom002 { input, expected } => bloom002(&input, expected),
         Cmd::Run(a) => run(&a),
         Cmd::Frontier(a) => frontier::run(&a),
         Cmd::Serve(a) => serve::run(&a),
@@ -249,6 +261,41 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `bloom002`: seed 002's filter, 10 hashes into a fixed bitmap of 4 bytes per expected
+/// line, over the lines of `input`, printing the lines it takes for new.
+fn bloom002(input: &std::path::Path, expected: u64) -> Result<()> {
+    use std::io::{BufRead as _, Write as _};
+    let bits = (expected * 32).max(64);
+    let mut words = vec![0u64; bits.div_ceil(64) as usize];
+    let file = std::fs::File::open(input).map_err(|e| format!("{}: {e}", input.display()))?;
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut out = BufWriter::with_capacity(1 << 18, std::io::stdout().lock());
+    let mut line = Vec::with_capacity(256);
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        }
+        let mut new = false;
+        for seed in 0..10u64 {
+            let h = xxhash_rust::xxh3::xxh3_64_with_seed(&line, seed);
+            let bit = h % bits;
+            let (w, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
+            new |= words[w] & mask == 0;
+            words[w] |= mask;
+        }
+        if new {
+            out.write_all(&line)?;
+            out.write_all(b"\n")?;
+        }
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// `gen`: writes the stream, one URL per line.

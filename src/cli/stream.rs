@@ -142,16 +142,17 @@ impl LineReader {
         }))
     }
 
-    /// Moves the bytes not handed out to the front of the buffer (grown to hold `limit`
-    /// bytes if needed) and reads more after them; sets `eof` at the end of the input.
+    /// Moves the bytes not handed out to the front of the buffer and reads more after them;
+    /// when they fill the buffer (a line longer than it, shorter than `limit`), the buffer
+    /// doubles first, up to `limit` bytes. Sets `eof` at the end of the input.
     fn fill(&mut self, limit: usize) -> Result<()> {
         if self.start > 0 {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
         }
-        if self.buf.len() < limit.max(self.end + 1) {
-            let len = limit.max(2 * self.buf.len());
+        if self.end == self.buf.len() {
+            let len = (2 * self.buf.len()).min(limit).max(self.end + 1);
             self.buf.resize(len, 0);
         }
         loop {

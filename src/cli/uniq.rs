@@ -16,11 +16,12 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context as _, Result};
 use clap::Args;
 use crivello::storage::{DirStorage, Unsynced};
+use crivello::uniq::approx::{Bloom, Layout, Sizing};
 use crivello::uniq::{Input, Uniq};
 use crivello::Options;
 
 use super::progress::Progress;
-use super::stream::{sources, STDIN_NAME};
+use super::stream::{sources, Line, LineReader, Output, STDIN_NAME};
 use super::{explained, parse_max_line_length, Common, StdoutClosed};
 
 /// The exit code after Ctrl-C (128 + SIGINT, as shells report it).
@@ -40,6 +41,29 @@ pub struct UniqArgs {
     /// The longest line accepted, in bytes (units as for --memory; at most 1G - 1).
     #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_max_line_length)]
     pub max_line_length: usize,
+    /// Approximate: a Bloom filter of fixed size (--memory) and nothing on disk, for streams
+    /// that never end. LOSSY: a new line is wrongly dropped with probability about P (see
+    /// --fp-rate) once N distinct lines (--expected) went in, and more after that. Exact uniq,
+    /// the default, never drops a line.
+    #[arg(long)]
+    pub approx: bool,
+    /// With --approx: the number of distinct lines the false-positive rate is computed for
+    /// (with --fp-rate: the filter is sized for both, and --memory may not be given).
+    #[arg(long, value_name = "N", requires = "approx", value_parser = parse_count)]
+    pub expected: Option<u64>,
+    /// With --approx: the false-positive rate wanted, 0 < P < 1 (default 0.01 when --expected
+    /// is not given: the filter then holds as many distinct lines as --memory allows at P).
+    #[arg(long, value_name = "P", requires = "approx", value_parser = parse_rate)]
+    pub fp_rate: Option<f64>,
+    /// With --approx: print the filter's size and k on stderr, and at the end the lines read
+    /// and printed, the filter's fill and the false-positive rate it now has.
+    #[arg(long, requires = "approx")]
+    pub verbose: bool,
+    /// With --approx: where a line's bits go (for benchmarks): anywhere in the filter (the
+    /// default: through the command line as fast as the other, in less memory for a rate),
+    /// or in one cache line.
+    #[arg(long, hide = true, value_name = "LAYOUT", default_value = "standard", value_parser = ["standard", "blocked"])]
+    pub bloom_layout: String,
     /// The options of every subcommand.
     #[command(flatten)]
     pub common: Common,
@@ -47,6 +71,9 @@ pub struct UniqArgs {
 
 /// Runs `uniq`.
 pub fn run(args: UniqArgs) -> Result<()> {
+    if args.approx {
+        return approx(&args);
+    }
     let base = args.tmp_dir.clone().unwrap_or_else(std::env::temp_dir);
     let tmp = tempfile::Builder::new()
         .prefix("crivello-uniq")
@@ -152,4 +179,148 @@ fn uniq_error(e: crivello::uniq::Error) -> anyhow::Error {
         E::Store(e) => anyhow::Error::new(e),
         e => anyhow::Error::new(e),
     }
+}
+
+/// Parses a count: digits, or a power of ten written `1e7` or `10^7`.
+fn parse_count(text: &str) -> Result<u64, String> {
+    let t = text.trim().replace('_', "");
+    let bad = || format!("{text:?} is not a count (e.g. 10000000, 1e7 or 10^7)");
+    let n = if let Some((m, e)) = t.split_once(['e', 'E']) {
+        let (m, e): (u64, u32) = (m.parse().map_err(|_| bad())?, e.parse().map_err(|_| bad())?);
+        10u64.checked_pow(e).and_then(|p| p.checked_mul(m))
+    } else if let Some(("10", e)) = t.split_once('^') {
+        10u64.checked_pow(e.parse().map_err(|_| bad())?)
+    } else {
+        t.parse().ok()
+    };
+    match n {
+        Some(0) => Err("the count must be at least 1".into()),
+        Some(n) => Ok(n),
+        None => Err(bad()),
+    }
+}
+
+/// Parses a probability strictly between 0 and 1.
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(p) if p > 0.0 && p < 1.0 => Ok(p),
+        _ => Err(format!(
+            "{text:?} is not a rate strictly between 0 and 1 (e.g. 0.01)"
+        )),
+    }
+}
+
+/// Lines hashed and their bits prefetched before the first of them is looked up.
+const APPROX_BATCH: usize = 32;
+
+/// The filter and a batch of lines hashed, their bits prefetched, waiting to be looked up
+/// in order: the lookups' cache misses overlap instead of following one another.
+struct Batch {
+    bloom: Bloom,
+    /// The lines' bytes, end to end.
+    bytes: Vec<u8>,
+    /// Per line: its end in `bytes` and its hash.
+    lines: Vec<(usize, u128)>,
+    printed: u64,
+}
+
+impl Batch {
+    /// Adds a line; looks the batch up when it is full.
+    fn push(&mut self, line: &[u8], out: &mut Output) -> Result<()> {
+        let h = Bloom::hash(line);
+        self.bloom.prefetch(h);
+        self.bytes.extend_from_slice(line);
+        self.lines.push((self.bytes.len(), h));
+        if self.lines.len() == APPROX_BATCH {
+            self.drain(out)?;
+        }
+        Ok(())
+    }
+
+    /// Looks up the lines in order, inserting each and printing it if it was new.
+    fn drain(&mut self, out: &mut Output) -> Result<()> {
+        let mut start = 0;
+        for &(end, h) in &self.lines {
+            if self.bloom.insert_hash(h) {
+                out.line(&self.bytes[start..end])?;
+                self.printed += 1;
+            }
+            start = end;
+        }
+        self.bytes.clear();
+        self.lines.clear();
+        Ok(())
+    }
+}
+
+/// `uniq --approx`: every input through a Bloom filter; nothing on disk.
+fn approx(args: &UniqArgs) -> Result<()> {
+    let layout = match args.bloom_layout.as_str() {
+        "blocked" => Layout::Blocked,
+        _ => Layout::Standard,
+    };
+    let memory_given = std::env::args_os().any(|a| a.to_string_lossy().starts_with("--memory"));
+    let sizing =
+        match (args.expected, args.fp_rate) {
+            (Some(_), Some(_)) if memory_given => return Err(explained(
+                "--memory, --expected and --fp-rate were all given: two of them size the filter",
+                "give --expected and --fp-rate, or --memory with one of them",
+            )),
+            (Some(n), Some(p)) => Sizing::for_expected_and_rate(layout, n, p),
+            (Some(n), None) => Sizing::for_memory_and_expected(layout, args.common.memory, n),
+            (None, p) => Sizing::for_memory_and_rate(layout, args.common.memory, p.unwrap_or(0.01)),
+        };
+    if args.verbose {
+        eprintln!(
+            "crivello: approximate uniq: a Bloom filter of {} ({layout:?} layout), k = {}: a \
+             new line is dropped with probability {:.2e} once {} distinct lines went in",
+            indicatif::HumanBytes(sizing.bytes()),
+            sizing.k,
+            sizing.fp_rate,
+            sizing.expected
+        );
+    }
+    let mut batch = Batch {
+        bloom: Bloom::new(sizing),
+        bytes: Vec::with_capacity(APPROX_BATCH * 128),
+        lines: Vec::with_capacity(APPROX_BATCH),
+        printed: 0,
+    };
+    let mut progress = Progress::new("uniq", args.common.quiet);
+    let mut out = Output::new();
+    let mut read = 0u64;
+    for source in sources(&args.files) {
+        let mut input = LineReader::open(source)?;
+        // A line and its "\n": a longer read without "\n" is a line too long.
+        while let Some((line, how)) = input.next_line(args.max_line_length + 1)? {
+            let Line::Complete(n) = how else {
+                return Err(explained(
+                    format!(
+                        "{}: line {}: longer than the maximum of {} bytes",
+                        input.name(),
+                        input.line_number(),
+                        args.max_line_length
+                    ),
+                    "raise --max-line-length (at most 1G - 1)",
+                ));
+            };
+            read += 1;
+            progress.line(n, None);
+            batch.push(line, &mut out)?;
+        }
+    }
+    batch.drain(&mut out)?;
+    out.flush()?;
+    progress.finish();
+    if args.verbose {
+        let b = &batch.bloom;
+        eprintln!(
+            "crivello: {read} lines read, {} printed; the filter is {:.1}% full: a new line is \
+             now dropped with probability about {:.2e}",
+            batch.printed,
+            100.0 * b.fill(),
+            b.estimated_fp_rate()
+        );
+    }
+    Ok(())
 }

@@ -33,6 +33,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod approx;
 mod error;
 mod flush;
 mod input;

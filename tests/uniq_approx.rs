@@ -1,0 +1,232 @@
+//! `crivello uniq --approx`: the Bloom filter against its theory, and the command line's
+//! contract: a subsequence of the exact output, in order, never a line twice; memory fixed
+//! on an endless pipe; its options.
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::process::{Command, Stdio};
+
+use crivello::uniq::approx::{Bloom, Layout, Sizing};
+
+const BIN: &str = env!("CARGO_BIN_EXE_crivello");
+
+/// Feeds `n` distinct lines through a filter sized for `n` at `p`; returns the lines dropped
+/// and the number the theory expects: the sum over the lines of the rate the filter had when
+/// each came (integrated in steps of 1,000 lines, at the lines inserted so far).
+fn drops(layout: Layout, n: u64, p: f64) -> (u64, f64) {
+    let sizing = Sizing::for_expected_and_rate(layout, n, p);
+    let mut bloom = Bloom::new(sizing);
+    let (mut dropped, mut expected) = (0u64, 0.0f64);
+    const STEP: u64 = 1000;
+    for i in 0..n {
+        if i % STEP == 0 {
+            expected += STEP.min(n - i) as f64 * sizing.rate_after(bloom.inserted());
+        }
+        let line = (i ^ 0x5bd1_e995).to_le_bytes();
+        dropped += u64::from(!bloom.insert(&line));
+    }
+    (dropped, expected)
+}
+
+#[test]
+fn the_drop_rate_is_within_20_percent_of_the_theory() {
+    let mut cases = vec![];
+    for p in [0.01, 0.001] {
+        for n in [1_000_000, 10_000_000] {
+            cases.push((Layout::Standard, n, p));
+        }
+        cases.push((Layout::Blocked, 1_000_000, p));
+    }
+    for (layout, n, p) in cases {
+        let (dropped, expected) = drops(layout, n, p);
+        let ratio = dropped as f64 / expected;
+        eprintln!("{layout:?} n {n} p {p}: {dropped} dropped, {expected:.0} expected ({ratio:.3})");
+        assert!(
+            (0.8..=1.2).contains(&ratio),
+            "{layout:?}, {n} lines at {p}: {dropped} dropped, the theory says {expected:.0}"
+        );
+    }
+}
+
+/// Runs `crivello uniq --approx ARGS` on `input`; returns stdout and stderr.
+fn approx(args: &[&str], input: &[u8]) -> (Vec<u8>, String) {
+    let mut child = Command::new(BIN)
+        .arg("uniq")
+        .arg("--approx")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    let data = input.to_vec();
+    let writer = std::thread::spawn(move || drop(pipe.write_all(&data)));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{args:?}: {err}");
+    (out.stdout, err)
+}
+
+/// The exact dedup of `input`'s lines, in first-appearance order.
+fn exact(input: &[u8]) -> Vec<Vec<u8>> {
+    let mut seen = HashSet::new();
+    common::split_lines(input)
+        .into_iter()
+        .filter(|l| seen.insert(l.clone()))
+        .collect()
+}
+
+/// Whether `sub` is a subsequence of `all`.
+fn is_subsequence(sub: &[Vec<u8>], all: &[Vec<u8>]) -> bool {
+    let mut it = all.iter();
+    sub.iter().all(|l| it.any(|a| a == l))
+}
+
+#[test]
+fn the_output_is_an_ordered_subsequence_of_the_exact_output_with_no_line_twice() {
+    // Repeats near and far, empty lines, CR, NUL, a last line without "\n".
+    let mut input = Vec::new();
+    for i in 0..300_000u32 {
+        let j = (i.wrapping_mul(2_654_435_761) >> 8) % 120_000;
+        input.extend_from_slice(format!("http://h{}.example/{j}\n", j % 97).as_bytes());
+        if i % 1000 == 0 {
+            input.extend_from_slice(b"\n\r\n\0x\n");
+        }
+    }
+    input.extend_from_slice(b"last");
+    let want = exact(&input);
+    // A generous filter drops (almost) nothing; a tiny one drops many lines.
+    for (args, min_share) in [
+        (&["--memory", "4M"][..], 0.999),
+        (&["--memory", "1M", "--expected", "200000"][..], 0.5),
+        (&["--expected", "1e5", "--fp-rate", "0.2"][..], 0.5),
+    ] {
+        let (out, _) = approx(args, &input);
+        let got = common::split_lines(&out);
+        assert!(
+            is_subsequence(&got, &want),
+            "{args:?}: not an ordered subsequence"
+        );
+        let distinct: HashSet<&Vec<u8>> = got.iter().collect();
+        assert_eq!(distinct.len(), got.len(), "{args:?}: a line printed twice");
+        let share = got.len() as f64 / want.len() as f64;
+        assert!(share >= min_share && share <= 1.0, "{args:?}: {share}");
+    }
+    // The same file read twice: the second copy adds nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("in.txt");
+    std::fs::write(&file, &input).unwrap();
+    let path = file.to_str().unwrap();
+    let (twice, _) = approx(&["--memory", "4M", path, path], b"");
+    let (once, _) = approx(&["--memory", "4M", path], b"");
+    assert_eq!(twice, once);
+}
+
+#[test]
+fn verbose_reports_the_sizing_and_the_rate_and_bad_options_are_refused() {
+    let input: Vec<u8> = (0..50_000)
+        .flat_map(|i| format!("u{i}\n").into_bytes())
+        .collect();
+    let (out, err) = approx(
+        &["--verbose", "--expected", "1e5", "--fp-rate", "0.001"],
+        &input,
+    );
+    assert!(
+        err.contains("k = 10") && err.contains("once 100000 distinct"),
+        "{err}"
+    );
+    assert!(err.contains("50000 lines read"), "{err}");
+    assert!(err.contains("full"), "{err}");
+    assert!(common::split_lines(&out).len() >= 49_900);
+    for (args, says) in [
+        (&["--fp-rate", "0"][..], "strictly between 0 and 1"),
+        (&["--fp-rate", "1.5"][..], "strictly between 0 and 1"),
+        (&["--expected", "0"][..], "at least 1"),
+        (&["--expected", "lots"][..], "not a count"),
+    ] {
+        let out = Command::new(BIN)
+            .args(["uniq", "--approx"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(says),
+            "{args:?}"
+        );
+    }
+    let out = Command::new(BIN)
+        .args([
+            "uniq",
+            "--approx",
+            "--memory",
+            "8M",
+            "--expected",
+            "10",
+            "--fp-rate",
+            "0.1",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("two of them"));
+    let out = Command::new(BIN)
+        .args(["uniq", "--expected", "10"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "--expected without --approx");
+}
+
+#[test]
+#[allow(
+    clippy::zombie_processes,
+    reason = "libc::wait4 reaps the child, to read its peak RSS"
+)]
+fn memory_stays_fixed_on_an_endless_pipe() {
+    // 10^7 distinct lines through a pipe into a 16 MiB filter.
+    let mut child = Command::new(BIN)
+        .args(["uniq", "--approx", "--memory", "16M", "--quiet"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let mut buf = Vec::with_capacity(1 << 20);
+        for i in 0..10_000_000u64 {
+            buf.extend_from_slice(format!("http://host{}.example/page/{i}\n", i % 9973).as_bytes());
+            if buf.len() >= 1 << 20 {
+                pipe.write_all(&buf).unwrap();
+                buf.clear();
+            }
+        }
+        pipe.write_all(&buf).unwrap();
+    });
+    let lines = BufReader::new(child.stdout.take().unwrap())
+        .split(b'\n')
+        .count();
+    writer.join().unwrap();
+    let pid = child.id() as i32;
+    // wait4 gives the child's peak RSS.
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value; wait4 writes into `status` and `usage`
+    // only, for the child this test spawned and has not waited for.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    let peak_mib = usage.ru_maxrss as f64 / 1024.0;
+    eprintln!("{lines} lines printed of 10^7, peak RSS {peak_mib:.1} MiB");
+    assert!(lines > 9_900_000, "{lines}");
+    assert!(
+        peak_mib < 16.0 + 12.0,
+        "peak RSS {peak_mib:.1} MiB for a 16 MiB filter"
+    );
+}
