@@ -108,6 +108,9 @@ pub mod uniq;
 // Near-duplicate pages: SimHash fingerprints in a store of their own.
 pub mod neardup;
 
+// Frontier nodes sharing the keys: balanced, contravariant assignment (notes §3).
+pub mod assign;
+
 // Harnesses of the tests and fuzz targets.
 mod testing;
 
