@@ -9,6 +9,7 @@
 //! crivello-bench table --input results.json
 //! crivello-bench frontier [--urls N] [--hosts H] [--batch B] [--dir DIR] [--push-new]
 //! crivello-bench neardup [--stored N[,N...]] [--memory MIB] [--batch B] [--python PY]
+//! crivello-bench assign [--hosts UKWA.tsv.xz] [--synthetic N] [--agents N,...] [--svg FILE]
 //! ```
 //!
 //! `run` runs each peer in a child process of its own (the hidden `peer` subcommand), so that
@@ -16,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+mod assign;
 mod frontier;
 mod neardup;
 mod peers;
@@ -64,6 +66,9 @@ enum Cmd {
     Serve(serve::ServeArgs),
     /// Measures the near-duplicate store beside `simhash`, datasketch and a linear scan.
     Neardup(neardup::NeardupArgs),
+    /// The assignment functions of `crivello::assign` beside hash mod N: balance,
+    /// contravariance and lookup time, on the UKWA host list and synthetic hosts.
+    Assign(assign::AssignArgs),
     /// Runs crivello's near-duplicate store alone and prints its figures (used by `neardup`).
     #[command(hide = true)]
     NeardupStore {
@@ -222,6 +227,7 @@ fn main() -> ExitCode {
         Cmd::Frontier(a) => frontier::run(&a),
         Cmd::Serve(a) => serve::run(&a),
         Cmd::Neardup(a) => neardup::run(&a),
+        Cmd::Assign(a) => assign::run(&a),
         Cmd::NeardupStore {
             stored,
             memory,
