@@ -93,7 +93,7 @@ pub fn run(args: StatsArgs) -> Result<()> {
 /// ids of its sieve of document ids.
 fn neardup_fields(args: &StatsArgs) -> Result<Vec<(&'static str, u64)>> {
     let opts = Options::new().memory(args.common.memory);
-    let mut store = crivello::neardup::Store::open(&args.dir, opts)?;
+    let mut store = crivello::neardup::Store::open_read_only(&args.dir, opts)?;
     let ns = store.stats();
     let ids = store.ids().stats()?;
     store.close()?;

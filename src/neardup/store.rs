@@ -108,6 +108,21 @@ impl Store {
         Store::open_with(Arc::new(DirStorage::open_store(dir.as_ref())?), opts)
     }
 
+    /// Opens the existing store in `dir` without ever writing to the directory, as
+    /// [`crate::Sieve::open_read_only`] does: what recovery would write and any change stay in
+    /// memory and are forgotten. For `crivello stats`, on a full disk or a read-only file
+    /// system.
+    pub fn open_read_only(dir: impl AsRef<Path>, opts: Options) -> Result<Store> {
+        let dir = dir.as_ref();
+        if !dir.join(NAME).is_file() {
+            return Err(Error::NotASieve {
+                dir: dir.display().to_string(),
+                reason: format!("no {NAME}: not a near-duplicate store"),
+            });
+        }
+        Store::open_with(crate::storage::read_only_view(dir)?, opts)
+    }
+
     /// Opens the store in `storage` (see [`Store::open`]), recovering from a crash.
     pub fn open_with(storage: Arc<dyn Storage>, opts: Options) -> Result<Store> {
         opts.validate()?;
@@ -688,7 +703,7 @@ pub fn check(dir: impl AsRef<Path>) -> Result<NearCheck> {
             reason: "no such directory".into(),
         });
     }
-    check_storage(Arc::new(DirStorage::open_store(dir)?))
+    check_storage(Arc::new(DirStorage::open_store_read_only(dir)?))
 }
 
 /// [`check`] of a store in `storage`.
