@@ -10,6 +10,7 @@
 //! crivello-bench frontier [--urls N] [--hosts H] [--batch B] [--dir DIR] [--push-new]
 //! crivello-bench neardup [--stored N[,N...]] [--memory MIB] [--batch B] [--python PY]
 //! crivello-bench assign [--hosts UKWA.tsv.xz] [--synthetic N] [--agents N,...] [--svg FILE]
+//! crivello-bench compress [--inputs FILE,...] [--synthetic N] [--frame BYTES]
 //! ```
 //!
 //! `run` runs each peer in a child process of its own (the hidden `peer` subcommand), so that
@@ -18,6 +19,7 @@
 #![warn(missing_docs)]
 
 mod assign;
+mod compress;
 mod frontier;
 mod neardup;
 mod peers;
@@ -69,6 +71,9 @@ enum Cmd {
     /// The assignment functions of `crivello::assign` beside hash mod N: balance,
     /// contravariance and lookup time, on the UKWA host list and synthetic hosts.
     Assign(assign::AssignArgs),
+    /// Candidate encodings of a frame (front coding, lz4, zstd, both): bytes per URL and
+    /// speed, on files of URLs and the synthetic stream.
+    Compress(compress::CompressArgs),
     /// Runs crivello's near-duplicate store alone and prints its figures (used by `neardup`).
     #[command(hide = true)]
     NeardupStore {
@@ -228,6 +233,7 @@ fn main() -> ExitCode {
         Cmd::Serve(a) => serve::run(&a),
         Cmd::Neardup(a) => neardup::run(&a),
         Cmd::Assign(a) => assign::run(&a),
+        Cmd::Compress(a) => compress::run(&a),
         Cmd::NeardupStore {
             stored,
             memory,
