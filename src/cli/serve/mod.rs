@@ -8,6 +8,7 @@
 //! items and acknowledge those read, and the frontier is synced and closed; the exit code is
 //! then 0.
 
+mod auth;
 mod codes;
 mod commit;
 pub(crate) mod log;
@@ -61,6 +62,16 @@ pub struct ServeArgs {
     /// of its own (kept in the store; a new store has 1: never two fetchers on one host).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub per_queue: Option<u32>,
+    /// A file holding a shared token: every call must then carry the metadata
+    /// `authorization: Bearer TOKEN`, or is refused with UNAUTHENTICATED.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// TLS: the server's certificate chain (PEM); with --tls-key, calls are encrypted.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS: the server's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// The options of every subcommand.
     #[command(flatten)]
     pub common: Common,
@@ -80,6 +91,27 @@ pub fn run(args: ServeArgs) -> Result<()> {
             "give HOST:PORT with a numeric host, e.g. 127.0.0.1:7071",
         )
     })?;
+    let token = match &args.token_file {
+        Some(path) => Some(read_token(path)?),
+        None => None,
+    };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let read = |p: &PathBuf, what: &str| {
+                std::fs::read(p).with_context(|| format!("read the TLS {what} {}", p.display()))
+            };
+            Some(tonic::transport::ServerTlsConfig::new().identity(
+                tonic::transport::Identity::from_pem(read(cert, "certificate")?, read(key, "key")?),
+            ))
+        }
+        _ => None,
+    };
+    if !addr.ip().is_loopback() && token.is_none() {
+        eprintln!(
+            "crivello: warning: serving {addr}, not a loopback address, without --token-file: \
+             anyone who reaches it can read and change the frontier"
+        );
+    }
     let frontier = Arc::new(open_frontier(&args.dir, args.common.memory)?);
     if let Some(k) = args.per_queue {
         let now = frontier.policy("", None)?;
@@ -119,7 +151,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let mut stopped = stopping.clone();
-        let serving = tonic::transport::Server::builder()
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = tls {
+            builder = builder
+                .tls_config(tls)
+                .context("the TLS certificate and key (PEM files)")?;
+        }
+        let server =
+            tonic::service::interceptor::InterceptedService::new(server, auth::Bearer::new(token));
+        let serving = builder
             .layer(codes::StatusLayer)
             .add_service(server)
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
@@ -160,6 +200,21 @@ pub fn run(args: ServeArgs) -> Result<()> {
     frontier.close()?;
     log!(log, Info, "stopped: the frontier is synced and closed");
     Ok(())
+}
+
+/// Reads the shared token of `--token-file`: its content without surrounding white space;
+/// an empty one is refused.
+fn read_token(path: &std::path::Path) -> Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("read the token file {}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(explained(
+            format!("{}: not a token", path.display()),
+            "put one token (printable, no spaces) in the file",
+        ));
+    }
+    Ok(token.to_owned())
 }
 
 /// Waits for SIGTERM or SIGINT, then tells the server to stop.

@@ -1,0 +1,108 @@
+"""Security options of `crivello serve`: a shared bearer token (--token-file) and TLS
+(--tls-cert, --tls-key). Without the token a call is refused with UNAUTHENTICATED; over TLS
+a plaintext client cannot talk to the server, and a client trusting its certificate can."""
+
+import shutil
+import subprocess
+
+import grpc
+import pytest
+
+from conftest import BIN
+from helpers import discovered
+
+
+def start(tmp_path, *args):
+    """A server on a free loopback port with `args`; returns (process, address)."""
+    proc = subprocess.Popen(
+        [BIN, "serve", str(tmp_path / "store"), "--addr", "127.0.0.1:0", "--quiet", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    line = proc.stdout.readline().decode()
+    assert line.startswith("listening on "), proc.stderr.read().decode()
+    return proc, line.split()[-1]
+
+
+def stop(proc):
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0, proc.stderr.read().decode()
+
+
+def put_one(rpc, pb, channel, url, metadata=None):
+    stub = rpc.URLFrontierStub(channel)
+    acks = list(stub.PutURLs(iter([discovered(pb, url)]), metadata=metadata, timeout=10))
+    return [a.status for a in acks]
+
+
+def test_a_token_is_required_when_configured(api, tmp_path):
+    pb, rpc = api
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    proc, addr = start(tmp_path, "--token-file", str(token))
+    try:
+        with grpc.insecure_channel(addr) as channel:
+            stub = rpc.URLFrontierStub(channel)
+            for metadata in [None, [("authorization", "Bearer wrong")], [("authorization", "s3cret-token")]]:
+                with pytest.raises(grpc.RpcError) as e:
+                    stub.GetStats(pb.QueueWithinCrawlParams(), metadata=metadata, timeout=10)
+                assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+                with pytest.raises(grpc.RpcError) as e:
+                    put_one(rpc, pb, channel, "http://sec.t/1", metadata)
+                assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            good = [("authorization", "Bearer s3cret-token")]
+            assert put_one(rpc, pb, channel, "http://sec.t/1", good) == [pb.AckMessage.Status.OK]
+            stats = stub.GetStats(pb.QueueWithinCrawlParams(), metadata=good, timeout=10)
+            assert stats.size >= 1
+    finally:
+        stop(proc)
+    # An empty token file is refused at start.
+    token.write_text("  \n")
+    bad = subprocess.run(
+        [BIN, "serve", str(tmp_path / "store"), "--addr", "127.0.0.1:0", "--token-file", str(token)],
+        capture_output=True,
+        timeout=30,
+    )
+    assert bad.returncode == 1 and b"not a token" in bad.stderr
+
+
+def test_tls_serves_a_client_that_trusts_the_certificate_and_no_plaintext_one(api, tmp_path):
+    pb, rpc = api
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed: no certificate to test TLS with")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )
+    token = tmp_path / "token"
+    token.write_text("tls-and-token")
+    proc, addr = start(tmp_path, "--tls-cert", str(cert), "--tls-key", str(key), "--token-file", str(token))
+    try:
+        # A plaintext client gets nowhere.
+        with grpc.insecure_channel(addr) as channel:
+            with pytest.raises(grpc.RpcError) as e:
+                rpc.URLFrontierStub(channel).GetStats(pb.QueueWithinCrawlParams(), timeout=5)
+            assert e.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        # A client trusting the certificate, with the token as call credentials.
+        creds = grpc.composite_channel_credentials(
+            grpc.ssl_channel_credentials(root_certificates=cert.read_bytes()),
+            grpc.access_token_call_credentials("tls-and-token"),
+        )
+        with grpc.secure_channel(addr, creds) as channel:
+            assert put_one(rpc, pb, channel, "http://tls.t/1") == [pb.AckMessage.Status.OK]
+            assert rpc.URLFrontierStub(channel).GetStats(pb.QueueWithinCrawlParams(), timeout=10).size >= 1
+    finally:
+        stop(proc)
+    # A key that does not parse is refused at start, naming the problem.
+    key.write_text("not a key")
+    bad = subprocess.run(
+        [BIN, "serve", str(tmp_path / "store2"), "--addr", "127.0.0.1:0",
+         "--tls-cert", str(cert), "--tls-key", str(key)],
+        capture_output=True,
+        timeout=30,
+    )
+    assert bad.returncode == 1 and b"TLS" in bad.stderr, bad.stderr
