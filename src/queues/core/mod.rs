@@ -2198,12 +2198,12 @@ fn read_journal(
         return Ok((wal::create_of(J, st, last + 1, None)?, last + 1, entries));
     }
     wal::mark_torn_tail(last, &r)?;
-    let synced = clean.of(last) == Some(r.valid_end);
-    let mut writer = wal::reuse(r.file, last, r.valid_end, r.records, r.last_epoch);
-    if synced {
-        // As the last clean close left it, synced.
-        writer = writer.assume_synced();
+    if clean.of(last) != Some(r.valid_end) {
+        // A crash left it: its valid entries may sit unsynced in the system's cache, and an
+        // entry of the next epoch must never reach the disk without them.
+        r.file.sync()?;
     }
+    let writer = wal::reuse(r.file, last, r.valid_end, r.records, r.last_epoch).assume_synced();
     Ok((writer, last, entries))
 }
 

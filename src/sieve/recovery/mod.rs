@@ -65,11 +65,13 @@ pub(crate) fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
     // 7.
     let (gen, wal, gen_skip, s) = match replayed.continued {
         Some(c) => {
-            let mut w = wal::reuse(c.file, c.gen, c.end, c.records, c.last_epoch);
-            if replayed.state.m.clean_a.of(c.gen) == Some(c.end) {
-                // As the last clean close left it, synced.
-                w = w.assume_synced();
+            if replayed.state.m.clean_a.of(c.gen) != Some(c.end) {
+                // A crash left it: its valid frames may sit unsynced in the system's cache,
+                // and a frame of the next epoch must never reach the disk without them (a
+                // power loss would then show synced-looking data after a hole).
+                c.file.sync()?;
             }
+            let w = wal::reuse(c.file, c.gen, c.end, c.records, c.last_epoch).assume_synced();
             (c.gen, w, c.skip, c.s)
         }
         None => {
