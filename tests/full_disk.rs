@@ -346,3 +346,44 @@ fn on_a_full_then_read_only_file_system_stats_check_and_pop_still_work() {
         before = files(&store);
     }
 }
+
+#[test]
+fn a_generation_a_crash_left_is_synced_before_it_is_continued() {
+    // Frames written but never synced before the process died: the system still holds them.
+    let disk = SimDisk::new();
+    let opts = || opts().frame_bytes(256);
+    let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
+    for u in &urls(60, 3) {
+        s.push(u).unwrap();
+    }
+    drop(s);
+    let left = disk.crash_image(CrashImage::KillProcess);
+    let newest = left
+        .files()
+        .into_iter()
+        .filter(|n| n.starts_with("a-"))
+        .max()
+        .unwrap();
+    let reopened = Sieve::open_with(Arc::new(left.clone()), opts()).unwrap();
+    // The open synced the generation it continues, before anything else was written to it.
+    let trace = left.trace();
+    let synced = trace
+        .iter()
+        .position(|op| *op == crivello::storage::sim::Op::Sync(newest.clone()));
+    let first_write = trace.iter().position(
+        |op| matches!(op, crivello::storage::sim::Op::Write(name, _, _) if *name == newest),
+    );
+    assert!(synced.is_some(), "{newest} not synced at open: {trace:?}");
+    assert!(first_write.is_none_or(|w| w > synced.unwrap()), "{trace:?}");
+    drop(reopened);
+    // After a clean close, the same open syncs nothing (the close did).
+    let mut s = Sieve::open_with(Arc::new(left.clone()), opts()).unwrap();
+    s.push(b"http://after.example/").unwrap();
+    s.close().unwrap();
+    let ops = left.ops();
+    Sieve::open_with(Arc::new(left.clone()), opts())
+        .unwrap()
+        .close()
+        .unwrap();
+    assert_eq!(left.ops(), ops);
+}
