@@ -601,4 +601,38 @@ mod tests {
         assert!(!sieve.segments.is_empty());
         sieve.close().unwrap();
     }
+
+    /// A store whose manifest is of version 5 (no clean end recorded) opens, keeps its
+    /// pushes, and its next clean close writes a version 8 manifest with the clean end.
+    #[test]
+    fn a_version_5_manifest_opens_and_is_written_back_as_version_8() {
+        let disk = SimDisk::new();
+        let opts = || Options::new().slots(16).seed(3).background_flush(false);
+        let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
+        for i in 0..40 {
+            s.push(format!("http://v5.example/{i}").as_bytes()).unwrap();
+        }
+        s.close().unwrap();
+        // Rewrite the manifest as version 5 wrote it: no clean ends.
+        let mut m = Manifest::decode(&disk.content(crate::names::MANIFEST).unwrap(), "M").unwrap();
+        m.clean_a = CleanEnd::default();
+        m.clean_j = CleanEnd::default();
+        let v8 = m.encode();
+        let at = 8 + 13 * 8 + 4;
+        let mut v5 = v8[..at].to_vec();
+        v5.extend_from_slice(&v8[at + 32..v8.len() - 4]);
+        v5[4..8].copy_from_slice(&5u32.to_le_bytes());
+        crate::format::seal(&mut v5);
+        disk.set_content(crate::names::MANIFEST, v5.clone());
+        assert_eq!(Manifest::decode(&v5, "M").unwrap(), m);
+        let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
+        assert_eq!(s.stats().unwrap().pushed, 40);
+        s.flush().unwrap();
+        assert_eq!(s.frontier_next(100).unwrap().len(), 40);
+        s.close().unwrap();
+        let bytes = disk.content(crate::names::MANIFEST).unwrap();
+        assert_eq!(u32::from_le_bytes(bytes[4..8].try_into().unwrap()), 8);
+        let m = Manifest::decode(&bytes, "M").unwrap();
+        assert!(m.clean_a.end > 0, "{m:?}");
+    }
 }
