@@ -8,8 +8,9 @@ use crate::error::{Corruption, Error, Result};
 /// The format version of the files written by this build, but the manifest (see
 /// `docs/design.md`, "Format versions").
 pub const VERSION: u32 = 4;
-/// The format version of the manifest written by this build; versions 4 and 5 are read too.
-pub const MANIFEST_VERSION: u32 = 8;
+/// The format version of the manifest written by this build; versions 4, 5 and 8 are read
+/// too (9: F's frames may be coded, the layout is version 8's).
+pub const MANIFEST_VERSION: u32 = 9;
 
 /// Magic of A (write-ahead log) files: `CRVA`.
 pub const MAGIC_A: u32 = u32::from_le_bytes(*b"CRVA");
@@ -25,6 +26,8 @@ pub const MAGIC_M: u32 = u32::from_le_bytes(*b"CRVM");
 pub const MAGIC_C: u32 = u32::from_le_bytes(*b"CRVC");
 /// Magic of a log frame: `FRM1`.
 pub const MAGIC_FRAME: u32 = u32::from_le_bytes(*b"FRM1");
+/// Magic of a coded frame (`src/frames/coded.rs`).
+pub const MAGIC_CODED: u32 = u32::from_le_bytes(*b"FRZ1");
 /// Magic of Q (queue run) files: `CRVQ`.
 pub const MAGIC_Q: u32 = u32::from_le_bytes(*b"CRVQ");
 /// Magic of a Q run's tail: `QEND`.

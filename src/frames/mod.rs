@@ -32,13 +32,14 @@
 //! thread that writes them while the caller goes on), [`reader`] reads them back.
 
 mod behind;
+pub(crate) mod coded;
 pub(crate) mod reader;
 pub(crate) mod writer;
 
 pub(crate) use reader::{FrameError, FrameReader};
 pub(crate) use writer::FrameWriter;
 
-use crate::format::MAGIC_FRAME;
+use crate::format::{MAGIC_CODED, MAGIC_FRAME};
 
 /// Bytes of a frame header.
 pub(crate) const FRAME_HEADER: usize = 28;
@@ -79,7 +80,20 @@ pub(crate) fn frame_header(
     (len, count): (u32, u32),
     payload: &[u8],
 ) {
-    head[0..4].copy_from_slice(&MAGIC_FRAME.to_le_bytes());
+    frame_header_with(head, MAGIC_FRAME, (epoch, tag), (len, count), payload);
+}
+
+/// Fills the header `head` of a frame of `payload` with the magic `magic` (a plain or a
+/// coded frame).
+pub(crate) fn frame_header_with(
+    head: &mut [u8],
+    magic: u32,
+    (epoch, tag): (u32, u64),
+    (len, count): (u32, u32),
+    payload: &[u8],
+) {
+    debug_assert!(magic == MAGIC_FRAME || magic == MAGIC_CODED);
+    head[0..4].copy_from_slice(&magic.to_le_bytes());
     head[4..8].copy_from_slice(&epoch.to_le_bytes());
     head[8..16].copy_from_slice(&tag.to_le_bytes());
     head[16..20].copy_from_slice(&len.to_le_bytes());
@@ -99,8 +113,10 @@ pub(crate) struct Frame {
     pub epoch: u32,
     /// The number of records.
     pub count: u32,
-    /// The payload.
+    /// The payload, in the plain layout (a coded frame's records decoded).
     pub payload: Vec<u8>,
+    /// Bytes of the payload on disk (less than `payload`'s for a coded frame).
+    pub disk_len: u64,
     /// For the end frame: the number of records in the log before it.
     pub end: Option<u64>,
 }
@@ -120,7 +136,7 @@ impl Frame {
 
     /// Bytes of the frame, header included.
     pub fn size(&self) -> u64 {
-        (FRAME_HEADER + self.payload.len()) as u64
+        FRAME_HEADER as u64 + self.disk_len
     }
 }
 

@@ -1,9 +1,9 @@
 //! The reader of frames: each frame checked (magic, checksum, lengths, record structure)
 //! before anything in it is used.
 
-use super::{Frame, END_PAYLOAD, FRAME_HEADER, MARK_PAYLOAD};
+use super::{coded, Frame, END_PAYLOAD, FRAME_HEADER, MARK_PAYLOAD};
 use crate::error::{Corruption, Error, Result};
-use crate::format::MAGIC_FRAME;
+use crate::format::{MAGIC_CODED, MAGIC_FRAME};
 use crate::storage::File;
 
 /// Why a frame could not be read.
@@ -86,7 +86,7 @@ impl<'a> FrameReader<'a> {
         if h == [0u8; FRAME_HEADER] && crate::planted::active(crate::planted::Bug::ZeroRecord) {
             return Err(FrameError::End);
         }
-        if magic != MAGIC_FRAME {
+        if magic != MAGIC_FRAME && magic != MAGIC_CODED {
             return Err(FrameError::Invalid(Corruption::Magic {
                 expected: MAGIC_FRAME,
                 found: magic,
@@ -136,16 +136,28 @@ impl<'a> FrameReader<'a> {
                 epoch,
                 count,
                 payload,
+                disk_len: payload_len,
                 end: Some(records),
             });
         }
         // A valid checksum over a malformed payload is not a torn write: check the structure.
+        if magic == MAGIC_CODED {
+            if count == 0 {
+                return Err(FrameError::Invalid(Corruption::Invalid {
+                    field: "record count of a coded frame",
+                    expected: "at least 1",
+                    found: 0,
+                }));
+            }
+            coded::decode_in_place(&mut payload, count).map_err(FrameError::Invalid)?;
+        }
         check_records(&payload, count).map_err(FrameError::Invalid)?;
         Ok(Frame {
             offset,
             epoch,
             count,
             payload,
+            disk_len: payload_len,
             end: None,
         })
     }
@@ -154,14 +166,14 @@ impl<'a> FrameReader<'a> {
     /// offset and epoch. Used only on a damaged log, to tell a torn tail from corruption.
     pub(crate) fn find_valid_after(&self, from: u64) -> Result<Option<(u64, u32)>> {
         const CHUNK: u64 = 1 << 16;
-        let magic = MAGIC_FRAME.to_le_bytes();
+        let (plain, coded) = (MAGIC_FRAME.to_le_bytes(), MAGIC_CODED.to_le_bytes());
         let mut off = from + 1;
         while off + FRAME_HEADER as u64 <= self.len {
             let n = CHUNK.min(self.len - off) as usize;
             let mut buf = vec![0u8; n];
             self.file.read_exact_at(&mut buf, off)?;
             for i in 0..n.saturating_sub(3) {
-                if buf[i..i + 4] == magic {
+                if buf[i..i + 4] == plain || buf[i..i + 4] == coded {
                     match self.frame_at(off + i as u64) {
                         Ok(f) => return Ok(Some((f.offset, f.epoch))),
                         Err(FrameError::Io(e)) => return Err(e),

@@ -2,10 +2,13 @@
 //! synced by group commit.
 
 use super::behind::Behind;
-use super::{frame_header, push_mark, FRAME_HEADER, FRAME_TARGET, WRITEBACK_EVERY};
+use super::coded::Encoder;
+use super::{
+    frame_header, frame_header_with, push_mark, FRAME_HEADER, FRAME_TARGET, WRITEBACK_EVERY,
+};
 
 use crate::error::Result;
-use crate::format::PutLe;
+use crate::format::{PutLe, MAGIC_CODED, MAGIC_FRAME};
 use crate::storage::File;
 
 /// Appends records to a log file in frames.
@@ -30,6 +33,8 @@ pub(crate) struct FrameWriter {
     /// The end at the last sync (or at the open of a log a clean close synced): a sync with
     /// nothing written since needs no fsync.
     synced_end: Option<u64>,
+    /// The encoder of coded frames, and its buffer (see [`FrameWriter::coded`]).
+    coder: Option<(Encoder, Vec<u8>)>,
 }
 
 impl FrameWriter {
@@ -52,7 +57,18 @@ impl FrameWriter {
             behind: None,
             broken: false,
             synced_end: None,
+            coder: None,
         }
+    }
+
+    /// Writes data frames coded (`src/frames/coded.rs`): front coded and compressed. Seals,
+    /// end frames and tail marks stay plain. If no zstd context can be made, frames stay
+    /// plain (readers read both).
+    pub(crate) fn coded(mut self) -> FrameWriter {
+        if super::coded::coding() {
+            self.coder = Encoder::new().ok().map(|e| (e, Vec::new()));
+        }
+        self
     }
 
     /// Marks the file's contents as durable already (a clean close synced them): a sync
@@ -140,7 +156,13 @@ impl FrameWriter {
         Ok(())
     }
 
-    /// The end offset of the file once the buffer is written.
+    /// The end of the frames written so far (the buffered records not counted).
+    pub(crate) fn written_end(&self) -> u64 {
+        self.end
+    }
+
+    /// The end offset of the file once the buffer is written (for a writer of coded frames,
+    /// whose frames shrink as they are written, exact only when nothing is buffered).
     pub(crate) fn end(&self) -> u64 {
         self.end
             + if self.count > 0 {
@@ -169,10 +191,19 @@ impl FrameWriter {
             ),
             None => None,
         };
+        let mut magic = MAGIC_FRAME;
+        if let Some((encoder, out)) = &mut self.coder {
+            encoder
+                .encode(&self.buf[FRAME_HEADER..], out, FRAME_HEADER)
+                .map_err(|e| self.file.io_error("write", e))?;
+            // The coded frame is written; the plain buffer becomes the next one's output.
+            std::mem::swap(&mut self.buf, out);
+            magic = MAGIC_CODED;
+        }
         let payload_len = (self.buf.len() - FRAME_HEADER) as u32;
         let (epoch, tag, count) = (self.epoch, self.tag, self.count);
         let (head, payload) = self.buf.split_at_mut(FRAME_HEADER);
-        frame_header(head, (epoch, tag), (payload_len, count), payload);
+        frame_header_with(head, magic, (epoch, tag), (payload_len, count), payload);
         let frame_len = self.buf.len();
         if self.mark {
             push_mark(&mut self.buf, (epoch, tag));

@@ -45,7 +45,7 @@ impl Appender {
             start = file.len()?;
         }
         Ok(Appender {
-            out: FrameWriter::new(file, start, 0, end.tail, epoch),
+            out: FrameWriter::new(file, start, 0, end.tail, epoch).coded(),
             tail: end.tail,
             before: end.count,
             emitted: 0,
@@ -64,7 +64,7 @@ impl Appender {
         *next_id += 1;
         let f = storage.create_file(&names::f(id))?;
         f.write_all_at(&header(id, first), 0)?;
-        Ok((FrameWriter::new(f, HEADER_LEN, 0, id, epoch), id))
+        Ok((FrameWriter::new(f, HEADER_LEN, 0, id, epoch).coded(), id))
     }
 
     /// Appends `url`; past [`SEGMENT_TARGET`] bytes the segment is synced and the next one
@@ -77,7 +77,7 @@ impl Appender {
     ) -> Result<()> {
         self.out.append(url)?;
         self.emitted += 1;
-        if self.out.end() >= SEGMENT_TARGET {
+        if self.out.written_end() >= SEGMENT_TARGET {
             self.out.sync()?;
             let first = self.before + self.emitted;
             let (out, tail) = Self::create(storage, next_id, first, self.epoch)?;

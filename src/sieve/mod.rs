@@ -603,9 +603,9 @@ mod tests {
     }
 
     /// A store whose manifest is of version 5 (no clean end recorded) opens, keeps its
-    /// pushes, and its next clean close writes a version 8 manifest with the clean end.
+    /// pushes, and its next clean close writes a version 9 manifest with the clean end.
     #[test]
-    fn a_version_5_manifest_opens_and_is_written_back_as_version_8() {
+    fn a_version_5_manifest_opens_and_is_written_back_as_version_9() {
         let disk = SimDisk::new();
         let opts = || Options::new().slots(16).seed(3).background_flush(false);
         let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
@@ -617,10 +617,10 @@ mod tests {
         let mut m = Manifest::decode(&disk.content(crate::names::MANIFEST).unwrap(), "M").unwrap();
         m.clean_a = CleanEnd::default();
         m.clean_j = CleanEnd::default();
-        let v8 = m.encode();
+        let v9 = m.encode();
         let at = 8 + 13 * 8 + 4;
-        let mut v5 = v8[..at].to_vec();
-        v5.extend_from_slice(&v8[at + 32..v8.len() - 4]);
+        let mut v5 = v9[..at].to_vec();
+        v5.extend_from_slice(&v9[at + 32..v9.len() - 4]);
         v5[4..8].copy_from_slice(&5u32.to_le_bytes());
         crate::format::seal(&mut v5);
         disk.set_content(crate::names::MANIFEST, v5.clone());
@@ -631,8 +631,75 @@ mod tests {
         assert_eq!(s.frontier_next(100).unwrap().len(), 40);
         s.close().unwrap();
         let bytes = disk.content(crate::names::MANIFEST).unwrap();
-        assert_eq!(u32::from_le_bytes(bytes[4..8].try_into().unwrap()), 8);
+        assert_eq!(u32::from_le_bytes(bytes[4..8].try_into().unwrap()), 9);
         let m = Manifest::decode(&bytes, "M").unwrap();
         assert!(m.clean_a.end > 0, "{m:?}");
+    }
+
+    /// The magics of the frames of F segment `id`, in order.
+    fn f_magics(disk: &SimDisk, id: u64) -> Vec<[u8; 4]> {
+        let bytes = disk.content(&crate::names::f(id)).unwrap();
+        let mut at = crate::frontier::HEADER_LEN as usize;
+        let mut out = Vec::new();
+        while at + crate::frames::FRAME_HEADER <= bytes.len() {
+            let len = u32::from_le_bytes(bytes[at + 16..at + 20].try_into().unwrap()) as usize;
+            out.push(bytes[at..at + 4].try_into().unwrap());
+            at += crate::frames::FRAME_HEADER + len;
+        }
+        out
+    }
+
+    /// A store of version 8 (plain frames in F, a version 8 manifest), as the build before
+    /// coded frames left it, opens: its URLs are read from the plain frames, new ones go to
+    /// coded frames after them in the same segment, and the manifest is written as version 9.
+    #[test]
+    fn a_version_8_store_with_plain_frames_opens_and_goes_on_with_coded_ones() {
+        let disk = SimDisk::new();
+        let opts = || Options::new().slots(64).seed(5).background_flush(false);
+        let url = |i: u32| format!("http://v8.example/path/{i}");
+        crate::frames::coded::PLAIN_WRITES.with(|p| p.set(true));
+        let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
+        for i in 0..100 {
+            s.push(url(i).as_bytes()).unwrap();
+        }
+        s.flush().unwrap();
+        let first: Vec<Vec<u8>> = s.frontier_next(30).unwrap();
+        s.frontier_commit().unwrap();
+        s.close().unwrap();
+        crate::frames::coded::PLAIN_WRITES.with(|p| p.set(false));
+        let m = Manifest::decode(&disk.content(crate::names::MANIFEST).unwrap(), "M").unwrap();
+        let mut v8 = m.encode();
+        v8.truncate(v8.len() - 4);
+        v8[4..8].copy_from_slice(&8u32.to_le_bytes());
+        crate::format::seal(&mut v8);
+        disk.set_content(crate::names::MANIFEST, v8);
+        let plain = f_magics(&disk, m.f_tail);
+        assert!(
+            !plain.is_empty() && plain.iter().all(|m| m == b"FRM1"),
+            "{plain:?}"
+        );
+
+        let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
+        for i in 0..200 {
+            s.push(url(i).as_bytes()).unwrap();
+        }
+        s.flush().unwrap();
+        let rest: Vec<Vec<u8>> = s.frontier_next(1000).unwrap();
+        s.close().unwrap();
+        let all: Vec<Vec<u8>> = first.into_iter().chain(rest).collect();
+        let expected: Vec<Vec<u8>> = (0..200).map(|i| url(i).into_bytes()).collect();
+        assert!(
+            all == expected,
+            "{} URLs read, not the 200 pushed in order",
+            all.len()
+        );
+        let magics = f_magics(&disk, m.f_tail);
+        assert_eq!(&magics[..plain.len()], &plain[..]);
+        assert!(magics[plain.len()..].contains(b"FRZ1"), "{magics:?}");
+        let bytes = disk.content(crate::names::MANIFEST).unwrap();
+        assert_eq!(u32::from_le_bytes(bytes[4..8].try_into().unwrap()), 9);
+        // And the check of the upgraded store passes.
+        let report = crate::check::check_storage(Arc::new(disk.clone())).unwrap();
+        assert!(report.is_sound(), "{report:?}");
     }
 }

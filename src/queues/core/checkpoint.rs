@@ -33,10 +33,13 @@ use super::{Core, Lease, J};
 use crate::error::{Corruption, Error, Result};
 use crate::format::{seal, ByteReader, PutLe, MAGIC_K, VERSION};
 
-/// The checkpoint's version: 7 adds each queue's skips, 6 added `next_crawl`. A checkpoint of
-/// version 6, or of version 4 (the store's version then, its `next_crawl` taken from the ids
-/// it holds), is read.
-const CHECKPOINT_VERSION: u32 = 7;
+/// The checkpoint's version: 9 says that the Q runs it lists may hold coded frames (its
+/// layout is version 7's), 7 added each queue's skips, 6 added `next_crawl`. A checkpoint of
+/// version 7, 6, or 4 (the store's version then, its `next_crawl` taken from the ids it
+/// holds), is read.
+const CHECKPOINT_VERSION: u32 = 9;
+/// The version that added each queue's skips.
+const SKIPS_VERSION: u32 = 7;
 use crate::frontier::Position;
 use crate::names;
 use crate::queues::key::{default_key, queue_id};
@@ -368,7 +371,7 @@ impl Image<'_> {
                 b.put_u64(*seq);
                 put_bytes(&mut b, rec);
             }
-            if version >= CHECKPOINT_VERSION {
+            if version >= SKIPS_VERSION {
                 b.put_u32(q.skips.len() as u32);
                 for seq in &q.skips {
                     b.put_u64(*seq);
@@ -387,7 +390,7 @@ impl Image<'_> {
     }
 }
 
-/// Checkpoint `bytes` rewritten in the layout of an older `version` (4 or 6), as a store
+/// Checkpoint `bytes` rewritten in the layout of an older `version` (4, 6 or 7), as a store
 /// of that version wrote it: for the tests of the reading of old checkpoints.
 pub(crate) fn in_version(bytes: &[u8], version: u32) -> Result<Vec<u8>> {
     Ok(Image::decode(bytes)?.encode(version))
@@ -439,7 +442,7 @@ impl<'a> Image<'a> {
         let mut c = ByteReader::new(all, names::CHECKPOINT, 0);
         c.magic(MAGIC_K)?;
         let version = c.version_between(VERSION, CHECKPOINT_VERSION)?;
-        if version != VERSION && version != 6 && version != CHECKPOINT_VERSION {
+        if ![VERSION, 6, SKIPS_VERSION, CHECKPOINT_VERSION].contains(&version) {
             return Err(Error::corrupt(
                 names::CHECKPOINT,
                 4,
@@ -579,7 +582,7 @@ impl<'a> Image<'a> {
                 }
                 q.refetch.push((when, seq, rec));
             }
-            if version >= CHECKPOINT_VERSION {
+            if version >= SKIPS_VERSION {
                 for _ in 0..count(&mut c, 8, "skips")? {
                     let at = c.offset();
                     let seq = c.u64()?;

@@ -1,0 +1,416 @@
+//! Coded frames: the records of a frame front coded, then compressed with zstd, so that F and
+//! the Q runs hold about a third of the URL bytes (measured in `docs/performance.md`, "Fewer
+//! bytes per URL").
+//!
+//! ```text
+//! coded payload := raw_len u32 | front_len u32 | zstd frame of the front-coded records
+//! front-coded   := count x ( shared varint | rest_len varint | rest )
+//!   shared:   bytes the record shares with the frame's previous record (0 for the first),
+//!             at most that record's length; shared + rest_len >= 1
+//!   raw_len:  bytes of the records in the plain layout (count x (len u32 | bytes)), at most
+//!             MAX_RAW; front_len: bytes of the front-coded records
+//! varint: LEB128, at most 5 bytes (a u32)
+//! ```
+//!
+//! A coded frame has the magic `FRZ1` and otherwise the header of a plain frame: its payload
+//! length is the coded payload's, its count the records', and its crc covers the bytes on
+//! disk. Each frame is coded on its own (the first record is the reference of the second,
+//! and so on), so a reader starts at any frame. The reader checks every length before it
+//! uses it and hands the records on in the plain layout, so nothing above the frame reader
+//! knows whether a frame was coded.
+//!
+//! The buffers and the zstd contexts are kept: one encoder per writer, one decoder per
+//! thread; coding a frame allocates nothing once they have grown to a frame's size.
+
+use std::cell::RefCell;
+
+use crate::error::Corruption;
+
+/// The zstd level: 1, the fastest of the levels that compress well (measured against lz4,
+/// zstd 3 and front coding alone in `docs/performance.md`).
+const LEVEL: i32 = 1;
+
+/// Bytes before the zstd frame in a coded payload.
+pub(crate) const CODED_HEAD: usize = 8;
+
+/// The largest plain layout a coded frame may decode to: a frame is written once its
+/// records pass 1 MiB, so it holds at most that and one record (a URL of at most 1 GiB).
+pub(crate) const MAX_RAW: usize = (1 << 30) + (4 << 20);
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: writers of this thread write plain frames, as a build before coded frames did.
+    pub(crate) static PLAIN_WRITES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether writers of this thread code their frames (always, but in tests that write a store
+/// as an older build did).
+pub(crate) fn coding() -> bool {
+    #[cfg(test)]
+    if PLAIN_WRITES.with(std::cell::Cell::get) {
+        return false;
+    }
+    true
+}
+
+/// Encodes frames (one per writer of coded frames).
+pub(crate) struct Encoder {
+    zstd: zstd::bulk::Compressor<'static>,
+    front: Vec<u8>,
+}
+
+impl Encoder {
+    /// A new encoder.
+    pub(crate) fn new() -> std::io::Result<Encoder> {
+        Ok(Encoder {
+            zstd: zstd::bulk::Compressor::new(LEVEL)?,
+            front: Vec::new(),
+        })
+    }
+
+    /// Codes the records `raw` (the plain layout) into `out` after `keep` bytes (room for a
+    /// frame's header): `out` then holds those and the coded payload.
+    pub(crate) fn encode(
+        &mut self,
+        raw: &[u8],
+        out: &mut Vec<u8>,
+        keep: usize,
+    ) -> std::io::Result<()> {
+        front_code(raw, &mut self.front);
+        out.clear();
+        out.resize(keep, 0);
+        out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.front.len() as u32).to_le_bytes());
+        let at = out.len();
+        out.resize(at + zstd::zstd_safe::compress_bound(self.front.len()), 0);
+        let n = self.zstd.compress_to_buffer(&self.front, &mut out[at..])?;
+        out.truncate(at + n);
+        Ok(())
+    }
+}
+
+/// Front codes the plain records `raw` into `out` (cleared first).
+fn front_code(raw: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.reserve(raw.len());
+    let mut prev: &[u8] = &[];
+    let mut pos = 0;
+    while pos + 4 <= raw.len() {
+        let len = u32::from_le_bytes(raw[pos..pos + 4].try_into().expect("4 bytes")) as usize;
+        let rec = &raw[pos + 4..pos + 4 + len];
+        let shared = common_prefix(prev, rec);
+        put_varint(out, shared as u32);
+        put_varint(out, (len - shared) as u32);
+        out.extend_from_slice(&rec[shared..]);
+        prev = rec;
+        pos += 4 + len;
+    }
+}
+
+/// The length of the longest common prefix of `a` and `b`, compared 8 bytes at a time.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = u64::from_le_bytes(a[i..i + 8].try_into().expect("8 bytes"))
+            ^ u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        if x != 0 {
+            return i + (x.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u32) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Reads a varint of at most 5 bytes at `*pos` of `b`.
+fn get_varint(b: &[u8], pos: &mut usize) -> Option<u32> {
+    let mut v = 0u64;
+    for i in 0..5 {
+        let byte = *b.get(*pos)?;
+        *pos += 1;
+        v |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return u32::try_from(v).ok();
+        }
+    }
+    None
+}
+
+/// The decoder of this thread: its zstd context and its buffer of front-coded bytes.
+struct Decoder {
+    zstd: zstd::bulk::Decompressor<'static>,
+    front: Vec<u8>,
+}
+
+thread_local! {
+    static DECODER: RefCell<Option<Decoder>> = const { RefCell::new(None) };
+}
+
+/// Decodes the coded payload in `payload` (a frame of `count` records) and leaves the plain
+/// layout in its place; the buffers swap with the thread's, so a reader that gives its
+/// buffer back for the next frame allocates nothing.
+pub(crate) fn decode_in_place(payload: &mut Vec<u8>, count: u32) -> Result<(), Corruption> {
+    PLAIN.with(|cell| {
+        let mut plain = cell.take();
+        let r = decode(payload, count, &mut plain);
+        if r.is_ok() {
+            std::mem::swap(payload, &mut plain);
+        }
+        cell.replace(plain);
+        r
+    })
+}
+
+thread_local! {
+    static PLAIN: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+fn invalid(field: &'static str, expected: &'static str, found: u64) -> Corruption {
+    Corruption::Invalid {
+        field,
+        expected,
+        found,
+    }
+}
+
+/// Decodes the coded payload `coded` of a frame of `count` records into `out` (cleared
+/// first), in the plain layout. Any inconsistency is corruption: the crc matched, so the
+/// bytes are as written, and a writer never writes them.
+pub(crate) fn decode(coded: &[u8], count: u32, out: &mut Vec<u8>) -> Result<(), Corruption> {
+    if coded.len() < CODED_HEAD {
+        return Err(Corruption::Truncated {
+            needed: CODED_HEAD as u64,
+            available: coded.len() as u64,
+        });
+    }
+    let raw_len = u32::from_le_bytes(coded[0..4].try_into().expect("4 bytes")) as usize;
+    let front_len = u32::from_le_bytes(coded[4..8].try_into().expect("4 bytes")) as usize;
+    if raw_len > MAX_RAW {
+        return Err(Corruption::OutOfRange {
+            field: "plain length of a coded frame",
+            found: raw_len as u64,
+            limit: MAX_RAW as u64 + 1,
+        });
+    }
+    // Each record is at least 4 + 1 bytes plain and 3 bytes coded (two varints and a byte or
+    // a shared one); a front-coded record is never longer than 6 bytes more than its plain one.
+    if front_len > raw_len + 2 * count as usize || raw_len < 5 * count as usize {
+        return Err(invalid(
+            "front-coded length of a coded frame",
+            "at most the plain length and 2 bytes per record",
+            front_len as u64,
+        ));
+    }
+    DECODER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            let zstd = zstd::bulk::Decompressor::new()
+                .map_err(|_| invalid("zstd context", "one could be made", 0))?;
+            *slot = Some(Decoder {
+                zstd,
+                front: Vec::new(),
+            });
+        }
+        let d = slot.as_mut().expect("made above");
+        d.front.clear();
+        d.front.resize(front_len, 0);
+        let n = d
+            .zstd
+            .decompress_to_buffer(&coded[CODED_HEAD..], &mut d.front[..])
+            .map_err(|_| {
+                invalid(
+                    "zstd frame of a coded frame",
+                    "a zstd frame of the front-coded length",
+                    front_len as u64,
+                )
+            })?;
+        if n != front_len {
+            return Err(Corruption::Mismatch {
+                field: "front-coded length of a coded frame",
+                expected: front_len as u64,
+                found: n as u64,
+            });
+        }
+        front_decode(&d.front, count, raw_len, out)
+    })
+}
+
+/// Decodes `count` front-coded records of `front` into `out`, in the plain layout of
+/// exactly `raw_len` bytes.
+fn front_decode(
+    front: &[u8],
+    count: u32,
+    raw_len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), Corruption> {
+    out.clear();
+    out.reserve(raw_len);
+    let (mut pos, mut prev_at, mut prev_len) = (0usize, 0usize, 0usize);
+    for _ in 0..count {
+        let (Some(shared), Some(rest)) = (get_varint(front, &mut pos), get_varint(front, &mut pos))
+        else {
+            return Err(invalid(
+                "varint of a coded record",
+                "at most 5 bytes, within the frame",
+                pos as u64,
+            ));
+        };
+        let (shared, rest) = (shared as usize, rest as usize);
+        if shared > prev_len {
+            return Err(invalid(
+                "shared prefix of a coded record",
+                "at most the previous record's length",
+                shared as u64,
+            ));
+        }
+        let len = shared + rest;
+        if len == 0 || rest > front.len() - pos || out.len() + 4 + len > raw_len {
+            return Err(invalid(
+                "length of a coded record",
+                "1 to the bytes left in the frame",
+                len as u64,
+            ));
+        }
+        let at = out.len();
+        out.extend_from_slice(&(len as u32).to_le_bytes());
+        out.extend_from_within(prev_at..prev_at + shared);
+        out.extend_from_slice(&front[pos..pos + rest]);
+        pos += rest;
+        prev_at = at + 4;
+        prev_len = len;
+    }
+    if pos != front.len() || out.len() != raw_len {
+        return Err(Corruption::Mismatch {
+            field: "bytes of a coded frame's records",
+            expected: raw_len as u64,
+            found: out.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plain(records: &[&[u8]]) -> Vec<u8> {
+        let mut v = Vec::new();
+        for r in records {
+            v.extend_from_slice(&(r.len() as u32).to_le_bytes());
+            v.extend_from_slice(r);
+        }
+        v
+    }
+
+    fn roundtrip(records: &[&[u8]]) -> Vec<u8> {
+        let raw = plain(records);
+        let mut coded = Vec::new();
+        Encoder::new().unwrap().encode(&raw, &mut coded, 0).unwrap();
+        let mut back = Vec::new();
+        decode(&coded, records.len() as u32, &mut back).unwrap();
+        assert_eq!(back, raw);
+        coded
+    }
+
+    #[test]
+    fn records_sharing_prefixes_come_back_byte_for_byte() {
+        let long = vec![b'x'; 100_000];
+        roundtrip(&[b"a"]);
+        roundtrip(&[
+            b"http://a.example/x",
+            b"http://a.example/y",
+            b"http://a.example/y/z",
+            b"h",
+            b"http://b",
+        ]);
+        roundtrip(&[&long, &long[..5000], &long, b"y"]);
+        let same: Vec<&[u8]> = vec![b"http://same.example/"; 1000];
+        let coded = roundtrip(&same);
+        assert!(
+            coded.len() < 200,
+            "{} bytes for 1000 equal records",
+            coded.len()
+        );
+    }
+
+    #[test]
+    fn urls_of_one_site_take_a_fraction_of_their_bytes() {
+        let urls: Vec<String> = (0..5000)
+            .map(|i| format!("http://www.example.org/catalog/item/{i}/details.html"))
+            .collect();
+        let records: Vec<&[u8]> = urls.iter().map(|u| u.as_bytes()).collect();
+        let coded = roundtrip(&records);
+        let raw: usize = urls.iter().map(String::len).sum();
+        assert!(
+            coded.len() * 10 < raw,
+            "{} coded bytes for {raw}",
+            coded.len()
+        );
+    }
+
+    #[test]
+    fn every_inconsistent_length_is_corruption() {
+        let raw = plain(&[b"http://a/1", b"http://a/2"]);
+        let mut coded = Vec::new();
+        Encoder::new().unwrap().encode(&raw, &mut coded, 0).unwrap();
+        let mut out = Vec::new();
+        // Wrong count, either way.
+        assert!(decode(&coded, 1, &mut out).is_err());
+        assert!(decode(&coded, 3, &mut out).is_err());
+        // Each length field off by one, and the zstd frame cut.
+        for (at, delta) in [(0usize, 1i64), (0, -1), (4, 1), (4, -1)] {
+            let mut c = coded.clone();
+            let v = u32::from_le_bytes(c[at..at + 4].try_into().unwrap()) as i64 + delta;
+            c[at..at + 4].copy_from_slice(&(v as u32).to_le_bytes());
+            assert!(decode(&c, 2, &mut out).is_err(), "field at {at} {delta:+}");
+        }
+        assert!(decode(&coded[..coded.len() - 1], 2, &mut out).is_err());
+        assert!(decode(&coded[..4], 2, &mut out).is_err());
+        // A plain length beyond the limit is refused before anything is allocated.
+        let mut c = coded.clone();
+        c[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            decode(&c, 2, &mut out),
+            Err(Corruption::OutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn a_shared_prefix_longer_than_the_previous_record_is_corruption() {
+        // Front-coded by hand: "ab", then shared 3 of it.
+        let front = [0u8, 2, b'a', b'b', 3, 1, b'c'];
+        let mut out = Vec::new();
+        assert!(front_decode(&front, 2, 6 + 8, &mut out).is_err());
+        let front = [0u8, 2, b'a', b'b', 2, 1, b'c'];
+        front_decode(&front, 2, 6 + 7, &mut out).unwrap();
+        assert_eq!(out, plain(&[b"ab", b"abc"]));
+        // A zero-length record.
+        let front = [0u8, 0];
+        assert!(front_decode(&front, 1, 4, &mut out).is_err());
+        // An overlong varint.
+        let front = [0x80u8, 0x80, 0x80, 0x80, 0x80, 0x01, 1, b'a'];
+        assert!(front_decode(&front, 1, 5, &mut out).is_err());
+    }
+
+    #[test]
+    fn varints_round_trip_at_their_edges() {
+        for v in [0u32, 1, 127, 128, 16_383, 16_384, u32::MAX] {
+            let mut b = Vec::new();
+            put_varint(&mut b, v);
+            let mut pos = 0;
+            assert_eq!(get_varint(&b, &mut pos), Some(v));
+            assert_eq!(pos, b.len());
+        }
+    }
+}
