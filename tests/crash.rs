@@ -185,7 +185,7 @@ fn back_to_back_automatic_flushes_with_pops_are_safe() {
             push("http://d/"),
             Sync,
             push("http://e/"),
-            Pop(1),
+            PopLines(1),
             push("http://b/"),
             push("http://f/"),
             Flush,
@@ -371,7 +371,7 @@ fn fault_steps() -> Vec<Step> {
         Flush,
         Close,
         push("http://f/"),
-        Pop(10),
+        PopLines(10),
         Flush,
     ]
 }
@@ -562,7 +562,7 @@ fn spills_beside_a_merge_under_way_are_safe() {
         Close,
         push("http://k/"),
         Flush,
-        Pop(10),
+        PopLines(10),
     ]);
     enumerate_with(
         "spills beside a merge",

@@ -61,10 +61,10 @@ pub fn run(args: PopArgs) -> Result<()> {
         let n = if left == 0 {
             Ok(0)
         } else {
-            sieve.frontier_read(BATCH.min(left) as usize, BATCH_BYTES, |url| {
-                progress.line(url.len() + 1, None);
-                bytes += url.len() + 1;
-                out.line(url).map_err(|e| {
+            sieve.frontier_read_lines(BATCH.min(left) as usize, BATCH_BYTES, |text, n| {
+                progress.lines(n as u64, text.len());
+                bytes += text.len();
+                out.bytes(text).map_err(|e| {
                     failed = Some(e);
                     stop()
                 })
@@ -120,9 +120,9 @@ fn print_without_consuming(args: &PopArgs, opts: Options, why: crivello::Error) 
     let (mut left, mut printed) = (args.max.unwrap_or(u64::MAX), 0u64);
     while left > 0 {
         let mut failed = None;
-        let n = sieve.frontier_read(BATCH.min(left) as usize, BATCH_BYTES, |url| {
-            progress.line(url.len() + 1, None);
-            out.line(url).map_err(|e| {
+        let n = sieve.frontier_read_lines(BATCH.min(left) as usize, BATCH_BYTES, |text, n| {
+            progress.lines(n as u64, text.len());
+            out.bytes(text).map_err(|e| {
                 failed = Some(e);
                 stop()
             })

@@ -62,6 +62,16 @@ impl Progress {
         self.refresh();
     }
 
+    /// Counts `lines` lines of `bytes` bytes in all; now and then refreshes the display.
+    pub fn lines(&mut self, lines: u64, bytes: usize) {
+        let before = self.lines / REFRESH_LINES;
+        self.lines += lines;
+        self.bytes += bytes as u64;
+        if self.bar.is_some() && self.lines / REFRESH_LINES != before {
+            self.refresh();
+        }
+    }
+
     /// Sets the counts of lines, bytes and (when known) flushes, and refreshes the display.
     pub fn set(&mut self, lines: u64, bytes: u64, flushes: Option<u64>) {
         self.lines = lines;

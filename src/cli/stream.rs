@@ -213,6 +213,11 @@ impl Output {
         self.out.write_all(b"\n").map_err(write_error)
     }
 
+    /// Writes bytes as they are (lines with their newlines).
+    pub fn bytes(&mut self, bytes: &[u8]) -> Result<()> {
+        self.out.write_all(bytes).map_err(write_error)
+    }
+
     /// Writes text as it is.
     pub fn text(&mut self, text: &str) -> Result<()> {
         self.out.write_all(text.as_bytes()).map_err(write_error)

@@ -119,6 +119,8 @@ pub(crate) struct Frame {
     pub disk_len: u64,
     /// For the end frame: the number of records in the log before it.
     pub end: Option<u64>,
+    /// How `payload` holds the records.
+    pub layout: coded::Layout,
 }
 
 impl Frame {
@@ -131,6 +133,7 @@ impl Frame {
                 &self.payload
             },
             pos: 0,
+            lines: self.layout == coded::Layout::Lines,
         }
     }
 
@@ -144,19 +147,24 @@ impl Frame {
 pub(crate) struct Records<'a> {
     payload: &'a [u8],
     pos: usize,
+    lines: bool,
 }
 
 impl<'a> Iterator for Records<'a> {
     type Item = &'a [u8];
     fn next(&mut self) -> Option<&'a [u8]> {
-        if self.pos + 4 > self.payload.len() {
+        let rest = self.payload.get(self.pos..)?;
+        if self.lines {
+            let n = memchr::memchr(b'\n', rest)?;
+            self.pos += n + 1;
+            return Some(&rest[..n]);
+        }
+        if rest.len() < 4 {
             return None;
         }
-        let len = u32::from_le_bytes(self.payload[self.pos..self.pos + 4].try_into().ok()?);
-        let start = self.pos + 4;
-        let end = start + len as usize;
-        self.pos = end;
-        Some(&self.payload[start..end])
+        let len = u32::from_le_bytes(rest[..4].try_into().ok()?) as usize;
+        self.pos += 4 + len;
+        rest.get(4..4 + len)
     }
 }
 

@@ -138,9 +138,11 @@ impl<'a> FrameReader<'a> {
                 payload,
                 disk_len: payload_len,
                 end: Some(records),
+                layout: coded::Layout::Plain,
             });
         }
         // A valid checksum over a malformed payload is not a torn write: check the structure.
+        let mut layout = coded::Layout::Plain;
         if magic == MAGIC_CODED {
             if count == 0 {
                 return Err(FrameError::Invalid(Corruption::Invalid {
@@ -149,9 +151,11 @@ impl<'a> FrameReader<'a> {
                     found: 0,
                 }));
             }
-            coded::decode_in_place(&mut payload, count).map_err(FrameError::Invalid)?;
+            layout = coded::decode_in_place(&mut payload, count).map_err(FrameError::Invalid)?;
         }
-        check_records(&payload, count).map_err(FrameError::Invalid)?;
+        if layout == coded::Layout::Plain {
+            check_records(&payload, count).map_err(FrameError::Invalid)?;
+        }
         Ok(Frame {
             offset,
             epoch,
@@ -159,6 +163,7 @@ impl<'a> FrameReader<'a> {
             payload,
             disk_len: payload_len,
             end: None,
+            layout,
         })
     }
 

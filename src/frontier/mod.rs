@@ -19,6 +19,7 @@
 
 pub(crate) mod append;
 pub(crate) mod cursor;
+mod prefetch;
 pub(crate) mod read;
 
 pub(crate) use append::Appender;

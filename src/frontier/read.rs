@@ -2,8 +2,10 @@
 //! owner commits where it wants (the sieve's consumer in the cursor file; a component that
 //! takes F's output may commit it with its own state, in one atomic step).
 
+use super::prefetch::Prefetch;
 use super::{open_segment, segments, End, Position, HEADER_LEN};
 use crate::error::{Corruption, Error, Result};
+use crate::frames::coded::Layout;
 use crate::frames::{Frame, FrameError, FrameReader};
 use crate::names;
 use crate::storage::{File, Storage};
@@ -13,11 +15,19 @@ pub(crate) struct Reader {
     at: Position,
     /// The open segment.
     file: Option<(u64, File)>,
-    /// The frame at the position, partly read: (segment, offset, frame).
-    frame: Option<(u64, u64, Frame)>,
+    /// The frame at the position, partly read: (segment, offset, frame, and in a frame of
+    /// lines the byte of the next record, if known).
+    frame: Option<(u64, u64, Frame, Option<usize>)>,
+    /// The buffer of [`Reader::read_lines`] for frames not of lines.
+    lines: Vec<u8>,
     /// The payload buffer of the last frame finished, for the next one.
     spare: Vec<u8>,
+    /// The threads that read ahead, once a frame was read (`None` on one core).
+    prefetch: Option<Option<Prefetch>>,
 }
+
+/// Threads that read and decode F's frames ahead of a reader.
+const PREFETCH_WORKERS: usize = 2;
 
 impl Reader {
     /// A reader from `at`.
@@ -26,7 +36,9 @@ impl Reader {
             at,
             file: None,
             frame: None,
+            lines: Vec::new(),
             spare: Vec::new(),
+            prefetch: None,
         }
     }
 
@@ -55,25 +67,9 @@ impl Reader {
     ) -> Result<usize> {
         let (mut urls, mut bytes) = (0usize, 0usize);
         while urls < max_urls && bytes < max_bytes && self.at.consumed < end.count {
-            let frame = match self.frame.take() {
-                Some((seg, off, f)) if seg == self.at.segment && off == self.at.offset => f,
-                _ => match self.load_frame(storage, end)? {
-                    Some(f) => f,
-                    None => continue, // moved to the next segment
-                },
+            let Some((frame, skip, _)) = self.current(storage, end, false)? else {
+                continue; // moved to the next segment
             };
-            let skip = self.at.skip as usize;
-            if skip >= frame.count as usize {
-                return Err(Error::corrupt(
-                    names::CURSOR,
-                    0,
-                    Corruption::OutOfRange {
-                        field: "records of the frame already consumed",
-                        found: skip as u64,
-                        limit: u64::from(frame.count),
-                    },
-                ));
-            }
             let mut taken = 0usize;
             let mut result = Ok(());
             for url in frame.records().skip(skip) {
@@ -88,23 +84,134 @@ impl Reader {
                 urls += 1;
                 bytes += url.len();
             }
-            self.at.consumed += taken as u64;
-            if skip + taken == frame.count as usize {
-                self.at.offset += frame.size();
-                self.at.skip = 0;
-                self.spare = frame.payload;
-            } else {
-                self.at.skip += taken as u32;
-                self.frame = Some((self.at.segment, self.at.offset, frame));
-            }
+            self.advance(frame, skip, taken, None);
             result?;
         }
         Ok(urls)
     }
 
+    /// [`Reader::read`] that passes the URLs as text, in chunks of whole lines each ended by
+    /// a newline, with the number of URLs of each chunk: a coded frame of lines is passed as
+    /// it was decoded, without copying each URL. If `each` fails, the position stays after
+    /// the last chunk it accepted.
+    pub(crate) fn read_lines(
+        &mut self,
+        storage: &dyn Storage,
+        end: &End,
+        max_urls: usize,
+        max_bytes: usize,
+        mut each: impl FnMut(&[u8], usize) -> Result<()>,
+    ) -> Result<usize> {
+        let (mut urls, mut bytes) = (0usize, 0usize);
+        while urls < max_urls && bytes < max_bytes && self.at.consumed < end.count {
+            let Some((frame, skip, hint)) = self.current(storage, end, true)? else {
+                continue;
+            };
+            let left = frame.count as usize - skip;
+            let mut taken = 0usize;
+            let result;
+            let (mut after, mut before) = (None, None);
+            if frame.layout == Layout::Lines {
+                let text = &frame.payload[..];
+                let start = hint.unwrap_or_else(|| nth_line(text, skip));
+                before = Some(start);
+                let mut pos = start;
+                while taken < left && urls < max_urls && !(bytes >= max_bytes && urls > 0) {
+                    let n = memchr::memchr(b'\n', &text[pos..]).unwrap_or(text.len() - pos);
+                    pos += n + 1;
+                    taken += 1;
+                    urls += 1;
+                    bytes += n;
+                }
+                result = each(&text[start..pos], taken);
+                after = Some(pos);
+            } else {
+                let mut text = std::mem::take(&mut self.lines);
+                text.clear();
+                for url in frame.records().skip(skip) {
+                    if urls >= max_urls || (bytes >= max_bytes && urls > 0) {
+                        break;
+                    }
+                    text.extend_from_slice(url);
+                    text.push(b'\n');
+                    taken += 1;
+                    urls += 1;
+                    bytes += url.len();
+                }
+                result = each(&text, taken);
+                self.lines = text;
+            }
+            if result.is_err() {
+                urls -= taken;
+                taken = 0;
+                after = before;
+            }
+            self.advance(frame, skip, taken, after);
+            result?;
+        }
+        Ok(urls)
+    }
+
+    /// The frame at the position, the number of its records already read, and the byte of
+    /// the next one in a frame of lines if known; `None` if the position moved to the next
+    /// segment instead. `ahead`: frames are read ahead by threads (see
+    /// `src/frontier/prefetch.rs`), for a caller that reads F in bulk.
+    fn current(
+        &mut self,
+        storage: &dyn Storage,
+        end: &End,
+        ahead: bool,
+    ) -> Result<Option<(Frame, usize, Option<usize>)>> {
+        let (frame, hint) = match self.frame.take() {
+            Some((seg, off, f, hint)) if seg == self.at.segment && off == self.at.offset => {
+                (f, hint)
+            }
+            _ => match self.load_frame(storage, end, ahead)? {
+                Some(f) => (f, None),
+                None => return Ok(None),
+            },
+        };
+        let skip = self.at.skip as usize;
+        if skip >= frame.count as usize {
+            return Err(Error::corrupt(
+                names::CURSOR,
+                0,
+                Corruption::OutOfRange {
+                    field: "records of the frame already consumed",
+                    found: skip as u64,
+                    limit: u64::from(frame.count),
+                },
+            ));
+        }
+        let hint = if skip == 0 { Some(0) } else { hint };
+        Ok(Some((frame, skip, hint)))
+    }
+
+    /// Moves the position past `taken` more records of `frame`, of which `skip` were read
+    /// before; `after`: the byte after them, in a frame of lines, if known.
+    fn advance(&mut self, frame: Frame, skip: usize, taken: usize, after: Option<usize>) {
+        self.at.consumed += taken as u64;
+        if skip + taken == frame.count as usize {
+            self.at.offset += frame.size();
+            self.at.skip = 0;
+            match &mut self.prefetch {
+                Some(Some(p)) => p.give_back(frame.payload),
+                _ => self.spare = frame.payload,
+            }
+        } else {
+            self.at.skip += taken as u32;
+            self.frame = Some((self.at.segment, self.at.offset, frame, after));
+        }
+    }
+
     /// Reads the frame at the position; `None` if the position moved to the next segment
     /// instead.
-    fn load_frame(&mut self, storage: &dyn Storage, end: &End) -> Result<Option<Frame>> {
+    fn load_frame(
+        &mut self,
+        storage: &dyn Storage,
+        end: &End,
+        ahead: bool,
+    ) -> Result<Option<Frame>> {
         let seg = self.at.segment;
         let file = match &self.file {
             Some((id, f)) if *id == seg => f.clone(),
@@ -145,8 +252,20 @@ impl Reader {
             self.file = Some((next, nf));
             return Ok(None);
         }
-        let reader = FrameReader::new(&file, limit, u64::MAX, seg);
-        match reader.frame_with(self.at.offset, std::mem::take(&mut self.spare)) {
+        let prefetched = if ahead {
+            self.prefetch
+                .get_or_insert_with(|| Prefetch::start(PREFETCH_WORKERS))
+                .as_mut()
+                .and_then(|p| p.frame(seg, &file, limit, self.at.offset))
+        } else {
+            None
+        };
+        let read = match prefetched {
+            Some(r) => r,
+            None => FrameReader::new(&file, limit, u64::MAX, seg)
+                .frame_with(self.at.offset, std::mem::take(&mut self.spare)),
+        };
+        match read {
             Ok(f) => Ok(Some(f)),
             Err(FrameError::Io(e)) => Err(e),
             Err(FrameError::End) => Err(file.corrupt(
@@ -159,4 +278,14 @@ impl Reader {
             Err(FrameError::Invalid(what)) => Err(file.corrupt(self.at.offset, what)),
         }
     }
+}
+
+/// The byte where record `n` of the lines `text` starts.
+fn nth_line(text: &[u8], n: usize) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    memchr::memchr_iter(b'\n', text)
+        .nth(n - 1)
+        .map_or(text.len(), |at| at + 1)
 }

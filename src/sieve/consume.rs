@@ -33,6 +33,25 @@ impl Sieve {
         self.read_records(max_urls, max_bytes, each)
     }
 
+    /// [`Sieve::frontier_read`] that passes the URLs as text: chunks of whole lines, each URL
+    /// followed by a newline, with the number of URLs in each chunk. The fastest way to print
+    /// the frontier: most chunks are frames as they were decoded, not copied URL by URL. If
+    /// `each` fails, the read position stays after the last chunk it accepted. URLs that hold
+    /// a newline byte (the library accepts any bytes) come out as they are, so the text is
+    /// then ambiguous: use [`Sieve::frontier_read`] for them.
+    pub fn frontier_read_lines(
+        &mut self,
+        max_urls: usize,
+        max_bytes: usize,
+        each: impl FnMut(&[u8], usize) -> Result<()>,
+    ) -> Result<usize> {
+        self.not_a_frontier()?;
+        self.poll_inflight()?;
+        let end = self.manifest.frontier_end();
+        self.reader
+            .read_lines(&*self.storage, &end, max_urls, max_bytes, each)
+    }
+
     /// [`Sieve::frontier_read`] of F's records, whatever the mode: for the frontier's mover.
     pub(crate) fn read_records(
         &mut self,

@@ -702,4 +702,89 @@ mod tests {
         let report = crate::check::check_storage(Arc::new(disk.clone())).unwrap();
         assert!(report.is_sound(), "{report:?}");
     }
+
+    /// `frontier_read_lines` gives the URLs that `frontier_next` gives, as lines, across
+    /// frames of lines, front-coded frames (a URL with a newline) and plain frames, from any
+    /// position; a chunk its callback refuses is not consumed.
+    #[test]
+    fn frontier_read_lines_gives_every_url_once_in_order_from_any_position() {
+        let disk = SimDisk::new();
+        let opts = || {
+            Options::new()
+                .slots(1 << 16)
+                .seed(11)
+                .background_flush(false)
+        };
+        let url = |i: u32| format!("http://h{}.example/some/path/{i}", i % 97).into_bytes();
+        let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
+        // Plain frames first, as an older build wrote them.
+        crate::frames::coded::PLAIN_WRITES.with(|p| p.set(true));
+        for i in 0..20_000 {
+            s.push(&url(i)).unwrap();
+        }
+        s.flush().unwrap();
+        crate::frames::coded::PLAIN_WRITES.with(|p| p.set(false));
+        for i in 20_000..60_000 {
+            s.push(&url(i)).unwrap();
+        }
+        s.flush().unwrap();
+        for i in 60_000..70_000 {
+            s.push(&url(i)).unwrap();
+        }
+        s.push(b"http://with/a\nnewline").unwrap();
+        s.flush().unwrap();
+        let mut expected: Vec<Vec<u8>> = (0..70_000).map(url).collect();
+        expected.push(b"http://with/a\nnewline".to_vec());
+        let all: Vec<u8> = expected
+            .iter()
+            .flat_map(|u| [&u[..], b"\n"].concat())
+            .collect();
+        let mut got = Vec::new();
+        let (mut urls, mut step, mut refused) = (0usize, 1usize, 0);
+        loop {
+            let mut fail = step % 5 == 0 && refused < 3;
+            let n = s.frontier_read_lines(step * 37 % 3001 + 1, 4096 * step, |text, k| {
+                assert!(text.iter().filter(|&&b| b == b'\n').count() >= k);
+                if fail {
+                    fail = false;
+                    refused += 1;
+                    return Err(crate::Error::Poisoned);
+                }
+                got.extend_from_slice(text);
+                urls += k;
+                Ok(())
+            });
+            step += 1;
+            match n {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(crate::Error::Poisoned) => {}
+                Err(e) => panic!("{e}"),
+            }
+            if step % 7 == 0 {
+                s.frontier_commit().unwrap();
+            }
+        }
+        assert_eq!(urls, expected.len());
+        assert!(
+            got == all,
+            "{} bytes of lines, not the {} expected",
+            got.len(),
+            all.len()
+        );
+        assert_eq!(refused, 3);
+        // The same from a fresh handle at the committed cursor.
+        s.frontier_rewind();
+        let mut again = Vec::new();
+        while s
+            .frontier_read_lines(1000, usize::MAX, |text, _| {
+                again.extend_from_slice(text);
+                Ok(())
+            })
+            .unwrap()
+            > 0
+        {}
+        assert!(all.ends_with(&again));
+        s.close().unwrap();
+    }
 }

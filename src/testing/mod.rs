@@ -41,6 +41,9 @@ pub enum Step {
     Flush,
     /// Read up to n frontier URLs and commit the cursor.
     Pop(usize),
+    /// The same through [`Sieve::frontier_read_lines`] (the URLs hold no newline), which
+    /// reads F ahead on other threads.
+    PopLines(usize),
     /// `close()`, then reopen.
     Close,
 }
@@ -74,6 +77,19 @@ pub fn apply(sieve: &mut Sieve, step: &Step, o: &mut Observed) -> crate::Result<
         }
         Step::Pop(n) => {
             o.in_doubt = sieve.frontier_next(*n)?;
+            sieve
+                .frontier_commit()
+                .map(|_| o.consumed.append(&mut o.in_doubt))
+        }
+        Step::PopLines(n) => {
+            let mut urls = Vec::new();
+            sieve.frontier_read_lines(*n, usize::MAX, |text, k| {
+                let before = urls.len();
+                urls.extend(text.split(|&b| b == b'\n').take(k).map(<[u8]>::to_vec));
+                assert_eq!(urls.len() - before, k, "a chunk of {k} lines");
+                Ok(())
+            })?;
+            o.in_doubt = urls;
             sieve
                 .frontier_commit()
                 .map(|_| o.consumed.append(&mut o.in_doubt))
