@@ -196,9 +196,12 @@ impl FrameWriter {
             encoder
                 .encode(&self.buf[FRAME_HEADER..], out, FRAME_HEADER)
                 .map_err(|e| self.file.io_error("write", e))?;
-            // The coded frame is written; the plain buffer becomes the next one's output.
-            std::mem::swap(&mut self.buf, out);
-            magic = MAGIC_CODED;
+            // The coded frame is written, if it is smaller (a frame of one short record is
+            // not); the plain buffer becomes the next one's output.
+            if out.len() < self.buf.len() {
+                std::mem::swap(&mut self.buf, out);
+                magic = MAGIC_CODED;
+            }
         }
         let payload_len = (self.buf.len() - FRAME_HEADER) as u32;
         let (epoch, tag, count) = (self.epoch, self.tag, self.count);
@@ -345,6 +348,46 @@ mod tests {
         }
         fn start_writeback(&self, offset: u64, len: u64) {
             self.hints.lock().unwrap().push((offset, len));
+        }
+    }
+
+    /// A coded writer writes a frame coded when that is smaller, plain otherwise (one short
+    /// record), with or without its thread; both read back.
+    #[test]
+    fn a_coded_writer_codes_a_frame_only_when_that_makes_it_smaller() {
+        for behind in [false, true] {
+            let disk = SimDisk::new();
+            let file = File::new(disk.create("log").unwrap(), "log");
+            let mut w = FrameWriter::new(file.clone(), 0, 0, 7, 0).coded();
+            if behind {
+                w = w.write_behind();
+            }
+            w.append(b"http://x/").unwrap();
+            w.sync().unwrap();
+            let many: Vec<String> = (0..2000)
+                .map(|i| format!("http://x.example/a/{i}"))
+                .collect();
+            for u in &many {
+                w.append(u.as_bytes()).unwrap();
+            }
+            w.sync().unwrap();
+            let bytes = disk.content("log").unwrap();
+            let reader = FrameReader::new(&file, w.end(), 1 << 20, 7);
+            let (mut offset, mut magics, mut records) = (0, Vec::new(), Vec::new());
+            while let Ok(f) = reader.frame_at(offset) {
+                magics.push(bytes[offset as usize..offset as usize + 4].to_vec());
+                offset += f.size();
+                records.extend(f.records().map(<[u8]>::to_vec));
+            }
+            assert_eq!(offset, w.end());
+            assert_eq!(magics, [b"FRM1".to_vec(), b"FRZ1".to_vec()]);
+            let raw: usize = many.iter().map(|u| u.len() + 4).sum();
+            assert!(w.end() < raw as u64 / 4, "{} bytes for {raw}", w.end());
+            assert_eq!(records[0], b"http://x/");
+            assert!(records[1..]
+                .iter()
+                .map(|r| r.as_slice())
+                .eq(many.iter().map(|u| u.as_bytes())));
         }
     }
 
