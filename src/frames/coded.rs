@@ -45,6 +45,13 @@ pub(crate) const CODED_HEAD: usize = 9;
 const LINES: u8 = 1;
 /// The layout byte of front-coded records.
 const FRONT: u8 = 2;
+/// The layout byte of front-coded records not compressed further.
+const FRONT_ONLY: u8 = 3;
+/// The layout byte of records of an 8-byte head (a Q run's seq) then the rest front coded
+/// against the previous record's rest, not compressed further.
+const HEAD_FRONT: u8 = 4;
+/// The head of [`HEAD_FRONT`].
+const HEAD: usize = 8;
 
 /// The largest plain layout a coded frame may decode to: a frame is written once its
 /// records pass 1 MiB, so it holds at most that and one record (a URL of at most 1 GiB).
@@ -68,17 +75,34 @@ pub(crate) fn coding() -> bool {
 
 /// Encodes frames (one per writer of coded frames).
 pub(crate) struct Encoder {
-    zstd: zstd::bulk::Compressor<'static>,
+    /// The zstd context; `None` for front coding alone.
+    zstd: Option<zstd::bulk::Compressor<'static>>,
     front: Vec<u8>,
+    /// Whether front coding alone may keep an 8-byte head ([`Encoder::front_only`]).
+    head: bool,
 }
 
 impl Encoder {
-    /// A new encoder.
+    /// A new encoder: lines or front coding, then zstd.
     pub(crate) fn new() -> std::io::Result<Encoder> {
         Ok(Encoder {
-            zstd: zstd::bulk::Compressor::new(LEVEL)?,
+            zstd: Some(zstd::bulk::Compressor::new(LEVEL)?),
             front: Vec::new(),
+            head: false,
         })
+    }
+
+    /// A new encoder of front coding alone (layout 3): decoding it costs about what reading
+    /// a plain frame does, for frames that are read again and again (a Q run's frame is read
+    /// at each hand-out of its queue).
+    /// With `head`, records that all have 8 bytes and more are front coded after their
+    /// first 8 (a Q run's records start with their seq, which differs from one to the next).
+    pub(crate) fn front_only(head: bool) -> Encoder {
+        Encoder {
+            zstd: None,
+            front: Vec::new(),
+            head,
+        }
     }
 
     /// Codes the records `raw` (the plain layout) into `out` after `keep` bytes (room for a
@@ -89,6 +113,24 @@ impl Encoder {
         out: &mut Vec<u8>,
         keep: usize,
     ) -> std::io::Result<()> {
+        let Some(zstd) = &mut self.zstd else {
+            // Records that all have a head and more are front coded after it.
+            let head = if self.head && records(raw).all(|r| r.len() > HEAD) {
+                HEAD
+            } else {
+                0
+            };
+            out.clear();
+            out.resize(keep, 0);
+            out.push(if head == HEAD { HEAD_FRONT } else { FRONT_ONLY });
+            out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+            let at = out.len();
+            out.extend_from_slice(&[0; 4]);
+            front_code_into(raw, out, head);
+            let inner = (out.len() - at - 4) as u32;
+            out[at..at + 4].copy_from_slice(&inner.to_le_bytes());
+            return Ok(());
+        };
         let layout = if lines(raw, &mut self.front) {
             LINES
         } else {
@@ -102,7 +144,7 @@ impl Encoder {
         out.extend_from_slice(&(self.front.len() as u32).to_le_bytes());
         let at = out.len();
         out.resize(at + zstd::zstd_safe::compress_bound(self.front.len()), 0);
-        let n = self.zstd.compress_to_buffer(&self.front, &mut out[at..])?;
+        let n = zstd.compress_to_buffer(&self.front, &mut out[at..])?;
         out.truncate(at + n);
         Ok(())
     }
@@ -130,18 +172,33 @@ fn lines(raw: &[u8], out: &mut Vec<u8>) -> bool {
 /// Front codes the plain records `raw` into `out` (cleared first).
 fn front_code(raw: &[u8], out: &mut Vec<u8>) {
     out.clear();
+    front_code_into(raw, out, 0);
+}
+
+/// The records of the plain layout `raw`.
+fn records(raw: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut pos = 0;
+    std::iter::from_fn(move || {
+        let len = u32::from_le_bytes(raw.get(pos..pos + 4)?.try_into().ok()?) as usize;
+        let rec = raw.get(pos + 4..pos + 4 + len)?;
+        pos += 4 + len;
+        Some(rec)
+    })
+}
+
+/// Front codes the plain records `raw` after what `out` holds: each record's first `head`
+/// bytes as they are (every record is longer), then its rest against the previous rest.
+fn front_code_into(raw: &[u8], out: &mut Vec<u8>, head: usize) {
     out.reserve(raw.len());
     let mut prev: &[u8] = &[];
-    let mut pos = 0;
-    while pos + 4 <= raw.len() {
-        let len = u32::from_le_bytes(raw[pos..pos + 4].try_into().expect("4 bytes")) as usize;
-        let rec = &raw[pos + 4..pos + 4 + len];
-        let shared = common_prefix(prev, rec);
+    for rec in records(raw) {
+        let (h, rest) = rec.split_at(head);
+        let shared = common_prefix(prev, rest);
+        out.extend_from_slice(h);
         put_varint(out, shared as u32);
-        put_varint(out, (len - shared) as u32);
-        out.extend_from_slice(&rec[shared..]);
-        prev = rec;
-        pos += 4 + len;
+        put_varint(out, (rest.len() - shared) as u32);
+        out.extend_from_slice(&rest[shared..]);
+        prev = rest;
     }
 }
 
@@ -257,10 +314,13 @@ pub(crate) fn decode(coded: &[u8], count: u32, out: &mut Vec<u8>) -> Result<Layo
     let fits = match layout {
         LINES => raw_len.checked_sub(3 * count) == Some(inner_len),
         FRONT => inner_len <= raw_len + 2 * count,
+        FRONT_ONLY | HEAD_FRONT => {
+            inner_len <= raw_len + 2 * count && inner_len == coded.len() - CODED_HEAD
+        }
         _ => {
             return Err(invalid(
                 "layout of a coded frame",
-                "1 (lines) or 2 (front coded)",
+                "1 (lines), 2 (front coded), 3 (front coded alone) or 4 (an 8-byte head, then front coded)",
                 u64::from(layout),
             ))
         }
@@ -271,6 +331,11 @@ pub(crate) fn decode(coded: &[u8], count: u32, out: &mut Vec<u8>) -> Result<Layo
             "the plain length less 3 bytes per record (lines), at most 2 more (front coded)",
             inner_len as u64,
         ));
+    }
+    if layout == FRONT_ONLY || layout == HEAD_FRONT {
+        let head = if layout == HEAD_FRONT { HEAD } else { 0 };
+        front_decode(&coded[CODED_HEAD..], count as u32, raw_len, out, head)?;
+        return Ok(Layout::Plain);
     }
     let zstd_error = |_| {
         invalid(
@@ -313,7 +378,7 @@ pub(crate) fn decode(coded: &[u8], count: u32, out: &mut Vec<u8>) -> Result<Layo
             check_lines(out, count)?;
             return Ok(Layout::Lines);
         }
-        front_decode(&d.front, count as u32, raw_len, out)?;
+        front_decode(&d.front, count as u32, raw_len, out, 0)?;
         Ok(Layout::Plain)
     })
 }
@@ -347,13 +412,19 @@ fn front_decode(
     count: u32,
     raw_len: usize,
     out: &mut Vec<u8>,
+    head: usize,
 ) -> Result<(), Corruption> {
     out.clear();
     out.reserve(raw_len);
+    // The previous record's rest (after its head): where it is in `out`, and its length.
     let (mut pos, mut prev_at, mut prev_len) = (0usize, 0usize, 0usize);
     for _ in 0..count {
-        let (Some(shared), Some(rest)) = (get_varint(front, &mut pos), get_varint(front, &mut pos))
-        else {
+        let h = pos;
+        pos += head;
+        let (Some(shared), Some(rest)) = (
+            front.get(..pos).and_then(|_| get_varint(front, &mut pos)),
+            get_varint(front, &mut pos),
+        ) else {
             return Err(invalid(
                 "varint of a coded record",
                 "at most 5 bytes, within the frame",
@@ -368,8 +439,8 @@ fn front_decode(
                 shared as u64,
             ));
         }
-        let len = shared + rest;
-        if len == 0 || rest > front.len() - pos || out.len() + 4 + len > raw_len {
+        let len = head + shared + rest;
+        if shared + rest == 0 || rest > front.len() - pos || out.len() + 4 + len > raw_len {
             return Err(invalid(
                 "length of a coded record",
                 "1 to the bytes left in the frame",
@@ -378,11 +449,12 @@ fn front_decode(
         }
         let at = out.len();
         out.extend_from_slice(&(len as u32).to_le_bytes());
+        out.extend_from_slice(&front[h..h + head]);
         out.extend_from_within(prev_at..prev_at + shared);
         out.extend_from_slice(&front[pos..pos + rest]);
         pos += rest;
-        prev_at = at + 4;
-        prev_len = len;
+        prev_at = at + 4 + head;
+        prev_len = shared + rest;
     }
     if pos != front.len() || out.len() != raw_len {
         return Err(Corruption::Mismatch {
@@ -420,9 +492,18 @@ mod tests {
 
     fn roundtrip(records: &[&[u8]]) -> (Vec<u8>, Layout) {
         let raw = plain(records);
+        let mut back = Vec::new();
+        // Front coding alone, first.
+        let mut front = Vec::new();
+        Encoder::front_only(true)
+            .encode(&raw, &mut front, 0)
+            .unwrap();
+        let all_long = records.iter().all(|r| r.len() > HEAD);
+        assert_eq!(front[0], if all_long { HEAD_FRONT } else { FRONT_ONLY });
+        let layout = decode(&front, records.len() as u32, &mut back).unwrap();
+        assert_eq!((layout, &back), (Layout::Plain, &raw));
         let mut coded = Vec::new();
         Encoder::new().unwrap().encode(&raw, &mut coded, 0).unwrap();
-        let mut back = Vec::new();
         let layout = decode(&coded, records.len() as u32, &mut back).unwrap();
         assert_eq!(to_plain(&back, layout), raw);
         (coded, layout)
@@ -469,13 +550,20 @@ mod tests {
 
     #[test]
     fn every_inconsistent_length_is_corruption() {
-        for records in [
-            &[&b"http://a/1"[..], b"http://a/2"],
-            &[b"http://a/1", b"a\nb"],
-        ] {
+        let cases = [
+            (&[&b"http://a/1"[..], b"http://a/2"], false),
+            (&[b"http://a/1", b"a\nb"], false),
+            (&[b"http://a/1", b"http://a/2"], true),
+        ];
+        for (records, front_only) in cases {
             let raw = plain(records);
             let mut coded = Vec::new();
-            Encoder::new().unwrap().encode(&raw, &mut coded, 0).unwrap();
+            let mut encoder = if front_only {
+                Encoder::front_only(true)
+            } else {
+                Encoder::new().unwrap()
+            };
+            encoder.encode(&raw, &mut coded, 0).unwrap();
             let mut out = Vec::new();
             decode(&coded, 2, &mut out).unwrap();
             // Wrong count, either way.
@@ -491,8 +579,11 @@ mod tests {
             assert!(decode(&coded[..coded.len() - 1], 2, &mut out).is_err());
             assert!(decode(&coded[..4], 2, &mut out).is_err());
             // Another layout byte.
-            for layout in [0u8, 3, 255] {
+            for layout in [0u8, 1, 2, 3, 4, 255] {
                 let mut c = coded.clone();
+                if c[0] == layout {
+                    continue;
+                }
                 c[0] = layout;
                 assert!(decode(&c, 2, &mut out).is_err());
             }
@@ -504,6 +595,44 @@ mod tests {
                 Err(Corruption::OutOfRange { .. })
             ));
         }
+    }
+
+    #[test]
+    fn records_of_a_queue_are_front_coded_after_their_seq() {
+        let recs: Vec<Vec<u8>> = (0..500u64)
+            .map(|i| {
+                let mut r = (i * 7 + 10).to_le_bytes().to_vec();
+                r.extend_from_slice(format!("http://q.example/dir/page-{i}.html").as_bytes());
+                r
+            })
+            .collect();
+        let refs: Vec<&[u8]> = recs.iter().map(Vec::as_slice).collect();
+        let raw = plain(&refs);
+        let mut coded = Vec::new();
+        Encoder::front_only(true)
+            .encode(&raw, &mut coded, 0)
+            .unwrap();
+        assert_eq!(coded[0], HEAD_FRONT);
+        assert!(
+            coded.len() * 2 < raw.len(),
+            "{} of {}",
+            coded.len(),
+            raw.len()
+        );
+        let mut back = Vec::new();
+        assert_eq!(decode(&coded, 500, &mut back).unwrap(), Layout::Plain);
+        assert_eq!(back, raw);
+        // A record no longer than the head: no head.
+        let (coded, _) = roundtrip(&[&recs[0], b"12345678", &recs[1]]);
+        assert!(!coded.is_empty());
+        // A shared prefix longer than the previous rest is corruption.
+        let mut c = Vec::new();
+        Encoder::front_only(true)
+            .encode(&plain(&refs[..2]), &mut c, 0)
+            .unwrap();
+        let second = CODED_HEAD + HEAD + 2 + (refs[0].len() - HEAD) + HEAD;
+        c[second] = (refs[0].len() - HEAD + 1) as u8;
+        assert!(decode(&c, 2, &mut back).is_err());
     }
 
     #[test]
@@ -520,16 +649,16 @@ mod tests {
         // Front-coded by hand: "ab", then shared 3 of it.
         let front = [0u8, 2, b'a', b'b', 3, 1, b'c'];
         let mut out = Vec::new();
-        assert!(front_decode(&front, 2, 6 + 8, &mut out).is_err());
+        assert!(front_decode(&front, 2, 6 + 8, &mut out, 0).is_err());
         let front = [0u8, 2, b'a', b'b', 2, 1, b'c'];
-        front_decode(&front, 2, 6 + 7, &mut out).unwrap();
+        front_decode(&front, 2, 6 + 7, &mut out, 0).unwrap();
         assert_eq!(out, plain(&[b"ab", b"abc"]));
         // A zero-length record.
         let front = [0u8, 0];
-        assert!(front_decode(&front, 1, 4, &mut out).is_err());
+        assert!(front_decode(&front, 1, 4, &mut out, 0).is_err());
         // An overlong varint.
         let front = [0x80u8, 0x80, 0x80, 0x80, 0x80, 0x01, 1, b'a'];
-        assert!(front_decode(&front, 1, 5, &mut out).is_err());
+        assert!(front_decode(&front, 1, 5, &mut out, 0).is_err());
     }
 
     #[test]

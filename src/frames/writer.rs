@@ -71,6 +71,16 @@ impl FrameWriter {
         self
     }
 
+    /// Writes data frames front coded, not compressed further (layouts 3 and 4 of
+    /// `src/frames/coded.rs`; with `head`, after each record's 8-byte head): for frames read
+    /// again and again or once, where decoding zstd would cost more than the bytes it saves.
+    pub(crate) fn coded_front(mut self, head: bool) -> FrameWriter {
+        if super::coded::coding() {
+            self.coder = Some((Encoder::front_only(head), Vec::new()));
+        }
+        self
+    }
+
     /// Marks the file's contents as durable already (a clean close synced them): a sync
     /// before anything is written is then no fsync.
     pub(crate) fn assume_synced(mut self) -> FrameWriter {

@@ -18,25 +18,31 @@ pub(crate) struct Appender {
     emitted: u64,
     /// The epoch of the frames written (the flush's number).
     epoch: u32,
+    /// Whether frames are front coded only (see [`Appender::open`]).
+    light: bool,
 }
 
 impl Appender {
     /// An appender after F's committed `end`; new segments take their ids from `next_id`.
-    /// Frames are written in `epoch`.
+    /// Frames are written in `epoch`, coded: compressed with zstd, or, if `light`, front
+    /// coded only (a frontier's F, which its mover reads once into the Q runs and which is
+    /// then removed, is not worth zstd's time).
     pub(crate) fn open(
         storage: &dyn Storage,
         end: End,
         next_id: &mut u64,
         epoch: u32,
+        light: bool,
     ) -> Result<Appender> {
         if end.tail_len >= SEGMENT_TARGET {
-            let (out, tail) = Self::create(storage, next_id, end.count, epoch)?;
+            let (out, tail) = Self::create(storage, next_id, end.count, epoch, light)?;
             return Ok(Appender {
                 out,
                 tail,
                 before: end.count,
                 emitted: 0,
                 epoch,
+                light,
             });
         }
         let file = storage.open_file(&names::f(end.tail))?;
@@ -45,11 +51,12 @@ impl Appender {
             start = file.len()?;
         }
         Ok(Appender {
-            out: FrameWriter::new(file, start, 0, end.tail, epoch).coded(),
+            out: code(FrameWriter::new(file, start, 0, end.tail, epoch), light),
             tail: end.tail,
             before: end.count,
             emitted: 0,
             epoch,
+            light,
         })
     }
 
@@ -59,12 +66,16 @@ impl Appender {
         next_id: &mut u64,
         first: u64,
         epoch: u32,
+        light: bool,
     ) -> Result<(FrameWriter, u64)> {
         let id = *next_id;
         *next_id += 1;
         let f = storage.create_file(&names::f(id))?;
         f.write_all_at(&header(id, first), 0)?;
-        Ok((FrameWriter::new(f, HEADER_LEN, 0, id, epoch).coded(), id))
+        Ok((
+            code(FrameWriter::new(f, HEADER_LEN, 0, id, epoch), light),
+            id,
+        ))
     }
 
     /// Appends `url`; past [`SEGMENT_TARGET`] bytes the segment is synced and the next one
@@ -80,7 +91,7 @@ impl Appender {
         if self.out.written_end() >= SEGMENT_TARGET {
             self.out.sync()?;
             let first = self.before + self.emitted;
-            let (out, tail) = Self::create(storage, next_id, first, self.epoch)?;
+            let (out, tail) = Self::create(storage, next_id, first, self.epoch, self.light)?;
             self.out = out;
             self.tail = tail;
         }
@@ -95,5 +106,14 @@ impl Appender {
             tail_len: self.out.end(),
             count: self.before + self.emitted,
         })
+    }
+}
+
+/// `w` writing coded frames: front coded only if `light`, else compressed.
+fn code(w: FrameWriter, light: bool) -> FrameWriter {
+    if light {
+        w.coded_front(false)
+    } else {
+        w.coded()
     }
 }

@@ -82,7 +82,7 @@ impl RunWriter {
         h.put_u64(id);
         seal(&mut h);
         file.write_all_at(&h, 0)?;
-        let mut out = FrameWriter::new(file, HEADER_LEN, 0, id, 0).coded();
+        let mut out = FrameWriter::new(file, HEADER_LEN, 0, id, 0).coded_front(true);
         out.set_frame_target(FRAME_TARGET);
         Ok(RunWriter {
             out,
