@@ -1,31 +1,35 @@
-//! Coded frames: the records of a frame front coded, then compressed with zstd, so that F and
-//! the Q runs hold about a third of the URL bytes (measured in `docs/performance.md`, "Fewer
-//! bytes per URL").
+//! Coded frames: the records of a frame as lines or front coded, then compressed with zstd,
+//! or front coded alone, so that F holds about a third of the URL bytes (measured in
+//! `docs/performance.md`, "Fewer bytes per URL").
 //!
 //! ```text
-//! coded payload := layout u8 | raw_len u32 | inner_len u32 | zstd frame of the inner bytes
-//! layout 1, lines: inner := count x ( record | '\n' )        (no record holds a '\n')
-//! layout 2, front: inner := count x ( shared varint | rest_len varint | rest )
-//!   shared:   bytes the record shares with the frame's previous record (0 for the first),
-//!             at most that record's length; shared + rest_len >= 1
+//! coded payload := layout u8 | raw_len u32 | inner_len u32 | body
+//! layout 1, lines:      body := zstd frame of inner;  inner := count x ( record | '\n' )
+//!                                                          (no record holds a '\n')
+//! layout 2, front:      body := zstd frame of inner;  inner := count x front
+//! layout 3, front only: body := inner := count x front
+//! layout 4, head front: body := inner := count x ( head 8 bytes | front of the rest )
+//! front := shared varint | rest_len varint | rest
+//!   shared:   bytes the record (its rest, in layout 4) shares with the frame's previous one
+//!             (0 for the first), at most that one's length; shared + rest_len >= 1
 //!   raw_len:  bytes of the records in the plain layout (count x (len u32 | bytes)), at most
 //!             MAX_RAW; inner_len: bytes of the inner stream (lines: raw_len - 3 x count)
 //! varint: LEB128, at most 5 bytes (a u32)
 //! ```
 //!
-//! The writer takes the lines layout when no record of the frame holds a newline byte (the
-//! URLs of a plain sieve never do, a frontier's records mostly do not), else front coding.
-//! Measured on the synthetic stream, zstd over the lines compresses better than over the
+//! A plain sieve's F takes layout 1 (layout 2 for a frame with a URL that holds a newline):
+//! measured on the synthetic stream, zstd over the lines compresses better than over the
 //! front-coded records (zstd finds the shared prefixes itself) and decodes to what `pop`
-//! prints with no second pass; the records of Q runs start with their seq, whose bytes hold
-//! newlines, and are front coded.
+//! prints with no second pass. A frontier's F (read once by its mover) takes layout 3, and the
+//! Q runs, whose frames are read again at each hand-out and whose records start with their
+//! seq, layout 4: decoding zstd at each hand-out cost more than the bytes it saved.
 //!
 //! A coded frame has the magic `FRZ1` and otherwise the header of a plain frame: its payload
 //! length is the coded payload's, its count the records', and its crc covers the bytes on
 //! disk. Each frame is coded on its own (the first record is the reference of the second,
 //! and so on), so a reader starts at any frame. The reader checks every length before it
-//! uses it and hands the records on in the plain layout, so nothing above the frame reader
-//! knows whether a frame was coded.
+//! uses it and hands the records on in the plain layout (or as lines), so nothing above the
+//! frame reader knows whether a frame was coded.
 //!
 //! The buffers and the zstd contexts are kept: one encoder per writer, one decoder per
 //! thread; coding a frame allocates nothing once they have grown to a frame's size.
@@ -95,8 +99,9 @@ impl Encoder {
     /// A new encoder of front coding alone (layout 3): decoding it costs about what reading
     /// a plain frame does, for frames that are read again and again (a Q run's frame is read
     /// at each hand-out of its queue).
-    /// With `head`, records that all have 8 bytes and more are front coded after their
-    /// first 8 (a Q run's records start with their seq, which differs from one to the next).
+    /// With `head`, when every record has more than 8 bytes, they are front coded after
+    /// their first 8 (layout 4: a Q run's records start with their seq, which differs from
+    /// one to the next).
     pub(crate) fn front_only(head: bool) -> Encoder {
         Encoder {
             zstd: None,

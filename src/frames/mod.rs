@@ -28,6 +28,9 @@
 //! mark* after it, which the next write overwrites: a reader of marked logs stops at a valid
 //! mark of its tag as at the end of the file, and only a write the crash tore reads as damage.
 //!
+//! A *coded* frame (magic `FRZ1`, [`coded`]) has the same header; its payload holds its
+//! records compressed or front coded, and the reader hands them on as a plain frame's.
+//!
 //! This module holds the frame's codec; [`writer`] appends frames (with [`behind`], the
 //! thread that writes them while the caller goes on), [`reader`] reads them back.
 

@@ -202,7 +202,9 @@ impl FrameWriter {
             None => None,
         };
         let mut magic = MAGIC_FRAME;
-        if let Some((encoder, out)) = &mut self.coder {
+        // A frame past what a reader decodes (a record of more than 1 GiB) stays plain.
+        let codable = self.buf.len() - FRAME_HEADER <= super::coded::MAX_RAW;
+        if let (Some((encoder, out)), true) = (&mut self.coder, codable) {
             encoder
                 .encode(&self.buf[FRAME_HEADER..], out, FRAME_HEADER)
                 .map_err(|e| self.file.io_error("write", e))?;
