@@ -787,4 +787,50 @@ mod tests {
         assert!(all.ends_with(&again));
         s.close().unwrap();
     }
+
+    /// A flipped byte inside a coded frame of F is reported by `frontier_read_lines`, whose
+    /// frames the read-ahead threads decode, as corruption naming the segment: no URL of the
+    /// damaged frame is handed out, and the read position stays before it.
+    #[test]
+    fn a_damaged_coded_frame_read_ahead_is_corruption_never_output() {
+        let disk = SimDisk::new();
+        let opts = Options::new()
+            .slots(1 << 16)
+            .seed(13)
+            .background_flush(false);
+        let mut s = Sieve::open_with(Arc::new(disk.clone()), opts).unwrap();
+        for i in 0..40_000u32 {
+            s.push(format!("http://d{}.example/x/{i}", i % 31).as_bytes())
+                .unwrap();
+        }
+        s.flush().unwrap();
+        let name = crate::names::f(s.manifest.f_tail);
+        let mut bytes = disk.content(&name).unwrap();
+        let magics = f_magics(&disk, s.manifest.f_tail);
+        assert!(
+            magics.len() >= 2 && magics.iter().all(|m| m == b"FRZ1"),
+            "{magics:?}"
+        );
+        // A byte in the middle of the second frame's payload.
+        let first = crate::frontier::HEADER_LEN as usize;
+        let len0 = u32::from_le_bytes(bytes[first + 16..first + 20].try_into().unwrap()) as usize;
+        let second = first + crate::frames::FRAME_HEADER + len0;
+        bytes[second + crate::frames::FRAME_HEADER + 40] ^= 0x10;
+        disk.set_content(&name, bytes);
+        let mut got = 0usize;
+        let e = loop {
+            match s.frontier_read_lines(usize::MAX, usize::MAX, |_, k| {
+                got += k;
+                Ok(())
+            }) {
+                Ok(0) => panic!("the damage was not seen"),
+                Ok(_) => {}
+                Err(e) => break e,
+            }
+        };
+        assert!(e.is_corruption() && e.to_string().contains(&name), "{e}");
+        let in_first = s.read_position().consumed as usize;
+        assert_eq!(got, in_first);
+        assert!(got > 0 && got < 40_000, "{got}");
+    }
 }
