@@ -17,7 +17,7 @@ fn serve() {
         std::env::set_var("PROTOC", protoc);
     }
     tonic_prost_build::configure()
-        .build_client(false)
+        .build_client(true)
         .build_server(true)
         .compile_protos(&["proto/urlfrontier.proto"], &["proto"])
         .expect("compiling proto/urlfrontier.proto");

@@ -55,10 +55,12 @@ def api(tmp_path_factory):
 class Server:
     """A `crivello serve` process on a free loopback port."""
 
-    def __init__(self, api, directory, *args):
+    def __init__(self, api, directory, *args, listen=True):
         self.pb, self.rpc = api
         self.dir = str(directory)
         self.args = list(args)
+        # False: the address comes from the arguments (a cluster node's --peers entry).
+        self.listen = ["--addr", "127.0.0.1:0"] if listen else []
         self.proc = None
         self.addr = None
         self.stderr_path = pathlib.Path(self.dir + ".log")
@@ -68,7 +70,7 @@ class Server:
         self.stderr_path.parent.mkdir(parents=True, exist_ok=True)
         self.stderr = open(self.stderr_path, "ab")
         self.proc = subprocess.Popen(
-            [BIN, "serve", self.dir, "--addr", "127.0.0.1:0", *self.args],
+            [BIN, "serve", self.dir, *self.listen, *self.args],
             stdout=subprocess.PIPE,
             stderr=self.stderr,
         )
@@ -112,6 +114,55 @@ def server_factory(api, tmp_path):
         if s.proc and s.proc.poll() is None:
             s.proc.kill()
             s.proc.wait()
+
+
+def free_ports(n):
+    """n loopback ports free at the moment."""
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Cluster:
+    """`crivello serve` nodes n0, n1, ... on loopback ports, each given the same --peers."""
+
+    def __init__(self, api, root, n, *args):
+        self.names = [f"n{i}" for i in range(n)]
+        self.ports = free_ports(n)
+        self.peers = ",".join(f"{m}=127.0.0.1:{p}" for m, p in zip(self.names, self.ports))
+        self.nodes = [
+            Server(api, root / m, "--node", m, "--peers", self.peers, *args, listen=False)
+            for m in self.names
+        ]
+
+    def __getitem__(self, i):
+        return self.nodes[i]
+
+    def stop(self):
+        return [n.stop() for n in self.nodes if n.proc.poll() is None]
+
+
+@pytest.fixture
+def cluster_factory(api, tmp_path):
+    clusters = []
+
+    def make(n, *args):
+        c = Cluster(api, tmp_path / f"cluster{len(clusters)}", n, *args)
+        clusters.append(c)
+        return c
+
+    yield make
+    for c in clusters:
+        for s in c.nodes:
+            if s.proc and s.proc.poll() is None:
+                s.proc.kill()
+                s.proc.wait()
 
 
 @pytest.fixture(scope="module")

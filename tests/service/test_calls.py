@@ -16,7 +16,7 @@ def test_set_log_level_changes_what_is_logged(server):
     server.stub.SetLogLevel(pb.LogLevelParams(level=L.Value("DEBUG")))
     put(server, [discovered(pb, "http://loud.t/1")])
     time.sleep(0.2)
-    assert "PutURLs: a stream opens" in server.log()
+    assert "PutURLs: a client opens a stream" in server.log()
     server.stub.SetLogLevel(pb.LogLevelParams(level=L.Value("ERROR")))
     before = server.log()
     put(server, [discovered(pb, "")])  # refused: a WARN line, not written at ERROR

@@ -9,8 +9,11 @@
 //! then 0.
 
 mod auth;
+mod cluster;
 mod codes;
 mod commit;
+mod forward;
+mod handoff;
 pub(crate) mod log;
 mod meta;
 mod service;
@@ -23,6 +26,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use clap::Args;
+use crivello::assign::Method;
 use crivello::Policy;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -38,7 +42,7 @@ pub mod pb {
 
 /// The largest message accepted (a bigger one is refused with RESOURCE_EXHAUSTED before it
 /// is read), and the largest sent.
-const MAX_MESSAGE_BYTES: usize = 16 << 20;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
 /// Bytes of items read from streams and not yet acknowledged, across all streams: what
 /// clients send beyond it waits (backpressure).
@@ -53,8 +57,30 @@ pub struct ServeArgs {
     /// The frontier's directory (created if missing).
     pub dir: PathBuf,
     /// The address to listen on; port 0 picks a free port (the address is printed).
-    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:7071")]
-    pub addr: String,
+    /// Default: 127.0.0.1:7071, or in a cluster this node's entry of --peers.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub addr: Option<String>,
+    /// In a cluster: this node's name, one of the --peers.
+    #[arg(long, value_name = "NAME", requires = "peers")]
+    pub node: Option<String>,
+    /// In a cluster: every node, this one included, as NAME=HOST:PORT[,NAME=HOST:PORT...];
+    /// every node gets the same list. Each node owns the queue keys the assignment gives it.
+    #[arg(long, value_name = "LIST", requires = "node")]
+    pub peers: Option<String>,
+    /// In a cluster: how keys are assigned to nodes (consistent hashing, rendezvous or min
+    /// hashing, random permutations).
+    #[arg(
+        long,
+        value_name = "METHOD",
+        value_enum,
+        default_value = "consistent",
+        requires = "peers"
+    )]
+    pub assign: AssignMethod,
+    /// In a cluster, with consistent hashing: replicas of each node on the circle.
+    #[arg(long, value_name = "C", default_value_t = crivello::assign::DEFAULT_REPLICAS,
+          value_parser = clap::value_parser!(u32).range(1..=100_000), requires = "peers")]
+    pub replicas: u32,
     /// What the log on stderr says: trace, debug, info, warn or error (--quiet: error).
     #[arg(long, value_name = "LEVEL", value_enum, default_value = "info")]
     pub log_level: Level,
@@ -77,6 +103,17 @@ pub struct ServeArgs {
     pub common: Common,
 }
 
+/// The assignment functions `--assign` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AssignMethod {
+    /// Consistent hashing, C replicas per node (the lecture notes §3.3).
+    Consistent,
+    /// Rendezvous or min hashing (§3.2).
+    Rendezvous,
+    /// Random permutations (§3.1).
+    Permutation,
+}
+
 /// Runs `serve` until SIGTERM or SIGINT.
 pub fn run(args: ServeArgs) -> Result<()> {
     let level = if args.common.quiet {
@@ -85,9 +122,34 @@ pub fn run(args: ServeArgs) -> Result<()> {
         args.log_level
     };
     let log = Arc::new(Log::new(level));
-    let addr: SocketAddr = args.addr.parse().map_err(|_| {
+    let cluster = match (&args.node, &args.peers) {
+        (Some(node), Some(peers)) => {
+            let method = match args.assign {
+                AssignMethod::Consistent => Method::Consistent {
+                    replicas: args.replicas,
+                },
+                AssignMethod::Rendezvous => Method::Rendezvous,
+                AssignMethod::Permutation => Method::Permutation,
+            };
+            Some(Arc::new(cluster::Cluster::new(node, peers, method)?))
+        }
+        _ => None,
+    };
+    if cluster.is_some() && args.tls_cert.is_some() {
+        return Err(explained(
+            "--tls-cert with --peers: nodes call each other in plain text",
+            "run a cluster on a private network without TLS (with --token-file), or a node \
+             alone with TLS",
+        ));
+    }
+    let addr_text = match (&args.addr, &cluster) {
+        (Some(a), _) => a.clone(),
+        (None, Some(c)) => c.this().addr.clone(),
+        (None, None) => "127.0.0.1:7071".to_owned(),
+    };
+    let addr: SocketAddr = addr_text.parse().map_err(|_| {
         explained(
-            format!("--addr {}: not an address", args.addr),
+            format!("--addr {addr_text}: not an address"),
             "give HOST:PORT with a numeric host, e.g. 127.0.0.1:7071",
         )
     })?;
@@ -139,11 +201,39 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let (stop, stopping) = watch::channel(false);
     let served = runtime.block_on(async {
         let listener = tokio::net::TcpListener::from_std(listener)?;
+        let (router, peers, nodes) = match &cluster {
+            None => (
+                forward::Router::alone(committer.sender(), log.clone()),
+                None,
+                vec![local.to_string()],
+            ),
+            Some(c) => {
+                let peers = forward::Peers::new(c.clone(), token.clone())?;
+                let router = forward::Router::cluster(
+                    committer.sender(),
+                    &peers,
+                    &args.dir.join("handoff"),
+                    log.clone(),
+                )?;
+                log!(
+                    log,
+                    Info,
+                    "node {} of {} nodes ({})",
+                    c.this().name,
+                    c.nodes.len(),
+                    c.canonical
+                );
+                tokio::spawn(probe(peers.clone(), log.clone()));
+                let nodes = c.nodes.iter().map(|n| n.addr.clone()).collect();
+                (router, Some(peers), nodes)
+            }
+        };
         let svc = service::Service::new(
             frontier.clone(),
-            committer.sender(),
+            Arc::new(router),
+            peers,
             log.clone(),
-            local.to_string(),
+            nodes,
             IN_FLIGHT_BYTES,
             stopping.clone(),
         );
@@ -157,8 +247,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 .tls_config(tls)
                 .context("the TLS certificate and key (PEM files)")?;
         }
-        let server =
-            tonic::service::interceptor::InterceptedService::new(server, auth::Bearer::new(token));
+        let server = tonic::service::interceptor::InterceptedService::new(
+            tonic::service::interceptor::InterceptedService::new(
+                server,
+                cluster::Check(cluster.clone()),
+            ),
+            auth::Bearer::new(token),
+        );
         let serving = builder
             .layer(codes::StatusLayer)
             .add_service(server)
@@ -200,6 +295,40 @@ pub fn run(args: ServeArgs) -> Result<()> {
     frontier.close()?;
     log!(log, Info, "stopped: the frontier is synced and closed");
     Ok(())
+}
+
+/// Asks every other node for its list of nodes once at start, so that a node started with
+/// another list is reported at once (the call is refused naming both lists), and logs the
+/// nodes out of reach (their keys' items go to their hand-off logs meanwhile).
+async fn probe(peers: forward::Peers, log: Arc<Log>) {
+    for i in 0..peers.cluster.nodes.len() {
+        if i == peers.cluster.me {
+            continue;
+        }
+        let node = &peers.cluster.nodes[i];
+        let mut client = peers.client(i);
+        match client.list_nodes(peers.request(pb::Empty {})).await {
+            Ok(_) => log!(log, Info, "node {} ({}) answers", node.name, node.addr),
+            Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                log!(
+                    log,
+                    Error,
+                    "node {} refuses this node: {}",
+                    node.name,
+                    s.message()
+                )
+            }
+            Err(s) => log!(
+                log,
+                Warn,
+                "node {} ({}) cannot be reached yet: {}; items of its keys go to its hand-off \
+                 log until it can",
+                node.name,
+                node.addr,
+                s.message()
+            ),
+        }
+    }
 }
 
 /// Reads the shared token of `--token-file`: its content without surrounding white space;

@@ -14,8 +14,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::cluster::Forwarded;
 use super::codes;
-use super::commit::{Job, Op, Outcome};
+use super::commit::{Op, Outcome};
+use super::forward::{Peers, Router};
 use super::log::{log, Level, Log};
 use super::meta;
 use super::pb;
@@ -49,38 +51,44 @@ const LIST_PAGE: usize = 10_000;
 type Answer<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 /// The service.
+#[derive(Clone)]
 pub struct Service {
     frontier: Arc<Frontier>,
-    commits: mpsc::Sender<Job>,
+    router: Arc<Router>,
+    /// The other nodes, in a cluster.
+    peers: Option<Peers>,
     log: Arc<Log>,
     /// Bytes of items read from streams and not yet acknowledged, across all streams.
     in_flight: Arc<Semaphore>,
     in_flight_bytes: usize,
-    /// This node, as `ListNodes` gives it.
-    node: String,
+    /// The nodes' addresses, as `ListNodes` gives them (this one alone outside a cluster).
+    nodes: Vec<String>,
     /// True once the server stops: streams read no more items, acknowledge those read, and
     /// end.
     stopping: watch::Receiver<bool>,
 }
 
 impl Service {
-    /// The service over `frontier`, committing through `commits`, with at most
-    /// `in_flight_bytes` of items held across streams.
+    /// The service over `frontier`, sending items through `router`, with at most
+    /// `in_flight_bytes` of items held across streams; `peers`: the other nodes of a
+    /// cluster; `nodes`: every node's address.
     pub fn new(
         frontier: Arc<Frontier>,
-        commits: mpsc::Sender<Job>,
+        router: Arc<Router>,
+        peers: Option<Peers>,
         log: Arc<Log>,
-        node: String,
+        nodes: Vec<String>,
         in_flight_bytes: usize,
         stopping: watch::Receiver<bool>,
     ) -> Service {
         Service {
             frontier,
-            commits,
+            router,
+            peers,
             log,
             in_flight: Arc::new(Semaphore::new(in_flight_bytes)),
             in_flight_bytes,
-            node,
+            nodes,
             stopping,
         }
     }
@@ -109,6 +117,7 @@ impl Service {
     fn pipeline<In, Out>(
         &self,
         mut inbound: Streaming<In>,
+        forwarded: bool,
         split: fn(&Frontier, &Log, In) -> (Unit, Vec<Slot>),
         answer: fn(Unit, &[Outcome]) -> Out,
     ) -> ReceiverStream<Result<Out, Status>>
@@ -118,7 +127,7 @@ impl Service {
     {
         let (acks, acks_rx) = mpsc::channel(ACKS_PER_STREAM);
         let (pending, mut pending_rx) = mpsc::channel::<Pending>(JOBS_PER_STREAM);
-        let commits = self.commits.clone();
+        let router = self.router.clone();
         let log = self.log.clone();
         let frontier = self.frontier.clone();
         let sem = self.in_flight.clone();
@@ -163,17 +172,12 @@ impl Service {
                         let Ok(permit) = sem.clone().acquire_many_owned(bytes).await else {
                             break;
                         };
-                        let (reply, outcomes) = oneshot::channel();
                         let (units, slots, ops) = std::mem::take(&mut batch).into_parts();
                         let outcomes = if ops.is_empty() {
                             // Nothing to commit: answered at once.
                             None
                         } else {
-                            match commits.send(Job { ops, reply }).await {
-                                Ok(()) => Some(outcomes),
-                                // The committing thread is gone: nothing of it is durable.
-                                Err(_) => None,
-                            }
+                            router.submit(ops, forwarded).await
                         };
                         let p = Pending {
                             units,
@@ -460,37 +464,108 @@ fn matches(url: &[u8], filter: &Option<String>, ignore_case: bool) -> bool {
     }
 }
 
-#[tonic::async_trait]
-impl UrlFrontier for Service {
-    async fn list_nodes(&self, _: Request<pb::Empty>) -> Result<Response<pb::StringList>, Status> {
-        Ok(Response::new(pb::StringList {
-            values: vec![self.node.clone()],
-        }))
+/// How long a call forwarded to another node may take.
+const NODE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Calls `$method` with `$msg` on node `$i` of `$peers`: its answer, or a status naming the
+/// node.
+macro_rules! on_node {
+    ($peers:expr, $i:expr, $method:ident, $msg:expr) => {{
+        let (peers, i): (&Peers, usize) = ($peers, $i);
+        let mut client = peers.client(i);
+        match tokio::time::timeout(NODE_TIMEOUT, client.$method(peers.request($msg))).await {
+            Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Err(s)) => Err(from_node(peers, i, s)),
+            Err(_) => Err(from_node(
+                peers,
+                i,
+                Status::deadline_exceeded("no answer in time"),
+            )),
+        }
+    }};
+}
+
+/// Calls `$method` with `$msg` on every other node of `$peers`; the answers, or a status
+/// naming the nodes not reached (the call reached the others: `$what` may be repeated).
+macro_rules! on_others {
+    ($peers:expr, $what:expr, $method:ident, $msg:expr) => {{
+        let peers: &Peers = $peers;
+        let mut answers = Vec::new();
+        let mut missed = Vec::new();
+        for i in 0..peers.cluster.nodes.len() {
+            if i == peers.cluster.me {
+                continue;
+            }
+            match on_node!(peers, i, $method, $msg.clone()) {
+                Ok(a) => answers.push(a),
+                Err(s) => missed.push(s.message().to_owned()),
+            }
+        }
+        if missed.is_empty() {
+            Ok(answers)
+        } else {
+            Err(Status::unavailable(format!(
+                "{}: not every node was reached ({}); the others were: repeat the call once \
+                 the nodes are up",
+                $what,
+                missed.join("; ")
+            )))
+        }
+    }};
+}
+
+/// A status of node `i`, naming it.
+fn from_node(peers: &Peers, i: usize, s: Status) -> Status {
+    let node = &peers.cluster.nodes[i];
+    match s.code() {
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Unknown => {
+            Status::unavailable(format!(
+                "node {} ({}) cannot be reached: {}",
+                node.name,
+                node.addr,
+                s.message()
+            ))
+        }
+        code => Status::new(code, format!("node {}: {}", node.name, s.message())),
+    }
+}
+
+/// Whether a call came from another node.
+fn forwarded<T>(r: &Request<T>) -> bool {
+    r.extensions().get::<Forwarded>().is_some()
+}
+
+/// Who opened a stream, for the log.
+fn opener<T>(r: &Request<T>) -> String {
+    match r.extensions().get::<Forwarded>() {
+        Some(Forwarded(node)) => format!("node {node}"),
+        None => "a client".to_owned(),
+    }
+}
+
+impl Service {
+    /// The other nodes a call reaches: those of a cluster, unless `local`.
+    fn spread(&self, local: bool) -> Option<&Peers> {
+        if local {
+            None
+        } else {
+            self.peers.as_ref()
+        }
     }
 
-    async fn list_crawls(&self, _: Request<pb::Local>) -> Result<Response<pb::StringList>, Status> {
-        let values = self.call("ListCrawls", |f| f.crawls()).await?;
-        Ok(Response::new(pb::StringList { values }))
+    /// The node that owns `key` if it is another one and the call is to reach it.
+    fn elsewhere(&self, local: bool, key: &[u8]) -> Option<(&Peers, usize)> {
+        let peers = self.spread(local)?;
+        let owner = peers.cluster.owner(key);
+        (owner != peers.cluster.me).then_some((peers, owner))
     }
 
-    async fn delete_crawl(
+    /// The keys of this node's queues of `crawl` that `ListQueues` lists.
+    async fn local_queues(
         &self,
-        r: Request<pb::DeleteCrawlMessage>,
-    ) -> Result<Response<pb::Long>, Status> {
-        let crawl = r.into_inner().value;
-        log!(self.log, Info, "deleting crawl {:?}", crawl_name(&crawl));
-        let value = self
-            .call("DeleteCrawl", move |f| f.delete_crawl(&crawl))
-            .await?;
-        Ok(Response::new(pb::Long { value }))
-    }
-
-    async fn list_queues(
-        &self,
-        r: Request<pb::Pagination>,
-    ) -> Result<Response<pb::QueueList>, Status> {
-        let p = r.into_inner();
-        let crawl = p.crawl_id.clone();
+        crawl: String,
+        include_inactive: bool,
+    ) -> Result<Vec<String>, Status> {
         let all = self
             .call("ListQueues", move |f| {
                 // What was acknowledged is in its queue first.
@@ -499,14 +574,179 @@ impl UrlFrontier for Service {
             })
             .await?;
         let now_ms = now_s().saturating_mul(1000);
-        let listed: Vec<String> = all
+        Ok(all
             .into_iter()
             .filter(|q| {
-                p.include_inactive
+                include_inactive
                     || (q.waiting + q.leased > 0 && q.blocked_until_ms.is_none_or(|b| b <= now_ms))
             })
             .map(|q| String::from_utf8_lossy(&q.key).into_owned())
-            .collect();
+            .collect())
+    }
+
+    /// This node's statistics of `crawl` (of the queue `key`, if any).
+    async fn local_stats(&self, crawl: String, key: Option<String>) -> Result<pb::Stats, Status> {
+        let name = crawl_name(&crawl);
+        let c = self
+            .call("GetStats", move |f| {
+                f.flush()?;
+                f.counts(&crawl, key.as_deref().map(str::as_bytes))
+            })
+            .await?;
+        let counts = HashMap::from([
+            ("completed".to_owned(), c.done),
+            ("active_queues".to_owned(), c.queues_waiting),
+        ]);
+        Ok(pb::Stats {
+            size: c.waiting + c.leased,
+            in_process: u32::try_from(c.leased).unwrap_or(u32::MAX),
+            counts,
+            number_of_queues: c.queues,
+            crawl_id: name,
+        })
+    }
+
+    /// Sends this node's URLs of `p` that pass its filter to `tx`, skipping the first
+    /// `*skip` and sending at most `*left`; false if the stream is to end (an error was sent,
+    /// or the client went away).
+    async fn local_urls(
+        &self,
+        p: &pb::ListUrlParams,
+        tx: &mpsc::Sender<Result<pb::UrlItem, Status>>,
+        skip: &mut usize,
+        left: &mut usize,
+    ) -> bool {
+        let crawl = crawl_name(&p.crawl_id);
+        let ignore_case = p.ignore_case.unwrap_or(false);
+        // Pages of the walk, each under the frontier's lock for a moment only.
+        let base = *skip;
+        let mut taken = 0usize;
+        loop {
+            if *left == 0 {
+                return true;
+            }
+            let (f, c, k, filter) = (
+                self.frontier.clone(),
+                crawl.clone(),
+                non_empty(&p.key).map(str::to_owned),
+                p.filter.clone(),
+            );
+            let want = LIST_PAGE.min(*left);
+            let from = base + taken;
+            let page = tokio::task::spawn_blocking(move || {
+                let mut page = Vec::new();
+                let mut seen = 0usize;
+                f.urls(&c, k.as_deref().map(str::as_bytes), |h| {
+                    if !matches(&h.url, &filter, ignore_case) {
+                        return true;
+                    }
+                    seen += 1;
+                    if seen > from {
+                        page.push(h);
+                    }
+                    page.len() < want
+                })
+                .map(|()| (page, seen))
+            })
+            .await;
+            let (page, seen) = match page {
+                Ok(Ok(page)) => page,
+                Ok(Err(e)) => {
+                    let _ = tx.send(Err(status_of(&self.log, "ListURLs", &e))).await;
+                    return false;
+                }
+                Err(e) => {
+                    log!(self.log, Error, "ListURLs: {e}");
+                    let _ = tx
+                        .send(Err(Status::internal("ListURLs: internal error")))
+                        .await;
+                    return false;
+                }
+            };
+            let last = page.len() < want;
+            taken += page.len();
+            *left -= page.len();
+            for h in page {
+                if tx.send(Ok(known_item(&crawl, h))).await.is_err() {
+                    return false;
+                }
+            }
+            if last {
+                // The walk saw every match of this node: those skipped are off the count.
+                *skip = base.saturating_sub(seen);
+                return true;
+            }
+        }
+    }
+}
+#[tonic::async_trait]
+impl UrlFrontier for Service {
+    async fn list_nodes(&self, _: Request<pb::Empty>) -> Result<Response<pb::StringList>, Status> {
+        Ok(Response::new(pb::StringList {
+            values: self.nodes.clone(),
+        }))
+    }
+
+    async fn list_crawls(&self, r: Request<pb::Local>) -> Result<Response<pb::StringList>, Status> {
+        let local = r.into_inner().local;
+        let mut values = self.call("ListCrawls", |f| f.crawls()).await?;
+        if let Some(peers) = self.spread(local) {
+            let others = on_others!(peers, "ListCrawls", list_crawls, pb::Local { local: true })?;
+            values.extend(others.into_iter().flat_map(|l| l.values));
+            values.sort();
+            values.dedup();
+        }
+        Ok(Response::new(pb::StringList { values }))
+    }
+
+    async fn delete_crawl(
+        &self,
+        r: Request<pb::DeleteCrawlMessage>,
+    ) -> Result<Response<pb::Long>, Status> {
+        let p = r.into_inner();
+        let crawl = p.value.clone();
+        log!(self.log, Info, "deleting crawl {:?}", crawl_name(&crawl));
+        let mut value = self
+            .call("DeleteCrawl", move |f| f.delete_crawl(&crawl))
+            .await?;
+        if let Some(peers) = self.spread(p.local) {
+            let msg = pb::DeleteCrawlMessage {
+                value: p.value,
+                local: true,
+            };
+            let others = on_others!(peers, "DeleteCrawl", delete_crawl, msg)?;
+            value += others.iter().map(|l| l.value).sum::<u64>();
+        }
+        Ok(Response::new(pb::Long { value }))
+    }
+
+    async fn list_queues(
+        &self,
+        r: Request<pb::Pagination>,
+    ) -> Result<Response<pb::QueueList>, Status> {
+        let p = r.into_inner();
+        let mut listed = self
+            .local_queues(p.crawl_id.clone(), p.include_inactive)
+            .await?;
+        if let Some(peers) = self.spread(p.local) {
+            // Every node's list, in node order; the page is cut from all of them.
+            let msg = pb::Pagination {
+                start: 0,
+                size: u32::MAX,
+                include_inactive: p.include_inactive,
+                crawl_id: p.crawl_id.clone(),
+                local: true,
+            };
+            let mut all = Vec::new();
+            for i in 0..peers.cluster.nodes.len() {
+                if i == peers.cluster.me {
+                    all.append(&mut listed);
+                } else {
+                    all.extend(on_node!(peers, i, list_queues, msg.clone())?.values);
+                }
+            }
+            listed = all;
+        }
         let total = listed.len() as u64;
         let size = if p.size == 0 {
             DEFAULT_QUEUES_PAGE
@@ -533,6 +773,7 @@ impl UrlFrontier for Service {
         &self,
         r: Request<pb::GetParams>,
     ) -> Result<Response<Self::GetURLsStream>, Status> {
+        // A node hands out URLs of its own queues only: a host is fetched through its owner.
         let p = r.into_inner();
         let crawl = match p.item {
             Some(pb::get_params::Item::CrawlId(c)) => Some(c),
@@ -574,10 +815,13 @@ impl UrlFrontier for Service {
         &self,
         r: Request<Streaming<pb::UrlItem>>,
     ) -> Result<Response<Self::PutURLsStream>, Status> {
-        log!(self.log, Debug, "PutURLs: a stream opens");
-        let stream = self.pipeline(r.into_inner(), split_item, |unit, o| pb::AckMessage {
-            id: unit.id,
-            status: ack_status(o.first().copied().unwrap_or(Outcome::Failed)) as i32,
+        log!(self.log, Debug, "PutURLs: {} opens a stream", opener(&r));
+        let from_node = forwarded(&r);
+        let stream = self.pipeline(r.into_inner(), from_node, split_item, |unit, o| {
+            pb::AckMessage {
+                id: unit.id,
+                status: ack_status(o.first().copied().unwrap_or(Outcome::Failed)) as i32,
+            }
         });
         Ok(Response::new(stream))
     }
@@ -587,25 +831,29 @@ impl UrlFrontier for Service {
         r: Request<pb::QueueWithinCrawlParams>,
     ) -> Result<Response<pb::Stats>, Status> {
         let p = r.into_inner();
-        let crawl = p.crawl_id.clone();
+        if let Some((peers, i)) = self.elsewhere(p.local, p.key.as_bytes()) {
+            if !p.key.is_empty() {
+                let msg = pb::QueueWithinCrawlParams { local: true, ..p };
+                return Ok(Response::new(on_node!(peers, i, get_stats, msg)?));
+            }
+        }
         let key = non_empty(&p.key).map(str::to_owned);
-        let c = self
-            .call("GetStats", move |f| {
-                f.flush()?;
-                f.counts(&crawl, key.as_deref().map(str::as_bytes))
-            })
-            .await?;
-        let counts = HashMap::from([
-            ("completed".to_owned(), c.done),
-            ("active_queues".to_owned(), c.queues_waiting),
-        ]);
-        Ok(Response::new(pb::Stats {
-            size: c.waiting + c.leased,
-            in_process: u32::try_from(c.leased).unwrap_or(u32::MAX),
-            counts,
-            number_of_queues: c.queues,
-            crawl_id: crawl_name(&p.crawl_id),
-        }))
+        let mut stats = self.local_stats(p.crawl_id.clone(), key).await?;
+        if let Some(peers) = self.spread(p.local).filter(|_| p.key.is_empty()) {
+            let msg = pb::QueueWithinCrawlParams {
+                local: true,
+                ..p.clone()
+            };
+            for s in on_others!(peers, "GetStats", get_stats, msg)? {
+                stats.size += s.size;
+                stats.in_process = stats.in_process.saturating_add(s.in_process);
+                stats.number_of_queues += s.number_of_queues;
+                for (k, v) in s.counts {
+                    *stats.counts.entry(k).or_insert(0) += v;
+                }
+            }
+        }
+        Ok(Response::new(stats))
     }
 
     async fn delete_queue(
@@ -615,6 +863,10 @@ impl UrlFrontier for Service {
         let p = r.into_inner();
         if p.key.is_empty() {
             return Err(Status::invalid_argument("DeleteQueue: the key is empty"));
+        }
+        if let Some((peers, i)) = self.elsewhere(p.local, p.key.as_bytes()) {
+            let msg = pb::QueueWithinCrawlParams { local: true, ..p };
+            return Ok(Response::new(on_node!(peers, i, delete_queue, msg)?));
         }
         let value = self
             .call("DeleteQueue", move |f| {
@@ -634,6 +886,10 @@ impl UrlFrontier for Service {
                 "BlockQueueUntil: the key is empty",
             ));
         }
+        if let Some((peers, i)) = self.elsewhere(p.local, p.key.as_bytes()) {
+            let msg = pb::BlockQueueParams { local: true, ..p };
+            return Ok(Response::new(on_node!(peers, i, block_queue_until, msg)?));
+        }
         let until_ms = p.time.saturating_mul(1000);
         self.call("BlockQueueUntil", move |f| {
             f.block(&p.crawl_id, p.key.as_bytes(), until_ms)
@@ -643,7 +899,8 @@ impl UrlFrontier for Service {
     }
 
     async fn set_active(&self, r: Request<pb::Active>) -> Result<Response<pb::Empty>, Status> {
-        let on = r.into_inner().state;
+        let p = r.into_inner();
+        let on = p.state;
         log!(
             self.log,
             Info,
@@ -651,6 +908,13 @@ impl UrlFrontier for Service {
             if on { "resumed" } else { "paused" }
         );
         self.call("SetActive", move |f| f.set_paused(!on)).await?;
+        if let Some(peers) = self.spread(p.local) {
+            let msg = pb::Active {
+                state: on,
+                local: true,
+            };
+            on_others!(peers, "SetActive", set_active, msg)?;
+        }
         Ok(Response::new(pb::Empty {}))
     }
 
@@ -664,13 +928,24 @@ impl UrlFrontier for Service {
         r: Request<pb::QueueDelayParams>,
     ) -> Result<Response<pb::Empty>, Status> {
         let p = r.into_inner();
+        if !p.key.is_empty() {
+            if let Some((peers, i)) = self.elsewhere(p.local, p.key.as_bytes()) {
+                let msg = pb::QueueDelayParams { local: true, ..p };
+                return Ok(Response::new(on_node!(peers, i, set_delay, msg)?));
+            }
+        }
         let delay_ms = u64::from(p.delay_requestable) * 1000;
+        let q = p.clone();
         self.call("SetDelay", move |f| {
-            let key = non_empty(&p.key).map(str::as_bytes);
-            let now = f.policy(&p.crawl_id, key)?;
-            f.set_policy(&p.crawl_id, key, Policy { delay_ms, ..now })
+            let key = non_empty(&q.key).map(str::as_bytes);
+            let now = f.policy(&q.crawl_id, key)?;
+            f.set_policy(&q.crawl_id, key, Policy { delay_ms, ..now })
         })
         .await?;
+        if let Some(peers) = self.spread(p.local).filter(|_| p.key.is_empty()) {
+            let msg = pb::QueueDelayParams { local: true, ..p };
+            on_others!(peers, "SetDelay", set_delay, msg)?;
+        }
         Ok(Response::new(pb::Empty {}))
     }
 
@@ -679,7 +954,8 @@ impl UrlFrontier for Service {
         r: Request<pb::LogLevelParams>,
     ) -> Result<Response<pb::Empty>, Status> {
         use pb::log_level_params::Level as L;
-        let level = match L::try_from(r.into_inner().level) {
+        let p = r.into_inner();
+        let level = match L::try_from(p.level) {
             Ok(L::Trace) => Level::Trace,
             Ok(L::Debug) => Level::Debug,
             Ok(L::Info) => Level::Info,
@@ -689,6 +965,10 @@ impl UrlFrontier for Service {
         };
         self.log.set_level(level);
         log!(self.log, Info, "log level set to {level:?}");
+        if let Some(peers) = self.spread(p.local) {
+            let msg = pb::LogLevelParams { local: true, ..p };
+            on_others!(peers, "SetLogLevel", set_log_level, msg)?;
+        }
         Ok(Response::new(pb::Empty {}))
     }
 
@@ -697,13 +977,24 @@ impl UrlFrontier for Service {
         r: Request<pb::CrawlLimitParams>,
     ) -> Result<Response<pb::Empty>, Status> {
         let p = r.into_inner();
+        if !p.key.is_empty() {
+            if let Some((peers, i)) = self.elsewhere(p.local, p.key.as_bytes()) {
+                let msg = pb::CrawlLimitParams { local: true, ..p };
+                return Ok(Response::new(on_node!(peers, i, set_crawl_limit, msg)?));
+            }
+        }
         let limit = u64::from(p.limit);
+        let q = p.clone();
         self.call("SetCrawlLimit", move |f| {
-            let key = non_empty(&p.key).map(str::as_bytes);
-            let now = f.policy(&p.crawl_id, key)?;
-            f.set_policy(&p.crawl_id, key, Policy { limit, ..now })
+            let key = non_empty(&q.key).map(str::as_bytes);
+            let now = f.policy(&q.crawl_id, key)?;
+            f.set_policy(&q.crawl_id, key, Policy { limit, ..now })
         })
         .await?;
+        if let Some(peers) = self.spread(p.local).filter(|_| p.key.is_empty()) {
+            let msg = pb::CrawlLimitParams { local: true, ..p };
+            on_others!(peers, "SetCrawlLimit", set_crawl_limit, msg)?;
+        }
         Ok(Response::new(pb::Empty {}))
     }
 
@@ -711,9 +1002,17 @@ impl UrlFrontier for Service {
         &self,
         r: Request<pb::UrlStatusRequest>,
     ) -> Result<Response<pb::UrlItem>, Status> {
+        let local = forwarded(&r);
         let p = r.into_inner();
         if p.url.is_empty() {
             return Err(Status::invalid_argument("GetURLStatus: the URL is empty"));
+        }
+        let owner_key = match non_empty(&p.key) {
+            Some(k) => k.as_bytes().to_vec(),
+            None => crivello::queues::key::default_key(p.url.as_bytes()).to_vec(),
+        };
+        if let Some((peers, i)) = self.elsewhere(local, &owner_key) {
+            return Ok(Response::new(on_node!(peers, i, get_url_status, p)?));
         }
         let crawl = crawl_name(&p.crawl_id);
         let (url, key) = (p.url.clone(), non_empty(&p.key).map(str::to_owned));
@@ -769,67 +1068,71 @@ impl UrlFrontier for Service {
         r: Request<pb::ListUrlParams>,
     ) -> Result<Response<Self::ListURLsStream>, Status> {
         let p = r.into_inner();
-        let crawl = crawl_name(&p.crawl_id);
-        let (tx, rx) = mpsc::channel(LIST_PAGE);
-        let frontier = self.frontier.clone();
-        let log = self.log.clone();
-        let ignore_case = p.ignore_case.unwrap_or(false);
-        let wanted = if p.size == 0 {
-            usize::MAX
-        } else {
-            p.size as usize
+        // The nodes to walk, in order: the key's owner alone, or every node.
+        let nodes: Vec<usize> = match self.spread(p.local) {
+            None => vec![usize::MAX],
+            Some(peers) if !p.key.is_empty() => vec![peers.cluster.owner(p.key.as_bytes())],
+            Some(peers) => (0..peers.cluster.nodes.len()).collect(),
         };
-        // Pages of the walk, each under the frontier's lock for a moment only.
+        let (tx, rx) = mpsc::channel(LIST_PAGE);
+        let me = self.peers.as_ref().map_or(usize::MAX, |p| p.cluster.me);
+        let this = self.clone();
         tokio::spawn(async move {
-            let (mut skip, mut sent) = (p.start as usize, 0usize);
-            loop {
-                let (f, c, k, filter) = (
-                    frontier.clone(),
-                    crawl.clone(),
-                    non_empty(&p.key).map(str::to_owned),
-                    p.filter.clone(),
-                );
-                let want = LIST_PAGE.min(wanted - sent);
-                let page = tokio::task::spawn_blocking(move || {
-                    let mut page = Vec::new();
-                    let mut seen = 0usize;
-                    f.urls(&c, k.as_deref().map(str::as_bytes), |h| {
-                        if !matches(&h.url, &filter, ignore_case) {
-                            return true;
-                        }
-                        seen += 1;
-                        if seen > skip {
-                            page.push(h);
-                        }
-                        page.len() < want
-                    })
-                    .map(|()| page)
-                })
-                .await;
-                let page = match page {
-                    Ok(Ok(page)) => page,
-                    Ok(Err(e)) => {
-                        let _ = tx.send(Err(status_of(&log, "ListURLs", &e))).await;
+            let mut skip = p.start as usize;
+            let mut left = if p.size == 0 {
+                usize::MAX
+            } else {
+                p.size as usize
+            };
+            for i in nodes {
+                if left == 0 {
+                    return;
+                }
+                if i == usize::MAX || i == me {
+                    if !this.local_urls(&p, &tx, &mut skip, &mut left).await {
                         return;
                     }
-                    Err(e) => {
-                        log!(log, Error, "ListURLs: {e}");
-                        let _ = tx
-                            .send(Err(Status::internal("ListURLs: internal error")))
-                            .await;
+                    continue;
+                }
+                let Some(peers) = this.peers.as_ref() else {
+                    return;
+                };
+                // The node's every match; the window is cut here.
+                let msg = pb::ListUrlParams {
+                    start: 0,
+                    size: 0,
+                    local: true,
+                    ..p.clone()
+                };
+                let mut client = peers.client(i);
+                let mut items = match client.list_ur_ls(peers.request(msg)).await {
+                    Ok(s) => s.into_inner(),
+                    Err(s) => {
+                        let _ = tx.send(Err(from_node(peers, i, s))).await;
                         return;
                     }
                 };
-                let last = page.len() < want;
-                skip += page.len();
-                sent += page.len();
-                for h in page {
-                    if tx.send(Ok(known_item(&crawl, h))).await.is_err() {
-                        return;
+                loop {
+                    match items.message().await {
+                        Ok(Some(item)) => {
+                            if skip > 0 {
+                                skip -= 1;
+                                continue;
+                            }
+                            if tx.send(Ok(item)).await.is_err() {
+                                return;
+                            }
+                            left -= 1;
+                            if left == 0 {
+                                return;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(s) => {
+                            let _ = tx.send(Err(from_node(peers, i, s))).await;
+                            return;
+                        }
                     }
-                }
-                if last || sent >= wanted {
-                    return;
                 }
             }
         });
@@ -841,12 +1144,23 @@ impl UrlFrontier for Service {
         r: Request<pb::CountUrlParams>,
     ) -> Result<Response<pb::Long>, Status> {
         let p = r.into_inner();
+        let local = p.local.unwrap_or(false);
+        if !p.key.is_empty() {
+            if let Some((peers, i)) = self.elsewhere(local, p.key.as_bytes()) {
+                let msg = pb::CountUrlParams {
+                    local: Some(true),
+                    ..p
+                };
+                return Ok(Response::new(on_node!(peers, i, count_ur_ls, msg)?));
+            }
+        }
         let ignore_case = p.ignore_case.unwrap_or(false);
-        let value = self
+        let q = p.clone();
+        let mut value = self
             .call("CountURLs", move |f| {
                 let mut n = 0u64;
-                f.urls(&p.crawl_id, non_empty(&p.key).map(str::as_bytes), |h| {
-                    if matches(&h.url, &p.filter, ignore_case) {
+                f.urls(&q.crawl_id, non_empty(&q.key).map(str::as_bytes), |h| {
+                    if matches(&h.url, &q.filter, ignore_case) {
                         n += 1;
                     }
                     true
@@ -854,6 +1168,16 @@ impl UrlFrontier for Service {
                 Ok(n)
             })
             .await?;
+        if let Some(peers) = self.spread(local).filter(|_| p.key.is_empty()) {
+            let msg = pb::CountUrlParams {
+                local: Some(true),
+                ..p
+            };
+            value += on_others!(peers, "CountURLs", count_ur_ls, msg)?
+                .iter()
+                .map(|l| l.value)
+                .sum::<u64>();
+        }
         Ok(Response::new(pb::Long { value }))
     }
 
@@ -863,10 +1187,18 @@ impl UrlFrontier for Service {
         &self,
         r: Request<Streaming<pb::DiscoveredBatch>>,
     ) -> Result<Response<Self::PutDiscoveredStream>, Status> {
-        log!(self.log, Debug, "PutDiscovered: a stream opens");
-        let stream = self.pipeline(r.into_inner(), split_batch, |unit, o| pb::BatchAck {
-            id: unit.id,
-            statuses: o.iter().map(|&o| ack_status(o) as i32).collect(),
+        log!(
+            self.log,
+            Debug,
+            "PutDiscovered: {} opens a stream",
+            opener(&r)
+        );
+        let from_node = forwarded(&r);
+        let stream = self.pipeline(r.into_inner(), from_node, split_batch, |unit, o| {
+            pb::BatchAck {
+                id: unit.id,
+                statuses: o.iter().map(|&o| ack_status(o) as i32).collect(),
+            }
         });
         Ok(Response::new(stream))
     }
@@ -875,12 +1207,19 @@ impl UrlFrontier for Service {
         &self,
         r: Request<pb::PurgeUrlParams>,
     ) -> Result<Response<pb::Long>, Status> {
+        let local = forwarded(&r);
         let p = r.into_inner();
+        if !p.key.is_empty() {
+            if let Some((peers, i)) = self.elsewhere(local, p.key.as_bytes()) {
+                return Ok(Response::new(on_node!(peers, i, purge_ur_ls, p)?));
+            }
+        }
         let before = now_s().saturating_sub(u64::from(p.days) * 86_400);
-        let value = self
+        let q = p.clone();
+        let mut value = self
             .call("PurgeURLs", move |f| {
                 let mut old: Vec<HeldUrl> = Vec::new();
-                f.urls(&p.crawl_id, non_empty(&p.key).map(str::as_bytes), |h| {
+                f.urls(&q.crawl_id, non_empty(&q.key).map(str::as_bytes), |h| {
                     if meta::decode(&h.metadata).created < before {
                         old.push(h);
                     }
@@ -896,11 +1235,17 @@ impl UrlFrontier for Service {
                     })
                     .collect();
                 for chunk in items.chunks(ITEMS_PER_JOB) {
-                    f.update(&p.crawl_id, chunk)?;
+                    f.update(&q.crawl_id, chunk)?;
                 }
                 Ok(items.len() as u64)
             })
             .await?;
+        if let Some(peers) = self.spread(local).filter(|_| p.key.is_empty()) {
+            value += on_others!(peers, "PurgeURLs", purge_ur_ls, p)?
+                .iter()
+                .map(|l| l.value)
+                .sum::<u64>();
+        }
         Ok(Response::new(pb::Long { value }))
     }
 }

@@ -1,0 +1,595 @@
+//! Where the items of a stream go: to this node's committing thread, or, in a cluster, to
+//! the node that owns their key.
+//!
+//! [`Router::submit`] splits a stream's ops by owner. This node's ops go to the committing
+//! thread; another node's go to that node's forwarder, one task per peer, which sends them
+//! with `PutURLs` (as url-frontier items, so that their creation instant travels with them),
+//! in the order they came, and answers each op with the owner's acknowledgement: durable on
+//! the owner. When the owner cannot be reached, the forwarder appends the ops to the peer's
+//! hand-off log ([`super::handoff`]), syncs it and answers them as accepted: durable here.
+//! From then on every op for that peer goes to the log behind them, and the forwarder
+//! delivers the log, record by record in order, once the peer answers again; then it sends
+//! directly again. Nothing is answered as accepted that is not durable on one node or the
+//! other.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Status};
+
+use super::cluster::Cluster;
+use super::commit::{Job, Op, Outcome};
+use super::handoff::HandOff;
+use super::log::{log, Log};
+use super::pb;
+use super::pb::url_frontier_client::UrlFrontierClient;
+use super::{meta, MAX_MESSAGE_BYTES};
+
+/// Ops one forwarding call carries at most.
+const OPS_PER_CALL: usize = 16 << 10;
+
+/// Jobs waiting for one forwarder, at most: more wait (backpressure).
+const QUEUED_JOBS: usize = 64;
+
+/// How long a forwarding call may take before the owner counts as unreachable.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long connecting to a peer may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The longest wait between two attempts to deliver a hand-off log.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Ops for a forwarder, with where their outcomes go.
+struct Forward {
+    ops: Vec<Op>,
+    reply: oneshot::Sender<Vec<Outcome>>,
+}
+
+/// The clients of the other nodes, for forwarded calls.
+#[derive(Clone)]
+pub struct Peers {
+    /// The cluster.
+    pub cluster: Arc<Cluster>,
+    /// One client per node (`None` for this node).
+    clients: Vec<Option<UrlFrontierClient<Channel>>>,
+    /// `authorization: Bearer TOKEN` for every call, if the nodes share a token.
+    token: Option<String>,
+}
+
+impl Peers {
+    /// Clients of every other node of `cluster` (connecting when first used).
+    pub fn new(cluster: Arc<Cluster>, token: Option<String>) -> anyhow::Result<Peers> {
+        let mut clients = Vec::new();
+        for (i, node) in cluster.nodes.iter().enumerate() {
+            if i == cluster.me {
+                clients.push(None);
+                continue;
+            }
+            let channel = Endpoint::from_shared(format!("http://{}", node.addr))?
+                .connect_timeout(CONNECT_TIMEOUT)
+                .tcp_nodelay(true)
+                .connect_lazy();
+            clients.push(Some(
+                UrlFrontierClient::new(channel)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            ));
+        }
+        Ok(Peers {
+            cluster,
+            clients,
+            token,
+        })
+    }
+
+    /// The client of node `i` (not this one).
+    pub fn client(&self, i: usize) -> UrlFrontierClient<Channel> {
+        self.clients[i].clone().expect("a client of another node")
+    }
+
+    /// `message` as a call of this node: marked, with the shared token.
+    pub fn request<T>(&self, message: T) -> Request<T> {
+        let mut r = Request::new(message);
+        self.cluster.mark(&mut r);
+        if let Some(t) = &self.token {
+            if let Ok(v) = format!("Bearer {t}").parse() {
+                r.metadata_mut().insert("authorization", v);
+            }
+        }
+        r
+    }
+
+    /// The name of node `i`.
+    pub fn name(&self, i: usize) -> &str {
+        &self.cluster.nodes[i].name
+    }
+}
+
+/// Sends each op to its owner.
+pub struct Router {
+    commits: mpsc::Sender<Job>,
+    cluster: Option<Arc<Cluster>>,
+    /// One forwarder per node (`None` for this node), in a cluster.
+    forwarders: Vec<Option<mpsc::Sender<Forward>>>,
+    log: Arc<Log>,
+}
+
+impl Router {
+    /// A router of a node alone: every op to `commits`.
+    pub fn alone(commits: mpsc::Sender<Job>, log: Arc<Log>) -> Router {
+        Router {
+            commits,
+            cluster: None,
+            forwarders: Vec::new(),
+            log,
+        }
+    }
+
+    /// A router of a node of a cluster, starting one forwarder per peer with its hand-off
+    /// log in `handoff_dir` (on the current tokio runtime).
+    pub fn cluster(
+        commits: mpsc::Sender<Job>,
+        peers: &Peers,
+        handoff_dir: &std::path::Path,
+        log: Arc<Log>,
+    ) -> anyhow::Result<Router> {
+        let cluster = peers.cluster.clone();
+        let mut forwarders = Vec::new();
+        for (i, node) in cluster.nodes.iter().enumerate() {
+            if i == cluster.me {
+                forwarders.push(None);
+                continue;
+            }
+            let handoff = HandOff::open(handoff_dir, &node.name).map_err(|e| {
+                anyhow::anyhow!(
+                    "open the hand-off log of node {} in {}: {e}",
+                    node.name,
+                    handoff_dir.display()
+                )
+            })?;
+            if handoff.pending() {
+                log!(
+                    log,
+                    Info,
+                    "{} hand-off records wait for node {}",
+                    handoff.waiting(),
+                    node.name
+                );
+            }
+            let (tx, rx) = mpsc::channel(QUEUED_JOBS);
+            let f = Forwarder {
+                peer: i,
+                peers: peers.clone(),
+                handoff,
+                log: log.clone(),
+            };
+            tokio::spawn(f.run(rx));
+            forwarders.push(Some(tx));
+        }
+        Ok(Router {
+            commits,
+            cluster: Some(cluster),
+            forwarders,
+            log,
+        })
+    }
+
+    /// Sends `ops` to their owners (`forwarded`: they come from another node, which found
+    /// this node their owner: they are all committed here, after a check). The receiver
+    /// gets one outcome per op, in order; `None`: nothing could be sent.
+    pub async fn submit(
+        &self,
+        ops: Vec<Op>,
+        forwarded: bool,
+    ) -> Option<oneshot::Receiver<Vec<Outcome>>> {
+        let Some(cluster) = &self.cluster else {
+            return self.commit(ops).await;
+        };
+        let owners: Vec<usize> = ops.iter().map(|op| cluster.owner(&op_key(op))).collect();
+        if forwarded {
+            if owners.iter().all(|&o| o == cluster.me) {
+                return self.commit(ops).await;
+            }
+            // The lists are the same (checked at the call): this cannot happen unless the
+            // assignment changed within a release. Refuse what is not ours.
+            log!(
+                self.log,
+                Error,
+                "a node forwarded items this node does not own: refused"
+            );
+        }
+        if owners.iter().all(|&o| o == cluster.me) {
+            return self.commit(ops).await;
+        }
+        // Split by owner, remembering each op's place.
+        let n = ops.len();
+        let mut parts: Vec<(Vec<usize>, Vec<Op>)> = (0..cluster.nodes.len())
+            .map(|_| Default::default())
+            .collect();
+        for (i, (op, owner)) in ops.into_iter().zip(owners).enumerate() {
+            parts[owner].0.push(i);
+            parts[owner].1.push(op);
+        }
+        let mut waits = Vec::new();
+        for (owner, (places, ops)) in parts.into_iter().enumerate() {
+            if ops.is_empty() {
+                continue;
+            }
+            let rx = if owner == cluster.me {
+                self.commit(ops).await
+            } else if forwarded {
+                None
+            } else {
+                let (reply, rx) = oneshot::channel();
+                match &self.forwarders[owner] {
+                    Some(tx) => tx.send(Forward { ops, reply }).await.ok().map(|()| rx),
+                    None => None,
+                }
+            };
+            waits.push((places, rx));
+        }
+        let (reply, merged) = oneshot::channel();
+        tokio::spawn(async move {
+            let mut out = vec![Outcome::Failed; n];
+            for (places, rx) in waits {
+                let got = match rx {
+                    Some(rx) => rx.await.unwrap_or_default(),
+                    None => Vec::new(),
+                };
+                for (place, o) in places.into_iter().zip(got) {
+                    out[place] = o;
+                }
+            }
+            let _ = reply.send(out);
+        });
+        Some(merged)
+    }
+
+    async fn commit(&self, ops: Vec<Op>) -> Option<oneshot::Receiver<Vec<Outcome>>> {
+        let (reply, rx) = oneshot::channel();
+        // The committing thread gone: nothing of it is durable.
+        self.commits
+            .send(Job { ops, reply })
+            .await
+            .ok()
+            .map(|()| rx)
+    }
+}
+
+/// The queue key of an op: its own, or its URL's default.
+fn op_key(op: &Op) -> Vec<u8> {
+    let (url, key) = match op {
+        Op::Discover { url, key, .. } | Op::Known { url, key, .. } => (url, key),
+    };
+    match key {
+        Some(k) => k.as_bytes().to_vec(),
+        None => crivello::queues::key::default_key(url.as_bytes()).to_vec(),
+    }
+}
+
+/// An op as the url-frontier item that carries it to its owner.
+fn item_of(op: &Op, id: usize) -> pb::UrlItem {
+    let (crawl, url, key, stored, known) = match op {
+        Op::Discover {
+            crawl,
+            url,
+            key,
+            meta,
+        } => (crawl, url, key, meta, None),
+        Op::Known {
+            crawl,
+            url,
+            key,
+            meta,
+            refetch_ms,
+        } => (crawl, url, key, meta, Some(*refetch_ms)),
+    };
+    let stored = meta::decode(stored);
+    let info = Some(pb::UrlInfo {
+        url: url.clone(),
+        key: key.clone().unwrap_or_default(),
+        metadata: stored.metadata,
+        crawl_id: crawl.clone(),
+    });
+    let item = match known {
+        None => pb::url_item::Item::Discovered(pb::DiscoveredUrlItem { info }),
+        Some(ms) => pb::url_item::Item::Known(pb::KnownUrlItem {
+            info,
+            refetchable_from_date: ms.div_ceil(1000),
+        }),
+    };
+    pb::UrlItem {
+        item: Some(item),
+        id: id.to_string(),
+        creation_date: stored.created,
+    }
+}
+
+/// What became of a forwarding call.
+enum Sent {
+    /// The owner answered every item.
+    All(Vec<Outcome>),
+    /// The owner answered the first items, then could not be reached.
+    Partly(Vec<Outcome>, Status),
+    /// The owner refused the call: nothing of it is durable (another list of nodes, a
+    /// wrong token).
+    Refused(Status),
+}
+
+/// The forwarder of one peer.
+struct Forwarder {
+    peer: usize,
+    peers: Peers,
+    handoff: HandOff,
+    log: Arc<Log>,
+}
+
+impl Forwarder {
+    async fn run(mut self, mut rx: mpsc::Receiver<Forward>) {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            if self.handoff.pending() {
+                // Behind the log: what arrives joins it.
+                let mut waiting = Vec::new();
+                while let Ok(f) = rx.try_recv() {
+                    waiting.push(f);
+                }
+                if !waiting.is_empty() {
+                    self.hand_off(waiting, 0, Vec::new());
+                }
+                if self.deliver_one().await {
+                    backoff = Duration::from_millis(50);
+                    continue;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    f = rx.recv() => match f {
+                        Some(f) => self.hand_off(vec![f], 0, Vec::new()),
+                        None => return,
+                    },
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+            let Some(first) = rx.recv().await else {
+                return;
+            };
+            let mut jobs = vec![first];
+            let mut n = jobs[0].ops.len();
+            while n < OPS_PER_CALL {
+                match rx.try_recv() {
+                    Ok(f) => {
+                        n += f.ops.len();
+                        jobs.push(f);
+                    }
+                    Err(_) => break,
+                }
+            }
+            let items: Vec<pb::UrlItem> = jobs
+                .iter()
+                .flat_map(|j| j.ops.iter())
+                .enumerate()
+                .map(|(i, op)| item_of(op, i))
+                .collect();
+            let known: Vec<bool> = jobs
+                .iter()
+                .flat_map(|j| j.ops.iter())
+                .map(|op| matches!(op, Op::Known { .. }))
+                .collect();
+            match self.send(items, &known).await {
+                Sent::All(outcomes) => answer(jobs, &outcomes),
+                Sent::Partly(done, why) => {
+                    log!(
+                        self.log,
+                        Warn,
+                        "node {} cannot be reached ({}): its items go to the hand-off log",
+                        self.peers.name(self.peer),
+                        why.message()
+                    );
+                    let from = done.len();
+                    self.hand_off(jobs, from, done);
+                }
+                Sent::Refused(why) => {
+                    log!(
+                        self.log,
+                        Error,
+                        "node {} refused forwarded items: {}",
+                        self.peers.name(self.peer),
+                        why.message()
+                    );
+                    answer(jobs, &[]);
+                }
+            }
+        }
+    }
+
+    /// Sends `items` to the owner with `PutURLs`; `known[i]`: item i is a known URL.
+    async fn send(&self, items: Vec<pb::UrlItem>, known: &[bool]) -> Sent {
+        let n = items.len();
+        let mut client = self.peers.client(self.peer);
+        let request = self.peers.request(tokio_stream::iter(items));
+        let mut outcomes = Vec::with_capacity(n);
+        let call = async {
+            let mut acks = client.put_ur_ls(request).await?.into_inner();
+            while outcomes.len() < n {
+                match acks.message().await? {
+                    Some(ack) => {
+                        let i = outcomes.len();
+                        if ack.id != i.to_string() {
+                            return Err(Status::internal(format!(
+                                "acknowledgement {:?} where {i} was due",
+                                ack.id
+                            )));
+                        }
+                        use pb::ack_message::Status as S;
+                        outcomes.push(match S::try_from(ack.status) {
+                            Ok(S::Ok) if known[i] => Outcome::Updated,
+                            Ok(S::Ok) => Outcome::New,
+                            Ok(S::Skipped) => Outcome::Seen,
+                            _ => Outcome::Failed,
+                        });
+                    }
+                    None => return Err(Status::unavailable("the stream ended early")),
+                }
+            }
+            Ok(())
+        };
+        let result = match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Ok(r) => r,
+            Err(_) => Err(Status::deadline_exceeded("no answer in time")),
+        };
+        match result {
+            Ok(()) => Sent::All(outcomes),
+            Err(s) if refused(&s) => {
+                if outcomes.is_empty() {
+                    Sent::Refused(s)
+                } else {
+                    // Refused mid-way: what was answered stands; the rest fails.
+                    outcomes.resize(n, Outcome::Failed);
+                    Sent::All(outcomes)
+                }
+            }
+            Err(s) => Sent::Partly(outcomes, s),
+        }
+    }
+
+    /// Appends the ops of `jobs` from the `from`-th on to the hand-off log, then answers
+    /// every op: the first `from` with `done`, the others as accepted (or failed if the log
+    /// could not be written).
+    fn hand_off(&mut self, jobs: Vec<Forward>, from: usize, mut done: Vec<Outcome>) {
+        let ops: Vec<&Op> = jobs.iter().flat_map(|j| j.ops.iter()).collect();
+        let items: Vec<pb::UrlItem> = ops[from..]
+            .iter()
+            .enumerate()
+            .map(|(i, op)| item_of(op, i))
+            .collect();
+        let written = tokio::task::block_in_place(|| self.handoff.append(&items));
+        match written {
+            Ok(()) => {
+                log!(
+                    self.log,
+                    Debug,
+                    "{} items for node {} in its hand-off log",
+                    items.len(),
+                    self.peers.name(self.peer)
+                );
+                done.extend(ops[from..].iter().map(|op| match op {
+                    Op::Discover { .. } => Outcome::New,
+                    Op::Known { .. } => Outcome::Updated,
+                }));
+            }
+            Err(e) => {
+                log!(
+                    self.log,
+                    Error,
+                    "the hand-off log of node {} failed: {e}",
+                    self.peers.name(self.peer)
+                );
+            }
+        }
+        answer(jobs, &done);
+    }
+
+    /// Delivers the first record of the hand-off log; whether it was.
+    async fn deliver_one(&mut self) -> bool {
+        let record = match tokio::task::block_in_place(|| self.handoff.next()) {
+            Ok(Some(r)) => r,
+            Ok(None) => return true,
+            Err(e) => {
+                log!(
+                    self.log,
+                    Error,
+                    "the hand-off log of node {} cannot be read: {e}",
+                    self.peers.name(self.peer)
+                );
+                return false;
+            }
+        };
+        let known: Vec<bool> = record
+            .items
+            .iter()
+            .map(|i| matches!(i.item, Some(pb::url_item::Item::Known(_))))
+            .collect();
+        let n = record.items.len();
+        match self.send(record.items.clone(), &known).await {
+            Sent::All(outcomes) if outcomes.iter().all(|&o| o != Outcome::Failed) => {
+                match tokio::task::block_in_place(|| self.handoff.delivered(&record)) {
+                    Ok(()) => {
+                        log!(
+                            self.log,
+                            Debug,
+                            "delivered {n} hand-off items to node {}",
+                            self.peers.name(self.peer)
+                        );
+                        if !self.handoff.pending() {
+                            log!(
+                                self.log,
+                                Info,
+                                "node {} is back: its hand-off log is delivered",
+                                self.peers.name(self.peer)
+                            );
+                        }
+                        true
+                    }
+                    Err(e) => {
+                        log!(
+                            self.log,
+                            Error,
+                            "the hand-off log of node {} cannot record a delivery: {e}",
+                            self.peers.name(self.peer)
+                        );
+                        false
+                    }
+                }
+            }
+            Sent::All(_) => {
+                log!(
+                    self.log,
+                    Warn,
+                    "node {} failed hand-off items: trying again",
+                    self.peers.name(self.peer)
+                );
+                false
+            }
+            Sent::Partly(_, why) | Sent::Refused(why) => {
+                log!(
+                    self.log,
+                    Debug,
+                    "node {} still cannot take its hand-off log: {}",
+                    self.peers.name(self.peer),
+                    why.message()
+                );
+                false
+            }
+        }
+    }
+}
+
+/// Whether a status is the owner refusing the call (then nothing is retried), not the owner
+/// being out of reach.
+fn refused(s: &Status) -> bool {
+    matches!(
+        s.code(),
+        Code::FailedPrecondition
+            | Code::Unauthenticated
+            | Code::PermissionDenied
+            | Code::InvalidArgument
+            | Code::Unimplemented
+    )
+}
+
+/// Sends each job its outcomes, out of `outcomes` in order (missing ones: failed).
+fn answer(jobs: Vec<Forward>, outcomes: &[Outcome]) {
+    let mut at = 0;
+    for job in jobs {
+        let n = job.ops.len();
+        let mine: Vec<Outcome> = (at..at + n)
+            .map(|i| outcomes.get(i).copied().unwrap_or(Outcome::Failed))
+            .collect();
+        at += n;
+        let _ = job.reply.send(mine);
+    }
+}

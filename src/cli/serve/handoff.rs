@@ -1,0 +1,452 @@
+//! The durable hand-off log of one peer: the items this node accepted for keys that peer
+//! owns, while the peer could not be reached. An item is acknowledged once it is in the log
+//! and the log is synced; the log is delivered to the peer in order when it is back, and a
+//! delivered record is never sent again unless this node crashes between the peer's
+//! acknowledgement and the durable record of it (then the record is sent once more; see
+//! docs/design.md, "The cluster").
+//!
+//! Files, in `DIR/handoff/` (DIR is the frontier's directory):
+//!
+//! - `NAME.log`, records appended one after the other, each
+//!   `magic "CHO1" | len u32 LE | seq u64 LE | crc32 u32 LE | payload (len bytes)`,
+//!   the crc over the magic, `len`, `seq` and the payload. The payload is the items, each a
+//!   length-delimited url-frontier `URLItem`. Sequence numbers grow by one per record.
+//! - `NAME.sent`, the sequence number of the last record the peer acknowledged:
+//!   `seq u64 LE | crc32 u32 LE`, replaced whole (a temporary file, fsync, rename, fsync of
+//!   the directory). Missing: none.
+//!
+//! Opening scans the log: records up to the one `NAME.sent` names were delivered; a record
+//! that is incomplete or fails its crc at the end of the file is a torn tail (never
+//! acknowledged: its append did not finish its sync) and is cut off; one with records after
+//! it is damage, and the node refuses to start naming the file and the offset. Once every
+//! record was delivered the log is truncated to nothing (`NAME.sent` keeps the sequence).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use prost::Message as _;
+
+use super::pb;
+
+/// A record's first four bytes.
+const MAGIC: &[u8; 4] = b"CHO1";
+
+/// A record's header: magic, length, sequence number, crc.
+const HEADER: usize = 20;
+
+/// The largest payload of one record.
+const MAX_PAYLOAD: usize = 64 << 20;
+
+/// The hand-off log of one peer.
+pub struct HandOff {
+    dir: PathBuf,
+    name: String,
+    file: File,
+    /// Where the first record not yet delivered starts.
+    next_at: u64,
+    /// The end of the log.
+    end: u64,
+    /// The sequence number of the last record delivered.
+    sent: u64,
+    /// The sequence number of the last record appended.
+    last: u64,
+}
+
+/// A record read back for delivery.
+pub struct Record {
+    /// Its sequence number.
+    pub seq: u64,
+    /// Its items.
+    pub items: Vec<pb::UrlItem>,
+    /// Where the next record starts.
+    next_at: u64,
+}
+
+impl HandOff {
+    /// Opens (or creates) the log of peer `name` in `dir`, recovering as the module says.
+    pub fn open(dir: &Path, name: &str) -> io::Result<HandOff> {
+        fs::create_dir_all(dir)?;
+        let path = dir.join(format!("{name}.log"));
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        let sent = read_sent(&dir.join(format!("{name}.sent")))?;
+        let len = file.metadata()?.len();
+        let mut at = 0u64;
+        let mut next_at = None;
+        let mut last = sent;
+        file.seek(SeekFrom::Start(0))?;
+        let mut reader = io::BufReader::new(&file);
+        while at < len {
+            match read_record(&mut reader, len - at)? {
+                Scan::Record { seq, size } => {
+                    if seq > sent && next_at.is_none() {
+                        next_at = Some(at);
+                    }
+                    last = last.max(seq);
+                    at += size;
+                }
+                Scan::Bad(why) => {
+                    // Torn only if nothing valid follows: a record after it was synced after
+                    // it, so it was complete once.
+                    if follows_a_record(&file, at + 1, len)? {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!(
+                                "{}: damaged record at offset {at} ({why}) with records after \
+                                 it",
+                                path.display()
+                            ),
+                        ));
+                    }
+                    file.set_len(at)?;
+                    file.sync_all()?;
+                    break;
+                }
+            }
+        }
+        let end = at;
+        let mut h = HandOff {
+            dir: dir.to_owned(),
+            name: name.to_owned(),
+            file,
+            next_at: next_at.unwrap_or(end),
+            end,
+            sent,
+            last,
+        };
+        if h.next_at == h.end && h.end > 0 {
+            h.clear()?;
+        }
+        Ok(h)
+    }
+
+    /// Whether records wait for delivery.
+    pub fn pending(&self) -> bool {
+        self.next_at < self.end
+    }
+
+    /// Records waiting for delivery.
+    pub fn waiting(&self) -> u64 {
+        self.last - self.sent
+    }
+
+    /// Appends `items` as one record and syncs the log: once this returns they are durable.
+    pub fn append(&mut self, items: &[pb::UrlItem]) -> io::Result<()> {
+        let mut payload = Vec::new();
+        for item in items {
+            item.encode_length_delimited(&mut payload)
+                .map_err(io::Error::other)?;
+        }
+        if payload.len() > MAX_PAYLOAD {
+            // Split: records stay readable with a bounded buffer.
+            let half = items.len() / 2;
+            if half == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "an item larger than a hand-off record",
+                ));
+            }
+            self.append_unsynced(&items[..half])?;
+            self.append_unsynced(&items[half..])?;
+        } else {
+            self.write_record(&payload)?;
+        }
+        self.file.sync_data()
+    }
+
+    fn append_unsynced(&mut self, items: &[pb::UrlItem]) -> io::Result<()> {
+        let mut payload = Vec::new();
+        for item in items {
+            item.encode_length_delimited(&mut payload)
+                .map_err(io::Error::other)?;
+        }
+        if payload.len() > MAX_PAYLOAD && items.len() > 1 {
+            let half = items.len() / 2;
+            self.append_unsynced(&items[..half])?;
+            return self.append_unsynced(&items[half..]);
+        }
+        self.write_record(&payload)
+    }
+
+    fn write_record(&mut self, payload: &[u8]) -> io::Result<()> {
+        let seq = self.last + 1;
+        let mut rec = Vec::with_capacity(HEADER + payload.len());
+        rec.extend_from_slice(MAGIC);
+        rec.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        rec.extend_from_slice(&seq.to_le_bytes());
+        rec.extend_from_slice(&crc(&rec[..16], payload).to_le_bytes());
+        rec.extend_from_slice(payload);
+        self.file.seek(SeekFrom::Start(self.end))?;
+        if let Err(e) = self.file.write_all(&rec) {
+            // Nothing of it counts: cut what was written.
+            let _ = self.file.set_len(self.end);
+            return Err(e);
+        }
+        self.end += rec.len() as u64;
+        self.last = seq;
+        Ok(())
+    }
+
+    /// The first record not yet delivered, if any.
+    pub fn next(&mut self) -> io::Result<Option<Record>> {
+        if !self.pending() {
+            return Ok(None);
+        }
+        self.file.seek(SeekFrom::Start(self.next_at))?;
+        let mut header = [0u8; HEADER];
+        self.file.read_exact(&mut header)?;
+        let len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
+        let seq = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
+        let mut payload = vec![0u8; len];
+        self.file.read_exact(&mut payload)?;
+        let want = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes"));
+        if crc(&header[..16], &payload) != want {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: the record at offset {} fails its checksum",
+                    self.log_path().display(),
+                    self.next_at
+                ),
+            ));
+        }
+        let mut items = Vec::new();
+        let mut buf = &payload[..];
+        while !buf.is_empty() {
+            items.push(
+                pb::UrlItem::decode_length_delimited(&mut buf)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?,
+            );
+        }
+        Ok(Some(Record {
+            seq,
+            items,
+            next_at: self.next_at + (HEADER + len) as u64,
+        }))
+    }
+
+    /// Records that `record` was delivered: durable once this returns.
+    pub fn delivered(&mut self, record: &Record) -> io::Result<()> {
+        write_sent(&self.dir, &self.name, record.seq)?;
+        self.sent = record.seq;
+        self.next_at = record.next_at;
+        if !self.pending() {
+            self.clear()?;
+        }
+        Ok(())
+    }
+
+    /// Truncates a log whose records were all delivered.
+    fn clear(&mut self) -> io::Result<()> {
+        self.file.set_len(0)?;
+        self.file.sync_all()?;
+        self.end = 0;
+        self.next_at = 0;
+        Ok(())
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join(format!("{}.log", self.name))
+    }
+}
+
+/// What the scan found at an offset.
+enum Scan {
+    Record { seq: u64, size: u64 },
+    Bad(&'static str),
+}
+
+/// Reads one record of at most `left` bytes.
+fn read_record(r: &mut impl Read, left: u64) -> io::Result<Scan> {
+    if left < HEADER as u64 {
+        return Ok(Scan::Bad("an incomplete header"));
+    }
+    let mut header = [0u8; HEADER];
+    r.read_exact(&mut header)?;
+    if &header[..4] != MAGIC {
+        return Ok(Scan::Bad("no record's magic"));
+    }
+    let len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as u64;
+    if len > MAX_PAYLOAD as u64 || HEADER as u64 + len > left {
+        return Ok(Scan::Bad("a length past the end"));
+    }
+    let mut payload = vec![0u8; len as usize];
+    r.read_exact(&mut payload)?;
+    let want = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes"));
+    if crc(&header[..16], &payload) != want {
+        return Ok(Scan::Bad("a checksum mismatch"));
+    }
+    Ok(Scan::Record {
+        seq: u64::from_le_bytes(header[8..16].try_into().expect("8 bytes")),
+        size: HEADER as u64 + len,
+    })
+}
+
+/// Whether a valid record starts anywhere in `from..len`.
+fn follows_a_record(file: &File, from: u64, len: u64) -> io::Result<bool> {
+    let mut f = file.try_clone()?;
+    f.seek(SeekFrom::Start(from.min(len)))?;
+    let mut rest = Vec::new();
+    f.read_to_end(&mut rest)?;
+    let mut at = 0;
+    while let Some(i) = memchr::memmem::find(&rest[at..], MAGIC) {
+        let start = at + i;
+        let mut r = &rest[start..];
+        if let Scan::Record { .. } = read_record(&mut r, (rest.len() - start) as u64)? {
+            return Ok(true);
+        }
+        at = start + 1;
+    }
+    Ok(false)
+}
+
+fn crc(head: &[u8], payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(head);
+    h.update(payload);
+    h.finalize()
+}
+
+/// The sequence number in `NAME.sent` (0 if missing).
+fn read_sent(path: &Path) -> io::Result<u64> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    if bytes.len() != 12 || crc32fast::hash(&bytes[..8]).to_le_bytes() != bytes[8..12] {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{}: damaged (not 12 bytes with their checksum)",
+                path.display()
+            ),
+        ));
+    }
+    Ok(u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")))
+}
+
+/// Replaces `NAME.sent` with `seq`, durably.
+fn write_sent(dir: &Path, name: &str, seq: u64) -> io::Result<()> {
+    let tmp = dir.join(format!("{name}.sent.tmp"));
+    let mut bytes = seq.to_le_bytes().to_vec();
+    bytes.extend_from_slice(&crc32fast::hash(&seq.to_le_bytes()).to_le_bytes());
+    let mut f = File::create(&tmp)?;
+    f.write_all(&bytes)?;
+    f.sync_all()?;
+    fs::rename(&tmp, dir.join(format!("{name}.sent")))?;
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(url: &str) -> pb::UrlItem {
+        pb::UrlItem {
+            item: Some(pb::url_item::Item::Discovered(pb::DiscoveredUrlItem {
+                info: Some(pb::UrlInfo {
+                    url: url.to_owned(),
+                    key: String::new(),
+                    metadata: Default::default(),
+                    crawl_id: "c".to_owned(),
+                }),
+            })),
+            id: String::new(),
+            creation_date: 7,
+        }
+    }
+
+    fn urls(r: &Record) -> Vec<String> {
+        r.items
+            .iter()
+            .map(|i| match &i.item {
+                Some(pb::url_item::Item::Discovered(d)) => d.info.as_ref().unwrap().url.clone(),
+                _ => panic!("not discovered"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn records_come_back_in_order_once_each_across_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = HandOff::open(dir.path(), "b").unwrap();
+        assert!(!h.pending());
+        h.append(&[item("http://a/1"), item("http://a/2")]).unwrap();
+        h.append(&[item("http://a/3")]).unwrap();
+        assert_eq!(h.waiting(), 2);
+        drop(h);
+        let mut h = HandOff::open(dir.path(), "b").unwrap();
+        let r = h.next().unwrap().unwrap();
+        assert_eq!(urls(&r), ["http://a/1", "http://a/2"]);
+        h.delivered(&r).unwrap();
+        drop(h);
+        let mut h = HandOff::open(dir.path(), "b").unwrap();
+        let r = h.next().unwrap().unwrap();
+        assert_eq!(urls(&r), ["http://a/3"]);
+        h.delivered(&r).unwrap();
+        assert!(!h.pending());
+        assert_eq!(fs::metadata(dir.path().join("b.log")).unwrap().len(), 0);
+        // Sequence numbers go on after the truncation.
+        h.append(&[item("http://a/4")]).unwrap();
+        drop(h);
+        let mut h = HandOff::open(dir.path(), "b").unwrap();
+        let r = h.next().unwrap().unwrap();
+        assert_eq!((r.seq, urls(&r)), (3, vec!["http://a/4".to_owned()]));
+    }
+
+    #[test]
+    fn a_torn_tail_is_cut_and_damage_before_a_record_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = HandOff::open(dir.path(), "b").unwrap();
+        h.append(&[item("http://a/1")]).unwrap();
+        h.append(&[item("http://a/2")]).unwrap();
+        drop(h);
+        let path = dir.path().join("b.log");
+        let full = fs::read(&path).unwrap();
+        let first = full.len() / 2;
+        // Every truncation inside the second record: the first one survives alone.
+        for cut in first + 1..full.len() {
+            fs::write(&path, &full[..cut]).unwrap();
+            let mut h = HandOff::open(dir.path(), "b").unwrap();
+            assert_eq!(h.waiting(), 1, "cut at {cut}");
+            let r = h.next().unwrap().unwrap();
+            assert_eq!(urls(&r), ["http://a/1"]);
+            assert_eq!(fs::metadata(&path).unwrap().len(), first as u64);
+        }
+        // A flipped byte in the last record: torn. In the first: damage.
+        for at in 0..full.len() {
+            let mut bad = full.clone();
+            bad[at] ^= 0x20;
+            fs::write(&path, &bad).unwrap();
+            let opened = HandOff::open(dir.path(), "b");
+            if at < first {
+                let e = opened.err().expect("damage refused");
+                assert!(e.to_string().contains("offset 0"), "{e}");
+            } else {
+                assert_eq!(opened.unwrap().waiting(), 1, "flip at {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_damaged_sent_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = HandOff::open(dir.path(), "b").unwrap();
+        h.append(&[item("http://a/1")]).unwrap();
+        let r = h.next().unwrap().unwrap();
+        h.delivered(&r).unwrap();
+        drop(h);
+        let path = dir.path().join("b.sent");
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[0] ^= 1;
+        fs::write(&path, &bytes).unwrap();
+        let e = HandOff::open(dir.path(), "b").err().unwrap();
+        assert!(e.to_string().contains("b.sent"), "{e}");
+    }
+}

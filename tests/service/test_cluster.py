@@ -1,0 +1,273 @@
+"""Three `crivello serve` nodes sharing the hosts (--node, --peers): items put to any node
+reach their key's owner, each URL is served once and by its owner only, calls with
+local = false reach the owner or every node, a node that is down has its items kept in the
+hand-off logs of the others and delivered once when it is back, and bad lists are refused."""
+
+import subprocess
+import threading
+import time
+
+import grpc
+import pytest
+
+from conftest import BIN, free_ports
+from helpers import discovered, known, put
+
+
+def hosts_urls(n_hosts, per_host, tag="h"):
+    return [f"http://{tag}{h}.example/{i}" for i in range(per_host) for h in range(n_hosts)]
+
+
+def host_of(url):
+    return url.split("/")[2]
+
+
+def served_by_each(cluster, crawl="DEFAULT", rounds=50):
+    """Leases everything each node hands out (acking each URL done); {node index: [url]}."""
+    pb = cluster[0].pb
+    out = {i: [] for i in range(len(cluster.nodes))}
+    for _ in range(rounds):
+        got_any = False
+        for i, node in enumerate(cluster.nodes):
+            got = list(node.stub.GetURLs(pb.GetParams(crawlID=crawl, max_urls_per_queue=100)))
+            if got:
+                got_any = True
+                out[i] += [g.url for g in got]
+                assert all(a == "OK" for _, a in put(node, [known(pb, g.url, 0) for g in got]))
+        if not got_any:
+            break
+    return out
+
+
+def local_count(node, key="", crawl="DEFAULT"):
+    pb = node.pb
+    return node.stub.CountURLs(pb.CountUrlParams(key=key, crawlID=crawl, local=True)).value
+
+
+def test_list_nodes_lists_every_node(cluster_factory):
+    c = cluster_factory(3)
+    want = [f"127.0.0.1:{p}" for p in c.ports]
+    for node in c.nodes:
+        assert sorted(node.stub.ListNodes(node.pb.Empty()).values) == sorted(want)
+
+
+def test_urls_put_to_any_node_are_served_once_each_by_their_owner(cluster_factory):
+    c = cluster_factory(3)
+    pb = c[0].pb
+    urls = hosts_urls(60, 5)
+    # Half through PutURLs to node 0, half through PutDiscovered to node 1.
+    first, second = urls[: len(urls) // 2], urls[len(urls) // 2 :]
+    assert all(s == "OK" for _, s in put(c[0], [discovered(pb, u) for u in first]))
+    batches = [pb.DiscoveredBatch(ID=str(i), items=[pb.URLInfo(url=u) for u in second[i : i + 50]])
+               for i in range(0, len(second), 50)]
+    acks = list(c[1].stub.PutDiscovered(iter(batches)))
+    assert [a.ID for a in acks] == [b.ID for b in batches]
+    assert all(s == pb.AckMessage.Status.OK for a in acks for s in a.statuses)
+    # Again through node 2: every one is known already, wherever it lives.
+    again = put(c[2], [discovered(pb, u) for u in urls[:40]])
+    assert [s for _, s in again] == ["SKIPPED"] * 40
+
+    # Every node owns some hosts; each host lives on one node.
+    owners = {}
+    for i, node in enumerate(c.nodes):
+        listed = node.stub.ListQueues(pb.Pagination(size=1000, local=True)).values
+        for key in listed:
+            assert key not in owners, f"{key} on nodes {owners[key]} and {i}"
+            owners[key] = i
+    assert sorted(owners) == sorted({host_of(u) for u in urls})
+    assert len(set(owners.values())) == 3, owners
+
+    # Aggregates through any node count all of them; local ones only the node's.
+    for node in c.nodes:
+        s = node.stub.GetStats(pb.QueueWithinCrawlParams())
+        assert s.size == len(urls) and s.numberOfQueues == 60
+        assert node.stub.CountURLs(pb.CountUrlParams()).value == len(urls)
+        q = node.stub.ListQueues(pb.Pagination(size=7, start=10))
+        assert q.total == 60 and q.size == 7
+    assert sum(local_count(n) for n in c.nodes) == len(urls)
+
+    served = served_by_each(c)
+    everything = [u for got in served.values() for u in got]
+    assert sorted(everything) == sorted(urls), "each URL served once"
+    for i, got in served.items():
+        assert all(owners[host_of(u)] == i for u in got), f"node {i} served another's URL"
+    # First-appearance order within each host.
+    for i, got in served.items():
+        for h in {host_of(u) for u in got}:
+            assert [u for u in got if host_of(u) == h] == [u for u in urls if host_of(u) == h]
+
+
+def test_calls_reach_the_owner_or_every_node(cluster_factory):
+    c = cluster_factory(3)
+    pb = c[0].pb
+    urls = hosts_urls(30, 3, tag="k") + [f"http://x.example/{i}" for i in range(3)]
+    put(c[0], [discovered(pb, u, crawl="one") for u in urls])
+    put(c[0], [discovered(pb, u, crawl="two") for u in urls[:9]])
+    owner = next(i for i, n in enumerate(c.nodes) if local_count(n, "x.example", "one") == 3)
+    other = (owner + 1) % 3
+
+    # Per-key calls through a node that does not own the key reach its owner.
+    item = c[other].stub.GetURLStatus(pb.URLStatusRequest(url="http://x.example/1", crawlID="one"))
+    assert item.known.info.url == "http://x.example/1"
+    with pytest.raises(grpc.RpcError) as e:
+        c[other].stub.GetURLStatus(pb.URLStatusRequest(url="http://x.example/9", crawlID="one"))
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    c[other].stub.BlockQueueUntil(
+        pb.BlockQueueParams(key="x.example", crawlID="one", time=int(time.time()) + 3600))
+    assert list(c[owner].stub.GetURLs(pb.GetParams(key="x.example", crawlID="one"))) == []
+    c[other].stub.BlockQueueUntil(pb.BlockQueueParams(key="x.example", crawlID="one", time=0))
+    c[other].stub.SetCrawlLimit(pb.CrawlLimitParams(key="x.example", crawlID="one", limit=1))
+    got = list(c[owner].stub.GetURLs(pb.GetParams(key="x.example", crawlID="one", max_urls_per_queue=5)))
+    assert [g.url for g in got] == ["http://x.example/0"]
+    st = c[other].stub.GetStats(pb.QueueWithinCrawlParams(key="x.example", crawlID="one"))
+    assert st.size == 3 and st.inProcess == 1
+    assert c[other].stub.CountURLs(pb.CountUrlParams(key="x.example", crawlID="one")).value == 3
+    listed = list(c[other].stub.ListURLs(pb.ListUrlParams(key="x.example", crawlID="one")))
+    assert [i.known.info.url for i in listed] == [f"http://x.example/{i}" for i in range(3)]
+    assert c[other].stub.DeleteQueue(pb.QueueWithinCrawlParams(key="x.example", crawlID="one")).value == 3
+    assert local_count(c[owner], "x.example", "one") == 0
+
+    # Aggregates: every node's share, pages cut across nodes.
+    n = len(urls) - 3
+    for node in c.nodes:
+        assert sorted(node.stub.ListCrawls(pb.Local()).values) == ["one", "two"]
+        pages = []
+        for start in range(0, n, 7):
+            page = list(node.stub.ListURLs(pb.ListUrlParams(crawlID="one", start=start, size=7)))
+            assert len(page) == min(7, n - start)
+            pages += [i.known.info.url for i in page]
+        assert sorted(pages) == sorted(urls[:-3])
+    assert sorted(c[0].stub.ListCrawls(pb.Local(local=True)).values) in (["one"], ["one", "two"])
+
+    # Reaching every node: SetActive, SetDelay with no key, DeleteCrawl.
+    c[1].stub.SetActive(pb.Active(state=False))
+    assert [n.stub.GetActive(pb.Local()).state for n in c.nodes] == [False] * 3
+    assert all(list(n.stub.GetURLs(pb.GetParams(crawlID="one"))) == [] for n in c.nodes)
+    c[2].stub.SetActive(pb.Active(state=True))
+    assert [n.stub.GetActive(pb.Local()).state for n in c.nodes] == [True] * 3
+    # local = true: this node alone.
+    c[0].stub.SetActive(pb.Active(state=False, local=True))
+    assert [n.stub.GetActive(pb.Local()).state for n in c.nodes] == [False, True, True]
+    c[0].stub.SetActive(pb.Active(state=True, local=True))
+    assert c[2].stub.DeleteCrawl(pb.DeleteCrawlMessage(value="two")).value == 9
+    assert all(node.stub.ListCrawls(pb.Local(local=True)).values in ([], ["one"]) for node in c.nodes)
+
+
+def test_per_host_exclusivity_across_the_cluster(cluster_factory):
+    """Fetchers on every node at once: never two URLs of one host in transit together."""
+    c = cluster_factory(3)
+    pb = c[0].pb
+    urls = hosts_urls(12, 6, tag="p")
+    put(c[0], [discovered(pb, u) for u in urls])
+    in_flight = set()
+    served = []
+    errors = []
+    lock = threading.Lock()
+    deadline = time.time() + 60
+
+    def fetcher(node):
+        while time.time() < deadline:
+            got = list(node.stub.GetURLs(pb.GetParams(crawlID="DEFAULT", max_urls_per_queue=1)))
+            if not got:
+                with lock:
+                    if len(served) == len(urls):
+                        return
+                time.sleep(0.01)
+                continue
+            with lock:
+                for g in got:
+                    if host_of(g.url) in in_flight:
+                        errors.append(g.url)
+                    in_flight.add(host_of(g.url))
+                    served.append(g.url)
+            time.sleep(0.005)
+            with lock:
+                for g in got:
+                    in_flight.discard(host_of(g.url))
+            # Done through another node than the one that handed it out.
+            other = c[(c.nodes.index(node) + 1) % 3]
+            put(other, [known(pb, g.url, 0) for g in got])
+
+    threads = [threading.Thread(target=fetcher, args=(c[i % 3],)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(served) == sorted(urls)
+
+
+def test_a_node_that_is_down_gets_its_items_once_when_it_is_back(cluster_factory):
+    c = cluster_factory(3)
+    pb = c[0].pb
+    urls = hosts_urls(40, 10, tag="d")
+    c[2].kill()
+    # Streams to node 0 while node 2 is down: every item acknowledged OK.
+    acks = put(c[0], [discovered(pb, u, ident=u) for u in urls])
+    assert len(acks) == len(urls) and all(s == "OK" for _, s in acks)
+    # Known updates of URLs node 2 owns wait in the log too, behind their discovery.
+    down_keys = set()
+    for u in urls:
+        h = host_of(u)
+        if local_count(c[0], h) == 0 and local_count(c[1], h) == 0:
+            down_keys.add(h)
+    assert down_keys, "node 2 owns none of 40 hosts"
+    done_url = next(u for u in urls if host_of(u) in down_keys)
+    assert put(c[1], [known(pb, done_url, 0)]) == [(done_url, "OK")]
+    # kill -9 of node 0 too, with its hand-off log full: nothing acknowledged is lost.
+    c[0].kill()
+    c[0].restart()
+    c[2].restart()
+    want = len([u for u in urls if host_of(u) in down_keys]) - 1
+    deadline = time.time() + 30
+    while local_count(c[2]) < want and time.time() < deadline:
+        time.sleep(0.1)
+    assert local_count(c[2]) == want
+    served = served_by_each(c)
+    everything = sorted(u for got in served.values() for u in got)
+    assert everything == sorted(u for u in urls if u != done_url)
+    assert "hand-off" in c[0].log()
+    # Delivered once: a second restart delivers nothing again.
+    c[0].stop()
+    c[0].restart()
+    time.sleep(0.5)
+    assert local_count(c[2]) == 0
+    assert served_by_each(c) == {0: [], 1: [], 2: []}
+
+
+def test_nodes_started_with_other_lists_refuse_each_other(cluster_factory, server_factory, tmp_path):
+    c = cluster_factory(2)
+    pb = c[0].pb
+    # A third process that believes it is n1 in a three-node cluster with n0.
+    p = free_ports(1)[0]
+    wrong = f"{c.peers},n2=127.0.0.1:{p}"
+    stray = server_factory("--node", "n2", "--peers", wrong, directory=tmp_path / "stray")
+    urls = hosts_urls(30, 1, tag="w")
+    acks = put(stray, [discovered(pb, u) for u in urls])
+    # Its own keys OK; the items for n0 and n1 refused by them (FAIL), never acked OK.
+    assert any(s == "FAIL" for _, s in acks)
+    time.sleep(0.2)
+    log = c[0].log() + c[1].log() + stray.log()
+    assert c.peers in stray.log() and wrong in stray.log(), log[-3000:]
+    assert "another list of nodes" in stray.log()
+    total = sum(local_count(n) for n in c.nodes)
+    assert total == 0
+
+
+@pytest.mark.parametrize(
+    "peers, why",
+    [
+        ("b=127.0.0.1:1", "not among the --peers"),
+        ("a=127.0.0.1:1,a=127.0.0.1:2", "two nodes are named a"),
+        ("a=127.0.0.1:1,b=127.0.0.1:1", "two nodes have the address"),
+        ("a=somewhere:1", "not an address"),
+    ],
+)
+def test_bad_peer_lists_are_refused(tmp_path, peers, why):
+    out = subprocess.run(
+        [BIN, "serve", str(tmp_path / "d"), "--node", "a", "--peers", peers],
+        capture_output=True,
+        timeout=30,
+    )
+    assert out.returncode != 0
+    assert why in out.stderr.decode(), out.stderr.decode()
