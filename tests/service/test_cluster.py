@@ -271,3 +271,47 @@ def test_bad_peer_lists_are_refused(tmp_path, peers, why):
     )
     assert out.returncode != 0
     assert why in out.stderr.decode(), out.stderr.decode()
+
+
+def test_kill_9_of_the_owner_while_clients_stream_to_another_node(cluster_factory):
+    """Every item acknowledged OK survives, and reaches its owner once it is back."""
+    c = cluster_factory(3, "--per-queue", "100")
+    pb = c[0].pb
+    urls = hosts_urls(50, 60, tag="s")
+    acked = []
+    failed = []
+
+    def stream(node, part):
+        def items():
+            for i, u in enumerate(part):
+                if i % 50 == 0:
+                    time.sleep(0.01)
+                yield discovered(pb, u, ident=u)
+
+        try:
+            for a in node.stub.PutURLs(items()):
+                (acked if a.status == pb.AckMessage.Status.OK else failed).append(a.ID)
+        except grpc.RpcError:
+            pass
+
+    threads = [
+        threading.Thread(target=stream, args=(c[0], urls[0::2])),
+        threading.Thread(target=stream, args=(c[1], urls[1::2])),
+    ]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    c[2].kill()
+    for t in threads:
+        t.join()
+    assert failed == []
+    assert len(acked) == len(urls), "both streams ran to their end"
+    c[2].restart()
+    deadline = time.time() + 30
+    while sum(local_count(n) for n in c.nodes) < len(urls) and time.time() < deadline:
+        time.sleep(0.1)
+    served = served_by_each(c, rounds=200)
+    everything = [u for got in served.values() for u in got]
+    assert len(everything) == len(set(everything)), "served twice"
+    assert sorted(everything) == sorted(acked)
+    assert "hand-off" in c[0].log() + c[1].log()
