@@ -9,6 +9,7 @@
 //! crivello-bench table --input results.json
 //! crivello-bench frontier [--urls N] [--hosts H] [--batch B] [--dir DIR] [--push-new]
 //! crivello-bench neardup [--stored N[,N...]] [--memory MIB] [--batch B] [--python PY]
+//! crivello-bench cluster [--urls N] [--hosts H] [--clients C] [--nodes 1,2,4]
 //! crivello-bench assign [--hosts UKWA.tsv.xz] [--synthetic N] [--agents N,...] [--svg FILE]
 //! crivello-bench compress [--inputs FILE,...] [--synthetic N] [--frame BYTES]
 //! ```
@@ -19,6 +20,7 @@
 #![warn(missing_docs)]
 
 mod assign;
+mod cluster;
 mod compress;
 mod frontier;
 mod neardup;
@@ -66,6 +68,8 @@ enum Cmd {
     Frontier(frontier::FrontierArgs),
     /// Measures `crivello serve` over loopback beside the in-process frontier.
     Serve(serve::ServeArgs),
+    /// Measures `crivello serve` nodes in a cluster: forwarding, aggregate rates.
+    Cluster(cluster::ClusterArgs),
     /// Measures the near-duplicate store beside `simhash`, datasketch and a linear scan.
     Neardup(neardup::NeardupArgs),
     /// The assignment functions of `crivello::assign` beside hash mod N: balance,
@@ -231,6 +235,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => run(&a),
         Cmd::Frontier(a) => frontier::run(&a),
         Cmd::Serve(a) => serve::run(&a),
+        Cmd::Cluster(a) => cluster::run(&a),
         Cmd::Neardup(a) => neardup::run(&a),
         Cmd::Assign(a) => assign::run(&a),
         Cmd::Compress(a) => compress::run(&a),

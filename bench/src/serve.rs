@@ -21,7 +21,7 @@ use crate::record::Result;
 
 /// The generated url-frontier client.
 #[allow(missing_docs, clippy::all)]
-mod pb {
+pub mod pb {
     tonic::include_proto!("urlfrontier");
 }
 
@@ -58,7 +58,8 @@ fn url(i: u64, hosts: u64) -> String {
     format!("http://h{h}.example/{i}")
 }
 
-fn info(u: String) -> pb::UrlInfo {
+/// A URL as url-frontier's `URLInfo` of the default crawl.
+pub fn info(u: String) -> pb::UrlInfo {
     pb::UrlInfo {
         url: u,
         key: String::new(),

@@ -2,7 +2,7 @@
 //! the node that owns their key.
 //!
 //! [`Router::submit`] splits a stream's ops by owner. This node's ops go to the committing
-//! thread; another node's go to that node's forwarder, one task per peer, which sends them
+//! thread; another node's go to that node's forwarder, [`LANES`] tasks per peer (a key always in the same one), which sends them
 //! with `PutURLs` (as url-frontier items, so that their creation instant travels with them),
 //! in the order they came, and answers each op with the owner's acknowledgement: durable on
 //! the owner. When the owner cannot be reached, the forwarder appends the ops to the peer's
@@ -27,6 +27,14 @@ use super::pb;
 use super::pb::url_frontier_client::UrlFrontierClient;
 use super::{meta, MAX_MESSAGE_BYTES};
 
+/// Forwarders per peer: a key's items always take the lane its hash gives, so that they
+/// reach the owner in the order they came, while the lanes' calls are in flight together.
+/// Each lane has its own hand-off log (`NAME.LANE.log`).
+pub const LANES: usize = 4;
+
+/// The seed of a key's lane hash.
+const LANE_SEED: u64 = 0x6c61_6e65;
+
 /// Ops one forwarding call carries at most.
 const OPS_PER_CALL: usize = 16 << 10;
 
@@ -35,6 +43,14 @@ const QUEUED_JOBS: usize = 64;
 
 /// How long a forwarding call may take before the owner counts as unreachable.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// URLs of one forwarded `PutDiscovered` batch at most.
+const URLS_PER_BATCH: usize = 1000;
+
+/// A discovered URL stored at most this many seconds ago is forwarded in a batch, whose URLs
+/// get the owner's creation instant; an older one (a hand-off, or an instant the client gave)
+/// goes as an item that carries its own.
+const RECENT_S: u64 = 2;
 
 /// How long connecting to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -112,7 +128,8 @@ impl Peers {
 pub struct Router {
     commits: mpsc::Sender<Job>,
     cluster: Option<Arc<Cluster>>,
-    /// One forwarder per node (`None` for this node), in a cluster.
+    /// The forwarders of node `i` at `i * LANES..(i + 1) * LANES` (`None` for this node),
+    /// in a cluster.
     forwarders: Vec<Option<mpsc::Sender<Forward>>>,
     log: Arc<Log>,
 }
@@ -139,35 +156,38 @@ impl Router {
         let cluster = peers.cluster.clone();
         let mut forwarders = Vec::new();
         for (i, node) in cluster.nodes.iter().enumerate() {
-            if i == cluster.me {
-                forwarders.push(None);
-                continue;
+            for lane in 0..LANES {
+                if i == cluster.me {
+                    forwarders.push(None);
+                    continue;
+                }
+                let name = format!("{}.{lane}", node.name);
+                let handoff = HandOff::open(handoff_dir, &name).map_err(|e| {
+                    anyhow::anyhow!(
+                        "open the hand-off log {name} of node {} in {}: {e}",
+                        node.name,
+                        handoff_dir.display()
+                    )
+                })?;
+                if handoff.pending() {
+                    log!(
+                        log,
+                        Info,
+                        "{} hand-off records wait for node {} (lane {lane})",
+                        handoff.waiting(),
+                        node.name
+                    );
+                }
+                let (tx, rx) = mpsc::channel(QUEUED_JOBS);
+                let f = Forwarder {
+                    peer: i,
+                    peers: peers.clone(),
+                    handoff,
+                    log: log.clone(),
+                };
+                tokio::spawn(f.run(rx));
+                forwarders.push(Some(tx));
             }
-            let handoff = HandOff::open(handoff_dir, &node.name).map_err(|e| {
-                anyhow::anyhow!(
-                    "open the hand-off log of node {} in {}: {e}",
-                    node.name,
-                    handoff_dir.display()
-                )
-            })?;
-            if handoff.pending() {
-                log!(
-                    log,
-                    Info,
-                    "{} hand-off records wait for node {}",
-                    handoff.waiting(),
-                    node.name
-                );
-            }
-            let (tx, rx) = mpsc::channel(QUEUED_JOBS);
-            let f = Forwarder {
-                peer: i,
-                peers: peers.clone(),
-                handoff,
-                log: log.clone(),
-            };
-            tokio::spawn(f.run(rx));
-            forwarders.push(Some(tx));
         }
         Ok(Router {
             commits,
@@ -204,27 +224,33 @@ impl Router {
         if owners.iter().all(|&o| o == cluster.me) {
             return self.commit(ops).await;
         }
-        // Split by owner, remembering each op's place.
+        // Split by owner and lane (this node's ops: the last part), remembering each op's
+        // place.
         let n = ops.len();
-        let mut parts: Vec<(Vec<usize>, Vec<Op>)> = (0..cluster.nodes.len())
-            .map(|_| Default::default())
-            .collect();
+        let mine = self.forwarders.len();
+        let mut parts: Vec<(Vec<usize>, Vec<Op>)> =
+            (0..=mine).map(|_| Default::default()).collect();
         for (i, (op, owner)) in ops.into_iter().zip(owners).enumerate() {
-            parts[owner].0.push(i);
-            parts[owner].1.push(op);
+            let to = if owner == cluster.me {
+                mine
+            } else {
+                owner * LANES + lane(&op_key(&op))
+            };
+            parts[to].0.push(i);
+            parts[to].1.push(op);
         }
         let mut waits = Vec::new();
-        for (owner, (places, ops)) in parts.into_iter().enumerate() {
+        for (to, (places, ops)) in parts.into_iter().enumerate() {
             if ops.is_empty() {
                 continue;
             }
-            let rx = if owner == cluster.me {
+            let rx = if to == mine {
                 self.commit(ops).await
             } else if forwarded {
                 None
             } else {
                 let (reply, rx) = oneshot::channel();
-                match &self.forwarders[owner] {
+                match &self.forwarders[to] {
                     Some(tx) => tx.send(Forward { ops, reply }).await.ok().map(|()| rx),
                     None => None,
                 }
@@ -259,6 +285,11 @@ impl Router {
     }
 }
 
+/// The lane of a key among a peer's [`LANES`].
+fn lane(key: &[u8]) -> usize {
+    (xxhash_rust::xxh3::xxh3_64_with_seed(key, LANE_SEED) % LANES as u64) as usize
+}
+
 /// The queue key of an op: its own, or its URL's default.
 fn op_key(op: &Op) -> Vec<u8> {
     let (url, key) = match op {
@@ -271,7 +302,7 @@ fn op_key(op: &Op) -> Vec<u8> {
 }
 
 /// An op as the url-frontier item that carries it to its owner.
-fn item_of(op: &Op, id: usize) -> pb::UrlItem {
+fn item_of(op: &Op) -> pb::UrlItem {
     let (crawl, url, key, stored, known) = match op {
         Op::Discover {
             crawl,
@@ -303,7 +334,7 @@ fn item_of(op: &Op, id: usize) -> pb::UrlItem {
     };
     pb::UrlItem {
         item: Some(item),
-        id: id.to_string(),
+        id: String::new(),
         creation_date: stored.created,
     }
 }
@@ -371,15 +402,9 @@ impl Forwarder {
             let items: Vec<pb::UrlItem> = jobs
                 .iter()
                 .flat_map(|j| j.ops.iter())
-                .enumerate()
-                .map(|(i, op)| item_of(op, i))
+                .map(item_of)
                 .collect();
-            let known: Vec<bool> = jobs
-                .iter()
-                .flat_map(|j| j.ops.iter())
-                .map(|op| matches!(op, Op::Known { .. }))
-                .collect();
-            match self.send(items, &known).await {
+            match self.send(items).await {
                 Sent::All(outcomes) => answer(jobs, &outcomes),
                 Sent::Partly(done, why) => {
                     log!(
@@ -406,36 +431,34 @@ impl Forwarder {
         }
     }
 
-    /// Sends `items` to the owner with `PutURLs`; `known[i]`: item i is a known URL.
-    async fn send(&self, items: Vec<pb::UrlItem>, known: &[bool]) -> Sent {
+    /// Sends `items` to the owner, in order: runs of discovered URLs stored just now with
+    /// `PutDiscovered` in batches (the owner's clock gives their creation instant, at most
+    /// [`RECENT_S`] off), other runs with `PutURLs` (which carries the instant).
+    async fn send(&self, items: Vec<pb::UrlItem>) -> Sent {
         let n = items.len();
-        let mut client = self.peers.client(self.peer);
-        let request = self.peers.request(tokio_stream::iter(items));
+        let now = now_s();
+        let batchable = |i: &pb::UrlItem| {
+            matches!(i.item, Some(pb::url_item::Item::Discovered(_)))
+                && i.creation_date + RECENT_S >= now
+        };
+        let mut runs: Vec<(bool, Vec<pb::UrlItem>)> = Vec::new();
+        for item in items {
+            let b = batchable(&item);
+            match runs.last_mut() {
+                Some((kind, run)) if *kind == b => run.push(item),
+                _ => runs.push((b, vec![item])),
+            }
+        }
         let mut outcomes = Vec::with_capacity(n);
         let call = async {
-            let mut acks = client.put_ur_ls(request).await?.into_inner();
-            while outcomes.len() < n {
-                match acks.message().await? {
-                    Some(ack) => {
-                        let i = outcomes.len();
-                        if ack.id != i.to_string() {
-                            return Err(Status::internal(format!(
-                                "acknowledgement {:?} where {i} was due",
-                                ack.id
-                            )));
-                        }
-                        use pb::ack_message::Status as S;
-                        outcomes.push(match S::try_from(ack.status) {
-                            Ok(S::Ok) if known[i] => Outcome::Updated,
-                            Ok(S::Ok) => Outcome::New,
-                            Ok(S::Skipped) => Outcome::Seen,
-                            _ => Outcome::Failed,
-                        });
-                    }
-                    None => return Err(Status::unavailable("the stream ended early")),
+            for (batch, run) in runs {
+                if batch {
+                    self.send_batches(run, &mut outcomes).await?;
+                } else {
+                    self.send_items(run, &mut outcomes).await?;
                 }
             }
-            Ok(())
+            Ok::<(), Status>(())
         };
         let result = match tokio::time::timeout(CALL_TIMEOUT, call).await {
             Ok(r) => r,
@@ -456,16 +479,105 @@ impl Forwarder {
         }
     }
 
+    /// Sends discovered URLs with `PutDiscovered`, pushing one outcome per URL answered.
+    async fn send_batches(
+        &self,
+        items: Vec<pb::UrlItem>,
+        outcomes: &mut Vec<Outcome>,
+    ) -> Result<(), Status> {
+        let n = items.len();
+        let mut batches = Vec::new();
+        let mut items = items.into_iter().peekable();
+        while items.peek().is_some() {
+            let infos: Vec<pb::UrlInfo> = (&mut items)
+                .take(URLS_PER_BATCH)
+                .filter_map(|i| match i.item {
+                    Some(pb::url_item::Item::Discovered(d)) => d.info,
+                    _ => None,
+                })
+                .collect();
+            batches.push(pb::DiscoveredBatch {
+                id: batches.len().to_string(),
+                items: infos,
+            });
+        }
+        let mut client = self.peers.client(self.peer);
+        let request = self.peers.request(tokio_stream::iter(batches));
+        let mut acks = client.put_discovered(request).await?.into_inner();
+        let end = outcomes.len() + n;
+        let mut k = 0usize;
+        while outcomes.len() < end {
+            let Some(ack) = acks.message().await? else {
+                return Err(Status::unavailable("the stream ended early"));
+            };
+            if ack.id != k.to_string() {
+                return Err(Status::internal(format!(
+                    "acknowledgement {:?} where batch {k} was due",
+                    ack.id
+                )));
+            }
+            k += 1;
+            use pb::ack_message::Status as S;
+            outcomes.extend(ack.statuses.iter().map(|&s| match S::try_from(s) {
+                Ok(S::Ok) => Outcome::New,
+                Ok(S::Skipped) => Outcome::Seen,
+                _ => Outcome::Failed,
+            }));
+        }
+        outcomes.truncate(end);
+        Ok(())
+    }
+
+    /// Sends items with `PutURLs`, pushing one outcome per item answered.
+    async fn send_items(
+        &self,
+        items: Vec<pb::UrlItem>,
+        outcomes: &mut Vec<Outcome>,
+    ) -> Result<(), Status> {
+        let known: Vec<bool> = items
+            .iter()
+            .map(|i| matches!(i.item, Some(pb::url_item::Item::Known(_))))
+            .collect();
+        let first = outcomes.len();
+        let items: Vec<pb::UrlItem> = items
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut item)| {
+                item.id = i.to_string();
+                item
+            })
+            .collect();
+        let mut client = self.peers.client(self.peer);
+        let request = self.peers.request(tokio_stream::iter(items));
+        let mut acks = client.put_ur_ls(request).await?.into_inner();
+        while outcomes.len() - first < known.len() {
+            let Some(ack) = acks.message().await? else {
+                return Err(Status::unavailable("the stream ended early"));
+            };
+            let i = outcomes.len() - first;
+            if ack.id != i.to_string() {
+                return Err(Status::internal(format!(
+                    "acknowledgement {:?} where {i} was due",
+                    ack.id
+                )));
+            }
+            use pb::ack_message::Status as S;
+            outcomes.push(match S::try_from(ack.status) {
+                Ok(S::Ok) if known[i] => Outcome::Updated,
+                Ok(S::Ok) => Outcome::New,
+                Ok(S::Skipped) => Outcome::Seen,
+                _ => Outcome::Failed,
+            });
+        }
+        Ok(())
+    }
+
     /// Appends the ops of `jobs` from the `from`-th on to the hand-off log, then answers
     /// every op: the first `from` with `done`, the others as accepted (or failed if the log
     /// could not be written).
     fn hand_off(&mut self, jobs: Vec<Forward>, from: usize, mut done: Vec<Outcome>) {
         let ops: Vec<&Op> = jobs.iter().flat_map(|j| j.ops.iter()).collect();
-        let items: Vec<pb::UrlItem> = ops[from..]
-            .iter()
-            .enumerate()
-            .map(|(i, op)| item_of(op, i))
-            .collect();
+        let items: Vec<pb::UrlItem> = ops[from..].iter().map(|op| item_of(op)).collect();
         let written = tokio::task::block_in_place(|| self.handoff.append(&items));
         match written {
             Ok(()) => {
@@ -508,13 +620,8 @@ impl Forwarder {
                 return false;
             }
         };
-        let known: Vec<bool> = record
-            .items
-            .iter()
-            .map(|i| matches!(i.item, Some(pb::url_item::Item::Known(_))))
-            .collect();
         let n = record.items.len();
-        match self.send(record.items.clone(), &known).await {
+        match self.send(record.items.clone()).await {
             Sent::All(outcomes) if outcomes.iter().all(|&o| o != Outcome::Failed) => {
                 match tokio::task::block_in_place(|| self.handoff.delivered(&record)) {
                     Ok(()) => {
@@ -566,6 +673,13 @@ impl Forwarder {
             }
         }
     }
+}
+
+/// Seconds since the epoch.
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Whether a status is the owner refusing the call (then nothing is retried), not the owner
