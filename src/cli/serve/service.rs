@@ -43,9 +43,9 @@ const BYTES_PER_JOB: usize = 4 << 20;
 /// half). Their bytes stay within the service's in-flight budget.
 const JOBS_PER_STREAM: usize = 8;
 
-/// Acknowledgements of a stream not yet taken by its client, at most: a client that does
-/// not read them stops its own stream, no other.
-const ACKS_PER_STREAM: usize = 4096;
+/// Jobs of a stream whose acknowledgements its client has not taken yet, at most: a client
+/// that does not read them stops its own stream, no other.
+const ACK_JOBS_PER_STREAM: usize = 2;
 
 /// URLs one walk of `ListURLs` collects (holding the frontier) before it is sent.
 const LIST_PAGE: usize = 10_000;
@@ -123,12 +123,12 @@ impl Service {
         forwarded: bool,
         split: fn(&Frontier, &Log, In) -> (Unit, Vec<Slot>),
         answer: fn(Unit, &[Outcome]) -> Out,
-    ) -> ReceiverStream<Result<Out, Status>>
+    ) -> Acks<Out>
     where
         In: Send + 'static,
         Out: Send + 'static,
     {
-        let (acks, acks_rx) = mpsc::channel(ACKS_PER_STREAM);
+        let (acks, acks_rx) = mpsc::channel(ACK_JOBS_PER_STREAM);
         let (pending, mut pending_rx) = mpsc::channel::<Pending>(JOBS_PER_STREAM);
         let router = self.router.clone();
         let log = self.log.clone();
@@ -202,7 +202,7 @@ impl Service {
         tokio::spawn(async move {
             while let Some(p) = pending_rx.recv().await {
                 if let Some(s) = p.failure {
-                    let _ = acks.send(Err(s)).await;
+                    let _ = acks.send(vec![Err(s)]).await;
                     return;
                 }
                 let done = match p.outcomes {
@@ -211,6 +211,7 @@ impl Service {
                 };
                 let mut done = done.into_iter();
                 let mut at = 0;
+                let mut answers = Vec::with_capacity(p.units.len());
                 for (unit, n) in p.units {
                     let outcomes: Vec<Outcome> = p.slots[at..at + n]
                         .iter()
@@ -220,14 +221,51 @@ impl Service {
                         })
                         .collect();
                     at += n;
-                    if acks.send(Ok(answer(unit, &outcomes))).await.is_err() {
-                        // The client went away.
-                        return;
-                    }
+                    answers.push(Ok(answer(unit, &outcomes)));
+                }
+                // A job's acknowledgements at once: the response encodes them together.
+                if acks.send(answers).await.is_err() {
+                    // The client went away.
+                    return;
                 }
             }
         });
-        ReceiverStream::new(acks_rx)
+        Acks {
+            rx: acks_rx,
+            ready: Vec::new().into_iter(),
+        }
+    }
+}
+
+/// The acknowledgements of a stream: each job's come together, and are handed to the
+/// response one after the other without waiting, so that they are encoded and written
+/// together (one at a time, each woke the response's task and went out in a write of its
+/// own).
+pub struct Acks<T> {
+    rx: mpsc::Receiver<Vec<Result<T, Status>>>,
+    ready: std::vec::IntoIter<Result<T, Status>>,
+}
+
+impl<T: Unpin> Stream for Acks<T> {
+    type Item = Result<T, Status>;
+
+    fn poll_next(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        // Nothing of it is pinned: a receiver and a vector's iterator move freely.
+        let this = self.get_mut();
+        loop {
+            if let Some(a) = this.ready.next() {
+                return Poll::Ready(Some(a));
+            }
+            match this.rx.poll_recv(cx) {
+                Poll::Ready(Some(batch)) => this.ready = batch.into_iter(),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     }
 }
 
@@ -812,7 +850,7 @@ impl UrlFrontier for Service {
         Ok(Response::new(Box::pin(tokio_stream::iter(infos))))
     }
 
-    type PutURLsStream = ReceiverStream<Result<pb::AckMessage, Status>>;
+    type PutURLsStream = Acks<pb::AckMessage>;
 
     async fn put_ur_ls(
         &self,
@@ -1184,7 +1222,7 @@ impl UrlFrontier for Service {
         Ok(Response::new(pb::Long { value }))
     }
 
-    type PutDiscoveredStream = ReceiverStream<Result<pb::BatchAck, Status>>;
+    type PutDiscoveredStream = Acks<pb::BatchAck>;
 
     async fn put_discovered(
         &self,
