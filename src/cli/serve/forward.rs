@@ -30,7 +30,7 @@ use super::{meta, MAX_MESSAGE_BYTES};
 /// Forwarders per peer: a key's items always take the lane its hash gives, so that they
 /// reach the owner in the order they came, while the lanes' calls are in flight together.
 /// Each lane has its own hand-off log (`NAME.LANE.log`).
-pub const LANES: usize = 4;
+pub const LANES: usize = 8;
 
 /// The seed of a key's lane hash.
 const LANE_SEED: u64 = 0x6c61_6e65;
