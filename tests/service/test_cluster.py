@@ -315,3 +315,41 @@ def test_kill_9_of_the_owner_while_clients_stream_to_another_node(cluster_factor
     assert len(everything) == len(set(everything)), "served twice"
     assert sorted(everything) == sorted(acked)
     assert "hand-off" in c[0].log() + c[1].log()
+
+
+def start_fails(directory, *args):
+    out = subprocess.run([BIN, "serve", str(directory), *args], capture_output=True, timeout=60)
+    assert out.returncode != 0, out
+    return out.stderr.decode()
+
+
+def test_a_new_list_that_would_strand_queues_or_hand_offs_is_refused(cluster_factory):
+    c = cluster_factory(2)
+    pb = c[0].pb
+    urls = hosts_urls(20, 2, tag="m")
+    assert all(s == "OK" for _, s in put(c[0], [discovered(pb, u) for u in urls]))
+    assert [n.stop() for n in c.nodes] == [0, 0]
+    # A third node added: some of n0's hosts would belong to it, and cannot move yet.
+    grown = f"{c.peers},n2=127.0.0.1:{free_ports(1)[0]}"
+    err = start_fails(c[0].dir, "--node", "n0", "--peers", grown)
+    assert "moving queues between nodes is not built yet" in err and grown.split(",")[2] in err, err
+    # The same list still starts, with everything there.
+    c[0].restart()
+    c[1].restart()
+    assert c[0].stub.CountURLs(pb.CountUrlParams()).value == len(urls)
+
+    # n1 down, items for it in n0's hand-off log: a list without n1 is refused.
+    c[1].kill()
+    mine = [u for u in hosts_urls(20, 1, tag="q")]
+    put(c[0], [discovered(pb, u) for u in mine])
+    assert "hand-off" in c[0].log()
+    assert c[0].stop() == 0
+    alone = c.peers.split(",")[0]
+    err = start_fails(c[0].dir, "--node", "n0", "--peers", alone)
+    assert "records for node n1" in err, err
+    c[0].restart()
+    c[1].restart()
+    deadline = time.time() + 30
+    while c[0].stub.CountURLs(pb.CountUrlParams()).value < len(urls) + len(mine) and time.time() < deadline:
+        time.sleep(0.1)
+    assert c[0].stub.CountURLs(pb.CountUrlParams()).value == len(urls) + len(mine)

@@ -137,6 +137,99 @@ impl Cluster {
     }
 }
 
+/// The file, in `DIR/handoff/`, that holds the list of nodes the store last served with.
+const MEMBERS_FILE: &str = "members";
+
+/// Checks, before serving, that starting with this list (none: a node alone) loses nothing:
+/// no hand-off log of a node that is not in the list may hold records (they would never be
+/// delivered), and when the list changed, no queue with URLs waiting or in transit may
+/// belong to another node under the new list (moving queues between nodes is not built:
+/// they would never be served). Then records the list.
+pub fn check_start(
+    dir: &std::path::Path,
+    cluster: Option<&Cluster>,
+    frontier: &crivello::Frontier,
+) -> Result<()> {
+    let handoff = dir.join("handoff");
+    let now = cluster.map_or_else(|| "alone".to_owned(), |c| c.canonical.clone());
+    let before = match std::fs::read_to_string(handoff.join(MEMBERS_FILE)) {
+        Ok(t) => Some(t.trim().to_owned()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(anyhow::anyhow!(
+                "read {}: {e}",
+                handoff.join(MEMBERS_FILE).display()
+            ))
+        }
+    };
+    let listed = |name: &str| {
+        cluster.is_some_and(|c| c.nodes.iter().any(|n| n.name == name) && c.this().name != name)
+    };
+    if let Ok(entries) = std::fs::read_dir(&handoff) {
+        for entry in entries.flatten() {
+            let file = entry.file_name().to_string_lossy().into_owned();
+            let Some(stem) = file.strip_suffix(".log") else {
+                continue;
+            };
+            let Some((node, _lane)) = stem.rsplit_once('.') else {
+                continue;
+            };
+            if listed(node) {
+                continue;
+            }
+            let log = super::handoff::HandOff::open(&handoff, stem)
+                .map_err(|e| anyhow::anyhow!("open the hand-off log {file}: {e}"))?;
+            if log.pending() {
+                return Err(explained(
+                    format!(
+                        "the hand-off log {} holds {} records for node {node}, which the                          node list ({now}) does not name",
+                        handoff.join(&file).display(),
+                        log.waiting()
+                    ),
+                    format!(
+                        "restart with the previous list ({}) until node {node} has taken them",
+                        before.as_deref().unwrap_or("unknown")
+                    ),
+                ));
+            }
+        }
+    }
+    if before.as_deref() != Some(now.as_str()) {
+        if let Some(c) = cluster {
+            // What was acknowledged is in its queue first.
+            frontier.flush()?;
+            let mut stranded = Vec::new();
+            for crawl in frontier.crawls()? {
+                for q in frontier.queues(&crawl, 0, usize::MAX)? {
+                    if q.waiting + q.leased > 0 && c.owner(&q.key) != c.me {
+                        stranded.push(String::from_utf8_lossy(&q.key).into_owned());
+                    }
+                }
+            }
+            if !stranded.is_empty() {
+                let n = stranded.len();
+                stranded.truncate(3);
+                return Err(explained(
+                    format!(
+                        "this store holds {n} queues with URLs waiting or in transit whose keys                          the list \"{now}\" gives to other nodes (e.g. {}); it served them                          with the list \"{}\"",
+                        stranded.join(", "),
+                        before.as_deref().unwrap_or("alone")
+                    ),
+                    "moving queues between nodes is not built yet: restart with the previous                      list, or let these queues drain first",
+                ));
+            }
+        }
+        std::fs::create_dir_all(&handoff)?;
+        let tmp = handoff.join(format!("{MEMBERS_FILE}.tmp"));
+        let mut f = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut f, format!("{now}\n").as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, handoff.join(MEMBERS_FILE))?;
+        std::fs::File::open(&handoff)?.sync_all()?;
+    }
+    Ok(())
+}
+
 /// A call forwarded by another node of the cluster (a request extension): the node's name.
 #[derive(Debug, Clone)]
 pub struct Forwarded(pub String);

@@ -188,6 +188,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             )?;
         }
     }
+    cluster::check_start(&args.dir, cluster.as_deref(), &frontier)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("crivello-serve")
