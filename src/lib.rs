@@ -65,7 +65,8 @@
 mod error;
 mod hint;
 mod names;
-mod planted;
+#[doc(hidden)]
+pub mod planted;
 mod signature;
 
 // Records of a frontier store: a URL with its crawl, key and metadata.

@@ -36,12 +36,18 @@ pub enum Bug {
     /// `no-clean-end`: a clean close does not record where A and J end, so damage or a cut
     /// in their last frames after a clean close reads as a torn tail.
     NoCleanEnd,
+    /// `handoff-unlogged`: `crivello serve` in a cluster answers items for an unreachable
+    /// node as accepted without appending them to its hand-off log.
+    HandoffUnlogged,
+    /// `handoff-skip`: a hand-off log notes the record after the one delivered as delivered
+    /// too.
+    HandoffSkip,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 11] = [
+    pub const ALL: [(Bug, &'static str); 13] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -53,6 +59,8 @@ impl Bug {
         (Bug::CommitBeforePushes, "commit-before-pushes"),
         (Bug::IdsBeforeCommit, "ids-before-commit"),
         (Bug::NoCleanEnd, "no-clean-end"),
+        (Bug::HandoffUnlogged, "handoff-unlogged"),
+        (Bug::HandoffSkip, "handoff-skip"),
     ];
 }
 

@@ -578,7 +578,12 @@ impl Forwarder {
     fn hand_off(&mut self, jobs: Vec<Forward>, from: usize, mut done: Vec<Outcome>) {
         let ops: Vec<&Op> = jobs.iter().flat_map(|j| j.ops.iter()).collect();
         let items: Vec<pb::UrlItem> = ops[from..].iter().map(|op| item_of(op)).collect();
-        let written = tokio::task::block_in_place(|| self.handoff.append(&items));
+        let written = if crivello::planted::active(crivello::planted::Bug::HandoffUnlogged) {
+            // The planted bug: accepted, and written nowhere.
+            Ok(())
+        } else {
+            tokio::task::block_in_place(|| self.handoff.append(&items))
+        };
         match written {
             Ok(()) => {
                 log!(
