@@ -347,9 +347,37 @@ def test_a_new_list_that_would_strand_queues_or_hand_offs_is_refused(cluster_fac
     alone = c.peers.split(",")[0]
     err = start_fails(c[0].dir, "--node", "n0", "--peers", alone)
     assert "records for node n1" in err, err
+    # n1 still listed, but the list changed: some of those records' keys may now be n2's.
+    err = start_fails(c[0].dir, "--node", "n0", "--peers", grown)
+    assert "the node list changed" in err, err
     c[0].restart()
     c[1].restart()
     deadline = time.time() + 30
     while c[0].stub.CountURLs(pb.CountUrlParams()).value < len(urls) + len(mine) and time.time() < deadline:
         time.sleep(0.1)
     assert c[0].stub.CountURLs(pb.CountUrlParams()).value == len(urls) + len(mine)
+
+
+def test_a_delete_waits_for_hand_offs_that_would_undo_it(cluster_factory):
+    c = cluster_factory(2)
+    pb = c[0].pb
+    c[1].kill()
+    urls = hosts_urls(20, 2, tag="x")
+    assert all(s == "OK" for _, s in put(c[0], [discovered(pb, u, crawl="gone") for u in urls]))
+    stats = c[0].stub.GetStats(pb.QueueWithinCrawlParams(crawlID="gone", local=True))
+    assert stats.counts["handoff_records"] > 0
+    with pytest.raises(grpc.RpcError) as e:
+        c[0].stub.DeleteCrawl(pb.DeleteCrawlMessage(value="gone"))
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "hand-off records wait" in e.value.details()
+    c[1].restart()
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            deleted = c[0].stub.DeleteCrawl(pb.DeleteCrawlMessage(value="gone")).value
+            break
+        except grpc.RpcError:
+            time.sleep(0.2)
+    assert deleted == len(urls)
+    time.sleep(0.5)
+    assert c[0].stub.CountURLs(pb.CountUrlParams(crawlID="gone")).value == 0

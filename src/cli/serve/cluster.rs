@@ -174,15 +174,30 @@ pub fn check_start(
             let Some((node, _lane)) = stem.rsplit_once('.') else {
                 continue;
             };
-            if listed(node) {
+            let changed = before.as_deref() != Some(now.as_str());
+            if listed(node) && !changed {
                 continue;
             }
             let log = super::handoff::HandOff::open(&handoff, stem)
                 .map_err(|e| anyhow::anyhow!("open the hand-off log {file}: {e}"))?;
+            if log.pending() && listed(node) {
+                // The new list may give some of its items' keys to another node.
+                return Err(explained(
+                    format!(
+                        "the hand-off log {} holds {} records for node {node}, and the node \
+                         list changed (it was \"{}\", it is \"{now}\")",
+                        handoff.join(&file).display(),
+                        log.waiting(),
+                        before.as_deref().unwrap_or("alone")
+                    ),
+                    "restart with the previous list until every hand-off log is delivered",
+                ));
+            }
             if log.pending() {
                 return Err(explained(
                     format!(
-                        "the hand-off log {} holds {} records for node {node}, which the                          node list ({now}) does not name",
+                        "the hand-off log {} holds {} records for node {node}, which the \
+                         node list ({now}) does not name",
                         handoff.join(&file).display(),
                         log.waiting()
                     ),
@@ -211,11 +226,14 @@ pub fn check_start(
                 stranded.truncate(3);
                 return Err(explained(
                     format!(
-                        "this store holds {n} queues with URLs waiting or in transit whose keys                          the list \"{now}\" gives to other nodes (e.g. {}); it served them                          with the list \"{}\"",
+                        "this store holds {n} queues with URLs waiting or in transit whose keys \
+                         the list \"{now}\" gives to other nodes (e.g. {}); it served them \
+                         with the list \"{}\"",
                         stranded.join(", "),
                         before.as_deref().unwrap_or("alone")
                     ),
-                    "moving queues between nodes is not built yet: restart with the previous                      list, or let these queues drain first",
+                    "moving queues between nodes is not built yet: restart with the previous \
+                     list, or let these queues drain first",
                 ));
             }
         }

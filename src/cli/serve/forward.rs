@@ -12,6 +12,7 @@
 //! directly again. Nothing is answered as accepted that is not durable on one node or the
 //! other.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -131,6 +132,8 @@ pub struct Router {
     /// The forwarders of node `i` at `i * LANES..(i + 1) * LANES` (`None` for this node),
     /// in a cluster.
     forwarders: Vec<Option<mpsc::Sender<Forward>>>,
+    /// Records waiting in each lane's hand-off log.
+    waiting: Vec<Arc<AtomicU64>>,
     log: Arc<Log>,
 }
 
@@ -141,6 +144,7 @@ impl Router {
             commits,
             cluster: None,
             forwarders: Vec::new(),
+            waiting: Vec::new(),
             log,
         }
     }
@@ -155,6 +159,7 @@ impl Router {
     ) -> anyhow::Result<Router> {
         let cluster = peers.cluster.clone();
         let mut forwarders = Vec::new();
+        let mut waiting = Vec::new();
         for (i, node) in cluster.nodes.iter().enumerate() {
             for lane in 0..LANES {
                 if i == cluster.me {
@@ -179,11 +184,14 @@ impl Router {
                     );
                 }
                 let (tx, rx) = mpsc::channel(QUEUED_JOBS);
+                let count = Arc::new(AtomicU64::new(handoff.waiting()));
+                waiting.push(count.clone());
                 let f = Forwarder {
                     peer: i,
                     peers: peers.clone(),
                     handoff,
                     log: log.clone(),
+                    waiting: count,
                 };
                 tokio::spawn(f.run(rx));
                 forwarders.push(Some(tx));
@@ -193,6 +201,7 @@ impl Router {
             commits,
             cluster: Some(cluster),
             forwarders,
+            waiting,
             log,
         })
     }
@@ -274,6 +283,11 @@ impl Router {
         Some(merged)
     }
 
+    /// Records waiting in this node's hand-off logs, all lanes of all nodes.
+    pub fn handoff_records(&self) -> u64 {
+        self.waiting.iter().map(|w| w.load(Ordering::Relaxed)).sum()
+    }
+
     async fn commit(&self, ops: Vec<Op>) -> Option<oneshot::Receiver<Vec<Outcome>>> {
         let (reply, rx) = oneshot::channel();
         // The committing thread gone: nothing of it is durable.
@@ -350,12 +364,14 @@ enum Sent {
     Refused(Status),
 }
 
-/// The forwarder of one peer.
+/// The forwarder of one lane of one peer.
 struct Forwarder {
     peer: usize,
     peers: Peers,
     handoff: HandOff,
     log: Arc<Log>,
+    /// Records its hand-off log holds, for [`Router::handoff_records`].
+    waiting: Arc<AtomicU64>,
 }
 
 impl Forwarder {
@@ -489,13 +505,20 @@ impl Forwarder {
         let mut batches = Vec::new();
         let mut items = items.into_iter().peekable();
         while items.peek().is_some() {
-            let infos: Vec<pb::UrlInfo> = (&mut items)
-                .take(URLS_PER_BATCH)
-                .filter_map(|i| match i.item {
-                    Some(pb::url_item::Item::Discovered(d)) => d.info,
-                    _ => None,
-                })
-                .collect();
+            // At most URLS_PER_BATCH URLs and half the largest message.
+            let mut infos: Vec<pb::UrlInfo> = Vec::new();
+            let mut bytes = 0usize;
+            while infos.len() < URLS_PER_BATCH && bytes < MAX_MESSAGE_BYTES / 2 {
+                let Some(item) = items.next() else {
+                    break;
+                };
+                if let Some(pb::url_item::Item::Discovered(d)) = item.item {
+                    if let Some(info) = d.info {
+                        bytes += prost::Message::encoded_len(&info) + 8;
+                        infos.push(info);
+                    }
+                }
+            }
             batches.push(pb::DiscoveredBatch {
                 id: batches.len().to_string(),
                 items: infos,
@@ -584,6 +607,8 @@ impl Forwarder {
         } else {
             tokio::task::block_in_place(|| self.handoff.append(&items))
         };
+        self.waiting
+            .store(self.handoff.waiting(), Ordering::Relaxed);
         match written {
             Ok(()) => {
                 log!(
@@ -628,7 +653,10 @@ impl Forwarder {
         let n = record.items.len();
         match self.send(record.items.clone()).await {
             Sent::All(outcomes) if outcomes.iter().all(|&o| o != Outcome::Failed) => {
-                match tokio::task::block_in_place(|| self.handoff.delivered(&record)) {
+                let noted = tokio::task::block_in_place(|| self.handoff.delivered(&record));
+                self.waiting
+                    .store(self.handoff.waiting(), Ordering::Relaxed);
+                match noted {
                     Ok(()) => {
                         log!(
                             self.log,

@@ -51,6 +51,10 @@ pub struct HandOff {
     sent: u64,
     /// The sequence number of the last record appended.
     last: u64,
+    /// A write or a sync failed: what was written since the last good sync may not be on
+    /// disk, and a later sync proves nothing of it. Every later append fails, until the
+    /// node restarts and opening scans the log again.
+    failed: bool,
 }
 
 /// A record read back for delivery.
@@ -66,14 +70,24 @@ pub struct Record {
 impl HandOff {
     /// Opens (or creates) the log of peer `name` in `dir`, recovering as the module says.
     pub fn open(dir: &Path, name: &str) -> io::Result<HandOff> {
-        fs::create_dir_all(dir)?;
+        if !dir.exists() {
+            fs::create_dir_all(dir)?;
+            if let Some(parent) = dir.parent() {
+                File::open(parent)?.sync_all()?;
+            }
+        }
         let path = dir.join(format!("{name}.log"));
+        let created = !path.exists();
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(&path)?;
+        if created {
+            // The file's name is durable before anything in it is acknowledged.
+            File::open(dir)?.sync_all()?;
+        }
         let sent = read_sent(&dir.join(format!("{name}.sent")))?;
         let len = file.metadata()?.len();
         let mut at = 0u64;
@@ -118,6 +132,7 @@ impl HandOff {
             end,
             sent,
             last,
+            failed: false,
         };
         if h.next_at == h.end && h.end > 0 {
             h.clear()?;
@@ -137,6 +152,19 @@ impl HandOff {
 
     /// Appends `items` as one record and syncs the log: once this returns they are durable.
     pub fn append(&mut self, items: &[pb::UrlItem]) -> io::Result<()> {
+        if self.failed {
+            return Err(io::Error::other(
+                "an earlier write or sync of this hand-off log failed: restart the node",
+            ));
+        }
+        let r = self.append_synced(items);
+        if r.is_err() {
+            self.failed = true;
+        }
+        r
+    }
+
+    fn append_synced(&mut self, items: &[pb::UrlItem]) -> io::Result<()> {
         let mut payload = Vec::new();
         for item in items {
             item.encode_length_delimited(&mut payload)
@@ -264,8 +292,10 @@ impl HandOff {
 
     /// Truncates a log whose records were all delivered.
     fn clear(&mut self) -> io::Result<()> {
-        self.file.set_len(0)?;
-        self.file.sync_all()?;
+        if let Err(e) = self.file.set_len(0).and_then(|()| self.file.sync_all()) {
+            self.failed = true;
+            return Err(e);
+        }
         self.end = 0;
         self.next_at = 0;
         Ok(())

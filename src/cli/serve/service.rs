@@ -63,6 +63,10 @@ pub struct Service {
     log: Arc<Log>,
     /// Bytes of items read from streams and not yet acknowledged, across all streams.
     in_flight: Arc<Semaphore>,
+    /// The same, for streams forwarded by other nodes: a budget of their own, so that two
+    /// nodes whose clients' streams fill theirs, each waiting for the other, still take each
+    /// other's forwarded items.
+    in_flight_forwarded: Arc<Semaphore>,
     in_flight_bytes: usize,
     /// The nodes' addresses, as `ListNodes` gives them (this one alone outside a cluster).
     nodes: Vec<String>,
@@ -90,6 +94,7 @@ impl Service {
             peers,
             log,
             in_flight: Arc::new(Semaphore::new(in_flight_bytes)),
+            in_flight_forwarded: Arc::new(Semaphore::new(in_flight_bytes)),
             in_flight_bytes,
             nodes,
             stopping,
@@ -133,7 +138,11 @@ impl Service {
         let router = self.router.clone();
         let log = self.log.clone();
         let frontier = self.frontier.clone();
-        let sem = self.in_flight.clone();
+        let sem = if forwarded {
+            self.in_flight_forwarded.clone()
+        } else {
+            self.in_flight.clone()
+        };
         let cap = self.in_flight_bytes;
         let mut stopping = self.stopping.clone();
         tokio::spawn(async move {
@@ -571,6 +580,47 @@ fn from_node(peers: &Peers, i: usize, s: Status) -> Status {
     }
 }
 
+/// The count of `GetStats` that says how many records wait in the nodes' hand-off logs (in
+/// a cluster).
+const HANDOFF_RECORDS: &str = "handoff_records";
+
+impl Service {
+    /// Refuses a delete while a node's hand-off log holds records: delivered after it, they
+    /// would bring back what it deleted.
+    async fn no_handoff_waiting(&self, what: &str, peers: &Peers) -> Result<(), Status> {
+        let mut waiting = Vec::new();
+        let here = self.router.handoff_records();
+        if here > 0 {
+            waiting.push(format!("{here} on node {}", peers.cluster.this().name));
+        }
+        for i in 0..peers.cluster.nodes.len() {
+            if i == peers.cluster.me || !waiting.is_empty() {
+                continue;
+            }
+            let msg = pb::QueueWithinCrawlParams {
+                key: String::new(),
+                crawl_id: String::new(),
+                local: true,
+            };
+            let s = on_node!(peers, i, get_stats, msg)?;
+            let n = s.counts.get(HANDOFF_RECORDS).copied().unwrap_or(0);
+            if n > 0 {
+                waiting.push(format!("{n} on node {}", peers.name(i)));
+            }
+        }
+        if waiting.is_empty() {
+            Ok(())
+        } else {
+            Err(Status::unavailable(format!(
+                "{what}: hand-off records wait for delivery ({}); delivered after the delete \
+                 they would bring back what it deleted: repeat the call once the nodes they \
+                 are for are up and have taken them",
+                waiting.join(", ")
+            )))
+        }
+    }
+}
+
 /// Whether a call came from another node.
 fn forwarded<T>(r: &Request<T>) -> bool {
     r.extensions().get::<Forwarded>().is_some()
@@ -634,10 +684,13 @@ impl Service {
                 f.counts(&crawl, key.as_deref().map(str::as_bytes))
             })
             .await?;
-        let counts = HashMap::from([
+        let mut counts = HashMap::from([
             ("completed".to_owned(), c.done),
             ("active_queues".to_owned(), c.queues_waiting),
         ]);
+        if self.peers.is_some() {
+            counts.insert(HANDOFF_RECORDS.to_owned(), self.router.handoff_records());
+        }
         Ok(pb::Stats {
             size: c.waiting + c.leased,
             in_process: u32::try_from(c.leased).unwrap_or(u32::MAX),
@@ -745,6 +798,9 @@ impl UrlFrontier for Service {
         r: Request<pb::DeleteCrawlMessage>,
     ) -> Result<Response<pb::Long>, Status> {
         let p = r.into_inner();
+        if let Some(peers) = self.spread(p.local) {
+            self.no_handoff_waiting("DeleteCrawl", peers).await?;
+        }
         let crawl = p.value.clone();
         log!(self.log, Info, "deleting crawl {:?}", crawl_name(&crawl));
         let mut value = self
@@ -904,6 +960,9 @@ impl UrlFrontier for Service {
         let p = r.into_inner();
         if p.key.is_empty() {
             return Err(Status::invalid_argument("DeleteQueue: the key is empty"));
+        }
+        if let Some(peers) = self.spread(p.local) {
+            self.no_handoff_waiting("DeleteQueue", peers).await?;
         }
         if let Some((peers, i)) = self.elsewhere(p.local, p.key.as_bytes()) {
             let msg = pb::QueueWithinCrawlParams { local: true, ..p };
