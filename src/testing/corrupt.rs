@@ -355,6 +355,11 @@ pub fn decode(kind: FileKind, data: &[u8]) {
         (Err(Error::Corrupt { .. }), Err(e)) => {
             assert!(e.is_corruption(), "{name}: check failed with {e}")
         }
+        (Err(Error::WrongMode { .. }), _) if kind == FileKind::Manifest && resealed => {
+            // A resealed manifest whose mode byte now names the other valid mode is a sound
+            // manifest of another kind of store: opening it as a plain sieve refuses it by
+            // its mode, as it would refuse a real frontier.
+        }
         (Err(e), _) => panic!("{name}: not a corruption error: {e}"),
         (Ok(_), Err(e)) => assert!(e.is_corruption(), "{name}: check failed with {e}"),
         (Ok((out, torn)), Ok(_)) => {
