@@ -420,7 +420,11 @@ fn front_decode(
     head: usize,
 ) -> Result<(), Corruption> {
     out.clear();
+    // Reserved, not filled: a damaged length could name a gigabyte. Each record grows `out`
+    // once, and is then written in place.
     out.reserve(raw_len);
+    // Where the next record goes in `out`.
+    let mut w = 0usize;
     // The previous record's rest (after its head): where it is in `out`, and its length.
     let (mut pos, mut prev_at, mut prev_len) = (0usize, 0usize, 0usize);
     for _ in 0..count {
@@ -445,27 +449,30 @@ fn front_decode(
             ));
         }
         let len = head + shared + rest;
-        if shared + rest == 0 || rest > front.len() - pos || out.len() + 4 + len > raw_len {
+        if shared + rest == 0 || rest > front.len() - pos || w + 4 + len > raw_len {
             return Err(invalid(
                 "length of a coded record",
                 "1 to the bytes left in the frame",
                 len as u64,
             ));
         }
-        let at = out.len();
-        out.extend_from_slice(&(len as u32).to_le_bytes());
-        out.extend_from_slice(&front[h..h + head]);
-        out.extend_from_within(prev_at..prev_at + shared);
-        out.extend_from_slice(&front[pos..pos + rest]);
+        out.resize(w + 4 + len, 0);
+        let rec = &mut out[w..w + 4 + len];
+        rec[..4].copy_from_slice(&(len as u32).to_le_bytes());
+        rec[4..4 + head].copy_from_slice(&front[h..h + head]);
+        let at = w + 4 + head;
+        out.copy_within(prev_at..prev_at + shared, at);
+        out[at + shared..at + shared + rest].copy_from_slice(&front[pos..pos + rest]);
         pos += rest;
-        prev_at = at + 4 + head;
+        w = at + shared + rest;
+        prev_at = at;
         prev_len = shared + rest;
     }
-    if pos != front.len() || out.len() != raw_len {
+    if pos != front.len() || w != raw_len {
         return Err(Corruption::Mismatch {
             field: "bytes of a coded frame's records",
             expected: raw_len as u64,
-            found: out.len() as u64,
+            found: w as u64,
         });
     }
     Ok(())

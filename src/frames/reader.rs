@@ -6,6 +6,9 @@ use crate::error::{Corruption, Error, Result};
 use crate::format::{MAGIC_CODED, MAGIC_FRAME};
 use crate::storage::File;
 
+/// Bytes a frame's first read asks for: its header and the start of its payload.
+const FIRST_READ: usize = 2048;
+
 /// Why a frame could not be read.
 pub(crate) enum FrameError {
     /// Nothing more: the offset is the end of the file, or a valid frame with another tag
@@ -75,10 +78,14 @@ impl<'a> FrameReader<'a> {
                 available: avail,
             }));
         }
-        let mut h = [0u8; FRAME_HEADER];
+        // The header and the start of the payload in one read: most frames of the queues'
+        // runs, read one per hand-out, fit whole.
+        let mut first = [0u8; FIRST_READ];
+        let first_len = (FIRST_READ as u64).min(avail) as usize;
         self.file
-            .read_exact_at(&mut h, offset)
+            .read_exact_at(&mut first[..first_len], offset)
             .map_err(FrameError::Io)?;
+        let h: [u8; FRAME_HEADER] = first[..FRAME_HEADER].try_into().expect("the header");
         let word = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
         let tag = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
         let (magic, epoch, payload_len, count, stored) =
@@ -113,9 +120,13 @@ impl<'a> FrameReader<'a> {
         } else {
             payload.resize(payload_len as usize, 0);
         }
-        self.file
-            .read_exact_at(&mut payload, offset + FRAME_HEADER as u64)
-            .map_err(FrameError::Io)?;
+        let have = (first_len - FRAME_HEADER).min(payload.len());
+        payload[..have].copy_from_slice(&first[FRAME_HEADER..FRAME_HEADER + have]);
+        if have < payload.len() {
+            self.file
+                .read_exact_at(&mut payload[have..], offset + (FRAME_HEADER + have) as u64)
+                .map_err(FrameError::Io)?;
+        }
         let mut hasher = crc32fast::Hasher::new();
         hasher.update(&h[0..24]);
         hasher.update(&payload);

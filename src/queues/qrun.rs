@@ -35,6 +35,8 @@ pub(crate) const TAIL_LEN: u64 = 16;
 const DIR_BLOCK: usize = 128;
 /// Bytes of a directory entry.
 pub(crate) const DIR_ENTRY: usize = 32;
+/// Bytes of the largest directory block.
+const DIR_BLOCK_MAX: usize = 4 + DIR_BLOCK * DIR_ENTRY + 4;
 /// Bytes of an index entry.
 pub(crate) const INDEX_ENTRY: u64 = 20;
 /// A frame is written once its records reach this size.
@@ -317,12 +319,22 @@ impl Run {
         self.id
     }
 
-    /// Reads directory block `i`.
-    fn directory_block(&self, i: usize) -> Result<Vec<Group>> {
+    /// Reads directory block `i` into `bytes` (at least [`DIR_BLOCK_MAX`] long), checks its
+    /// checksum and its count, and returns its entries' bytes.
+    fn read_block<'b>(&self, i: usize, bytes: &'b mut [u8]) -> Result<&'b [u8]> {
         let e = self.index[i];
         let size = 4 + e.count as usize * DIR_ENTRY + 4;
-        let mut bytes = vec![0u8; size];
-        self.file.read_exact_at(&mut bytes, e.offset)?;
+        let bytes = bytes.get_mut(..size).ok_or_else(|| {
+            self.file.corrupt(
+                e.offset,
+                Corruption::OutOfRange {
+                    field: "directory block entries",
+                    found: u64::from(e.count),
+                    limit: DIR_BLOCK as u64,
+                },
+            )
+        })?;
+        self.file.read_exact_at(bytes, e.offset)?;
         let body = size - 4;
         let stored = u32::from_le_bytes(bytes[body..].try_into().expect("4 bytes"));
         let computed = crc(&bytes[..body]);
@@ -331,8 +343,7 @@ impl Run {
                 .file
                 .corrupt(e.offset, Corruption::Checksum { stored, computed }));
         }
-        let mut c = ByteReader::new(&bytes[..body], self.file.name(), e.offset);
-        let count = c.u32()?;
+        let count = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"));
         if count != e.count {
             return Err(self.file.corrupt(
                 e.offset,
@@ -343,48 +354,86 @@ impl Run {
                 },
             ));
         }
-        let mut groups = Vec::with_capacity(count as usize);
-        for k in 0..count as usize {
-            let g = Group {
-                queue: c.u64()?,
-                crawl: c.u32()?,
-                first_seq: c.u64()?,
-                offset: c.u64()?,
-                records: c.u32()?,
-            };
-            let first_ok = k > 0 || g.queue == e.first;
-            let order_ok = groups.last().is_none_or(|p: &Group| g.queue > p.queue);
-            if !first_ok
-                || !order_ok
-                || g.records == 0
-                || g.offset < HEADER_LEN
-                || g.offset >= self.frames_end
-            {
-                return Err(self.file.corrupt(
-                    e.offset + 4 + (k * DIR_ENTRY) as u64,
-                    Corruption::Invalid {
-                        field: "directory entry",
-                        expected: "increasing queues, groups of records among the frames",
-                        found: g.queue,
-                    },
-                ));
-            }
-            groups.push(g);
-        }
-        Ok(groups)
+        Ok(&bytes[4..body])
     }
 
-    /// The group of `queue`, if the run holds one.
+    /// Entry `k` of directory block `i` (its entries' bytes `entries`), checked: the block's
+    /// first queue is the index's, queues increase, a group has records among the frames.
+    fn dir_entry(&self, i: usize, entries: &[u8], k: usize) -> Result<Group> {
+        let e = self.index[i];
+        let at = e.offset + 4 + (k * DIR_ENTRY) as u64;
+        let mut c = ByteReader::new(&entries[k * DIR_ENTRY..][..DIR_ENTRY], self.file.name(), at);
+        let g = Group {
+            queue: c.u64()?,
+            crawl: c.u32()?,
+            first_seq: c.u64()?,
+            offset: c.u64()?,
+            records: c.u32()?,
+        };
+        let queue_at = |k: usize| {
+            u64::from_le_bytes(entries[k * DIR_ENTRY..][..8].try_into().expect("8 bytes"))
+        };
+        let first_ok = k > 0 || g.queue == e.first;
+        let order_ok = k == 0 || queue_at(k - 1) < g.queue;
+        if !first_ok
+            || !order_ok
+            || g.records == 0
+            || g.offset < HEADER_LEN
+            || g.offset >= self.frames_end
+        {
+            return Err(self.file.corrupt(
+                at,
+                Corruption::Invalid {
+                    field: "directory entry",
+                    expected: "increasing queues, groups of records among the frames",
+                    found: g.queue,
+                },
+            ));
+        }
+        Ok(g)
+    }
+
+    /// Reads directory block `i`, every entry checked.
+    fn directory_block(&self, i: usize) -> Result<Vec<Group>> {
+        let mut buf = [0u8; DIR_BLOCK_MAX];
+        let entries = self.read_block(i, &mut buf)?;
+        (0..entries.len() / DIR_ENTRY)
+            .map(|k| self.dir_entry(i, entries, k))
+            .collect()
+    }
+
+    /// The group of `queue`, if the run holds one. Reads one directory block (on the
+    /// stack) and checks the entry found and its order against its neighbours: a lookup at
+    /// each queue's first hand-out from a run costs no more than that.
     pub(crate) fn group(&self, queue: u64) -> Result<Option<Group>> {
         let i = match self.index.partition_point(|e| e.first <= queue) {
             0 => return Ok(None),
             i => i - 1,
         };
-        let groups = self.directory_block(i)?;
-        Ok(groups
-            .binary_search_by_key(&queue, |g| g.queue)
-            .ok()
-            .map(|k| groups[k]))
+        let mut buf = [0u8; DIR_BLOCK_MAX];
+        let entries = self.read_block(i, &mut buf)?;
+        let n = entries.len() / DIR_ENTRY;
+        let queue_at = |k: usize| {
+            u64::from_le_bytes(entries[k * DIR_ENTRY..][..8].try_into().expect("8 bytes"))
+        };
+        let (mut lo, mut hi) = (0, n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match queue_at(mid).cmp(&queue) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => {
+                    let g = self.dir_entry(i, entries, mid)?;
+                    if mid + 1 < n {
+                        // Its successor's order too: a block out of order is damage, not
+                        // a queue that is missing.
+                        self.dir_entry(i, entries, mid + 1)?;
+                    }
+                    return Ok(Some(g));
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// Every group, in queue order.
@@ -397,6 +446,11 @@ impl Run {
 
     /// Reads the frame at `offset` (a frame of a group).
     pub(crate) fn frame(&self, offset: u64) -> Result<Frame> {
+        self.frame_with(offset, Vec::new())
+    }
+
+    /// [`Run::frame`] into `spare`, the payload of an earlier frame given back.
+    pub(crate) fn frame_with(&self, offset: u64, spare: Vec<u8>) -> Result<Frame> {
         if offset < HEADER_LEN || offset >= self.frames_end {
             return Err(self.file.corrupt(
                 offset,
@@ -408,7 +462,7 @@ impl Run {
             ));
         }
         let reader = FrameReader::new(&self.file, self.frames_end, u64::MAX, self.id);
-        match reader.frame_at(offset) {
+        match reader.frame_with(offset, spare) {
             Ok(f) if f.end.is_none() && f.count > 0 => Ok(f),
             Ok(_) | Err(FrameError::End) => Err(self.file.corrupt(
                 offset,

@@ -248,6 +248,8 @@ impl Core {
                     token: l.token,
                     queue,
                     deadline: l.deadline,
+                    crawl,
+                    sig,
                     record: l.record.into(),
                 },
             );

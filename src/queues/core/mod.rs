@@ -40,6 +40,64 @@ const MOVE_BYTES: usize = 32 << 20;
 /// reads the state whole rather than replay it.
 const CLOSE_CHECKPOINT_MIN: u64 = 256 << 10;
 
+/// A map keyed by the store's own counters (seqs, tokens) or by values no caller chooses
+/// (signatures under the store's secret seed).
+type CounterMap<K, V> = HashMap<K, V, CounterHash>;
+/// A set of the store's own counters.
+type CounterSet<K> = std::collections::HashSet<K, CounterHash>;
+
+/// The hash of [`CounterMap`]: one multiply per word (FxHash's). Callers choose none of the
+/// keys, so nothing needs SipHash's defence against chosen collisions, which costs several
+/// times more on the lease and done paths. Sequential seqs differ in their low bits, which
+/// the product keeps distinct; its high bits, which the table's tags use, mix them all.
+#[derive(Debug, Clone, Copy, Default)]
+struct CounterHash;
+
+impl std::hash::BuildHasher for CounterHash {
+    type Hasher = CounterHasher;
+
+    fn build_hasher(&self) -> CounterHasher {
+        CounterHasher(0)
+    }
+}
+
+/// The state of [`CounterHash`].
+struct CounterHasher(u64);
+
+impl CounterHasher {
+    const K: u64 = 0xf135_7aea_2e62_a9c5;
+
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(26) ^ word).wrapping_mul(Self::K);
+    }
+}
+
+impl std::hash::Hasher for CounterHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// The largest buffer kept from one hand-out to the next (a frame of a huge record is not
+/// kept).
+const SPARE_MAX: usize = 64 << 10;
+
 /// A queue: the URLs of one key of one crawl.
 struct Queue {
     id: u64,
@@ -109,6 +167,9 @@ struct Lease {
     token: u64,
     queue: u32,
     deadline: u64,
+    /// Its key in `by_url`: the crawl, and the signature of the URL under the crawl's seed.
+    crawl: u32,
+    sig: u64,
     record: Box<[u8]>,
 }
 
@@ -144,13 +205,13 @@ pub(crate) struct Core {
     queues: Vec<Queue>,
     index: HashMap<u64, u32>,
     runs: Vec<Run>,
-    leases: HashMap<u64, Lease>,
+    leases: CounterMap<u64, Lease>,
     /// The seq of each lease's token.
-    tokens: HashMap<u64, u64>,
+    tokens: CounterMap<u64, u64>,
     /// The token the next lease gets.
     next_token: u64,
     /// Leases by (crawl, signature of the URL under the crawl's seed).
-    by_url: HashMap<(u32, u64), u64>,
+    by_url: CounterMap<(u32, u64), u64>,
     expiries: BinaryHeap<Reverse<(u64, u64)>>,
     heap: BinaryHeap<Reverse<(u64, u32)>>,
     /// Queues with a live entry in the heap, by crawl.
@@ -178,6 +239,8 @@ pub(crate) struct Core {
     replay_gone: Option<std::collections::HashSet<u64>>,
     /// While J is replayed: the generation of the entry applied.
     replaying_gen: Option<u64>,
+    /// The payload of the last Q frame read by a hand-out, given back for the next one.
+    frame_spare: Vec<u8>,
 }
 
 impl Core {
@@ -214,10 +277,10 @@ impl Core {
             queues: Vec::new(),
             index: HashMap::new(),
             runs: Vec::new(),
-            leases: HashMap::new(),
-            tokens: HashMap::new(),
+            leases: CounterMap::default(),
+            tokens: CounterMap::default(),
             next_token: 1,
-            by_url: HashMap::new(),
+            by_url: CounterMap::default(),
             expiries: BinaryHeap::new(),
             heap: BinaryHeap::new(),
             scheduled: HashMap::new(),
@@ -226,6 +289,7 @@ impl Core {
             unsynced: false,
             replay_gone: None,
             replaying_gen: None,
+            frame_spare: Vec::new(),
             max_runs,
         };
         // The checkpoint's first generation of the journal to replay.
@@ -715,6 +779,8 @@ impl Core {
                 token,
                 queue: i,
                 deadline,
+                crawl,
+                sig,
                 record: record.into(),
             },
         );
@@ -745,9 +811,7 @@ impl Core {
                 },
             )
         })?;
-        if let Ok((_, crawl, sig)) = self.locate(&lease.record) {
-            self.by_url.remove(&(crawl, sig));
-        }
+        self.by_url.remove(&(lease.crawl, lease.sig));
         self.tokens.remove(&lease.token);
         let i = lease.queue;
         let p = self.policy(&self.queues[i as usize]);
@@ -892,9 +956,7 @@ impl Core {
                 continue;
             }
             let lease = self.leases.remove(&seq).expect("present");
-            if let Ok((_, crawl, sig)) = self.locate(&lease.record) {
-                self.by_url.remove(&(crawl, sig));
-            }
+            self.by_url.remove(&(lease.crawl, lease.sig));
             self.tokens.remove(&lease.token);
             let q = &mut self.queues[lease.queue as usize];
             q.leased -= 1;
@@ -916,9 +978,7 @@ impl Core {
             .collect();
         for seq in &seqs {
             let lease = self.leases.remove(seq).expect("listed");
-            if let Ok((_, crawl, sig)) = self.locate(&lease.record) {
-                self.by_url.remove(&(crawl, sig));
-            }
+            self.by_url.remove(&(lease.crawl, lease.sig));
             self.tokens.remove(&lease.token);
         }
         let next_seq = self.next_seq;
@@ -1247,7 +1307,7 @@ impl Core {
         let mut picked: Vec<(u64, Box<[u8]>)> = Vec::new();
         let mut served: Vec<u32> = Vec::new();
         let mut popped: Vec<u32> = Vec::new();
-        let mut taken: std::collections::HashSet<u64> = std::collections::HashSet::new();
+        let mut taken: CounterSet<u64> = CounterSet::default();
         // One queue asked by its key: that queue only (of DEFAULT when no crawl is given).
         let mut one = match &req.key {
             None => None,
@@ -1371,7 +1431,7 @@ impl Core {
         k: usize,
         now: u64,
         out: &mut Vec<(u64, Box<[u8]>)>,
-        taken: &mut std::collections::HashSet<u64>,
+        taken: &mut CounterSet<u64>,
     ) -> Result<()> {
         let q = &self.queues[i as usize];
         let mut n = 0;
@@ -1393,7 +1453,7 @@ impl Core {
                 break;
             };
             let run = &self.runs[slot];
-            let f = run.frame(offset)?;
+            let f = run.frame_with(offset, std::mem::take(&mut self.frame_spare))?;
             let mut taken_all = true;
             for r in f.records() {
                 let (seq, rec) = split(run.file(), offset, r)?;
@@ -1435,6 +1495,9 @@ impl Core {
             };
             if taken_all && q.at.is_none() {
                 q.runs &= !(1 << slot);
+            }
+            if f.payload.capacity() <= SPARE_MAX {
+                self.frame_spare = f.payload;
             }
         }
         Ok(())
@@ -1514,7 +1577,7 @@ impl Core {
         self.writable()?;
         let now = self.clock.now_ms();
         self.expire(now);
-        let mut ended = std::collections::HashSet::new();
+        let mut ended = CounterSet::default();
         let mut entries = Vec::with_capacity(items.len());
         let mut out = Vec::with_capacity(items.len());
         for &(token, took, end) in items {
