@@ -35,7 +35,7 @@ def count(text: str) -> int:
     t = text.replace("_", "")
     if "^" in t:
         base, exp = t.split("^", 1)
-        return int(base) ** int(exp)
+        return int(int(base) ** int(exp))
     return int(float(t))
 
 
