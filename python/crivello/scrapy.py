@@ -39,6 +39,7 @@ scheduled (breadth-first), and hosts in the order they become due.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 import pickle
 import time
@@ -81,6 +82,10 @@ PARENT_META = "_crivello_parent"
 _OURS = (TOKEN_META, PARENT_META)
 
 DEFAULT_LEASE = 180.0
+
+#: Seconds between two flushes of new requests into the queues while the downloader has room
+#: for more requests than the queues can give.
+FLUSH_UNDERFED = 0.05
 
 
 class SettingError(ValueError):
@@ -320,6 +325,16 @@ def bypass_identity(fingerprint: str, origin: str = "", rank: int = 0) -> str:
     return f"{fingerprint}~{tag}"
 
 
+def _find_method(spider: Any, func: Any) -> str:
+    """The name under which `spider` has the bound method `func` (what ``Request.to_dict``
+    looks for); ValueError when it has none."""
+    if spider is not None and hasattr(func, "__func__"):
+        for name, method in inspect.getmembers(spider, predicate=inspect.ismethod):
+            if method.__func__ is func.__func__:
+                return name
+    raise ValueError(f"Function {func} is not an instance method in: {spider}")
+
+
 def _unwrapped(request: Request) -> Request:
     """The request with its own callback and errback (not the scheduler's wrappers)."""
     cb, eb = request.callback, request.errback
@@ -381,6 +396,8 @@ class Scheduler:
         self._flushed_at = 0.0
         self._start_ranks: Dict[str, int] = {}
         self._wake_at: Optional[float] = None
+        # The name of each spider method met as a callback or errback, by its function.
+        self._method_names: Dict[Any, str] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
@@ -447,6 +464,9 @@ class Scheduler:
         return bool(counts["waiting"] or counts["leased"])
 
     def __len__(self) -> int:
+        # A request pushed since the last flush is counted once it is in its queue.
+        if self._unflushed:
+            self._flush_pushes()
         counts = self.frontier.counts(self.crawl)
         return int(counts["waiting"]) + len(self._ready)
 
@@ -522,16 +542,23 @@ class Scheduler:
         )
         if not leased and self._unflushed:
             # Nothing due: what was pushed since the last flush may be (new hosts above
-            # all). A flush merges with what the sieve holds: at most one a second.
+            # all). A flush merges with what the sieve holds: at most one a second while
+            # the downloader has its fill, every FLUSH_UNDERFED seconds while it has room
+            # (a crawl fanning out over new hosts would otherwise wait for them).
             now = time.monotonic()
-            if now - self._flushed_at >= 1.0 or self.frontier.next_due() is None:
-                self.frontier.flush()
-                self._unflushed = False
-                self._flushed_at = now
+            interval = 1.0 if len(self._live) >= self.batch else FLUSH_UNDERFED
+            if now - self._flushed_at >= interval or self.frontier.next_due() is None:
+                self._flush_pushes()
                 leased = self.frontier.lease(
                     self.batch, ttl=self.lease_seconds, crawl=self.crawl
                 )
         self._ready.extend(leased)
+
+    def _flush_pushes(self) -> None:
+        """Merges what was pushed since the last flush into the queues."""
+        self.frontier.flush()
+        self._unflushed = False
+        self._flushed_at = time.monotonic()
 
     def _load(self, lease: Any) -> Optional[Request]:
         try:
@@ -690,9 +717,33 @@ class Scheduler:
         ranks[fp] = rank + 1
         return bypass_identity(fp, origin, rank)
 
+    def _method_name(self, func: Any) -> Any:
+        """The name of the spider's method `func`, as ``Request.to_dict`` finds it (a search
+        of the spider's members, here made once per method rather than once per request);
+        None and names stay as they are."""
+        if func is None or isinstance(func, str):
+            return func
+        key = getattr(func, "__func__", None)
+        if key is not None and getattr(func, "__self__", None) is self.spider:
+            name = self._method_names.get(key)
+            if name is None:
+                name = _find_method(self.spider, func)
+                self._method_names[key] = name
+            return name
+        return _find_method(self.spider, func)
+
     def _serialise(self, request: Request) -> bytes:
         try:
-            d = _unwrapped(request).to_dict(spider=self.spider)
+            r = _unwrapped(request)
+            cb, eb = r.callback, r.errback
+            names = (self._method_name(cb), self._method_name(eb))
+            # The rest as Scrapy writes it, the methods' names put in after.
+            r.callback, r.errback = None, None
+            try:
+                d = r.to_dict()
+            finally:
+                r.callback, r.errback = cb, eb
+            d["callback"], d["errback"] = names
             meta = d.get("meta")
             if meta and any(k in meta for k in _OURS):
                 d["meta"] = {k: v for k, v in meta.items() if k not in _OURS}
