@@ -260,3 +260,53 @@ def test_a_callback_may_return_one_request_or_a_list(site: Site, tmp_path: Path)
     with crivello.Frontier(tmp_path / "store") as f:
         c = f.counts("single")
         assert (c["waiting"], c["leased"]) == (0, 0) and c["done"] == len(counts)
+
+
+def test_requests_keep_their_callback_and_errback_by_name(tmp_path: Path) -> None:
+    import pickle
+
+    from scrapy.utils.request import request_from_dict
+    from scrapy.utils.test import get_crawler
+
+    from crivello.scrapy import Scheduler
+
+    class NamedSpider(scrapy.Spider):  # type: ignore[misc,name-defined]
+        name = "named"
+
+        def parse_item(self, response: object) -> None:
+            pass
+
+        def on_error(self, failure: object) -> None:
+            pass
+
+    crawler = get_crawler(
+        NamedSpider,
+        {
+            "SCHEDULER": "crivello.scrapy.Scheduler",
+            "DUPEFILTER_CLASS": "crivello.scrapy.DupeFilter",
+            "CRIVELLO_DIR": str(tmp_path / "store"),
+        },
+    )
+    spider = NamedSpider()
+    other = NamedSpider()
+    sched = Scheduler.from_crawler(crawler)
+    sched.spider = spider
+    for _ in range(2):  # the second time from what was remembered
+        req = scrapy.Request(
+            "http://a.example/x", callback=spider.parse_item, errback=spider.on_error
+        )
+        back = request_from_dict(pickle.loads(sched._serialise(req)), spider=spider)
+        assert back.callback == spider.parse_item and back.errback == spider.on_error
+        # The request itself is left as it was.
+        assert req.callback == spider.parse_item and req.errback == spider.on_error
+    # A method of another instance of the class is found by its name, as Scrapy finds it.
+    req = scrapy.Request("http://a.example/y", callback=other.parse_item)
+    back = request_from_dict(pickle.loads(sched._serialise(req)), spider=spider)
+    assert back.callback == spider.parse_item and back.errback is None
+    # No callback stays none; a function that is no method is refused, naming the request.
+    back = request_from_dict(
+        pickle.loads(sched._serialise(scrapy.Request("http://a.example/z"))), spider=spider
+    )
+    assert back.callback is None
+    with pytest.raises(ValueError, match="cannot store the request <GET http://a.example/w>"):
+        sched._serialise(scrapy.Request("http://a.example/w", callback=lambda r: None))
