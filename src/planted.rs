@@ -42,12 +42,15 @@ pub enum Bug {
     /// `handoff-skip`: a hand-off log notes the record after the one delivered as delivered
     /// too.
     HandoffSkip,
+    /// `handoff-no-sync`: a hand-off log's append returns before its sync, so an item
+    /// acknowledged as accepted can be lost at a power cut.
+    HandoffNoSync,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 13] = [
+    pub const ALL: [(Bug, &'static str); 14] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -61,6 +64,7 @@ impl Bug {
         (Bug::NoCleanEnd, "no-clean-end"),
         (Bug::HandoffUnlogged, "handoff-unlogged"),
         (Bug::HandoffSkip, "handoff-skip"),
+        (Bug::HandoffNoSync, "handoff-no-sync"),
     ];
 }
 

@@ -21,10 +21,11 @@
 //! it is damage, and the node refuses to start naming the file and the offset. Once every
 //! record was delivered the log is truncated to nothing (`NAME.sent` keeps the sequence).
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
 
+use crivello::storage::{DirStorage, Storage, StorageFile};
 use prost::Message as _;
 
 use super::pb;
@@ -40,9 +41,9 @@ const MAX_PAYLOAD: usize = 64 << 20;
 
 /// The hand-off log of one peer.
 pub struct HandOff {
-    dir: PathBuf,
+    storage: Arc<dyn Storage>,
     name: String,
-    file: File,
+    file: Arc<dyn StorageFile>,
     /// Where the first record not yet delivered starts.
     next_at: u64,
     /// The end of the log.
@@ -68,35 +69,31 @@ pub struct Record {
 }
 
 impl HandOff {
-    /// Opens (or creates) the log of peer `name` in `dir`, recovering as the module says.
+    /// Opens (or creates) the log of peer `name` in the directory `dir` (created if
+    /// missing), recovering as the module says.
     pub fn open(dir: &Path, name: &str) -> io::Result<HandOff> {
-        if !dir.exists() {
-            fs::create_dir_all(dir)?;
-            if let Some(parent) = dir.parent() {
-                File::open(parent)?.sync_all()?;
-            }
-        }
-        let path = dir.join(format!("{name}.log"));
-        let created = !path.exists();
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)?;
-        if created {
+        HandOff::open_in(Arc::new(DirStorage::open(dir)?), name)
+    }
+
+    /// [`HandOff::open`] in `storage`: every read, write and sync goes through it (so that
+    /// the simulated disk can crash it at any step).
+    pub fn open_in(storage: Arc<dyn Storage>, name: &str) -> io::Result<HandOff> {
+        let log = format!("{name}.log");
+        let file = if storage.list()?.contains(&log) {
+            storage.open(&log)?
+        } else {
+            let file = storage.create(&log)?;
             // The file's name is durable before anything in it is acknowledged.
-            File::open(dir)?.sync_all()?;
-        }
-        let sent = read_sent(&dir.join(format!("{name}.sent")))?;
-        let len = file.metadata()?.len();
+            storage.sync_dir()?;
+            file
+        };
+        let sent = read_sent(storage.as_ref(), name)?;
+        let len = file.len()?;
         let mut at = 0u64;
         let mut next_at = None;
         let mut last = sent;
-        file.seek(SeekFrom::Start(0))?;
-        let mut reader = io::BufReader::new(&file);
         while at < len {
-            match read_record(&mut reader, len - at)? {
+            match read_record(file.as_ref(), at, len)? {
                 Scan::Record { seq, size } => {
                     if seq > sent && next_at.is_none() {
                         next_at = Some(at);
@@ -107,25 +104,25 @@ impl HandOff {
                 Scan::Bad(why) => {
                     // Torn only if nothing valid follows: a record after it was synced after
                     // it, so it was complete once.
-                    if follows_a_record(&file, at + 1, len)? {
+                    if follows_a_record(file.as_ref(), at + 1, len)? {
                         return Err(io::Error::new(
                             io::ErrorKind::InvalidData,
                             format!(
-                                "{}: damaged record at offset {at} ({why}) with records after \
-                                 it",
-                                path.display()
+                                "{}/{log}: damaged record at offset {at} ({why}) with records \
+                                 after it",
+                                storage.describe()
                             ),
                         ));
                     }
                     file.set_len(at)?;
-                    file.sync_all()?;
+                    file.sync()?;
                     break;
                 }
             }
         }
         let end = at;
         let mut h = HandOff {
-            dir: dir.to_owned(),
+            storage,
             name: name.to_owned(),
             file,
             next_at: next_at.unwrap_or(end),
@@ -184,7 +181,10 @@ impl HandOff {
         } else {
             self.write_record(&payload)?;
         }
-        self.file.sync_data()
+        if crivello::planted::active(crivello::planted::Bug::HandoffNoSync) {
+            return Ok(());
+        }
+        self.file.sync()
     }
 
     fn append_unsynced(&mut self, items: &[pb::UrlItem]) -> io::Result<()> {
@@ -209,8 +209,7 @@ impl HandOff {
         rec.extend_from_slice(&seq.to_le_bytes());
         rec.extend_from_slice(&crc(&rec[..16], payload).to_le_bytes());
         rec.extend_from_slice(payload);
-        self.file.seek(SeekFrom::Start(self.end))?;
-        if let Err(e) = self.file.write_all(&rec) {
+        if let Err(e) = self.file.write_all_at(&rec, self.end) {
             // Nothing of it counts: cut what was written.
             let _ = self.file.set_len(self.end);
             return Err(e);
@@ -225,23 +224,19 @@ impl HandOff {
         if !self.pending() {
             return Ok(None);
         }
-        self.file.seek(SeekFrom::Start(self.next_at))?;
         let mut header = [0u8; HEADER];
-        self.file.read_exact(&mut header)?;
+        self.file.read_exact_at(&mut header, self.next_at)?;
         let len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
         let seq = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
+        if len > MAX_PAYLOAD {
+            return Err(self.damaged(self.next_at, "a length past the largest record"));
+        }
         let mut payload = vec![0u8; len];
-        self.file.read_exact(&mut payload)?;
+        self.file
+            .read_exact_at(&mut payload, self.next_at + HEADER as u64)?;
         let want = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes"));
         if crc(&header[..16], &payload) != want {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "{}: the record at offset {} fails its checksum",
-                    self.log_path().display(),
-                    self.next_at
-                ),
-            ));
+            return Err(self.damaged(self.next_at, "a checksum mismatch"));
         }
         let mut items = Vec::new();
         let mut buf = &payload[..];
@@ -258,13 +253,24 @@ impl HandOff {
         }))
     }
 
+    fn damaged(&self, at: u64, why: &str) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{}/{}.log: the record at offset {at} is damaged ({why})",
+                self.storage.describe(),
+                self.name
+            ),
+        )
+    }
+
     /// Records that `record` was delivered: durable once this returns.
     pub fn delivered(&mut self, record: &Record) -> io::Result<()> {
         use crivello::planted::{active, Bug};
         if active(Bug::HandoffSkip) && record.seq < self.last {
             // The planted bug: the next record is noted as delivered too.
             let next = self.next_at_after(record.next_at)?;
-            write_sent(&self.dir, &self.name, record.seq + 1)?;
+            write_sent(self.storage.as_ref(), &self.name, record.seq + 1)?;
             self.sent = record.seq + 1;
             self.next_at = next;
             if !self.pending() {
@@ -272,7 +278,7 @@ impl HandOff {
             }
             return Ok(());
         }
-        write_sent(&self.dir, &self.name, record.seq)?;
+        write_sent(self.storage.as_ref(), &self.name, record.seq)?;
         self.sent = record.seq;
         self.next_at = record.next_at;
         if !self.pending() {
@@ -283,26 +289,21 @@ impl HandOff {
 
     /// Where the record after the one at `at` starts (a planted bug's step).
     fn next_at_after(&mut self, at: u64) -> io::Result<u64> {
-        self.file.seek(SeekFrom::Start(at))?;
         let mut header = [0u8; HEADER];
-        self.file.read_exact(&mut header)?;
+        self.file.read_exact_at(&mut header, at)?;
         let len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as u64;
         Ok(at + HEADER as u64 + len)
     }
 
     /// Truncates a log whose records were all delivered.
     fn clear(&mut self) -> io::Result<()> {
-        if let Err(e) = self.file.set_len(0).and_then(|()| self.file.sync_all()) {
+        if let Err(e) = self.file.set_len(0).and_then(|()| self.file.sync()) {
             self.failed = true;
             return Err(e);
         }
         self.end = 0;
         self.next_at = 0;
         Ok(())
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir.join(format!("{}.log", self.name))
     }
 }
 
@@ -312,48 +313,72 @@ enum Scan {
     Bad(&'static str),
 }
 
-/// Reads one record of at most `left` bytes.
-fn read_record(r: &mut impl Read, left: u64) -> io::Result<Scan> {
+/// Reads the record at `at` of `file`, whose length is `len`.
+fn read_record(file: &dyn StorageFile, at: u64, len: u64) -> io::Result<Scan> {
+    let left = len - at;
     if left < HEADER as u64 {
         return Ok(Scan::Bad("an incomplete header"));
     }
     let mut header = [0u8; HEADER];
-    r.read_exact(&mut header)?;
+    file.read_exact_at(&mut header, at)?;
     if &header[..4] != MAGIC {
         return Ok(Scan::Bad("no record's magic"));
     }
-    let len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as u64;
-    if len > MAX_PAYLOAD as u64 || HEADER as u64 + len > left {
+    let plen = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as u64;
+    if plen > MAX_PAYLOAD as u64 || HEADER as u64 + plen > left {
         return Ok(Scan::Bad("a length past the end"));
     }
-    let mut payload = vec![0u8; len as usize];
-    r.read_exact(&mut payload)?;
+    let mut payload = vec![0u8; plen as usize];
+    file.read_exact_at(&mut payload, at + HEADER as u64)?;
     let want = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes"));
     if crc(&header[..16], &payload) != want {
         return Ok(Scan::Bad("a checksum mismatch"));
     }
     Ok(Scan::Record {
         seq: u64::from_le_bytes(header[8..16].try_into().expect("8 bytes")),
-        size: HEADER as u64 + len,
+        size: HEADER as u64 + plen,
     })
 }
 
-/// Whether a valid record starts anywhere in `from..len`.
-fn follows_a_record(file: &File, from: u64, len: u64) -> io::Result<bool> {
-    let mut f = file.try_clone()?;
-    f.seek(SeekFrom::Start(from.min(len)))?;
-    let mut rest = Vec::new();
-    f.read_to_end(&mut rest)?;
+/// Whether a valid record starts anywhere in `from..len` of `file`.
+fn follows_a_record(file: &dyn StorageFile, from: u64, len: u64) -> io::Result<bool> {
+    let from = from.min(len);
+    let mut rest = vec![0u8; (len - from) as usize];
+    file.read_exact_at(&mut rest, from)?;
     let mut at = 0;
     while let Some(i) = memchr::memmem::find(&rest[at..], MAGIC) {
         let start = at + i;
-        let mut r = &rest[start..];
-        if let Scan::Record { .. } = read_record(&mut r, (rest.len() - start) as u64)? {
+        let tail = Bytes(&rest[start..]);
+        if let Scan::Record { .. } = read_record(&tail, 0, (rest.len() - start) as u64)? {
             return Ok(true);
         }
         at = start + 1;
     }
     Ok(false)
+}
+
+/// Bytes read as a file (the scan for a record after damage reads the rest of the log once).
+struct Bytes<'a>(&'a [u8]);
+
+impl StorageFile for Bytes<'_> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let from = (offset as usize).min(self.0.len());
+        let n = buf.len().min(self.0.len() - from);
+        buf[..n].copy_from_slice(&self.0[from..from + n]);
+        Ok(n)
+    }
+    fn write_all_at(&self, _: &[u8], _: u64) -> io::Result<()> {
+        Err(io::Error::other("read only"))
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.len() as u64)
+    }
+    fn set_len(&self, _: u64) -> io::Result<()> {
+        Err(io::Error::other("read only"))
+    }
+    fn sync(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 fn crc(head: &[u8], payload: &[u8]) -> u32 {
@@ -364,18 +389,18 @@ fn crc(head: &[u8], payload: &[u8]) -> u32 {
 }
 
 /// The sequence number in `NAME.sent` (0 if missing).
-fn read_sent(path: &Path) -> io::Result<u64> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(e),
-    };
+fn read_sent(storage: &dyn Storage, name: &str) -> io::Result<u64> {
+    let sent = format!("{name}.sent");
+    if !storage.list()?.contains(&sent) {
+        return Ok(0);
+    }
+    let bytes = storage.open(&sent)?.read_all()?;
     if bytes.len() != 12 || crc32fast::hash(&bytes[..8]).to_le_bytes() != bytes[8..12] {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!(
-                "{}: damaged (not 12 bytes with their checksum)",
-                path.display()
+                "{}/{sent}: damaged (not 12 bytes with their checksum)",
+                storage.describe()
             ),
         ));
     }
@@ -383,19 +408,24 @@ fn read_sent(path: &Path) -> io::Result<u64> {
 }
 
 /// Replaces `NAME.sent` with `seq`, durably.
-fn write_sent(dir: &Path, name: &str, seq: u64) -> io::Result<()> {
-    let tmp = dir.join(format!("{name}.sent.tmp"));
+fn write_sent(storage: &dyn Storage, name: &str, seq: u64) -> io::Result<()> {
+    let tmp = format!("{name}.sent.tmp");
     let mut bytes = seq.to_le_bytes().to_vec();
     bytes.extend_from_slice(&crc32fast::hash(&seq.to_le_bytes()).to_le_bytes());
-    let mut f = File::create(&tmp)?;
-    f.write_all(&bytes)?;
-    f.sync_all()?;
-    fs::rename(&tmp, dir.join(format!("{name}.sent")))?;
-    File::open(dir)?.sync_all()
+    let f = storage.create(&tmp)?;
+    f.write_all_at(&bytes, 0)?;
+    f.sync()?;
+    storage.rename(&tmp, &format!("{name}.sent"))?;
+    storage.sync_dir()
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
+    use crivello::storage::sim::CrashImage;
+    use crivello::storage::SimDisk;
+
     use super::*;
 
     fn item(url: &str) -> pb::UrlItem {
@@ -499,5 +529,96 @@ mod tests {
         fs::write(&path, &bytes).unwrap();
         let e = HandOff::open(dir.path(), "b").err().unwrap();
         assert!(e.to_string().contains("b.sent"), "{e}");
+    }
+
+    /// One run of appends and deliveries on `disk`, stopping at the first error (the crash):
+    /// the records acknowledged (seq, URL), the last seq whose delivery was recorded, and
+    /// the last one the peer acknowledged (its delivery recorded, or under way at the crash).
+    fn work(disk: &Arc<SimDisk>) -> (Vec<(u64, String)>, u64, u64) {
+        let (mut acked, mut noted, mut with_peer) = (Vec::new(), 0, 0);
+        let Ok(mut h) = HandOff::open_in(disk.clone(), "b") else {
+            return (acked, noted, with_peer);
+        };
+        let mut n = 0;
+        for round in 0..3 {
+            for _ in 0..3 {
+                n += 1;
+                let url = format!("http://a/{n}");
+                if h.append(&[item(&url)]).is_err() {
+                    return (acked, noted, with_peer);
+                }
+                acked.push((h.last, url));
+            }
+            // Deliver two records a round (all of them in the last one, which truncates).
+            let k = if round == 2 { usize::MAX } else { 2 };
+            for _ in 0..k {
+                match h.next() {
+                    Ok(Some(r)) => {
+                        with_peer = r.seq;
+                        if h.delivered(&r).is_err() {
+                            return (acked, noted, with_peer);
+                        }
+                        noted = r.seq;
+                    }
+                    Ok(None) => break,
+                    Err(_) => return (acked, noted, with_peer),
+                }
+            }
+        }
+        (acked, noted, with_peer)
+    }
+
+    #[test]
+    fn a_crash_at_every_step_loses_no_acknowledged_record_and_sends_none_delivered_again() {
+        let steps = {
+            let disk = Arc::new(SimDisk::new());
+            let (acked, noted, _) = work(&disk);
+            assert_eq!((acked.len(), noted), (9, 9), "the run without a crash");
+            disk.ops()
+        };
+        for k in 0..=steps {
+            for image in [
+                CrashImage::KillProcess,
+                CrashImage::DropAll,
+                CrashImage::KeepDataDropDir,
+                CrashImage::ZeroedData,
+                CrashImage::Random(k),
+            ] {
+                let disk = Arc::new(SimDisk::new());
+                disk.crash_at(k);
+                let (acked, noted, with_peer) = work(&disk);
+                let after = Arc::new(disk.crash_image(image));
+                let mut h = HandOff::open_in(after, "b")
+                    .unwrap_or_else(|e| panic!("crash at step {k} ({image:?}): {e}"));
+                let mut back = Vec::new();
+                while let Some(r) = h.next().unwrap() {
+                    back.push((r.seq, urls(&r)[0].clone()));
+                    h.delivered(&r).unwrap();
+                }
+                // Every acknowledged record the peer does not have comes back, in order,
+                // once; none noted delivered comes back; the one whose delivery was under
+                // way at the crash may come back once more.
+                let owed: Vec<_> = acked
+                    .iter()
+                    .filter(|(s, _)| *s > with_peer)
+                    .cloned()
+                    .collect();
+                let extra: Vec<_> = back.iter().filter(|(s, _)| *s <= noted).collect();
+                assert!(
+                    extra.is_empty(),
+                    "crash at step {k} ({image:?}): sent again {extra:?}"
+                );
+                assert!(
+                    back.windows(2).all(|w| w[0].0 < w[1].0),
+                    "crash at step {k} ({image:?}): out of order {back:?}"
+                );
+                for o in &owed {
+                    assert!(
+                        back.contains(o),
+                        "crash at step {k} ({image:?}): acknowledged {o:?} lost; back {back:?}"
+                    );
+                }
+            }
+        }
     }
 }
