@@ -10,7 +10,7 @@ import time
 import grpc
 import pytest
 
-from conftest import BIN, free_ports
+from conftest import BIN, Server, free_ports
 from helpers import discovered, known, put
 
 
@@ -381,3 +381,64 @@ def test_a_delete_waits_for_hand_offs_that_would_undo_it(cluster_factory):
     assert deleted == len(urls)
     time.sleep(0.5)
     assert c[0].stub.CountURLs(pb.CountUrlParams(crawlID="gone")).value == 0
+
+
+def owners_of(cluster, urls):
+    """Puts `urls` through node 0; {host: index of the node holding its queue}."""
+    pb = cluster[0].pb
+    assert all(s == "OK" for _, s in put(cluster[0], [discovered(pb, u) for u in urls]))
+    owners = {}
+    for i, node in enumerate(cluster.nodes):
+        for key in node.stub.ListQueues(pb.Pagination(size=1000, local=True)).values:
+            assert key not in owners, f"{key} on nodes {owners[key]} and {i}"
+            owners[key] = i
+    assert sorted(owners) == sorted({host_of(u) for u in urls})
+    return owners
+
+
+def test_every_assignment_and_replica_count_is_honoured(cluster_factory):
+    urls = hosts_urls(90, 2, tag="a")
+    maps = {}
+    for args in [(), ("--assign", "rendezvous"), ("--assign", "permutation"),
+                 ("--assign", "consistent", "--replicas", "7")]:
+        c = cluster_factory(3, *args)
+        owners = maps[args] = owners_of(c, urls)
+        assert len(set(owners.values())) == 3, (args, owners)
+        # Each URL served once, by the node its method gives its host.
+        served = served_by_each(c)
+        assert sorted(u for got in served.values() for u in got) == sorted(urls), args
+        for i, got in served.items():
+            assert all(owners[host_of(u)] == i for u in got), (args, i)
+        c.stop()
+    # The flags take effect: over 90 hosts, two methods (or C = 7 against C = 300) giving
+    # the same owner to every host would be a coincidence of about 3^-60.
+    kinds = list(maps)
+    for a in range(len(kinds)):
+        for b in range(a + 1, len(kinds)):
+            assert maps[kinds[a]] != maps[kinds[b]], (kinds[a], kinds[b])
+
+
+def test_nodes_with_another_assignment_refuse_each_other(api, tmp_path):
+    # One list of nodes, two methods: n1 refuses what n0 forwards, naming both.
+    ports = free_ports(2)
+    peers = f"n0=127.0.0.1:{ports[0]},n1=127.0.0.1:{ports[1]}"
+    nodes = [
+        Server(api, tmp_path / "n0", "--node", "n0", "--peers", peers, listen=False),
+        Server(api, tmp_path / "n1", "--node", "n1", "--peers", peers, "--assign", "rendezvous",
+               listen=False),
+    ]
+    try:
+        pb = nodes[0].pb
+        acks = put(nodes[0], [discovered(pb, u) for u in hosts_urls(30, 1, tag="r")])
+        assert any(s == "FAIL" for _, s in acks)
+        time.sleep(0.2)
+        log = nodes[0].log() + nodes[1].log()
+        assert "rendezvous" in log and "consistent" in log, log[-3000:]
+        assert "another list of nodes" in log, log[-3000:]
+        # What n0 accepted is its own keys' (by its method), none of them on n1.
+        assert local_count(nodes[1]) == 0
+    finally:
+        for n in nodes:
+            if n.proc.poll() is None:
+                n.proc.kill()
+                n.proc.wait()
