@@ -464,7 +464,8 @@ class Scheduler:
         return bool(counts["waiting"] or counts["leased"])
 
     def __len__(self) -> int:
-        # A request pushed since the last flush is counted once it is in its queue.
+        # A request pushed since the last flush is counted once it is in its queue: a call
+        # flushes what waits (Scrapy itself asks has_pending_requests, not the length).
         if self._unflushed:
             self._flush_pushes()
         counts = self.frontier.counts(self.crawl)
@@ -598,6 +599,11 @@ class Scheduler:
         wait = due - time.time()
         # Due now and yet nothing was handed out: another crawl's queue, or a pause.
         delay = min(wait, 5.0) + 0.001 if wait > 0 else 0.25
+        if self._unflushed and len(self._live) < self.batch:
+            # Pushes wait for their flush, which may bring queues due now (new hosts): ask
+            # again when the next flush may run.
+            left = self._flushed_at + FLUSH_UNDERFED - time.monotonic()
+            delay = min(delay, max(left, 0.0) + 0.001)
         at = time.monotonic() + delay
         if self._wake_at is not None and self._wake_at <= at:
             return
@@ -740,7 +746,7 @@ class Scheduler:
             # The rest as Scrapy writes it, the methods' names put in after.
             r.callback, r.errback = None, None
             try:
-                d = r.to_dict()
+                d = r.to_dict(spider=self.spider)
             finally:
                 r.callback, r.errback = cb, eb
             d["callback"], d["errback"] = names

@@ -531,13 +531,23 @@ mod tests {
         assert!(e.to_string().contains("b.sent"), "{e}");
     }
 
-    /// One run of appends and deliveries on `disk`, stopping at the first error (the crash):
-    /// the records acknowledged (seq, URL), the last seq whose delivery was recorded, and
-    /// the last one the peer acknowledged (its delivery recorded, or under way at the crash).
-    fn work(disk: &Arc<SimDisk>) -> (Vec<(u64, String)>, u64, u64) {
-        let (mut acked, mut noted, mut with_peer) = (Vec::new(), 0, 0);
+    /// What one run of [`work`] saw before the crash.
+    #[derive(Default)]
+    struct Seen {
+        /// The records acknowledged: (seq, URL).
+        acked: Vec<(u64, String)>,
+        /// The seqs handed to the peer, in order (each acknowledged by it: its delivery was
+        /// recorded, or under way at the crash).
+        with_peer: Vec<u64>,
+        /// The last seq whose delivery was recorded.
+        noted: u64,
+    }
+
+    /// One run of appends and deliveries on `disk`, stopping at the first error (the crash).
+    fn work(disk: &Arc<SimDisk>) -> Seen {
+        let mut seen = Seen::default();
         let Ok(mut h) = HandOff::open_in(disk.clone(), "b") else {
-            return (acked, noted, with_peer);
+            return seen;
         };
         let mut n = 0;
         for round in 0..3 {
@@ -545,35 +555,40 @@ mod tests {
                 n += 1;
                 let url = format!("http://a/{n}");
                 if h.append(&[item(&url)]).is_err() {
-                    return (acked, noted, with_peer);
+                    return seen;
                 }
-                acked.push((h.last, url));
+                seen.acked.push((h.last, url));
             }
             // Deliver two records a round (all of them in the last one, which truncates).
             let k = if round == 2 { usize::MAX } else { 2 };
             for _ in 0..k {
                 match h.next() {
                     Ok(Some(r)) => {
-                        with_peer = r.seq;
+                        seen.with_peer.push(r.seq);
                         if h.delivered(&r).is_err() {
-                            return (acked, noted, with_peer);
+                            return seen;
                         }
-                        noted = r.seq;
+                        seen.noted = r.seq;
                     }
                     Ok(None) => break,
-                    Err(_) => return (acked, noted, with_peer),
+                    Err(_) => return seen,
                 }
             }
         }
-        (acked, noted, with_peer)
+        seen
     }
 
     #[test]
     fn a_crash_at_every_step_loses_no_acknowledged_record_and_sends_none_delivered_again() {
         let steps = {
             let disk = Arc::new(SimDisk::new());
-            let (acked, noted, _) = work(&disk);
-            assert_eq!((acked.len(), noted), (9, 9), "the run without a crash");
+            let seen = work(&disk);
+            assert_eq!(seen.acked.len(), 9, "the run without a crash");
+            assert_eq!(
+                seen.with_peer,
+                (1..=9).collect::<Vec<_>>(),
+                "each delivered once, in order"
+            );
             disk.ops()
         };
         for k in 0..=steps {
@@ -586,7 +601,7 @@ mod tests {
             ] {
                 let disk = Arc::new(SimDisk::new());
                 disk.crash_at(k);
-                let (acked, noted, with_peer) = work(&disk);
+                let seen = work(&disk);
                 let after = Arc::new(disk.crash_image(image));
                 let mut h = HandOff::open_in(after, "b")
                     .unwrap_or_else(|e| panic!("crash at step {k} ({image:?}): {e}"));
@@ -598,12 +613,11 @@ mod tests {
                 // Every acknowledged record the peer does not have comes back, in order,
                 // once; none noted delivered comes back; the one whose delivery was under
                 // way at the crash may come back once more.
-                let owed: Vec<_> = acked
-                    .iter()
-                    .filter(|(s, _)| *s > with_peer)
+                let owed: Vec<_> = (seen.acked.iter())
+                    .filter(|(s, _)| !seen.with_peer.contains(s))
                     .cloned()
                     .collect();
-                let extra: Vec<_> = back.iter().filter(|(s, _)| *s <= noted).collect();
+                let extra: Vec<_> = back.iter().filter(|(s, _)| *s <= seen.noted).collect();
                 assert!(
                     extra.is_empty(),
                     "crash at step {k} ({image:?}): sent again {extra:?}"
