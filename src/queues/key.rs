@@ -133,6 +133,17 @@ mod tests {
     }
 
     #[test]
+    fn the_one_call_hash_is_the_streaming_one_at_every_key_length() {
+        let key: Vec<u8> = (0..MAX_KEY_LEN + 3).map(|i| (i * 7 + 1) as u8).collect();
+        for len in 0..=key.len() {
+            let mut h = xxhash_rust::xxh3::Xxh3::with_seed(QUEUE_SEED);
+            h.update(&9u32.to_le_bytes());
+            h.update(&key[..len]);
+            assert_eq!(queue_id(9, &key[..len]), h.digest(), "length {len}");
+        }
+    }
+
+    #[test]
     fn a_long_key_has_the_id_of_its_bytes() {
         let long = vec![b'k'; MAX_KEY_LEN + 10];
         let mut h = xxhash_rust::xxh3::Xxh3::with_seed(QUEUE_SEED);
