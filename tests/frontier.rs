@@ -1214,13 +1214,7 @@ fn a_crash_at_any_operation_loses_no_acknowledged_push_lease_or_done() {
         let mut a = Acked::default();
         let _ = workload(&disk, &clock, &mut a);
         let at_crash = crivello::queues::Clock::now_ms(&*clock);
-        for image in [
-            CrashImage::KillProcess,
-            CrashImage::DropAll,
-            CrashImage::KeepDataDropDir,
-            CrashImage::ZeroedData,
-            CrashImage::Random(k),
-        ] {
+        for image in CrashImage::each_kind(k) {
             let img = disk.crash_image(image);
             // Check finds a crashed store sound (a torn tail is no damage), replay included.
             match crivello::check_storage(Arc::new(img.crash_image(CrashImage::KillProcess))) {

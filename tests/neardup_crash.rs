@@ -82,13 +82,7 @@ fn a_crash_at_every_operation_skips_no_line_and_stores_nothing_twice() {
         disk.crash_at(k);
         let first = run(&disk, &input);
         assert!(disk.has_crashed(), "no crash at op {k} of {total}");
-        for image in [
-            CrashImage::KillProcess,
-            CrashImage::DropAll,
-            CrashImage::KeepDataDropDir,
-            CrashImage::ZeroedData,
-            CrashImage::Random(k),
-        ] {
+        for image in CrashImage::each_kind(k) {
             let img = disk.crash_image(image);
             let second = run(&img, &input);
             let mut seen = vec![false; expected.len()];

@@ -689,23 +689,21 @@ def print_crawl_table(runs: List[CrawlRun], kinds: Sequence[str]) -> None:
                 f"  {LABELS[kind]:<24} {medians[kind]:8.1f} pages/s  peak RSS {rss:6.0f} MiB"
                 f"  CPU {cpu:6.1f} s"
             )
-    c, d, j = medians.get("crivello"), medians.get("default"), medians.get("jobdir")
-    if c and d:
+    c = medians.get("crivello")
+    for label, kind, of, target in [
+        ("default:", "default", default_of, 0.9),
+        ("JOBDIR: ", "jobdir", jobdir_of, 1.5),
+    ]:
+        other = medians.get(kind)
+        if not (c and other):
+            continue
         per_rep = [
-            r.rate / default_of[r.rep].rate
+            r.rate / of[r.rep].rate
             for r in runs
-            if r.kind == "crivello" and r.rep in default_of and default_of[r.rep].rate
+            if r.kind == "crivello" and r.rep in of and of[r.rep].rate
         ]
-        print(f"  crivello / default: {c / d:.3f}  (per repetition: "
-              f"{', '.join(f'{x:.3f}' for x in per_rep)}; target >= 0.9)")
-    if c and j:
-        per_rep = [
-            r.rate / jobdir_of[r.rep].rate
-            for r in runs
-            if r.kind == "crivello" and r.rep in jobdir_of and jobdir_of[r.rep].rate
-        ]
-        print(f"  crivello / JOBDIR:  {c / j:.3f}  (per repetition: "
-              f"{', '.join(f'{x:.3f}' for x in per_rep)}; target >= 1.5)")
+        print(f"  crivello / {label} {c / other:.3f}  (per repetition: "
+              f"{', '.join(f'{x:.3f}' for x in per_rep)}; target >= {target})")
 
 
 # The memory benchmark.

@@ -45,6 +45,20 @@ pub enum CrashImage {
     Random(u64),
 }
 
+impl CrashImage {
+    /// One image of each kind, the random one drawn from `seed`: what a crash test checks at
+    /// each crash point.
+    pub fn each_kind(seed: u64) -> [CrashImage; 5] {
+        [
+            CrashImage::KillProcess,
+            CrashImage::DropAll,
+            CrashImage::KeepDataDropDir,
+            CrashImage::ZeroedData,
+            CrashImage::Random(seed),
+        ]
+    }
+}
+
 /// The kind of an injected I/O error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FaultKind {

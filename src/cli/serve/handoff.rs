@@ -592,13 +592,7 @@ mod tests {
             disk.ops()
         };
         for k in 0..=steps {
-            for image in [
-                CrashImage::KillProcess,
-                CrashImage::DropAll,
-                CrashImage::KeepDataDropDir,
-                CrashImage::ZeroedData,
-                CrashImage::Random(k),
-            ] {
+            for image in CrashImage::each_kind(k) {
                 let disk = Arc::new(SimDisk::new());
                 disk.crash_at(k);
                 let seen = work(&disk);
