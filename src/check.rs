@@ -185,7 +185,9 @@ fn check_queues(st: &dyn Storage, clean: CleanEnd, r: &mut CheckReport) -> Resul
         let mut bad = None;
         let replayed = wal::replay_of(crate::queues::core::J, st, g, Some(g) == last, |_, e| {
             match Entry::decode(e) {
-                Ok(Entry::Moved { run: Some(id), .. }) => runs.push(id),
+                Ok(Entry::Moved { run: Some(id), .. })
+                | Ok(Entry::Imported { run: Some(id), .. })
+                | Ok(Entry::Archived { run: id }) => runs.push(id),
                 Ok(Entry::Compacted { removed, added, .. }) => {
                     runs.retain(|id| !removed.contains(id));
                     runs.extend(added);

@@ -122,7 +122,7 @@ pub use names::MANIFEST as MANIFEST_FILE;
 pub use options::{parse_size, Options, SyncPolicy};
 pub use queues::{
     Completion, Counts, Discovered, Frontier, FrontierStats, HeldUrl, Known, LeaseRequest, Leased,
-    Policy, QueueInfo, UrlStatus,
+    MovedUrl, Policy, QueueExport, QueueInfo, UrlStatus,
 };
 pub use sieve::{Sieve, Stats};
 pub use signature::signature;

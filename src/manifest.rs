@@ -7,7 +7,7 @@
 //!           | pushed u64 | flushes u64 | torn_records u64 | torn_bytes u64
 //!           | merges u64
 //!           | mode u32                                  (version 5; 0 in version 4)
-//!           | clean_a_gen u64 | clean_a_end u64         (version 8 and 9; 0 before)
+//!           | clean_a_gen u64 | clean_a_end u64         (version 8 on; 0 before)
 //!           | clean_j_gen u64 | clean_j_end u64         where the last clean close left A and J
 //!           | segments u32 | segments x (id u64 | sigs u64 | bytes u64)
 //!           | runs u32 | runs x (id u64 | gen u64 | skip u64 | records u64 | pairs u64)
@@ -16,9 +16,11 @@
 //!
 //! It is replaced atomically (`MANIFEST.tmp`, fsync, rename, fsync directory). A manifest of
 //! version 4 is read as of mode 0, one of version 5 as of no clean close recorded, and all
-//! are written back as version 9 at the next commit (versions 6 and 7 changed other files
-//! only: no manifest has them). Version 9 has version 8's layout: it says that F's frames may
-//! be coded (`src/frames/coded.rs`), which a build that writes version 8 cannot read.
+//! are written back as version 10 at the next commit (versions 6 and 7 changed other files
+//! only: no manifest has them). Versions 9 and 10 have version 8's layout: 9 says that F's
+//! frames may be coded (`src/frames/coded.rs`), which a build that writes version 8 cannot
+//! read; 10 that a frontier's journal may hold archives and imports, and its A and F records
+//! the import flag, which a build that writes version 9 cannot read.
 
 use crate::error::{Corruption, Error, Result};
 use crate::format::{seal, ByteReader, PutLe, MAGIC_M, MANIFEST_VERSION, VERSION};
@@ -185,7 +187,7 @@ impl Manifest {
                 at,
                 Corruption::Invalid {
                     field: "manifest version",
-                    expected: "4, 5, 8 or 9 (versions 6 and 7 changed other files)",
+                    expected: "4, 5, 8, 9 or 10 (versions 6 and 7 changed other files)",
                     found: u64::from(version),
                 },
             ));

@@ -45,12 +45,18 @@ pub enum Bug {
     /// `handoff-no-sync`: a hand-off log's append returns before its sync, so an item
     /// acknowledged as accepted can be lost at a power cut.
     HandoffNoSync,
+    /// `import-unknown`: an import queues its URLs without making them known to the sieve,
+    /// so a URL seen before a move is new after it.
+    ImportUnknown,
+    /// `no-archive`: a compaction drops the records handed out instead of archiving them, so
+    /// an export after it misses the queue's done URLs.
+    NoArchive,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 14] = [
+    pub const ALL: [(Bug, &'static str); 16] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -65,6 +71,8 @@ impl Bug {
         (Bug::HandoffUnlogged, "handoff-unlogged"),
         (Bug::HandoffSkip, "handoff-skip"),
         (Bug::HandoffNoSync, "handoff-no-sync"),
+        (Bug::ImportUnknown, "import-unknown"),
+        (Bug::NoArchive, "no-archive"),
     ];
 }
 

@@ -6,13 +6,15 @@
 //!                    | key_len varint | key        (if flags & KEY)
 //!                    | meta_len varint | metadata  (if flags & META)
 //!                    | url                          (the rest, at least 1 byte)
-//! flags: CRAWL 0x01, KEY 0x02, META 0x04; the other bits are 0
+//! flags: CRAWL 0x01, KEY 0x02, META 0x04, IMPORTED 0x08; the other bits are 0
 //! varint: LEB128, at most 10 bytes, the shortest form
 //! ```
 //!
 //! Without `CRAWL` the crawl is 0 (`DEFAULT`); without `KEY` the queue key is derived from the
 //! URL ([`crate::queues::key`]); without `META` the metadata is empty. A URL of the default
-//! crawl with nothing else costs one byte more than in a plain sieve.
+//! crawl with nothing else costs one byte more than in a plain sieve. `IMPORTED` marks a
+//! record that only makes its URL known to the sieve: an import from another frontier put the
+//! URL in its queue already, so the mover passes over it in F.
 //!
 //! The signature of a record is the signature of its URL under its crawl's seed
 //! ([`crawl_seed`]): crawl 0 uses the store's seed itself, so that a URL pushed to a plain
@@ -28,6 +30,18 @@ const CRAWL: u8 = 0x01;
 const KEY: u8 = 0x02;
 /// The flag of metadata.
 const META: u8 = 0x04;
+/// The flag of a record pushed by an import: its URL is in a queue already.
+const IMPORTED: u8 = 0x08;
+
+/// Whether the record `bytes` (not empty) was pushed by an import ([`mark_imported`]).
+pub(crate) fn is_imported(bytes: &[u8]) -> bool {
+    bytes.first().is_some_and(|&f| f & IMPORTED != 0)
+}
+
+/// Marks the record `bytes` (as [`encode`] made it) as pushed by an import.
+pub(crate) fn mark_imported(bytes: &mut [u8]) {
+    bytes[0] |= IMPORTED;
+}
 
 /// A record decoded: borrowed from its bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,10 +120,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Record<'_>, Corruption> {
         needed: 2,
         available: 0,
     })?;
-    if flags & !(CRAWL | KEY | META) != 0 {
+    if flags & !(CRAWL | KEY | META | IMPORTED) != 0 {
         return Err(Corruption::Invalid {
             field: "record flags",
-            expected: "only the bits of crawl, key and metadata",
+            expected: "only the bits of crawl, key, metadata and import",
             found: u64::from(flags),
         });
     }
@@ -280,10 +294,30 @@ mod tests {
     }
 
     #[test]
+    fn the_import_flag_changes_nothing_else_of_a_record() {
+        let r = Record {
+            crawl: 7,
+            key: Some(b"k"),
+            meta: b"m",
+            url: b"http://a/",
+        };
+        let mut b = Vec::new();
+        encode(&mut b, &r);
+        assert!(!is_imported(&b));
+        mark_imported(&mut b);
+        assert!(is_imported(&b));
+        assert_eq!(decode(&b).unwrap(), r);
+        assert_eq!(
+            signature_of(&b, 5).unwrap(),
+            signature(r.url, crawl_seed(5, 7))
+        );
+    }
+
+    #[test]
     fn malformed_records_are_corruption_never_a_panic() {
         for bad in [
             &b""[..],
-            b"\x08url",
+            b"\x10url",
             b"\x01\x00url",
             b"\x01\x80\x00url",
             b"\x02\x05abc",

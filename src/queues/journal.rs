@@ -28,6 +28,21 @@
 //!               (leased, returned, to fetch again, or waiting in the Q runs: then skipped
 //!               there) is done (`when` 0) or to fetch again from `when`, as `record` (its
 //!               metadata replaced); fresh 1: a done URL to fetch again, `seq` a new seq
+//!  14 archived  run u64                 the compaction that follows keeps the records it takes
+//!                                       out of the runs in Q run `run`, read by exports only
+//!  15 imported  transfer_len u32 | transfer | run u64 (0: none) | next_seq u64
+//!               | queues u32 x (crawl u32 | key_len u32 | key | policy flag u8
+//!                 | policy (if the flag is 1: delay u64 | ratio u32 | per_queue u32 | limit u64)
+//!                 | block u64 | next_seq u64 | waiting u64 | completed u64 | burst u64
+//!                 | due u64 | leases u32 x (seq u64 | token u64 | deadline u64 | len u32 | record)
+//!                 | returned u32 x (seq u64 | len u32 | record)
+//!                 | refetch u32 x (when u64 | seq u64 | len u32 | record))
+//!               queues of another frontier, each replacing the queue of its crawl and key:
+//!               their records in Q run `run`, numbered below next_seq; each queue is
+//!               received once per transfer (the transfer keeps the queue's receipt)
+//!  16 released  crawl u32 | key        the queue moved to another frontier: emptied as by a
+//!                                      delete, and left out of exports until it takes URLs
+//!  17 end transfer  name              the transfer's receipts are forgotten
 //! ```
 //!
 //! Times are milliseconds since the Unix epoch; `took` is the fetch's duration in
@@ -101,6 +116,43 @@ pub(crate) enum Entry<'a> {
         added: Option<u64>,
         waiting: Vec<(u64, u64)>,
     },
+    /// The compaction that follows keeps the records it takes out of the runs in Q run `run`.
+    Archived { run: u64 },
+    /// Queue `key` of `crawl` moved to another frontier.
+    Released { crawl: u32, key: &'a [u8] },
+    /// The receipts of transfer `name` are forgotten.
+    EndTransfer { name: &'a [u8] },
+    /// Queues imported from another frontier as transfer `transfer`: their records are in Q
+    /// run `run`, numbered below `next_seq`.
+    Imported {
+        transfer: &'a [u8],
+        run: Option<u64>,
+        next_seq: u64,
+        queues: Vec<ImportedQueue<'a>>,
+    },
+}
+
+/// A queue's state as an import sets it: the queue of `key` in `crawl` is replaced by it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ImportedQueue<'a> {
+    pub crawl: u32,
+    pub key: &'a [u8],
+    /// Its own policy, if it has one.
+    pub policy: Option<super::Policy>,
+    /// Blocked until this instant (0: not blocked).
+    pub block: u64,
+    /// Its records in the import's run below this seq were handed out.
+    pub next_seq: u64,
+    pub waiting: u64,
+    pub completed: u64,
+    pub burst: u64,
+    pub due: u64,
+    /// (seq, token, deadline, record).
+    pub leases: Vec<(u64, u64, u64, &'a [u8])>,
+    /// (seq, record).
+    pub returned: Vec<(u64, &'a [u8])>,
+    /// (when, seq, record).
+    pub refetch: Vec<(u64, u64, &'a [u8])>,
 }
 
 impl Entry<'_> {
@@ -219,6 +271,63 @@ impl Entry<'_> {
                     out.put_u64(*n);
                 }
             }
+            Entry::Archived { run } => {
+                out.push(14);
+                out.put_u64(*run);
+            }
+            Entry::Released { crawl, key } => {
+                out.push(16);
+                out.put_u32(*crawl);
+                out.extend_from_slice(key);
+            }
+            Entry::EndTransfer { name } => {
+                out.push(17);
+                out.extend_from_slice(name);
+            }
+            Entry::Imported {
+                transfer,
+                run,
+                next_seq,
+                queues,
+            } => {
+                out.push(15);
+                put_bytes(out, transfer);
+                out.put_u64(run.unwrap_or(0));
+                out.put_u64(*next_seq);
+                out.put_u32(queues.len() as u32);
+                for q in queues {
+                    out.put_u32(q.crawl);
+                    put_bytes(out, q.key);
+                    match &q.policy {
+                        None => out.push(0),
+                        Some(p) => {
+                            out.push(1);
+                            put_policy(out, p);
+                        }
+                    }
+                    for v in [q.block, q.next_seq, q.waiting, q.completed, q.burst, q.due] {
+                        out.put_u64(v);
+                    }
+                    out.put_u32(q.leases.len() as u32);
+                    for (seq, token, deadline, record) in &q.leases {
+                        out.put_u64(*seq);
+                        out.put_u64(*token);
+                        out.put_u64(*deadline);
+                        put_bytes(out, record);
+                    }
+                    out.put_u32(q.returned.len() as u32);
+                    for (seq, record) in &q.returned {
+                        out.put_u64(*seq);
+                        put_bytes(out, record);
+                    }
+                    out.put_u32(q.refetch.len() as u32);
+                    for (when, seq, record) in &q.refetch {
+                        out.put_u64(*when);
+                        out.put_u64(*seq);
+                        put_bytes(out, record);
+                    }
+                }
+            }
         }
     }
 
@@ -263,27 +372,12 @@ impl Entry<'_> {
             }
             5 => {
                 let crawl = r.u32()?;
-                let policy = super::Policy {
-                    delay_ms: r.u64()?,
-                    ratio_ppm: r.u32()?,
-                    per_queue: r.u32()?,
-                    limit: r.u64()?,
-                };
+                let policy = r.policy()?;
                 let key = match r.u8()? {
                     0 => None,
                     1 => Some(r.rest()),
                     found => return Err(invalid("policy's key flag", "0 or 1", found.into())),
                 };
-                if policy.per_queue == 0 {
-                    return Err(invalid("policy's per_queue", "at least 1", 0));
-                }
-                if policy.ratio_ppm > 1_000_000 {
-                    return Err(invalid(
-                        "policy's ratio",
-                        "at most 1,000,000 millionths",
-                        policy.ratio_ppm.into(),
-                    ));
-                }
                 Entry::Policy { crawl, key, policy }
             }
             9 => Entry::Block {
@@ -363,7 +457,65 @@ impl Entry<'_> {
                     waiting,
                 }
             }
-            kind => return Err(invalid("journal entry kind", "1 to 13", kind.into())),
+            14 => Entry::Archived { run: r.u64()? },
+            16 => Entry::Released {
+                crawl: r.u32()?,
+                key: r.rest(),
+            },
+            17 => Entry::EndTransfer { name: r.rest() },
+            15 => {
+                let transfer = r.bytes()?;
+                let run = r.u64()?;
+                let next_seq = r.u64()?;
+                // A queue takes at least 69 bytes.
+                let n = r.count(69, "queues of an import")?;
+                let mut queues = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let crawl = r.u32()?;
+                    let key = r.bytes()?;
+                    let policy = match r.u8()? {
+                        0 => None,
+                        1 => Some(r.policy()?),
+                        found => {
+                            return Err(invalid("import's policy flag", "0 or 1", found.into()))
+                        }
+                    };
+                    let mut q = ImportedQueue {
+                        crawl,
+                        key,
+                        policy,
+                        block: r.u64()?,
+                        next_seq: r.u64()?,
+                        waiting: r.u64()?,
+                        completed: r.u64()?,
+                        burst: r.u64()?,
+                        due: r.u64()?,
+                        leases: Vec::new(),
+                        returned: Vec::new(),
+                        refetch: Vec::new(),
+                    };
+                    for _ in 0..r.count(28, "leases of an import")? {
+                        let (seq, token, deadline) = (r.u64()?, r.u64()?, r.u64()?);
+                        q.leases.push((seq, token, deadline, r.record()?));
+                    }
+                    for _ in 0..r.count(12, "returned records of an import")? {
+                        let seq = r.u64()?;
+                        q.returned.push((seq, r.record()?));
+                    }
+                    for _ in 0..r.count(20, "records to fetch again of an import")? {
+                        let (when, seq) = (r.u64()?, r.u64()?);
+                        q.refetch.push((when, seq, r.record()?));
+                    }
+                    queues.push(q);
+                }
+                Entry::Imported {
+                    transfer,
+                    run: (run != 0).then_some(run),
+                    next_seq,
+                    queues,
+                }
+            }
+            kind => return Err(invalid("journal entry kind", "1 to 17", kind.into())),
         };
         if !r.0.is_empty() {
             return Err(invalid(
@@ -374,6 +526,18 @@ impl Entry<'_> {
         }
         Ok(entry)
     }
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.put_u32(bytes.len() as u32);
+    out.extend_from_slice(bytes);
+}
+
+fn put_policy(out: &mut Vec<u8>, p: &super::Policy) {
+    out.put_u64(p.delay_ms);
+    out.put_u32(p.ratio_ppm);
+    out.put_u32(p.per_queue);
+    out.put_u64(p.limit);
 }
 
 fn invalid(field: &'static str, expected: &'static str, found: u64) -> Corruption {
@@ -410,6 +574,45 @@ impl<'a> Fields<'a> {
     }
     fn rest(&mut self) -> &'a [u8] {
         std::mem::take(&mut self.0)
+    }
+    /// A field of `len u32 | bytes`.
+    fn bytes(&mut self) -> Result<&'a [u8], Corruption> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    /// A record of `len u32 | record`, decoded to check it.
+    fn record(&mut self) -> Result<&'a [u8], Corruption> {
+        let record = self.bytes()?;
+        crate::record::decode(record)?;
+        Ok(record)
+    }
+    /// A count of items of at least `size` bytes each, which the bytes left must hold.
+    fn count(&mut self, size: usize, field: &'static str) -> Result<usize, Corruption> {
+        let n = self.u32()?;
+        if n as usize > self.0.len() / size {
+            return Err(invalid(field, "the count the entry holds", n.into()));
+        }
+        Ok(n as usize)
+    }
+    /// A policy: delay u64 | ratio u32 | per_queue u32 | limit u64.
+    fn policy(&mut self) -> Result<super::Policy, Corruption> {
+        let policy = super::Policy {
+            delay_ms: self.u64()?,
+            ratio_ppm: self.u32()?,
+            per_queue: self.u32()?,
+            limit: self.u64()?,
+        };
+        if policy.per_queue == 0 {
+            return Err(invalid("policy's per_queue", "at least 1", 0));
+        }
+        if policy.ratio_ppm > 1_000_000 {
+            return Err(invalid(
+                "policy's ratio",
+                "at most 1,000,000 millionths",
+                policy.ratio_ppm.into(),
+            ));
+        }
+        Ok(policy)
     }
 }
 
@@ -506,6 +709,58 @@ mod tests {
                 fresh: true,
                 record: b"\0http://a/",
             },
+            Entry::Archived { run: 12 },
+            Entry::Released {
+                crawl: 3,
+                key: b"a.com",
+            },
+            Entry::EndTransfer { name: b"a->b" },
+            Entry::Imported {
+                transfer: b"a->b 7",
+                run: Some(13),
+                next_seq: 30,
+                queues: vec![
+                    ImportedQueue {
+                        crawl: 2,
+                        key: b"a.com",
+                        policy: Some(crate::queues::Policy {
+                            delay_ms: 5,
+                            ratio_ppm: 0,
+                            per_queue: 2,
+                            limit: 9,
+                        }),
+                        block: 77,
+                        next_seq: 25,
+                        waiting: 5,
+                        completed: 3,
+                        burst: 4,
+                        due: 99,
+                        leases: vec![(21, 8, 1_000, b"\x01\x02http://a.com/1")],
+                        returned: vec![(22, b"\x01\x02http://a.com/2")],
+                        refetch: vec![(2_000, 23, b"\x01\x02http://a.com/3")],
+                    },
+                    ImportedQueue {
+                        crawl: 0,
+                        key: b"b.com",
+                        policy: None,
+                        block: 0,
+                        next_seq: 26,
+                        waiting: 0,
+                        completed: 1,
+                        burst: 0,
+                        due: 0,
+                        leases: Vec::new(),
+                        returned: Vec::new(),
+                        refetch: Vec::new(),
+                    },
+                ],
+            },
+            Entry::Imported {
+                transfer: b"",
+                run: None,
+                next_seq: 0,
+                queues: Vec::new(),
+            },
         ];
         for e in &entries {
             let mut b = Vec::new();
@@ -519,6 +774,8 @@ mod tests {
                     | Entry::Block { .. }
                     | Entry::DeleteQueue { .. }
                     | Entry::Known { .. }
+                    | Entry::Released { .. }
+                    | Entry::EndTransfer { .. }
             );
             if fixed_len {
                 for len in 0..b.len() {

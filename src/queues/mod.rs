@@ -240,6 +240,47 @@ pub struct HeldUrl {
     pub status: UrlStatus,
 }
 
+/// A URL of a queue as it moves to another frontier: its text and metadata.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MovedUrl {
+    /// The URL.
+    pub url: Vec<u8>,
+    /// Its metadata.
+    pub metadata: Vec<u8>,
+}
+
+/// Everything one queue holds, as [`Frontier::export`] gives it and [`Frontier::import`]
+/// takes it: its URLs by state, its policy, block and counts. Every URL of the queue is in
+/// exactly one of the lists: the import makes each known to the crawl's sieve, so that a URL
+/// seen before the move is not fetched again after it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueExport {
+    /// The crawl's name.
+    pub crawl: String,
+    /// The queue's key.
+    pub key: Vec<u8>,
+    /// The queue's own policy, if it has one.
+    pub policy: Option<Policy>,
+    /// Nothing of it is handed out before this instant (0: not blocked).
+    pub blocked_until_ms: u64,
+    /// URLs of it done (its crawl limit counts them).
+    pub completed: u64,
+    /// Milliseconds the fetches of its current burst took (the ratio rule).
+    pub burst_ms: u64,
+    /// The first instant it may be served again (politeness).
+    pub due_ms: u64,
+    /// Its URLs done: never served again.
+    pub done: Vec<MovedUrl>,
+    /// Its URLs leased, each with its lease's deadline: not handed out again before it.
+    pub leased: Vec<(MovedUrl, u64)>,
+    /// Its URLs whose lease ended without a done: served first.
+    pub returned: Vec<MovedUrl>,
+    /// Its URLs to fetch again, each with its instant.
+    pub refetch: Vec<(u64, MovedUrl)>,
+    /// Its URLs waiting, in the order they are served.
+    pub waiting: Vec<MovedUrl>,
+}
+
 /// Counts of a frontier.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FrontierStats {
@@ -554,6 +595,57 @@ impl Frontier {
     pub fn delete_queue(&self, crawl: &str, key: &[u8]) -> Result<u64> {
         let crawl = crawl_name(crawl);
         self.with(|c| c.delete_queue(crawl, key))
+    }
+
+    /// Calls `visit` with everything each queue that `select` picks (given its crawl's name
+    /// and its key) holds ([`QueueExport`]), one queue at a time, to move it to another
+    /// frontier; the URLs pushed before this call are in their queues first. Queues done with
+    /// are exported too (their URLs stay known where they go). Returns how many queues it
+    /// visited. Nothing changes here: the caller deletes the queues once their import is
+    /// durable ([`Frontier::delete_queue`]). An error from `visit` stops the export and is
+    /// returned.
+    pub fn export(
+        &self,
+        mut select: impl FnMut(&str, &[u8]) -> bool,
+        mut visit: impl FnMut(QueueExport) -> Result<()>,
+    ) -> Result<u64> {
+        self.with(|c| c.export(&mut select, &mut visit))
+    }
+
+    /// Imports queues another frontier exported ([`Frontier::export`]) under the transfer
+    /// named `transfer` (a move: its sender's name and the move's, say). Each queue not
+    /// received under `transfer` before replaces the queue of its crawl and key here
+    /// (whatever that held is dropped, as [`Frontier::delete_queue`] would): every URL of it
+    /// becomes known to the crawl, its waiting URLs wait in their order, its leases run to
+    /// their deadlines (with tokens of this frontier), and its policy, block and counts are
+    /// as given. A queue received before is left as it is (it may have been served since),
+    /// so that a sender that did not learn the outcome may send the same queues again. One
+    /// durable commit: after a crash either all of it or none of it is here. Returns how many
+    /// queues it imported; an empty import records the transfer's name
+    /// ([`Frontier::imported`]). A URL twice in one queue, a queue twice, or an invalid URL,
+    /// key or policy refuses the whole import.
+    pub fn import(&self, transfer: &[u8], queues: &[QueueExport]) -> Result<u64> {
+        self.with(|c| c.import(transfer, queues))
+    }
+
+    /// Whether anything was imported under the transfer named `transfer` (and its receipts
+    /// not forgotten since).
+    pub fn imported(&self, transfer: &[u8]) -> Result<bool> {
+        self.with(|c| Ok(c.imported(transfer)))
+    }
+
+    /// Forgets the receipts of the transfer named `transfer` (once its sender will not send
+    /// again); false when there were none. Durable when this returns.
+    pub fn end_transfer(&self, transfer: &[u8]) -> Result<bool> {
+        self.with(|c| c.end_transfer(transfer))
+    }
+
+    /// Releases queues (crawl, key) that moved to another frontier, once their import there
+    /// is durable: each is emptied as [`Frontier::delete_queue`] would (its URLs stay known
+    /// here), and [`Frontier::export`] leaves it out until it takes URLs again. One durable
+    /// commit.
+    pub fn release(&self, queues: &[(&str, &[u8])]) -> Result<()> {
+        self.with(|c| c.release(queues))
     }
 
     /// Deletes `crawl` (`""` is `DEFAULT`): each of its queues as [`Frontier::delete_queue`]

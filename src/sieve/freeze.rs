@@ -78,6 +78,19 @@ impl Sieve {
         Ok(())
     }
 
+    /// Commits the manifest as it is, in this build's version: before a file that older
+    /// versions cannot read is written, so that they refuse the store by its version.
+    pub(crate) fn commit_version(&mut self) -> Result<()> {
+        let r = self.decide().and_then(|()| self.finish_inflight());
+        self.poison(r)?;
+        let mut m = self.manifest.clone();
+        m.commit += 1;
+        let r = m.commit_to(&*self.storage);
+        self.poison(r)?;
+        self.manifest = m;
+        Ok(())
+    }
+
     /// The error of a store used the other way.
     pub(crate) fn wrong_mode(&self) -> Error {
         Error::WrongMode {

@@ -605,7 +605,7 @@ mod tests {
     /// A store whose manifest is of version 5 (no clean end recorded) opens, keeps its
     /// pushes, and its next clean close writes a version 9 manifest with the clean end.
     #[test]
-    fn a_version_5_manifest_opens_and_is_written_back_as_version_9() {
+    fn a_version_5_manifest_opens_and_is_written_back_in_this_builds_version() {
         let disk = SimDisk::new();
         let opts = || Options::new().slots(16).seed(3).background_flush(false);
         let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
@@ -631,7 +631,10 @@ mod tests {
         assert_eq!(s.frontier_next(100).unwrap().len(), 40);
         s.close().unwrap();
         let bytes = disk.content(crate::names::MANIFEST).unwrap();
-        assert_eq!(u32::from_le_bytes(bytes[4..8].try_into().unwrap()), 9);
+        assert_eq!(
+            u32::from_le_bytes(bytes[4..8].try_into().unwrap()),
+            crate::format::MANIFEST_VERSION
+        );
         let m = Manifest::decode(&bytes, "M").unwrap();
         assert!(m.clean_a.end > 0, "{m:?}");
     }
@@ -697,7 +700,10 @@ mod tests {
         assert_eq!(&magics[..plain.len()], &plain[..]);
         assert!(magics[plain.len()..].contains(b"FRZ1"), "{magics:?}");
         let bytes = disk.content(crate::names::MANIFEST).unwrap();
-        assert_eq!(u32::from_le_bytes(bytes[4..8].try_into().unwrap()), 9);
+        assert_eq!(
+            u32::from_le_bytes(bytes[4..8].try_into().unwrap()),
+            crate::format::MANIFEST_VERSION
+        );
         // And the check of the upgraded store passes.
         let report = crate::check::check_storage(Arc::new(disk.clone())).unwrap();
         assert!(report.is_sound(), "{report:?}");

@@ -16,6 +16,8 @@
 //!                        | refetch u32 x (when u64 | seq u64 | len u32 | record)
 //!                        | skips u32 x seq u64)
 //!        | leases u32 x (seq u64 | token u64 | deadline u64 | len u32 | record)
+//!        | archives u32 x run u64 | released u32 x queue u64
+//!        | transfers u32 x (len u32 | name | queues u32 x queue u64)
 //! ```
 //!
 //! It is the state after every entry of the J generations before `j_gen`: an open loads it,
@@ -33,11 +35,14 @@ use super::{Core, Lease, J};
 use crate::error::{Corruption, Error, Result};
 use crate::format::{seal, ByteReader, PutLe, MAGIC_K, VERSION};
 
-/// The checkpoint's version: 9 says that the Q runs it lists may hold coded frames (its
-/// layout is version 7's), 7 added each queue's skips, 6 added `next_crawl`. A checkpoint of
-/// version 7, 6, or 4 (the store's version then, its `next_crawl` taken from the ids it
-/// holds), is read.
-const CHECKPOINT_VERSION: u32 = 9;
+/// The checkpoint's version: 10 added the archives, the queues released and the transfers
+/// imported, 9 says that
+/// the Q runs it lists may hold coded frames (its layout is version 7's), 7 added each queue's
+/// skips, 6 added `next_crawl`. A checkpoint of version 9, 7, 6, or 4 (the store's version
+/// then, its `next_crawl` taken from the ids it holds), is read.
+const CHECKPOINT_VERSION: u32 = 10;
+/// The version that added the archives, the queues released and the transfers imported.
+const ARCHIVES_VERSION: u32 = 10;
 /// The version that added each queue's skips.
 const SKIPS_VERSION: u32 = 7;
 use crate::frontier::Position;
@@ -141,6 +146,13 @@ impl Core {
                     record: &l.record,
                 })
                 .collect(),
+            archives: self.archives.clone(),
+            released: self.released.iter().copied().collect(),
+            transfers: self
+                .transfers
+                .iter()
+                .map(|(t, ids)| (&t[..], ids.iter().copied().collect()))
+                .collect(),
         }
         .encode(CHECKPOINT_VERSION)
     }
@@ -212,6 +224,13 @@ impl Core {
         }
         self.policies.extend(k.policies);
         self.blocks.extend(k.blocks);
+        self.archives = k.archives;
+        self.released = k.released.into_iter().collect();
+        self.transfers = k
+            .transfers
+            .into_iter()
+            .map(|(t, ids)| (t.to_vec(), ids.into_iter().collect()))
+            .collect();
         for id in k.runs {
             // A run a later compaction removed: its file may be gone; the compaction's entry
             // says what waits.
@@ -312,6 +331,9 @@ struct Image<'a> {
     runs: Vec<u64>,
     queues: Vec<QueueImage<'a>>,
     leases: Vec<LeaseImage<'a>>,
+    archives: Vec<u64>,
+    released: Vec<u64>,
+    transfers: Vec<(&'a [u8], Vec<u64>)>,
 }
 
 impl Image<'_> {
@@ -387,6 +409,24 @@ impl Image<'_> {
             b.put_u64(l.deadline);
             put_bytes(&mut b, l.record);
         }
+        if version >= ARCHIVES_VERSION {
+            b.put_u32(self.archives.len() as u32);
+            for r in &self.archives {
+                b.put_u64(*r);
+            }
+            b.put_u32(self.released.len() as u32);
+            for q in &self.released {
+                b.put_u64(*q);
+            }
+            b.put_u32(self.transfers.len() as u32);
+            for (t, ids) in &self.transfers {
+                put_bytes(&mut b, t);
+                b.put_u32(ids.len() as u32);
+                for q in ids {
+                    b.put_u64(*q);
+                }
+            }
+        }
         seal(&mut b);
         b
     }
@@ -444,7 +484,7 @@ impl<'a> Image<'a> {
         let mut c = ByteReader::new(all, names::CHECKPOINT, 0);
         c.magic(MAGIC_K)?;
         let version = c.version_between(VERSION, CHECKPOINT_VERSION)?;
-        if ![VERSION, 6, SKIPS_VERSION, CHECKPOINT_VERSION].contains(&version) {
+        if ![VERSION, 6, SKIPS_VERSION, 9, ARCHIVES_VERSION].contains(&version) {
             return Err(Error::corrupt(
                 names::CHECKPOINT,
                 4,
@@ -513,6 +553,9 @@ impl<'a> Image<'a> {
             runs: Vec::new(),
             queues: Vec::new(),
             leases: Vec::new(),
+            archives: Vec::new(),
+            released: Vec::new(),
+            transfers: Vec::new(),
         };
         for _ in 0..count(&mut c, 8, "crawls")? {
             let id = c.u32()?;
@@ -628,6 +671,35 @@ impl<'a> Image<'a> {
                 record,
             });
         }
+        if version >= ARCHIVES_VERSION {
+            for _ in 0..count(&mut c, 8, "archives")? {
+                let at = c.offset();
+                let id = c.u64()?;
+                if id == 0 || id >= k.next_run || k.archives.last().is_some_and(|&p| p >= id) {
+                    return Err(Error::corrupt(
+                        names::CHECKPOINT,
+                        at,
+                        Corruption::Invalid {
+                            field: "archive's run",
+                            expected: "in order, from 1 and below the next run",
+                            found: id,
+                        },
+                    ));
+                }
+                k.archives.push(id);
+            }
+            for _ in 0..count(&mut c, 8, "queues released")? {
+                k.released.push(c.u64()?);
+            }
+            for _ in 0..count(&mut c, 8, "transfers")? {
+                let name = bytes(&mut c)?;
+                let mut ids = Vec::new();
+                for _ in 0..count(&mut c, 8, "queues of a transfer")? {
+                    ids.push(c.u64()?);
+                }
+                k.transfers.push((name, ids));
+            }
+        }
         c.end()?;
         // Every record out of the Q runs, and every one waiting in them, has its own seq below
         // the frontier's next seq: so their counts add up to no more than it.
@@ -659,5 +731,5 @@ impl<'a> Image<'a> {
 /// `check`, which does not load the state): the whole checkpoint is decoded and checked.
 pub(crate) fn runs_of(bytes: &[u8]) -> Result<(u64, Vec<u64>)> {
     let k = Image::decode(bytes)?;
-    Ok((k.j_gen, k.runs))
+    Ok((k.j_gen, k.runs.into_iter().chain(k.archives).collect()))
 }
