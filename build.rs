@@ -10,6 +10,7 @@ fn main() {
 #[cfg(feature = "serve")]
 fn serve() {
     println!("cargo:rerun-if-changed=proto/urlfrontier.proto");
+    println!("cargo:rerun-if-changed=proto/crivello_cluster.proto");
     // protoc comes from a crate (no system protoc needed), unless PROTOC names one.
     if std::env::var_os("PROTOC").is_none() {
         let protoc =
@@ -19,6 +20,9 @@ fn serve() {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
-        .compile_protos(&["proto/urlfrontier.proto"], &["proto"])
-        .expect("compiling proto/urlfrontier.proto");
+        .compile_protos(
+            &["proto/urlfrontier.proto", "proto/crivello_cluster.proto"],
+            &["proto"],
+        )
+        .expect("compiling the .proto files");
 }

@@ -457,3 +457,32 @@ fn a_crash_at_any_operation_of_an_import_leaves_all_of_it_or_none_and_it_is_sent
     }
     eprintln!("{total} crash points, {checked} images checked");
 }
+
+#[test]
+fn hand_outs_take_only_the_queues_whose_key_passes_the_filter() {
+    let clock = Arc::new(ManualClock::new(START));
+    let disk = SimDisk::new();
+    let f = open(&disk, 1, &clock).unwrap();
+    push(&f, "", &[url(1, 0), url(2, 0), url(3, 0)]);
+    f.serve_only(Some(Arc::new(|key: &[u8]| key != b"h2.test")))
+        .unwrap();
+    let mut got: Vec<Vec<u8>> = f
+        .lease(10, None, 1_000)
+        .unwrap()
+        .into_iter()
+        .map(|l| l.url)
+        .collect();
+    got.sort();
+    assert_eq!(got, [url(1, 0).into_bytes(), url(3, 0).into_bytes()]);
+    // Asked by its key, the queue is not handed out either.
+    let one = crivello::LeaseRequest {
+        key: Some(b"h2.test".to_vec()),
+        ..crivello::LeaseRequest::default()
+    };
+    assert!(f.lease_with(&one).unwrap().is_empty());
+    f.serve_only(None).unwrap();
+    let got = f.lease(10, None, 1_000).unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].url, url(2, 0).into_bytes());
+    f.close().unwrap();
+}

@@ -634,6 +634,19 @@ impl Frontier {
         self.with(|c| Ok(c.imported(transfer)))
     }
 
+    /// Hand-outs ([`Frontier::lease_with`]) take only the queues whose key passes `filter`
+    /// from now on (`None`: every queue), until the frontier is closed: a node of a cluster
+    /// serves only the keys it owns, while it still holds others that move away.
+    pub fn serve_only(
+        &self,
+        filter: Option<Arc<dyn Fn(&[u8]) -> bool + Send + Sync>>,
+    ) -> Result<()> {
+        self.with(|c| {
+            c.set_serve_only(filter);
+            Ok(())
+        })
+    }
+
     /// Forgets the receipts of the transfer named `transfer` (once its sender will not send
     /// again); false when there were none. Durable when this returns.
     pub fn end_transfer(&self, transfer: &[u8]) -> Result<bool> {

@@ -46,6 +46,9 @@ pub struct Cluster {
     pub assignment: Assignment,
     /// The list in canonical form: `METHOD NAME=ADDR,NAME=ADDR...`, sorted by name.
     pub canonical: String,
+    /// A node leaving the cluster (not in the list): it sends its queues to their owners
+    /// and stops (`me` is then `usize::MAX`).
+    pub leaving: Option<Node>,
 }
 
 impl Cluster {
@@ -83,12 +86,32 @@ impl Cluster {
             me,
             assignment,
             canonical,
+            leaving: None,
         })
+    }
+
+    /// The cluster of `--peers LIST` seen from node `me`, which is not in it: a node that
+    /// leaves, and owns no key.
+    pub fn leaving(me: &str, peers: &str, method: Method) -> Result<Cluster> {
+        let first = parse_peers(peers)?
+            .first()
+            .map(|n| n.name.clone())
+            .unwrap_or_default();
+        let mut c = Cluster::new(&first, peers, method)?;
+        c.me = usize::MAX;
+        c.leaving = Some(Node {
+            name: me.to_owned(),
+            addr: String::new(),
+        });
+        Ok(c)
     }
 
     /// This node.
     pub fn this(&self) -> &Node {
-        &self.nodes[self.me]
+        match &self.leaving {
+            Some(n) => n,
+            None => &self.nodes[self.me],
+        }
     }
 
     /// The index of the node that owns `key` (a queue key).
@@ -108,8 +131,13 @@ impl Cluster {
     }
 
     /// Checks a call: `Ok(Some(name))` for a call forwarded by node `name` of the same list,
-    /// `Ok(None)` for a client's call, an error for a node of another list.
-    pub fn caller(&self, metadata: &MetadataMap) -> Result<Option<String>, Status> {
+    /// `Ok(None)` for a client's call, an error for a node of another list (or, unless
+    /// `outsiders`, for a node not in the list: a node that leaves may only send its queues).
+    pub fn caller(
+        &self,
+        metadata: &MetadataMap,
+        outsiders: bool,
+    ) -> Result<Option<String>, Status> {
         let Some(from) = metadata.get(FROM) else {
             return Ok(None);
         };
@@ -127,7 +155,7 @@ impl Cluster {
                 self.canonical
             )));
         }
-        if !self.nodes.iter().any(|n| n.name == from) {
+        if !outsiders && !self.nodes.iter().any(|n| n.name == from) {
             return Err(Status::failed_precondition(format!(
                 "a call claims to come from node {from}, which is not in the list \"{}\"",
                 self.canonical
@@ -140,28 +168,185 @@ impl Cluster {
 /// The file, in `DIR/handoff/`, that holds the list of nodes the store last served with.
 const MEMBERS_FILE: &str = "members";
 
+/// The file, in `DIR/handoff/`, that holds the list of nodes before the move under way, if
+/// one is (`super::moves`).
+pub const MOVE_FILE: &str = "move";
+
+/// A list of nodes in canonical form, parsed: its assignment and its nodes' names.
+pub struct Previous {
+    /// The list, in canonical form.
+    pub canonical: String,
+    /// Who owned which key under it.
+    pub assignment: Assignment,
+}
+
+impl Previous {
+    /// Parses a list in canonical form (`METHOD NAME=ADDR,...`, as [`Cluster::canonical`]).
+    pub fn parse(canonical: &str) -> Result<Previous> {
+        let bad = || {
+            explained(
+                format!("{canonical:?} is not a list of nodes in canonical form"),
+                "the file was not written by crivello serve: restore it or remove the store",
+            )
+        };
+        let (method, list) = canonical.split_once(' ').ok_or_else(bad)?;
+        let method = match method.split_once('/') {
+            Some(("consistent", c)) => Method::Consistent {
+                replicas: c.parse().map_err(|_| bad())?,
+            },
+            None if method == "rendezvous" => Method::Rendezvous,
+            None if method == "permutation" => Method::Permutation,
+            _ => return Err(bad()),
+        };
+        let nodes = parse_peers(list)?;
+        let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        let assignment = Assignment::new(method, &names).map_err(|_| bad())?;
+        Ok(Previous {
+            canonical: canonical.to_owned(),
+            assignment,
+        })
+    }
+
+    /// The name of the node that owned `key`.
+    pub fn owner(&self, key: &[u8]) -> &str {
+        &self.assignment.names()[self.assignment.owner(key)]
+    }
+}
+
+/// Whether the store in `dir` last served as node `name` of a cluster.
+pub fn served_as(dir: &std::path::Path, name: &str) -> Result<bool> {
+    let Some(list) = read_trimmed(&dir.join("handoff").join(MEMBERS_FILE))? else {
+        return Ok(false);
+    };
+    if list == "alone" {
+        return Ok(false);
+    }
+    let p = Previous::parse(&list)?;
+    Ok(p.assignment.names().iter().any(|n| n == name))
+}
+
+/// Checks the start of a node that leaves ([`Cluster::leaving`]): no hand-off log may hold
+/// records (they are for nodes of the list it served with: restart it with that list until
+/// they are delivered). Returns the list it served with, and whether its move was recorded
+/// before.
+pub fn leaving_start(dir: &std::path::Path) -> Result<(String, bool)> {
+    let handoff = dir.join("handoff");
+    if let Ok(entries) = std::fs::read_dir(&handoff) {
+        for entry in entries.flatten() {
+            let file = entry.file_name().to_string_lossy().into_owned();
+            let Some(stem) = file.strip_suffix(".log") else {
+                continue;
+            };
+            let log = super::handoff::HandOff::open(&handoff, stem)
+                .map_err(|e| anyhow::anyhow!("open the hand-off log {file}: {e}"))?;
+            if log.pending() {
+                return Err(explained(
+                    format!(
+                        "the hand-off log {} holds {} records",
+                        handoff.join(&file).display(),
+                        log.waiting()
+                    ),
+                    "restart the node with the list it served with until they are delivered, \
+                     then let it leave",
+                ));
+            }
+        }
+    }
+    let before = read_trimmed(&handoff.join(MEMBERS_FILE))?.unwrap_or_default();
+    match read_trimmed(&handoff.join(MOVE_FILE))? {
+        Some(previous) => Ok((previous, true)),
+        None => Ok((before, false)),
+    }
+}
+
+/// Whether the store in `dir` left the cluster of the list `canonical` (it sent everything
+/// when it was started with that list, which does not name it).
+pub fn left_under(dir: &std::path::Path, canonical: &str) -> Result<bool> {
+    let handoff = dir.join("handoff");
+    Ok(
+        read_trimmed(&handoff.join(MEMBERS_FILE))?.as_deref() == Some(canonical)
+            && read_trimmed(&handoff.join(MOVE_FILE))?.is_none(),
+    )
+}
+
+/// Records that a node that left sent everything: no move under way, and the list it left.
+pub fn left(dir: &std::path::Path, list: &str) -> Result<()> {
+    let handoff = dir.join("handoff");
+    write_durably(&handoff.join(MEMBERS_FILE), &format!("{list}\n"))?;
+    match std::fs::remove_file(handoff.join(MOVE_FILE)) {
+        Ok(()) => std::fs::File::open(&handoff)?.sync_all()?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(())
+}
+
+/// How a node starts, as [`check_start`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    /// With the list it served with last (or alone, as before).
+    Same,
+    /// In a cluster, with a store that never served in one: a move may be under way that
+    /// the other nodes know of.
+    Fresh,
+    /// With a new list: the queues move from the owners of the previous list, in canonical
+    /// form, to those of the new one (`super::moves`).
+    Moving(String),
+}
+
+/// Writes `text` as `path`, atomically and durably (temporary file, sync, rename, sync of
+/// the directory).
+pub fn write_durably(path: &std::path::Path, text: &str) -> Result<()> {
+    let dir = path.parent().expect("a file in a directory");
+    std::fs::create_dir_all(dir)?;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    std::io::Write::write_all(&mut f, text.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+/// Reads a small file of `DIR/handoff/`, trimmed; `None` if it does not exist.
+fn read_trimmed(path: &std::path::Path) -> Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(Some(t.trim().to_owned())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(anyhow::anyhow!("read {}: {e}", path.display())),
+    }
+}
+
 /// Checks, before serving, that starting with this list (none: a node alone) loses nothing:
 /// no hand-off log of a node that is not in the list may hold records (they would never be
-/// delivered), and when the list changed, no queue with URLs waiting or in transit may
-/// belong to another node under the new list (moving queues between nodes is not built:
-/// they would never be served). Then records the list.
+/// delivered), none may hold records when the list changed, and a list may not change while
+/// a move is under way. When a cluster's list changed, records the move (the previous list,
+/// in `handoff/move`) before the new list: the queues whose owner changed then move
+/// (`super::moves`). A node that ran alone may not join a cluster with queues that another
+/// node would own. Then records the list.
 pub fn check_start(
     dir: &std::path::Path,
     cluster: Option<&Cluster>,
     frontier: &crivello::Frontier,
-) -> Result<()> {
+) -> Result<Start> {
     let handoff = dir.join("handoff");
     let now = cluster.map_or_else(|| "alone".to_owned(), |c| c.canonical.clone());
-    let before = match std::fs::read_to_string(handoff.join(MEMBERS_FILE)) {
-        Ok(t) => Some(t.trim().to_owned()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => {
-            return Err(anyhow::anyhow!(
-                "read {}: {e}",
-                handoff.join(MEMBERS_FILE).display()
-            ))
+    let before = read_trimmed(&handoff.join(MEMBERS_FILE))?;
+    let moving = read_trimmed(&handoff.join(MOVE_FILE))?;
+    if let Some(previous) = &moving {
+        if before.as_deref() != Some(now.as_str()) {
+            return Err(explained(
+                format!(
+                    "the move from the list \"{previous}\" to \"{}\" is not finished, and \
+                     this start has the list \"{now}\"",
+                    before.as_deref().unwrap_or("?")
+                ),
+                "restart every node with the list of the move until it is finished (GetStats \
+                 counts \"moving\" until then)",
+            ));
         }
-    };
+        return Ok(Start::Moving(previous.clone()));
+    }
     let listed = |name: &str| {
         cluster.is_some_and(|c| c.nodes.iter().any(|n| n.name == name) && c.this().name != name)
     };
@@ -209,59 +394,71 @@ pub fn check_start(
             }
         }
     }
+    let mut start = Start::Same;
     if before.as_deref() != Some(now.as_str()) {
         if let Some(c) = cluster {
-            // What was acknowledged is in its queue first.
-            frontier.flush()?;
-            let mut stranded = Vec::new();
-            for crawl in frontier.crawls()? {
-                for q in frontier.queues(&crawl, 0, usize::MAX)? {
-                    if q.waiting + q.leased > 0 && c.owner(&q.key) != c.me {
-                        stranded.push(String::from_utf8_lossy(&q.key).into_owned());
+            match before.as_deref() {
+                // A store that never served in a cluster (new, or run alone).
+                None | Some("alone") => {
+                    // What was acknowledged is in its queue first.
+                    frontier.flush()?;
+                    let mut stranded = Vec::new();
+                    for crawl in frontier.crawls()? {
+                        for q in frontier.queues(&crawl, 0, usize::MAX)? {
+                            if q.waiting + q.leased > 0 && c.owner(&q.key) != c.me {
+                                stranded.push(String::from_utf8_lossy(&q.key).into_owned());
+                            }
+                        }
                     }
+                    if !stranded.is_empty() {
+                        let n = stranded.len();
+                        stranded.truncate(3);
+                        return Err(explained(
+                            format!(
+                                "this store holds {n} queues with URLs waiting or in transit \
+                                 whose keys the list \"{now}\" gives to other nodes (e.g. {}); \
+                                 it served them alone",
+                                stranded.join(", "),
+                            ),
+                            "a node that served alone cannot join a cluster with them: serve \
+                             it alone until they drain, or start the cluster on new stores",
+                        ));
+                    }
+                    start = Start::Fresh;
+                }
+                Some(previous) => {
+                    // The move is recorded before the list: a crash between the two starts
+                    // the move again.
+                    Previous::parse(previous)?;
+                    write_durably(&handoff.join(MOVE_FILE), &format!("{previous}\n"))?;
+                    start = Start::Moving(previous.to_owned());
                 }
             }
-            if !stranded.is_empty() {
-                let n = stranded.len();
-                stranded.truncate(3);
-                return Err(explained(
-                    format!(
-                        "this store holds {n} queues with URLs waiting or in transit whose keys \
-                         the list \"{now}\" gives to other nodes (e.g. {}); it served them \
-                         with the list \"{}\"",
-                        stranded.join(", "),
-                        before.as_deref().unwrap_or("alone")
-                    ),
-                    "moving queues between nodes is not built yet: restart with the previous \
-                     list, or let these queues drain first",
-                ));
-            }
         }
-        std::fs::create_dir_all(&handoff)?;
-        let tmp = handoff.join(format!("{MEMBERS_FILE}.tmp"));
-        let mut f = std::fs::File::create(&tmp)?;
-        std::io::Write::write_all(&mut f, format!("{now}\n").as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, handoff.join(MEMBERS_FILE))?;
-        std::fs::File::open(&handoff)?.sync_all()?;
+        write_durably(&handoff.join(MEMBERS_FILE), &format!("{now}\n"))?;
+    } else if cluster.is_some() && frontier.stats()?.queues == 0 {
+        // A node of a cluster that has never held a queue may be new in a move that the
+        // other nodes know of.
+        start = Start::Fresh;
     }
-    Ok(())
+    Ok(start)
 }
 
 /// A call forwarded by another node of the cluster (a request extension): the node's name.
 #[derive(Debug, Clone)]
 pub struct Forwarded(pub String);
 
-/// Checks each call: one marked by another node passes if that node has this node's list,
-/// and gets a [`Forwarded`] extension; outside a cluster, a marked call is refused.
+/// Checks each call: one marked by another node passes if that node has this node's list
+/// (and is in it, unless the flag lets nodes that leave in), and gets a [`Forwarded`]
+/// extension; outside a cluster, a marked call is refused.
 #[derive(Clone)]
-pub struct Check(pub Option<Arc<Cluster>>);
+pub struct Check(pub Option<Arc<Cluster>>, pub bool);
 
 impl Interceptor for Check {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         match &self.0 {
             Some(c) => {
-                if let Some(from) = c.caller(request.metadata())? {
+                if let Some(from) = c.caller(request.metadata(), self.1)? {
                     request.extensions_mut().insert(Forwarded(from));
                 }
             }
@@ -396,19 +593,19 @@ mod tests {
         .unwrap();
         let mut r = Request::new(());
         a.mark(&mut r);
-        let e = b.caller(r.metadata()).unwrap_err();
+        let e = b.caller(r.metadata(), false).unwrap_err();
         assert_eq!(e.code(), tonic::Code::FailedPrecondition);
         assert!(e.message().contains(&a.canonical), "{}", e.message());
         assert!(e.message().contains(&b.canonical), "{}", e.message());
         let a2 = Cluster::new("a", "a=127.0.0.1:1,b=127.0.0.1:2", consistent()).unwrap();
         let mut r = Request::new(());
         a2.mark(&mut r);
-        assert_eq!(a.caller(r.metadata()).unwrap().as_deref(), Some("a"));
-        assert_eq!(a.caller(&MetadataMap::new()).unwrap(), None);
+        assert_eq!(a.caller(r.metadata(), false).unwrap().as_deref(), Some("a"));
+        assert_eq!(a.caller(&MetadataMap::new(), false).unwrap(), None);
         // Same names, another method: refused too.
         let r2 = Cluster::new("b", "a=127.0.0.1:1,b=127.0.0.1:2", Method::Rendezvous).unwrap();
         let mut r = Request::new(());
         a.mark(&mut r);
-        assert!(r2.caller(r.metadata()).is_err());
+        assert!(r2.caller(r.metadata(), false).is_err());
     }
 }

@@ -22,8 +22,10 @@ use tonic::{Code, Request, Status};
 
 use super::cluster::Cluster;
 use super::commit::{Job, Op, Outcome};
+use super::cpb::cluster_client::ClusterClient;
 use super::handoff::HandOff;
 use super::log::{log, Log};
+use super::moves::Moves;
 use super::pb;
 use super::pb::url_frontier_client::UrlFrontierClient;
 use super::{meta, MAX_MESSAGE_BYTES};
@@ -72,6 +74,8 @@ pub struct Peers {
     pub cluster: Arc<Cluster>,
     /// One client per node (`None` for this node).
     clients: Vec<Option<UrlFrontierClient<Channel>>>,
+    /// One client of the cluster's own calls per node (`None` for this node).
+    cluster_clients: Vec<Option<ClusterClient<Channel>>>,
     /// `authorization: Bearer TOKEN` for every call, if the nodes share a token.
     token: Option<String>,
 }
@@ -80,15 +84,22 @@ impl Peers {
     /// Clients of every other node of `cluster` (connecting when first used).
     pub fn new(cluster: Arc<Cluster>, token: Option<String>) -> anyhow::Result<Peers> {
         let mut clients = Vec::new();
+        let mut cluster_clients = Vec::new();
         for (i, node) in cluster.nodes.iter().enumerate() {
             if i == cluster.me {
                 clients.push(None);
+                cluster_clients.push(None);
                 continue;
             }
             let channel = Endpoint::from_shared(format!("http://{}", node.addr))?
                 .connect_timeout(CONNECT_TIMEOUT)
                 .tcp_nodelay(true)
                 .connect_lazy();
+            cluster_clients.push(Some(
+                ClusterClient::new(channel.clone())
+                    .max_decoding_message_size(usize::MAX)
+                    .max_encoding_message_size(usize::MAX),
+            ));
             clients.push(Some(
                 UrlFrontierClient::new(channel)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -98,6 +109,7 @@ impl Peers {
         Ok(Peers {
             cluster,
             clients,
+            cluster_clients,
             token,
         })
     }
@@ -105,6 +117,13 @@ impl Peers {
     /// The client of node `i` (not this one).
     pub fn client(&self, i: usize) -> UrlFrontierClient<Channel> {
         self.clients[i].clone().expect("a client of another node")
+    }
+
+    /// The client of the cluster's own calls of node `i` (not this one).
+    pub fn cluster_client(&self, i: usize) -> ClusterClient<Channel> {
+        self.cluster_clients[i]
+            .clone()
+            .expect("a client of another node")
     }
 
     /// `message` as a call of this node: marked, with the shared token.
@@ -135,6 +154,8 @@ pub struct Router {
     /// Records waiting in each lane's hand-off log.
     waiting: Vec<Arc<AtomicU64>>,
     log: Arc<Log>,
+    /// The move under way, if any: items of the keys it has not brought yet fail.
+    moves: Option<Arc<Moves>>,
 }
 
 impl Router {
@@ -146,6 +167,7 @@ impl Router {
             forwarders: Vec::new(),
             waiting: Vec::new(),
             log,
+            moves: None,
         }
     }
 
@@ -203,6 +225,7 @@ impl Router {
             forwarders,
             waiting,
             log,
+            moves: None,
         })
     }
 
@@ -217,7 +240,15 @@ impl Router {
         let Some(cluster) = &self.cluster else {
             return self.commit(ops).await;
         };
-        let owners: Vec<usize> = ops.iter().map(|op| cluster.owner(&op_key(op))).collect();
+        let mut owners: Vec<usize> = ops.iter().map(|op| cluster.owner(&op_key(op))).collect();
+        // This node's ops of keys a move has not brought yet: answered FAIL (owner `usize::MAX`).
+        if let Some(moves) = self.moves.as_ref().filter(|m| m.previous().is_some()) {
+            for (op, owner) in ops.iter().zip(owners.iter_mut()) {
+                if *owner == cluster.me && moves.pending(&op_key(op)) {
+                    *owner = usize::MAX;
+                }
+            }
+        }
         if forwarded {
             if owners.iter().all(|&o| o == cluster.me) {
                 return self.commit(ops).await;
@@ -239,9 +270,13 @@ impl Router {
         let mine = self.forwarders.len();
         let mut parts: Vec<(Vec<usize>, Vec<Op>)> =
             (0..=mine).map(|_| Default::default()).collect();
+        let mut pending = Vec::new();
         for (i, (op, owner)) in ops.into_iter().zip(owners).enumerate() {
             let to = if owner == cluster.me {
                 mine
+            } else if owner == usize::MAX {
+                pending.push(i);
+                continue;
             } else {
                 owner * LANES + lane(&op_key(&op))
             };
@@ -249,6 +284,9 @@ impl Router {
             parts[to].1.push(op);
         }
         let mut waits = Vec::new();
+        if !pending.is_empty() {
+            waits.push((pending, None));
+        }
         for (to, (places, ops)) in parts.into_iter().enumerate() {
             if ops.is_empty() {
                 continue;
@@ -281,6 +319,13 @@ impl Router {
             let _ = reply.send(out);
         });
         Some(merged)
+    }
+
+    /// The router, answering FAIL for this node's items of keys that `moves` has not brought
+    /// yet.
+    pub fn with_moves(mut self, moves: Arc<Moves>) -> Router {
+        self.moves = Some(moves);
+        self
     }
 
     /// Records waiting in this node's hand-off logs, all lanes of all nodes.

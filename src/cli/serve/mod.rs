@@ -16,6 +16,7 @@ mod forward;
 mod handoff;
 pub(crate) mod log;
 mod meta;
+mod moves;
 mod service;
 
 use std::io::Write as _;
@@ -38,6 +39,13 @@ use super::{explained, open_frontier, Common};
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod pb {
     tonic::include_proto!("urlfrontier");
+}
+
+/// The code generated from `proto/crivello_cluster.proto`: the calls between the nodes of a
+/// cluster.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod cpb {
+    tonic::include_proto!("crivello.cluster");
 }
 
 /// The largest message accepted (a bigger one is refused with RESOURCE_EXHAUSTED before it
@@ -131,6 +139,21 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 AssignMethod::Rendezvous => Method::Rendezvous,
                 AssignMethod::Permutation => Method::Permutation,
             };
+            let listed = cluster::parse_peers(peers)?.iter().any(|n| &n.name == node);
+            if !listed {
+                let leaving = cluster::Cluster::leaving(node, peers, method)?;
+                if cluster::served_as(&args.dir, node)? {
+                    return leave(&args, leaving, log);
+                }
+                if cluster::left_under(&args.dir, &leaving.canonical)? {
+                    log!(
+                        log,
+                        Info,
+                        "node {node} left the cluster of this list before: it holds nothing"
+                    );
+                    return Ok(());
+                }
+            }
             Some(Arc::new(cluster::Cluster::new(node, peers, method)?))
         }
         _ => None,
@@ -188,7 +211,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             )?;
         }
     }
-    cluster::check_start(&args.dir, cluster.as_deref(), &frontier)?;
+    let start = cluster::check_start(&args.dir, cluster.as_deref(), &frontier)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("crivello-serve")
@@ -209,13 +232,38 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 vec![local.to_string()],
             ),
             Some(c) => {
+                // A node hands out its own keys only, also those of queues it still holds
+                // while they move to their new owner.
+                let owner = c.clone();
+                frontier.serve_only(Some(Arc::new(move |key: &[u8]| {
+                    owner.owner(key) == owner.me
+                })))?;
                 let peers = forward::Peers::new(c.clone(), token.clone())?;
+                let moves = moves::Moves::new(
+                    c.clone(),
+                    frontier.clone(),
+                    args.dir.join("handoff"),
+                    log.clone(),
+                );
+                match &start {
+                    cluster::Start::Moving(previous) => {
+                        tokio::task::block_in_place(|| moves.begin(previous, true))?;
+                    }
+                    // Before serving: a new node holds nothing of its keys until a move
+                    // under way brings them.
+                    cluster::Start::Fresh => moves.learn(&peers).await,
+                    cluster::Start::Same => {}
+                }
+                if moves.previous().is_some() {
+                    tokio::spawn(moves.clone().send(peers.clone()));
+                }
                 let router = forward::Router::cluster(
                     committer.sender(),
                     &peers,
                     &args.dir.join("handoff"),
                     log.clone(),
-                )?;
+                )?
+                .with_moves(moves.clone());
                 log!(
                     log,
                     Info,
@@ -226,9 +274,19 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 );
                 tokio::spawn(probe(peers.clone(), log.clone()));
                 let nodes = c.nodes.iter().map(|n| n.addr.clone()).collect();
-                (router, Some(peers), nodes)
+                (router, Some((peers, moves)), nodes)
             }
         };
+        let cluster_calls = peers.as_ref().map(|(_, m)| {
+            tonic::service::interceptor::InterceptedService::new(
+                tonic::service::interceptor::InterceptedService::new(
+                    cpb::cluster_server::ClusterServer::new(moves::ClusterService(m.clone()))
+                        .max_decoding_message_size(usize::MAX),
+                    cluster::Check(cluster.clone(), true),
+                ),
+                auth::Bearer::new(token.clone()),
+            )
+        });
         let svc = service::Service::new(
             frontier.clone(),
             Arc::new(router),
@@ -251,13 +309,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let server = tonic::service::interceptor::InterceptedService::new(
             tonic::service::interceptor::InterceptedService::new(
                 server,
-                cluster::Check(cluster.clone()),
+                cluster::Check(cluster.clone(), false),
             ),
             auth::Bearer::new(token),
         );
         let serving = builder
             .layer(codes::StatusLayer)
             .add_service(server)
+            .add_optional_service(cluster_calls)
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
                 let _ = stopped.wait_for(|s| *s).await;
             });
@@ -295,6 +354,61 @@ pub fn run(args: ServeArgs) -> Result<()> {
     })?;
     frontier.close()?;
     log!(log, Info, "stopped: the frontier is synced and closed");
+    Ok(())
+}
+
+/// A node that leaves the cluster (started with a list that does not name it, on a store
+/// that served as that node): sends each of its queues to its owner under the list, tells
+/// every node that it is done, and stops; it serves nothing.
+fn leave(args: &ServeArgs, cluster: cluster::Cluster, log: Arc<Log>) -> Result<()> {
+    let handoff = args.dir.join("handoff");
+    let previous = cluster::leaving_start(&args.dir)?;
+    let token = match &args.token_file {
+        Some(path) => Some(read_token(path)?),
+        None => None,
+    };
+    let frontier = Arc::new(open_frontier(&args.dir, args.common.memory)?);
+    let cluster = Arc::new(cluster);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("crivello-serve")
+        .build()
+        .context("start the service's threads")?;
+    log!(
+        log,
+        Info,
+        "node {} leaves the cluster: its queues move to the nodes of {}",
+        cluster.this().name,
+        cluster.canonical
+    );
+    runtime.block_on(async {
+        let peers = forward::Peers::new(cluster.clone(), token)?;
+        let moves = moves::Moves::new(
+            cluster.clone(),
+            frontier.clone(),
+            handoff.clone(),
+            log.clone(),
+        );
+        let recorded = previous.1;
+        let m = tokio::task::block_in_place(|| moves.begin(&previous.0, recorded))?;
+        moves.send_all(&m, &peers).await;
+        anyhow::Ok(())
+    })?;
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    cluster::left(&args.dir, &cluster.canonical)?;
+    let frontier = Arc::try_unwrap(frontier).map_err(|_| {
+        explained(
+            "the frontier is still in use at shutdown",
+            "what was acknowledged is durable; reopening recovers the rest",
+        )
+    })?;
+    frontier.close()?;
+    log!(
+        log,
+        Info,
+        "every queue moved: node {} holds nothing and can be removed",
+        cluster.this().name
+    );
     Ok(())
 }
 

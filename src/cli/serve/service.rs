@@ -20,6 +20,7 @@ use super::commit::{Op, Outcome};
 use super::forward::{Peers, Router};
 use super::log::{log, Level, Log};
 use super::meta;
+use super::moves::Moves;
 use super::pb;
 use super::pb::url_frontier_server::UrlFrontier;
 
@@ -60,6 +61,8 @@ pub struct Service {
     router: Arc<Router>,
     /// The other nodes, in a cluster.
     peers: Option<Peers>,
+    /// The moves of queues between nodes, in a cluster.
+    moves: Option<Arc<Moves>>,
     log: Arc<Log>,
     /// Bytes of items read from streams and not yet acknowledged, across all streams.
     in_flight: Arc<Semaphore>,
@@ -82,16 +85,21 @@ impl Service {
     pub fn new(
         frontier: Arc<Frontier>,
         router: Arc<Router>,
-        peers: Option<Peers>,
+        peers: Option<(Peers, Arc<Moves>)>,
         log: Arc<Log>,
         nodes: Vec<String>,
         in_flight_bytes: usize,
         stopping: watch::Receiver<bool>,
     ) -> Service {
+        let (peers, moves) = match peers {
+            Some((p, m)) => (Some(p), Some(m)),
+            None => (None, None),
+        };
         Service {
             frontier,
             router,
             peers,
+            moves,
             log,
             in_flight: Arc::new(Semaphore::new(in_flight_bytes)),
             in_flight_forwarded: Arc::new(Semaphore::new(in_flight_bytes)),
@@ -584,6 +592,10 @@ fn from_node(peers: &Peers, i: usize, s: Status) -> Status {
 /// a cluster).
 const HANDOFF_RECORDS: &str = "handoff_records";
 
+/// The count of `GetStats` that is 1 while a move of queues between nodes is under way on
+/// the node (in a cluster).
+const MOVING: &str = "moving";
+
 impl Service {
     /// Refuses a delete while a node's hand-off log holds records: delivered after it, they
     /// would bring back what it deleted.
@@ -644,11 +656,27 @@ impl Service {
         }
     }
 
-    /// The node that owns `key` if it is another one and the call is to reach it.
-    fn elsewhere(&self, local: bool, key: &[u8]) -> Option<(&Peers, usize)> {
-        let peers = self.spread(local)?;
+    /// The node that owns `key` if it is another one and the call is to reach it; an error
+    /// when this node owns it and a move has not brought it yet.
+    fn elsewhere(&self, local: bool, key: &[u8]) -> Result<Option<(&Peers, usize)>, Status> {
+        if let Some(moves) = &self.moves {
+            let mine = self
+                .peers
+                .as_ref()
+                .is_some_and(|p| p.cluster.owner(key) == p.cluster.me);
+            if mine && !key.is_empty() && moves.pending(key) {
+                return Err(Status::unavailable(format!(
+                    "the queue {} is moving to this node: repeat the call once the move is \
+                     finished",
+                    String::from_utf8_lossy(key)
+                )));
+            }
+        }
+        let Some(peers) = self.spread(local) else {
+            return Ok(None);
+        };
         let owner = peers.cluster.owner(key);
-        (owner != peers.cluster.me).then_some((peers, owner))
+        Ok((owner != peers.cluster.me).then_some((peers, owner)))
     }
 
     /// The keys of this node's queues of `crawl` that `ListQueues` lists.
@@ -690,6 +718,9 @@ impl Service {
         ]);
         if self.peers.is_some() {
             counts.insert(HANDOFF_RECORDS.to_owned(), self.router.handoff_records());
+        }
+        if let Some(moves) = &self.moves {
+            counts.insert(MOVING.to_owned(), u64::from(moves.previous().is_some()));
         }
         Ok(pb::Stats {
             size: c.waiting + c.leased,
@@ -928,7 +959,7 @@ impl UrlFrontier for Service {
         r: Request<pb::QueueWithinCrawlParams>,
     ) -> Result<Response<pb::Stats>, Status> {
         let p = r.into_inner();
-        if let Some((peers, i)) = self.elsewhere(p.local, p.key.as_bytes()) {
+        if let Some((peers, i)) = self.elsewhere(p.local, p.key.as_bytes())? {
             if !p.key.is_empty() {
                 let msg = pb::QueueWithinCrawlParams { local: true, ..p };
                 return Ok(Response::new(on_node!(peers, i, get_stats, msg)?));
@@ -964,7 +995,7 @@ impl UrlFrontier for Service {
         if let Some(peers) = self.spread(p.local) {
             self.no_handoff_waiting("DeleteQueue", peers).await?;
         }
-        if let Some((peers, i)) = self.elsewhere(p.local, p.key.as_bytes()) {
+        if let Some((peers, i)) = self.elsewhere(p.local, p.key.as_bytes())? {
             let msg = pb::QueueWithinCrawlParams { local: true, ..p };
             return Ok(Response::new(on_node!(peers, i, delete_queue, msg)?));
         }
@@ -986,7 +1017,7 @@ impl UrlFrontier for Service {
                 "BlockQueueUntil: the key is empty",
             ));
         }
-        if let Some((peers, i)) = self.elsewhere(p.local, p.key.as_bytes()) {
+        if let Some((peers, i)) = self.elsewhere(p.local, p.key.as_bytes())? {
             let msg = pb::BlockQueueParams { local: true, ..p };
             return Ok(Response::new(on_node!(peers, i, block_queue_until, msg)?));
         }
@@ -1029,7 +1060,7 @@ impl UrlFrontier for Service {
     ) -> Result<Response<pb::Empty>, Status> {
         let p = r.into_inner();
         if !p.key.is_empty() {
-            if let Some((peers, i)) = self.elsewhere(p.local, p.key.as_bytes()) {
+            if let Some((peers, i)) = self.elsewhere(p.local, p.key.as_bytes())? {
                 let msg = pb::QueueDelayParams { local: true, ..p };
                 return Ok(Response::new(on_node!(peers, i, set_delay, msg)?));
             }
@@ -1078,7 +1109,7 @@ impl UrlFrontier for Service {
     ) -> Result<Response<pb::Empty>, Status> {
         let p = r.into_inner();
         if !p.key.is_empty() {
-            if let Some((peers, i)) = self.elsewhere(p.local, p.key.as_bytes()) {
+            if let Some((peers, i)) = self.elsewhere(p.local, p.key.as_bytes())? {
                 let msg = pb::CrawlLimitParams { local: true, ..p };
                 return Ok(Response::new(on_node!(peers, i, set_crawl_limit, msg)?));
             }
@@ -1111,7 +1142,7 @@ impl UrlFrontier for Service {
             Some(k) => k.as_bytes().to_vec(),
             None => crivello::queues::key::default_key(p.url.as_bytes()).to_vec(),
         };
-        if let Some((peers, i)) = self.elsewhere(local, &owner_key) {
+        if let Some((peers, i)) = self.elsewhere(local, &owner_key)? {
             return Ok(Response::new(on_node!(peers, i, get_url_status, p)?));
         }
         let crawl = crawl_name(&p.crawl_id);
@@ -1246,7 +1277,7 @@ impl UrlFrontier for Service {
         let p = r.into_inner();
         let local = p.local.unwrap_or(false);
         if !p.key.is_empty() {
-            if let Some((peers, i)) = self.elsewhere(local, p.key.as_bytes()) {
+            if let Some((peers, i)) = self.elsewhere(local, p.key.as_bytes())? {
                 let msg = pb::CountUrlParams {
                     local: Some(true),
                     ..p
@@ -1310,7 +1341,7 @@ impl UrlFrontier for Service {
         let local = forwarded(&r);
         let p = r.into_inner();
         if !p.key.is_empty() {
-            if let Some((peers, i)) = self.elsewhere(local, p.key.as_bytes()) {
+            if let Some((peers, i)) = self.elsewhere(local, p.key.as_bytes())? {
                 return Ok(Response::new(on_node!(peers, i, purge_ur_ls, p)?));
             }
         }

@@ -253,7 +253,12 @@ pub(crate) struct Core {
     /// The manifest was committed in this build's version since the open: J may take
     /// entries that older builds cannot read.
     versioned: bool,
+    /// Hand-outs take only the queues whose key passes (none: every queue).
+    serve_only: Option<KeyFilter>,
 }
+
+/// A test of queue keys ([`Core::set_serve_only`]).
+pub(crate) type KeyFilter = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
 
 impl Core {
     /// Opens the frontier on `sieve`'s store: replays J, then, for a store used as a plain
@@ -306,6 +311,7 @@ impl Core {
             replaying_gen: None,
             frame_spare: Vec::new(),
             versioned: false,
+            serve_only: None,
             max_runs,
         };
         // The checkpoint's first generation of the journal to replay.
@@ -1519,8 +1525,13 @@ impl Core {
             self.unschedule(i);
             popped.push(i);
             let q = &self.queues[i as usize];
-            if !q.has_waiting() || !self.has_room(q) || only.is_some_and(|c| c != q.crawl) {
-                // Another crawl's queue is scheduled again below, as it was.
+            if !q.has_waiting()
+                || !self.has_room(q)
+                || only.is_some_and(|c| c != q.crawl)
+                || self.serve_only.as_ref().is_some_and(|f| !f(&q.key))
+            {
+                // Another crawl's queue (or one not served here) is scheduled again below, as
+                // it was.
                 continue;
             }
             if self.ready_at(q) > now {
@@ -2256,6 +2267,11 @@ impl Core {
             self.versioned = true;
         }
         Ok(())
+    }
+
+    /// Hand-outs take only the queues whose key passes `filter` (none: every queue).
+    pub(super) fn set_serve_only(&mut self, filter: Option<KeyFilter>) {
+        self.serve_only = filter;
     }
 
     /// Whether transfer `transfer` was imported.

@@ -1,0 +1,494 @@
+//! Moving queues when a cluster's list of nodes changes.
+//!
+//! Every node is restarted with the new list. A node whose previous list differs records the
+//! move (`handoff/move`, the previous list) before the new list, and then:
+//!
+//! - **sends** each queue it holds whose key the new list gives to another node: the queue
+//!   is exported whole ([`crivello::Frontier::export`]: its URLs in every state, its policy,
+//!   block and counts) in batches, imported by the new owner through the cluster's own call
+//!   `Import` (durable there, each queue received once per transfer), and only then released
+//!   here ([`crivello::Frontier::release`]). After the last batch it tells every other node
+//!   that it is done (an import of no queue, under the transfer's `done` name).
+//! - **waits**: a key this node owns now and another node owned before is *pending* until that
+//!   node is done. Items of a pending key are answered FAIL (not acknowledged: the client or
+//!   the forwarding node sends them again), per-key calls UNAVAILABLE, and nothing of it is
+//!   served (this node holds nothing of it until the import).
+//!
+//! When this node has sent everything and every node of the previous list is done, the move
+//! is finished: the transfers' receipts are forgotten and `handoff/move` removed. A crash at
+//! any point repeats what was not durable: a batch imported but not released is sent again,
+//! and its queues, received before, are left as they are by the owner; a node that finished
+//! answers a repeated `done` with OK.
+//!
+//! A new node (a store that never served in a cluster) asks the others at start whether a
+//! move is under way (`Moving`), and learns the previous list from the first that says so
+//! (or from the first `Import` it gets).
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use crivello::{Frontier, MovedUrl, Policy, QueueExport};
+use tonic::{Request, Response, Status};
+
+use super::cluster::{write_durably, Cluster, Forwarded, Previous, MOVE_FILE};
+use super::cpb;
+use super::forward::Peers;
+use super::log::{log, Log};
+
+/// Queues sent in one `Import` call at most.
+const QUEUES_PER_CALL: usize = 256;
+
+/// The longest wait between two attempts to send.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// A move under way.
+pub struct Move {
+    /// The list before it.
+    previous: Previous,
+    /// Its id: a hash of the two lists.
+    id: String,
+    /// The nodes of the previous list (but this one) not done yet.
+    waiting: Mutex<HashSet<String>>,
+    /// This node has sent every queue it had to.
+    sent: AtomicBool,
+}
+
+impl Move {
+    /// The name of node `node`'s transfer in this move.
+    fn transfer(&self, node: &str) -> String {
+        format!("{node} {}", self.id)
+    }
+
+    /// The name that records that node `node` sent everything.
+    fn done_name(&self, node: &str) -> String {
+        format!("{node} {} done", self.id)
+    }
+}
+
+/// This node's part in moves: the one under way, if any.
+pub struct Moves {
+    cluster: Arc<Cluster>,
+    frontier: Arc<Frontier>,
+    dir: PathBuf,
+    log: Arc<Log>,
+    current: RwLock<Option<Arc<Move>>>,
+}
+
+impl Moves {
+    /// No move under way (yet).
+    pub fn new(
+        cluster: Arc<Cluster>,
+        frontier: Arc<Frontier>,
+        dir: PathBuf,
+        log: Arc<Log>,
+    ) -> Arc<Moves> {
+        Arc::new(Moves {
+            cluster,
+            frontier,
+            dir,
+            log,
+            current: RwLock::new(None),
+        })
+    }
+
+    /// The move under way, if any.
+    fn current(&self) -> Option<Arc<Move>> {
+        self.current.read().expect("not poisoned").clone()
+    }
+
+    /// The previous list of the move under way, in canonical form.
+    pub fn previous(&self) -> Option<String> {
+        self.current().map(|m| m.previous.canonical.clone())
+    }
+
+    /// Whether key `key` (owned by this node) waits for the node that owned it before.
+    pub fn pending(&self, key: &[u8]) -> bool {
+        let Some(m) = self.current() else {
+            return false;
+        };
+        let old = m.previous.owner(key);
+        old != self.cluster.this().name && m.waiting.lock().expect("not poisoned").contains(old)
+    }
+
+    /// Starts the move from `previous` (recorded in `handoff/move` unless `recorded`):
+    /// which nodes are done already comes from the frontier's receipts.
+    pub fn begin(&self, previous: &str, recorded: bool) -> anyhow::Result<Arc<Move>> {
+        let mut current = self.current.write().expect("not poisoned");
+        if let Some(m) = &*current {
+            if m.previous.canonical == previous {
+                return Ok(m.clone());
+            }
+            anyhow::bail!(
+                "a move from the list \"{}\" is under way, not one from \"{previous}\"",
+                m.previous.canonical
+            );
+        }
+        let parsed = Previous::parse(previous)?;
+        if !recorded {
+            write_durably(&self.dir.join(MOVE_FILE), &format!("{previous}\n"))?;
+        }
+        let id = format!(
+            "{:016x}",
+            xxhash_rust::xxh3::xxh3_64(
+                format!("{previous} -> {}", self.cluster.canonical).as_bytes()
+            )
+        );
+        let me = &self.cluster.this().name;
+        let mut m = Move {
+            previous: parsed,
+            id,
+            waiting: Mutex::new(HashSet::new()),
+            sent: AtomicBool::new(false),
+        };
+        let mut waiting = HashSet::new();
+        for name in m.previous.assignment.names() {
+            if name != me && !self.frontier.imported(m.done_name(name).as_bytes())? {
+                waiting.insert(name.clone());
+            }
+        }
+        m.waiting = Mutex::new(waiting);
+        log!(
+            self.log,
+            Info,
+            "moving queues: from the list \"{previous}\" to \"{}\"",
+            self.cluster.canonical
+        );
+        let m = Arc::new(m);
+        *current = Some(m.clone());
+        Ok(m)
+    }
+
+    /// Ends the move once this node has sent everything and every node before it is done.
+    fn finish_if_done(&self) -> anyhow::Result<()> {
+        let Some(m) = self.current() else {
+            return Ok(());
+        };
+        if !m.sent.load(Ordering::SeqCst) || !m.waiting.lock().expect("not poisoned").is_empty() {
+            return Ok(());
+        }
+        // The receipts of the queues received are forgotten; the names that say who was done
+        // stay (no receipts, a few bytes), so that a node restarted on this move, which it
+        // may learn again from a node still in it, finds it finished.
+        let me = self.cluster.this().name.clone();
+        for name in m.previous.assignment.names() {
+            if *name != me {
+                self.frontier.end_transfer(m.transfer(name).as_bytes())?;
+            }
+        }
+        let path = self.dir.join(MOVE_FILE);
+        std::fs::remove_file(&path)?;
+        std::fs::File::open(&self.dir)?.sync_all()?;
+        *self.current.write().expect("not poisoned") = None;
+        log!(self.log, Info, "the move is finished");
+        Ok(())
+    }
+
+    /// Sends every queue this node holds that another node owns now, then tells every
+    /// other node that it is done; repeats what fails until it succeeds.
+    pub async fn send(self: Arc<Self>, peers: Peers) {
+        let Some(m) = self.current() else {
+            return;
+        };
+        self.send_all(&m, &peers).await;
+        m.sent.store(true, Ordering::SeqCst);
+        let moves = self.clone();
+        let r = tokio::task::spawn_blocking(move || moves.finish_if_done()).await;
+        if let Ok(Err(e)) = r {
+            log!(self.log, Error, "ending the move: {e}");
+        }
+    }
+
+    /// Sends every queue another node owns and tells every node, repeating what fails until
+    /// it succeeds.
+    pub async fn send_all(&self, m: &Arc<Move>, peers: &Peers) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match self.send_once(m, peers).await {
+                Ok(()) => return,
+                Err(e) => {
+                    log!(self.log, Warn, "moving queues: {e}; trying again");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+
+    async fn send_once(&self, m: &Arc<Move>, peers: &Peers) -> anyhow::Result<()> {
+        let c = &self.cluster;
+        // The queues to send, by owner.
+        let frontier = self.frontier.clone();
+        let cluster = c.clone();
+        let keys = tokio::task::spawn_blocking(move || -> crivello::Result<_> {
+            let mut keys: Vec<Vec<(String, Vec<u8>)>> = vec![Vec::new(); cluster.nodes.len()];
+            // Every queue not released (a deleted queue's URLs too: they stay known where it
+            // goes), picked by key without reading any.
+            frontier.export(
+                |crawl, key| {
+                    let owner = cluster.owner(key);
+                    if owner != cluster.me {
+                        keys[owner].push((crawl.to_owned(), key.to_vec()));
+                    }
+                    false
+                },
+                |_| Ok(()),
+            )?;
+            Ok(keys)
+        })
+        .await??;
+        let mut sent = 0u64;
+        for (owner, keys) in keys.into_iter().enumerate() {
+            for chunk in keys.chunks(QUEUES_PER_CALL) {
+                let wanted: HashSet<(String, Vec<u8>)> = chunk.iter().cloned().collect();
+                let frontier = self.frontier.clone();
+                let queues = tokio::task::spawn_blocking(move || -> crivello::Result<_> {
+                    let mut out = Vec::new();
+                    frontier.export(
+                        |crawl, key| wanted.contains(&(crawl.to_owned(), key.to_vec())),
+                        |q| {
+                            out.push(q);
+                            Ok(())
+                        },
+                    )?;
+                    Ok(out)
+                })
+                .await??;
+                if queues.is_empty() {
+                    // Released before (a batch sent before a restart).
+                    continue;
+                }
+                let n = queues.len();
+                let request = cpb::ImportRequest {
+                    transfer: m.transfer(&c.this().name),
+                    queues: queues.iter().map(queue_of).collect(),
+                    previous: m.previous.canonical.clone(),
+                    done: false,
+                };
+                let mut client = peers.cluster_client(owner);
+                client
+                    .import(peers.request(request))
+                    .await
+                    .map_err(|s| anyhow::anyhow!("node {}: {}", peers.name(owner), s.message()))?;
+                // Durable on the owner: let them go here.
+                let frontier = self.frontier.clone();
+                tokio::task::spawn_blocking(move || {
+                    let keys: Vec<(&str, &[u8])> =
+                        queues.iter().map(|q| (&q.crawl[..], &q.key[..])).collect();
+                    frontier.release(&keys)
+                })
+                .await??;
+                sent += n as u64;
+                log!(
+                    self.log,
+                    Info,
+                    "moved {n} queues to node {}",
+                    peers.name(owner)
+                );
+            }
+        }
+        for i in 0..c.nodes.len() {
+            if i == c.me {
+                continue;
+            }
+            let request = cpb::ImportRequest {
+                transfer: m.transfer(&c.this().name),
+                queues: Vec::new(),
+                previous: m.previous.canonical.clone(),
+                done: true,
+            };
+            peers
+                .cluster_client(i)
+                .import(peers.request(request))
+                .await
+                .map_err(|s| anyhow::anyhow!("node {}: {}", peers.name(i), s.message()))?;
+        }
+        log!(
+            self.log,
+            Info,
+            "sent every queue of the move ({sent} in this run) and told every node"
+        );
+        Ok(())
+    }
+
+    /// Asks the other nodes whether a move is under way (for a node new to the cluster),
+    /// and joins the first one found.
+    pub async fn learn(&self, peers: &Peers) {
+        for i in 0..self.cluster.nodes.len() {
+            if i == self.cluster.me {
+                continue;
+            }
+            let mut client = peers.cluster_client(i);
+            let asked = tokio::time::timeout(
+                Duration::from_secs(3),
+                client.moving(peers.request(cpb::MovingRequest {})),
+            )
+            .await;
+            if let Ok(Ok(reply)) = asked {
+                let previous = reply.into_inner().previous;
+                if !previous.is_empty() {
+                    match self.begin(&previous, false) {
+                        Ok(_) => return,
+                        Err(e) => log!(self.log, Error, "joining the move: {e}"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Imports queues another node sends (`Import`), or records that it is done.
+    async fn import(&self, from: &str, r: cpb::ImportRequest) -> Result<u64, Status> {
+        let m = match self.current() {
+            Some(m) if m.previous.canonical == r.previous => m,
+            Some(m) => {
+                return Err(Status::failed_precondition(format!(
+                    "node {from} moves from the list \"{}\", this node from \"{}\"",
+                    r.previous, m.previous.canonical
+                )))
+            }
+            // A done repeated after this node finished the move.
+            None if r.done && r.queues.is_empty() => return Ok(0),
+            // A new node that did not know of the move yet.
+            None => tokio::task::block_in_place(|| self.begin(&r.previous, false))
+                .map_err(|e| Status::failed_precondition(format!("{e:#}")))?,
+        };
+        let known = m.previous.assignment.names().iter().any(|n| n == from)
+            || self.cluster.nodes.iter().any(|n| n.name == from);
+        if !known {
+            return Err(Status::failed_precondition(format!(
+                "node {from} is in neither the list of the move nor the one before it"
+            )));
+        }
+        let queues: Vec<QueueExport> = r.queues.into_iter().map(export_of).collect();
+        for q in &queues {
+            if self.cluster.owner(&q.key) != self.cluster.me {
+                return Err(Status::failed_precondition(format!(
+                    "node {from} sent the queue {} that this node does not own",
+                    String::from_utf8_lossy(&q.key)
+                )));
+            }
+        }
+        let frontier = self.frontier.clone();
+        let transfer = m.transfer(from);
+        let done = r.done.then(|| m.done_name(from));
+        let n = tokio::task::spawn_blocking(move || -> crivello::Result<u64> {
+            let n = frontier.import(transfer.as_bytes(), &queues)?;
+            if let Some(done) = done {
+                frontier.import(done.as_bytes(), &[])?;
+            }
+            Ok(n)
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(|e| Status::internal(format!("import: {e}")))?;
+        if r.done {
+            m.waiting.lock().expect("not poisoned").remove(from);
+            log!(self.log, Info, "node {from} sent every queue of the move");
+            tokio::task::block_in_place(|| self.finish_if_done())
+                .map_err(|e| Status::internal(format!("ending the move: {e:#}")))?;
+        } else if n > 0 {
+            log!(self.log, Info, "imported {n} queues from node {from}");
+        }
+        Ok(n)
+    }
+}
+
+/// The cluster's own calls.
+pub struct ClusterService(pub Arc<Moves>);
+
+#[tonic::async_trait]
+impl cpb::cluster_server::Cluster for ClusterService {
+    async fn import(
+        &self,
+        request: Request<cpb::ImportRequest>,
+    ) -> Result<Response<cpb::ImportReply>, Status> {
+        let Some(Forwarded(from)) = request.extensions().get::<Forwarded>().cloned() else {
+            return Err(Status::permission_denied(
+                "Import is a call between the nodes of a cluster",
+            ));
+        };
+        let imported = self.0.import(&from, request.into_inner()).await?;
+        Ok(Response::new(cpb::ImportReply { imported }))
+    }
+
+    async fn moving(
+        &self,
+        _request: Request<cpb::MovingRequest>,
+    ) -> Result<Response<cpb::MovingReply>, Status> {
+        Ok(Response::new(cpb::MovingReply {
+            previous: self.0.previous().unwrap_or_default(),
+        }))
+    }
+}
+
+fn url_of(u: &MovedUrl, at_ms: u64) -> cpb::Url {
+    cpb::Url {
+        url: u.url.clone(),
+        metadata: u.metadata.clone(),
+        at_ms,
+    }
+}
+
+fn moved_of(u: cpb::Url) -> MovedUrl {
+    MovedUrl {
+        url: u.url,
+        metadata: u.metadata,
+    }
+}
+
+/// A queue as `Import` carries it.
+fn queue_of(q: &QueueExport) -> cpb::Queue {
+    let p = q.policy.unwrap_or_default();
+    cpb::Queue {
+        crawl: q.crawl.clone(),
+        key: q.key.clone(),
+        has_policy: q.policy.is_some(),
+        delay_ms: p.delay_ms,
+        ratio_ppm: p.ratio_ppm,
+        per_queue: p.per_queue,
+        limit: p.limit,
+        blocked_until_ms: q.blocked_until_ms,
+        completed: q.completed,
+        burst_ms: q.burst_ms,
+        due_ms: q.due_ms,
+        done: q.done.iter().map(|u| url_of(u, 0)).collect(),
+        leased: q.leased.iter().map(|(u, d)| url_of(u, *d)).collect(),
+        returned: q.returned.iter().map(|u| url_of(u, 0)).collect(),
+        refetch: q.refetch.iter().map(|(w, u)| url_of(u, *w)).collect(),
+        waiting: q.waiting.iter().map(|u| url_of(u, 0)).collect(),
+    }
+}
+
+/// A queue `Import` carried.
+fn export_of(q: cpb::Queue) -> QueueExport {
+    QueueExport {
+        crawl: q.crawl,
+        key: q.key,
+        policy: q.has_policy.then_some(Policy {
+            delay_ms: q.delay_ms,
+            ratio_ppm: q.ratio_ppm,
+            per_queue: q.per_queue,
+            limit: q.limit,
+        }),
+        blocked_until_ms: q.blocked_until_ms,
+        completed: q.completed,
+        burst_ms: q.burst_ms,
+        due_ms: q.due_ms,
+        done: q.done.into_iter().map(moved_of).collect(),
+        leased: q
+            .leased
+            .into_iter()
+            .map(|u| (u.at_ms, u))
+            .map(|(d, u)| (moved_of(u), d))
+            .collect(),
+        returned: q.returned.into_iter().map(moved_of).collect(),
+        refetch: q
+            .refetch
+            .into_iter()
+            .map(|u| (u.at_ms, moved_of(u)))
+            .collect(),
+        waiting: q.waiting.into_iter().map(moved_of).collect(),
+    }
+}

@@ -1,0 +1,186 @@
+"""A node joins a cluster of `crivello serve` nodes, or leaves it: restarted with the new list
+(the node that leaves started once with it, to send its queues), the nodes move the queues
+whose owner changed, with everything they carry (waiting URLs in order, leases and their
+deadlines, done URLs, blocks), kill -9 of a node during the move included; nothing is lost,
+nothing is served twice, a URL seen before is still known, and each host lives on one node."""
+
+import random
+import subprocess
+import time
+
+from conftest import BIN, Server, free_ports
+from helpers import discovered, known, put
+from test_cluster import host_of, hosts_urls, served_by_each
+
+
+def node_stats(node):
+    pb = node.pb
+    return node.stub.GetStats(pb.QueueWithinCrawlParams(local=True))
+
+
+def wait_moved(nodes, timeout=90):
+    """Waits until no node has a move under way."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if all(node_stats(n).counts.get("moving", 0) == 0 for n in nodes):
+            return
+        time.sleep(0.2)
+    logs = "\n".join(n.log()[-3000:] for n in nodes)
+    raise AssertionError(f"the move did not finish; logs:\n{logs}")
+
+
+def owners(nodes):
+    """{host: index of the node whose store holds its queue}; no host on two nodes."""
+    pb = nodes[0].pb
+    out = {}
+    for i, node in enumerate(nodes):
+        for key in node.stub.ListQueues(pb.Pagination(size=10000, local=True, include_inactive=True)).values:
+            assert key not in out, f"{key} on nodes {out[key]} and {i}"
+            out[key] = i
+    return out
+
+
+class Nodes:
+    """The nodes of a cluster as `served_by_each` takes them."""
+
+    def __init__(self, nodes):
+        self.nodes = nodes
+
+    def __getitem__(self, i):
+        return self.nodes[i]
+
+
+def grow(api, c, kills=()):
+    """Stops the nodes of `c`, restarts them with a fourth node n3 in the list, starts n3;
+    kills the nodes in `kills` (-9) at a random instant of the move and restarts them."""
+    for n in c.nodes:
+        assert n.stop() == 0, n.log()
+    port = free_ports(1)[0]
+    peers = f"{c.peers},n3=127.0.0.1:{port}"
+    root = c[0].dir.rsplit("/", 1)[0]
+    nodes = [
+        Server(api, n.dir, "--node", name, "--peers", peers, listen=False)
+        for name, n in zip(c.names, c.nodes)
+    ]
+    nodes.append(Server(api, f"{root}/n3", "--node", "n3", "--peers", peers, listen=False))
+    for k in kills:
+        time.sleep(random.uniform(0, 0.3))
+        nodes[k].kill()
+        nodes[k].restart()
+    c.nodes = nodes
+    return nodes
+
+
+def crawl_state(c):
+    """URLs on 60 hosts put to a three-node cluster; one URL of every host leased for an
+    hour, half of those acknowledged done; one host blocked for an hour."""
+    pb = c[0].pb
+    urls = hosts_urls(60, 6, tag="j")
+    assert all(s == "OK" for _, s in put(c[0], [discovered(pb, u) for u in urls]))
+    leased = []
+    for node in c.nodes:
+        got = list(node.stub.GetURLs(pb.GetParams(crawlID="DEFAULT", max_urls_per_queue=1,
+                                                  delay_requestable=3600)))
+        leased += [g.url for g in got]
+    assert len(leased) == 60
+    done = leased[::2]
+    assert all(s == "OK" for _, s in put(c[1], [known(pb, u, 0) for u in done]))
+    blocked = "j7.example"
+    c[2].stub.BlockQueueUntil(pb.BlockQueueParams(key=blocked, crawlID="DEFAULT",
+                                                  time=int(time.time()) + 3600))
+    return urls, set(leased) - set(done), set(done), blocked
+
+
+def check_after_move(nodes, urls, in_transit, done, blocked):
+    pb = nodes[0].pb
+    where = owners(nodes)
+    assert sorted(where) == sorted({host_of(u) for u in urls})
+    assert set(where.values()) == set(range(len(nodes))), "a node holds no host"
+    # Every URL is still known, through any node.
+    again = put(nodes[-1], [discovered(pb, u) for u in urls])
+    assert [s for _, s in again] == ["SKIPPED"] * len(urls)
+    # The leases still run (a host with a URL in transit gets no other: one at a time) and
+    # the block holds: served now are exactly the other hosts' URLs waiting.
+    served = served_by_each(Nodes(nodes))
+    everything = [u for got in served.values() for u in got]
+    busy = {host_of(u) for u in in_transit} | {blocked}
+    want = [u for u in urls if u not in done and host_of(u) not in busy]
+    assert sorted(everything) == sorted(want), "each waiting URL served once"
+    for i, got in served.items():
+        assert all(where[host_of(u)] == i for u in got), f"node {i} served another's URL"
+        for h in {host_of(u) for u in got}:
+            assert [u for u in got if host_of(u) == h] == [u for u in want if host_of(u) == h]
+    # The blocked host's URLs and those in transit are held where their host lives now.
+    owner_of_blocked = nodes[where[blocked]]
+    assert owner_of_blocked.stub.CountURLs(
+        pb.CountUrlParams(key=blocked, crawlID="DEFAULT", local=True)).value == len(
+        [u for u in urls if host_of(u) == blocked and u not in done])
+    for i, node in enumerate(nodes):
+        mine = [u for u in in_transit if where[host_of(u)] == i]
+        assert node_stats(node).inProcess == len(mine), (i, node.log()[-2000:])
+
+
+def test_a_node_joins_and_the_hosts_it_owns_move_to_it_with_their_state(api, cluster_factory):
+    c = cluster_factory(3)
+    state = crawl_state(c)
+    nodes = grow(api, c)
+    wait_moved(nodes)
+    check_after_move(nodes, *state)
+    assert "moved" in nodes[0].log() + nodes[1].log() + nodes[2].log()
+
+
+def test_kill_9_during_a_move_loses_and_duplicates_nothing(api, cluster_factory):
+    c = cluster_factory(3)
+    state = crawl_state(c)
+    nodes = grow(api, c, kills=(0, 3, 1))
+    wait_moved(nodes)
+    check_after_move(nodes, *state)
+
+
+def shrink(api, c, kills=(), kill_leaving=False):
+    """Stops the four nodes of `c`, restarts n0..n2 with a list without n3, and starts n3 once
+    with that list: it sends its queues to their owners and exits 0. Kills the nodes in
+    `kills` (-9) at a random instant of the move and restarts them."""
+    for n in c.nodes:
+        assert n.stop() == 0, n.log()
+    peers = ",".join(c.peers.split(",")[:3])
+    nodes = [
+        Server(api, n.dir, "--node", name, "--peers", peers, listen=False)
+        for name, n in zip(c.names[:3], c.nodes[:3])
+    ]
+    leave = [BIN, "serve", c[3].dir, "--node", "n3", "--peers", peers]
+    leaving = subprocess.Popen(leave, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if kill_leaving:
+        time.sleep(random.uniform(0, 0.1))
+        leaving.kill()
+        leaving.wait()
+        leaving = subprocess.Popen(leave, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for k in kills:
+        time.sleep(random.uniform(0, 0.3))
+        nodes[k].kill()
+        nodes[k].restart()
+    out, err = leaving.communicate(timeout=90)
+    assert leaving.returncode == 0, err.decode()
+    # (Killed after it finished, the second run finds nothing left to send.)
+    assert b"can be removed" in err or (kill_leaving and b"holds nothing" in err), err.decode()
+    # Started again, it has nothing left to send.
+    again = subprocess.run(leave, capture_output=True, timeout=60)
+    assert again.returncode == 0 and b"holds nothing" in again.stderr, again
+    c.nodes = nodes
+    return nodes
+
+
+def test_a_node_leaves_and_its_hosts_move_to_the_others_with_their_state(api, cluster_factory):
+    c = cluster_factory(4)
+    state = crawl_state(c)
+    nodes = shrink(api, c)
+    wait_moved(nodes)
+    check_after_move(nodes, *state)
+
+
+def test_kill_9_while_a_node_leaves_loses_and_duplicates_nothing(api, cluster_factory):
+    c = cluster_factory(4)
+    state = crawl_state(c)
+    nodes = shrink(api, c, kills=(1, 0), kill_leaving=True)
+    wait_moved(nodes)
+    check_after_move(nodes, *state)
