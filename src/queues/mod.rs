@@ -240,6 +240,9 @@ pub struct HeldUrl {
     pub status: UrlStatus,
 }
 
+/// A test of queue keys: [`Frontier::serve_only`] hands out the queues whose key passes.
+pub type KeyFilter = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
 /// A URL of a queue as it moves to another frontier: its text and metadata.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MovedUrl {
@@ -637,10 +640,7 @@ impl Frontier {
     /// Hand-outs ([`Frontier::lease_with`]) take only the queues whose key passes `filter`
     /// from now on (`None`: every queue), until the frontier is closed: a node of a cluster
     /// serves only the keys it owns, while it still holds others that move away.
-    pub fn serve_only(
-        &self,
-        filter: Option<Arc<dyn Fn(&[u8]) -> bool + Send + Sync>>,
-    ) -> Result<()> {
+    pub fn serve_only(&self, filter: Option<KeyFilter>) -> Result<()> {
         self.with(|c| {
             c.set_serve_only(filter);
             Ok(())

@@ -254,11 +254,8 @@ pub(crate) struct Core {
     /// entries that older builds cannot read.
     versioned: bool,
     /// Hand-outs take only the queues whose key passes (none: every queue).
-    serve_only: Option<KeyFilter>,
+    serve_only: Option<super::KeyFilter>,
 }
-
-/// A test of queue keys ([`Core::set_serve_only`]).
-pub(crate) type KeyFilter = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
 
 impl Core {
     /// Opens the frontier on `sieve`'s store: replays J, then, for a store used as a plain
@@ -2270,7 +2267,7 @@ impl Core {
     }
 
     /// Hand-outs take only the queues whose key passes `filter` (none: every queue).
-    pub(super) fn set_serve_only(&mut self, filter: Option<KeyFilter>) {
+    pub(super) fn set_serve_only(&mut self, filter: Option<super::KeyFilter>) {
         self.serve_only = filter;
     }
 
