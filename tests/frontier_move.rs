@@ -118,6 +118,19 @@ fn queues_move_with_every_state_and_their_urls_stay_known() {
     let sdisk = SimDisk::new();
     let s = source(&sdisk, &clock);
     let moving = export(&s, odd);
+    // The same queues found by their keys (and a key with no queue, left out).
+    let mut keys: Vec<(&str, &[u8])> = moving.iter().map(|q| (&q.crawl[..], &q.key[..])).collect();
+    keys.push(("", b"nowhere.test"));
+    let mut by_key = Vec::new();
+    assert_eq!(
+        s.export_queues(&keys, |q| {
+            by_key.push(q);
+            Ok(())
+        })
+        .unwrap(),
+        4
+    );
+    assert_eq!(by_key, moving);
     // 3 odd hosts in DEFAULT, and h1 in "other" (the first 8 URLs of a round: hosts 0, 1).
     assert_eq!(
         moving.len(),
@@ -485,4 +498,51 @@ fn hand_outs_take_only_the_queues_whose_key_passes_the_filter() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].url, url(2, 0).into_bytes());
     f.close().unwrap();
+}
+
+/// The source's part of a move after the import: releasing the queues that moved.
+fn release_workload(disk: &SimDisk, clock: &Arc<ManualClock>) -> Result<(), Error> {
+    let s = source(disk, clock);
+    let moving = export(&s, odd);
+    let keys: Vec<(&str, &[u8])> = moving.iter().map(|q| (&q.crawl[..], &q.key[..])).collect();
+    s.release(&keys)?;
+    s.close()
+}
+
+#[test]
+fn a_crash_at_any_operation_of_a_release_leaves_each_queue_whole_or_released() {
+    use crivello::storage::sim::CrashImage;
+    let clean = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(START));
+    release_workload(&clean, &clock).unwrap();
+    let total = clean.ops();
+    // The state before the release, from a run that stops there.
+    let before_disk = SimDisk::new();
+    let s = source(&before_disk, &Arc::new(ManualClock::new(START)));
+    // The crash points of the release: after those of building the source.
+    let built = before_disk.ops();
+    let before = export(&s, odd);
+    let others = export(&s, |c, k| !odd(c, k));
+    s.close().unwrap();
+    let mut checked = 0;
+    for k in built + 1..=total {
+        let disk = SimDisk::new();
+        disk.crash_at(k);
+        let _ = release_workload(&disk, &Arc::new(ManualClock::new(START)));
+        for image in CrashImage::each_kind(k) {
+            let img = disk.crash_image(image);
+            let s = open(&img, 3, &Arc::new(ManualClock::new(START)))
+                .unwrap_or_else(|e| panic!("op {k}, {image:?}: reopen: {e}"));
+            // Each moving queue is whole or released; the others are untouched.
+            let after = export(&s, odd);
+            for q in &after {
+                assert!(before.contains(q), "op {k}, {image:?}: {:?} changed", q.key);
+            }
+            assert_eq!(export(&s, |c, k| !odd(c, k)), others, "op {k}, {image:?}");
+            s.close().unwrap();
+            checked += 1;
+        }
+    }
+    assert!(checked > 10);
+    eprintln!("{} crash points, {checked} images checked", total - built);
 }

@@ -10,6 +10,11 @@
 //!    share (N-1)/N is forwarded), then GetURLs of every node, each round acknowledged done
 //!    to the node that handed it out, until every URL was handed out. On a machine with few
 //!    cores this measures the overhead of more nodes, not their scaling.
+//! 3. Moves: for each N of `--moves`, N nodes take `--urls` URLs; then every node is
+//!    restarted with a list of N + 1 and the new node started: the queues whose owner changed
+//!    move. Printed: the queues and URL bytes whose owner changed (against the ideal 1/(N+1)
+//!    and hash mod N), the bytes the nodes' stores took in while moving, how long the move
+//!    took, and that every URL is still there once.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -43,6 +48,9 @@ pub struct ClusterArgs {
     /// Node counts of the aggregate phase.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
     pub nodes: Vec<usize>,
+    /// Node counts N of the move phase (one node joins N).
+    #[arg(long, value_delimiter = ',', default_value = "3,7,15")]
+    pub moves: Vec<usize>,
     /// The directory to create the stores under (default: the system's temporary one).
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -55,20 +63,27 @@ struct Nodes {
     names: Vec<String>,
 }
 
+/// `n` free loopback addresses.
+fn free_addrs(n: usize) -> Result<Vec<String>> {
+    let socks: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<_>>()?;
+    Ok(socks
+        .iter()
+        .map(|s| s.local_addr().map(|a| format!("127.0.0.1:{}", a.port())))
+        .collect::<std::io::Result<_>>()?)
+}
+
 impl Nodes {
     /// Starts `n` nodes `n0..` under `root`.
     fn start(bin: &Path, root: &Path, n: usize) -> Result<Nodes> {
-        let ports: Vec<u16> = {
-            let socks: Vec<std::net::TcpListener> = (0..n)
-                .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-                .collect::<std::io::Result<_>>()?;
-            socks
-                .iter()
-                .map(|s| s.local_addr().map(|a| a.port()))
-                .collect::<std::io::Result<_>>()?
-        };
         let names: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
-        let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        Nodes::start_list(bin, root, &names, &free_addrs(n)?)
+    }
+
+    /// Starts the nodes `names` at `addrs` under `root` (their stores `root/NAME`).
+    fn start_list(bin: &Path, root: &Path, names: &[String], addrs: &[String]) -> Result<Nodes> {
+        let (names, addrs) = (names.to_vec(), addrs.to_vec());
         let peers: Vec<String> = names
             .iter()
             .zip(&addrs)
@@ -358,6 +373,128 @@ pub fn run(a: &ClusterArgs) -> Result<()> {
         })?;
         println!("  {count:>5}  {:>22.0}  {:>23.0}", rate(put), rate(get));
         drop(nodes);
+    }
+
+    // 3. Moves.
+    if !a.moves.is_empty() {
+        moves(a, &rt, &parent)?;
+    }
+    Ok(())
+}
+
+/// The bytes of the files under `dir`.
+fn bytes_under(dir: &Path) -> u64 {
+    let mut n = 0;
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            match e.metadata() {
+                Ok(m) if m.is_dir() => n += bytes_under(&e.path()),
+                Ok(m) => n += m.len(),
+                Err(_) => {}
+            }
+        }
+    }
+    n
+}
+
+/// 3. Moves: one node joins N, for each N of `--moves`.
+fn moves(a: &ClusterArgs, rt: &tokio::runtime::Runtime, parent: &Path) -> Result<()> {
+    let n = a.urls;
+    println!(
+        "\nMoves: {n} URLs over {} hosts on N nodes; every node restarted with N + 1 (consistent \
+         hashing, C = {DEFAULT_REPLICAS}), the new node started; the move runs until every node \
+         reports it finished",
+        a.hosts
+    );
+    println!(
+        "   N  queues moved  ideal 1/(N+1)  URL bytes moved  hash mod N  new node's store  \
+         move (s)  MB/s of URLs"
+    );
+    let urls: Vec<String> = (0..n).map(|i| url_of(i, a.hosts)).collect();
+    for &count in &a.moves {
+        let tmp = tempfile::tempdir_in(parent)?;
+        let names: Vec<String> = (0..=count).map(|i| format!("n{i}")).collect();
+        let addrs = free_addrs(count + 1)?;
+        // What changes owner, from the assignments.
+        let before = Assignment::new(Method::Consistent { replicas: DEFAULT_REPLICAS }, &names[..count])?;
+        let after = Assignment::new(Method::Consistent { replicas: DEFAULT_REPLICAS }, &names)?;
+        let modulo_before = Assignment::new(Method::Modulo, &names[..count])?;
+        let modulo_after = Assignment::new(Method::Modulo, &names)?;
+        let (mut bytes, mut moved_bytes, mut modulo_bytes) = (0u64, 0u64, 0u64);
+        let mut hosts_moved = std::collections::HashSet::new();
+        for u in &urls {
+            let host = u.split('/').nth(2).unwrap_or_default();
+            let len = u.len() as u64;
+            bytes += len;
+            if before.names()[before.owner(host.as_bytes())] != after.names()[after.owner(host.as_bytes())] {
+                moved_bytes += len;
+                hosts_moved.insert(host.to_owned());
+            }
+            if modulo_before.names()[modulo_before.owner(host.as_bytes())]
+                != modulo_after.names()[modulo_after.owner(host.as_bytes())]
+            {
+                modulo_bytes += len;
+            }
+        }
+        let nodes = Nodes::start_list(&a.bin, tmp.path(), &names[..count], &addrs[..count])?;
+        rt.block_on(async {
+            let clients = nodes.clients().await?;
+            put_all(&clients, urls.clone(), a.clients, a.batch).await?;
+            Ok::<_, crate::record::Error>(())
+        })?;
+        drop(nodes);
+        let start = Instant::now();
+        let nodes = Nodes::start_list(&a.bin, tmp.path(), &names, &addrs)?;
+        let total = rt.block_on(async {
+            let mut clients = nodes.clients().await?;
+            loop {
+                let mut moving = 0;
+                for c in clients.iter_mut() {
+                    let s = c
+                        .get_stats(pb::QueueWithinCrawlParams {
+                            key: String::new(),
+                            crawl_id: String::new(),
+                            local: true,
+                        })
+                        .await?
+                        .into_inner();
+                    moving += s.counts.get("moving").copied().unwrap_or(0);
+                }
+                if moving == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let s = clients[0]
+                .count_ur_ls(pb::CountUrlParams {
+                    key: String::new(),
+                    crawl_id: String::new(),
+                    local: Some(false),
+                    filter: None,
+                    ignore_case: None,
+                })
+                .await?
+                .into_inner();
+            Ok::<_, crate::record::Error>(s.value)
+        })?;
+        let took = start.elapsed();
+        let new_store = bytes_under(&tmp.path().join(&names[count]));
+        drop(nodes);
+        if total != n {
+            return Err(format!("{total} URLs after the move, not {n}").into());
+        }
+        let hosts: std::collections::HashSet<&str> =
+            urls.iter().map(|u| u.split('/').nth(2).unwrap_or_default()).collect();
+        println!(
+            "  {count:>2}  {:>11.2} %  {:>12.2} %  {:>14.2} %  {:>9.2} %  {:>13.1} MB  {:>8.2}  {:>12.1}",
+            100.0 * hosts_moved.len() as f64 / hosts.len() as f64,
+            100.0 / (count + 1) as f64,
+            100.0 * moved_bytes as f64 / bytes as f64,
+            100.0 * modulo_bytes as f64 / bytes as f64,
+            new_store as f64 / 1e6,
+            took.as_secs_f64(),
+            moved_bytes as f64 / 1e6 / took.as_secs_f64()
+        );
     }
     Ok(())
 }

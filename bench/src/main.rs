@@ -9,7 +9,7 @@
 //! crivello-bench table --input results.json
 //! crivello-bench frontier [--urls N] [--hosts H] [--batch B] [--dir DIR] [--push-new]
 //! crivello-bench neardup [--stored N[,N...]] [--memory MIB] [--batch B] [--python PY]
-//! crivello-bench cluster [--urls N] [--hosts H] [--clients C] [--nodes 1,2,4]
+//! crivello-bench cluster [--urls N] [--hosts H] [--clients C] [--nodes 1,2,4] [--moves 3,7,15]
 //! crivello-bench assign [--hosts UKWA.tsv.xz] [--synthetic N] [--agents N,...] [--svg FILE]
 //! crivello-bench compress [--inputs FILE,...] [--synthetic N] [--frame BYTES]
 //! ```

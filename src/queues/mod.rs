@@ -615,6 +615,16 @@ impl Frontier {
         self.with(|c| c.export(&mut select, &mut visit))
     }
 
+    /// [`Frontier::export`] of the queues `queues` (crawl, key), found by their keys: those
+    /// that exist and were not released, in the order given.
+    pub fn export_queues(
+        &self,
+        queues: &[(&str, &[u8])],
+        mut visit: impl FnMut(QueueExport) -> Result<()>,
+    ) -> Result<u64> {
+        self.with(|c| c.export_queues(queues, &mut visit))
+    }
+
     /// Imports queues another frontier exported ([`Frontier::export`]) under the transfer
     /// named `transfer` (a move: its sender's name and the move's, say). Each queue not
     /// received under `transfer` before replaces the queue of its crawl and key here

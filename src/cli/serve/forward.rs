@@ -242,7 +242,7 @@ impl Router {
         };
         let mut owners: Vec<usize> = ops.iter().map(|op| cluster.owner(&op_key(op))).collect();
         // This node's ops of keys a move has not brought yet: answered FAIL (owner `usize::MAX`).
-        if let Some(moves) = self.moves.as_ref().filter(|m| m.previous().is_some()) {
+        if let Some(moves) = self.moves.as_ref().filter(|m| m.moving()) {
             for (op, owner) in ops.iter().zip(owners.iter_mut()) {
                 if *owner == cluster.me && moves.pending(&op_key(op)) {
                     *owner = usize::MAX;

@@ -99,6 +99,11 @@ impl Moves {
         self.current.read().expect("not poisoned").clone()
     }
 
+    /// Whether a move is under way.
+    pub fn moving(&self) -> bool {
+        self.current.read().expect("not poisoned").is_some()
+    }
+
     /// The previous list of the move under way, in canonical form.
     pub fn previous(&self) -> Option<String> {
         self.current().map(|m| m.previous.canonical.clone())
@@ -242,17 +247,16 @@ impl Moves {
         let mut sent = 0u64;
         for (owner, keys) in keys.into_iter().enumerate() {
             for chunk in keys.chunks(QUEUES_PER_CALL) {
-                let wanted: HashSet<(String, Vec<u8>)> = chunk.iter().cloned().collect();
+                let wanted = chunk.to_vec();
                 let frontier = self.frontier.clone();
                 let queues = tokio::task::spawn_blocking(move || -> crivello::Result<_> {
                     let mut out = Vec::new();
-                    frontier.export(
-                        |crawl, key| wanted.contains(&(crawl.to_owned(), key.to_vec())),
-                        |q| {
-                            out.push(q);
-                            Ok(())
-                        },
-                    )?;
+                    let wanted: Vec<(&str, &[u8])> =
+                        wanted.iter().map(|(c, k)| (&c[..], &k[..])).collect();
+                    frontier.export_queues(&wanted, |q| {
+                        out.push(q);
+                        Ok(())
+                    })?;
                     Ok(out)
                 })
                 .await??;

@@ -720,7 +720,7 @@ impl Service {
             counts.insert(HANDOFF_RECORDS.to_owned(), self.router.handoff_records());
         }
         if let Some(moves) = &self.moves {
-            counts.insert(MOVING.to_owned(), u64::from(moves.previous().is_some()));
+            counts.insert(MOVING.to_owned(), u64::from(moves.moving()));
         }
         Ok(pb::Stats {
             size: c.waiting + c.leased,

@@ -1904,6 +1904,50 @@ impl Core {
         self.flush()?;
         let now = self.clock.now_ms();
         self.expire(now);
+        let mut picked = Vec::new();
+        for (i, q) in self.queues.iter().enumerate() {
+            let Some(name) = self.crawl_names.get(&q.crawl) else {
+                // A deleted crawl's queue.
+                continue;
+            };
+            if !self.released.contains(&q.id) && select(&String::from_utf8_lossy(name), &q.key) {
+                picked.push(i);
+            }
+        }
+        self.export_picked(&picked, visit)
+    }
+
+    /// [`Core::export`] of the queues `queues` (crawl, key) that exist and are not released.
+    pub(super) fn export_queues(
+        &mut self,
+        queues: &[(&str, &[u8])],
+        visit: &mut dyn FnMut(super::QueueExport) -> Result<()>,
+    ) -> Result<u64> {
+        self.writable()?;
+        self.flush()?;
+        let now = self.clock.now_ms();
+        self.expire(now);
+        let mut picked = Vec::new();
+        for &(crawl, key) in queues {
+            let Some(&id) = self.crawls.get(super::crawl_name(crawl)) else {
+                continue;
+            };
+            let qid = queue_id(id, key);
+            if let Some(&i) = self.index.get(&qid) {
+                if !self.released.contains(&qid) {
+                    picked.push(i as usize);
+                }
+            }
+        }
+        self.export_picked(&picked, visit)
+    }
+
+    /// Calls `visit` with each queue of `picked` (indexes of live crawls' queues) whole.
+    fn export_picked(
+        &mut self,
+        picked: &[usize],
+        visit: &mut dyn FnMut(super::QueueExport) -> Result<()>,
+    ) -> Result<u64> {
         let st = self.sieve.storage().clone();
         let archives = self
             .archives
@@ -1915,19 +1959,13 @@ impl Core {
             leases_of.entry(l.queue).or_default().push(seq);
         }
         let mut visited = 0;
-        for i in 0..self.queues.len() {
+        for &i in picked {
             let q = &self.queues[i];
-            let Some(name) = self.crawl_names.get(&q.crawl) else {
-                // A deleted crawl's queue.
-                continue;
-            };
-            if self.released.contains(&q.id) {
-                continue;
-            }
-            let crawl = String::from_utf8_lossy(name).into_owned();
-            if !select(&crawl, &q.key) {
-                continue;
-            }
+            let crawl = self
+                .crawl_names
+                .get(&q.crawl)
+                .map(|n| String::from_utf8_lossy(n).into_owned())
+                .unwrap_or_default();
             let moved =
                 |rec: &[u8], file: &crate::storage::File, at: u64| -> Result<super::MovedUrl> {
                     let r = record::decode(rec).map_err(|what| file.corrupt(at, what))?;
