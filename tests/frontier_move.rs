@@ -546,3 +546,37 @@ fn a_crash_at_any_operation_of_a_release_leaves_each_queue_whole_or_released() {
     assert!(checked > 10);
     eprintln!("{} crash points, {checked} images checked", total - built);
 }
+
+#[test]
+fn many_imports_are_compacted_like_the_movers_runs() {
+    let clock = Arc::new(ManualClock::new(START));
+    let disk = SimDisk::new();
+    let t = open(&disk, 1, &clock).unwrap();
+    let mut all = Vec::new();
+    for i in 0..10u32 {
+        let q = QueueExport {
+            crawl: "DEFAULT".into(),
+            key: format!("h{i}.test").into_bytes(),
+            done: vec![crivello::MovedUrl {
+                url: url(i, 0).into_bytes(),
+                metadata: Vec::new(),
+            }],
+            waiting: (1..4)
+                .map(|k| crivello::MovedUrl {
+                    url: url(i, k).into_bytes(),
+                    metadata: Vec::new(),
+                })
+                .collect(),
+            ..QueueExport::default()
+        };
+        assert_eq!(t.import(b"many", std::slice::from_ref(&q)).unwrap(), 1);
+        all.push(q);
+    }
+    // Each import wrote a run; they were compacted as the mover's are (at 3).
+    assert!(t.stats().unwrap().runs < 3, "{:?}", t.stats().unwrap());
+    assert_eq!(export(&t, |_, _| true), all);
+    t.close().unwrap();
+    let t = open(&disk, 1, &clock).unwrap();
+    assert_eq!(export(&t, |_, _| true), all);
+    t.close().unwrap();
+}

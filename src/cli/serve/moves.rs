@@ -39,7 +39,7 @@ use super::forward::Peers;
 use super::log::{log, Log};
 
 /// Queues sent in one `Import` call at most.
-const QUEUES_PER_CALL: usize = 256;
+const QUEUES_PER_CALL: usize = 1024;
 
 /// The longest wait between two attempts to send.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);

@@ -2256,6 +2256,9 @@ impl Core {
             next_seq: seq,
             queues,
         }])?;
+        if self.runs.len() >= self.max_runs {
+            self.compact()?;
+        }
         Ok(n)
     }
 
