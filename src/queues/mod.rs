@@ -657,6 +657,13 @@ impl Frontier {
         })
     }
 
+    /// Whether the queue of `key` in `crawl` was received under the transfer named
+    /// `transfer` ([`Frontier::import`]).
+    pub fn received(&self, transfer: &[u8], crawl: &str, key: &[u8]) -> Result<bool> {
+        let crawl = crawl_name(crawl);
+        self.with(|c| Ok(c.received(transfer, crawl, key)))
+    }
+
     /// Forgets the receipts of the transfer named `transfer` (once its sender will not send
     /// again); false when there were none. Durable when this returns.
     pub fn end_transfer(&self, transfer: &[u8]) -> Result<bool> {

@@ -8,6 +8,8 @@ import random
 import subprocess
 import time
 
+import grpc
+
 from conftest import BIN, Server, free_ports
 from helpers import discovered, known, put
 from test_cluster import host_of, hosts_urls, served_by_each
@@ -50,9 +52,31 @@ class Nodes:
         return self.nodes[i]
 
 
-def grow(api, c, kills=()):
+def put_until_ok(nodes, urls, deadline_s=60):
+    """Puts each URL through the nodes in turn until it is acknowledged OK (or SKIPPED):
+    during a move, items of a queue that has not arrived FAIL, and a node may be down."""
+    pb = nodes[0].pb
+    left = list(urls)
+    deadline = time.time() + deadline_s
+    k = 0
+    while left:
+        assert time.time() < deadline, f"{len(left)} URLs never acknowledged"
+        node = nodes[k % len(nodes)]
+        k += 1
+        try:
+            acks = put(node, [discovered(pb, u, ident=u) for u in left])
+        except grpc.RpcError:
+            time.sleep(0.05)
+            continue
+        left = [u for u, s in acks if s not in ("OK", "SKIPPED")]
+        if left:
+            time.sleep(0.05)
+
+
+def grow(api, c, kills=(), during=()):
     """Stops the nodes of `c`, restarts them with a fourth node n3 in the list, starts n3;
-    kills the nodes in `kills` (-9) at a random instant of the move and restarts them."""
+    puts the URLs `during` while the move runs (each until acknowledged); kills the nodes in
+    `kills` (-9) at a random instant of the move and restarts them."""
     for n in c.nodes:
         assert n.stop() == 0, n.log()
     port = free_ports(1)[0]
@@ -63,10 +87,14 @@ def grow(api, c, kills=()):
         for name, n in zip(c.names, c.nodes)
     ]
     nodes.append(Server(api, f"{root}/n3", "--node", "n3", "--peers", peers, listen=False))
+    if during:
+        put_until_ok(nodes, during[: len(during) // 2])
     for k in kills:
         time.sleep(random.uniform(0, 0.3))
         nodes[k].kill()
         nodes[k].restart()
+    if during:
+        put_until_ok(nodes, during[len(during) // 2 :])
     c.nodes = nodes
     return nodes
 
@@ -131,10 +159,13 @@ def test_a_node_joins_and_the_hosts_it_owns_move_to_it_with_their_state(api, clu
 
 def test_kill_9_during_a_move_loses_and_duplicates_nothing(api, cluster_factory):
     c = cluster_factory(3)
-    state = crawl_state(c)
-    nodes = grow(api, c, kills=(0, 3, 1))
+    urls, in_transit, done, blocked = crawl_state(c)
+    # New URLs while the queues move (some of the hosts moving), each put until acknowledged.
+    during = hosts_urls(60, 1, tag="j")
+    during = [u.replace("/0", "/late") for u in during] + hosts_urls(20, 2, tag="late")
+    nodes = grow(api, c, kills=(0, 3, 1), during=during)
     wait_moved(nodes)
-    check_after_move(nodes, *state)
+    check_after_move(nodes, urls + during, in_transit, done, blocked)
 
 
 def shrink(api, c, kills=(), kill_leaving=False):

@@ -334,6 +334,18 @@ pub fn check_start(
     let before = read_trimmed(&handoff.join(MEMBERS_FILE))?;
     let moving = read_trimmed(&handoff.join(MOVE_FILE))?;
     if let Some(previous) = &moving {
+        if before.as_deref() == Some(previous.as_str()) {
+            // A crash came between the two records of a move's start: nothing of the move
+            // happened (a node sends only once its list is recorded). With the previous
+            // list the node goes on as before; with another, that move starts.
+            if now == *previous || cluster.is_none() {
+                std::fs::remove_file(handoff.join(MOVE_FILE))?;
+                std::fs::File::open(&handoff)?.sync_all()?;
+                return check_start(dir, cluster, frontier);
+            }
+            write_durably(&handoff.join(MEMBERS_FILE), &format!("{now}\n"))?;
+            return Ok(Start::Moving(previous.clone()));
+        }
         if before.as_deref() != Some(now.as_str()) {
             return Err(explained(
                 format!(
@@ -436,10 +448,6 @@ pub fn check_start(
             }
         }
         write_durably(&handoff.join(MEMBERS_FILE), &format!("{now}\n"))?;
-    } else if cluster.is_some() && frontier.stats()?.queues == 0 {
-        // A node of a cluster that has never held a queue may be new in a move that the
-        // other nodes know of.
-        start = Start::Fresh;
     }
     Ok(start)
 }

@@ -244,7 +244,10 @@ impl Router {
         // This node's ops of keys a move has not brought yet: answered FAIL (owner `usize::MAX`).
         if let Some(moves) = self.moves.as_ref().filter(|m| m.moving()) {
             for (op, owner) in ops.iter().zip(owners.iter_mut()) {
-                if *owner == cluster.me && moves.pending(&op_key(op)) {
+                let crawl = match op {
+                    Op::Discover { crawl, .. } | Op::Known { crawl, .. } => crawl,
+                };
+                if *owner == cluster.me && moves.pending(crawl, &op_key(op)) {
                     *owner = usize::MAX;
                 }
             }

@@ -245,17 +245,34 @@ pub fn run(args: ServeArgs) -> Result<()> {
                     args.dir.join("handoff"),
                     log.clone(),
                 );
+                moves.set_peers(peers.clone());
                 match &start {
                     cluster::Start::Moving(previous) => {
-                        tokio::task::block_in_place(|| moves.begin(previous, true))?;
+                        tokio::task::block_in_place(|| moves.join(previous, true))?;
                     }
                     // Before serving: a new node holds nothing of its keys until a move
-                    // under way brings them.
-                    cluster::Start::Fresh => moves.learn(&peers).await,
+                    // under way brings them. Until a node of its list answers, it asks again
+                    // every second.
+                    cluster::Start::Fresh => {
+                        if !moves.learn(&peers).await {
+                            log!(
+                                log,
+                                Warn,
+                                "no other node answered yet: if a move is under way, start this \
+                                 node after the nodes that were in the cluster"
+                            );
+                            let (moves, peers) = (moves.clone(), peers.clone());
+                            tokio::spawn(async move {
+                                loop {
+                                    tokio::time::sleep(Duration::from_secs(1)).await;
+                                    if moves.moving() || moves.learn(&peers).await {
+                                        return;
+                                    }
+                                }
+                            });
+                        }
+                    }
                     cluster::Start::Same => {}
-                }
-                if moves.previous().is_some() {
-                    tokio::spawn(moves.clone().send(peers.clone()));
                 }
                 let router = forward::Router::cluster(
                     committer.sender(),

@@ -38,8 +38,12 @@ use super::cpb;
 use super::forward::Peers;
 use super::log::{log, Log};
 
-/// Queues sent in one `Import` call at most.
+/// Queues exported at once at most.
 const QUEUES_PER_CALL: usize = 1024;
+
+/// Bytes of URLs sent in one `Import` call at most (a batch bigger than that is split; one
+/// queue is never split).
+const BYTES_PER_CALL: usize = 64 << 20;
 
 /// The longest wait between two attempts to send.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -54,6 +58,10 @@ pub struct Move {
     waiting: Mutex<HashSet<String>>,
     /// This node has sent every queue it had to.
     sent: AtomicBool,
+    /// The queues (crawl, key) received: their keys are not pending any more.
+    received: Mutex<HashSet<(String, Vec<u8>)>>,
+    /// The keys of the queues received, of any crawl.
+    received_keys: Mutex<HashSet<Vec<u8>>>,
 }
 
 impl Move {
@@ -75,6 +83,8 @@ pub struct Moves {
     dir: PathBuf,
     log: Arc<Log>,
     current: RwLock<Option<Arc<Move>>>,
+    /// The other nodes' clients, to send with once a move is joined.
+    peers: std::sync::OnceLock<Peers>,
 }
 
 impl Moves {
@@ -91,7 +101,25 @@ impl Moves {
             dir,
             log,
             current: RwLock::new(None),
+            peers: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The clients a move sends with.
+    pub fn set_peers(&self, peers: Peers) {
+        let _ = self.peers.set(peers);
+    }
+
+    /// Starts the move from `previous` as [`Moves::begin`] does, and its sending.
+    pub fn join(self: &Arc<Self>, previous: &str, recorded: bool) -> anyhow::Result<()> {
+        let started = !self.moving();
+        self.begin(previous, recorded)?;
+        if started {
+            if let Some(peers) = self.peers.get() {
+                tokio::spawn(self.clone().send(peers.clone()));
+            }
+        }
+        Ok(())
     }
 
     /// The move under way, if any.
@@ -109,13 +137,36 @@ impl Moves {
         self.current().map(|m| m.previous.canonical.clone())
     }
 
-    /// Whether key `key` (owned by this node) waits for the node that owned it before.
-    pub fn pending(&self, key: &[u8]) -> bool {
+    /// Whether the queue of key `key` in `crawl` (owned by this node) waits for the node
+    /// that owned it before: that node is not done, and has not sent it yet.
+    pub fn pending(&self, crawl: &str, key: &[u8]) -> bool {
         let Some(m) = self.current() else {
             return false;
         };
         let old = m.previous.owner(key);
-        old != self.cluster.this().name && m.waiting.lock().expect("not poisoned").contains(old)
+        if old == self.cluster.this().name || !m.waiting.lock().expect("not poisoned").contains(old)
+        {
+            return false;
+        }
+        let crawl = if crawl.is_empty() { "DEFAULT" } else { crawl };
+        let received = m
+            .received
+            .lock()
+            .expect("not poisoned")
+            .contains(&(crawl.to_owned(), key.to_vec()));
+        !received
+    }
+
+    /// Whether key `key` (owned by this node) waits for the node that owned it before, for
+    /// every crawl (a call on a key whatever its crawl).
+    pub fn pending_key(&self, key: &[u8]) -> bool {
+        let Some(m) = self.current() else {
+            return false;
+        };
+        let old = m.previous.owner(key);
+        old != self.cluster.this().name
+            && m.waiting.lock().expect("not poisoned").contains(old)
+            && !m.received_keys.lock().expect("not poisoned").contains(key)
     }
 
     /// Starts the move from `previous` (recorded in `handoff/move` unless `recorded`):
@@ -147,6 +198,8 @@ impl Moves {
             id,
             waiting: Mutex::new(HashSet::new()),
             sent: AtomicBool::new(false),
+            received: Mutex::new(HashSet::new()),
+            received_keys: Mutex::new(HashSet::new()),
         };
         let mut waiting = HashSet::new();
         for name in m.previous.assignment.names() {
@@ -154,7 +207,26 @@ impl Moves {
                 waiting.insert(name.clone());
             }
         }
+        // The queues received before a restart, from the frontier's receipts.
+        let (mut received, mut received_keys) = (HashSet::new(), HashSet::new());
+        if !waiting.is_empty() {
+            for crawl in self.frontier.crawls()? {
+                for q in self.frontier.queues(&crawl, 0, usize::MAX)? {
+                    let old = m.previous.owner(&q.key).to_owned();
+                    if waiting.contains(&old)
+                        && self
+                            .frontier
+                            .received(m.transfer(&old).as_bytes(), &crawl, &q.key)?
+                    {
+                        received_keys.insert(q.key.clone());
+                        received.insert((crawl.clone(), q.key));
+                    }
+                }
+            }
+        }
         m.waiting = Mutex::new(waiting);
+        m.received = Mutex::new(received);
+        m.received_keys = Mutex::new(received_keys);
         log!(
             self.log,
             Info,
@@ -174,13 +246,13 @@ impl Moves {
         if !m.sent.load(Ordering::SeqCst) || !m.waiting.lock().expect("not poisoned").is_empty() {
             return Ok(());
         }
-        // The receipts of the queues received are forgotten; the names that say who was done
-        // stay (no receipts, a few bytes), so that a node restarted on this move, which it
-        // may learn again from a node still in it, finds it finished.
+        // The receipts are forgotten: a later move between the same lists (a node that
+        // joins, leaves and joins again) starts afresh.
         let me = self.cluster.this().name.clone();
         for name in m.previous.assignment.names() {
             if *name != me {
                 self.frontier.end_transfer(m.transfer(name).as_bytes())?;
+                self.frontier.end_transfer(m.done_name(name).as_bytes())?;
             }
         }
         let path = self.dir.join(MOVE_FILE);
@@ -227,23 +299,39 @@ impl Moves {
         // The queues to send, by owner.
         let frontier = self.frontier.clone();
         let cluster = c.clone();
-        let keys = tokio::task::spawn_blocking(move || -> crivello::Result<_> {
+        let previous = Previous::parse(&m.previous.canonical)?;
+        let (keys, strays) = tokio::task::spawn_blocking(move || -> crivello::Result<_> {
             let mut keys: Vec<Vec<(String, Vec<u8>)>> = vec![Vec::new(); cluster.nodes.len()];
             // Every queue not released (a deleted queue's URLs too: they stay known where it
             // goes), picked by key without reading any.
+            let mut strays = 0u64;
             frontier.export(
                 |crawl, key| {
                     let owner = cluster.owner(key);
                     if owner != cluster.me {
-                        keys[owner].push((crawl.to_owned(), key.to_vec()));
+                        // Only what this node owned: a queue it held of another node's key
+                        // (a policy set here with `local`) would replace the owner's.
+                        if previous.owner(key) == cluster.this().name {
+                            keys[owner].push((crawl.to_owned(), key.to_vec()));
+                        } else {
+                            strays += 1;
+                        }
                     }
                     false
                 },
                 |_| Ok(()),
             )?;
-            Ok(keys)
+            Ok((keys, strays))
         })
         .await??;
+        if strays > 0 {
+            log!(
+                self.log,
+                Warn,
+                "{strays} queues of keys this node did not own before stay here (they hold at \
+                 most a policy or a block set with local = true, or done URLs)"
+            );
+        }
         let mut sent = 0u64;
         for (owner, keys) in keys.into_iter().enumerate() {
             for chunk in keys.chunks(QUEUES_PER_CALL) {
@@ -260,37 +348,35 @@ impl Moves {
                     Ok(out)
                 })
                 .await??;
-                if queues.is_empty() {
-                    // Released before (a batch sent before a restart).
-                    continue;
+                // Released before (a batch sent before a restart) if none; cut by bytes.
+                for queues in by_bytes(queues) {
+                    let n = queues.len();
+                    let request = cpb::ImportRequest {
+                        transfer: m.transfer(&c.this().name),
+                        queues: queues.iter().map(queue_of).collect(),
+                        previous: m.previous.canonical.clone(),
+                        done: false,
+                    };
+                    let mut client = peers.cluster_client(owner);
+                    client.import(peers.request(request)).await.map_err(|s| {
+                        anyhow::anyhow!("node {}: {}", peers.name(owner), s.message())
+                    })?;
+                    // Durable on the owner: let them go here.
+                    let frontier = self.frontier.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let keys: Vec<(&str, &[u8])> =
+                            queues.iter().map(|q| (&q.crawl[..], &q.key[..])).collect();
+                        frontier.release(&keys)
+                    })
+                    .await??;
+                    sent += n as u64;
+                    log!(
+                        self.log,
+                        Info,
+                        "moved {n} queues to node {}",
+                        peers.name(owner)
+                    );
                 }
-                let n = queues.len();
-                let request = cpb::ImportRequest {
-                    transfer: m.transfer(&c.this().name),
-                    queues: queues.iter().map(queue_of).collect(),
-                    previous: m.previous.canonical.clone(),
-                    done: false,
-                };
-                let mut client = peers.cluster_client(owner);
-                client
-                    .import(peers.request(request))
-                    .await
-                    .map_err(|s| anyhow::anyhow!("node {}: {}", peers.name(owner), s.message()))?;
-                // Durable on the owner: let them go here.
-                let frontier = self.frontier.clone();
-                tokio::task::spawn_blocking(move || {
-                    let keys: Vec<(&str, &[u8])> =
-                        queues.iter().map(|q| (&q.crawl[..], &q.key[..])).collect();
-                    frontier.release(&keys)
-                })
-                .await??;
-                sent += n as u64;
-                log!(
-                    self.log,
-                    Info,
-                    "moved {n} queues to node {}",
-                    peers.name(owner)
-                );
             }
         }
         for i in 0..c.nodes.len() {
@@ -318,8 +404,10 @@ impl Moves {
     }
 
     /// Asks the other nodes whether a move is under way (for a node new to the cluster),
-    /// and joins the first one found.
-    pub async fn learn(&self, peers: &Peers) {
+    /// and joins the first one found. Whether a node of this list answered (then this node
+    /// knows).
+    pub async fn learn(self: &Arc<Self>, peers: &Peers) -> bool {
+        let mut answered = false;
         for i in 0..self.cluster.nodes.len() {
             if i == self.cluster.me {
                 continue;
@@ -331,19 +419,21 @@ impl Moves {
             )
             .await;
             if let Ok(Ok(reply)) = asked {
+                answered = true;
                 let previous = reply.into_inner().previous;
                 if !previous.is_empty() {
-                    match self.begin(&previous, false) {
-                        Ok(_) => return,
+                    match tokio::task::block_in_place(|| self.join(&previous, false)) {
+                        Ok(_) => return true,
                         Err(e) => log!(self.log, Error, "joining the move: {e}"),
                     }
                 }
             }
         }
+        answered
     }
 
     /// Imports queues another node sends (`Import`), or records that it is done.
-    async fn import(&self, from: &str, r: cpb::ImportRequest) -> Result<u64, Status> {
+    async fn import(self: &Arc<Self>, from: &str, r: cpb::ImportRequest) -> Result<u64, Status> {
         let m = match self.current() {
             Some(m) if m.previous.canonical == r.previous => m,
             Some(m) => {
@@ -355,8 +445,12 @@ impl Moves {
             // A done repeated after this node finished the move.
             None if r.done && r.queues.is_empty() => return Ok(0),
             // A new node that did not know of the move yet.
-            None => tokio::task::block_in_place(|| self.begin(&r.previous, false))
-                .map_err(|e| Status::failed_precondition(format!("{e:#}")))?,
+            None => {
+                tokio::task::block_in_place(|| self.join(&r.previous, false))
+                    .map_err(|e| Status::failed_precondition(format!("{e:#}")))?;
+                self.current()
+                    .ok_or_else(|| Status::internal("the move ended at once"))?
+            }
         };
         let known = m.previous.assignment.names().iter().any(|n| n == from)
             || self.cluster.nodes.iter().any(|n| n.name == from);
@@ -367,13 +461,18 @@ impl Moves {
         }
         let queues: Vec<QueueExport> = r.queues.into_iter().map(export_of).collect();
         for q in &queues {
-            if self.cluster.owner(&q.key) != self.cluster.me {
+            if self.cluster.owner(&q.key) != self.cluster.me || m.previous.owner(&q.key) != from {
                 return Err(Status::failed_precondition(format!(
-                    "node {from} sent the queue {} that this node does not own",
+                    "node {from} sent the queue {}, which this node does not own now or node \
+                     {from} did not own before",
                     String::from_utf8_lossy(&q.key)
                 )));
             }
         }
+        let names: Vec<(String, Vec<u8>)> = queues
+            .iter()
+            .map(|q| (q.crawl.clone(), q.key.clone()))
+            .collect();
         let frontier = self.frontier.clone();
         let transfer = m.transfer(from);
         let done = r.done.then(|| m.done_name(from));
@@ -387,6 +486,19 @@ impl Moves {
         .await
         .map_err(|e| Status::internal(e.to_string()))?
         .map_err(|e| Status::internal(format!("import: {e}")))?;
+        {
+            let mut received = m.received.lock().expect("not poisoned");
+            let mut keys = m.received_keys.lock().expect("not poisoned");
+            for (crawl, key) in names {
+                let crawl = if crawl.is_empty() {
+                    "DEFAULT".to_owned()
+                } else {
+                    crawl
+                };
+                keys.insert(key.clone());
+                received.insert((crawl, key));
+            }
+        }
         if r.done {
             m.waiting.lock().expect("not poisoned").remove(from);
             log!(self.log, Info, "node {from} sent every queue of the move");
@@ -397,6 +509,38 @@ impl Moves {
         }
         Ok(n)
     }
+}
+
+/// Cuts exported queues into calls of at most [`BYTES_PER_CALL`] bytes of URLs (one queue
+/// each at least).
+fn by_bytes(queues: Vec<QueueExport>) -> Vec<Vec<QueueExport>> {
+    let size = |q: &QueueExport| -> usize {
+        let urls = (q.done.iter())
+            .chain(q.leased.iter().map(|(u, _)| u))
+            .chain(&q.returned)
+            .chain(q.refetch.iter().map(|(_, u)| u))
+            .chain(&q.waiting);
+        urls.map(|u| u.url.len() + u.metadata.len() + 16)
+            .sum::<usize>()
+            + q.key.len()
+            + 64
+    };
+    let mut out: Vec<Vec<QueueExport>> = Vec::new();
+    let mut bytes = 0;
+    for q in queues {
+        let n = size(&q);
+        match out.last_mut() {
+            Some(last) if bytes + n <= BYTES_PER_CALL => {
+                bytes += n;
+                last.push(q);
+            }
+            _ => {
+                bytes = n;
+                out.push(vec![q]);
+            }
+        }
+    }
+    out
 }
 
 /// The cluster's own calls.
@@ -413,7 +557,7 @@ impl cpb::cluster_server::Cluster for ClusterService {
                 "Import is a call between the nodes of a cluster",
             ));
         };
-        let imported = self.0.import(&from, request.into_inner()).await?;
+        let imported = self.0.clone().import(&from, request.into_inner()).await?;
         Ok(Response::new(cpb::ImportReply { imported }))
     }
 

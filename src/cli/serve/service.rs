@@ -601,9 +601,13 @@ impl Service {
     /// would bring back what it deleted.
     async fn no_handoff_waiting(&self, what: &str, peers: &Peers) -> Result<(), Status> {
         let mut waiting = Vec::new();
+        let mut moving = Vec::new();
         let here = self.router.handoff_records();
         if here > 0 {
             waiting.push(format!("{here} on node {}", peers.cluster.this().name));
+        }
+        if self.moves.as_ref().is_some_and(|m| m.moving()) {
+            moving.push(peers.cluster.this().name.clone());
         }
         for i in 0..peers.cluster.nodes.len() {
             if i == peers.cluster.me || !waiting.is_empty() {
@@ -619,6 +623,17 @@ impl Service {
             if n > 0 {
                 waiting.push(format!("{n} on node {}", peers.name(i)));
             }
+            if s.counts.get(MOVING).copied().unwrap_or(0) > 0 {
+                moving.push(peers.name(i).to_owned());
+            }
+        }
+        if !moving.is_empty() {
+            return Err(Status::unavailable(format!(
+                "{what}: queues are moving between the nodes (on {}); a queue imported after the \
+                 delete would bring back what it deleted: repeat the call once the move is \
+                 finished",
+                moving.join(", ")
+            )));
         }
         if waiting.is_empty() {
             Ok(())
@@ -664,7 +679,7 @@ impl Service {
                 .peers
                 .as_ref()
                 .is_some_and(|p| p.cluster.owner(key) == p.cluster.me);
-            if mine && !key.is_empty() && moves.pending(key) {
+            if mine && !key.is_empty() && moves.pending_key(key) {
                 return Err(Status::unavailable(format!(
                     "the queue {} is moving to this node: repeat the call once the move is \
                      finished",

@@ -2312,6 +2312,16 @@ impl Core {
         self.serve_only = filter;
     }
 
+    /// Whether the queue of `key` in `crawl` was received under transfer `transfer`.
+    pub(super) fn received(&self, transfer: &[u8], crawl: &[u8], key: &[u8]) -> bool {
+        let Some(&id) = self.crawls.get(crawl) else {
+            return false;
+        };
+        self.transfers
+            .get(transfer)
+            .is_some_and(|ids| ids.contains(&queue_id(id, key)))
+    }
+
     /// Whether transfer `transfer` was imported.
     pub(super) fn imported(&self, transfer: &[u8]) -> bool {
         self.transfers.contains_key(transfer)
