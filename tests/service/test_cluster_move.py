@@ -215,3 +215,30 @@ def test_kill_9_while_a_node_leaves_loses_and_duplicates_nothing(api, cluster_fa
     nodes = shrink(api, c, kills=(1, 0), kill_leaving=True)
     wait_moved(nodes)
     check_after_move(nodes, *state)
+
+
+def test_a_third_list_is_refused_until_the_move_is_finished(api, cluster_factory):
+    c = cluster_factory(3)
+    pb = c[0].pb
+    urls = hosts_urls(30, 2, tag="t")
+    assert all(s == "OK" for _, s in put(c[0], [discovered(pb, u) for u in urls]))
+    for n in c.nodes:
+        assert n.stop() == 0
+    p4, p5 = free_ports(2)
+    four = f"{c.peers},n3=127.0.0.1:{p4}"
+    five = f"{four},n4=127.0.0.1:{p5}"
+    # n0 alone restarted with four nodes: its move cannot finish while the others are down.
+    n0 = Server(api, c[0].dir, "--node", "n0", "--peers", four, listen=False)
+    assert node_stats(n0).counts["moving"] == 1
+    assert n0.stop() == 0
+    out = subprocess.run([BIN, "serve", c[0].dir, "--node", "n0", "--peers", five],
+                         capture_output=True, timeout=60)
+    assert out.returncode != 0 and b"is not finished" in out.stderr, out
+    # With the move's list, everyone up, it finishes, and every URL is there once.
+    nodes = [Server(api, n.dir, "--node", name, "--peers", four, listen=False)
+             for name, n in zip(c.names, c.nodes)]
+    nodes.append(Server(api, c[0].dir.rsplit("/", 1)[0] + "/n3", "--node", "n3", "--peers",
+                        four, listen=False))
+    c.nodes = nodes
+    wait_moved(nodes)
+    assert nodes[0].stub.CountURLs(pb.CountUrlParams()).value == len(urls)

@@ -249,7 +249,9 @@ impl Moves {
         // The receipts are forgotten: a later move between the same lists (a node that
         // joins, leaves and joins again) starts afresh.
         let me = self.cluster.this().name.clone();
-        for name in m.previous.assignment.names() {
+        let names = (m.previous.assignment.names().iter())
+            .chain(self.cluster.nodes.iter().map(|n| &n.name));
+        for name in names {
             if *name != me {
                 self.frontier.end_transfer(m.transfer(name).as_bytes())?;
                 self.frontier.end_transfer(m.done_name(name).as_bytes())?;
