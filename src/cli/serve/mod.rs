@@ -363,13 +363,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     runtime.shutdown_timeout(Duration::from_secs(5));
     committer.join();
     served?;
-    let frontier = Arc::try_unwrap(frontier).map_err(|_| {
-        explained(
-            "the frontier is still in use at shutdown",
-            "what was acknowledged is durable; reopening recovers the rest",
-        )
-    })?;
-    frontier.close()?;
+    close(frontier)?;
     log!(log, Info, "stopped: the frontier is synced and closed");
     Ok(())
 }
@@ -413,6 +407,18 @@ fn leave(args: &ServeArgs, cluster: cluster::Cluster, log: Arc<Log>) -> Result<(
     })?;
     runtime.shutdown_timeout(Duration::from_secs(5));
     cluster::left(&args.dir, &cluster.canonical)?;
+    close(frontier)?;
+    log!(
+        log,
+        Info,
+        "every queue moved: node {} holds nothing and can be removed",
+        cluster.this().name
+    );
+    Ok(())
+}
+
+/// Closes the frontier once every task that used it has ended.
+fn close(frontier: Arc<crivello::Frontier>) -> Result<()> {
     let frontier = Arc::try_unwrap(frontier).map_err(|_| {
         explained(
             "the frontier is still in use at shutdown",
@@ -420,12 +426,6 @@ fn leave(args: &ServeArgs, cluster: cluster::Cluster, log: Arc<Log>) -> Result<(
         )
     })?;
     frontier.close()?;
-    log!(
-        log,
-        Info,
-        "every queue moved: node {} holds nothing and can be removed",
-        cluster.this().name
-    );
     Ok(())
 }
 

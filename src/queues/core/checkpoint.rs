@@ -29,9 +29,7 @@
 //! empty after the old ones; a crash after it leaves old generations, which the next open
 //! removes.
 
-use std::cmp::Reverse;
-
-use super::{Core, Lease, J};
+use super::{Core, J};
 use crate::error::{Corruption, Error, Result};
 use crate::format::{seal, ByteReader, PutLe, MAGIC_K, VERSION};
 
@@ -257,21 +255,7 @@ impl Core {
         for l in k.leases {
             let (qid, crawl, sig) = self.locate(l.record).map_err(|what| f.corrupt(0, what))?;
             let queue = self.index[&qid];
-            self.queues[queue as usize].leased += 1;
-            self.tokens.insert(l.token, l.seq);
-            self.by_url.insert((crawl, sig), l.seq);
-            self.expiries.push(Reverse((l.deadline, l.seq)));
-            self.leases.insert(
-                l.seq,
-                Lease {
-                    token: l.token,
-                    queue,
-                    deadline: l.deadline,
-                    crawl,
-                    sig,
-                    record: l.record.into(),
-                },
-            );
+            self.insert_lease(l.seq, l.token, l.deadline, queue, crawl, sig, l.record);
         }
         // Which runs hold each queue, from their directories.
         let runs = self.runs.clone();

@@ -788,9 +788,9 @@ impl Core {
         let corrupt = |what| Error::corrupt(&names::j(g), 0, what);
         let (qid, crawl, sig) = self.locate(record).map_err(corrupt)?;
         self.next_token = self.next_token.max(token + 1);
-        self.tokens.insert(token, seq);
         if let Some(l) = self.leases.get_mut(&seq) {
             // Handed out again after its lease expired.
+            self.tokens.insert(token, seq);
             let old = std::mem::replace(&mut l.token, token);
             l.deadline = deadline;
             self.tokens.remove(&old);
@@ -817,7 +817,26 @@ impl Core {
                 found: seq,
             }));
         }
-        q.leased += 1;
+        self.insert_lease(seq, token, deadline, i, crawl, sig, record);
+        Ok(())
+    }
+
+    /// Records lease `token` of record `seq` of queue `i` (its URL's signature `sig` in
+    /// `crawl`) until `deadline`: in the tables by seq, token and URL, the heap of deadlines,
+    /// and the queue's count.
+    #[allow(clippy::too_many_arguments)]
+    fn insert_lease(
+        &mut self,
+        seq: u64,
+        token: u64,
+        deadline: u64,
+        i: u32,
+        crawl: u32,
+        sig: u64,
+        record: &[u8],
+    ) {
+        self.queues[i as usize].leased += 1;
+        self.tokens.insert(token, seq);
         self.leases.insert(
             seq,
             Lease {
@@ -831,7 +850,6 @@ impl Core {
         );
         self.by_url.insert((crawl, sig), seq);
         self.expiries.push(Reverse((deadline, seq)));
-        Ok(())
     }
 
     /// Ends the lease of `seq` at `at`, after a fetch of `took` milliseconds; a record to
@@ -1071,21 +1089,7 @@ impl Core {
                     }));
                 }
                 self.next_token = self.next_token.max(token + 1);
-                self.tokens.insert(token, seq);
-                self.queues[i as usize].leased += 1;
-                self.leases.insert(
-                    seq,
-                    Lease {
-                        token,
-                        queue: i,
-                        deadline,
-                        crawl,
-                        sig,
-                        record: record.into(),
-                    },
-                );
-                self.by_url.insert((crawl, sig), seq);
-                self.expiries.push(Reverse((deadline, seq)));
+                self.insert_lease(seq, token, deadline, i, crawl, sig, record);
             }
             self.unschedule(i);
             self.schedule(i);
