@@ -281,7 +281,7 @@ fn a_deleted_crawl_is_forgotten_and_starts_afresh_and_a_deleted_queue_takes_new_
 }
 
 #[test]
-fn checkpoints_of_versions_4_6_7_and_9_are_read() {
+fn checkpoints_of_versions_4_6_7_9_and_10_are_read() {
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(10_000));
     let f = open(&disk, &clock);
@@ -303,9 +303,16 @@ fn checkpoints_of_versions_4_6_7_and_9_are_read() {
     let before = open(&disk, &clock).queues("", 0, 100).unwrap();
     // Version 4 had no next_crawl nor skips; version 6 no skips; version 7 has version 9's
     // layout (9 says that its Q runs may hold coded frames); 10 adds the archives and the
-    // transfers imported.
+    // transfers imported; 11 the receipts.
     let c = disk.content("CHECKPOINT").expect("a checkpoint");
-    assert_eq!(c[4..8], 10u32.to_le_bytes());
+    assert_eq!(c[4..8], 11u32.to_le_bytes());
+    let copy = disk.crash_image(crivello::storage::sim::CrashImage::KillProcess);
+    let c10 = crivello::internals::checkpoint_in_version(&c, 10).unwrap();
+    assert_eq!(c10[4..8], 10u32.to_le_bytes());
+    copy.set_content("CHECKPOINT", c10);
+    let f10 = open(&copy, &clock);
+    assert_eq!(f10.queues("", 0, 100).unwrap(), before);
+    drop(f10);
     let copy = disk.crash_image(crivello::storage::sim::CrashImage::KillProcess);
     let c9 = crivello::internals::checkpoint_in_version(&c, 9).unwrap();
     assert_eq!(c9[4..8], 9u32.to_le_bytes());

@@ -43,6 +43,10 @@
 //!  16 released  crawl u32 | key        the queue moved to another frontier: emptied as by a
 //!                                      delete, and left out of exports until it takes URLs
 //!  17 end transfer  name              the transfer's receipts are forgotten
+//!  18 receipted  receipts u32 x (len u32 | from | seq u64)
+//!               | known u32 x (seq u64 | at u64 | when u64 | fresh u8 | len u32 | record)
+//!               known entries (as 13) applied in order, then each sender `from` noted as
+//!               received up to `seq`: one entry, so that a delivery counts whole or not at all
 //! ```
 //!
 //! Times are milliseconds since the Unix epoch; `took` is the fetch's duration in
@@ -122,6 +126,12 @@ pub(crate) enum Entry<'a> {
     Released { crawl: u32, key: &'a [u8] },
     /// The receipts of transfer `name` are forgotten.
     EndTransfer { name: &'a [u8] },
+    /// Known entries (each an [`Entry::Known`]) applied in order, then each sender's
+    /// deliveries noted as received up to its sequence number.
+    Receipted {
+        receipts: Vec<(&'a [u8], u64)>,
+        known: Vec<Entry<'a>>,
+    },
     /// Queues imported from another frontier as transfer `transfer`: their records are in Q
     /// run `run`, numbered below `next_seq`.
     Imported {
@@ -284,6 +294,33 @@ impl Entry<'_> {
                 out.push(17);
                 out.extend_from_slice(name);
             }
+            Entry::Receipted { receipts, known } => {
+                out.push(18);
+                out.put_u32(receipts.len() as u32);
+                for (from, seq) in receipts {
+                    put_bytes(out, from);
+                    out.put_u64(*seq);
+                }
+                out.put_u32(known.len() as u32);
+                for k in known {
+                    if let Entry::Known {
+                        seq,
+                        at,
+                        when,
+                        fresh,
+                        record,
+                    } = k
+                    {
+                        out.put_u64(*seq);
+                        out.put_u64(*at);
+                        out.put_u64(*when);
+                        out.push(u8::from(*fresh));
+                        put_bytes(out, record);
+                    } else {
+                        debug_assert!(false, "a receipted entry holds known entries only");
+                    }
+                }
+            }
             Entry::Imported {
                 transfer,
                 run,
@@ -404,27 +441,7 @@ impl Entry<'_> {
                 key: r.rest(),
             },
             12 => Entry::DeleteCrawl { id: r.u32()? },
-            13 => {
-                let (seq, at, when) = (r.u64()?, r.u64()?, r.u64()?);
-                let fresh = match r.u8()? {
-                    b @ (0 | 1) => b == 1,
-                    found => {
-                        return Err(invalid("known entry's fresh flag", "0 or 1", found.into()))
-                    }
-                };
-                if fresh && when == 0 {
-                    return Err(invalid("known entry's instant", "not 0 when fresh", 0));
-                }
-                let record = r.rest();
-                crate::record::decode(record)?;
-                Entry::Known {
-                    seq,
-                    at,
-                    when,
-                    fresh,
-                    record,
-                }
-            }
+            13 => r.known(false)?,
             8 => {
                 let n = r.u32()?;
                 if n as usize > r.0.len() / 8 {
@@ -463,6 +480,21 @@ impl Entry<'_> {
                 key: r.rest(),
             },
             17 => Entry::EndTransfer { name: r.rest() },
+            18 => {
+                // A receipt takes at least 12 bytes, a known entry at least 29.
+                let n = r.count(12, "receipts")?;
+                let mut receipts = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let from = r.bytes()?;
+                    receipts.push((from, r.u64()?));
+                }
+                let n = r.count(29, "known entries of a receipted entry")?;
+                let mut known = Vec::with_capacity(n);
+                for _ in 0..n {
+                    known.push(r.known(true)?);
+                }
+                Entry::Receipted { receipts, known }
+            }
             15 => {
                 let transfer = r.bytes()?;
                 let run = r.u64()?;
@@ -515,7 +547,7 @@ impl Entry<'_> {
                     queues,
                 }
             }
-            kind => return Err(invalid("journal entry kind", "1 to 17", kind.into())),
+            kind => return Err(invalid("journal entry kind", "1 to 18", kind.into())),
         };
         if !r.0.is_empty() {
             return Err(invalid(
@@ -585,6 +617,27 @@ impl<'a> Fields<'a> {
         let record = self.bytes()?;
         crate::record::decode(record)?;
         Ok(record)
+    }
+    /// A known entry's fields (kind 13): its record the rest of the bytes, or (`sized`) a
+    /// `len u32 | record` field.
+    fn known(&mut self, sized: bool) -> Result<Entry<'a>, Corruption> {
+        let (seq, at, when) = (self.u64()?, self.u64()?, self.u64()?);
+        let fresh = match self.u8()? {
+            b @ (0 | 1) => b == 1,
+            found => return Err(invalid("known entry's fresh flag", "0 or 1", found.into())),
+        };
+        if fresh && when == 0 {
+            return Err(invalid("known entry's instant", "not 0 when fresh", 0));
+        }
+        let record = if sized { self.bytes()? } else { self.rest() };
+        crate::record::decode(record)?;
+        Ok(Entry::Known {
+            seq,
+            at,
+            when,
+            fresh,
+            record,
+        })
     }
     /// A count of items of at least `size` bytes each, which the bytes left must hold.
     fn count(&mut self, size: usize, field: &'static str) -> Result<usize, Corruption> {
@@ -715,6 +768,29 @@ mod tests {
                 key: b"a.com",
             },
             Entry::EndTransfer { name: b"a->b" },
+            Entry::Receipted {
+                receipts: vec![(b"b/3", 41), (b"c/0", 1 << 40)],
+                known: vec![
+                    Entry::Known {
+                        seq: 8,
+                        at: 1_000,
+                        when: 0,
+                        fresh: false,
+                        record: b"\0http://a/",
+                    },
+                    Entry::Known {
+                        seq: 9,
+                        at: 1_000,
+                        when: 5_000,
+                        fresh: true,
+                        record: b"\0http://b/",
+                    },
+                ],
+            },
+            Entry::Receipted {
+                receipts: vec![(b"b/3", 42)],
+                known: Vec::new(),
+            },
             Entry::Imported {
                 transfer: b"a->b 7",
                 run: Some(13),

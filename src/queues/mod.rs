@@ -63,6 +63,9 @@ use crate::storage::{DirStorage, Storage};
 /// The default lease: 30 seconds (url-frontier's).
 pub const DEFAULT_TTL_MS: u64 = 30_000;
 
+/// The longest sender name of a receipt ([`Frontier::update_receipted`]).
+const MAX_SENDER: usize = 1024;
+
 /// A URL discovered by a crawler.
 #[derive(Debug, Clone, Copy)]
 pub struct Discovered<'a> {
@@ -443,7 +446,39 @@ impl Frontier {
     /// An invalid URL or key refuses the whole batch. Durable when this returns Ok.
     pub fn update(&self, crawl: &str, items: &[Known<'_>]) -> Result<()> {
         let crawl = crawl_name(crawl);
-        self.with(|c| c.update(crawl, items))
+        self.with(|c| c.update(crawl, items, &[]))
+    }
+
+    /// [`Frontier::update`], noting in the same durable step that the deliveries named by
+    /// `receipts` were received: each `(from, seq)` raises [`Frontier::receipt`] of sender
+    /// `from` to `seq` (never lowers it). The updates and the receipts are durable together
+    /// or not at all, so that a sender that numbers its deliveries in order, and sends one
+    /// again when it does not know whether it arrived, can be answered "received" without
+    /// its updates being applied twice. With no items, the receipts alone are noted. A sender
+    /// name over 1,024 bytes is refused.
+    pub fn update_receipted(
+        &self,
+        crawl: &str,
+        items: &[Known<'_>],
+        receipts: &[(&[u8], u64)],
+    ) -> Result<()> {
+        if let Some((from, _)) = receipts.iter().find(|(from, _)| from.len() > MAX_SENDER) {
+            return Err(Error::InvalidOption {
+                option: "receipt",
+                reason: format!(
+                    "a sender's name of {} bytes (at most {MAX_SENDER})",
+                    from.len()
+                ),
+            });
+        }
+        let crawl = crawl_name(crawl);
+        self.with(|c| c.update(crawl, items, receipts))
+    }
+
+    /// The highest sequence number noted as received from sender `from` by
+    /// [`Frontier::update_receipted`]; None: nothing from it.
+    pub fn receipt(&self, from: &[u8]) -> Result<Option<u64>> {
+        self.with(|c| Ok(c.receipt(from)))
     }
 
     /// Flushes: every URL pushed so far is merged and, if new, waits in its queue.

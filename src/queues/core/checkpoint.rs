@@ -18,6 +18,7 @@
 //!        | leases u32 x (seq u64 | token u64 | deadline u64 | len u32 | record)
 //!        | archives u32 x run u64 | released u32 x queue u64
 //!        | transfers u32 x (len u32 | name | queues u32 x queue u64)
+//!        | receipts u32 x (len u32 | from | seq u64)
 //! ```
 //!
 //! It is the state after every entry of the J generations before `j_gen`: an open loads it,
@@ -33,12 +34,14 @@ use super::{Core, J};
 use crate::error::{Corruption, Error, Result};
 use crate::format::{seal, ByteReader, PutLe, MAGIC_K, VERSION};
 
-/// The checkpoint's version: 10 added the archives, the queues released and the transfers
+/// The checkpoint's version: 11 added the receipts of deliveries, 10 added the archives, the queues released and the transfers
 /// imported, 9 says that
 /// the Q runs it lists may hold coded frames (its layout is version 7's), 7 added each queue's
 /// skips, 6 added `next_crawl`. A checkpoint of version 9, 7, 6, or 4 (the store's version
 /// then, its `next_crawl` taken from the ids it holds), is read.
-const CHECKPOINT_VERSION: u32 = 10;
+const CHECKPOINT_VERSION: u32 = 11;
+/// The version that added the receipts of deliveries.
+const RECEIPTS_VERSION: u32 = 11;
 /// The version that added the archives, the queues released and the transfers imported.
 const ARCHIVES_VERSION: u32 = 10;
 /// The version that added each queue's skips.
@@ -151,6 +154,11 @@ impl Core {
                 .iter()
                 .map(|(t, ids)| (&t[..], ids.iter().copied().collect()))
                 .collect(),
+            receipts: self
+                .receipts
+                .iter()
+                .map(|(from, seq)| (&from[..], *seq))
+                .collect(),
         }
         .encode(CHECKPOINT_VERSION)
     }
@@ -228,6 +236,11 @@ impl Core {
             .transfers
             .into_iter()
             .map(|(t, ids)| (t.to_vec(), ids.into_iter().collect()))
+            .collect();
+        self.receipts = k
+            .receipts
+            .into_iter()
+            .map(|(from, seq)| (from.to_vec(), seq))
             .collect();
         for id in k.runs {
             // A run a later compaction removed: its file may be gone; the compaction's entry
@@ -318,6 +331,7 @@ struct Image<'a> {
     archives: Vec<u64>,
     released: Vec<u64>,
     transfers: Vec<(&'a [u8], Vec<u64>)>,
+    receipts: Vec<(&'a [u8], u64)>,
 }
 
 impl Image<'_> {
@@ -411,6 +425,13 @@ impl Image<'_> {
                 }
             }
         }
+        if version >= RECEIPTS_VERSION {
+            b.put_u32(self.receipts.len() as u32);
+            for (from, seq) in &self.receipts {
+                put_bytes(&mut b, from);
+                b.put_u64(*seq);
+            }
+        }
         seal(&mut b);
         b
     }
@@ -468,7 +489,7 @@ impl<'a> Image<'a> {
         let mut c = ByteReader::new(all, names::CHECKPOINT, 0);
         c.magic(MAGIC_K)?;
         let version = c.version_between(VERSION, CHECKPOINT_VERSION)?;
-        if ![VERSION, 6, SKIPS_VERSION, 9, ARCHIVES_VERSION].contains(&version) {
+        if ![VERSION, 6, SKIPS_VERSION, 9, ARCHIVES_VERSION, RECEIPTS_VERSION].contains(&version) {
             return Err(Error::corrupt(
                 names::CHECKPOINT,
                 4,
@@ -540,6 +561,7 @@ impl<'a> Image<'a> {
             archives: Vec::new(),
             released: Vec::new(),
             transfers: Vec::new(),
+            receipts: Vec::new(),
         };
         for _ in 0..count(&mut c, 8, "crawls")? {
             let id = c.u32()?;
@@ -682,6 +704,12 @@ impl<'a> Image<'a> {
                     ids.push(c.u64()?);
                 }
                 k.transfers.push((name, ids));
+            }
+        }
+        if version >= RECEIPTS_VERSION {
+            for _ in 0..count(&mut c, 12, "receipts")? {
+                let from = bytes(&mut c)?;
+                k.receipts.push((from, c.u64()?));
             }
         }
         c.end()?;

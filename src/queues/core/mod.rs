@@ -211,6 +211,9 @@ pub(crate) struct Core {
     /// The transfers imported, by the name their sender gave them, each with the ids of the
     /// queues received under it: a queue is received once per transfer.
     transfers: HashMap<Vec<u8>, CounterSet<u64>>,
+    /// The deliveries received, by sender: the highest sequence number noted
+    /// ([`Core::update`]'s receipts).
+    receipts: BTreeMap<Vec<u8>, u64>,
     /// Queues moved to another frontier ([`Core::release`]): left out of exports until they
     /// take records again.
     released: CounterSet<u64>,
@@ -293,6 +296,7 @@ impl Core {
             runs: Vec::new(),
             archives: Vec::new(),
             transfers: HashMap::new(),
+            receipts: BTreeMap::new(),
             released: CounterSet::default(),
             leases: CounterMap::default(),
             tokens: CounterMap::default(),
@@ -601,6 +605,15 @@ impl Core {
             }
             Entry::EndTransfer { name } => {
                 self.transfers.remove(*name);
+            }
+            Entry::Receipted { receipts, known } => {
+                for k in known {
+                    self.apply(k)?;
+                }
+                for (from, seq) in receipts {
+                    let at = self.receipts.entry(from.to_vec()).or_default();
+                    *at = (*at).max(*seq);
+                }
             }
             Entry::Imported {
                 transfer,
@@ -2591,10 +2604,16 @@ impl Core {
     /// (`refetch_ms` 0) or to fetch again from `refetch_ms`, with its metadata, whatever it
     /// was: unknown (pushed first), waiting (skipped in its queue), leased (its lease ends:
     /// the fetch ended now), returned, to fetch again, or done. Of one URL given twice, the
-    /// last item counts. Durable when this returns.
-    pub(super) fn update(&mut self, crawl: &[u8], items: &[super::Known<'_>]) -> Result<()> {
+    /// last item counts. Durable when this returns. `receipts` (sender, sequence number) are
+    /// noted in the same entry as the updates, so that both are durable or neither is.
+    pub(super) fn update(
+        &mut self,
+        crawl: &[u8],
+        items: &[super::Known<'_>],
+        receipts: &[(&[u8], u64)],
+    ) -> Result<()> {
         self.writable()?;
-        if items.is_empty() {
+        if items.is_empty() && receipts.is_empty() {
             return Ok(());
         }
         // The last item of each URL, in the order given.
@@ -2611,7 +2630,7 @@ impl Core {
         // The usual case, a crawler ending its leases, needs no push and no flush.
         let mut now = self.clock.now_ms();
         self.expire(now);
-        let all_leased = self.crawls.get(crawl).is_some_and(|&id| {
+        let all_leased = items.is_empty() || self.crawls.get(crawl).is_some_and(|&id| {
             let seed = record::crawl_seed(self.sieve.seed(), id);
             items.iter().all(|it| {
                 self.validate(it.url, it.key).is_ok()
@@ -2636,7 +2655,10 @@ impl Core {
             now = self.clock.now_ms();
             self.expire(now);
         }
-        let id = self.crawls[crawl];
+        let Some(&id) = self.crawls.get(crawl) else {
+            // Receipts alone, of a crawl never pushed to.
+            return self.commit_receipts(receipts, Vec::new());
+        };
         let seed = record::crawl_seed(self.sieve.seed(), id);
         let mut records = Vec::with_capacity(items.len());
         for it in &items {
@@ -2701,10 +2723,27 @@ impl Core {
                 record: &records[k],
             });
         }
+        if !receipts.is_empty() {
+            return self.commit_receipts(receipts, entries);
+        }
         if entries.is_empty() {
             return Ok(());
         }
         self.commit(&entries)
+    }
+
+    /// Commits known entries and receipts as one entry.
+    fn commit_receipts(&mut self, receipts: &[(&[u8], u64)], known: Vec<Entry<'_>>) -> Result<()> {
+        self.commit_version()?;
+        self.commit(&[Entry::Receipted {
+            receipts: receipts.to_vec(),
+            known,
+        }])
+    }
+
+    /// The highest sequence number of `from`'s deliveries noted as received.
+    pub(super) fn receipt(&self, from: &[u8]) -> Option<u64> {
+        self.receipts.get(from).copied()
     }
 
     /// For `check`: every record waiting in the Q runs (at or after its queue's next seq, not
