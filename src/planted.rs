@@ -51,12 +51,19 @@ pub enum Bug {
     /// `no-archive`: a compaction drops the records handed out instead of archiving them, so
     /// an export after it misses the queue's done URLs.
     NoArchive,
+    /// `receipt-apart`: known updates and the receipt of their delivery are committed as two
+    /// entries, so that a crash between them leaves updates applied whose delivery is sent,
+    /// and applied, again.
+    ReceiptApart,
+    /// `receipt-ignored`: `crivello serve` applies a forwarded known item again although its
+    /// receipt says that it was received.
+    ReceiptIgnored,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 16] = [
+    pub const ALL: [(Bug, &'static str); 18] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -73,6 +80,8 @@ impl Bug {
         (Bug::HandoffNoSync, "handoff-no-sync"),
         (Bug::ImportUnknown, "import-unknown"),
         (Bug::NoArchive, "no-archive"),
+        (Bug::ReceiptApart, "receipt-apart"),
+        (Bug::ReceiptIgnored, "receipt-ignored"),
     ];
 }
 

@@ -103,7 +103,9 @@ fn deliveries() -> Vec<Delivery> {
 }
 
 fn pushed() -> Vec<String> {
-    (0..6).flat_map(|h| (0..6).map(move |i| url(h, i))).collect()
+    (0..6)
+        .flat_map(|h| (0..6).map(move |i| url(h, i)))
+        .collect()
 }
 
 /// Pushes, then makes each delivery, noting which were acknowledged.
@@ -168,7 +170,10 @@ fn a_delivery_counts_once_and_its_receipt_outlives_reopens_and_checkpoints() {
         .update_receipted("", &[done(&url(8, 1))], &[(&long, 1)])
         .unwrap_err();
     assert!(e.to_string().contains("1025 bytes"), "{e}");
-    assert_eq!(f.status("", None, url(8, 1).as_bytes()).unwrap(), UrlStatus::Unknown);
+    assert_eq!(
+        f.status("", None, url(8, 1).as_bytes()).unwrap(),
+        UrlStatus::Unknown
+    );
     f.close().unwrap();
     let f = open(&disk, &clock).unwrap();
     assert_eq!(f.receipt(b"e/1").unwrap(), Some(10));
@@ -178,7 +183,10 @@ fn a_delivery_counts_once_and_its_receipt_outlives_reopens_and_checkpoints() {
     // receipt.
     assert_eq!(disk.content("MANIFEST").unwrap()[4..8], 11u32.to_le_bytes());
     // The checkpoint keeps them: J's size forces one at every few entries.
-    assert_eq!(disk.content("CHECKPOINT").unwrap()[4..8], 11u32.to_le_bytes());
+    assert_eq!(
+        disk.content("CHECKPOINT").unwrap()[4..8],
+        11u32.to_le_bytes()
+    );
 }
 
 #[test]

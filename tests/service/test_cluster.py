@@ -10,8 +10,8 @@ import time
 import grpc
 import pytest
 
-from conftest import BIN, Server, free_ports
-from helpers import discovered, known, put
+from conftest import BIN, Server, free_ports, now_s
+from helpers import discovered, get, known, put
 
 
 def hosts_urls(n_hosts, per_host, tag="h"):
@@ -442,3 +442,86 @@ def test_nodes_with_another_assignment_refuse_each_other(api, tmp_path):
             if n.proc.poll() is None:
                 n.proc.kill()
                 n.proc.wait()
+
+
+def owner_index(cluster, url, crawl="DEFAULT"):
+    """The node that holds `url`'s queue (local count of its host)."""
+    for i, node in enumerate(cluster.nodes):
+        if local_count(node, host_of(url), crawl) > 0:
+            return i
+    raise AssertionError(f"no node holds {url}")
+
+
+def status_of(node, url):
+    """(known?, refetch date) of `url` on its owner, through `node`."""
+    pb = node.pb
+    item = node.stub.GetURLStatus(pb.URLStatusRequest(url=url, crawlID="DEFAULT"))
+    return item.WhichOneof("item"), item.known.refetchable_from_date
+
+
+def test_forwarded_known_items_apply_once_and_each_start_numbers_anew(cluster_factory):
+    """A known item forwarded by another node carries its number in the sender's lane: sent
+    again (the sender did not learn that it arrived), it is answered OK and not applied
+    twice; a node restarted numbers its items above everything it sent before."""
+    c = cluster_factory(3)
+    pb = c[0].pb
+    urls = [f"http://r{h}.example/{i}" for h in range(30) for i in range(3)]
+    assert all(s == "OK" for _, s in put(c[0], [discovered(pb, u) for u in urls]))
+    # A host owned by neither node 0 (the sender) nor node 2 (the one the test plays).
+    host = next(h for h in range(30) if owner_index(c, f"http://r{h}.example/0") == 1)
+    u = [f"http://r{host}.example/{i}" for i in range(3)]
+    owner = c[1]
+
+    # Through node 0: done, then node 0 restarts (kill -9), then the next URL done through it.
+    assert put(c[0], [known(pb, u[0], 0, ident="a")]) == [("a", "OK")]
+    assert status_of(owner, u[0]) == ("known", 0)
+    c[0].kill()
+    c[0].restart()
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            acks = put(c[0], [known(pb, u[1], 0, ident="x")])
+            break
+        except grpc.RpcError:
+            time.sleep(0.1)
+    assert acks == [("x", "OK")]
+    # Numbered below what node 0 sent before its restart, it would be taken for a repeat.
+    assert status_of(owner, u[1]) == ("known", 0), "an item after a restart was not applied"
+    got = [g.url for g in get(owner, key=f"r{host}.example", max_urls_per_queue=5)]
+    assert got == [u[2]]
+    assert put(owner, [known(pb, u[2], 0, ident="c")]) == [("c", "OK")]
+
+    # Playing node 2's lane 5: an item to fetch again now, then the same item sent again
+    # after the URL was fetched and done.
+    with open(f"{owner.dir}/handoff/members") as f:
+        members = f.read().strip()
+    meta = [("crivello-node", "n2"), ("crivello-members", members), ("crivello-lane", "5")]
+    number = str((1 << 62) + 7)
+    again = known(pb, u[0], now_s() - 10, ident=number)
+    acks = [(a.ID, a.status) for a in owner.stub.PutURLs(iter([again]), metadata=meta)]
+    assert acks == [(number, pb.AckMessage.Status.OK)]
+    assert status_of(owner, u[0])[1] > 0, "to fetch again"
+    deadline = time.time() + 10
+    served = []
+    while u[0] not in served and time.time() < deadline:
+        served += [g.url for g in get(owner, key=f"r{host}.example", max_urls_per_queue=5)]
+        time.sleep(0.05)
+    assert u[0] in served
+    assert put(owner, [known(pb, u[0], 0, ident="done")]) == [("done", "OK")]
+    acks = [(a.ID, a.status) for a in owner.stub.PutURLs(iter([again]), metadata=meta)]
+    assert acks == [(number, pb.AckMessage.Status.OK)], "a repeat is acknowledged"
+    assert status_of(owner, u[0]) == ("known", 0), "a repeat applied again"
+    time.sleep(0.5)
+    assert u[0] not in [g.url for g in get(owner, key=f"r{host}.example", max_urls_per_queue=5)]
+    # The receipt outlives a restart of the owner.
+    owner.kill()
+    owner.restart()
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            acks = [(a.ID, a.status) for a in owner.stub.PutURLs(iter([again]), metadata=meta)]
+            break
+        except grpc.RpcError:
+            time.sleep(0.1)
+    assert acks == [(number, pb.AckMessage.Status.OK)]
+    assert status_of(owner, u[0]) == ("known", 0), "a repeat applied after a restart"

@@ -35,6 +35,14 @@ use super::{meta, MAX_MESSAGE_BYTES};
 /// Each lane has its own hand-off log (`NAME.LANE.log`).
 pub const LANES: usize = 8;
 
+/// The metadata entry of a forwarding call naming the lane that sends it: the known items of
+/// the call carry their number in the lane as their ID, so that the owner applies each once.
+pub const LANE: &str = "crivello-lane";
+
+/// How many bits of an item's number count the items of one start of the node: the number
+/// is `epoch << TAG_BITS | count` (`handoff/epoch` gives each start its epoch).
+const TAG_BITS: u32 = 40;
+
 /// The seed of a key's lane hash.
 const LANE_SEED: u64 = 0x6c61_6e65;
 
@@ -182,6 +190,14 @@ impl Router {
         let cluster = peers.cluster.clone();
         let mut forwarders = Vec::new();
         let mut waiting = Vec::new();
+        // Durable before any item is numbered with it: the numbers of this start are above
+        // every earlier start's.
+        let epoch = super::handoff::next_epoch(handoff_dir).map_err(|e| {
+            anyhow::anyhow!(
+                "record this start's epoch in {}: {e}",
+                handoff_dir.display()
+            )
+        })?;
         for (i, node) in cluster.nodes.iter().enumerate() {
             for lane in 0..LANES {
                 if i == cluster.me {
@@ -210,6 +226,9 @@ impl Router {
                 waiting.push(count.clone());
                 let f = Forwarder {
                     peer: i,
+                    lane,
+                    epoch,
+                    numbered: 0,
                     peers: peers.clone(),
                     handoff,
                     log: log.clone(),
@@ -378,6 +397,7 @@ fn item_of(op: &Op) -> pb::UrlItem {
             key,
             meta,
             refetch_ms,
+            ..
         } => (crawl, url, key, meta, Some(*refetch_ms)),
     };
     let stored = meta::decode(stored);
@@ -401,6 +421,21 @@ fn item_of(op: &Op) -> pb::UrlItem {
     }
 }
 
+/// The items of `ops`, the known ones numbered from `first` on in order (their ID).
+fn numbered_items(ops: &[&Op], first: u64) -> Vec<pb::UrlItem> {
+    let mut next = first;
+    ops.iter()
+        .map(|op| {
+            let mut item = item_of(op);
+            if op.is_known() {
+                item.id = next.to_string();
+                next += 1;
+            }
+            item
+        })
+        .collect()
+}
+
 /// What became of a forwarding call.
 enum Sent {
     /// The owner answered every item.
@@ -415,6 +450,11 @@ enum Sent {
 /// The forwarder of one lane of one peer.
 struct Forwarder {
     peer: usize,
+    lane: usize,
+    /// This start's epoch: the high bits of its items' numbers.
+    epoch: u64,
+    /// Known items numbered so far in this start.
+    numbered: u64,
     peers: Peers,
     handoff: HandOff,
     log: Arc<Log>,
@@ -433,7 +473,7 @@ impl Forwarder {
                     waiting.push(f);
                 }
                 if !waiting.is_empty() {
-                    self.hand_off(waiting, 0, Vec::new());
+                    self.hand_off(waiting, 0, Vec::new(), None);
                 }
                 if self.deliver_one().await {
                     backoff = Duration::from_millis(50);
@@ -442,7 +482,7 @@ impl Forwarder {
                 tokio::select! {
                     () = tokio::time::sleep(backoff) => {}
                     f = rx.recv() => match f {
-                        Some(f) => self.hand_off(vec![f], 0, Vec::new()),
+                        Some(f) => self.hand_off(vec![f], 0, Vec::new(), None),
                         None => return,
                     },
                 }
@@ -463,11 +503,12 @@ impl Forwarder {
                     Err(_) => break,
                 }
             }
-            let items: Vec<pb::UrlItem> = jobs
-                .iter()
-                .flat_map(|j| j.ops.iter())
-                .map(item_of)
-                .collect();
+            let items = {
+                let ops: Vec<&Op> = jobs.iter().flat_map(|j| j.ops.iter()).collect();
+                let first = self.number(&ops);
+                (first, numbered_items(&ops, first))
+            };
+            let (first, items) = items;
             match self.send(items).await {
                 Sent::All(outcomes) => answer(jobs, &outcomes),
                 Sent::Partly(done, why) => {
@@ -479,7 +520,7 @@ impl Forwarder {
                         why.message()
                     );
                     let from = done.len();
-                    self.hand_off(jobs, from, done);
+                    self.hand_off(jobs, from, done, Some(first));
                 }
                 Sent::Refused(why) => {
                     log!(
@@ -610,26 +651,33 @@ impl Forwarder {
             .map(|i| matches!(i.item, Some(pb::url_item::Item::Known(_))))
             .collect();
         let first = outcomes.len();
+        // A known item keeps its number as its ID; the others get their place.
         let items: Vec<pb::UrlItem> = items
             .into_iter()
             .enumerate()
             .map(|(i, mut item)| {
-                item.id = i.to_string();
+                if item.id.is_empty() {
+                    item.id = i.to_string();
+                }
                 item
             })
             .collect();
+        let ids: Vec<String> = items.iter().map(|i| i.id.clone()).collect();
         let mut client = self.peers.client(self.peer);
-        let request = self.peers.request(tokio_stream::iter(items));
+        let mut request = self.peers.request(tokio_stream::iter(items));
+        if let Ok(v) = self.lane.to_string().parse() {
+            request.metadata_mut().insert(LANE, v);
+        }
         let mut acks = client.put_ur_ls(request).await?.into_inner();
         while outcomes.len() - first < known.len() {
             let Some(ack) = acks.message().await? else {
                 return Err(Status::unavailable("the stream ended early"));
             };
             let i = outcomes.len() - first;
-            if ack.id != i.to_string() {
+            if ack.id != ids[i] {
                 return Err(Status::internal(format!(
-                    "acknowledgement {:?} where {i} was due",
-                    ack.id
+                    "acknowledgement {:?} where {:?} was due",
+                    ack.id, ids[i]
                 )));
             }
             use pb::ack_message::Status as S;
@@ -643,12 +691,35 @@ impl Forwarder {
         Ok(())
     }
 
+    /// Numbers the known items of `ops`, in order: returns the first number.
+    fn number(&mut self, ops: &[&Op]) -> u64 {
+        let n = ops.iter().filter(|o| o.is_known()).count() as u64;
+        let first = (self.epoch << TAG_BITS) | (self.numbered + 1);
+        self.numbered += n;
+        assert!(
+            self.numbered < 1 << TAG_BITS,
+            "2^40 known items forwarded by one lane in one start"
+        );
+        first
+    }
+
     /// Appends the ops of `jobs` from the `from`-th on to the hand-off log, then answers
     /// every op: the first `from` with `done`, the others as accepted (or failed if the log
-    /// could not be written).
-    fn hand_off(&mut self, jobs: Vec<Forward>, from: usize, mut done: Vec<Outcome>) {
+    /// could not be written). `first`: the number of the jobs' first known item, if they were
+    /// numbered already (sent once); None: numbered now.
+    fn hand_off(
+        &mut self,
+        jobs: Vec<Forward>,
+        from: usize,
+        mut done: Vec<Outcome>,
+        first: Option<u64>,
+    ) {
         let ops: Vec<&Op> = jobs.iter().flat_map(|j| j.ops.iter()).collect();
-        let items: Vec<pb::UrlItem> = ops[from..].iter().map(|op| item_of(op)).collect();
+        let first = match first {
+            Some(first) => first + ops[..from].iter().filter(|o| o.is_known()).count() as u64,
+            None => self.number(&ops[from..]),
+        };
+        let items = numbered_items(&ops[from..], first);
         let written = if crivello::planted::active(crivello::planted::Bug::HandoffUnlogged) {
             // The planted bug: accepted, and written nowhere.
             Ok(())

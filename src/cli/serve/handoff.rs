@@ -390,16 +390,51 @@ fn crc(head: &[u8], payload: &[u8]) -> u32 {
 
 /// The sequence number in `NAME.sent` (0 if missing).
 fn read_sent(storage: &dyn Storage, name: &str) -> io::Result<u64> {
-    let sent = format!("{name}.sent");
-    if !storage.list()?.contains(&sent) {
+    read_counter(storage, &format!("{name}.sent"))
+}
+
+/// Replaces `NAME.sent` with `seq`, durably.
+fn write_sent(storage: &dyn Storage, name: &str, seq: u64) -> io::Result<()> {
+    write_counter(storage, &format!("{name}.sent"), seq)
+}
+
+/// The file of the node's epochs: one per start, durable before the start numbers an item.
+const EPOCH: &str = "epoch";
+
+/// Gives this start of the node its epoch: one more than the last start's (1 for the
+/// first), durable in `DIR/epoch` (`epoch u64 LE | crc32 u32 LE`, replaced whole) when this
+/// returns.
+pub fn next_epoch(dir: &Path) -> io::Result<u64> {
+    next_epoch_in(&DirStorage::open(dir)?)
+}
+
+/// [`next_epoch`] in `storage`.
+pub fn next_epoch_in(storage: &dyn Storage) -> io::Result<u64> {
+    let epoch = read_counter(storage, EPOCH)? + 1;
+    if epoch >= 1 << 23 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{}/{EPOCH}: {epoch} starts, past the 2^23 that items' numbers allow",
+                storage.describe()
+            ),
+        ));
+    }
+    write_counter(storage, EPOCH, epoch)?;
+    Ok(epoch)
+}
+
+/// The counter in file `file` (0 if missing): `value u64 LE | crc32 u32 LE`.
+fn read_counter(storage: &dyn Storage, file: &str) -> io::Result<u64> {
+    if !storage.list()?.iter().any(|f| f == file) {
         return Ok(0);
     }
-    let bytes = storage.open(&sent)?.read_all()?;
+    let bytes = storage.open(file)?.read_all()?;
     if bytes.len() != 12 || crc32fast::hash(&bytes[..8]).to_le_bytes() != bytes[8..12] {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!(
-                "{}/{sent}: damaged (not 12 bytes with their checksum)",
+                "{}/{file}: damaged (not 12 bytes with their checksum)",
                 storage.describe()
             ),
         ));
@@ -407,15 +442,16 @@ fn read_sent(storage: &dyn Storage, name: &str) -> io::Result<u64> {
     Ok(u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")))
 }
 
-/// Replaces `NAME.sent` with `seq`, durably.
-fn write_sent(storage: &dyn Storage, name: &str, seq: u64) -> io::Result<()> {
-    let tmp = format!("{name}.sent.tmp");
+/// Replaces file `file` with the counter `seq`, durably (a temporary file written and
+/// synced, renamed over it, the directory synced).
+fn write_counter(storage: &dyn Storage, file: &str, seq: u64) -> io::Result<()> {
+    let tmp = format!("{file}.tmp");
     let mut bytes = seq.to_le_bytes().to_vec();
     bytes.extend_from_slice(&crc32fast::hash(&seq.to_le_bytes()).to_le_bytes());
     let f = storage.create(&tmp)?;
     f.write_all_at(&bytes, 0)?;
     f.sync()?;
-    storage.rename(&tmp, &format!("{name}.sent"))?;
+    storage.rename(&tmp, file)?;
     storage.sync_dir()
 }
 
@@ -628,5 +664,41 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn each_start_gets_an_epoch_above_every_earlier_one_whatever_the_crash() {
+        let steps = {
+            let disk = SimDisk::new();
+            let got: Vec<u64> = (0..3).map(|_| next_epoch_in(&disk).unwrap()).collect();
+            assert_eq!(got, [1, 2, 3]);
+            disk.ops()
+        };
+        for k in 0..=steps {
+            for image in CrashImage::each_kind(k) {
+                let disk = SimDisk::new();
+                disk.crash_at(k);
+                let mut given = 0;
+                for _ in 0..3 {
+                    match next_epoch_in(&disk) {
+                        Ok(e) => given = e,
+                        Err(_) => break,
+                    }
+                }
+                let after = disk.crash_image(image);
+                let next = next_epoch_in(&after)
+                    .unwrap_or_else(|e| panic!("crash at step {k} ({image:?}): {e}"));
+                assert!(
+                    next > given,
+                    "crash at step {k} ({image:?}): epoch {next} after {given} was given"
+                );
+            }
+        }
+        // A damaged file is refused, naming it.
+        let disk = SimDisk::new();
+        next_epoch_in(&disk).unwrap();
+        disk.set_content(EPOCH, vec![1, 0, 0]);
+        let e = next_epoch_in(&disk).unwrap_err();
+        assert!(e.to_string().contains("epoch: damaged"), "{e}");
     }
 }

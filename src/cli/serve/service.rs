@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::cluster::Forwarded;
 use super::codes;
 use super::commit::{Op, Outcome};
-use super::forward::{Peers, Router};
+use super::forward::{Peers, Router, LANE, LANES};
 use super::log::{log, Level, Log};
 use super::meta;
 use super::moves::Moves;
@@ -130,10 +130,13 @@ impl Service {
     /// Reads a stream of `In` messages into jobs for the committing thread and answers each
     /// message with an `Out` once its items are durable. `split` turns a message into its
     /// acknowledgement's shape and its items (an op, or an outcome known at once).
+    /// `receipts`: the stream is a lane of another node (`NODE/LANE`), whose known items carry
+    /// their number there as their ID.
     fn pipeline<In, Out>(
         &self,
         mut inbound: Streaming<In>,
         forwarded: bool,
+        receipts: Option<Arc<str>>,
         split: fn(&Frontier, &Log, In) -> (Unit, Vec<Slot>),
         answer: fn(Unit, &[Outcome]) -> Out,
     ) -> Acks<Out>
@@ -176,7 +179,13 @@ impl Service {
                         ended = true;
                     }
                     m = inbound.message(), if !ended && !full => match m {
-                        Ok(Some(m)) => batch.add(split(&frontier, &log, m)),
+                        Ok(Some(m)) => {
+                            let (unit, mut slots) = split(&frontier, &log, m);
+                            if let Some(from) = &receipts {
+                                numbered(&unit, &mut slots, from);
+                            }
+                            batch.add((unit, slots));
+                        }
                         Ok(None) => ended = true,
                         Err(s) => {
                             log!(log, Warn, "a stream failed: {}", s.message());
@@ -447,6 +456,7 @@ fn item_slot(
             key,
             meta,
             refetch_ms: refetch_s.saturating_mul(1000),
+            receipt: None,
         },
     };
     Slot::Op(op, bytes)
@@ -644,6 +654,24 @@ impl Service {
                  are for are up and have taken them",
                 waiting.join(", ")
             )))
+        }
+    }
+}
+
+/// The sender `NODE/LANE` of a call forwarded by one of another node's lanes, if it says its
+/// lane.
+fn lane_of<T>(r: &Request<T>) -> Option<Arc<str>> {
+    let Forwarded(node) = r.extensions().get::<Forwarded>()?;
+    let lane: usize = r.metadata().get(LANE)?.to_str().ok()?.parse().ok()?;
+    (lane < LANES).then(|| Arc::from(format!("{node}/{lane}")))
+}
+
+/// Gives a known item of a lane's stream its receipt: its ID is its number at the sender
+/// (an ID that is not a number: none).
+fn numbered(unit: &Unit, slots: &mut [Slot], from: &Arc<str>) {
+    if let [Slot::Op(Op::Known { receipt, .. }, _)] = slots {
+        if let Ok(seq) = unit.id.parse::<u64>() {
+            *receipt = Some((from.clone(), seq));
         }
     }
 }
@@ -960,12 +988,17 @@ impl UrlFrontier for Service {
     ) -> Result<Response<Self::PutURLsStream>, Status> {
         log!(self.log, Debug, "PutURLs: {} opens a stream", opener(&r));
         let from_node = forwarded(&r);
-        let stream = self.pipeline(r.into_inner(), from_node, split_item, |unit, o| {
-            pb::AckMessage {
+        let receipts = lane_of(&r);
+        let stream = self.pipeline(
+            r.into_inner(),
+            from_node,
+            receipts,
+            split_item,
+            |unit, o| pb::AckMessage {
                 id: unit.id,
                 status: ack_status(o.first().copied().unwrap_or(Outcome::Failed)) as i32,
-            }
-        });
+            },
+        );
         Ok(Response::new(stream))
     }
 
@@ -1340,7 +1373,7 @@ impl UrlFrontier for Service {
             opener(&r)
         );
         let from_node = forwarded(&r);
-        let stream = self.pipeline(r.into_inner(), from_node, split_batch, |unit, o| {
+        let stream = self.pipeline(r.into_inner(), from_node, None, split_batch, |unit, o| {
             pb::BatchAck {
                 id: unit.id,
                 statuses: o.iter().map(|&o| ack_status(o) as i32).collect(),

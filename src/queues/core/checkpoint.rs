@@ -489,7 +489,16 @@ impl<'a> Image<'a> {
         let mut c = ByteReader::new(all, names::CHECKPOINT, 0);
         c.magic(MAGIC_K)?;
         let version = c.version_between(VERSION, CHECKPOINT_VERSION)?;
-        if ![VERSION, 6, SKIPS_VERSION, 9, ARCHIVES_VERSION, RECEIPTS_VERSION].contains(&version) {
+        if ![
+            VERSION,
+            6,
+            SKIPS_VERSION,
+            9,
+            ARCHIVES_VERSION,
+            RECEIPTS_VERSION,
+        ]
+        .contains(&version)
+        {
             return Err(Error::corrupt(
                 names::CHECKPOINT,
                 4,

@@ -2630,15 +2630,16 @@ impl Core {
         // The usual case, a crawler ending its leases, needs no push and no flush.
         let mut now = self.clock.now_ms();
         self.expire(now);
-        let all_leased = items.is_empty() || self.crawls.get(crawl).is_some_and(|&id| {
-            let seed = record::crawl_seed(self.sieve.seed(), id);
-            items.iter().all(|it| {
-                self.validate(it.url, it.key).is_ok()
-                    && self
-                        .by_url
-                        .contains_key(&(id, crate::signature(it.url, seed)))
-            })
-        });
+        let all_leased = items.is_empty()
+            || self.crawls.get(crawl).is_some_and(|&id| {
+                let seed = record::crawl_seed(self.sieve.seed(), id);
+                items.iter().all(|it| {
+                    self.validate(it.url, it.key).is_ok()
+                        && self
+                            .by_url
+                            .contains_key(&(id, crate::signature(it.url, seed)))
+                })
+            });
         if !all_leased {
             // URLs not known yet become known (they reach their queues, where they are
             // skipped).
@@ -2735,6 +2736,14 @@ impl Core {
     /// Commits known entries and receipts as one entry.
     fn commit_receipts(&mut self, receipts: &[(&[u8], u64)], known: Vec<Entry<'_>>) -> Result<()> {
         self.commit_version()?;
+        if crate::planted::active(crate::planted::Bug::ReceiptApart) && !known.is_empty() {
+            // The planted bug: the updates durable first, their receipt after.
+            self.commit(&known)?;
+            return self.commit(&[Entry::Receipted {
+                receipts: receipts.to_vec(),
+                known: Vec::new(),
+            }]);
+        }
         self.commit(&[Entry::Receipted {
             receipts: receipts.to_vec(),
             known,
