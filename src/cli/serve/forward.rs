@@ -10,7 +10,9 @@
 //! From then on every op for that peer goes to the log behind them, and the forwarder
 //! delivers the log, record by record in order, once the peer answers again; then it sends
 //! directly again. Nothing is answered as accepted that is not durable on one node or the
-//! other.
+//! other. Each lane numbers its known items (the number is their ID on the wire, the lane
+//! in the call's [`LANE`] metadata), so that the owner applies each once however often it is
+//! sent (see [`super::commit`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

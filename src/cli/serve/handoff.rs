@@ -2,8 +2,9 @@
 //! owns, while the peer could not be reached. An item is acknowledged once it is in the log
 //! and the log is synced; the log is delivered to the peer in order when it is back, and a
 //! delivered record is never sent again unless this node crashes between the peer's
-//! acknowledgement and the durable record of it (then the record is sent once more; see
-//! docs/design.md, "The cluster").
+//! acknowledgement and the durable record of it (then the record is sent once more, and the
+//! peer recognises its known items by their numbers; see docs/design.md, "The cluster").
+//! [`next_epoch`] gives each start of the node the epoch its items are numbered under.
 //!
 //! Files, in `DIR/handoff/` (DIR is the frontier's directory):
 //!
