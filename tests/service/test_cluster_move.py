@@ -242,3 +242,41 @@ def test_a_third_list_is_refused_until_the_move_is_finished(api, cluster_factory
     c.nodes = nodes
     wait_moved(nodes)
     assert nodes[0].stub.CountURLs(pb.CountUrlParams()).value == len(urls)
+
+
+def test_a_new_node_started_before_the_others_takes_nothing_a_move_would_replace(api, cluster_factory):
+    """A node added to the list and started while the cluster's nodes still run with the old
+    list acknowledges nothing of its keys (a move will bring their queues, and replace them);
+    once the others restart with the new list, the move runs and every URL acknowledged is
+    served once."""
+    c = cluster_factory(3)
+    pb = c[0].pb
+    urls = hosts_urls(40, 3, tag="e")
+    assert all(s == "OK" for _, s in put(c[0], [discovered(pb, u) for u in urls]))
+    port = free_ports(1)[0]
+    peers = f"{c.peers},n3=127.0.0.1:{port}"
+    root = c[0].dir.rsplit("/", 1)[0]
+    n3 = Server(api, f"{root}/n3", "--node", "n3", "--peers", peers, listen=False)
+    extra = [f"http://e{h}.example/late" for h in range(40)]
+    acks = put(n3, [discovered(pb, u, ident=u) for u in extra])
+    assert len(acks) == len(extra)
+    assert [u for u, s in acks if s == "OK"] == [], "acknowledged before the move"
+    assert node_stats(n3).counts.get("moving", 0) == 1
+    assert "runs with another list" in n3.log()
+    # The cluster's nodes restart with the new list: the move runs.
+    for n in c.nodes:
+        assert n.stop() == 0, n.log()
+    nodes = [
+        Server(api, n.dir, "--node", name, "--peers", peers, listen=False)
+        for name, n in zip(c.names, c.nodes)
+    ] + [n3]
+    c.nodes = nodes
+    put_until_ok(nodes, extra)
+    wait_moved(nodes)
+    where = owners(nodes)
+    assert any(i == 3 for i in where.values()), "the new node holds hosts"
+    served = served_by_each(Nodes(nodes))
+    everything = [u for got in served.values() for u in got]
+    assert sorted(everything) == sorted(urls + extra), "each URL served once"
+    for i, got in served.items():
+        assert all(where[host_of(u)] == i for u in got), f"node {i} served another's URL"

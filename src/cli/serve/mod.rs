@@ -254,18 +254,23 @@ pub fn run(args: ServeArgs) -> Result<()> {
                     // under way brings them. Until a node of its list answers, it asks again
                     // every second.
                     cluster::Start::Fresh => {
-                        if !moves.learn(&peers).await {
+                        let learnt = moves.learn(&peers).await;
+                        if learnt == moves::Learnt::Nothing {
                             log!(
                                 log,
                                 Warn,
                                 "no other node answered yet: if a move is under way, start this \
                                  node after the nodes that were in the cluster"
                             );
+                        }
+                        if learnt != moves::Learnt::Known {
                             let (moves, peers) = (moves.clone(), peers.clone());
                             tokio::spawn(async move {
                                 loop {
                                     tokio::time::sleep(Duration::from_secs(1)).await;
-                                    if moves.moving() || moves.learn(&peers).await {
+                                    if moves.joined()
+                                        || moves.learn(&peers).await == moves::Learnt::Known
+                                    {
                                         return;
                                     }
                                 }

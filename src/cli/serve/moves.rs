@@ -22,7 +22,10 @@
 //!
 //! A new node (a store that never served in a cluster) asks the others at start whether a
 //! move is under way (`Moving`), and learns the previous list from the first that says so
-//! (or from the first `Import` it gets).
+//! (or from the first `Import` it gets). A node that refuses the question because it runs
+//! with another list is one of the cluster's nodes not restarted yet: a move will come, and
+//! until this node learns it every key it owns is pending (it would take items that the
+//! move's imports then replace).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -85,6 +88,22 @@ pub struct Moves {
     current: RwLock<Option<Arc<Move>>>,
     /// The other nodes' clients, to send with once a move is joined.
     peers: std::sync::OnceLock<Peers>,
+    /// A new node that met a node of another list: a move will come, and every key this
+    /// node owns is pending until it is known.
+    unsettled: AtomicBool,
+}
+
+/// What a new node learnt from the others ([`Moves::learn`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Learnt {
+    /// A move under way, joined; or a node of this list answered that none is, and none
+    /// runs with another list.
+    Known,
+    /// A node runs with another list: a move will come. Every key this node owns is pending
+    /// meanwhile.
+    Unsettled,
+    /// No node answered.
+    Nothing,
 }
 
 impl Moves {
@@ -102,6 +121,7 @@ impl Moves {
             log,
             current: RwLock::new(None),
             peers: std::sync::OnceLock::new(),
+            unsettled: AtomicBool::new(false),
         })
     }
 
@@ -112,7 +132,7 @@ impl Moves {
 
     /// Starts the move from `previous` as [`Moves::begin`] does, and its sending.
     pub fn join(self: &Arc<Self>, previous: &str, recorded: bool) -> anyhow::Result<()> {
-        let started = !self.moving();
+        let started = !self.joined();
         self.begin(previous, recorded)?;
         if started {
             if let Some(peers) = self.peers.get() {
@@ -127,8 +147,14 @@ impl Moves {
         self.current.read().expect("not poisoned").clone()
     }
 
-    /// Whether a move is under way.
+    /// Whether a move is under way (or, for a new node, will come).
     pub fn moving(&self) -> bool {
+        self.current.read().expect("not poisoned").is_some()
+            || self.unsettled.load(Ordering::Acquire)
+    }
+
+    /// Whether the move under way is known (joined).
+    pub fn joined(&self) -> bool {
         self.current.read().expect("not poisoned").is_some()
     }
 
@@ -141,7 +167,7 @@ impl Moves {
     /// that owned it before: that node is not done, and has not sent it yet.
     pub fn pending(&self, crawl: &str, key: &[u8]) -> bool {
         let Some(m) = self.current() else {
-            return false;
+            return self.unsettled.load(Ordering::Acquire);
         };
         let old = m.previous.owner(key);
         if old == self.cluster.this().name || !m.waiting.lock().expect("not poisoned").contains(old)
@@ -161,7 +187,7 @@ impl Moves {
     /// every crawl (a call on a key whatever its crawl).
     pub fn pending_key(&self, key: &[u8]) -> bool {
         let Some(m) = self.current() else {
-            return false;
+            return self.unsettled.load(Ordering::Acquire);
         };
         let old = m.previous.owner(key);
         old != self.cluster.this().name
@@ -235,6 +261,8 @@ impl Moves {
         );
         let m = Arc::new(m);
         *current = Some(m.clone());
+        // The move that was to come is known from now on (its keys pending as it says).
+        self.unsettled.store(false, Ordering::Release);
         Ok(m)
     }
 
@@ -406,10 +434,12 @@ impl Moves {
     }
 
     /// Asks the other nodes whether a move is under way (for a node new to the cluster),
-    /// and joins the first one found. Whether a node of this list answered (then this node
-    /// knows).
-    pub async fn learn(self: &Arc<Self>, peers: &Peers) -> bool {
+    /// and joins the first one found. A node that refuses the question for its list
+    /// (FAILED_PRECONDITION: it runs with another list, or alone) makes this node
+    /// [`Learnt::Unsettled`] until a later question finds the move or no such node.
+    pub async fn learn(self: &Arc<Self>, peers: &Peers) -> Learnt {
         let mut answered = false;
+        let mut other_list = None;
         for i in 0..self.cluster.nodes.len() {
             if i == self.cluster.me {
                 continue;
@@ -420,18 +450,50 @@ impl Moves {
                 client.moving(peers.request(cpb::MovingRequest {})),
             )
             .await;
-            if let Ok(Ok(reply)) = asked {
-                answered = true;
-                let previous = reply.into_inner().previous;
-                if !previous.is_empty() {
-                    match tokio::task::block_in_place(|| self.join(&previous, false)) {
-                        Ok(_) => return true,
-                        Err(e) => log!(self.log, Error, "joining the move: {e}"),
+            match asked {
+                Ok(Ok(reply)) => {
+                    answered = true;
+                    let previous = reply.into_inner().previous;
+                    if !previous.is_empty() {
+                        match tokio::task::block_in_place(|| self.join(&previous, false)) {
+                            Ok(()) => {
+                                self.unsettled.store(false, Ordering::Release);
+                                return Learnt::Known;
+                            }
+                            Err(e) => log!(self.log, Error, "joining the move: {e}"),
+                        }
                     }
                 }
+                Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => {
+                    other_list = Some((i, s.message().to_owned()));
+                }
+                _ => {}
             }
         }
-        answered
+        if let Some((i, why)) = other_list {
+            if !self.unsettled.swap(true, Ordering::AcqRel) {
+                log!(
+                    self.log,
+                    Warn,
+                    "node {} runs with another list ({why}): a move will come when the nodes \
+                     restart with this list; until then the keys of this node are pending \
+                     (their items FAIL)",
+                    self.cluster.nodes[i].name
+                );
+            }
+            return Learnt::Unsettled;
+        }
+        if answered {
+            if self.unsettled.swap(false, Ordering::AcqRel) {
+                log!(
+                    self.log,
+                    Info,
+                    "no move under way: this node serves its keys"
+                );
+            }
+            return Learnt::Known;
+        }
+        Learnt::Nothing
     }
 
     /// Imports queues another node sends (`Import`), or records that it is done.
