@@ -253,6 +253,9 @@ def test_a_new_node_started_before_the_others_takes_nothing_a_move_would_replace
     pb = c[0].pb
     urls = hosts_urls(40, 3, tag="e")
     assert all(s == "OK" for _, s in put(c[0], [discovered(pb, u) for u in urls]))
+    # A default delay and a pause set on every node: the new node takes them too.
+    c[1].stub.SetDelay(pb.QueueDelayParams(delay_requestable=30))
+    c[2].stub.SetActive(pb.Active(state=False))
     port = free_ports(1)[0]
     peers = f"{c.peers},n3=127.0.0.1:{port}"
     root = c[0].dir.rsplit("/", 1)[0]
@@ -275,8 +278,21 @@ def test_a_new_node_started_before_the_others_takes_nothing_a_move_would_replace
     wait_moved(nodes)
     where = owners(nodes)
     assert any(i == 3 for i in where.values()), "the new node holds hosts"
+    assert n3.stub.GetActive(pb.Local(local=True)).state is False, "the pause reached n3"
+    n3.stub.SetActive(pb.Active(state=True))
+    assert [n.stub.GetActive(pb.Local(local=True)).state for n in nodes] == [True] * 4
+    # The default delay holds on the new node's hosts: a second URL of a host waits.
+    mine = next(h for h, i in where.items() if i == 3)
+    got = list(n3.stub.GetURLs(pb.GetParams(key=mine, max_urls_per_queue=5)))
+    assert len(got) == 1
+    assert [s for _, s in put(n3, [known(pb, got[0].url, 0)])] == ["OK"]
+    assert list(n3.stub.GetURLs(pb.GetParams(key=mine, max_urls_per_queue=5))) == [], \
+        "the default delay of 30 s"
+    n3.stub.SetDelay(pb.QueueDelayParams(delay_requestable=0))
     served = served_by_each(Nodes(nodes))
     everything = [u for got in served.values() for u in got]
-    assert sorted(everything) == sorted(urls + extra), "each URL served once"
+    # The host fetched last waits out its delay of then; every other URL is served once.
+    want = [u for u in urls + extra if host_of(u) != mine]
+    assert sorted(everything) == sorted(want), "each URL served once"
     for i, got in served.items():
         assert all(where[host_of(u)] == i for u in got), f"node {i} served another's URL"

@@ -168,6 +168,23 @@ impl Cluster {
 /// The file, in `DIR/handoff/`, that holds the list of nodes the store last served with.
 const MEMBERS_FILE: &str = "members";
 
+/// The file, in `DIR/handoff/`, that marks a node new to the cluster that has not learnt yet
+/// whether a move is under way: its starts ask the other nodes again.
+const FRESH_FILE: &str = "new";
+
+/// Removes the mark of a node new to the cluster (in `DIR/handoff/`, `handoff`): it knows
+/// where it stands.
+pub fn settled(handoff: &std::path::Path) -> Result<()> {
+    match std::fs::remove_file(handoff.join(FRESH_FILE)) {
+        Ok(()) => {
+            std::fs::File::open(handoff)?.sync_all()?;
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The file, in `DIR/handoff/`, that holds the list of nodes before the move under way, if
 /// one is (`super::moves`).
 pub const MOVE_FILE: &str = "move";
@@ -407,6 +424,13 @@ pub fn check_start(
         }
     }
     let mut start = Start::Same;
+    if before.as_deref() == Some(now.as_str())
+        && cluster.is_some()
+        && handoff.join(FRESH_FILE).exists()
+    {
+        // New to the cluster, and it did not learn whether a move is under way.
+        return Ok(Start::Fresh);
+    }
     if before.as_deref() != Some(now.as_str()) {
         if let Some(c) = cluster {
             match before.as_deref() {
@@ -436,6 +460,9 @@ pub fn check_start(
                              it alone until they drain, or start the cluster on new stores",
                         ));
                     }
+                    // Until the node knows whether a move is under way (`Moves`), a restart
+                    // asks again: the mark is written before the list.
+                    write_durably(&handoff.join(FRESH_FILE), "new\n")?;
                     start = Start::Fresh;
                 }
                 Some(previous) => {
@@ -443,6 +470,8 @@ pub fn check_start(
                     // the move again.
                     Previous::parse(previous)?;
                     write_durably(&handoff.join(MOVE_FILE), &format!("{previous}\n"))?;
+                    // It served with the previous list: new to this one, it is not.
+                    settled(&handoff)?;
                     start = Start::Moving(previous.to_owned());
                 }
             }

@@ -254,6 +254,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
                     // under way brings them. Until a node of its list answers, it asks again
                     // every second.
                     cluster::Start::Fresh => {
+                        moves.set_fresh();
                         let learnt = moves.learn(&peers).await;
                         if learnt == moves::Learnt::Nothing {
                             log!(

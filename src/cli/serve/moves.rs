@@ -36,7 +36,7 @@ use std::time::Duration;
 use crivello::{Frontier, MovedUrl, Policy, QueueExport};
 use tonic::{Request, Response, Status};
 
-use super::cluster::{write_durably, Cluster, Forwarded, Previous, MOVE_FILE};
+use super::cluster::{settled, write_durably, Cluster, Forwarded, Previous, MOVE_FILE};
 use super::cpb;
 use super::forward::Peers;
 use super::log::{log, Log};
@@ -91,6 +91,9 @@ pub struct Moves {
     /// A new node that met a node of another list: a move will come, and every key this
     /// node owns is pending until it is known.
     unsettled: AtomicBool,
+    /// A node new to the cluster: it takes the default policy and the pause of the first
+    /// node that sends it queues.
+    fresh: AtomicBool,
 }
 
 /// What a new node learnt from the others ([`Moves::learn`]).
@@ -122,7 +125,13 @@ impl Moves {
             current: RwLock::new(None),
             peers: std::sync::OnceLock::new(),
             unsettled: AtomicBool::new(false),
+            fresh: AtomicBool::new(false),
         })
+    }
+
+    /// Marks this node as new to the cluster (its store never served in it).
+    pub fn set_fresh(&self) {
+        self.fresh.store(true, Ordering::Release);
     }
 
     /// The clients a move sends with.
@@ -210,7 +219,9 @@ impl Moves {
         }
         let parsed = Previous::parse(previous)?;
         if !recorded {
+            // A new node joining: it knows the move from now on.
             write_durably(&self.dir.join(MOVE_FILE), &format!("{previous}\n"))?;
+            settled(&self.dir)?;
         }
         let id = format!(
             "{:016x}",
@@ -326,6 +337,22 @@ impl Moves {
 
     async fn send_once(&self, m: &Arc<Move>, peers: &Peers) -> anyhow::Result<()> {
         let c = &self.cluster;
+        let frontier = self.frontier.clone();
+        let (default_policy, paused) = tokio::task::spawn_blocking(move || {
+            Ok::<_, crivello::Error>((frontier.policy("", None)?, frontier.stats()?.paused))
+        })
+        .await??;
+        let request = |queues: Vec<cpb::Queue>, done: bool| cpb::ImportRequest {
+            transfer: m.transfer(&c.this().name),
+            queues,
+            previous: m.previous.canonical.clone(),
+            done,
+            default_delay_ms: default_policy.delay_ms,
+            default_ratio_ppm: default_policy.ratio_ppm,
+            default_per_queue: default_policy.per_queue,
+            default_limit: default_policy.limit,
+            paused,
+        };
         // The queues to send, by owner.
         let frontier = self.frontier.clone();
         let cluster = c.clone();
@@ -381,12 +408,7 @@ impl Moves {
                 // Released before (a batch sent before a restart) if none; cut by bytes.
                 for queues in by_bytes(queues) {
                     let n = queues.len();
-                    let request = cpb::ImportRequest {
-                        transfer: m.transfer(&c.this().name),
-                        queues: queues.iter().map(queue_of).collect(),
-                        previous: m.previous.canonical.clone(),
-                        done: false,
-                    };
+                    let request = request(queues.iter().map(queue_of).collect(), false);
                     let mut client = peers.cluster_client(owner);
                     client.import(peers.request(request)).await.map_err(|s| {
                         anyhow::anyhow!("node {}: {}", peers.name(owner), s.message())
@@ -413,12 +435,7 @@ impl Moves {
             if i == c.me {
                 continue;
             }
-            let request = cpb::ImportRequest {
-                transfer: m.transfer(&c.this().name),
-                queues: Vec::new(),
-                previous: m.previous.canonical.clone(),
-                done: true,
-            };
+            let request = request(Vec::new(), true);
             peers
                 .cluster_client(i)
                 .import(peers.request(request))
@@ -453,7 +470,23 @@ impl Moves {
             match asked {
                 Ok(Ok(reply)) => {
                     answered = true;
-                    let previous = reply.into_inner().previous;
+                    let reply = reply.into_inner();
+                    if self.fresh.load(Ordering::Acquire) && !reply.new_node {
+                        let theirs = Policy {
+                            delay_ms: reply.default_delay_ms,
+                            ratio_ppm: reply.default_ratio_ppm,
+                            per_queue: reply.default_per_queue,
+                            limit: reply.default_limit,
+                        };
+                        let adopt = self.adopter(&self.cluster.nodes[i].name, theirs, reply.paused);
+                        let frontier = self.frontier.clone();
+                        match tokio::task::spawn_blocking(move || adopt(&frontier, true)).await {
+                            Ok(Ok(())) => self.fresh.store(false, Ordering::Release),
+                            Ok(Err(e)) => log!(self.log, Error, "taking the defaults: {e}"),
+                            Err(e) => log!(self.log, Error, "taking the defaults: {e}"),
+                        }
+                    }
+                    let previous = reply.previous;
                     if !previous.is_empty() {
                         match tokio::task::block_in_place(|| self.join(&previous, false)) {
                             Ok(()) => {
@@ -484,6 +517,17 @@ impl Moves {
             return Learnt::Unsettled;
         }
         if answered {
+            // No move: a restart need not ask again, and no node has defaults to give if
+            // none gave them yet (all of them are new).
+            self.fresh.store(false, Ordering::Release);
+            if let Err(e) = settled(&self.dir) {
+                log!(
+                    self.log,
+                    Error,
+                    "recording that no move is under way: {e:#}"
+                );
+                return Learnt::Nothing;
+            }
             if self.unsettled.swap(false, Ordering::AcqRel) {
                 log!(
                     self.log,
@@ -494,6 +538,35 @@ impl Moves {
             return Learnt::Known;
         }
         Learnt::Nothing
+    }
+
+    /// What a node new to the cluster takes from node `from`, whose default policy is
+    /// `theirs` and which is `paused` or not: the default policy if this node is new
+    /// (`fresh`) or its own was never set (a new node restarted before it took it), and the
+    /// pause if this node is new. Runs on the frontier (blocking).
+    fn adopter(
+        &self,
+        from: &str,
+        theirs: Policy,
+        paused: bool,
+    ) -> impl FnOnce(&Frontier, bool) -> crivello::Result<()> + Send + 'static {
+        let (log, from) = (self.log.clone(), from.to_owned());
+        move |frontier: &Frontier, fresh: bool| {
+            let ours = frontier.policy("", None)?;
+            if theirs.per_queue > 0 && theirs != ours && (fresh || ours == Policy::default()) {
+                frontier.set_policy("", None, theirs)?;
+                log!(
+                    log,
+                    Info,
+                    "took the default policy of node {from}: {theirs:?}"
+                );
+            }
+            if fresh && paused && !frontier.stats()?.paused {
+                frontier.set_paused(true)?;
+                log!(log, Info, "paused, as node {from} is");
+            }
+            Ok(())
+        }
     }
 
     /// Imports queues another node sends (`Import`), or records that it is done.
@@ -537,10 +610,19 @@ impl Moves {
             .iter()
             .map(|q| (q.crawl.clone(), q.key.clone()))
             .collect();
+        let theirs = Policy {
+            delay_ms: r.default_delay_ms,
+            ratio_ppm: r.default_ratio_ppm,
+            per_queue: r.default_per_queue,
+            limit: r.default_limit,
+        };
+        let fresh = self.fresh.load(Ordering::Acquire);
+        let adopt = self.adopter(from, theirs, r.paused);
         let frontier = self.frontier.clone();
         let transfer = m.transfer(from);
         let done = r.done.then(|| m.done_name(from));
         let n = tokio::task::spawn_blocking(move || -> crivello::Result<u64> {
+            adopt(&frontier, fresh)?;
             let n = frontier.import(transfer.as_bytes(), &queues)?;
             if let Some(done) = done {
                 frontier.import(done.as_bytes(), &[])?;
@@ -550,6 +632,7 @@ impl Moves {
         .await
         .map_err(|e| Status::internal(e.to_string()))?
         .map_err(|e| Status::internal(format!("import: {e}")))?;
+        self.fresh.store(false, Ordering::Release);
         {
             let mut received = m.received.lock().expect("not poisoned");
             let mut keys = m.received_keys.lock().expect("not poisoned");
@@ -629,8 +712,21 @@ impl cpb::cluster_server::Cluster for ClusterService {
         &self,
         _request: Request<cpb::MovingRequest>,
     ) -> Result<Response<cpb::MovingReply>, Status> {
+        let frontier = self.0.frontier.clone();
+        let (p, paused) = tokio::task::spawn_blocking(move || {
+            Ok::<_, crivello::Error>((frontier.policy("", None)?, frontier.stats()?.paused))
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(|e| Status::internal(format!("Moving: {e}")))?;
         Ok(Response::new(cpb::MovingReply {
             previous: self.0.previous().unwrap_or_default(),
+            default_delay_ms: p.delay_ms,
+            default_ratio_ppm: p.ratio_ppm,
+            default_per_queue: p.per_queue,
+            default_limit: p.limit,
+            paused,
+            new_node: self.0.fresh.load(Ordering::Acquire),
         }))
     }
 }
