@@ -55,8 +55,10 @@ def api(tmp_path_factory):
 class Server:
     """A `crivello serve` process on a free loopback port."""
 
-    def __init__(self, api, directory, *args, listen=True):
+    def __init__(self, api, directory, *args, listen=True, creds=None):
         self.pb, self.rpc = api
+        # Channel credentials (TLS) for the test's client; None: plain text.
+        self.creds = creds
         self.dir = str(directory)
         self.args = list(args)
         # False: the address comes from the arguments (a cluster node's --peers entry).
@@ -77,7 +79,10 @@ class Server:
         line = self.proc.stdout.readline().decode()
         assert line.startswith("listening on "), f"no address printed: {line!r}; log: {self.log()}"
         self.addr = line.split()[-1]
-        self.channel = grpc.insecure_channel(self.addr)
+        if self.creds is None:
+            self.channel = grpc.insecure_channel(self.addr)
+        else:
+            self.channel = grpc.secure_channel(self.addr, self.creds)
         grpc.channel_ready_future(self.channel).result(timeout=10)
         self.stub = self.rpc.URLFrontierStub(self.channel)
 
@@ -132,12 +137,13 @@ def free_ports(n):
 class Cluster:
     """`crivello serve` nodes n0, n1, ... on loopback ports, each given the same --peers."""
 
-    def __init__(self, api, root, n, *args):
+    def __init__(self, api, root, n, *args, creds=None):
         self.names = [f"n{i}" for i in range(n)]
         self.ports = free_ports(n)
         self.peers = ",".join(f"{m}=127.0.0.1:{p}" for m, p in zip(self.names, self.ports))
         self.nodes = [
-            Server(api, root / m, "--node", m, "--peers", self.peers, *args, listen=False)
+            Server(api, root / m, "--node", m, "--peers", self.peers, *args, listen=False,
+                   creds=creds)
             for m in self.names
         ]
 
@@ -152,8 +158,8 @@ class Cluster:
 def cluster_factory(api, tmp_path):
     clusters = []
 
-    def make(n, *args):
-        c = Cluster(api, tmp_path / f"cluster{len(clusters)}", n, *args)
+    def make(n, *args, creds=None):
+        c = Cluster(api, tmp_path / f"cluster{len(clusters)}", n, *args, creds=creds)
         clusters.append(c)
         return c
 

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import BIN
 from helpers import discovered
+from test_cluster import served_by_each
 
 
 def start(tmp_path, *args):
@@ -106,3 +107,67 @@ def test_tls_serves_a_client_that_trusts_the_certificate_and_no_plaintext_one(ap
         timeout=30,
     )
     assert bad.returncode == 1 and b"TLS" in bad.stderr, bad.stderr
+
+
+def signed_by_a_ca(tmp_path):
+    """A certificate authority and a certificate it signed for 127.0.0.1 with its key
+    (files: ca, cert, key), or a skip without openssl."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed: no certificate to test TLS with")
+    ca, ca_key = tmp_path / "ca.pem", tmp_path / "ca.key"
+    cert, key, csr = tmp_path / "node.pem", tmp_path / "node.key", tmp_path / "node.csr"
+    ext = tmp_path / "node.ext"
+    ext.write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+                   "keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    for cmd in (
+        ["openssl", "req", "-x509", *ec, "-keyout", str(ca_key), "-out", str(ca), "-days", "1",
+         "-subj", "/CN=crivello test CA"],
+        ["openssl", "req", *ec, "-keyout", str(key), "-out", str(csr), "-subj", "/CN=localhost"],
+        ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+         "-CAcreateserial", "-out", str(cert), "-days", "1", "-extfile", str(ext)],
+    ):
+        subprocess.run(cmd, check=True, capture_output=True)
+    return ca, cert, key
+
+
+def test_a_cluster_over_tls_forwards_and_serves_and_refuses_plain_text(api, cluster_factory, tmp_path):
+    """Three nodes with a certificate signed by one authority call each other over TLS
+    (--tls-ca), with the shared token: items put to one node reach their owners and are
+    served once each."""
+    pb, rpc = api
+    ca, cert, key = signed_by_a_ca(tmp_path)
+    token = tmp_path / "token"
+    token.write_text("cluster-token")
+    creds = grpc.composite_channel_credentials(
+        grpc.ssl_channel_credentials(root_certificates=ca.read_bytes()),
+        grpc.access_token_call_credentials("cluster-token"),
+    )
+    tls = ["--tls-cert", str(cert), "--tls-key", str(key), "--tls-ca", str(ca),
+           "--token-file", str(token)]
+    c = cluster_factory(3, *tls, creds=creds)
+    urls = [f"http://t{h}.example/{i}" for h in range(30) for i in range(2)]
+    acks = list(c[0].stub.PutURLs(iter([discovered(pb, u, ident=u) for u in urls]), timeout=30))
+    assert [a.status for a in acks] == [pb.AckMessage.Status.OK] * len(urls)
+    held = [c[i].stub.CountURLs(pb.CountUrlParams(local=True)).value for i in range(3)]
+    assert sum(held) == len(urls) and all(h > 0 for h in held), held
+    # Served once each (acknowledged done through the node that handed them out).
+    served = served_by_each(c)
+    assert sorted(u for got in served.values() for u in got) == sorted(urls)
+    # A plaintext client gets nowhere.
+    with grpc.insecure_channel(c[1].addr) as channel:
+        with pytest.raises(grpc.RpcError):
+            rpc.URLFrontierStub(channel).GetStats(pb.QueueWithinCrawlParams(), timeout=5)
+    # --tls-cert with --peers needs --tls-ca; --tls-ca alone is refused.
+    peers = "a=127.0.0.1:1,b=127.0.0.1:2"
+    bad = subprocess.run(
+        [BIN, "serve", str(tmp_path / "x"), "--node", "a", "--peers", peers,
+         "--tls-cert", str(cert), "--tls-key", str(key)],
+        capture_output=True, timeout=30,
+    )
+    assert bad.returncode == 1 and b"--tls-ca" in bad.stderr, bad.stderr
+    bad = subprocess.run(
+        [BIN, "serve", str(tmp_path / "y"), "--addr", "127.0.0.1:0", "--tls-ca", str(ca)],
+        capture_output=True, timeout=30,
+    )
+    assert bad.returncode == 1 and b"--tls-ca without" in bad.stderr, bad.stderr

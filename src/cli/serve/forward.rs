@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Request, Status};
 
 use super::cluster::Cluster;
@@ -91,8 +91,13 @@ pub struct Peers {
 }
 
 impl Peers {
-    /// Clients of every other node of `cluster` (connecting when first used).
-    pub fn new(cluster: Arc<Cluster>, token: Option<String>) -> anyhow::Result<Peers> {
+    /// Clients of every other node of `cluster` (connecting when first used), over TLS with
+    /// `tls`.
+    pub fn new(
+        cluster: Arc<Cluster>,
+        token: Option<String>,
+        tls: Option<ClientTlsConfig>,
+    ) -> anyhow::Result<Peers> {
         let mut clients = Vec::new();
         let mut cluster_clients = Vec::new();
         for (i, node) in cluster.nodes.iter().enumerate() {
@@ -101,10 +106,16 @@ impl Peers {
                 cluster_clients.push(None);
                 continue;
             }
-            let channel = Endpoint::from_shared(format!("http://{}", node.addr))?
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            let mut endpoint = Endpoint::from_shared(format!("{scheme}://{}", node.addr))?
                 .connect_timeout(CONNECT_TIMEOUT)
-                .tcp_nodelay(true)
-                .connect_lazy();
+                .tcp_nodelay(true);
+            if let Some(tls) = &tls {
+                endpoint = endpoint.tls_config(tls.clone()).map_err(|e| {
+                    anyhow::anyhow!("TLS to node {} ({}): {e}", node.name, node.addr)
+                })?;
+            }
+            let channel = endpoint.connect_lazy();
             cluster_clients.push(Some(
                 ClusterClient::new(channel.clone())
                     .max_decoding_message_size(usize::MAX)

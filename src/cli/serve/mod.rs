@@ -106,6 +106,11 @@ pub struct ServeArgs {
     /// TLS: the server's private key (PEM).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// TLS in a cluster: the certificates (PEM) a node trusts the other nodes' by. Nodes then
+    /// call each other over TLS, each checking the other's certificate against the host of
+    /// its --peers entry. Required with --peers and --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
     /// The options of every subcommand.
     #[command(flatten)]
     pub common: Common,
@@ -158,13 +163,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
         _ => None,
     };
-    if cluster.is_some() && args.tls_cert.is_some() {
-        return Err(explained(
-            "--tls-cert with --peers: nodes call each other in plain text",
-            "run a cluster on a private network without TLS (with --token-file), or a node \
-             alone with TLS",
-        ));
-    }
+    let peer_tls = peer_tls(&args, cluster.is_some())?;
     let addr_text = match (&args.addr, &cluster) {
         (Some(a), _) => a.clone(),
         (None, Some(c)) => c.this().addr.clone(),
@@ -238,7 +237,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 frontier.serve_only(Some(Arc::new(move |key: &[u8]| {
                     owner.owner(key) == owner.me
                 })))?;
-                let peers = forward::Peers::new(c.clone(), token.clone())?;
+                let peers = forward::Peers::new(c.clone(), token.clone(), peer_tls.clone())?;
                 let moves = moves::Moves::new(
                     c.clone(),
                     frontier.clone(),
@@ -374,6 +373,35 @@ pub fn run(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
+/// How a node of a cluster calls the others: over TLS, trusting `--tls-ca`, when it serves
+/// with `--tls-cert`; in plain text otherwise.
+fn peer_tls(
+    args: &ServeArgs,
+    in_cluster: bool,
+) -> Result<Option<tonic::transport::ClientTlsConfig>> {
+    match (&args.tls_ca, args.tls_cert.is_some() && in_cluster) {
+        (Some(_), false) => Err(explained(
+            "--tls-ca without --peers and --tls-cert",
+            "--tls-ca names the certificates the nodes of a cluster trust each other by: give \
+             it with --peers, --tls-cert and --tls-key",
+        )),
+        (None, true) => Err(explained(
+            "--tls-cert with --peers and no --tls-ca",
+            "the nodes call each other over TLS: give --tls-ca, the certificate (PEM) of the \
+             authority that signed their certificates",
+        )),
+        (None, false) => Ok(None),
+        (Some(ca), true) => {
+            let pem = std::fs::read(ca)
+                .with_context(|| format!("read the TLS certificates {}", ca.display()))?;
+            Ok(Some(
+                tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(pem)),
+            ))
+        }
+    }
+}
+
 /// A node that leaves the cluster (started with a list that does not name it, on a store
 /// that served as that node): sends each of its queues to its owner under the list, tells
 /// every node that it is done, and stops; it serves nothing.
@@ -399,7 +427,7 @@ fn leave(args: &ServeArgs, cluster: cluster::Cluster, log: Arc<Log>) -> Result<(
         cluster.canonical
     );
     runtime.block_on(async {
-        let peers = forward::Peers::new(cluster.clone(), token)?;
+        let peers = forward::Peers::new(cluster.clone(), token, peer_tls(args, true)?)?;
         let moves = moves::Moves::new(
             cluster.clone(),
             frontier.clone(),
