@@ -296,3 +296,91 @@ def test_a_new_node_started_before_the_others_takes_nothing_a_move_would_replace
     assert sorted(everything) == sorted(want), "each URL served once"
     for i, got in served.items():
         assert all(where[host_of(u)] == i for u in got), f"node {i} served another's URL"
+
+
+def test_a_node_lost_for_good_leaves_with_lost_and_its_hand_offs_reach_the_new_owners(api, cluster_factory):
+    """Node n2 dies with its store. The other two restart without it and with --lost n2: the
+    move does not wait for it, the items their hand-off logs kept for it go to the new owners
+    of its keys, and every URL acknowledged is served once, but those that lived on n2."""
+    import shutil
+
+    c = cluster_factory(3)
+    pb = c[0].pb
+    urls = hosts_urls(40, 2, tag="g")
+    assert all(s == "OK" for _, s in put(c[0], [discovered(pb, u) for u in urls]))
+    where = owners(c.nodes)
+    on_n2 = [u for u in urls if where[host_of(u)] == 2]
+    assert on_n2
+    c[2].kill()
+    shutil.rmtree(c[2].dir)
+    # Put while n2 is gone: its keys' items wait in the others' hand-off logs.
+    extra = [f"http://g{h}.example/while-down" for h in range(40)]
+    acks = put(c[0], [discovered(pb, u, ident=u) for u in extra])
+    assert all(s == "OK" for _, s in acks)
+    assert node_stats(c[0]).counts.get("handoff_records", 0) > 0
+    # --lost naming a node of the list is refused.
+    bad = subprocess.run(
+        [BIN, "serve", c[0].dir + "-x", "--node", "n0", "--peers", c.peers, "--lost", "n2"],
+        capture_output=True, timeout=30,
+    )
+    assert bad.returncode == 1 and b"is in the list" in bad.stderr, bad.stderr
+    # Without --lost, the new list is refused while a hand-off log holds n2's items.
+    peers = ",".join(p for p in c.peers.split(",") if not p.startswith("n2="))
+    for n in c.nodes[:2]:
+        assert n.stop() == 0, n.log()
+    bad = subprocess.run(
+        [BIN, "serve", c[0].dir, "--node", "n0", "--peers", peers],
+        capture_output=True, timeout=30,
+    )
+    assert bad.returncode == 1 and b"hand-off log" in bad.stderr, bad.stderr
+    nodes = [
+        Server(api, n.dir, "--node", name, "--peers", peers, "--lost", "n2", listen=False)
+        for name, n in zip(c.names[:2], c.nodes[:2])
+    ]
+    c.nodes = nodes
+    wait_moved(nodes)
+    deadline = time.time() + 30
+    while any(node_stats(n).counts.get("handoff_records", 0) for n in nodes):
+        assert time.time() < deadline, "the lost node's items were not sent on"
+        time.sleep(0.2)
+    assert "lost" in nodes[0].log()
+    served = served_by_each(Nodes(nodes))
+    everything = [u for got in served.values() for u in got]
+    want = [u for u in urls if u not in on_n2] + extra
+    assert sorted(everything) == sorted(want), "each URL acknowledged and not on n2 served once"
+
+
+def test_a_move_to_a_node_lost_before_it_took_anything_is_taken_back_with_lost(api, cluster_factory):
+    """The three nodes restart with a fourth node in the list, which never comes: the move
+    cannot end, and a third list is refused. Restarted with their old list and --lost n3, the
+    nodes end the move, and every URL is served once."""
+    c = cluster_factory(3)
+    pb = c[0].pb
+    urls = hosts_urls(40, 2, tag="k")
+    assert all(s == "OK" for _, s in put(c[0], [discovered(pb, u) for u in urls]))
+    for n in c.nodes:
+        assert n.stop() == 0, n.log()
+    port = free_ports(1)[0]
+    grown = f"{c.peers},n3=127.0.0.1:{port}"
+    nodes = [
+        Server(api, n.dir, "--node", name, "--peers", grown, listen=False)
+        for name, n in zip(c.names, c.nodes)
+    ]
+    time.sleep(1)
+    assert all(node_stats(n).counts.get("moving", 0) == 1 for n in nodes)
+    for n in nodes:
+        assert n.stop() == 0, n.log()
+    bad = subprocess.run(
+        [BIN, "serve", nodes[0].dir, "--node", "n0", "--peers", c.peers],
+        capture_output=True, timeout=30,
+    )
+    assert bad.returncode == 1 and b"not finished" in bad.stderr, bad.stderr
+    nodes = [
+        Server(api, n.dir, "--node", name, "--peers", c.peers, "--lost", "n3", listen=False)
+        for name, n in zip(c.names, nodes)
+    ]
+    c.nodes = nodes
+    wait_moved(nodes)
+    served = served_by_each(Nodes(nodes))
+    everything = [u for got in served.values() for u in got]
+    assert sorted(everything) == sorted(urls), "each URL served once"

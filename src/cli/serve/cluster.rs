@@ -311,6 +311,21 @@ pub enum Start {
     Moving(String),
 }
 
+/// The list `list` (canonical form) without the nodes named in `lost`.
+fn without(list: &str, lost: &[String]) -> String {
+    let Some((method, nodes)) = list.split_once(' ') else {
+        return list.to_owned();
+    };
+    let kept: Vec<&str> = nodes
+        .split(',')
+        .filter(|entry| {
+            let name = entry.split_once('=').map_or(*entry, |(n, _)| n);
+            !lost.iter().any(|l| l == name)
+        })
+        .collect();
+    format!("{method} {}", kept.join(","))
+}
+
 /// Writes `text` as `path`, atomically and durably (temporary file, sync, rename, sync of
 /// the directory).
 pub fn write_durably(path: &std::path::Path, text: &str) -> Result<()> {
@@ -345,9 +360,19 @@ pub fn check_start(
     dir: &std::path::Path,
     cluster: Option<&Cluster>,
     frontier: &crivello::Frontier,
+    lost: &[String],
 ) -> Result<Start> {
     let handoff = dir.join("handoff");
     let now = cluster.map_or_else(|| "alone".to_owned(), |c| c.canonical.clone());
+    if let Some(c) = cluster {
+        if let Some(l) = lost.iter().find(|l| c.nodes.iter().any(|n| &n.name == *l)) {
+            return Err(explained(
+                format!("--lost {l}: node {l} is in the list \"{now}\""),
+                "a node lost for good leaves the list: restart every node with a list without \
+                 it, and with --lost naming it",
+            ));
+        }
+    }
     let before = read_trimmed(&handoff.join(MEMBERS_FILE))?;
     let moving = read_trimmed(&handoff.join(MOVE_FILE))?;
     if let Some(previous) = &moving {
@@ -358,8 +383,13 @@ pub fn check_start(
             if now == *previous || cluster.is_none() {
                 std::fs::remove_file(handoff.join(MOVE_FILE))?;
                 std::fs::File::open(&handoff)?.sync_all()?;
-                return check_start(dir, cluster, frontier);
+                return check_start(dir, cluster, frontier, lost);
             }
+            write_durably(&handoff.join(MEMBERS_FILE), &format!("{now}\n"))?;
+            return Ok(Start::Moving(previous.clone()));
+        }
+        if before.as_deref().is_some_and(|b| without(b, lost) == now) && !lost.is_empty() {
+            // The move's list without the nodes lost: the move goes on, to this list.
             write_durably(&handoff.join(MEMBERS_FILE), &format!("{now}\n"))?;
             return Ok(Start::Moving(previous.clone()));
         }
@@ -389,7 +419,8 @@ pub fn check_start(
                 continue;
             };
             let changed = before.as_deref() != Some(now.as_str());
-            if listed(node) && !changed {
+            if (listed(node) && !changed) || lost.iter().any(|l| l == node) {
+                // A lost node's items go to their keys' owners once this node serves.
                 continue;
             }
             let log = super::handoff::HandOff::open(&handoff, stem)
@@ -644,5 +675,17 @@ mod tests {
         let mut r = Request::new(());
         a.mark(&mut r);
         assert!(r2.caller(r.metadata(), false).is_err());
+    }
+
+    #[test]
+    fn a_list_without_the_lost_nodes_keeps_the_others_in_order() {
+        let list = "consistent/300 a=h:1,b=h:2,c=h:3";
+        assert_eq!(
+            without(list, &["b".to_owned()]),
+            "consistent/300 a=h:1,c=h:3"
+        );
+        assert_eq!(without(list, &[]), list);
+        assert_eq!(without(list, &["bb".to_owned()]), list);
+        assert_eq!(without("alone", &["b".to_owned()]), "alone");
     }
 }

@@ -872,3 +872,96 @@ fn answer(jobs: Vec<Forward>, outcomes: &[Outcome]) {
         let _ = job.reply.send(mine);
     }
 }
+
+/// Sends the items waiting in this node's hand-off logs for nodes lost for good (`--lost`)
+/// to their keys' owners under the current list, record by record in order: each record's
+/// items go through `router` as a client's would (to their owner, or to its hand-off log),
+/// and the record is noted as delivered once every item of it is accepted; a record with an
+/// item refused (a key a move has not brought yet) is tried again a second later. A crash
+/// before the note sends the record again: its discovered URLs are known by then; its known
+/// items are applied again.
+pub async fn reroute(
+    router: Arc<Router>,
+    frontier: Arc<crivello::Frontier>,
+    handoff: std::path::PathBuf,
+    lost: Vec<String>,
+    log: Arc<Log>,
+) {
+    for node in &lost {
+        for lane in 0..LANES {
+            let name = format!("{node}.{lane}");
+            if !handoff.join(format!("{name}.log")).exists() {
+                continue;
+            }
+            let mut h = match tokio::task::block_in_place(|| HandOff::open(&handoff, &name)) {
+                Ok(h) => h,
+                Err(e) => {
+                    log!(log, Error, "the hand-off log {name}: {e}");
+                    continue;
+                }
+            };
+            let mut moved = 0usize;
+            loop {
+                let record = match tokio::task::block_in_place(|| h.next()) {
+                    Ok(Some(r)) => r,
+                    Ok(None) => break,
+                    Err(e) => {
+                        log!(log, Error, "the hand-off log {name} cannot be read: {e}");
+                        break;
+                    }
+                };
+                loop {
+                    let ops: Vec<Op> = record
+                        .items
+                        .iter()
+                        .filter_map(|item| {
+                            let (info, known) = match &item.item {
+                                Some(pb::url_item::Item::Discovered(d)) => (d.info.clone(), None),
+                                Some(pb::url_item::Item::Known(k)) => {
+                                    (k.info.clone(), Some(k.refetchable_from_date))
+                                }
+                                None => return None,
+                            };
+                            match super::service::item_slot(
+                                &frontier,
+                                &log,
+                                info,
+                                known,
+                                item.creation_date,
+                            ) {
+                                super::service::Slot::Op(op, _) => Some(op),
+                                super::service::Slot::Ready(_) => None,
+                            }
+                        })
+                        .collect();
+                    let n = ops.len();
+                    let outcomes = match router.submit(ops, false).await {
+                        Some(rx) => rx.await.unwrap_or_default(),
+                        None => Vec::new(),
+                    };
+                    if outcomes.len() == n && outcomes.iter().all(|&o| o != Outcome::Failed) {
+                        moved += n;
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                if let Err(e) = tokio::task::block_in_place(|| h.delivered(&record)) {
+                    log!(
+                        log,
+                        Error,
+                        "the hand-off log {name} cannot record a delivery: {e}"
+                    );
+                    break;
+                }
+            }
+            if moved > 0 {
+                log!(
+                    log,
+                    Info,
+                    "{moved} items waiting for node {node}, which is lost, went to their keys' \
+                     owners"
+                );
+            }
+        }
+    }
+}

@@ -75,6 +75,12 @@ pub struct ServeArgs {
     /// every node gets the same list. Each node owns the queue keys the assignment gives it.
     #[arg(long, value_name = "LIST", requires = "node")]
     pub peers: Option<String>,
+    /// In a cluster: nodes gone for good (their store lost), named at the restart of every
+    /// other node. A move no longer waits for them (the queues they held are lost; their keys
+    /// start empty at their new owners), a move under way may drop them from its list, and
+    /// the items waiting for them in this node's hand-off logs go to their keys' owners.
+    #[arg(long, value_name = "NAMES", requires = "peers", value_delimiter = ',')]
+    pub lost: Vec<String>,
     /// In a cluster: how keys are assigned to nodes (consistent hashing, rendezvous or min
     /// hashing, random permutations).
     #[arg(
@@ -210,7 +216,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             )?;
         }
     }
-    let start = cluster::check_start(&args.dir, cluster.as_deref(), &frontier)?;
+    let start = cluster::check_start(&args.dir, cluster.as_deref(), &frontier, &args.lost)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("crivello-serve")
@@ -245,6 +251,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
                     log.clone(),
                 );
                 moves.set_peers(peers.clone());
+                moves.set_lost(&args.lost);
                 match &start {
                     cluster::Start::Moving(previous) => {
                         tokio::task::block_in_place(|| moves.join(previous, true))?;
@@ -299,6 +306,16 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 (router, Some((peers, moves)), nodes)
             }
         };
+        let router = Arc::new(router);
+        if !args.lost.is_empty() {
+            tokio::spawn(forward::reroute(
+                router.clone(),
+                frontier.clone(),
+                args.dir.join("handoff"),
+                args.lost.clone(),
+                log.clone(),
+            ));
+        }
         let cluster_calls = peers.as_ref().map(|(_, m)| {
             tonic::service::interceptor::InterceptedService::new(
                 tonic::service::interceptor::InterceptedService::new(
@@ -311,7 +328,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         });
         let svc = service::Service::new(
             frontier.clone(),
-            Arc::new(router),
+            router,
             peers,
             log.clone(),
             nodes,

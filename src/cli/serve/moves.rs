@@ -94,6 +94,8 @@ pub struct Moves {
     /// A node new to the cluster: it takes the default policy and the pause of the first
     /// node that sends it queues.
     fresh: AtomicBool,
+    /// Nodes gone for good (`--lost`): a move does not wait for them.
+    lost: Mutex<Vec<String>>,
 }
 
 /// What a new node learnt from the others ([`Moves::learn`]).
@@ -126,7 +128,13 @@ impl Moves {
             peers: std::sync::OnceLock::new(),
             unsettled: AtomicBool::new(false),
             fresh: AtomicBool::new(false),
+            lost: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Nodes gone for good: a move does not wait for them.
+    pub fn set_lost(&self, lost: &[String]) {
+        *self.lost.lock().expect("not poisoned") = lost.to_vec();
     }
 
     /// Marks this node as new to the cluster (its store never served in it).
@@ -239,7 +247,17 @@ impl Moves {
             received_keys: Mutex::new(HashSet::new()),
         };
         let mut waiting = HashSet::new();
+        let lost = self.lost.lock().expect("not poisoned").clone();
         for name in m.previous.assignment.names() {
+            if lost.contains(name) {
+                log!(
+                    self.log,
+                    Warn,
+                    "node {name} is lost (--lost): the move does not wait for it, and the keys \
+                     it held start empty at their owners"
+                );
+                continue;
+            }
             if name != me && !self.frontier.imported(m.done_name(name).as_bytes())? {
                 waiting.insert(name.clone());
             }

@@ -423,7 +423,7 @@ fn status_of(log: &Log, what: &str, e: &crivello::Error) -> Status {
 }
 
 /// A discovered or known URL item as the op to commit, or its refusal.
-fn item_slot(
+pub fn item_slot(
     frontier: &Frontier,
     log: &Log,
     info: Option<pb::UrlInfo>,
