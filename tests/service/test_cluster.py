@@ -495,7 +495,8 @@ def test_forwarded_known_items_apply_once_and_each_start_numbers_anew(cluster_fa
     # after the URL was fetched and done.
     with open(f"{owner.dir}/handoff/members") as f:
         members = f.read().strip()
-    meta = [("crivello-node", "n2"), ("crivello-members", members), ("crivello-lane", "5")]
+    meta = [("crivello-node", "n2"), ("crivello-members", members),
+            ("crivello-lane", "5/00000000000000ab")]
     number = str((1 << 62) + 7)
     again = known(pb, u[0], now_s() - 10, ident=number)
     acks = [(a.ID, a.status) for a in owner.stub.PutURLs(iter([again]), metadata=meta)]

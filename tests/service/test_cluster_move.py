@@ -384,3 +384,59 @@ def test_a_move_to_a_node_lost_before_it_took_anything_is_taken_back_with_lost(a
     served = served_by_each(Nodes(nodes))
     everything = [u for got in served.values() for u in got]
     assert sorted(everything) == sorted(urls), "each URL served once"
+
+
+def test_a_lane_item_refused_for_a_pending_key_is_not_covered_by_a_later_receipt(api, cluster_factory):
+    """During a move, a node refuses the items of keys whose queues have not arrived. In a
+    lane's stream, the numbered items after a refused one are refused too: otherwise the
+    owner's receipt, raised by a later item, would cover the refused one, and the sender's
+    next sending of it would be taken for a repeat."""
+    c = cluster_factory(3)
+    pb = c[0].pb
+    urls = hosts_urls(60, 1, tag="q")
+    assert all(s == "OK" for _, s in put(c[0], [discovered(pb, u) for u in urls]))
+    before = owners(c.nodes)
+    for n in c.nodes:
+        assert n.stop() == 0, n.log()
+    port = free_ports(1)[0]
+    peers = f"{c.peers},n3=127.0.0.1:{port}"
+    root = c[0].dir.rsplit("/", 1)[0]
+    # n2 stays down: the keys n3 takes from it wait, those it takes from n0 and n1 arrive.
+    nodes = [
+        Server(api, n.dir, "--node", name, "--peers", peers, listen=False)
+        for name, n in zip(c.names[:2], c.nodes[:2])
+    ]
+    n3 = Server(api, f"{root}/n3", "--node", "n3", "--peers", peers, listen=False)
+    deadline = time.time() + 30
+    while True:
+        mine = n3.stub.ListQueues(pb.Pagination(size=1000, local=True)).values
+        if any(before[k] != 2 for k in mine) or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    arrived = next(k for k in mine if before[k] != 2)
+    # A key n3 owns now that n2 held: pending. Found as a URL n3 refuses.
+    pending = None
+    for u in urls:
+        if before[host_of(u)] == 2 and host_of(u) not in mine:
+            if put(n3, [known(pb, u, 0, ident="p")]) == [("p", "FAIL")]:
+                pending = u
+                break
+    assert pending, "a key pending on n3"
+    with open(f"{n3.dir}/handoff/members") as f:
+        members = f.read().strip()
+    meta = [("crivello-node", "n0"), ("crivello-members", members),
+            ("crivello-lane", "3/00000000000000cd")]
+    first = (1 << 41) + 1
+    later = f"http://{arrived}/0"
+    items = [known(pb, pending, 0, ident=str(first)), known(pb, later, 0, ident=str(first + 1))]
+    acks = [(a.ID, a.status) for a in n3.stub.PutURLs(iter(items), metadata=meta)]
+    FAIL = pb.AckMessage.Status.FAIL
+    assert acks == [(str(first), FAIL), (str(first + 1), FAIL)], "refused after the first"
+    # Not applied, and not covered: sent alone again, the later one is applied.
+    st = n3.stub.GetURLStatus(pb.URLStatusRequest(url=later, crawlID="DEFAULT"))
+    assert st.known.refetchable_from_date > 0, "not applied (waiting: due since stored)"
+    acks = [(a.ID, a.status) for a in n3.stub.PutURLs(iter(items[1:]), metadata=meta)]
+    assert acks == [(str(first + 1), pb.AckMessage.Status.OK)]
+    st = n3.stub.GetURLStatus(pb.URLStatusRequest(url=later, crawlID="DEFAULT"))
+    assert (st.WhichOneof("item"), st.known.refetchable_from_date) == ("known", 0), "applied"
+    c.nodes = nodes + [n3]

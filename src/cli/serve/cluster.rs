@@ -189,6 +189,10 @@ pub fn settled(handoff: &std::path::Path) -> Result<()> {
 /// one is (`super::moves`).
 pub const MOVE_FILE: &str = "move";
 
+/// The file, in `DIR/handoff/`, that holds the list a move under way was for, when nodes lost
+/// for good were dropped from it (`--lost`): the move keeps that list's id.
+pub const MOVE_TO_FILE: &str = "move-to";
+
 /// A list of nodes in canonical form, parsed: its assignment and its nodes' names.
 pub struct Previous {
     /// The list, in canonical form.
@@ -388,8 +392,15 @@ pub fn check_start(
             write_durably(&handoff.join(MEMBERS_FILE), &format!("{now}\n"))?;
             return Ok(Start::Moving(previous.clone()));
         }
-        if before.as_deref().is_some_and(|b| without(b, lost) == now) && !lost.is_empty() {
-            // The move's list without the nodes lost: the move goes on, to this list.
+        if let Some(b) = before
+            .as_deref()
+            .filter(|b| without(b, lost) == now && !lost.is_empty())
+        {
+            // The move's list without the nodes lost: the move goes on, to this list, under
+            // the id of the list it was for.
+            if read_trimmed(&handoff.join(MOVE_TO_FILE))?.is_none() {
+                write_durably(&handoff.join(MOVE_TO_FILE), &format!("{b}\n"))?;
+            }
             write_durably(&handoff.join(MEMBERS_FILE), &format!("{now}\n"))?;
             return Ok(Start::Moving(previous.clone()));
         }
@@ -453,6 +464,17 @@ pub fn check_start(
                 ));
             }
         }
+    }
+    if !lost.is_empty()
+        && cluster.is_some()
+        && before
+            .as_deref()
+            .is_some_and(|b| b != now && without(b, lost) == now)
+    {
+        // The list it served with, but for nodes lost for good: nothing of theirs can move
+        // from them, and nothing moves between the others (their keys stay theirs).
+        write_durably(&handoff.join(MEMBERS_FILE), &format!("{now}\n"))?;
+        return Ok(Start::Same);
     }
     let mut start = Start::Same;
     if before.as_deref() == Some(now.as_str())

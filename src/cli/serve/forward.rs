@@ -37,13 +37,14 @@ use super::{meta, MAX_MESSAGE_BYTES};
 /// Each lane has its own hand-off log (`NAME.LANE.log`).
 pub const LANES: usize = 8;
 
-/// The metadata entry of a forwarding call naming the lane that sends it: the known items of
-/// the call carry their number in the lane as their ID, so that the owner applies each once.
+/// The metadata entry of a forwarding call naming the lane that sends it and the sender's
+/// store (`LANE/STORE`, the store's identity in hex): the known items of the call carry
+/// their number in the lane as their ID, so that the owner applies each once.
 pub const LANE: &str = "crivello-lane";
 
 /// How many bits of an item's number count the items of one start of the node: the number
-/// is `epoch << TAG_BITS | count` (`handoff/epoch` gives each start its epoch).
-const TAG_BITS: u32 = 40;
+/// is `epoch << TAG_BITS | count` (`handoff/epoch` gives each start its epoch, from 1).
+pub const TAG_BITS: u32 = 40;
 
 /// The seed of a key's lane hash.
 const LANE_SEED: u64 = 0x6c61_6e65;
@@ -205,7 +206,7 @@ impl Router {
         let mut waiting = Vec::new();
         // Durable before any item is numbered with it: the numbers of this start are above
         // every earlier start's.
-        let epoch = super::handoff::next_epoch(handoff_dir).map_err(|e| {
+        let (store, epoch) = super::handoff::next_epoch(handoff_dir).map_err(|e| {
             anyhow::anyhow!(
                 "record this start's epoch in {}: {e}",
                 handoff_dir.display()
@@ -241,6 +242,7 @@ impl Router {
                     peer: i,
                     lane,
                     epoch,
+                    store,
                     numbered: 0,
                     peers: peers.clone(),
                     handoff,
@@ -289,12 +291,15 @@ impl Router {
                 return self.commit(ops).await;
             }
             // The lists are the same (checked at the call): this cannot happen unless the
-            // assignment changed within a release. Refuse what is not ours.
-            log!(
-                self.log,
-                Error,
-                "a node forwarded items this node does not own: refused"
-            );
+            // assignment changed within a release. Refuse what is not ours (items of keys a
+            // move has not brought yet are refused below, without a word).
+            if owners.iter().any(|&o| o != cluster.me && o != usize::MAX) {
+                log!(
+                    self.log,
+                    Error,
+                    "a node forwarded items this node does not own: refused"
+                );
+            }
         }
         if owners.iter().all(|&o| o == cluster.me) {
             return self.commit(ops).await;
@@ -354,6 +359,20 @@ impl Router {
             let _ = reply.send(out);
         });
         Some(merged)
+    }
+
+    /// Whether `op` is of a key this node owns and a move has not brought yet (its item is
+    /// answered FAIL).
+    pub fn pending(&self, op: &Op) -> bool {
+        let (Some(cluster), Some(moves)) = (&self.cluster, &self.moves) else {
+            return false;
+        };
+        let crawl = match op {
+            Op::Discover { crawl, .. } | Op::Known { crawl, .. } => crawl,
+        };
+        moves.moving()
+            && cluster.owner(&op_key(op)) == cluster.me
+            && moves.pending(crawl, &op_key(op))
     }
 
     /// The router, answering FAIL for this node's items of keys that `moves` has not brought
@@ -434,6 +453,11 @@ fn item_of(op: &Op) -> pb::UrlItem {
     }
 }
 
+/// Whether an item carries a number of its lane (its ID, `epoch << 40 | count`).
+fn is_numbered(item: &pb::UrlItem) -> bool {
+    item.id.parse::<u64>().is_ok_and(|n| n >> TAG_BITS >= 1)
+}
+
 /// The items of `ops`, the known ones numbered from `first` on in order (their ID).
 fn numbered_items(ops: &[&Op], first: u64) -> Vec<pb::UrlItem> {
     let mut next = first;
@@ -466,6 +490,9 @@ struct Forwarder {
     lane: usize,
     /// This start's epoch: the high bits of its items' numbers.
     epoch: u64,
+    /// The store's identity, sent with the lane: a node of the same name on another store
+    /// numbers its items apart.
+    store: u64,
     /// Known items numbered so far in this start.
     numbered: u64,
     peers: Peers,
@@ -573,7 +600,18 @@ impl Forwarder {
                 if batch {
                     self.send_batches(run, &mut outcomes).await?;
                 } else {
+                    let start = outcomes.len();
+                    let numbered: Vec<bool> = run.iter().map(is_numbered).collect();
                     self.send_items(run, &mut outcomes).await?;
+                    // A numbered item refused: nothing after it goes in this sending, so that
+                    // the owner's receipt, raised by a later one, never covers it.
+                    if outcomes[start..]
+                        .iter()
+                        .zip(&numbered)
+                        .any(|(&o, &num)| num && o == Outcome::Failed)
+                    {
+                        break;
+                    }
                 }
             }
             Ok::<(), Status>(())
@@ -583,7 +621,10 @@ impl Forwarder {
             Err(_) => Err(Status::deadline_exceeded("no answer in time")),
         };
         match result {
-            Ok(()) => Sent::All(outcomes),
+            Ok(()) => {
+                outcomes.resize(n, Outcome::Failed);
+                Sent::All(outcomes)
+            }
             Err(s) if refused(&s) => {
                 if outcomes.is_empty() {
                     Sent::Refused(s)
@@ -664,13 +705,15 @@ impl Forwarder {
             .map(|i| matches!(i.item, Some(pb::url_item::Item::Known(_))))
             .collect();
         let first = outcomes.len();
-        // A known item keeps its number as its ID; the others get their place.
+        // A known item keeps its number as its ID; the others (and the items of a hand-off
+        // record of an earlier release, never numbered) get their place, which is not a
+        // number.
         let items: Vec<pb::UrlItem> = items
             .into_iter()
             .enumerate()
             .map(|(i, mut item)| {
                 if item.id.is_empty() {
-                    item.id = i.to_string();
+                    item.id = format!("#{i}");
                 }
                 item
             })
@@ -678,7 +721,7 @@ impl Forwarder {
         let ids: Vec<String> = items.iter().map(|i| i.id.clone()).collect();
         let mut client = self.peers.client(self.peer);
         let mut request = self.peers.request(tokio_stream::iter(items));
-        if let Ok(v) = self.lane.to_string().parse() {
+        if let Ok(v) = format!("{}/{:016x}", self.lane, self.store).parse() {
             request.metadata_mut().insert(LANE, v);
         }
         let mut acks = client.put_ur_ls(request).await?.into_inner();

@@ -4,7 +4,8 @@
 //! delivered record is never sent again unless this node crashes between the peer's
 //! acknowledgement and the durable record of it (then the record is sent once more, and the
 //! peer recognises its known items by their numbers; see docs/design.md, "The cluster").
-//! [`next_epoch`] gives each start of the node the epoch its items are numbered under.
+//! [`next_epoch`] gives each start of the node the epoch its items are numbered under
+//! (`DIR/handoff/epoch`, with the store's identity).
 //!
 //! Files, in `DIR/handoff/` (DIR is the frontier's directory):
 //!
@@ -403,15 +404,36 @@ fn write_sent(storage: &dyn Storage, name: &str, seq: u64) -> io::Result<()> {
 const EPOCH: &str = "epoch";
 
 /// Gives this start of the node its epoch: one more than the last start's (1 for the
-/// first), durable in `DIR/epoch` (`epoch u64 LE | crc32 u32 LE`, replaced whole) when this
-/// returns.
-pub fn next_epoch(dir: &Path) -> io::Result<u64> {
+/// first), durable in `DIR/handoff/epoch` when this returns, with the store's identity (a
+/// random number drawn at the first start, so that a node of the same name on a new store
+/// numbers its items apart): `id u64 LE | epoch u64 LE | crc32 u32 LE` (the crc over the 16
+/// bytes before it), replaced whole. Returns (id, epoch).
+pub fn next_epoch(dir: &Path) -> io::Result<(u64, u64)> {
     next_epoch_in(&DirStorage::open(dir)?)
 }
 
 /// [`next_epoch`] in `storage`.
-pub fn next_epoch_in(storage: &dyn Storage) -> io::Result<u64> {
-    let epoch = read_counter(storage, EPOCH)? + 1;
+pub fn next_epoch_in(storage: &dyn Storage) -> io::Result<(u64, u64)> {
+    let damaged = || {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{}/{EPOCH}: damaged (not 20 bytes with their checksum)",
+                storage.describe()
+            ),
+        )
+    };
+    let (id, epoch) = if storage.list()?.iter().any(|f| f == EPOCH) {
+        let b = storage.open(EPOCH)?.read_all()?;
+        if b.len() != 20 || crc32fast::hash(&b[..16]).to_le_bytes() != b[16..20] {
+            return Err(damaged());
+        }
+        let id = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+        let epoch = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
+        (id, epoch + 1)
+    } else {
+        (store_id(storage), 1)
+    };
     if epoch >= 1 << 23 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -421,8 +443,22 @@ pub fn next_epoch_in(storage: &dyn Storage) -> io::Result<u64> {
             ),
         ));
     }
-    write_counter(storage, EPOCH, epoch)?;
-    Ok(epoch)
+    let mut bytes = id.to_le_bytes().to_vec();
+    bytes.extend_from_slice(&epoch.to_le_bytes());
+    let crc = crc32fast::hash(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    replace(storage, EPOCH, &bytes)?;
+    Ok((id, epoch))
+}
+
+/// A store's identity: a hash of the instant, the process and the directory, which no other
+/// store drawing one shares in practice.
+fn store_id(storage: &dyn Storage) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let seed = format!("{nanos} {} {}", std::process::id(), storage.describe());
+    xxhash_rust::xxh3::xxh3_64(seed.as_bytes())
 }
 
 /// The counter in file `file` (0 if missing): `value u64 LE | crc32 u32 LE`.
@@ -443,14 +479,19 @@ fn read_counter(storage: &dyn Storage, file: &str) -> io::Result<u64> {
     Ok(u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")))
 }
 
-/// Replaces file `file` with the counter `seq`, durably (a temporary file written and
-/// synced, renamed over it, the directory synced).
+/// Replaces file `file` with the counter `seq`, durably.
 fn write_counter(storage: &dyn Storage, file: &str, seq: u64) -> io::Result<()> {
-    let tmp = format!("{file}.tmp");
     let mut bytes = seq.to_le_bytes().to_vec();
     bytes.extend_from_slice(&crc32fast::hash(&seq.to_le_bytes()).to_le_bytes());
+    replace(storage, file, &bytes)
+}
+
+/// Replaces file `file` with `bytes`, durably (a temporary file written and synced, renamed
+/// over it, the directory synced).
+fn replace(storage: &dyn Storage, file: &str, bytes: &[u8]) -> io::Result<()> {
+    let tmp = format!("{file}.tmp");
     let f = storage.create(&tmp)?;
-    f.write_all_at(&bytes, 0)?;
+    f.write_all_at(bytes, 0)?;
     f.sync()?;
     storage.rename(&tmp, file)?;
     storage.sync_dir()
@@ -671,28 +712,36 @@ mod tests {
     fn each_start_gets_an_epoch_above_every_earlier_one_whatever_the_crash() {
         let steps = {
             let disk = SimDisk::new();
-            let got: Vec<u64> = (0..3).map(|_| next_epoch_in(&disk).unwrap()).collect();
-            assert_eq!(got, [1, 2, 3]);
+            let got: Vec<(u64, u64)> = (0..3).map(|_| next_epoch_in(&disk).unwrap()).collect();
+            assert_eq!(
+                got.iter().map(|g| g.1).collect::<Vec<_>>(),
+                [1, 2, 3],
+                "epochs"
+            );
+            assert!(got.iter().all(|g| g.0 == got[0].0), "one identity");
+            assert_ne!(got[0].0, next_epoch_in(&SimDisk::new()).unwrap().0);
             disk.ops()
         };
         for k in 0..=steps {
             for image in CrashImage::each_kind(k) {
                 let disk = SimDisk::new();
                 disk.crash_at(k);
-                let mut given = 0;
+                let mut given = None;
                 for _ in 0..3 {
                     match next_epoch_in(&disk) {
-                        Ok(e) => given = e,
+                        Ok(e) => given = Some(e),
                         Err(_) => break,
                     }
                 }
                 let after = disk.crash_image(image);
                 let next = next_epoch_in(&after)
                     .unwrap_or_else(|e| panic!("crash at step {k} ({image:?}): {e}"));
-                assert!(
-                    next > given,
-                    "crash at step {k} ({image:?}): epoch {next} after {given} was given"
-                );
+                if let Some((id, epoch)) = given {
+                    assert!(
+                        next.0 == id && next.1 > epoch,
+                        "crash at step {k} ({image:?}): {next:?} after {given:?} was given"
+                    );
+                }
             }
         }
         // A damaged file is refused, naming it.
@@ -701,5 +750,7 @@ mod tests {
         disk.set_content(EPOCH, vec![1, 0, 0]);
         let e = next_epoch_in(&disk).unwrap_err();
         assert!(e.to_string().contains("epoch: damaged"), "{e}");
+        disk.set_content(EPOCH, vec![0; 12]);
+        assert!(next_epoch_in(&disk).is_err(), "the 12 bytes of a counter");
     }
 }

@@ -36,7 +36,9 @@ use std::time::Duration;
 use crivello::{Frontier, MovedUrl, Policy, QueueExport};
 use tonic::{Request, Response, Status};
 
-use super::cluster::{settled, write_durably, Cluster, Forwarded, Previous, MOVE_FILE};
+use super::cluster::{
+    settled, write_durably, Cluster, Forwarded, Previous, MOVE_FILE, MOVE_TO_FILE,
+};
 use super::cpb;
 use super::forward::Peers;
 use super::log::{log, Log};
@@ -92,8 +94,11 @@ pub struct Moves {
     /// node owns is pending until it is known.
     unsettled: AtomicBool,
     /// A node new to the cluster: it takes the default policy and the pause of the first
-    /// node that sends it queues.
+    /// node not new itself that answers `Moving`, or that sends it queues.
     fresh: AtomicBool,
+    /// False for a node new to the cluster until it knows whether a move is under way (it
+    /// then answers `Moving` as a new node: it knows nothing to tell).
+    learnt: AtomicBool,
     /// Nodes gone for good (`--lost`): a move does not wait for them.
     lost: Mutex<Vec<String>>,
 }
@@ -128,6 +133,7 @@ impl Moves {
             peers: std::sync::OnceLock::new(),
             unsettled: AtomicBool::new(false),
             fresh: AtomicBool::new(false),
+            learnt: AtomicBool::new(true),
             lost: Mutex::new(Vec::new()),
         })
     }
@@ -140,6 +146,7 @@ impl Moves {
     /// Marks this node as new to the cluster (its store never served in it).
     pub fn set_fresh(&self) {
         self.fresh.store(true, Ordering::Release);
+        self.learnt.store(false, Ordering::Release);
     }
 
     /// The clients a move sends with.
@@ -231,11 +238,15 @@ impl Moves {
             write_durably(&self.dir.join(MOVE_FILE), &format!("{previous}\n"))?;
             settled(&self.dir)?;
         }
+        // A move whose list lost nodes keeps the id of the list it was for (`move-to`).
+        let target = match std::fs::read_to_string(self.dir.join(MOVE_TO_FILE)) {
+            Ok(t) => t.trim().to_owned(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.cluster.canonical.clone(),
+            Err(e) => anyhow::bail!("read {}: {e}", self.dir.join(MOVE_TO_FILE).display()),
+        };
         let id = format!(
             "{:016x}",
-            xxhash_rust::xxh3::xxh3_64(
-                format!("{previous} -> {}", self.cluster.canonical).as_bytes()
-            )
+            xxhash_rust::xxh3::xxh3_64(format!("{previous} -> {target}").as_bytes())
         );
         let me = &self.cluster.this().name;
         let mut m = Move {
@@ -292,6 +303,7 @@ impl Moves {
         *current = Some(m.clone());
         // The move that was to come is known from now on (its keys pending as it says).
         self.unsettled.store(false, Ordering::Release);
+        self.learnt.store(true, Ordering::Release);
         Ok(m)
     }
 
@@ -303,6 +315,13 @@ impl Moves {
         if !m.sent.load(Ordering::SeqCst) || !m.waiting.lock().expect("not poisoned").is_empty() {
             return Ok(());
         }
+        // The move's record goes first: a crash after it leaves receipts behind (a later move
+        // between the same two lists would leave the queues they name as they are), where the
+        // other order could leave a node waiting for good for notices sent before.
+        let _ = std::fs::remove_file(self.dir.join(MOVE_TO_FILE));
+        std::fs::remove_file(self.dir.join(MOVE_FILE))?;
+        std::fs::File::open(&self.dir)?.sync_all()?;
+        *self.current.write().expect("not poisoned") = None;
         // The receipts are forgotten: a later move between the same lists (a node that
         // joins, leaves and joins again) starts afresh.
         let me = self.cluster.this().name.clone();
@@ -314,10 +333,6 @@ impl Moves {
                 self.frontier.end_transfer(m.done_name(name).as_bytes())?;
             }
         }
-        let path = self.dir.join(MOVE_FILE);
-        std::fs::remove_file(&path)?;
-        std::fs::File::open(&self.dir)?.sync_all()?;
-        *self.current.write().expect("not poisoned") = None;
         log!(self.log, Info, "the move is finished");
         Ok(())
     }
@@ -473,7 +488,10 @@ impl Moves {
     /// (FAILED_PRECONDITION: it runs with another list, or alone) makes this node
     /// [`Learnt::Unsettled`] until a later question finds the move or no such node.
     pub async fn learn(self: &Arc<Self>, peers: &Peers) -> Learnt {
-        let mut answered = false;
+        // A node that knows where it stands said that no move is under way.
+        let mut informed = false;
+        // Nodes that answered, all of them new to the cluster too.
+        let mut new_ones = 0usize;
         let mut other_list = None;
         for i in 0..self.cluster.nodes.len() {
             if i == self.cluster.me {
@@ -487,9 +505,13 @@ impl Moves {
             .await;
             match asked {
                 Ok(Ok(reply)) => {
-                    answered = true;
                     let reply = reply.into_inner();
-                    if self.fresh.load(Ordering::Acquire) && !reply.new_node {
+                    if reply.new_node {
+                        // It knows no more than this node.
+                        new_ones += 1;
+                        continue;
+                    }
+                    if self.fresh.load(Ordering::Acquire) && reply.default_per_queue > 0 {
                         let theirs = Policy {
                             delay_ms: reply.default_delay_ms,
                             ratio_ppm: reply.default_ratio_ppm,
@@ -506,14 +528,15 @@ impl Moves {
                     }
                     let previous = reply.previous;
                     if !previous.is_empty() {
-                        match tokio::task::block_in_place(|| self.join(&previous, false)) {
-                            Ok(()) => {
-                                self.unsettled.store(false, Ordering::Release);
-                                return Learnt::Known;
+                        return match tokio::task::block_in_place(|| self.join(&previous, false)) {
+                            Ok(()) => Learnt::Known,
+                            Err(e) => {
+                                log!(self.log, Error, "joining the move: {e:#}");
+                                Learnt::Nothing
                             }
-                            Err(e) => log!(self.log, Error, "joining the move: {e}"),
-                        }
+                        };
                     }
+                    informed = true;
                 }
                 Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => {
                     other_list = Some((i, s.message().to_owned()));
@@ -522,7 +545,7 @@ impl Moves {
             }
         }
         if let Some((i, why)) = other_list {
-            if !self.unsettled.swap(true, Ordering::AcqRel) {
+            if self.set_unsettled() {
                 log!(
                     self.log,
                     Warn,
@@ -534,10 +557,9 @@ impl Moves {
             }
             return Learnt::Unsettled;
         }
-        if answered {
-            // No move: a restart need not ask again, and no node has defaults to give if
-            // none gave them yet (all of them are new).
-            self.fresh.store(false, Ordering::Release);
+        // Every other node new too: a new cluster, in which no move can be under way.
+        let all_new = new_ones + 1 == self.cluster.nodes.len();
+        if informed || all_new {
             if let Err(e) = settled(&self.dir) {
                 log!(
                     self.log,
@@ -546,6 +568,9 @@ impl Moves {
                 );
                 return Learnt::Nothing;
             }
+            // No node has defaults to give if none gave them yet.
+            self.fresh.store(false, Ordering::Release);
+            self.learnt.store(true, Ordering::Release);
             if self.unsettled.swap(false, Ordering::AcqRel) {
                 log!(
                     self.log,
@@ -556,6 +581,14 @@ impl Moves {
             return Learnt::Known;
         }
         Learnt::Nothing
+    }
+
+    /// Marks the keys of this node pending until a move is known, unless one is joined
+    /// already (under the lock of the move, so that a move joined meanwhile wins). Whether
+    /// this changed it.
+    fn set_unsettled(&self) -> bool {
+        let current = self.current.write().expect("not poisoned");
+        current.is_none() && !self.unsettled.swap(true, Ordering::AcqRel)
     }
 
     /// What a node new to the cluster takes from node `from`, whose default policy is
@@ -744,7 +777,7 @@ impl cpb::cluster_server::Cluster for ClusterService {
             default_per_queue: p.per_queue,
             default_limit: p.limit,
             paused,
-            new_node: self.0.fresh.load(Ordering::Acquire),
+            new_node: !self.0.learnt.load(Ordering::Acquire),
         }))
     }
 }

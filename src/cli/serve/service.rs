@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::cluster::Forwarded;
 use super::codes;
 use super::commit::{Op, Outcome};
-use super::forward::{Peers, Router, LANE, LANES};
+use super::forward::{Peers, Router, LANE, LANES, TAG_BITS};
 use super::log::{log, Level, Log};
 use super::meta;
 use super::moves::Moves;
@@ -158,6 +158,8 @@ impl Service {
         let mut stopping = self.stopping.clone();
         tokio::spawn(async move {
             let mut ended = false;
+            // A lane's numbered item refused: its later ones are refused too (`refuse_after`).
+            let mut refused = false;
             // The status a stream that failed ends with, after the acknowledgements of what
             // it sent before.
             let mut failed = None;
@@ -183,6 +185,7 @@ impl Service {
                             let (unit, mut slots) = split(&frontier, &log, m);
                             if let Some(from) = &receipts {
                                 numbered(&unit, &mut slots, from);
+                                refuse_after(&router, &unit, &mut slots, &mut refused);
                             }
                             batch.add((unit, slots));
                         }
@@ -662,17 +665,45 @@ impl Service {
 /// lane.
 fn lane_of<T>(r: &Request<T>) -> Option<Arc<str>> {
     let Forwarded(node) = r.extensions().get::<Forwarded>()?;
-    let lane: usize = r.metadata().get(LANE)?.to_str().ok()?.parse().ok()?;
-    (lane < LANES).then(|| Arc::from(format!("{node}/{lane}")))
+    let (lane, store) = r.metadata().get(LANE)?.to_str().ok()?.split_once('/')?;
+    let lane: usize = lane.parse().ok()?;
+    let store = u64::from_str_radix(store, 16).ok()?;
+    (lane < LANES).then(|| Arc::from(format!("{node}/{store:016x}/{lane}")))
 }
 
-/// Gives a known item of a lane's stream its receipt: its ID is its number at the sender
-/// (an ID that is not a number: none).
+/// Gives a known item of a lane's stream its receipt: its ID is its number at the sender,
+/// `epoch << 40 | count` with an epoch from 1 (an ID that is not such a number: none).
 fn numbered(unit: &Unit, slots: &mut [Slot], from: &Arc<str>) {
     if let [Slot::Op(Op::Known { receipt, .. }, _)] = slots {
         if let Ok(seq) = unit.id.parse::<u64>() {
-            *receipt = Some((from.clone(), seq));
+            if seq >> TAG_BITS >= 1 {
+                *receipt = Some((from.clone(), seq));
+            }
         }
+    }
+}
+
+/// In a lane's stream, once a numbered item is refused (invalid, or of a key a move has not
+/// brought yet), every later numbered item of the stream is refused too: the owner's receipt,
+/// raised by a later item, would otherwise cover the refused one, and the sender's next
+/// sending of it would be answered as received.
+fn refuse_after(router: &Router, unit: &Unit, slots: &mut [Slot], refused: &mut bool) {
+    let refuse = match &*slots {
+        [Slot::Op(
+            op @ Op::Known {
+                receipt: Some(_), ..
+            },
+            _,
+        )] => *refused || router.pending(op),
+        [Slot::Ready(Outcome::Failed)] => {
+            *refused |= unit.id.parse::<u64>().is_ok_and(|n| n >> TAG_BITS >= 1);
+            false
+        }
+        _ => false,
+    };
+    if refuse {
+        *refused = true;
+        slots[0] = Slot::Ready(Outcome::Failed);
     }
 }
 
