@@ -58,12 +58,16 @@ pub enum Bug {
     /// `receipt-ignored`: `crivello serve` applies a forwarded known item again although its
     /// receipt says that it was received.
     ReceiptIgnored,
+    /// `lane-forgets-refusal`: `crivello serve` refuses a lane's numbered item of a key a
+    /// move has not brought yet but applies the stream's later numbered items, whose receipt
+    /// then covers the refused one.
+    LaneForgetsRefusal,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 18] = [
+    pub const ALL: [(Bug, &'static str); 19] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -82,6 +86,7 @@ impl Bug {
         (Bug::NoArchive, "no-archive"),
         (Bug::ReceiptApart, "receipt-apart"),
         (Bug::ReceiptIgnored, "receipt-ignored"),
+        (Bug::LaneForgetsRefusal, "lane-forgets-refusal"),
     ];
 }
 

@@ -266,40 +266,53 @@ impl Router {
     /// Sends `ops` to their owners (`forwarded`: they come from another node, which found
     /// this node their owner: they are all committed here, after a check). The receiver
     /// gets one outcome per op, in order; `None`: nothing could be sent.
+    ///
+    /// `refused`: the ops are of a lane's stream, whose numbered items are refused from the
+    /// first one refused on (set here when one is of a key a move has not brought yet, and
+    /// read for every later one of the stream): the owner's receipt, raised by a later item,
+    /// would otherwise cover the refused one. This is the one place where that is decided.
     pub async fn submit(
         &self,
         ops: Vec<Op>,
         forwarded: bool,
+        mut refused: Option<&mut bool>,
     ) -> Option<oneshot::Receiver<Vec<Outcome>>> {
         let Some(cluster) = &self.cluster else {
             return self.commit(ops).await;
         };
         let mut owners: Vec<usize> = ops.iter().map(|op| cluster.owner(&op_key(op))).collect();
-        // This node's ops of keys a move has not brought yet: answered FAIL (owner `usize::MAX`).
-        if let Some(moves) = self.moves.as_ref().filter(|m| m.moving()) {
-            for (op, owner) in ops.iter().zip(owners.iter_mut()) {
-                let crawl = match op {
-                    Op::Discover { crawl, .. } | Op::Known { crawl, .. } => crawl,
-                };
-                if *owner == cluster.me && moves.pending(crawl, &op_key(op)) {
+        // Refused (answered FAIL, owner `usize::MAX`): this node's ops of keys a move has not
+        // brought yet; forwarded ops this node does not own (the lists are the same, checked
+        // at the call: this cannot happen unless the assignment changed within a release);
+        // and a lane's numbered ops after one refused.
+        let moves = self.moves.as_ref().filter(|m| m.moving());
+        let mut strangers = false;
+        for (op, owner) in ops.iter().zip(owners.iter_mut()) {
+            let (crawl, numbered) = match op {
+                Op::Discover { crawl, .. } => (crawl, false),
+                Op::Known { crawl, receipt, .. } => (crawl, receipt.is_some()),
+            };
+            let stranger = forwarded && *owner != cluster.me;
+            strangers |= stranger;
+            let refuse = stranger
+                || (*owner == cluster.me && moves.is_some_and(|m| m.pending(crawl, &op_key(op))));
+            match refused.as_deref_mut() {
+                Some(refused) if numbered && (*refused || refuse) => {
+                    *refused =
+                        !crivello::planted::active(crivello::planted::Bug::LaneForgetsRefusal);
                     *owner = usize::MAX;
                 }
+                Some(_) if numbered => {}
+                _ if refuse => *owner = usize::MAX,
+                _ => {}
             }
         }
-        if forwarded {
-            if owners.iter().all(|&o| o == cluster.me) {
-                return self.commit(ops).await;
-            }
-            // The lists are the same (checked at the call): this cannot happen unless the
-            // assignment changed within a release. Refuse what is not ours (items of keys a
-            // move has not brought yet are refused below, without a word).
-            if owners.iter().any(|&o| o != cluster.me && o != usize::MAX) {
-                log!(
-                    self.log,
-                    Error,
-                    "a node forwarded items this node does not own: refused"
-                );
-            }
+        if strangers {
+            log!(
+                self.log,
+                Error,
+                "a node forwarded items this node does not own: refused"
+            );
         }
         if owners.iter().all(|&o| o == cluster.me) {
             return self.commit(ops).await;
@@ -333,9 +346,8 @@ impl Router {
             }
             let rx = if to == mine {
                 self.commit(ops).await
-            } else if forwarded {
-                None
             } else {
+                // Never a forwarded op: those this node does not own are refused above.
                 let (reply, rx) = oneshot::channel();
                 match &self.forwarders[to] {
                     Some(tx) => tx.send(Forward { ops, reply }).await.ok().map(|()| rx),
@@ -359,20 +371,6 @@ impl Router {
             let _ = reply.send(out);
         });
         Some(merged)
-    }
-
-    /// Whether `op` is of a key this node owns and a move has not brought yet (its item is
-    /// answered FAIL).
-    pub fn pending(&self, op: &Op) -> bool {
-        let (Some(cluster), Some(moves)) = (&self.cluster, &self.moves) else {
-            return false;
-        };
-        let crawl = match op {
-            Op::Discover { crawl, .. } | Op::Known { crawl, .. } => crawl,
-        };
-        moves.moving()
-            && cluster.owner(&op_key(op)) == cluster.me
-            && moves.pending(crawl, &op_key(op))
     }
 
     /// The router, answering FAIL for this node's items of keys that `moves` has not brought
@@ -978,7 +976,7 @@ pub async fn reroute(
                         })
                         .collect();
                     let n = ops.len();
-                    let outcomes = match router.submit(ops, false).await {
+                    let outcomes = match router.submit(ops, false, None).await {
                         Some(rx) => rx.await.unwrap_or_default(),
                         None => Vec::new(),
                     };
@@ -1006,5 +1004,111 @@ pub async fn reroute(
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crivello::{Frontier, Options};
+
+    use super::super::log::Level;
+    use super::*;
+    use crivello::assign::Method;
+
+    fn known(key: &str, from: &Arc<str>, seq: u64) -> Op {
+        Op::Known {
+            crawl: "c".to_owned(),
+            url: format!("http://{key}/page"),
+            key: Some(key.to_owned()),
+            meta: Vec::new(),
+            refetch_ms: 0,
+            receipt: Some((from.clone(), seq)),
+        }
+    }
+
+    /// A lane's numbered item of a key a move has not brought yet is refused, and so is every
+    /// numbered item of the stream after it, in the same call and in later ones, whatever
+    /// their keys: the receipt a later item raises never covers the refused one.
+    #[tokio::test]
+    async fn a_lane_refuses_every_numbered_item_after_one_of_a_pending_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let method = Method::Consistent { replicas: 300 };
+        // Node b, after a move from the list b, c: b's keys that were c's are pending while
+        // c has not sent them; those that were b's are not.
+        let cluster = Arc::new(Cluster::new("b", "a=127.0.0.1:1,b=127.0.0.1:2", method).unwrap());
+        let before = Cluster::new("b", "b=127.0.0.1:2,c=127.0.0.1:3", method).unwrap();
+        let frontier = Arc::new(Frontier::open(dir.path().join("store"), Options::new()).unwrap());
+        let handoff = dir.path().join("handoff");
+        std::fs::create_dir_all(&handoff).unwrap();
+        let log = Arc::new(Log::new(Level::Error));
+        let moves = Moves::new(cluster.clone(), frontier, handoff.clone(), log.clone());
+        moves.begin(&before.canonical, true).unwrap();
+        let keys: Vec<String> = (0..1000).map(|i| format!("h{i}.example")).collect();
+        let ours = |k: &&String| cluster.nodes[cluster.owner(k.as_bytes())].name == "b";
+        let was = |k: &String| before.nodes[before.owner(k.as_bytes())].name.clone();
+        let pending = keys.iter().filter(ours).find(|k| was(k) == "c").unwrap();
+        let settled = keys.iter().filter(ours).find(|k| was(k) == "b").unwrap();
+
+        let peers = Peers::new(cluster.clone(), None, None).unwrap();
+        let (commits, mut jobs) = mpsc::channel::<Job>(8);
+        let router = Router::cluster(commits, &peers, &handoff, log)
+            .unwrap()
+            .with_moves(moves);
+        // The committing thread: every op it gets is applied.
+        let applied = tokio::spawn(async move {
+            let mut applied = Vec::new();
+            while let Some(job) = jobs.recv().await {
+                applied.extend(job.ops.iter().map(|op| match op {
+                    Op::Known { receipt, .. } => receipt.as_ref().unwrap().1,
+                    Op::Discover { .. } => 0,
+                }));
+                let _ = job.reply.send(vec![Outcome::Updated; job.ops.len()]);
+            }
+            applied
+        });
+
+        let from: Arc<str> = Arc::from("a/0000000000000001/0");
+        let n = |count: u64| 1 << TAG_BITS | count;
+        let mut refused = false;
+        let ops = vec![
+            known(settled, &from, n(1)),
+            known(pending, &from, n(2)),
+            known(settled, &from, n(3)),
+        ];
+        let got = router
+            .submit(ops, true, Some(&mut refused))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert_eq!(got, [Outcome::Updated, Outcome::Failed, Outcome::Failed]);
+        assert!(refused);
+        // A later call of the same stream: its numbered items are refused, its discovered
+        // ones are not.
+        let discovered = Op::Discover {
+            crawl: "c".to_owned(),
+            url: format!("http://{settled}/new"),
+            key: Some(settled.clone()),
+            meta: Vec::new(),
+        };
+        let ops = vec![known(settled, &from, n(4)), discovered];
+        let got = router
+            .submit(ops, true, Some(&mut refused))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert_eq!(got, [Outcome::Failed, Outcome::Updated]);
+        // Another stream (a fresh start of the lane) is not refused for this one's items.
+        let mut fresh = false;
+        let got = router
+            .submit(vec![known(settled, &from, n(5))], true, Some(&mut fresh))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert_eq!(got, [Outcome::Updated]);
+        drop(router);
+        assert_eq!(applied.await.unwrap(), [n(1), 0, n(5)]);
     }
 }

@@ -185,7 +185,7 @@ impl Service {
                             let (unit, mut slots) = split(&frontier, &log, m);
                             if let Some(from) = &receipts {
                                 numbered(&unit, &mut slots, from);
-                                refuse_after(&router, &unit, &mut slots, &mut refused);
+                                refuse_after(&unit, &mut slots, &mut refused);
                             }
                             batch.add((unit, slots));
                         }
@@ -209,7 +209,8 @@ impl Service {
                             // Nothing to commit: answered at once.
                             None
                         } else {
-                            router.submit(ops, forwarded).await
+                            let lane = receipts.is_some().then_some(&mut refused);
+                            router.submit(ops, forwarded, lane).await
                         };
                         let p = Pending {
                             units,
@@ -683,27 +684,24 @@ fn numbered(unit: &Unit, slots: &mut [Slot], from: &Arc<str>) {
     }
 }
 
-/// In a lane's stream, once a numbered item is refused (invalid, or of a key a move has not
-/// brought yet), every later numbered item of the stream is refused too: the owner's receipt,
-/// raised by a later item, would otherwise cover the refused one, and the sender's next
-/// sending of it would be answered as received.
-fn refuse_after(router: &Router, unit: &Unit, slots: &mut [Slot], refused: &mut bool) {
-    let refuse = match &*slots {
+/// In a lane's stream, once a numbered item is refused, every later numbered item of the
+/// stream is refused too: the owner's receipt, raised by a later item, would otherwise cover
+/// the refused one, and the sender's next sending of it would be answered as received. Here:
+/// an item refused as it is read (invalid), and the items read after one was refused; the
+/// items of keys a move has not brought yet are refused by [`Router::submit`], which sets
+/// `refused` for the items read after them.
+fn refuse_after(unit: &Unit, slots: &mut [Slot], refused: &mut bool) {
+    match &*slots {
         [Slot::Op(
-            op @ Op::Known {
+            Op::Known {
                 receipt: Some(_), ..
             },
             _,
-        )] => *refused || router.pending(op),
+        )] if *refused => slots[0] = Slot::Ready(Outcome::Failed),
         [Slot::Ready(Outcome::Failed)] => {
             *refused |= unit.id.parse::<u64>().is_ok_and(|n| n >> TAG_BITS >= 1);
-            false
         }
-        _ => false,
-    };
-    if refuse {
-        *refused = true;
-        slots[0] = Slot::Ready(Outcome::Failed);
+        _ => {}
     }
 }
 
