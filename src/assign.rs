@@ -57,6 +57,12 @@ impl Method {
             Method::Modulo => "modulo",
         }
     }
+
+    /// Whether removing an agent moves only its keys, and adding one moves keys only to it
+    /// (every method but [`Method::Modulo`]).
+    pub fn contravariant(&self) -> bool {
+        !matches!(self, Method::Modulo)
+    }
 }
 
 /// Why a set of agents was refused.

@@ -379,6 +379,12 @@ pub fn check_start(
     }
     let before = read_trimmed(&handoff.join(MEMBERS_FILE))?;
     let moving = read_trimmed(&handoff.join(MOVE_FILE))?;
+    if moving.is_none() && read_trimmed(&handoff.join(MOVE_TO_FILE))?.is_some() {
+        // A crash came between the two removals of a finished move's records: its target
+        // is no later move's.
+        std::fs::remove_file(handoff.join(MOVE_TO_FILE))?;
+        std::fs::File::open(&handoff)?.sync_all()?;
+    }
     if let Some(previous) = &moving {
         if before.as_deref() == Some(previous.as_str()) {
             // A crash came between the two records of a move's start: nothing of the move
@@ -396,6 +402,19 @@ pub fn check_start(
             .as_deref()
             .filter(|b| without(b, lost) == now && !lost.is_empty())
         {
+            if let Some(c) = cluster.filter(|c| !c.assignment.method().contravariant()) {
+                return Err(explained(
+                    format!(
+                        "--lost {}: the move from the list \"{previous}\" to \"{b}\" is not \
+                         finished, and with --assign {} the list without the nodes lost gives \
+                         keys of the others to other nodes too",
+                        lost.join(","),
+                        c.assignment.method().name()
+                    ),
+                    "restart every node with the list of the move until it is finished, then \
+                     with the list without the nodes lost and --lost naming them",
+                ));
+            }
             // The move's list without the nodes lost: the move goes on, to this list, under
             // the id of the list it was for.
             if read_trimmed(&handoff.join(MOVE_TO_FILE))?.is_none() {
@@ -465,25 +484,31 @@ pub fn check_start(
             }
         }
     }
-    if !lost.is_empty()
-        && cluster.is_some()
+    // The list it served with, but for nodes lost for good: with a contravariant method,
+    // only their keys change owners (a method that moves others' keys too makes it a move).
+    let shrunk = !lost.is_empty()
+        && cluster.is_some_and(|c| c.assignment.method().contravariant())
         && before
             .as_deref()
-            .is_some_and(|b| b != now && without(b, lost) == now)
+            .is_some_and(|b| b != now && without(b, lost) == now);
+    if (before.as_deref() == Some(now.as_str()) || shrunk)
+        && cluster.is_some()
+        && handoff.join(FRESH_FILE).exists()
     {
+        // New to the cluster, and it did not learn whether a move is under way (the list
+        // without the nodes lost for good: it still has that to learn).
+        if shrunk {
+            write_durably(&handoff.join(MEMBERS_FILE), &format!("{now}\n"))?;
+        }
+        return Ok(Start::Fresh);
+    }
+    if shrunk {
         // The list it served with, but for nodes lost for good: nothing of theirs can move
         // from them, and nothing moves between the others (their keys stay theirs).
         write_durably(&handoff.join(MEMBERS_FILE), &format!("{now}\n"))?;
         return Ok(Start::Same);
     }
     let mut start = Start::Same;
-    if before.as_deref() == Some(now.as_str())
-        && cluster.is_some()
-        && handoff.join(FRESH_FILE).exists()
-    {
-        // New to the cluster, and it did not learn whether a move is under way.
-        return Ok(Start::Fresh);
-    }
     if before.as_deref() != Some(now.as_str()) {
         if let Some(c) = cluster {
             match before.as_deref() {
@@ -709,5 +734,87 @@ mod tests {
         assert_eq!(without(list, &[]), list);
         assert_eq!(without(list, &["bb".to_owned()]), list);
         assert_eq!(without("alone", &["b".to_owned()]), "alone");
+    }
+
+    /// A node's directory whose hand-off directory holds `files` (name, text).
+    fn started(files: &[(&str, &str)]) -> (tempfile::TempDir, crivello::Frontier) {
+        let dir = tempfile::tempdir().unwrap();
+        let handoff = dir.path().join("handoff");
+        std::fs::create_dir_all(&handoff).unwrap();
+        for (name, text) in files {
+            std::fs::write(handoff.join(name), format!("{text}\n")).unwrap();
+        }
+        let frontier =
+            crivello::Frontier::open(dir.path().join("store"), crivello::Options::new()).unwrap();
+        (dir, frontier)
+    }
+
+    fn read(dir: &tempfile::TempDir, name: &str) -> Option<String> {
+        read_trimmed(&dir.path().join("handoff").join(name)).unwrap()
+    }
+
+    #[test]
+    fn the_target_a_finished_move_left_behind_is_removed_at_start() {
+        let c = Cluster::new("a", "a=127.0.0.1:1,b=127.0.0.1:2", consistent()).unwrap();
+        let old = "consistent/300 a=127.0.0.1:1,b=127.0.0.1:2,c=127.0.0.1:3";
+        let (dir, frontier) = started(&[(MEMBERS_FILE, &c.canonical), (MOVE_TO_FILE, old)]);
+        let start = check_start(dir.path(), Some(&c), &frontier, &[]).unwrap();
+        assert_eq!(start, Start::Same);
+        assert_eq!(read(&dir, MOVE_TO_FILE), None);
+        // A move that begins later is not taken for the one that was retargeted.
+        let next = Cluster::new(
+            "a",
+            "a=127.0.0.1:1,b=127.0.0.1:2,d=127.0.0.1:4",
+            consistent(),
+        )
+        .unwrap();
+        let start = check_start(dir.path(), Some(&next), &frontier, &[]).unwrap();
+        assert_eq!(start, Start::Moving(c.canonical.clone()));
+        assert_eq!(read(&dir, MOVE_TO_FILE), None);
+        assert_eq!(read(&dir, MOVE_FILE), Some(c.canonical.clone()));
+    }
+
+    #[test]
+    fn a_new_node_whose_list_lost_a_node_is_still_new() {
+        let old = Cluster::new(
+            "a",
+            "a=127.0.0.1:1,b=127.0.0.1:2,c=127.0.0.1:3",
+            consistent(),
+        )
+        .unwrap();
+        let c = Cluster::new("a", "a=127.0.0.1:1,b=127.0.0.1:2", consistent()).unwrap();
+        let (dir, frontier) = started(&[(MEMBERS_FILE, &old.canonical), (FRESH_FILE, "new")]);
+        let lost = ["c".to_owned()];
+        let start = check_start(dir.path(), Some(&c), &frontier, &lost).unwrap();
+        assert_eq!(start, Start::Fresh);
+        assert_eq!(read(&dir, MEMBERS_FILE), Some(c.canonical.clone()));
+        assert_eq!(read(&dir, FRESH_FILE).as_deref(), Some("new"));
+        // Not new: the list without the lost node is the same start.
+        let (dir, frontier) = started(&[(MEMBERS_FILE, &old.canonical)]);
+        let start = check_start(dir.path(), Some(&c), &frontier, &lost).unwrap();
+        assert_eq!(start, Start::Same);
+        assert_eq!(read(&dir, MEMBERS_FILE), Some(c.canonical.clone()));
+    }
+
+    #[test]
+    fn a_move_under_way_to_a_list_that_lost_a_node_goes_on_to_the_list_without_it() {
+        let lost = ["c".to_owned()];
+        let old = Cluster::new(
+            "a",
+            "a=127.0.0.1:1,b=127.0.0.1:2,c=127.0.0.1:3",
+            consistent(),
+        )
+        .unwrap();
+        let c = Cluster::new("a", "a=127.0.0.1:1,b=127.0.0.1:2", consistent()).unwrap();
+        let (dir, frontier) = started(&[
+            (MEMBERS_FILE, &old.canonical),
+            (MOVE_FILE, "consistent/300 a=127.0.0.1:1,d=127.0.0.1:4"),
+        ]);
+        let start = check_start(dir.path(), Some(&c), &frontier, &lost).unwrap();
+        assert_eq!(
+            start,
+            Start::Moving("consistent/300 a=127.0.0.1:1,d=127.0.0.1:4".to_owned())
+        );
+        assert_eq!(read(&dir, MOVE_TO_FILE), Some(old.canonical.clone()));
     }
 }
