@@ -436,6 +436,13 @@ pub fn check_start(
         }
         return Ok(Start::Moving(previous.clone()));
     }
+    // The list it served with, but for nodes lost for good: with a contravariant method,
+    // only their keys change owners (a method that moves others' keys too makes it a move).
+    let shrunk = !lost.is_empty()
+        && cluster.is_some_and(|c| c.assignment.method().contravariant())
+        && before
+            .as_deref()
+            .is_some_and(|b| b != now && without(b, lost) == now);
     let listed = |name: &str| {
         cluster.is_some_and(|c| c.nodes.iter().any(|n| n.name == name) && c.this().name != name)
     };
@@ -448,7 +455,8 @@ pub fn check_start(
             let Some((node, _lane)) = stem.rsplit_once('.') else {
                 continue;
             };
-            let changed = before.as_deref() != Some(now.as_str());
+            // Without the lost nodes, the others keep their keys: their records stay theirs.
+            let changed = before.as_deref() != Some(now.as_str()) && !shrunk;
             if (listed(node) && !changed) || lost.iter().any(|l| l == node) {
                 // A lost node's items go to their keys' owners once this node serves.
                 continue;
@@ -484,13 +492,6 @@ pub fn check_start(
             }
         }
     }
-    // The list it served with, but for nodes lost for good: with a contravariant method,
-    // only their keys change owners (a method that moves others' keys too makes it a move).
-    let shrunk = !lost.is_empty()
-        && cluster.is_some_and(|c| c.assignment.method().contravariant())
-        && before
-            .as_deref()
-            .is_some_and(|b| b != now && without(b, lost) == now);
     if (before.as_deref() == Some(now.as_str()) || shrunk)
         && cluster.is_some()
         && handoff.join(FRESH_FILE).exists()
@@ -789,11 +790,28 @@ mod tests {
         assert_eq!(start, Start::Fresh);
         assert_eq!(read(&dir, MEMBERS_FILE), Some(c.canonical.clone()));
         assert_eq!(read(&dir, FRESH_FILE).as_deref(), Some("new"));
-        // Not new: the list without the lost node is the same start.
+        // Not new: the list without the lost node is the same start, even with records
+        // waiting for a node of the list (it keeps its keys).
         let (dir, frontier) = started(&[(MEMBERS_FILE, &old.canonical)]);
+        let mut log =
+            super::super::handoff::HandOff::open(&dir.path().join("handoff"), "b.0").unwrap();
+        log.append(&[super::super::pb::UrlItem::default()]).unwrap();
+        drop(log);
         let start = check_start(dir.path(), Some(&c), &frontier, &lost).unwrap();
         assert_eq!(start, Start::Same);
         assert_eq!(read(&dir, MEMBERS_FILE), Some(c.canonical.clone()));
+        // Another list: refused while they wait.
+        let other = Cluster::new(
+            "a",
+            "a=127.0.0.1:1,b=127.0.0.1:2,d=127.0.0.1:4",
+            consistent(),
+        )
+        .unwrap();
+        let e = check_start(dir.path(), Some(&other), &frontier, &[]).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("holds 1 records for node b"),
+            "{e:#}"
+        );
     }
 
     #[test]

@@ -88,6 +88,9 @@ pub struct Moves {
     dir: PathBuf,
     log: Arc<Log>,
     current: RwLock<Option<Arc<Move>>>,
+    /// Held through [`Moves::begin`], so that two starts of a move never interleave (the
+    /// scan of the queues runs outside `current`'s lock, which every item's check reads).
+    beginning: Mutex<()>,
     /// The other nodes' clients, to send with once a move is joined.
     peers: std::sync::OnceLock<Peers>,
     /// A new node that met a node of another list: a move will come, and every key this
@@ -130,6 +133,7 @@ impl Moves {
             dir,
             log,
             current: RwLock::new(None),
+            beginning: Mutex::new(()),
             peers: std::sync::OnceLock::new(),
             unsettled: AtomicBool::new(false),
             fresh: AtomicBool::new(false),
@@ -222,8 +226,8 @@ impl Moves {
     /// Starts the move from `previous` (recorded in `handoff/move` unless `recorded`):
     /// which nodes are done already comes from the frontier's receipts.
     pub fn begin(&self, previous: &str, recorded: bool) -> anyhow::Result<Arc<Move>> {
-        let mut current = self.current.write().expect("not poisoned");
-        if let Some(m) = &*current {
+        let _beginning = self.beginning.lock().expect("not poisoned");
+        if let Some(m) = &self.current() {
             if m.previous.canonical == previous {
                 return Ok(m.clone());
             }
@@ -300,6 +304,7 @@ impl Moves {
             self.cluster.canonical
         );
         let m = Arc::new(m);
+        let mut current = self.current.write().expect("not poisoned");
         *current = Some(m.clone());
         // The move that was to come is known from now on (its keys pending as it says).
         self.unsettled.store(false, Ordering::Release);
