@@ -11,8 +11,14 @@
 
 use std::collections::BTreeMap;
 
-use crivello::internals::{frontier_store, judge_frontier_edit, FrontierFile, Verdict};
+use std::sync::Arc;
+
+use crivello::internals::{
+    frontier_outcome_in, frontier_store, judge_frontier_edit, FrontierFile, Verdict,
+};
 use crivello::storage::sim::{CrashImage, Rng};
+use crivello::storage::DirStorage;
+use crivello::Error;
 
 const FLIPS_PER_KIND: usize = 500;
 const TRUNCATIONS_PER_KIND: usize = 100;
@@ -72,6 +78,73 @@ fn every_flip_and_truncation_of_the_frontiers_files_is_caught_or_harmless() {
                 .iter()
                 .any(|((k, v, _), n)| *k == kind && *v == Verdict::Caught && *n > 0),
             "no damage of {kind:?} was caught: {tally:?}"
+        );
+    }
+}
+
+/// On a real directory the Q runs are read through a memory mapping: a flip, a cut or a zeroed
+/// sector of a run there is caught as on the simulated disk (a corruption error naming the run)
+/// or harmless, never a panic, a crash of the process or a wrong state.
+#[test]
+fn damage_of_a_mapped_q_run_is_caught_or_harmless() {
+    let (disk, expected, _) = frontier_store();
+    let img = disk.crash_image(CrashImage::KillProcess);
+    let files: Vec<String> = img.files().into_iter().filter(|f| f != "LOCK").collect();
+    let runs: Vec<&String> = files
+        .iter()
+        .filter(|f| FrontierFile::of(f) == Some(FrontierFile::Q))
+        .collect();
+    assert!(!runs.is_empty(), "the store has Q runs: {files:?}");
+    let mut rng = Rng::new(11);
+    let mut tally = BTreeMap::<(Verdict, &str), usize>::new();
+    for trial in 0..150 {
+        let dir = tempfile::tempdir().unwrap();
+        for f in &files {
+            std::fs::write(dir.path().join(f), img.content(f).unwrap()).unwrap();
+        }
+        let name = runs[rng.below(runs.len() as u64) as usize];
+        let mut c = img.content(name).unwrap();
+        let len = c.len() as u64;
+        let what = match trial % 3 {
+            0 => {
+                let bit = rng.below(len * 8);
+                c[(bit / 8) as usize] ^= 1 << (bit % 8);
+                "flip"
+            }
+            1 => {
+                c.truncate(rng.below(len) as usize);
+                "truncate"
+            }
+            _ => {
+                let start = rng.below(len.div_ceil(512)) as usize * 512;
+                let end = (start + 512).min(c.len());
+                c[start..end].iter_mut().for_each(|b| *b = 0);
+                "zero"
+            }
+        };
+        std::fs::write(dir.path().join(name), &c).unwrap();
+        let storage = Arc::new(DirStorage::open(dir.path()).unwrap());
+        let verdict = match frontier_outcome_in(storage) {
+            Err(Error::Corrupt { file, .. }) => {
+                assert_eq!(&file, name, "the error names the damaged run");
+                Verdict::Caught
+            }
+            Err(e) => panic!("{name} ({what}): not a corruption error: {e}"),
+            Ok(state) => {
+                assert!(
+                    state == expected,
+                    "{name} ({what}): a wrong state, silently"
+                );
+                Verdict::Harmless
+            }
+        };
+        *tally.entry((verdict, what)).or_default() += 1;
+    }
+    eprintln!("{tally:?}");
+    for what in ["flip", "truncate", "zero"] {
+        assert!(
+            tally.get(&(Verdict::Caught, what)).is_some_and(|&n| n > 0),
+            "no {what} of a mapped run was caught: {tally:?}"
         );
     }
 }

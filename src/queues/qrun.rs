@@ -201,7 +201,7 @@ pub(crate) struct Run {
 impl Run {
     /// Opens run `id` and checks its header, tail and index.
     pub(crate) fn open(storage: &dyn Storage, id: u64) -> Result<Run> {
-        let file = storage.open_file(&names::q(id))?;
+        let file = storage.open_immutable_file(&names::q(id))?;
         let len = file.len()?;
         if len < HEADER_LEN + TAIL_LEN + 12 {
             return Err(file.corrupt(

@@ -102,6 +102,9 @@ pub(crate) trait StorageExt {
     fn open_exact(&self, name: &str, bytes: u64) -> Result<File>;
     /// Opens `name` if it exists.
     fn open_if_exists(&self, name: &str) -> Result<Option<File>>;
+    /// Opens the immutable file `name` ([`Storage::open_immutable`]), which must exist: a
+    /// missing file is [`Corruption::Missing`].
+    fn open_immutable_file(&self, name: &str) -> Result<File>;
     /// Lists the directory, sorted.
     fn list_files(&self) -> Result<Vec<String>>;
     /// Makes the directory's entries durable.
@@ -145,6 +148,16 @@ impl<S: Storage + ?Sized> StorageExt for S {
         match self.open(name) {
             Ok(f) => Ok(Some(File::new(f, name))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("open", name, e)),
+        }
+    }
+
+    fn open_immutable_file(&self, name: &str) -> Result<File> {
+        match self.open_immutable(name) {
+            Ok(f) => Ok(File::new(f, name)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Err(Error::corrupt(name, 0, Corruption::Missing))
+            }
             Err(e) => Err(Error::io("open", name, e)),
         }
     }

@@ -33,6 +33,13 @@ pub trait Storage: Send + Sync + fmt::Debug {
     fn create(&self, name: &str) -> io::Result<Arc<dyn StorageFile>>;
     /// Opens the existing file `name` for reading and writing.
     fn open(&self, name: &str) -> io::Result<Arc<dyn StorageFile>>;
+    /// Opens the existing file `name`, which is complete and which nobody changes while it
+    /// is open (a Q run: written whole and synced before it is opened, removed but never
+    /// rewritten), for reading. A backend may map it into memory; the default opens it as
+    /// [`Storage::open`] does.
+    fn open_immutable(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+        self.open(name)
+    }
     /// Atomically renames `from` to `to`, replacing `to`.
     fn rename(&self, from: &str, to: &str) -> io::Result<()>;
     /// Removes `name`.
@@ -127,6 +134,9 @@ impl<S: Storage> Storage for Unsynced<S> {
     }
     fn open(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
         Ok(Arc::new(UnsyncedFile(self.0.open(name)?)))
+    }
+    fn open_immutable(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+        self.0.open_immutable(name)
     }
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         self.0.rename(from, to)

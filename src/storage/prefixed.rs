@@ -36,6 +36,9 @@ impl Storage for Prefixed {
     fn open(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
         self.inner.open(&self.full(name))
     }
+    fn open_immutable(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+        self.inner.open_immutable(&self.full(name))
+    }
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         self.inner.rename(&self.full(from), &self.full(to))
     }

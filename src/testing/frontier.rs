@@ -35,12 +35,16 @@ pub type FrontierState = (u64, BTreeMap<Vec<u8>, Vec<Vec<u8>>>);
 
 /// Opens the store an hour after the crawl (every lease expired) and serves everything.
 pub fn frontier_outcome(disk: &SimDisk) -> Result<FrontierState, Error> {
+    frontier_outcome_in(Arc::new(disk.clone()))
+}
+
+/// [`frontier_outcome`] of the store in `storage` (a real directory, whose Q runs are read
+/// through a mapping).
+pub fn frontier_outcome_in(
+    storage: Arc<dyn crate::storage::Storage>,
+) -> Result<FrontierState, Error> {
     let clock = Arc::new(ManualClock::new(T0 + 3_600_000));
-    let f = Frontier::open_with(
-        Arc::new(disk.clone()),
-        frontier_corruption_opts(),
-        clock.clone(),
-    )?;
+    let f = Frontier::open_with(storage, frontier_corruption_opts(), clock.clone())?;
     let done = f.stats()?.done;
     let mut queues: BTreeMap<Vec<u8>, Vec<Vec<u8>>> = BTreeMap::new();
     loop {
