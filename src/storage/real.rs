@@ -5,8 +5,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use fs2::FileExt as _;
 
@@ -121,37 +121,115 @@ impl StorageFile for ReadOnlyFile {
 /// A file opened with [`Storage::open_immutable`]: mapped into memory, so that a read is a
 /// copy, not a system call. Reads past the mapping (a file that was empty, or a mapping
 /// refused) go to the file; every change is refused.
-///
-/// The pages a read touches count in the process's resident memory although the kernel may
-/// drop them at will (they are the page cache's): every [`MAPPED_READS`] reads the mapping
-/// gives them back, so that a file's share stays below `2 * MAPPED_READS` pages (each read
-/// touches one page, two if it spans a boundary: the mapping is advised random, with no read
-/// ahead).
 struct MappedFile {
     file: File,
-    map: Option<memmap2::Mmap>,
-    /// Reads through the mapping since its pages were last given back.
-    reads: AtomicU32,
+    map: Option<Arc<Mapping>>,
 }
 
-/// Reads of a mapped file after which its pages are given back (see [`MappedFile`]).
-const MAPPED_READS: u32 = 8192;
+/// A file's read-only mapping, with the pages reads touched since they were last given back.
+///
+/// Those pages count in the process's resident memory although the kernel may drop them at
+/// will (they are the page cache's). A read touches the pages of its bytes only (the mapping
+/// is advised random: no read ahead). Once the mappings of the process have touched
+/// [`MAPPED_BYTES`] of pages, every mapping gives its pages back at once, so the process
+/// holds at most that much of them, whatever the number and size of the files.
+struct Mapping {
+    map: memmap2::Mmap,
+    /// One bit per page: touched since the pages were last given back.
+    touched: Box<[AtomicU64]>,
+}
+
+/// The bytes of mapped pages the process may hold before every mapping gives them back.
+const MAPPED_BYTES: u64 = 32 << 20;
+
+/// The mappings of the process, to give their pages back.
+static MAPPINGS: Mutex<Vec<Weak<Mapping>>> = Mutex::new(Vec::new());
+
+/// Pages touched since the pages were last given back, over every mapping.
+static TOUCHED: AtomicU64 = AtomicU64::new(0);
+
+/// How many times the pages were given back.
+static GIVEN_BACK: AtomicU64 = AtomicU64::new(0);
+
+/// The size of a page.
+fn page_size() -> u64 {
+    static SIZE: OnceLock<u64> = OnceLock::new();
+    *SIZE.get_or_init(|| {
+        // SAFETY: sysconf reads a constant of the system; no memory of this process.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        u64::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
+    })
+}
+
+impl Mapping {
+    /// Maps `file` (not empty), advised random, and registers the mapping; None when the
+    /// system refuses it (no address space left: the file is then read with system calls).
+    fn new(file: &File, len: u64) -> Option<Arc<Mapping>> {
+        // SAFETY: the mapping is read-only and shared. The caller opens only files that
+        // nobody writes or truncates while they are open (Q runs: written whole and synced
+        // before they are opened; removed, never rewritten); removing a mapped file keeps its
+        // pages until the mapping goes. A file cut short by another program while mapped
+        // would end the process (SIGBUS): the store's files are the store's alone
+        // (docs/design.md, disk assumptions).
+        let map = unsafe { memmap2::Mmap::map(file) }.ok()?;
+        // Reads are of one frame here and there: no read ahead around them. A hint.
+        let _ = map.advise(memmap2::Advice::Random);
+        let pages = len.div_ceil(page_size());
+        let words = usize::try_from(pages.div_ceil(64)).ok()?;
+        let m = Arc::new(Mapping {
+            map,
+            touched: (0..words).map(|_| AtomicU64::new(0)).collect(),
+        });
+        let mut all = MAPPINGS.lock().unwrap_or_else(PoisonError::into_inner);
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(&m));
+        Some(m)
+    }
+
+    /// Notes that a read touched `start..start + len` (not empty, within the mapping); gives
+    /// every mapping's pages back when the process holds [`MAPPED_BYTES`] of them.
+    fn touch(&self, start: usize, len: usize) {
+        let page = page_size();
+        let (first, last) = (start as u64 / page, (start + len - 1) as u64 / page);
+        for p in first..=last {
+            let bit = 1u64 << (p % 64);
+            let word = &self.touched[(p / 64) as usize];
+            if word.load(Ordering::Relaxed) & bit == 0
+                && word.fetch_or(bit, Ordering::Relaxed) & bit == 0
+                && (TOUCHED.fetch_add(1, Ordering::Relaxed) + 1) * page >= MAPPED_BYTES
+            {
+                give_back();
+            }
+        }
+    }
+}
+
+/// Gives back the pages of every mapping of the process.
+fn give_back() {
+    let all = MAPPINGS.lock().unwrap_or_else(PoisonError::into_inner);
+    TOUCHED.store(0, Ordering::Relaxed);
+    GIVEN_BACK.fetch_add(1, Ordering::Relaxed);
+    for m in all.iter().filter_map(Weak::upgrade) {
+        for w in m.touched.iter() {
+            w.store(0, Ordering::Relaxed);
+        }
+        // SAFETY: a shared, read-only mapping of a file: giving its pages back only drops
+        // this process's references to them, and the next read finds the file's bytes again
+        // (from the page cache or the disk); a read copying from it meanwhile gets the same
+        // bytes. A failure leaves the pages mapped, which costs memory only.
+        let _ = unsafe { m.map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+    }
+}
 
 impl StorageFile for MappedFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        if let Some(map) = &self.map {
+        if let Some(m) = &self.map {
             if let Ok(start) = usize::try_from(offset) {
-                if start < map.len() {
-                    let n = buf.len().min(map.len() - start);
-                    buf[..n].copy_from_slice(&map[start..start + n]);
-                    if self.reads.fetch_add(1, Ordering::Relaxed) + 1 >= MAPPED_READS {
-                        self.reads.store(0, Ordering::Relaxed);
-                        // SAFETY: a shared, read-only mapping of a file: giving its pages
-                        // back only drops this process's references to them, and the next
-                        // read finds the file's bytes again (from the page cache or the
-                        // disk). No reference into the mapping outlives this call. A
-                        // failure leaves the pages mapped, which costs memory only.
-                        let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+                if start < m.map.len() {
+                    let n = buf.len().min(m.map.len() - start);
+                    if n > 0 {
+                        m.touch(start, n);
+                        buf[..n].copy_from_slice(&m.map[start..start + n]);
                     }
                     return Ok(n);
                 }
@@ -228,28 +306,13 @@ impl Storage for DirStorage {
     }
     fn open_immutable(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
         let file = File::open(self.dir.join(name))?;
-        let map = if file.metadata()?.len() > 0 {
-            // SAFETY: the mapping is read-only and private to this file handle. The caller
-            // opens only files that nobody writes or truncates while they are open (Q runs:
-            // written whole and synced before they are opened; removed, never rewritten);
-            // removing a mapped file keeps its pages until the mapping goes. A file cut
-            // short by another program while mapped would end the process (SIGBUS): the
-            // store's files are the store's alone (docs/design.md, disk assumptions). A
-            // mapping refused (no address space left) falls back to reads.
-            let map = unsafe { memmap2::Mmap::map(&file) }.ok();
-            if let Some(map) = &map {
-                // Reads are of one frame here and there: no read ahead around them. A hint.
-                let _ = map.advise(memmap2::Advice::Random);
-            }
-            map
+        let len = file.metadata()?.len();
+        let map = if len > 0 {
+            Mapping::new(&file, len)
         } else {
             None
         };
-        Ok(Arc::new(MappedFile {
-            file,
-            map,
-            reads: AtomicU32::new(0),
-        }))
+        Ok(Arc::new(MappedFile { file, map }))
     }
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         self.refuse_change()?;
@@ -310,7 +373,7 @@ mod tests {
     use super::*;
 
     /// A file opened immutable reads what an ordinary open reads, at every offset and length,
-    /// past its end too, before and after its pages are given back; it refuses every change.
+    /// past its end too; it refuses every change.
     #[test]
     fn a_mapped_file_reads_as_the_file_does() {
         let dir = tempfile::tempdir().unwrap();
@@ -321,8 +384,7 @@ mod tests {
         let mapped = st.open_immutable("q").unwrap();
         let plain = st.open("q").unwrap();
         assert_eq!(mapped.len().unwrap(), bytes.len() as u64);
-        let mut reads = 0u32;
-        for offset in (0..bytes.len() as u64 + 300).step_by(5) {
+        for offset in (0..bytes.len() as u64 + 300).step_by(97) {
             for len in [0usize, 1, 100, 4096, 9000] {
                 let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
                 let n = mapped.read_at(&mut a, offset).unwrap();
@@ -332,13 +394,8 @@ mod tests {
                     "at {offset}+{len}"
                 );
                 assert_eq!(a[..n], b[..n]);
-                reads += 1;
             }
         }
-        assert!(
-            reads > 2 * MAPPED_READS,
-            "the pages were given back on the way"
-        );
         assert_eq!(mapped.read_all().unwrap(), bytes);
         let mut short = [0u8; 10];
         let e = mapped
@@ -354,5 +411,29 @@ mod tests {
             st.open_immutable("missing").err().map(|e| e.kind()),
             Some(io::ErrorKind::NotFound)
         );
+    }
+
+    /// Reads that touch more than [`MAPPED_BYTES`] of pages make the mappings give them back,
+    /// and every read after that still finds the file's bytes.
+    #[test]
+    fn mapped_pages_are_given_back_and_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let st = DirStorage::open(dir.path()).unwrap();
+        let page = page_size();
+        let len = MAPPED_BYTES + 8 * page;
+        let bytes: Vec<u8> = (0..len).map(|i| (i / page * 31 + i % 7) as u8).collect();
+        std::fs::write(dir.path().join("big"), &bytes).unwrap();
+        let mapped = st.open_immutable("big").unwrap();
+        let before = GIVEN_BACK.load(Ordering::Relaxed);
+        for round in 0..2 {
+            for p in 0..len / page - 1 {
+                let mut b = [0u8; 3];
+                let at = p * page + page - 1 - round;
+                mapped.read_exact_at(&mut b[..2], at).unwrap();
+                assert_eq!(b[..2], bytes[at as usize..at as usize + 2], "at {at}");
+            }
+        }
+        assert!(GIVEN_BACK.load(Ordering::Relaxed) > before);
+        assert!(TOUCHED.load(Ordering::Relaxed) * page < MAPPED_BYTES);
     }
 }
