@@ -160,8 +160,7 @@ impl Moves {
 
     /// Starts the move from `previous` as [`Moves::begin`] does, and its sending.
     pub fn join(self: &Arc<Self>, previous: &str, recorded: bool) -> anyhow::Result<()> {
-        let started = !self.joined();
-        self.begin(previous, recorded)?;
+        let (_, started) = self.start(previous, recorded)?;
         if started {
             if let Some(peers) = self.peers.get() {
                 tokio::spawn(self.clone().send(peers.clone()));
@@ -226,16 +225,37 @@ impl Moves {
     /// Starts the move from `previous` (recorded in `handoff/move` unless `recorded`):
     /// which nodes are done already comes from the frontier's receipts.
     pub fn begin(&self, previous: &str, recorded: bool) -> anyhow::Result<Arc<Move>> {
+        Ok(self.start(previous, recorded)?.0)
+    }
+
+    /// [`Moves::begin`], and whether this call started the move (false: it was under way).
+    /// While it reads the frontier's receipts, every key this node owns is pending (the
+    /// move's own rule is not known yet); a failure leaves that as it was.
+    fn start(&self, previous: &str, recorded: bool) -> anyhow::Result<(Arc<Move>, bool)> {
         let _beginning = self.beginning.lock().expect("not poisoned");
         if let Some(m) = &self.current() {
             if m.previous.canonical == previous {
-                return Ok(m.clone());
+                return Ok((m.clone(), false));
             }
             anyhow::bail!(
                 "a move from the list \"{}\" is under way, not one from \"{previous}\"",
                 m.previous.canonical
             );
         }
+        let was = {
+            let _current = self.current.write().expect("not poisoned");
+            self.unsettled.swap(true, Ordering::AcqRel)
+        };
+        let started = self.prepare(previous, recorded);
+        if started.is_err() {
+            self.unsettled.store(was, Ordering::Release);
+        }
+        Ok((started?, true))
+    }
+
+    /// The part of [`Moves::start`] after its checks: records the move if it is not, reads
+    /// the receipts, and installs the move.
+    fn prepare(&self, previous: &str, recorded: bool) -> anyhow::Result<Arc<Move>> {
         let parsed = Previous::parse(previous)?;
         if !recorded {
             // A new node joining: it knows the move from now on.
@@ -323,7 +343,11 @@ impl Moves {
         // The move's record goes first: a crash after it leaves receipts behind (a later move
         // between the same two lists would leave the queues they name as they are), where the
         // other order could leave a node waiting for good for notices sent before.
-        std::fs::remove_file(self.dir.join(MOVE_FILE))?;
+        match std::fs::remove_file(self.dir.join(MOVE_FILE)) {
+            // Another call finished it meanwhile.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            r => r?,
+        }
         std::fs::File::open(&self.dir)?.sync_all()?;
         // After `move`: a crash between the two never leaves `move` without its target.
         let _ = std::fs::remove_file(self.dir.join(MOVE_TO_FILE));

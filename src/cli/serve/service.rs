@@ -158,8 +158,12 @@ impl Service {
         let mut stopping = self.stopping.clone();
         tokio::spawn(async move {
             let mut ended = false;
-            // A lane's numbered item refused: its later ones are refused too (`refuse_after`).
+            // A lane's numbered item refused: its later ones are refused too (`refuse_after`,
+            // `Router::submit`). `refused`: one of a batch taken before; `read_refused`: one
+            // read since (invalid), which refuses the items read after it but not those of
+            // its batch read before it.
             let mut refused = false;
+            let mut read_refused = false;
             // The status a stream that failed ends with, after the acknowledgements of what
             // it sent before.
             let mut failed = None;
@@ -185,7 +189,12 @@ impl Service {
                             let (unit, mut slots) = split(&frontier, &log, m);
                             if let Some(from) = &receipts {
                                 numbered(&unit, &mut slots, from);
-                                refuse_after(&unit, &mut slots, &mut refused);
+                                refuse_after(
+                                    &unit,
+                                    &mut slots,
+                                    refused,
+                                    &mut read_refused,
+                                );
                             }
                             batch.add((unit, slots));
                         }
@@ -210,7 +219,9 @@ impl Service {
                             None
                         } else {
                             let lane = receipts.is_some().then_some(&mut refused);
-                            router.submit(ops, forwarded, lane).await
+                            let outcomes = router.submit(ops, forwarded, lane).await;
+                            refused |= read_refused;
+                            outcomes
                         };
                         let p = Pending {
                             units,
@@ -686,20 +697,22 @@ fn numbered(unit: &Unit, slots: &mut [Slot], from: &Arc<str>) {
 
 /// In a lane's stream, once a numbered item is refused, every later numbered item of the
 /// stream is refused too: the owner's receipt, raised by a later item, would otherwise cover
-/// the refused one, and the sender's next sending of it would be answered as received. Here:
-/// an item refused as it is read (invalid), and the items read after one was refused; the
-/// items of keys a move has not brought yet are refused by [`Router::submit`], which sets
-/// `refused` for the items read after them.
-fn refuse_after(unit: &Unit, slots: &mut [Slot], refused: &mut bool) {
+/// the refused one, and the sender's next sending of it would be answered as received. Here,
+/// as the stream is read: an item refused at once (invalid) sets `read_refused`, and the
+/// numbered items read after it, or after one refused in a batch taken before (`refused`),
+/// are refused. The items of keys a move has not brought yet are refused by
+/// [`Router::submit`] as it takes their batch, in order with the items of the batch read
+/// before: it then sets the stream's `refused`, which takes `read_refused` in too.
+fn refuse_after(unit: &Unit, slots: &mut [Slot], refused: bool, read_refused: &mut bool) {
     match &*slots {
         [Slot::Op(
             Op::Known {
                 receipt: Some(_), ..
             },
             _,
-        )] if *refused => slots[0] = Slot::Ready(Outcome::Failed),
+        )] if refused || *read_refused => slots[0] = Slot::Ready(Outcome::Failed),
         [Slot::Ready(Outcome::Failed)] => {
-            *refused |= unit.id.parse::<u64>().is_ok_and(|n| n >> TAG_BITS >= 1);
+            *read_refused |= unit.id.parse::<u64>().is_ok_and(|n| n >> TAG_BITS >= 1);
         }
         _ => {}
     }
@@ -1455,5 +1468,62 @@ impl UrlFrontier for Service {
                 .sum::<u64>();
         }
         Ok(Response::new(pb::Long { value }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn numbered(n: u64) -> (Unit, Vec<Slot>) {
+        let from: Arc<str> = Arc::from("a/0000000000000001/0");
+        let op = Op::Known {
+            crawl: "c".to_owned(),
+            url: format!("http://h.example/{n}"),
+            key: None,
+            meta: Vec::new(),
+            refetch_ms: 0,
+            receipt: Some((from, n)),
+        };
+        (Unit { id: n.to_string() }, vec![Slot::Op(op, 0)])
+    }
+
+    fn refused(slots: &[Slot]) -> bool {
+        matches!(slots, [Slot::Ready(Outcome::Failed)])
+    }
+
+    /// An invalid numbered item refuses the numbered items read after it, not those read
+    /// before it (still to be taken with their batch); a refusal of a batch taken before
+    /// refuses every numbered item read after it; other items are left alone.
+    #[test]
+    fn a_lane_refuses_what_it_reads_after_a_refused_item_only() {
+        let n = |c: u64| 1 << TAG_BITS | c;
+        let mut read_refused = false;
+        let (unit, mut before) = numbered(n(1));
+        refuse_after(&unit, &mut before, false, &mut read_refused);
+        assert!(!refused(&before) && !read_refused);
+        let (unit, mut invalid) = (
+            Unit {
+                id: n(2).to_string(),
+            },
+            vec![Slot::Ready(Outcome::Failed)],
+        );
+        refuse_after(&unit, &mut invalid, false, &mut read_refused);
+        assert!(read_refused);
+        let (unit, mut after) = numbered(n(3));
+        refuse_after(&unit, &mut after, false, &mut read_refused);
+        assert!(refused(&after));
+        // An invalid item that is not numbered (a client's ID) refuses nothing after it.
+        let mut read_refused = false;
+        let (unit, mut invalid) = (
+            Unit { id: "x".to_owned() },
+            vec![Slot::Ready(Outcome::Failed)],
+        );
+        refuse_after(&unit, &mut invalid, false, &mut read_refused);
+        assert!(!read_refused);
+        // A batch refused before: every numbered item read since is refused.
+        let (unit, mut later) = numbered(n(4));
+        refuse_after(&unit, &mut later, true, &mut read_refused);
+        assert!(refused(&later));
     }
 }
