@@ -73,10 +73,9 @@ def put_until_ok(nodes, urls, deadline_s=60):
             time.sleep(0.05)
 
 
-def grow(api, c, kills=(), during=()):
-    """Stops the nodes of `c`, restarts them with a fourth node n3 in the list, starts n3;
-    puts the URLs `during` while the move runs (each until acknowledged); kills the nodes in
-    `kills` (-9) at a random instant of the move and restarts them."""
+def restart_with_n3(api, c, up):
+    """Stops the nodes of `c`, restarts the first `up` of them with a fourth node n3 in the
+    list, and starts n3; returns the nodes restarted and n3."""
     for n in c.nodes:
         assert n.stop() == 0, n.log()
     port = free_ports(1)[0]
@@ -84,9 +83,18 @@ def grow(api, c, kills=(), during=()):
     root = c[0].dir.rsplit("/", 1)[0]
     nodes = [
         Server(api, n.dir, "--node", name, "--peers", peers, listen=False)
-        for name, n in zip(c.names, c.nodes)
+        for name, n in zip(c.names[:up], c.nodes[:up])
     ]
-    nodes.append(Server(api, f"{root}/n3", "--node", "n3", "--peers", peers, listen=False))
+    n3 = Server(api, f"{root}/n3", "--node", "n3", "--peers", peers, listen=False)
+    return nodes, n3
+
+
+def grow(api, c, kills=(), during=()):
+    """Stops the nodes of `c`, restarts them with a fourth node n3 in the list, starts n3;
+    puts the URLs `during` while the move runs (each until acknowledged); kills the nodes in
+    `kills` (-9) at a random instant of the move and restarts them."""
+    nodes, n3 = restart_with_n3(api, c, len(c.nodes))
+    nodes.append(n3)
     if during:
         put_until_ok(nodes, during[: len(during) // 2])
     for k in kills:
@@ -396,17 +404,8 @@ def test_a_lane_item_refused_for_a_pending_key_is_not_covered_by_a_later_receipt
     urls = hosts_urls(60, 1, tag="q")
     assert all(s == "OK" for _, s in put(c[0], [discovered(pb, u) for u in urls]))
     before = owners(c.nodes)
-    for n in c.nodes:
-        assert n.stop() == 0, n.log()
-    port = free_ports(1)[0]
-    peers = f"{c.peers},n3=127.0.0.1:{port}"
-    root = c[0].dir.rsplit("/", 1)[0]
     # n2 stays down: the keys n3 takes from it wait, those it takes from n0 and n1 arrive.
-    nodes = [
-        Server(api, n.dir, "--node", name, "--peers", peers, listen=False)
-        for name, n in zip(c.names[:2], c.nodes[:2])
-    ]
-    n3 = Server(api, f"{root}/n3", "--node", "n3", "--peers", peers, listen=False)
+    nodes, n3 = restart_with_n3(api, c, 2)
     deadline = time.time() + 30
     while True:
         mine = n3.stub.ListQueues(pb.Pagination(size=1000, local=True)).values

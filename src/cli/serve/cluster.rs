@@ -737,6 +737,11 @@ mod tests {
         assert_eq!(without("alone", &["b".to_owned()]), "alone");
     }
 
+    /// Node a of the list `peers`, by consistent hashing.
+    fn node_a(peers: &str) -> Cluster {
+        Cluster::new("a", peers, consistent()).unwrap()
+    }
+
     /// A node's directory whose hand-off directory holds `files` (name, text).
     fn started(files: &[(&str, &str)]) -> (tempfile::TempDir, crivello::Frontier) {
         let dir = tempfile::tempdir().unwrap();
@@ -756,19 +761,14 @@ mod tests {
 
     #[test]
     fn the_target_a_finished_move_left_behind_is_removed_at_start() {
-        let c = Cluster::new("a", "a=127.0.0.1:1,b=127.0.0.1:2", consistent()).unwrap();
+        let c = node_a("a=127.0.0.1:1,b=127.0.0.1:2");
         let old = "consistent/300 a=127.0.0.1:1,b=127.0.0.1:2,c=127.0.0.1:3";
         let (dir, frontier) = started(&[(MEMBERS_FILE, &c.canonical), (MOVE_TO_FILE, old)]);
         let start = check_start(dir.path(), Some(&c), &frontier, &[]).unwrap();
         assert_eq!(start, Start::Same);
         assert_eq!(read(&dir, MOVE_TO_FILE), None);
         // A move that begins later is not taken for the one that was retargeted.
-        let next = Cluster::new(
-            "a",
-            "a=127.0.0.1:1,b=127.0.0.1:2,d=127.0.0.1:4",
-            consistent(),
-        )
-        .unwrap();
+        let next = node_a("a=127.0.0.1:1,b=127.0.0.1:2,d=127.0.0.1:4");
         let start = check_start(dir.path(), Some(&next), &frontier, &[]).unwrap();
         assert_eq!(start, Start::Moving(c.canonical.clone()));
         assert_eq!(read(&dir, MOVE_TO_FILE), None);
@@ -777,13 +777,8 @@ mod tests {
 
     #[test]
     fn a_new_node_whose_list_lost_a_node_is_still_new() {
-        let old = Cluster::new(
-            "a",
-            "a=127.0.0.1:1,b=127.0.0.1:2,c=127.0.0.1:3",
-            consistent(),
-        )
-        .unwrap();
-        let c = Cluster::new("a", "a=127.0.0.1:1,b=127.0.0.1:2", consistent()).unwrap();
+        let old = node_a("a=127.0.0.1:1,b=127.0.0.1:2,c=127.0.0.1:3");
+        let c = node_a("a=127.0.0.1:1,b=127.0.0.1:2");
         let (dir, frontier) = started(&[(MEMBERS_FILE, &old.canonical), (FRESH_FILE, "new")]);
         let lost = ["c".to_owned()];
         let start = check_start(dir.path(), Some(&c), &frontier, &lost).unwrap();
@@ -801,12 +796,7 @@ mod tests {
         assert_eq!(start, Start::Same);
         assert_eq!(read(&dir, MEMBERS_FILE), Some(c.canonical.clone()));
         // Another list: refused while they wait.
-        let other = Cluster::new(
-            "a",
-            "a=127.0.0.1:1,b=127.0.0.1:2,d=127.0.0.1:4",
-            consistent(),
-        )
-        .unwrap();
+        let other = node_a("a=127.0.0.1:1,b=127.0.0.1:2,d=127.0.0.1:4");
         let e = check_start(dir.path(), Some(&other), &frontier, &[]).unwrap_err();
         assert!(
             format!("{e:#}").contains("holds 1 records for node b"),
@@ -817,13 +807,8 @@ mod tests {
     #[test]
     fn a_move_under_way_to_a_list_that_lost_a_node_goes_on_to_the_list_without_it() {
         let lost = ["c".to_owned()];
-        let old = Cluster::new(
-            "a",
-            "a=127.0.0.1:1,b=127.0.0.1:2,c=127.0.0.1:3",
-            consistent(),
-        )
-        .unwrap();
-        let c = Cluster::new("a", "a=127.0.0.1:1,b=127.0.0.1:2", consistent()).unwrap();
+        let old = node_a("a=127.0.0.1:1,b=127.0.0.1:2,c=127.0.0.1:3");
+        let c = node_a("a=127.0.0.1:1,b=127.0.0.1:2");
         let (dir, frontier) = started(&[
             (MEMBERS_FILE, &old.canonical),
             (MOVE_FILE, "consistent/300 a=127.0.0.1:1,d=127.0.0.1:4"),

@@ -1026,6 +1026,12 @@ mod tests {
         }
     }
 
+    /// The outcomes of `ops` submitted as a lane's, whose stream's refusal is `refused`.
+    async fn outcomes(router: &Router, ops: Vec<Op>, refused: &mut bool) -> Vec<Outcome> {
+        let rx = router.submit(ops, true, Some(refused)).await.unwrap();
+        rx.await.unwrap()
+    }
+
     /// A lane's numbered item of a key a move has not brought yet is refused, and so is every
     /// numbered item of the stream after it, in the same call and in later ones, whatever
     /// their keys: the receipt a later item raises never covers the refused one.
@@ -1075,12 +1081,7 @@ mod tests {
             known(pending, &from, n(2)),
             known(settled, &from, n(3)),
         ];
-        let got = router
-            .submit(ops, true, Some(&mut refused))
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        let got = outcomes(&router, ops, &mut refused).await;
         assert_eq!(got, [Outcome::Updated, Outcome::Failed, Outcome::Failed]);
         assert!(refused);
         // A later call of the same stream: its numbered items are refused, its discovered
@@ -1092,21 +1093,11 @@ mod tests {
             meta: Vec::new(),
         };
         let ops = vec![known(settled, &from, n(4)), discovered];
-        let got = router
-            .submit(ops, true, Some(&mut refused))
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        let got = outcomes(&router, ops, &mut refused).await;
         assert_eq!(got, [Outcome::Failed, Outcome::Updated]);
         // Another stream (a fresh start of the lane) is not refused for this one's items.
         let mut fresh = false;
-        let got = router
-            .submit(vec![known(settled, &from, n(5))], true, Some(&mut fresh))
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        let got = outcomes(&router, vec![known(settled, &from, n(5))], &mut fresh).await;
         assert_eq!(got, [Outcome::Updated]);
         drop(router);
         assert_eq!(applied.await.unwrap(), [n(1), 0, n(5)]);
