@@ -13,13 +13,24 @@ use crate::names;
 /// Replaces `name` atomically with `bytes`: temp file, fsync, rename, fsync directory.
 /// When this returns Ok the new content is durable under `name`.
 pub(crate) fn replace(storage: &dyn Storage, name: &str, bytes: &[u8]) -> Result<()> {
+    replace_with(storage, name, |f| f.write_all_at(bytes, 0))
+}
+
+/// Replaces `name` atomically as [`replace`] does, with the bytes `write` writes into the
+/// temporary file (from offset 0); returns what `write` returned.
+pub(crate) fn replace_with<T>(
+    storage: &dyn Storage,
+    name: &str,
+    write: impl FnOnce(&super::file::File) -> Result<T>,
+) -> Result<T> {
     let tmp = names::tmp(name);
     let f = storage.create_file(&tmp)?;
-    f.write_all_at(bytes, 0)?;
+    let out = write(&f)?;
     f.sync()?;
     drop(f);
     rename(storage, &tmp, name)?;
-    storage.sync_directory()
+    storage.sync_directory()?;
+    Ok(out)
 }
 
 /// Creates `name` holding `bytes`, durable (file fsync then directory fsync).

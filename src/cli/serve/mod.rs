@@ -122,6 +122,23 @@ pub struct ServeArgs {
     pub common: Common,
 }
 
+/// Keeps glibc's allocator from holding memory the server freed (`docs/design.md`, Memory).
+///
+/// By default glibc gives each thread that allocates its own arena (up to eight per core), and
+/// raises its threshold for serving a block by its own mapping each time such a block is
+/// freed, up to 32 MiB: the service's large buffers that come and go (a mover's batch, a
+/// call's items, the tables that grow) then stay in arenas that are never given back. Two
+/// arenas and a fixed threshold of 256 KiB keep the resident memory near what is allocated.
+fn bound_malloc() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `mallopt` only sets the allocator's parameters; it is called before the
+    // server starts its threads.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
+    }
+}
+
 /// The assignment functions `--assign` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum AssignMethod {
@@ -135,6 +152,7 @@ pub enum AssignMethod {
 
 /// Runs `serve` until SIGTERM or SIGINT.
 pub fn run(args: ServeArgs) -> Result<()> {
+    bound_malloc();
     let level = if args.common.quiet {
         Level::Error
     } else {
@@ -360,8 +378,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 let _ = stopped.wait_for(|s| *s).await;
             });
         log!(log, Info, "serving {} on {local}", args.dir.display());
-        println!("listening on {local}");
-        let _ = std::io::stdout().flush();
+        // A closed stdout (a caller that read the line and went) must not stop the server.
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "listening on {local}").and_then(|()| out.flush());
         let signals = signals(log.clone(), stop);
         tokio::pin!(serving);
         tokio::select! {

@@ -32,7 +32,7 @@
 
 use super::{Core, J};
 use crate::error::{Corruption, Error, Result};
-use crate::format::{seal, ByteReader, PutLe, MAGIC_K, VERSION};
+use crate::format::{ByteReader, PutLe, MAGIC_K, VERSION};
 
 /// The checkpoint's version: 11 added the receipts of deliveries, 10 added the archives, the queues released and the transfers
 /// imported, 9 says that
@@ -52,7 +52,7 @@ use crate::queues::key::{default_key, queue_id};
 use crate::queues::qrun::Run;
 use crate::queues::Policy;
 use crate::sieve::wal;
-use crate::storage::{durable, Storage, StorageExt};
+use crate::storage::{durable, File, Storage, StorageExt};
 
 fn put_bytes(b: &mut Vec<u8>, bytes: &[u8]) {
     b.put_u32(bytes.len() as u32);
@@ -99,25 +99,28 @@ fn count(c: &mut ByteReader<'_>, size: usize, field: &'static str) -> Result<usi
 }
 
 impl Core {
-    /// Encodes the state, to be replayed from J generation `j_gen` on.
-    fn encode_checkpoint(&self, j_gen: u64) -> Vec<u8> {
-        let queues = self
-            .queues
-            .iter()
-            .map(|q| QueueImage {
-                id: q.id,
-                crawl: q.crawl,
-                key: &q.key,
-                next_seq: q.next_seq,
-                waiting: q.waiting,
-                completed: q.completed,
-                burst: q.burst,
-                due: q.due,
-                returned: q.returned.iter().map(|(s, r)| (*s, &r[..])).collect(),
-                refetch: q.refetch.iter().map(|(w, s, r)| (*w, *s, &r[..])).collect(),
-                skips: q.skips.clone(),
-            })
-            .collect();
+    /// Writes the state, to be replayed from J generation `j_gen` on, into `out`, queue
+    /// by queue and lease by lease: a checkpoint never takes a copy of the state whole.
+    fn encode_checkpoint(&self, j_gen: u64, out: &mut Out<'_>) -> Result<()> {
+        let queues = self.queues.iter().map(|q| QueueImage {
+            id: q.id,
+            crawl: q.crawl,
+            key: &q.key,
+            next_seq: q.next_seq,
+            waiting: q.waiting,
+            completed: q.completed,
+            burst: q.burst,
+            due: q.due,
+            returned: q.returned.iter().map(|(s, r)| (*s, &r[..])).collect(),
+            refetch: q.refetch.iter().map(|(w, s, r)| (*w, *s, &r[..])).collect(),
+            skips: q.skips.clone(),
+        });
+        let leases = self.leases.iter().map(|(seq, l)| LeaseImage {
+            seq: *seq,
+            token: l.token,
+            deadline: l.deadline,
+            record: &l.record,
+        });
         Image {
             j_gen,
             next_seq: self.next_seq,
@@ -136,17 +139,8 @@ impl Core {
             policies: self.policies.iter().map(|(q, p)| (*q, *p)).collect(),
             blocks: self.blocks.iter().map(|(q, u)| (*q, *u)).collect(),
             runs: self.runs.iter().map(Run::id).collect(),
-            queues,
-            leases: self
-                .leases
-                .iter()
-                .map(|(seq, l)| LeaseImage {
-                    seq: *seq,
-                    token: l.token,
-                    deadline: l.deadline,
-                    record: &l.record,
-                })
-                .collect(),
+            queues: Vec::new(),
+            leases: Vec::new(),
             archives: self.archives.clone(),
             released: self.released.iter().copied().collect(),
             transfers: self
@@ -160,7 +154,7 @@ impl Core {
                 .map(|(from, seq)| (&from[..], *seq))
                 .collect(),
         }
-        .encode(CHECKPOINT_VERSION)
+        .encode_to(CHECKPOINT_VERSION, queues, leases, out)
     }
 
     /// Writes a checkpoint and moves J to a new generation (the steps of the module's
@@ -176,9 +170,12 @@ impl Core {
             self.writer().sync()?;
             let writer = wal::create_of(J, &*st, next, None)?;
             // 2.
-            let bytes = self.encode_checkpoint(next);
-            durable::replace(&*st, names::CHECKPOINT, &bytes)?;
-            Ok((writer, bytes.len() as u64))
+            let len = durable::replace_with(&*st, names::CHECKPOINT, |f| {
+                let mut out = Out::to_file(f);
+                self.encode_checkpoint(next, &mut out)?;
+                Ok(out.finish()?.1)
+            })?;
+            Ok((writer, len))
         })();
         let writer = match r {
             Ok((w, len)) => {
@@ -287,6 +284,7 @@ impl Core {
 }
 
 /// A queue as the checkpoint holds it.
+#[derive(Clone)]
 struct QueueImage<'a> {
     id: u64,
     crawl: u32,
@@ -302,6 +300,7 @@ struct QueueImage<'a> {
 }
 
 /// A lease as the checkpoint holds it.
+#[derive(Clone, Copy)]
 struct LeaseImage<'a> {
     seq: u64,
     token: u64,
@@ -334,11 +333,30 @@ struct Image<'a> {
     receipts: Vec<(&'a [u8], u64)>,
 }
 
-impl Image<'_> {
-    /// The checkpoint's bytes, in the layout of `version` (4, 6 or 7; what an older one has
-    /// no field for is left out).
-    fn encode(&self, version: u32) -> Vec<u8> {
-        let mut b = Vec::with_capacity(1 << 16);
+impl<'a> Image<'a> {
+    /// The checkpoint's bytes, in the layout of `version` (what an older one has no field
+    /// for is left out).
+    fn encode(&self, version: u32) -> Result<Vec<u8>> {
+        let mut out = Out::to_memory();
+        self.encode_to(
+            version,
+            self.queues.iter().cloned(),
+            self.leases.iter().copied(),
+            &mut out,
+        )?;
+        Ok(out.finish()?.0)
+    }
+
+    /// Writes the checkpoint into `out` in the layout of `version`, with `queues` and
+    /// `leases` in place of the image's own lists.
+    fn encode_to(
+        &self,
+        version: u32,
+        queues: impl ExactSizeIterator<Item = QueueImage<'a>>,
+        leases: impl ExactSizeIterator<Item = LeaseImage<'a>>,
+        out: &mut Out<'_>,
+    ) -> Result<()> {
+        let b = &mut out.b;
         b.put_u32(MAGIC_K);
         b.put_u32(version);
         b.put_u64(self.j_gen);
@@ -354,16 +372,16 @@ impl Image<'_> {
         b.put_u64(f.offset);
         b.put_u32(f.skip);
         b.put_u64(f.consumed);
-        put_policy(&mut b, &self.default_policy);
+        put_policy(b, &self.default_policy);
         b.put_u32(self.crawls.len() as u32);
         for (id, name) in &self.crawls {
             b.put_u32(*id);
-            put_bytes(&mut b, name);
+            put_bytes(b, name);
         }
         b.put_u32(self.policies.len() as u32);
         for (q, p) in &self.policies {
             b.put_u64(*q);
-            put_policy(&mut b, p);
+            put_policy(b, p);
         }
         b.put_u32(self.blocks.len() as u32);
         for (q, until) in &self.blocks {
@@ -374,24 +392,25 @@ impl Image<'_> {
         for r in &self.runs {
             b.put_u64(*r);
         }
-        b.put_u32(self.queues.len() as u32);
-        for q in &self.queues {
+        b.put_u32(queues.len() as u32);
+        for q in queues {
+            let b = &mut out.b;
             b.put_u64(q.id);
             b.put_u32(q.crawl);
-            put_bytes(&mut b, q.key);
+            put_bytes(b, q.key);
             for v in [q.next_seq, q.waiting, q.completed, q.burst, q.due] {
                 b.put_u64(v);
             }
             b.put_u32(q.returned.len() as u32);
             for (seq, rec) in &q.returned {
                 b.put_u64(*seq);
-                put_bytes(&mut b, rec);
+                put_bytes(b, rec);
             }
             b.put_u32(q.refetch.len() as u32);
             for (when, seq, rec) in &q.refetch {
                 b.put_u64(*when);
                 b.put_u64(*seq);
-                put_bytes(&mut b, rec);
+                put_bytes(b, rec);
             }
             if version >= SKIPS_VERSION {
                 b.put_u32(q.skips.len() as u32);
@@ -399,14 +418,19 @@ impl Image<'_> {
                     b.put_u64(*seq);
                 }
             }
+            out.spill()?;
         }
-        b.put_u32(self.leases.len() as u32);
-        for l in &self.leases {
+        let b = &mut out.b;
+        b.put_u32(leases.len() as u32);
+        for l in leases {
+            let b = &mut out.b;
             b.put_u64(l.seq);
             b.put_u64(l.token);
             b.put_u64(l.deadline);
-            put_bytes(&mut b, l.record);
+            put_bytes(b, l.record);
+            out.spill()?;
         }
+        let b = &mut out.b;
         if version >= ARCHIVES_VERSION {
             b.put_u32(self.archives.len() as u32);
             for r in &self.archives {
@@ -418,7 +442,7 @@ impl Image<'_> {
             }
             b.put_u32(self.transfers.len() as u32);
             for (t, ids) in &self.transfers {
-                put_bytes(&mut b, t);
+                put_bytes(b, t);
                 b.put_u32(ids.len() as u32);
                 for q in ids {
                     b.put_u64(*q);
@@ -428,19 +452,81 @@ impl Image<'_> {
         if version >= RECEIPTS_VERSION {
             b.put_u32(self.receipts.len() as u32);
             for (from, seq) in &self.receipts {
-                put_bytes(&mut b, from);
+                put_bytes(b, from);
                 b.put_u64(*seq);
             }
         }
-        seal(&mut b);
-        b
+        Ok(())
+    }
+}
+
+/// Where a checkpoint is encoded: a buffer that, when it has a file, is written out each
+/// time it holds [`SPILL_BYTES`], its checksum kept as it goes.
+struct Out<'f> {
+    b: Vec<u8>,
+    crc: crc32fast::Hasher,
+    file: Option<&'f File>,
+    /// The bytes written to the file so far.
+    at: u64,
+}
+
+/// How much of a checkpoint is buffered before it is written.
+const SPILL_BYTES: usize = 1 << 20;
+
+impl<'f> Out<'f> {
+    /// An encoding kept whole in memory.
+    fn to_memory() -> Out<'static> {
+        Out {
+            b: Vec::with_capacity(1 << 16),
+            crc: crc32fast::Hasher::new(),
+            file: None,
+            at: 0,
+        }
+    }
+
+    /// An encoding written into `file` from its start.
+    fn to_file(file: &'f File) -> Out<'f> {
+        Out {
+            b: Vec::with_capacity(SPILL_BYTES + (1 << 16)),
+            crc: crc32fast::Hasher::new(),
+            file: Some(file),
+            at: 0,
+        }
+    }
+
+    /// Writes the buffer out if it holds [`SPILL_BYTES`] and there is a file.
+    fn spill(&mut self) -> Result<()> {
+        match self.file {
+            Some(f) if self.b.len() >= SPILL_BYTES => {
+                self.crc.update(&self.b);
+                f.write_all_at(&self.b, self.at)?;
+                self.at += self.b.len() as u64;
+                self.b.clear();
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Appends the checksum of everything encoded (as [`crate::format::seal`] does) and writes the rest to
+    /// the file, if any; returns what stays in memory (the whole encoding when there is no
+    /// file) and the length of the whole encoding.
+    fn finish(mut self) -> Result<(Vec<u8>, u64)> {
+        self.crc.update(&self.b);
+        let c = self.crc.finalize();
+        self.b.put_u32(c);
+        if let Some(f) = self.file {
+            f.write_all_at(&self.b, self.at)?;
+        }
+        let len = self.at + self.b.len() as u64;
+        Ok((self.b, len))
     }
 }
 
 /// Checkpoint `bytes` rewritten in the layout of an older `version` (4, 6 or 7), as a store
 /// of that version wrote it: for the tests of the reading of old checkpoints.
 pub(crate) fn in_version(bytes: &[u8], version: u32) -> Result<Vec<u8>> {
-    Ok(Image::decode(bytes)?.encode(version))
+    Image::decode(bytes)?.encode(version)
 }
 
 /// A value no sound checkpoint holds, at `at`.

@@ -33,7 +33,13 @@ pub(crate) const J: Kind = Kind {
 };
 
 /// Bytes of F's records the mover gathers into one Q run at most.
-const MOVE_BYTES: usize = 32 << 20;
+const MOVE_BYTES: usize = 16 << 20;
+/// Records the mover gathers into one Q run at most (24 bytes each beside their own).
+const MOVE_RECORDS: usize = 256 << 10;
+
+/// Entries of ended leases the heap of deadlines may hold beyond the live leases
+/// ([`Core::push_expiry`]).
+const EXPIRIES_SLACK: usize = 4096;
 
 /// A close writes a checkpoint when J's generation holds more than this many bytes (or than
 /// the checkpoint threshold, if smaller) and more than the last checkpoint: reopening then
@@ -160,6 +166,17 @@ impl Queue {
             self.refetch.first().map_or(u64::MAX, |r| r.0)
         }
     }
+}
+
+/// A record of F on its way to a Q run ([`Core::move_f`]).
+struct Moving {
+    queue: u64,
+    /// Its seq less the first record's.
+    nth: u32,
+    crawl: u32,
+    /// Its offset in the buffer of the records read, and its length.
+    at: u32,
+    len: u32,
 }
 
 /// A URL handed out.
@@ -807,7 +824,7 @@ impl Core {
             let old = std::mem::replace(&mut l.token, token);
             l.deadline = deadline;
             self.tokens.remove(&old);
-            self.expiries.push(Reverse((deadline, seq)));
+            self.push_expiry(deadline, seq);
             return Ok(());
         }
         let replaying = self.replay_gone.is_some();
@@ -862,7 +879,27 @@ impl Core {
             },
         );
         self.by_url.insert((crawl, sig), seq);
+        self.push_expiry(deadline, seq);
+    }
+
+    /// Notes that lease `seq` expires at `deadline`. An entry of a lease that ended, or
+    /// whose deadline moved, stays in the heap until it reaches the top, which takes as long
+    /// as the lease would have lasted: at hundreds of thousands of hand-outs a second and
+    /// deadlines of minutes, millions of them. Once they are more than the live leases (and
+    /// a few thousand), the heap keeps only the live entries: it never holds more than twice
+    /// the leases, and each hand-out pays for the sweep a constant on average.
+    fn push_expiry(&mut self, deadline: u64, seq: u64) {
         self.expiries.push(Reverse((deadline, seq)));
+        if self.expiries.len() > 2 * self.leases.len() + EXPIRIES_SLACK {
+            let leases = &self.leases;
+            self.expiries.retain(|Reverse((deadline, seq))| {
+                leases.get(seq).is_some_and(|l| l.deadline == *deadline)
+            });
+            if self.expiries.capacity() > 4 * self.expiries.len() + EXPIRIES_SLACK {
+                self.expiries
+                    .shrink_to(2 * self.expiries.len() + EXPIRIES_SLACK);
+            }
+        }
     }
 
     /// Ends the lease of `seq` at `at`, after a fetch of `took` milliseconds; a record to
@@ -1154,30 +1191,47 @@ impl Core {
     fn move_f(&mut self) -> Result<()> {
         self.writable()?;
         let raw = self.sieve.mode() != Mode::Frontier;
-        let mut batch: Vec<(u64, u32, u64, Vec<u8>)> = Vec::new();
-        let mut seq = self.next_seq;
+        // The records read, end to end in one buffer, and per record its queue, seq, crawl
+        // and place in the buffer: 32 bytes beside its own, where a buffer per record cost
+        // its allocation's rounding and header too.
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut batch: Vec<Moving> = Vec::new();
+        let first = self.next_seq;
+        let mut seq = first;
         let mut bad = None;
         // F's read position moves past each record read: if one does not reach a run, the
         // next move would skip it. A failure from here on poisons the frontier; a reopen reads
         // F again from the position J holds.
-        let read = self.sieve.read_records(usize::MAX, MOVE_BYTES, |rec| {
-            let mut owned;
-            let record = if raw {
-                owned = Vec::with_capacity(rec.len() + 1);
-                owned.push(0);
-                owned.extend_from_slice(rec);
-                &owned[..]
-            } else {
-                owned = rec.to_vec();
-                &owned[..]
-            };
+        let read = self.sieve.read_records(MOVE_RECORDS, MOVE_BYTES, |rec| {
+            if bytes.capacity() == 0 {
+                // Room for all a move reads (the last record may pass the limit, and a bare
+                // URL takes a byte more): growing by doubling would hold the old buffer and
+                // one of twice its size at once. Pages are resident only once written.
+                bytes.reserve_exact(MOVE_BYTES + MOVE_RECORDS + rec.len());
+                batch.reserve_exact(MOVE_RECORDS);
+            }
+            let start = bytes.len();
+            if raw {
+                bytes.push(0);
+            }
+            bytes.extend_from_slice(rec);
+            let record = &bytes[start..];
             match record::decode(record) {
                 // Its URL is in a queue already: an import put it there, and pushed it only
                 // so that the sieve knows it.
-                Ok(_) if record::is_imported(record) => Ok(()),
+                Ok(_) if record::is_imported(record) => {
+                    bytes.truncate(start);
+                    Ok(())
+                }
                 Ok(r) => {
                     let key = r.key.unwrap_or_else(|| default_key(r.url));
-                    batch.push((queue_id(r.crawl, key), r.crawl, seq, owned));
+                    batch.push(Moving {
+                        queue: queue_id(r.crawl, key),
+                        nth: (seq - first) as u32,
+                        crawl: r.crawl,
+                        at: start as u32,
+                        len: (bytes.len() - start) as u32,
+                    });
                     seq += 1;
                     Ok(())
                 }
@@ -1202,21 +1256,34 @@ impl Core {
         if crate::planted::active(crate::planted::Bug::CursorBeforeQueues) {
             self.sieve.commit_read()?;
         }
-        batch.sort_unstable_by_key(|(q, _, s, _)| (*q, *s));
-        let moved = self.write_run(batch, seq);
+        batch.sort_unstable_by_key(|m| (m.queue, m.nth));
+        let moved = self.write_run(first, &batch, &bytes, seq);
         if moved.is_err() {
             self.poisoned = true;
         }
         moved
     }
 
-    /// Writes `batch` (sorted) as the next Q run and makes the move durable in J.
-    fn write_run(&mut self, batch: Vec<(u64, u32, u64, Vec<u8>)>, next_seq: u64) -> Result<()> {
+    /// Writes `batch` (sorted, its records in `bytes`, the seqs from `first` on) as the next
+    /// Q run and makes the move durable in J.
+    fn write_run(
+        &mut self,
+        first: u64,
+        batch: &[Moving],
+        bytes: &[u8],
+        next_seq: u64,
+    ) -> Result<()> {
         let st = self.sieve.storage().clone();
         let id = self.next_run;
         let mut w = RunWriter::create(&*st, id)?;
-        for (q, crawl, s, rec) in &batch {
-            w.push(*q, *crawl, *s, rec)?;
+        for m in batch {
+            let at = m.at as usize;
+            w.push(
+                m.queue,
+                m.crawl,
+                first + u64::from(m.nth),
+                &bytes[at..at + m.len as usize],
+            )?;
         }
         w.finish()?;
         st.sync_directory()?;
@@ -2941,5 +3008,40 @@ mod tests {
         // a u32, padded): docs/design.md, "Memory" of the frontier, states these.
         assert_eq!(std::mem::size_of::<super::Queue>(), 192);
         assert_eq!(std::mem::size_of::<(u64, u32)>(), 16);
+    }
+
+    #[test]
+    fn the_heap_of_deadlines_holds_at_most_twice_the_leases() {
+        use crate::queues::{Discovered, Frontier, ManualClock};
+        use crate::storage::SimDisk;
+        use crate::Options;
+        use std::sync::Arc;
+        let clock = Arc::new(ManualClock::new(1_000));
+        let opts = Options::new()
+            .seed(1)
+            .background_flush(false)
+            .frontier_low(0);
+        let f = Frontier::open_with(Arc::new(SimDisk::new()), opts, clock).unwrap();
+        let urls: Vec<String> = (0..40_000)
+            .map(|i| format!("http://h{}.test/{i}", i % 20))
+            .collect();
+        let items: Vec<Discovered<'_>> =
+            urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+        f.push("", &items).unwrap();
+        f.flush().unwrap();
+        // Leases of an hour, each done at once: none of their deadlines passes.
+        let mut most = 0;
+        for _ in 0..2_000 {
+            for l in f.lease(20, None, 3_600_000).unwrap() {
+                assert!(f.done(l.token, 0).unwrap());
+            }
+            // At most 20 leases live at once.
+            let held = f.with(|c| Ok(c.expiries.len())).unwrap();
+            assert!(held <= 2 * 20 + super::EXPIRIES_SLACK + 1, "{held} entries");
+            most = most.max(held);
+        }
+        assert_eq!(f.stats().unwrap().done, 40_000);
+        // The sweep ran: without it the heap would hold every lease made.
+        assert!(most > super::EXPIRIES_SLACK, "{most}");
     }
 }
