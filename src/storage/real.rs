@@ -132,7 +132,8 @@ struct MappedFile {
 /// will (they are the page cache's). A read touches the pages of its bytes only (the mapping
 /// is advised random: no read ahead). Once the mappings of the process have touched
 /// [`MAPPED_BYTES`] of pages, every mapping gives its pages back at once, so the process
-/// holds at most that much of them, whatever the number and size of the files.
+/// holds about that much of them, whatever the number and size of the files (the kernel may
+/// map cached pages around each one a read faults in, which the count does not see).
 struct Mapping {
     map: memmap2::Mmap,
     /// One bit per page: touched since the pages were last given back.
@@ -140,7 +141,7 @@ struct Mapping {
 }
 
 /// The bytes of mapped pages the process may hold before every mapping gives them back.
-const MAPPED_BYTES: u64 = 32 << 20;
+const MAPPED_BYTES: u64 = 16 << 20;
 
 /// The mappings of the process, to give their pages back.
 static MAPPINGS: Mutex<Vec<Weak<Mapping>>> = Mutex::new(Vec::new());
