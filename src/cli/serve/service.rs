@@ -400,6 +400,12 @@ fn now_s() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// The text of `bytes`, taking their buffer when they are UTF-8 (what the frontier hands
+/// out always is: the service takes text only), a lossy copy otherwise.
+fn into_text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
 /// `""` as None.
 fn non_empty(s: &str) -> Option<&str> {
     (!s.is_empty()).then_some(s)
@@ -1013,10 +1019,10 @@ impl UrlFrontier for Service {
         log!(self.log, Trace, "GetURLs: {} URLs handed out", leased.len());
         let infos = leased.into_iter().map(|l| {
             Ok(pb::UrlInfo {
-                url: String::from_utf8_lossy(&l.url).into_owned(),
-                key: String::from_utf8_lossy(&l.key).into_owned(),
                 metadata: meta::decode(&l.metadata).metadata,
-                crawl_id: String::from_utf8_lossy(&l.crawl).into_owned(),
+                url: into_text(l.url),
+                key: into_text(l.key),
+                crawl_id: into_text(l.crawl),
             })
         });
         Ok(Response::new(Box::pin(tokio_stream::iter(infos))))
