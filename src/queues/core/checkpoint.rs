@@ -113,7 +113,7 @@ impl Core {
             due: q.due,
             returned: q.returned.iter().map(|(s, r)| (*s, &r[..])).collect(),
             refetch: q.refetch.iter().map(|(w, s, r)| (*w, *s, &r[..])).collect(),
-            skips: q.skips.clone(),
+            skips: q.skips.to_vec(),
         });
         let leases = self.leases.iter().map(|(seq, l)| LeaseImage {
             seq: *seq,
@@ -260,7 +260,7 @@ impl Core {
                 .iter()
                 .map(|&(when, seq, r)| (when, seq, r.into()))
                 .collect();
-            s.skips = q.skips;
+            s.skips = q.skips.into();
         }
         for l in k.leases {
             let (qid, crawl, sig) = self.locate(l.record).map_err(|what| f.corrupt(0, what))?;

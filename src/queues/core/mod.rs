@@ -12,6 +12,8 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
 
+use thin_vec::ThinVec;
+
 use super::clock::Clock;
 use super::journal::{Entry, ImportedQueue};
 use super::key::{default_key, queue_id};
@@ -114,14 +116,15 @@ struct Queue {
     /// Records in the Q runs from `next_seq` on.
     waiting: u64,
     /// Records handed out whose lease ended without their being done: served first, in seq
-    /// order.
-    returned: Vec<(u64, Box<[u8]>)>,
+    /// order. (These three lists are empty in most queues: a `ThinVec` takes one word where
+    /// a `Vec` takes three.)
+    returned: ThinVec<(u64, Box<[u8]>)>,
     /// Records done and served again once their instant has passed, by (instant, seq).
-    refetch: Vec<(u64, u64, Box<[u8]>)>,
+    refetch: ThinVec<(u64, u64, Box<[u8]>)>,
     /// Seqs of records in the Q runs, from `next_seq` on, that a known update ended: not
     /// counted in `waiting`, passed over when reached, dropped by the next compaction.
     /// Sorted.
-    skips: Vec<u64>,
+    skips: ThinVec<u64>,
     leased: u32,
     /// Milliseconds the fetches of the current burst took (the ratio rule).
     burst: u64,
@@ -134,9 +137,34 @@ struct Queue {
     heap_at: u64,
     /// Runs (by their index in `Core::runs`) that may hold its records.
     runs: u64,
-    /// Where `next_seq` is: the run's index, a frame's offset, and the group's records from
-    /// that frame on. A cache: `None` after a restart or a compaction.
-    at: Option<(usize, u64, u32)>,
+    /// Where `next_seq` is. A cache: `None` after a restart or a compaction.
+    at: Option<At>,
+}
+
+/// Where a queue's next record is in the Q runs: a frame's offset, the group's records from
+/// that frame on, and the run's index in `Core::runs` (plus one, so that `Option<At>` takes
+/// no more room than `At`).
+#[derive(Debug, Clone, Copy)]
+struct At {
+    offset: u64,
+    left: u32,
+    slot: std::num::NonZeroU8,
+}
+
+impl At {
+    /// (run's index, frame's offset, records left) as an `At`.
+    fn new((slot, offset, left): (usize, u64, u32)) -> At {
+        let slot = u8::try_from(slot + 1)
+            .ok()
+            .and_then(std::num::NonZeroU8::new)
+            .expect("fewer than 64 runs");
+        At { offset, left, slot }
+    }
+
+    /// The run's index, the frame's offset and the records left.
+    fn get(self) -> (usize, u64, u32) {
+        (usize::from(self.slot.get()) - 1, self.offset, self.left)
+    }
 }
 
 impl Queue {
@@ -670,7 +698,7 @@ impl Core {
                 for q in &mut self.queues {
                     q.waiting = 0;
                     // The compaction dropped the records skipped.
-                    q.skips = Vec::new();
+                    q.skips = ThinVec::new();
                 }
                 for &(id, n) in waiting {
                     if let Some(&q) = self.index.get(&id) {
@@ -741,9 +769,9 @@ impl Core {
             key: key.into(),
             next_seq: 0,
             waiting: 0,
-            returned: Vec::new(),
-            refetch: Vec::new(),
-            skips: Vec::new(),
+            returned: ThinVec::new(),
+            refetch: ThinVec::new(),
+            skips: ThinVec::new(),
             leased: 0,
             burst: 0,
             completed: 0,
@@ -1174,9 +1202,9 @@ impl Core {
         self.done = self.done.saturating_sub(q.completed);
         q.next_seq = next_seq;
         q.waiting = 0;
-        q.returned = Vec::new();
-        q.refetch = Vec::new();
-        q.skips = Vec::new();
+        q.returned = ThinVec::new();
+        q.refetch = ThinVec::new();
+        q.skips = ThinVec::new();
         q.leased = 0;
         q.burst = 0;
         q.completed = 0;
@@ -1742,9 +1770,9 @@ impl Core {
             let q = &mut self.queues[i as usize];
             q.at = if taken_all {
                 let left = left.saturating_sub(f.count);
-                (left > 0).then_some((slot, offset + f.size(), left))
+                (left > 0).then(|| At::new((slot, offset + f.size(), left)))
             } else {
-                Some((slot, offset, left))
+                Some(At::new((slot, offset, left)))
             };
             if taken_all && q.at.is_none() {
                 q.runs &= !(1 << slot);
@@ -1760,7 +1788,7 @@ impl Core {
     /// offset, records of the group from that frame on).
     fn position(&mut self, i: u32, next: u64) -> Result<Option<(usize, u64, u32)>> {
         if let Some(at) = self.queues[i as usize].at {
-            return Ok(Some(at));
+            return Ok(Some(at.get()));
         }
         let id = self.queues[i as usize].id;
         loop {
@@ -1786,7 +1814,7 @@ impl Core {
                     .unwrap_or(0);
                 if last >= next {
                     let at = (slot, offset, left);
-                    self.queues[i as usize].at = Some(at);
+                    self.queues[i as usize].at = Some(At::new(at));
                     return Ok(Some(at));
                 }
                 left = left.saturating_sub(f.count);
@@ -3006,7 +3034,7 @@ mod tests {
     fn the_state_of_a_queue_takes_what_design_md_says() {
         // The queue, its entry in the id index (a u64 and a u32) and in the heap (a u64 and
         // a u32, padded): docs/design.md, "Memory" of the frontier, states these.
-        assert_eq!(std::mem::size_of::<super::Queue>(), 192);
+        assert_eq!(std::mem::size_of::<super::Queue>(), 128);
         assert_eq!(std::mem::size_of::<(u64, u32)>(), 16);
     }
 
