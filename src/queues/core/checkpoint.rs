@@ -100,7 +100,8 @@ fn count(c: &mut ByteReader<'_>, size: usize, field: &'static str) -> Result<usi
 
 impl Core {
     /// Writes the state, to be replayed from J generation `j_gen` on, into `out`, queue
-    /// by queue and lease by lease: a checkpoint never takes a copy of the state whole.
+    /// by queue and lease by lease: a checkpoint takes no copy of the queues and leases (the
+    /// smaller lists, policies, blocks, archives, transfers and receipts, are gathered first).
     fn encode_checkpoint(&self, j_gen: u64, out: &mut Out<'_>) -> Result<()> {
         let queues = self.queues.iter().map(|q| QueueImage {
             id: q.id,

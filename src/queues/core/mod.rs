@@ -1220,7 +1220,7 @@ impl Core {
         self.writable()?;
         let raw = self.sieve.mode() != Mode::Frontier;
         // The records read, end to end in one buffer, and per record its queue, seq, crawl
-        // and place in the buffer: 32 bytes beside its own, where a buffer per record cost
+        // and place in the buffer: 24 bytes beside its own, where a buffer per record cost
         // its allocation's rounding and header too.
         let mut bytes: Vec<u8> = Vec::new();
         let mut batch: Vec<Moving> = Vec::new();
@@ -1232,12 +1232,14 @@ impl Core {
         // F again from the position J holds.
         let read = self.sieve.read_records(MOVE_RECORDS, MOVE_BYTES, |rec| {
             if bytes.capacity() == 0 {
-                // Room for all a move reads (the last record may pass the limit, and a bare
-                // URL takes a byte more): growing by doubling would hold the old buffer and
-                // one of twice its size at once. Pages are resident only once written.
+                // Room for all a move reads (a bare URL takes a byte more): growing by
+                // doubling would hold the old buffer and one of twice its size at once.
+                // Pages are resident only once written.
                 bytes.reserve_exact(MOVE_BYTES + MOVE_RECORDS + rec.len());
                 batch.reserve_exact(MOVE_RECORDS);
             }
+            // The last record may pass the limit by its own length: room for exactly it.
+            bytes.reserve_exact((rec.len() + 1).saturating_sub(bytes.capacity() - bytes.len()));
             let start = bytes.len();
             if raw {
                 bytes.push(0);
