@@ -53,3 +53,56 @@ fn the_service_passes_its_black_box_suite() {
     eprintln!("{text}");
     assert!(out.status.success(), "the service's suite failed:\n{text}");
 }
+
+/// A server whose stdout is closed before it prints its address (a caller that went) keeps
+/// serving, and still stops cleanly on SIGTERM with code 0.
+#[test]
+fn a_closed_stdout_does_not_stop_the_server() {
+    use std::net::{TcpListener, TcpStream};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    // A port free a moment ago.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_crivello"))
+        .arg("serve")
+        .arg(dir.path().join("store"))
+        .args(["--addr", &format!("127.0.0.1:{port}"), "--quiet"])
+        .stdout(writer)
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the server ended with {status} before it listened");
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Past the print: the server still answers a connection, then stops on SIGTERM.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(child.try_wait().unwrap().is_none(), "the server ended");
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_ok());
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("the server did not stop on SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}
