@@ -1653,6 +1653,7 @@ fn a_checkpoint_written_in_pieces_survives_a_crash_at_each_of_its_operations() {
         .filter(|op| format!("{op:?}").contains("CHECKPOINT.tmp"))
         .count();
     assert!(writes >= 4, "{writes} operations on the checkpoint");
+    eprintln!("{total} crash points, {writes} operations on a checkpoint of {size} bytes");
     for k in 1..=total {
         let disk = base.crash_image(CrashImage::KillProcess);
         disk.crash_at(k);
