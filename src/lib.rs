@@ -121,8 +121,8 @@ pub use manifest::Mode;
 pub use names::MANIFEST as MANIFEST_FILE;
 pub use options::{parse_size, Options, SyncPolicy};
 pub use queues::{
-    Completion, Counts, Discovered, Frontier, FrontierStats, HeldUrl, Known, LeaseRequest, Leased,
-    MovedUrl, Policy, QueueExport, QueueInfo, UrlStatus,
+    Completion, Counts, Discovered, Frontier, FrontierStats, Handout, HeldUrl, Known, LeaseRequest,
+    Leased, LeasedBatch, LeasedRef, MovedUrl, Policy, QueueExport, QueueInfo, UrlStatus,
 };
 pub use sieve::{Sieve, Stats};
 pub use signature::signature;

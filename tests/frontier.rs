@@ -653,6 +653,65 @@ fn a_store_is_a_plain_sieve_or_a_frontier_never_both() {
 /// The frontier against a model: random pushes, leases, dones, retries, refetches, expiries,
 /// policies (delay, ratio, URLs at once, limit), blocks, pauses, deleted queues and crawls,
 /// reopens and power losses, with a simulated clock.
+/// A hand-out in parts serves what one call serves, in the same order, each queue by one
+/// part only, though the queues keep room for more; each part is durable on its own.
+#[test]
+fn a_hand_out_in_parts_gives_what_one_call_gives() {
+    let clock = Arc::new(ManualClock::new(1_000));
+    let all: Vec<String> = (0..3)
+        .flat_map(|p| (0..50).map(move |h| format!("http://h{h}.test/{p}")))
+        .collect();
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    let (one, parts) = (SimDisk::new(), SimDisk::new());
+    let (a, b) = (open(&one, &clock), open(&parts, &clock));
+    let two = Policy {
+        per_queue: 2,
+        ..Policy::default()
+    };
+    for f in [&a, &b] {
+        f.set_policy("", None, two).unwrap();
+        push(f, &refs);
+    }
+    let req = crivello::LeaseRequest {
+        max_queues: 40,
+        per_queue: Some(1),
+        ..Default::default()
+    };
+    let whole = a.lease_with(&req).unwrap();
+    assert_eq!(whole.len(), 40);
+    let mut h = crivello::Handout::new(req.clone());
+    let mut sizes = Vec::new();
+    let mut got = Vec::new();
+    while !h.is_finished() {
+        let part = b.lease_part(&mut h, 7).unwrap();
+        sizes.push(part.len());
+        got.extend(part.to_leased());
+    }
+    assert_eq!(sizes, [7, 7, 7, 7, 7, 5]);
+    assert_eq!(urls(&got), urls(&whole));
+    assert_eq!((h.queues(), h.urls()), (40, 40));
+    assert!(b.lease_part(&mut h, 7).unwrap().is_empty());
+    // Each part was durable: a power loss that drops all that was not synced keeps every
+    // lease.
+    let image = parts.crash_image(crivello::storage::sim::CrashImage::DropAll);
+    drop(b);
+    let b = open(&image, &clock);
+    assert_eq!(b.stats().unwrap().leased, 40);
+    // The next hand-out, whole or in parts, goes on alike: the second URL of the 40 queues
+    // (room for two each), and the first of the 10 others.
+    let whole = a.lease(100, Some(1), 30_000).unwrap();
+    let mut h = crivello::Handout::new(crivello::LeaseRequest {
+        per_queue: Some(1),
+        ..Default::default()
+    });
+    let mut got = Vec::new();
+    while !h.is_finished() {
+        got.extend(b.lease_part(&mut h, 16).unwrap().to_leased());
+    }
+    assert_eq!(whole.len(), 50);
+    assert_eq!(urls(&got), urls(&whole));
+}
+
 mod model {
     use super::*;
     use proptest::prelude::*;
@@ -661,7 +720,8 @@ mod model {
     #[derive(Debug, Clone)]
     enum Op {
         Push(Vec<(u8, u8)>),
-        Lease(u8, u8),
+        /// Up to so many queues, so many URLs each; in parts of so many queues (0: one call).
+        Lease(u8, u8, u8),
         Done(u8, u16),
         Retry(u8),
         Refetch(u8, u16),
@@ -682,7 +742,7 @@ mod model {
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             4 => proptest::collection::vec((0u8..12, 0u8..12), 1..6).prop_map(Op::Push),
-            4 => (1u8..4, 1u8..4).prop_map(|(q, k)| Op::Lease(q, k)),
+            4 => (1u8..4, 1u8..4, 0u8..3).prop_map(|(q, k, p)| Op::Lease(q, k, p)),
             3 => (any::<u8>(), 0u16..800).prop_map(|(i, t)| Op::Done(i, t)),
             2 => Just(Op::Flush),
             1 => any::<u8>().prop_map(Op::Retry),
@@ -830,9 +890,27 @@ mod model {
                             }
                         }
                     }
-                    Op::Lease(q, k) => {
+                    Op::Lease(q, k, parts) => {
                         m.expire(now);
-                        let got = f.lease(q as usize, Some(k as u32), 1_500).unwrap();
+                        let got = if parts == 0 {
+                            f.lease(q as usize, Some(k as u32), 1_500).unwrap()
+                        } else {
+                            // In parts: together what one call gives, no queue in two parts.
+                            let mut h = crivello::Handout::new(crivello::LeaseRequest {
+                                max_queues: q as usize,
+                                per_queue: Some(k as u32),
+                                ttl_ms: 1_500,
+                                ..Default::default()
+                            });
+                            let mut got = Vec::new();
+                            while !h.is_finished() {
+                                let part = f.lease_part(&mut h, parts as usize).unwrap();
+                                prop_assert!(!part.is_empty() || h.is_finished());
+                                got.extend(part.to_leased());
+                            }
+                            prop_assert_eq!(h.urls(), got.len());
+                            got
+                        };
                         if m.paused {
                             prop_assert!(got.is_empty());
                         }

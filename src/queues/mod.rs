@@ -46,6 +46,7 @@
 
 mod clock;
 pub(crate) mod core;
+mod handout;
 pub(crate) mod journal;
 pub mod key;
 pub(crate) mod qrun;
@@ -54,6 +55,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use handout::{Handout, LeasedBatch, LeasedRef};
 
 use crate::error::{Error, Result};
 use crate::options::Options;
@@ -505,7 +507,50 @@ impl Frontier {
 
     /// [`Frontier::lease`] with every bound: at most `max_urls` URLs in all.
     pub fn lease_with(&self, req: &LeaseRequest) -> Result<Vec<Leased>> {
-        self.with(|c| c.lease(req))
+        Ok(self.lease_batch(req)?.to_leased())
+    }
+
+    /// [`Frontier::lease_with`], the URLs in one buffer rather than four allocations each.
+    pub fn lease_batch(&self, req: &LeaseRequest) -> Result<LeasedBatch> {
+        self.with(|c| c.lease(req, None, true))
+    }
+
+    /// The next part of `handout`: the URLs of up to `max_queues` more queues (at least
+    /// one), within the hand-out's bounds, leased durably when this returns. Empty once the
+    /// hand-out [`Handout::is_finished`]. The parts together give what one
+    /// [`Frontier::lease_with`] would, except that each is its own durable step, that other
+    /// calls may come between them, and that a queue becoming due between two parts may be
+    /// served by the second; no queue is served by two parts. A server sends a part while it
+    /// leases the next, and holds one part at a time.
+    pub fn lease_part(&self, handout: &mut Handout, max_queues: usize) -> Result<LeasedBatch> {
+        let h = handout;
+        let queues_left = h.req.max_queues.saturating_sub(h.served.len());
+        let urls_left = h.req.max_urls.saturating_sub(h.urls);
+        if h.finished || queues_left == 0 || urls_left == 0 {
+            h.finished = true;
+            return Ok(LeasedBatch::default());
+        }
+        let want = max_queues.clamp(1, queues_left);
+        let req = LeaseRequest {
+            max_queues: want,
+            max_urls: urls_left,
+            ..h.req.clone()
+        };
+        let before = h.served.len();
+        let first = !h.started;
+        let batch = self.with(|c| c.lease(&req, Some(&mut h.served), first))?;
+        h.started = true;
+        h.urls += batch.len();
+        // Fewer queues than asked: none more is due (or the URLs' bound is reached). One
+        // queue asked by its key is served by one part.
+        if h.served.len() - before < want
+            || h.req.key.is_some()
+            || h.served.len() >= h.req.max_queues
+            || h.urls >= h.req.max_urls
+        {
+            h.finished = true;
+        }
+        Ok(batch)
     }
 
     /// Ends the leases of `urls` of `crawl`, each after a fetch of its milliseconds, in one

@@ -266,7 +266,15 @@ impl Core {
         for l in k.leases {
             let (qid, crawl, sig) = self.locate(l.record).map_err(|what| f.corrupt(0, what))?;
             let queue = self.index[&qid];
-            self.insert_lease(l.seq, l.token, l.deadline, queue, crawl, sig, l.record);
+            self.insert_lease(
+                l.seq,
+                l.token,
+                l.deadline,
+                queue,
+                crawl,
+                sig,
+                l.record.into(),
+            );
         }
         // Which runs hold each queue, from their directories.
         let runs = self.runs.clone();

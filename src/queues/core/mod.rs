@@ -18,7 +18,7 @@ use super::clock::Clock;
 use super::journal::{Entry, ImportedQueue};
 use super::key::{default_key, queue_id};
 use super::qrun::{check_record, split, Run, RunWriter};
-use super::{FrontierStats, Leased, Policy};
+use super::{FrontierStats, LeasedBatch, Policy};
 use crate::error::{Corruption, Error, Result};
 use crate::frames::FrameWriter;
 use crate::manifest::Mode;
@@ -52,14 +52,14 @@ const CLOSE_CHECKPOINT_MIN: u64 = 256 << 10;
 /// (signatures under the store's secret seed).
 type CounterMap<K, V> = HashMap<K, V, CounterHash>;
 /// A set of the store's own counters.
-type CounterSet<K> = std::collections::HashSet<K, CounterHash>;
+pub(crate) type CounterSet<K> = std::collections::HashSet<K, CounterHash>;
 
 /// The hash of [`CounterMap`]: one multiply per word (FxHash's). Callers choose none of the
 /// keys, so nothing needs SipHash's defence against chosen collisions, which costs several
 /// times more on the lease and done paths. Sequential seqs differ in their low bits, which
 /// the product keeps distinct; its high bits, which the table's tags use, mix them all.
 #[derive(Debug, Clone, Copy, Default)]
-struct CounterHash;
+pub(crate) struct CounterHash;
 
 impl std::hash::BuildHasher for CounterHash {
     type Hasher = CounterHasher;
@@ -70,7 +70,7 @@ impl std::hash::BuildHasher for CounterHash {
 }
 
 /// The state of [`CounterHash`].
-struct CounterHasher(u64);
+pub(crate) struct CounterHasher(u64);
 
 impl CounterHasher {
     const K: u64 = 0xf135_7aea_2e62_a9c5;
@@ -215,6 +215,13 @@ struct Lease {
     /// Its key in `by_url`: the crawl, and the signature of the URL under the crawl's seed.
     crawl: u32,
     sig: u64,
+    record: Box<[u8]>,
+}
+
+/// A record a hand-out takes from queue `queue`, to be leased once journaled.
+struct Pick {
+    seq: u64,
+    queue: u32,
     record: Box<[u8]>,
 }
 
@@ -487,6 +494,19 @@ impl Core {
     /// Writes `entries` to J and makes them durable, then applies them. A failure poisons the
     /// frontier: what J holds past its last sync is unknown.
     fn commit(&mut self, entries: &[Entry<'_>]) -> Result<()> {
+        self.journal(entries)?;
+        for e in entries {
+            if let Err(err) = self.apply(e) {
+                self.poisoned = true;
+                return Err(err);
+            }
+        }
+        self.checkpoint_if_due()
+    }
+
+    /// Writes `entries` to J and makes them durable (after the pushes made before them),
+    /// without applying them: [`Core::commit`]'s first half. A failure poisons the frontier.
+    fn journal(&mut self, entries: &[Entry<'_>]) -> Result<()> {
         self.writable()?;
         if !crate::planted::active(crate::planted::Bug::CommitBeforePushes) {
             self.sync()?;
@@ -507,12 +527,11 @@ impl Core {
             self.poisoned = true;
             return Err(e);
         }
-        for e in entries {
-            if let Err(err) = self.apply(e) {
-                self.poisoned = true;
-                return Err(err);
-            }
-        }
+        Ok(())
+    }
+
+    /// Writes a checkpoint once J's generation has grown past its bound.
+    fn checkpoint_if_due(&mut self) -> Result<()> {
         if self.writer().end() > self.journal_bytes {
             self.checkpoint()?;
         }
@@ -857,6 +876,71 @@ impl Core {
         }
         let replaying = self.replay_gone.is_some();
         let i = self.queue_of_record(qid, crawl, record, replaying, "lease's queue")?;
+        self.lease_in_queue(
+            seq,
+            token,
+            deadline,
+            i,
+            crawl,
+            sig,
+            record.into(),
+            replaying,
+        )
+    }
+
+    /// [`Core::apply_lease`] of a record a hand-out just took from queue `i` and journaled:
+    /// the same change, with the queue known (the hand-out checked that the record is of it)
+    /// instead of found again from the record's key. Appends the URL to `out`.
+    fn apply_lease_taken(
+        &mut self,
+        pick: Pick,
+        token: u64,
+        deadline: u64,
+        out: &mut LeasedBatch,
+    ) -> Result<()> {
+        let g = self.journal_gen();
+        let corrupt = |what| Error::corrupt(&names::j(g), 0, what);
+        let r = record::decode(&pick.record).map_err(corrupt)?;
+        let key = r.key.unwrap_or_else(|| default_key(r.url));
+        let name = self
+            .crawl_names
+            .get(&r.crawl)
+            .map_or(&[][..], Vec::as_slice);
+        out.push(name, key, r.url, r.meta);
+        let crawl = r.crawl;
+        let sig = crate::signature(r.url, record::crawl_seed(self.sieve.seed(), crawl));
+        debug_assert_eq!(
+            self.locate(&pick.record),
+            Ok((self.queues[pick.queue as usize].id, crawl, sig))
+        );
+        debug_assert!(!self.leases.contains_key(&pick.seq));
+        self.next_token = self.next_token.max(token + 1);
+        self.lease_in_queue(
+            pick.seq,
+            token,
+            deadline,
+            pick.queue,
+            crawl,
+            sig,
+            pick.record,
+            false,
+        )
+    }
+
+    /// The rest of a lease's change once its queue `i` is known: record `seq` leaves the
+    /// queue's returned records, those to fetch again, or the head of its runs, and is leased.
+    #[allow(clippy::too_many_arguments)]
+    fn lease_in_queue(
+        &mut self,
+        seq: u64,
+        token: u64,
+        deadline: u64,
+        i: u32,
+        crawl: u32,
+        sig: u64,
+        record: Box<[u8]>,
+        replaying: bool,
+    ) -> Result<()> {
         let q = &mut self.queues[i as usize];
         // The lists first: a record to fetch again after a known update may have a seq
         // past the queue's next one.
@@ -869,11 +953,16 @@ impl Core {
             // The records skipped on the way are passed.
             q.skips.retain(|&s| s > seq);
         } else {
-            return Err(corrupt(Corruption::Invalid {
-                field: "leased record",
-                expected: "the next record of its queue",
-                found: seq,
-            }));
+            let g = self.journal_gen();
+            return Err(Error::corrupt(
+                &names::j(g),
+                0,
+                Corruption::Invalid {
+                    field: "leased record",
+                    expected: "the next record of its queue",
+                    found: seq,
+                },
+            ));
         }
         self.insert_lease(seq, token, deadline, i, crawl, sig, record);
         Ok(())
@@ -891,7 +980,7 @@ impl Core {
         i: u32,
         crawl: u32,
         sig: u64,
-        record: &[u8],
+        record: Box<[u8]>,
     ) {
         self.queues[i as usize].leased += 1;
         self.tokens.insert(token, seq);
@@ -903,7 +992,7 @@ impl Core {
                 deadline,
                 crawl,
                 sig,
-                record: record.into(),
+                record,
             },
         );
         self.by_url.insert((crawl, sig), seq);
@@ -1167,7 +1256,7 @@ impl Core {
                     }));
                 }
                 self.next_token = self.next_token.max(token + 1);
-                self.insert_lease(seq, token, deadline, i, crawl, sig, record);
+                self.insert_lease(seq, token, deadline, i, crawl, sig, record.into());
             }
             self.unschedule(i);
             self.schedule(i);
@@ -1553,13 +1642,21 @@ impl Core {
 
     /// Hands out up to `per_queue` URLs (and the queue's policy's room) of each of up to
     /// `max_queues` due queues, leased for `ttl` milliseconds.
-    pub(super) fn lease(&mut self, req: &super::LeaseRequest) -> Result<Vec<Leased>> {
+    /// `served`: for a part of a hand-out ([`super::Handout`]), the ids of the queues earlier
+    /// parts served, passed over here, and to which this part adds its own. `first`: the
+    /// first part (or a whole hand-out): only then does an empty front flush the sieve.
+    pub(super) fn lease(
+        &mut self,
+        req: &super::LeaseRequest,
+        mut served_ids: Option<&mut CounterSet<u64>>,
+        first: bool,
+    ) -> Result<LeasedBatch> {
         let (max_queues, per_queue, ttl) = (req.max_queues, req.per_queue, req.ttl_ms);
         self.writable()?;
         let now = self.clock.now_ms();
         self.expire(now);
         if self.paused {
-            return Ok(Vec::new());
+            return Ok(LeasedBatch::default());
         }
         if self.sieve.unread_records() > 0 {
             self.move_f()?;
@@ -1569,23 +1666,24 @@ impl Core {
             Some(name) => match self.crawls.get(super::crawl_name(name)) {
                 Some(&id) => Some(id),
                 // A crawl never pushed to has no queues.
-                None => return Ok(Vec::new()),
+                None => return Ok(LeasedBatch::default()),
             },
         };
         let front = match only {
             None => self.scheduled.values().sum(),
             Some(id) => self.scheduled.get(&id).copied().unwrap_or(0),
         };
-        if front == 0 {
+        if front == 0 && first {
             // Nothing of the crawls asked waits: what was pushed is flushed, as BUbiNG does
             // when its front is empty.
             self.flush()?;
         }
         let deadline = now.saturating_add(ttl);
-        let mut picked: Vec<(u64, Box<[u8]>)> = Vec::new();
+        // The queues to serve, with how many records of each, in the order chosen.
+        let mut chosen: Vec<(u32, u32)> = Vec::new();
+        let mut planned = 0;
         let mut served: Vec<u32> = Vec::new();
         let mut popped: Vec<u32> = Vec::new();
-        let mut taken: CounterSet<u64> = CounterSet::default();
         // One queue asked by its key: that queue only (of DEFAULT when no crawl is given).
         let mut one = match &req.key {
             None => None,
@@ -1595,7 +1693,7 @@ impl Core {
                     None => self.crawls.get(&b"DEFAULT"[..]).copied(),
                 };
                 let Some(crawl) = crawl else {
-                    return Ok(Vec::new());
+                    return Ok(LeasedBatch::default());
                 };
                 let qid = queue_id(crawl, key);
                 let waits = |c: &Core| {
@@ -1603,17 +1701,17 @@ impl Core {
                         .get(&qid)
                         .is_some_and(|&i| c.queues[i as usize].has_waiting())
                 };
-                if !waits(self) && front > 0 {
+                if !waits(self) && front > 0 && first {
                     // What was pushed to it may still be in the sieve.
                     self.flush()?;
                 }
                 match self.index.get(&qid) {
                     Some(&i) => Some(i),
-                    None => return Ok(Vec::new()),
+                    None => return Ok(LeasedBatch::default()),
                 }
             }
         };
-        while served.len() < max_queues && picked.len() < req.max_urls {
+        while served.len() < max_queues && planned < req.max_urls {
             let i = if req.key.is_some() {
                 let Some(i) = one.take() else {
                     break;
@@ -1640,6 +1738,7 @@ impl Core {
                 || !self.has_room(q)
                 || only.is_some_and(|c| c != q.crawl)
                 || self.serve_only.as_ref().is_some_and(|f| !f(&q.key))
+                || served_ids.as_ref().is_some_and(|s| s.contains(&q.id))
             {
                 // Another crawl's queue (or one not served here) is scheduled again below, as
                 // it was.
@@ -1657,51 +1756,103 @@ impl Core {
                 room = room.min(u32::try_from(left).unwrap_or(u32::MAX));
             }
             let k = per_queue.map_or(room, |k| k.clamp(1, room.max(1)).min(room));
-            let k = k.min(u32::try_from(req.max_urls - picked.len()).unwrap_or(u32::MAX));
-            let before = picked.len();
-            if let Err(e) = self.take(i, k as usize, now, &mut picked, &mut taken) {
+            let k = k.min(u32::try_from(req.max_urls - planned).unwrap_or(u32::MAX));
+            // What it holds to serve now: its returned records, those to fetch again whose
+            // instant has passed, and those waiting in the runs.
+            let listed = q.returned.len() + q.refetch.iter().take_while(|r| r.0 <= now).count();
+            let k = u64::from(k).min(listed as u64 + q.waiting) as u32;
+            if k == 0 {
+                continue;
+            }
+            chosen.push((i, k));
+            planned += k as usize;
+            served.push(i);
+            if let Some(ids) = served_ids.as_mut() {
+                ids.insert(self.queues[i as usize].id);
+            }
+        }
+        let picked = match self.take_all(&chosen, now) {
+            Ok(picked) => picked,
+            Err(e) => {
                 // The state of the queues popped is unknown to the heap: stop here.
                 self.poisoned = true;
                 return Err(e);
             }
-            if picked.len() > before {
-                served.push(i);
+        };
+        let first_token = self.next_token;
+        if !picked.is_empty() {
+            let entries: Vec<Entry<'_>> = picked
+                .iter()
+                .enumerate()
+                .map(|(k, p)| Entry::Lease {
+                    seq: p.seq,
+                    token: first_token + k as u64,
+                    deadline,
+                    record: &p.record,
+                })
+                .collect();
+            self.journal(&entries)?;
+        }
+        // Durable: applied as a replay would apply the entries, the records moved into the
+        // leases, and the URLs copied into the batch on the way.
+        let mut out = LeasedBatch::new(first_token, deadline, picked.len());
+        for (k, pick) in picked.into_iter().enumerate() {
+            if let Err(e) = self.apply_lease_taken(pick, first_token + k as u64, deadline, &mut out)
+            {
+                self.poisoned = true;
+                return Err(e);
             }
         }
-        let first_token = self.next_token;
-        let entries: Vec<Entry<'_>> = picked
-            .iter()
-            .enumerate()
-            .map(|(k, (seq, record))| Entry::Lease {
-                seq: *seq,
-                token: first_token + k as u64,
-                deadline,
-                record,
-            })
-            .collect();
-        if !entries.is_empty() {
-            self.commit(&entries)?;
+        if !out.is_empty() {
+            self.checkpoint_if_due()?;
         }
         for i in popped {
             self.schedule(i);
         }
-        let mut out = Vec::with_capacity(picked.len());
-        for (k, (_, record)) in picked.into_iter().enumerate() {
-            // Journaled just now: the lease entry holds the record.
-            let g = self.journal_gen();
-            let r =
-                record::decode(&record).map_err(|what| Error::corrupt(&names::j(g), 0, what))?;
-            let key = r.key.unwrap_or_else(|| default_key(r.url)).to_vec();
-            out.push(Leased {
-                token: first_token + k as u64,
-                crawl: self.crawl_names.get(&r.crawl).cloned().unwrap_or_default(),
-                key,
-                url: r.url.to_vec(),
-                metadata: r.meta.to_vec(),
-                deadline_ms: deadline,
-            });
-        }
         Ok(out)
+    }
+
+    /// Takes the records of each (queue, count) of `chosen` ([`Core::take`]), and gives them
+    /// in the order of `chosen`. The queues are read in the order their records lie in the
+    /// runs (by run, then by queue id, the order of the runs' directories and frames), not
+    /// in the order chosen, which is the heap's: a hand-out of many queues then reads each
+    /// run front to back, each page of it once, rather than here and there.
+    fn take_all(&mut self, chosen: &[(u32, u32)], now: u64) -> Result<Vec<Pick>> {
+        let mut taken: CounterSet<u64> = CounterSet::default();
+        let mut out: Vec<Pick> = Vec::new();
+        if chosen.len() < 2 {
+            for &(i, k) in chosen {
+                self.take(i, k as usize, now, &mut out, &mut taken)?;
+            }
+            return Ok(out);
+        }
+        let mut order: Vec<(u32, u64, u32)> = chosen
+            .iter()
+            .enumerate()
+            .map(|(c, &(i, _))| {
+                let q = &self.queues[i as usize];
+                let slot = match q.at {
+                    Some(at) => at.get().0 as u32,
+                    None if q.runs != 0 => q.runs.trailing_zeros(),
+                    None => u32::MAX,
+                };
+                (slot, q.id, c as u32)
+            })
+            .collect();
+        order.sort_unstable();
+        let mut spans = vec![(0, 0); chosen.len()];
+        for &(_, _, c) in &order {
+            let (i, k) = chosen[c as usize];
+            let before = out.len();
+            self.take(i, k as usize, now, &mut out, &mut taken)?;
+            spans[c as usize] = (before, out.len());
+        }
+        let mut read: Vec<Option<Pick>> = out.into_iter().map(Some).collect();
+        Ok(spans
+            .into_iter()
+            .flat_map(|(from, to)| from..to)
+            .map(|j| read[j].take().expect("each record once"))
+            .collect())
     }
 
     /// Takes up to `k` records of queue `i` in order (returned ones first), without changing
@@ -1713,19 +1864,27 @@ impl Core {
         i: u32,
         k: usize,
         now: u64,
-        out: &mut Vec<(u64, Box<[u8]>)>,
+        out: &mut Vec<Pick>,
         taken: &mut CounterSet<u64>,
     ) -> Result<()> {
         let q = &self.queues[i as usize];
         let mut n = 0;
         for (seq, rec) in q.returned.iter().take(k) {
-            out.push((*seq, rec.clone()));
+            out.push(Pick {
+                seq: *seq,
+                queue: i,
+                record: rec.clone(),
+            });
             taken.insert(*seq);
             n += 1;
         }
         // Then the records to fetch again whose instant has passed, in date order.
         for (_, seq, rec) in q.refetch.iter().take_while(|r| r.0 <= now).take(k - n) {
-            out.push((*seq, rec.clone()));
+            out.push(Pick {
+                seq: *seq,
+                queue: i,
+                record: rec.clone(),
+            });
             taken.insert(*seq);
             n += 1;
         }
@@ -1764,7 +1923,11 @@ impl Core {
                         },
                     ));
                 }
-                out.push((seq, rec.into()));
+                out.push(Pick {
+                    seq,
+                    queue: i,
+                    record: rec.into(),
+                });
                 next = seq + 1;
                 n += 1;
                 left_waiting -= 1;
