@@ -92,3 +92,27 @@ def test_stormcrawler_pattern(stormcrawler):
     assert acked == {u: "OK" for u in seeds}
     s = server.stub.GetStats(pb.QueueWithinCrawlParams())
     assert (s.size, s.inProcess, s.counts["completed"]) == (0, 0, len(seeds))
+
+
+def test_a_hand_out_of_many_queues_comes_whole(server):
+    """GetURLs of more queues than the service leases at once (it leases and sends a
+    hand-out in parts): every queue once, up to max_queues, each with its first URL, and
+    nothing served twice across parts."""
+    pb = server.pb
+    hosts = 5000
+    for start in range(0, hosts, 1000):
+        batch = [
+            discovered(pb, f"http://h{h}.parts.test/{p}", crawl="PARTS")
+            for h in range(start, start + 1000)
+            for p in range(2)
+        ]
+        assert all(status == "OK" for _, status in put(server, batch))
+    got = get(server, max_queues=3500, max_urls_per_queue=2, delay_requestable=600, crawl="PARTS")
+    assert len(got) == 3500
+    assert len({u.key for u in got}) == 3500
+    assert all(u.url.endswith("/0") for u in got)
+    rest = get(server, max_queues=0, max_urls_per_queue=2, delay_requestable=600, crawl="PARTS")
+    assert len(rest) == hosts - 3500
+    assert {u.key for u in rest}.isdisjoint({u.key for u in got})
+    # One URL of a host in transit at a time: nothing more is due.
+    assert get(server, max_queues=0, crawl="PARTS") == []

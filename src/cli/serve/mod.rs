@@ -17,6 +17,7 @@ mod handoff;
 pub(crate) mod log;
 mod meta;
 mod moves;
+mod parts;
 mod service;
 
 use std::io::Write as _;

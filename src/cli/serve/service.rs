@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crivello::{Frontier, HeldUrl, LeaseRequest, Policy, UrlStatus};
+use crivello::{Frontier, Handout, HeldUrl, LeaseRequest, Policy, UrlStatus};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
@@ -21,6 +21,7 @@ use super::forward::{Peers, Router, LANE, LANES, TAG_BITS};
 use super::log::{log, Level, Log};
 use super::meta;
 use super::moves::Moves;
+use super::parts;
 use super::pb;
 use super::pb::url_frontier_server::UrlFrontier;
 
@@ -400,12 +401,6 @@ fn now_s() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The text of `bytes`, taking their buffer when they are UTF-8 (what the frontier hands
-/// out always is: the service takes text only), a lossy copy otherwise.
-fn into_text(bytes: Vec<u8>) -> String {
-    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-}
-
 /// `""` as None.
 fn non_empty(s: &str) -> Option<&str> {
     (!s.is_empty()).then_some(s)
@@ -429,7 +424,7 @@ fn refusal(frontier: &Frontier, url: &str, key: Option<&str>) -> Option<String> 
 }
 
 /// The gRPC status of a library error.
-fn status_of(log: &Log, what: &str, e: &crivello::Error) -> Status {
+pub(super) fn status_of(log: &Log, what: &str, e: &crivello::Error) -> Status {
     use crivello::Error as E;
     match e {
         E::InvalidUrl(_) | E::InvalidOption { .. } => {
@@ -986,7 +981,7 @@ impl UrlFrontier for Service {
         }))
     }
 
-    type GetURLsStream = Answer<pb::UrlInfo>;
+    type GetURLsStream = Pin<Box<parts::Parts>>;
 
     async fn get_ur_ls(
         &self,
@@ -1015,17 +1010,21 @@ impl UrlFrontier for Service {
             crawl,
             key: non_empty(&p.key).map(|k| k.as_bytes().to_vec()),
         };
-        let leased = self.call("GetURLs", move |f| f.lease_with(&req)).await?;
-        log!(self.log, Trace, "GetURLs: {} URLs handed out", leased.len());
-        let infos = leased.into_iter().map(|l| {
-            Ok(pb::UrlInfo {
-                metadata: meta::decode(&l.metadata).metadata,
-                url: into_text(l.url),
-                key: into_text(l.key),
-                crawl_id: into_text(l.crawl),
+        let (handout, first) = self
+            .call("GetURLs", move |f| {
+                let mut handout = Handout::new(req);
+                let first = f.lease_part(&mut handout, parts::FIRST_PART_QUEUES)?;
+                Ok((handout, first))
             })
-        });
-        Ok(Response::new(Box::pin(tokio_stream::iter(infos))))
+            .await?;
+        let urls = parts::stream(
+            self.frontier.clone(),
+            handout,
+            first,
+            self.stopping.clone(),
+            self.log.clone(),
+        );
+        Ok(Response::new(Box::pin(urls)))
     }
 
     type PutURLsStream = Acks<pb::AckMessage>;
