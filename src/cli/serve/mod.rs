@@ -31,7 +31,6 @@ use clap::Args;
 use crivello::assign::Method;
 use crivello::Policy;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use self::log::{log, Level, Log};
 use super::{explained, open_frontier, Common};
@@ -371,11 +370,16 @@ pub fn run(args: ServeArgs) -> Result<()> {
             ),
             auth::Bearer::new(token),
         );
+        // Each connection without Nagle's delay: the last frames of an answer (a stream's
+        // end, its trailers) would otherwise wait for the client's delayed ack, 40 ms here,
+        // which made every GetURLs of a few hundred URLs take 44 ms.
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let serving = builder
             .layer(codes::StatusLayer)
             .add_service(server)
             .add_optional_service(cluster_calls)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+            .serve_with_incoming_shutdown(incoming, async move {
                 let _ = stopped.wait_for(|s| *s).await;
             });
         log!(log, Info, "serving {} on {local}", args.dir.display());

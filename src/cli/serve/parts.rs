@@ -22,7 +22,7 @@ pub const FIRST_PART_QUEUES: usize = 1024;
 
 /// Queues of a part at most: each part after the first is twice the one before, up to this.
 /// A part is one commit (one fsync); larger parts cost fewer of them and more memory.
-const PART_QUEUES: usize = 16_384;
+const PART_QUEUES: usize = 4096;
 
 /// The URLs of a hand-out as `UrlInfo` messages, made from each part as the client reads.
 pub struct Parts {
