@@ -8,6 +8,10 @@
 //! 3. GetURLs of every queue (delay 0, one URL per queue in transit), each round's URLs then
 //!    acknowledged done on one PutURLs stream, until every URL was handed out.
 //!
+//! Then the round trip of StormCrawler's calls: 10,000 more URLs over 1,000 hosts, then 100
+//! times GetURLs of 10 queues (its default) and a PutURLs stream marking them done; the
+//! median and 99th percentile of each call, from the request to the end of its answer.
+//!
 //! The in-process run does the same work through the library: `push_new` in batches of
 //! `--batch` from `--clients` threads, then `lease_with` and `update` per round.
 
@@ -102,6 +106,10 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         .enable_all()
         .build()?;
     let served = rt.block_on(remote(a, format!("http://{addr}")));
+    let small = match &served {
+        Ok(_) => rt.block_on(small_calls(format!("http://{addr}"))),
+        Err(_) => Ok(Default::default()),
+    };
     let rss = peak_rss_of(child.id());
     // SAFETY: `kill` with the child's own pid and SIGTERM has no memory-safety requirements.
     unsafe {
@@ -129,7 +137,93 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         println!("  {name:<28} {rs:>15.0}  {rl:>19.0}  {:>5.2}", rs / rl);
     }
     println!("  server peak RSS: {:.1} MiB", rss as f64 / 1024.0);
+    let small = small?;
+    println!(
+        "  StormCrawler's calls, round trip (median, 99th percentile): GetURLs of 10 queues {:.2} ms, {:.2} ms; PutURLs of their 10 done {:.2} ms, {:.2} ms",
+        small.get.0, small.get.1, small.done.0, small.done.1
+    );
     Ok(())
+}
+
+/// Round trips of small calls, in milliseconds: (median, 99th percentile).
+#[derive(Debug, Default)]
+struct SmallCalls {
+    get: (f64, f64),
+    done: (f64, f64),
+}
+
+/// The median and the 99th percentile of `ms`.
+fn median_p99(mut ms: Vec<f64>) -> (f64, f64) {
+    ms.sort_by(f64::total_cmp);
+    let at = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+/// StormCrawler's calls one at a time: GetURLs of 10 queues of 10 URLs, then their URLs done
+/// on a PutURLs stream of their own, 100 times, after 10,000 URLs over 1,000 hosts are put.
+async fn small_calls(endpoint: String) -> Result<SmallCalls> {
+    let channel = tonic::transport::Endpoint::from_shared(endpoint)?
+        .connect()
+        .await?;
+    let mut client = UrlFrontierClient::new(channel);
+    let items: Vec<pb::UrlItem> = (0..10_000u64)
+        .map(|i| pb::UrlItem {
+            id: String::new(),
+            creation_date: 0,
+            item: Some(pb::url_item::Item::Discovered(pb::DiscoveredUrlItem {
+                info: Some(info(format!("http://s{}.example/{i}", i % 1000))),
+            })),
+        })
+        .collect();
+    let mut acks = client
+        .put_ur_ls(tokio_stream::iter(items))
+        .await?
+        .into_inner();
+    while acks.message().await?.is_some() {}
+    let (mut get, mut done) = (Vec::new(), Vec::new());
+    for _ in 0..100 {
+        let start = Instant::now();
+        let mut s = client
+            .get_ur_ls(pb::GetParams {
+                max_urls_per_queue: 10,
+                max_queues: 10,
+                key: String::new(),
+                delay_requestable: 600,
+                item: None,
+            })
+            .await?
+            .into_inner();
+        let mut round = Vec::new();
+        while let Some(u) = s.message().await? {
+            round.push(u);
+        }
+        get.push(start.elapsed().as_secs_f64() * 1e3);
+        if round.is_empty() {
+            return Err("StormCrawler's GetURLs found nothing to hand out".into());
+        }
+        let start = Instant::now();
+        let items: Vec<pb::UrlItem> = round
+            .into_iter()
+            .map(|u| pb::UrlItem {
+                id: String::new(),
+                creation_date: 0,
+                item: Some(pb::url_item::Item::Known(pb::KnownUrlItem {
+                    info: Some(u),
+                    refetchable_from_date: 0,
+                })),
+            })
+            .collect();
+        let mut acks = client
+            .put_ur_ls(tokio_stream::iter(items))
+            .await?
+            .into_inner();
+        while acks.message().await?.is_some() {}
+        done.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(SmallCalls {
+        get: median_p99(get),
+        done: median_p99(done),
+    })
 }
 
 /// The four phases against the server; their durations.
