@@ -416,8 +416,18 @@ fn moves(a: &ClusterArgs, rt: &tokio::runtime::Runtime, parent: &Path) -> Result
         let names: Vec<String> = (0..=count).map(|i| format!("n{i}")).collect();
         let addrs = free_addrs(count + 1)?;
         // What changes owner, from the assignments.
-        let before = Assignment::new(Method::Consistent { replicas: DEFAULT_REPLICAS }, &names[..count])?;
-        let after = Assignment::new(Method::Consistent { replicas: DEFAULT_REPLICAS }, &names)?;
+        let before = Assignment::new(
+            Method::Consistent {
+                replicas: DEFAULT_REPLICAS,
+            },
+            &names[..count],
+        )?;
+        let after = Assignment::new(
+            Method::Consistent {
+                replicas: DEFAULT_REPLICAS,
+            },
+            &names,
+        )?;
         let modulo_before = Assignment::new(Method::Modulo, &names[..count])?;
         let modulo_after = Assignment::new(Method::Modulo, &names)?;
         let (mut bytes, mut moved_bytes, mut modulo_bytes) = (0u64, 0u64, 0u64);
@@ -426,7 +436,9 @@ fn moves(a: &ClusterArgs, rt: &tokio::runtime::Runtime, parent: &Path) -> Result
             let host = u.split('/').nth(2).unwrap_or_default();
             let len = u.len() as u64;
             bytes += len;
-            if before.names()[before.owner(host.as_bytes())] != after.names()[after.owner(host.as_bytes())] {
+            if before.names()[before.owner(host.as_bytes())]
+                != after.names()[after.owner(host.as_bytes())]
+            {
                 moved_bytes += len;
                 hosts_moved.insert(host.to_owned());
             }
@@ -483,8 +495,10 @@ fn moves(a: &ClusterArgs, rt: &tokio::runtime::Runtime, parent: &Path) -> Result
         if total != n {
             return Err(format!("{total} URLs after the move, not {n}").into());
         }
-        let hosts: std::collections::HashSet<&str> =
-            urls.iter().map(|u| u.split('/').nth(2).unwrap_or_default()).collect();
+        let hosts: std::collections::HashSet<&str> = urls
+            .iter()
+            .map(|u| u.split('/').nth(2).unwrap_or_default())
+            .collect();
         println!(
             "  {count:>2}  {:>11.2} %  {:>12.2} %  {:>14.2} %  {:>9.2} %  {:>13.1} MB  {:>8.2}  {:>12.1}",
             100.0 * hosts_moved.len() as f64 / hosts.len() as f64,
