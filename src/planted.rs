@@ -62,12 +62,15 @@ pub enum Bug {
     /// move has not brought yet but applies the stream's later numbered items, whose receipt
     /// then covers the refused one.
     LaneForgetsRefusal,
+    /// `parts-serve-twice`: a hand-out in parts does not pass over the queues its earlier
+    /// parts served, so a queue may give more URLs than the call's bound per queue.
+    PartsServeTwice,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 19] = [
+    pub const ALL: [(Bug, &'static str); 20] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -87,6 +90,7 @@ impl Bug {
         (Bug::ReceiptApart, "receipt-apart"),
         (Bug::ReceiptIgnored, "receipt-ignored"),
         (Bug::LaneForgetsRefusal, "lane-forgets-refusal"),
+        (Bug::PartsServeTwice, "parts-serve-twice"),
     ];
 }
 

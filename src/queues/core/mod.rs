@@ -1738,7 +1738,10 @@ impl Core {
                 || !self.has_room(q)
                 || only.is_some_and(|c| c != q.crawl)
                 || self.serve_only.as_ref().is_some_and(|f| !f(&q.key))
-                || served_ids.as_ref().is_some_and(|s| s.contains(&q.id))
+                || served_ids.as_ref().is_some_and(|s| {
+                    s.contains(&q.id)
+                        && !crate::planted::active(crate::planted::Bug::PartsServeTwice)
+                })
             {
                 // Another crawl's queue (or one not served here) is scheduled again below, as
                 // it was.
