@@ -305,6 +305,9 @@ pub(crate) struct Core {
     replaying_gen: Option<u64>,
     /// The payload of the last Q frame read by a hand-out, given back for the next one.
     frame_spare: Vec<u8>,
+    /// The frame [`Core::position`] read last, where the hand-out that asked reads next:
+    /// (run's index, offset, frame). Taken by that read; any other read ignores it.
+    positioned: Option<(usize, u64, crate::frames::Frame)>,
     /// The manifest was committed in this build's version since the open: J may take
     /// entries that older builds cannot read.
     versioned: bool,
@@ -363,6 +366,7 @@ impl Core {
             replay_gone: None,
             replaying_gen: None,
             frame_spare: Vec::new(),
+            positioned: None,
             versioned: false,
             serve_only: None,
             max_runs,
@@ -1894,11 +1898,16 @@ impl Core {
         let mut next = q.next_seq;
         let mut left_waiting = q.waiting;
         while n < k && left_waiting > 0 {
+            // Only a frame this call of `position` read may be taken from it.
+            self.positioned = None;
             let Some((slot, offset, left)) = self.position(i, next)? else {
                 break;
             };
             let run = &self.runs[slot];
-            let f = run.frame_with(offset, std::mem::take(&mut self.frame_spare))?;
+            let f = match self.positioned.take() {
+                Some((s, o, f)) if (s, o) == (slot, offset) => f,
+                _ => run.frame_with(offset, std::mem::take(&mut self.frame_spare))?,
+            };
             let mut taken_all = true;
             for r in f.records() {
                 let (seq, rec) = split(run.file(), offset, r)?;
@@ -1973,7 +1982,7 @@ impl Core {
             // Skip the frames wholly before `next`.
             let (mut offset, mut left) = (g.offset, g.records);
             while left > 0 {
-                let f = run.frame(offset)?;
+                let f = run.frame_with(offset, std::mem::take(&mut self.frame_spare))?;
                 let last = f
                     .records()
                     .last()
@@ -1983,10 +1992,15 @@ impl Core {
                 if last >= next {
                     let at = (slot, offset, left);
                     self.queues[i as usize].at = Some(At::new(at));
+                    // The hand-out reads this frame next: it takes it from here.
+                    self.positioned = Some((slot, offset, f));
                     return Ok(Some(at));
                 }
                 left = left.saturating_sub(f.count);
                 offset += f.size();
+                if f.payload.capacity() <= SPARE_MAX {
+                    self.frame_spare = f.payload;
+                }
             }
             self.queues[i as usize].runs &= !(1 << slot);
         }
