@@ -565,9 +565,12 @@ impl Frontier {
         let crawl = crawl_name(crawl);
         self.with(|c| {
             let end = end_of(how);
-            let items: Vec<(u64, u64, core::End)> = urls
-                .iter()
-                .map(|(url, took)| (c.token_of(crawl, url).unwrap_or(0), *took, end))
+            let just: Vec<&[u8]> = urls.iter().map(|(url, _)| *url).collect();
+            let items: Vec<(u64, u64, core::End)> = c
+                .tokens_of(crawl, &just)
+                .into_iter()
+                .zip(urls)
+                .map(|(token, (_, took))| (token.unwrap_or(0), *took, end))
                 .collect();
             c.complete_many(&items)
         })

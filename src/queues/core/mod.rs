@@ -2122,12 +2122,24 @@ impl Core {
 
     /// The token of the lease of `url` in crawl `crawl`, if it is leased.
     pub(super) fn token_of(&mut self, crawl: &[u8], url: &[u8]) -> Option<u64> {
+        self.tokens_of(crawl, &[url])[0]
+    }
+
+    /// [`Core::token_of`] of each of `urls`, the clock read, the expired leases returned and
+    /// the crawl looked up once for all.
+    pub(super) fn tokens_of(&mut self, crawl: &[u8], urls: &[&[u8]]) -> Vec<Option<u64>> {
         let now = self.clock.now_ms();
         self.expire(now);
-        let id = *self.crawls.get(crawl)?;
-        let sig = crate::signature(url, record::crawl_seed(self.sieve.seed(), id));
-        let seq = self.by_url.get(&(id, sig))?;
-        self.leases.get(seq).map(|l| l.token)
+        let Some(&id) = self.crawls.get(crawl) else {
+            return vec![None; urls.len()];
+        };
+        let seed = record::crawl_seed(self.sieve.seed(), id);
+        urls.iter()
+            .map(|url| {
+                let seq = self.by_url.get(&(id, crate::signature(url, seed)))?;
+                self.leases.get(seq).map(|l| l.token)
+            })
+            .collect()
     }
 
     /// Sets the policy of queue `key` of `crawl`, or the default (`key` None).
