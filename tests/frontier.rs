@@ -650,9 +650,6 @@ fn a_store_is_a_plain_sieve_or_a_frontier_never_both() {
     assert!(matches!(s.frontier_next(1), Err(Error::WrongMode { .. })));
 }
 
-/// The frontier against a model: random pushes, leases, dones, retries, refetches, expiries,
-/// policies (delay, ratio, URLs at once, limit), blocks, pauses, deleted queues and crawls,
-/// reopens and power losses, with a simulated clock.
 /// A hand-out in parts serves what one call serves, in the same order, each queue by one
 /// part only, though the queues keep room for more; each part is durable on its own.
 #[test]
@@ -712,6 +709,41 @@ fn a_hand_out_in_parts_gives_what_one_call_gives() {
     assert_eq!(urls(&got), urls(&whole));
 }
 
+/// A hand-out in parts ends although every part meets new queues: it serves at most the
+/// queues there were at its first part; the next hand-out serves the new ones.
+#[test]
+fn a_hand_out_in_parts_ends_while_new_hosts_keep_coming() {
+    let clock = Arc::new(ManualClock::new(1_000));
+    let disk = SimDisk::new();
+    let f = open(&disk, &clock);
+    let first: Vec<String> = (0..5).map(|h| format!("http://old{h}.test/")).collect();
+    push(&f, &first.iter().map(String::as_str).collect::<Vec<_>>());
+    f.flush().unwrap();
+    let mut h = crivello::Handout::new(crivello::LeaseRequest::default());
+    let mut got = Vec::new();
+    let mut parts = 0;
+    while !h.is_finished() {
+        got.extend(f.lease_part(&mut h, 1).unwrap().to_leased());
+        // Each part, two new hosts, flushed into their queues.
+        let new = [
+            format!("http://new{parts}a.test/"),
+            format!("http://new{parts}b.test/"),
+        ];
+        push(&f, &[new[0].as_str(), new[1].as_str()]);
+        f.flush().unwrap();
+        parts += 1;
+        assert!(parts < 100, "the hand-out does not end");
+    }
+    let mut hosts: Vec<String> = urls(&got);
+    hosts.sort();
+    assert_eq!(hosts, first);
+    // The next hand-out serves the hosts pushed meanwhile.
+    assert_eq!(f.lease(1_000, None, 30_000).unwrap().len(), 2 * parts);
+}
+
+/// The frontier against a model: random pushes, leases, dones, retries, refetches, expiries,
+/// policies (delay, ratio, URLs at once, limit), blocks, pauses, deleted queues and crawls,
+/// reopens and power losses, with a simulated clock.
 mod model {
     use super::*;
     use proptest::prelude::*;

@@ -142,13 +142,14 @@ impl LeasedBatch {
 /// [`crate::Frontier::lease_with`] of the same request would give, in parts of a few queues
 /// each, every part leased durably on its own. A queue served by one part is not served by a
 /// later one (so that each queue gives at most `per_queue` URLs over the parts, as in one
-/// call); a queue that becomes due between parts may be served by a later part. Other calls
-/// may run between two parts.
+/// call); a queue that becomes due between parts may be served by a later part, and a
+/// hand-out serves at most as many queues as there were after its first part, so that new
+/// ones cannot keep it going. Other calls may run between two parts.
 #[derive(Debug, Clone)]
 pub struct Handout {
     pub(super) req: LeaseRequest,
-    /// The ids of the queues served so far.
-    pub(super) served: super::core::CounterSet<u64>,
+    /// The queues served so far, and those held out of the heap meanwhile.
+    pub(super) part: super::core::Parts,
     /// URLs handed out so far.
     pub(super) urls: usize,
     pub(super) started: bool,
@@ -160,7 +161,7 @@ impl Handout {
     pub fn new(req: LeaseRequest) -> Handout {
         Handout {
             req,
-            served: Default::default(),
+            part: Default::default(),
             urls: 0,
             started: false,
             finished: false,
@@ -175,7 +176,7 @@ impl Handout {
 
     /// Queues served so far.
     pub fn queues(&self) -> usize {
-        self.served.len()
+        self.part.served.len()
     }
 
     /// URLs handed out so far.

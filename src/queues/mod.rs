@@ -517,40 +517,55 @@ impl Frontier {
 
     /// The next part of `handout`: the URLs of up to `max_queues` more queues (at least
     /// one), within the hand-out's bounds, leased durably when this returns. Empty once the
-    /// hand-out [`Handout::is_finished`]. The parts together give what one
-    /// [`Frontier::lease_with`] would, except that each is its own durable step, that other
-    /// calls may come between them, and that a queue becoming due between two parts may be
-    /// served by the second; no queue is served by two parts. A server sends a part while it
+    /// hand-out [`Handout::is_finished`]. No queue is served by two parts, and a hand-out
+    /// serves at most as many queues as the frontier had after its first part. The parts
+    /// together give what one [`Frontier::lease_with`] at the first part's instant would,
+    /// except that each part is its own durable step with its own deadline, that other calls
+    /// may come between them, and that what changes meanwhile (a queue becoming due, a lease
+    /// expiring back into its queue) is seen by the next part. A server sends a part while it
     /// leases the next, and holds one part at a time.
     pub fn lease_part(&self, handout: &mut Handout, max_queues: usize) -> Result<LeasedBatch> {
         let h = handout;
-        let queues_left = h.req.max_queues.saturating_sub(h.served.len());
-        let urls_left = h.req.max_urls.saturating_sub(h.urls);
-        if h.finished || queues_left == 0 || urls_left == 0 {
-            h.finished = true;
+        if h.finished {
             return Ok(LeasedBatch::default());
         }
-        let want = max_queues.clamp(1, queues_left);
-        let req = LeaseRequest {
-            max_queues: want,
-            max_urls: urls_left,
-            ..h.req.clone()
-        };
-        let before = h.served.len();
-        let first = !h.started;
-        let batch = self.with(|c| c.lease(&req, Some(&mut h.served), first))?;
-        h.started = true;
-        h.urls += batch.len();
-        // Fewer queues than asked: none more is due (or the URLs' bound is reached). One
-        // queue asked by its key is served by one part.
-        if h.served.len() - before < want
-            || h.req.key.is_some()
-            || h.served.len() >= h.req.max_queues
-            || h.urls >= h.req.max_urls
-        {
-            h.finished = true;
-        }
-        Ok(batch)
+        self.with(|c| {
+            let queues_left = h.req.max_queues.saturating_sub(h.part.served.len());
+            let urls_left = h.req.max_urls.saturating_sub(h.urls);
+            if queues_left == 0 || urls_left == 0 {
+                h.finished = true;
+                c.reschedule(&mut h.part.held);
+                return Ok(LeasedBatch::default());
+            }
+            let want = max_queues.clamp(1, queues_left);
+            let req = LeaseRequest {
+                max_queues: want,
+                max_urls: urls_left,
+                ..h.req.clone()
+            };
+            let before = h.part.served.len();
+            let first = !h.started;
+            let batch = c.lease(&req, Some(&mut h.part), first)?;
+            if first {
+                // Each queue is served once at most: a hand-out ends, at the latest, once it
+                // served the queues there are after its first part (which may have flushed
+                // the sieve into new ones), however many new ones pushes make meanwhile.
+                h.req.max_queues = h.req.max_queues.min(c.queue_count());
+            }
+            h.started = true;
+            h.urls += batch.len();
+            // Fewer queues than asked: none more is due (or the URLs' bound is reached). One
+            // queue asked by its key is served by one part.
+            if h.part.served.len() - before < want
+                || h.req.key.is_some()
+                || h.part.served.len() >= h.req.max_queues
+                || h.urls >= h.req.max_urls
+            {
+                h.finished = true;
+                c.reschedule(&mut h.part.held);
+            }
+            Ok(batch)
+        })
     }
 
     /// Ends the leases of `urls` of `crawl`, each after a fetch of its milliseconds, in one

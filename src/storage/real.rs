@@ -148,9 +148,11 @@ struct Mapping {
     touched: Box<[AtomicU64]>,
 }
 
-/// The blocks the count goes by: [`GRANULE`], or a page where pages are larger.
+/// The blocks the count goes by: [`GRANULE`], or where pages are larger than 4 KiB, what one
+/// page of page-table entries maps (the largest folio the kernel may map at a fault).
 fn granule() -> usize {
-    (page_size() as usize).max(GRANULE)
+    let page = page_size() as usize;
+    GRANULE.max(page / 8 * page)
 }
 
 /// The most Linux maps at one fault of a file mapping with pages of 4 KiB: a folio of the
@@ -183,7 +185,7 @@ fn page_size() -> u64 {
 impl Mapping {
     /// Maps `file` (not empty), advised random, and registers the mapping; None when the
     /// system refuses it (no address space left: the file is then read with system calls).
-    fn new(file: &File, len: u64) -> Option<Arc<Mapping>> {
+    fn new(file: &File) -> Option<Arc<Mapping>> {
         // SAFETY: the mapping is read-only and shared. The caller opens only files that
         // nobody writes or truncates while they are open (Q runs: written whole and synced
         // before they are opened; removed, never rewritten); removing a mapped file keeps its
@@ -196,7 +198,7 @@ impl Mapping {
         let g = granule();
         let start = map.as_ptr() as usize;
         let first_block = start / g;
-        let blocks = (start + usize::try_from(len).ok()? - 1) / g - first_block + 1;
+        let blocks = (start + map.len() - 1) / g - first_block + 1;
         let m = Arc::new(Mapping {
             map,
             first_block,
@@ -219,14 +221,22 @@ impl Mapping {
             at / g - self.first_block,
             (at + len - 1) / g - self.first_block,
         );
+        let page = page_size() as usize;
+        let base = self.map.as_ptr() as usize;
+        let end = base + self.map.len().div_ceil(page) * page;
         for b in first..=last {
             let bit = 1u64 << (b % 64);
             let word = &self.touched[b / 64];
             if word.load(Ordering::Relaxed) & bit == 0
                 && word.fetch_or(bit, Ordering::Relaxed) & bit == 0
-                && (TOUCHED.fetch_add(g as u64, Ordering::Relaxed) + g as u64) >= MAPPED_BYTES
             {
-                give_back();
+                // The block's part in the mapping (a small file's whole mapping, at most).
+                let from = ((self.first_block + b) * g).max(base);
+                let to = ((self.first_block + b + 1) * g).min(end);
+                let n = (to - from) as u64;
+                if TOUCHED.fetch_add(n, Ordering::Relaxed) + n >= MAPPED_BYTES {
+                    give_back();
+                }
             }
         }
     }
@@ -335,11 +345,7 @@ impl Storage for DirStorage {
     fn open_immutable(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
         let file = File::open(self.dir.join(name))?;
         let len = file.metadata()?.len();
-        let map = if len > 0 {
-            Mapping::new(&file, len)
-        } else {
-            None
-        };
+        let map = if len > 0 { Mapping::new(&file) } else { None };
         Ok(Arc::new(MappedFile { file, map }))
     }
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
@@ -487,7 +493,7 @@ mod tests {
         let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         std::fs::write(dir.path().join("cached"), &bytes).unwrap();
         let file = File::open(dir.path().join("cached")).unwrap();
-        let m = Mapping::new(&file, len).unwrap();
+        let m = Mapping::new(&file).unwrap();
         let addr = m.map.as_ptr() as usize;
         let mapped = MappedFile { file, map: Some(m) };
         let mut most = 0;

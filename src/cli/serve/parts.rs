@@ -44,6 +44,13 @@ pub fn stream(
     log: Arc<Log>,
 ) -> Parts {
     if handout.is_finished() {
+        log!(
+            log,
+            Trace,
+            "GetURLs: {} URLs of {} queues handed out",
+            handout.urls(),
+            handout.queues()
+        );
         return Parts {
             rx: None,
             part: first,

@@ -1,7 +1,9 @@
 //! The frontier's state and its changes. Every change is a journal entry: an operation
-//! writes its entries, syncs J, and only then applies them with [`Core::apply`], the one
-//! function that recovery also replays, so that the state after a crash is the state the
-//! acknowledged operations left.
+//! writes its entries, syncs J, and only then applies them with [`Core::apply`], the function
+//! that recovery also replays, so that the state after a crash is the state the acknowledged
+//! operations left. A hand-out applies its lease entries through the part of it that leases
+//! a record once its queue is known ([`Core::lease_in_queue`]), the queue known already
+//! instead of found again from the record.
 
 mod checkpoint;
 
@@ -218,11 +220,25 @@ struct Lease {
     record: Box<[u8]>,
 }
 
+/// What a hand-out in parts keeps from one part to the next ([`Core::lease`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Parts {
+    /// The ids of the queues served so far.
+    pub(crate) served: CounterSet<u64>,
+    /// Queues served by an earlier part that a later one took out of the heap: scheduled
+    /// again when the hand-out ends. (A hand-out left unfinished leaves them out until one of
+    /// their leases ends, which schedules its queue: each has one.)
+    pub(crate) held: Vec<u32>,
+}
+
 /// A record a hand-out takes from queue `queue`, to be leased once journaled.
 struct Pick {
     seq: u64,
     queue: u32,
     record: Box<[u8]>,
+    /// Taken from the queue's returned records or those to fetch again, not from a run
+    /// (whose records were checked against their queue as they were read).
+    listed: bool,
 }
 
 /// How a lease ends.
@@ -912,6 +928,15 @@ impl Core {
             .map_or(&[][..], Vec::as_slice);
         out.push(name, key, r.url, r.meta);
         let crawl = r.crawl;
+        let q = &self.queues[pick.queue as usize];
+        if pick.listed && (crawl != q.crawl || queue_id(crawl, key) != q.id) {
+            // A record of another queue in this one's lists (as a replay would find).
+            return Err(corrupt(Corruption::Mismatch {
+                field: "queue of a returned record",
+                expected: q.id,
+                found: queue_id(crawl, key),
+            }));
+        }
         let sig = crate::signature(r.url, record::crawl_seed(self.sieve.seed(), crawl));
         debug_assert_eq!(
             self.locate(&pick.record),
@@ -1646,13 +1671,14 @@ impl Core {
 
     /// Hands out up to `per_queue` URLs (and the queue's policy's room) of each of up to
     /// `max_queues` due queues, leased for `ttl` milliseconds.
-    /// `served`: for a part of a hand-out ([`super::Handout`]), the ids of the queues earlier
-    /// parts served, passed over here, and to which this part adds its own. `first`: the
-    /// first part (or a whole hand-out): only then does an empty front flush the sieve.
+    /// `part`: for a part of a hand-out ([`super::Handout`]), what its earlier parts did: the
+    /// queues they served are passed over (and held out of the heap until the hand-out ends,
+    /// [`Core::reschedule`]), and this part adds its own. `first`: the first part (or a whole
+    /// hand-out): only then does an empty front flush the sieve.
     pub(super) fn lease(
         &mut self,
         req: &super::LeaseRequest,
-        mut served_ids: Option<&mut CounterSet<u64>>,
+        mut part: Option<&mut Parts>,
         first: bool,
     ) -> Result<LeasedBatch> {
         let (max_queues, per_queue, ttl) = (req.max_queues, req.per_queue, req.ttl_ms);
@@ -1736,16 +1762,22 @@ impl Core {
                 i
             };
             self.unschedule(i);
-            popped.push(i);
             let q = &self.queues[i as usize];
+            if let Some(p) = part.as_mut() {
+                if p.served.contains(&q.id)
+                    && !crate::planted::active(crate::planted::Bug::PartsServeTwice)
+                {
+                    // Served by an earlier part: out of the heap until the hand-out ends, so
+                    // that later parts do not pop it again and again.
+                    p.held.push(i);
+                    continue;
+                }
+            }
+            popped.push(i);
             if !q.has_waiting()
                 || !self.has_room(q)
                 || only.is_some_and(|c| c != q.crawl)
                 || self.serve_only.as_ref().is_some_and(|f| !f(&q.key))
-                || served_ids.as_ref().is_some_and(|s| {
-                    s.contains(&q.id)
-                        && !crate::planted::active(crate::planted::Bug::PartsServeTwice)
-                })
             {
                 // Another crawl's queue (or one not served here) is scheduled again below, as
                 // it was.
@@ -1773,9 +1805,11 @@ impl Core {
             }
             chosen.push((i, k));
             planned += k as usize;
+            // Counted as served when chosen: it gives `k` records unless its runs are damaged
+            // (they hold fewer than its count says), and then fewer.
             served.push(i);
-            if let Some(ids) = served_ids.as_mut() {
-                ids.insert(self.queues[i as usize].id);
+            if let Some(p) = part.as_mut() {
+                p.served.insert(self.queues[i as usize].id);
             }
         }
         let picked = match self.take_all(&chosen, now) {
@@ -1817,6 +1851,20 @@ impl Core {
             self.schedule(i);
         }
         Ok(out)
+    }
+
+    /// Puts the queues a hand-out in parts held out of the heap back in it (its end).
+    pub(super) fn reschedule(&mut self, held: &mut Vec<u32>) {
+        for i in held.drain(..) {
+            if (i as usize) < self.queues.len() {
+                self.schedule(i);
+            }
+        }
+    }
+
+    /// How many queues the frontier has (deleted ones among them until they are dropped).
+    pub(super) fn queue_count(&self) -> usize {
+        self.queues.len()
     }
 
     /// Takes the records of each (queue, count) of `chosen` ([`Core::take`]), and gives them
@@ -1881,6 +1929,7 @@ impl Core {
                 seq: *seq,
                 queue: i,
                 record: rec.clone(),
+                listed: true,
             });
             taken.insert(*seq);
             n += 1;
@@ -1891,6 +1940,7 @@ impl Core {
                 seq: *seq,
                 queue: i,
                 record: rec.clone(),
+                listed: true,
             });
             taken.insert(*seq);
             n += 1;
@@ -1939,6 +1989,7 @@ impl Core {
                     seq,
                     queue: i,
                     record: rec.into(),
+                    listed: false,
                 });
                 next = seq + 1;
                 n += 1;
