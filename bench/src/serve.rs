@@ -145,6 +145,21 @@ pub fn run(a: &ServeArgs) -> Result<()> {
     Ok(())
 }
 
+/// The URLs handed out, as known items that say they are done.
+fn done_items(round: Vec<pb::UrlInfo>) -> Vec<pb::UrlItem> {
+    round
+        .into_iter()
+        .map(|u| pb::UrlItem {
+            id: String::new(),
+            creation_date: 0,
+            item: Some(pb::url_item::Item::Known(pb::KnownUrlItem {
+                info: Some(u),
+                refetchable_from_date: 0,
+            })),
+        })
+        .collect()
+}
+
 /// Round trips of small calls, in milliseconds: (median, 99th percentile).
 #[derive(Debug, Default)]
 struct SmallCalls {
@@ -202,17 +217,7 @@ async fn small_calls(endpoint: String) -> Result<SmallCalls> {
             return Err("StormCrawler's GetURLs found nothing to hand out".into());
         }
         let start = Instant::now();
-        let items: Vec<pb::UrlItem> = round
-            .into_iter()
-            .map(|u| pb::UrlItem {
-                id: String::new(),
-                creation_date: 0,
-                item: Some(pb::url_item::Item::Known(pb::KnownUrlItem {
-                    info: Some(u),
-                    refetchable_from_date: 0,
-                })),
-            })
-            .collect();
+        let items = done_items(round);
         let mut acks = client
             .put_ur_ls(tokio_stream::iter(items))
             .await?
@@ -342,17 +347,7 @@ async fn remote(a: &ServeArgs, endpoint: String) -> Result<[Duration; 4]> {
         }
         handed += round.len() as u64;
         let start = Instant::now();
-        let items: Vec<pb::UrlItem> = round
-            .into_iter()
-            .map(|u| pb::UrlItem {
-                id: String::new(),
-                creation_date: 0,
-                item: Some(pb::url_item::Item::Known(pb::KnownUrlItem {
-                    info: Some(u),
-                    refetchable_from_date: 0,
-                })),
-            })
-            .collect();
+        let items = done_items(round);
         let mut acks = client
             .put_ur_ls(tokio_stream::iter(items))
             .await?

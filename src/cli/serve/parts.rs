@@ -44,13 +44,7 @@ pub fn stream(
     log: Arc<Log>,
 ) -> Parts {
     if handout.is_finished() {
-        log!(
-            log,
-            Trace,
-            "GetURLs: {} URLs of {} queues handed out",
-            handout.urls(),
-            handout.queues()
-        );
+        handed_out(&log, &handout);
         return Parts {
             rx: None,
             part: first,
@@ -94,19 +88,24 @@ pub fn stream(
                 break;
             }
         }
-        log!(
-            log,
-            Trace,
-            "GetURLs: {} URLs of {} queues handed out",
-            handout.urls(),
-            handout.queues()
-        );
+        handed_out(&log, &handout);
     });
     Parts {
         rx: Some(rx),
         part: first,
         next: 0,
     }
+}
+
+/// Logs what a hand-out gave, once it ends.
+fn handed_out(log: &Log, handout: &Handout) {
+    log!(
+        log,
+        Trace,
+        "GetURLs: {} URLs of {} queues handed out",
+        handout.urls(),
+        handout.queues()
+    );
 }
 
 /// One URL handed out as url-frontier's message.
