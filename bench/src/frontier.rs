@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use crivello::{Completion, Discovered, Frontier, Options, Policy};
 
-use crate::peers::peak_rss_kib;
+use crate::peers::take_peak_rss;
 use crate::record::Result;
 
 /// The arguments of `frontier`.
@@ -74,9 +74,11 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         }
     }
     let pushed = start.elapsed();
+    let push_peak = take_peak_rss(None);
     let start = Instant::now();
     f.flush()?;
     let flushed = start.elapsed();
+    let flush_peak = take_peak_rss(None);
     let queues = f.stats()?.queues;
 
     let start = Instant::now();
@@ -95,6 +97,7 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         calls += 1;
     }
     let drained = start.elapsed();
+    let lease_peak = take_peak_rss(None);
     let stats = f.stats()?;
     f.close()?;
     if served != a.urls || stats.done != a.urls {
@@ -129,9 +132,13 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         drained.as_secs_f64(),
         rate(served, drained)
     );
+    let mib = |k: u64| k as f64 / 1024.0;
     println!(
-        "  peak RSS                 {:>8.1} MiB",
-        peak_rss_kib() as f64 / 1024.0
+        "  peak RSS                 {:>8.1} MiB  (push {:.1}, flush {:.1}, lease + done {:.1})",
+        mib(push_peak.max(flush_peak).max(lease_peak)),
+        mib(push_peak),
+        mib(flush_peak),
+        mib(lease_peak)
     );
     Ok(())
 }

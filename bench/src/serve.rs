@@ -15,6 +15,7 @@
 //! The in-process run does the same work through the library: `push_new` in batches of
 //! `--batch` from `--clients` threads, then `lease_with` and `update` per round.
 
+use crate::peers::take_peak_rss;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -72,16 +73,15 @@ pub fn info(u: String) -> pb::UrlInfo {
     }
 }
 
-/// Peak RSS of process `pid`, in KiB.
-fn peak_rss_of(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
+/// The server's peak RSS in each phase, in KiB.
+#[derive(Debug, Default)]
+struct Peaks {
+    discovered: u64,
+    put: u64,
+    /// The first GetURLs, which also moves every new URL into the queues.
+    first_get: u64,
+    get: u64,
+    done: u64,
 }
 
 /// Runs the benchmark and prints its figures.
@@ -105,12 +105,13 @@ pub fn run(a: &ServeArgs) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let served = rt.block_on(remote(a, format!("http://{addr}")));
+    let mut peaks = Peaks::default();
+    let served = rt.block_on(remote(a, format!("http://{addr}"), child.id(), &mut peaks));
     let small = match &served {
         Ok(_) => rt.block_on(small_calls(format!("http://{addr}"))),
         Err(_) => Ok(Default::default()),
     };
-    let rss = peak_rss_of(child.id());
+    let rss = take_peak_rss(Some(child.id()));
     // SAFETY: `kill` with the child's own pid and SIGTERM has no memory-safety requirements.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
@@ -136,7 +137,24 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         let (rs, rl) = (count / s.as_secs_f64(), count / l.as_secs_f64());
         println!("  {name:<28} {rs:>15.0}  {rl:>19.0}  {:>5.2}", rs / rl);
     }
-    println!("  server peak RSS: {:.1} MiB", rss as f64 / 1024.0);
+    let mib = |k: u64| k as f64 / 1024.0;
+    let overall = [
+        peaks.discovered,
+        peaks.put,
+        peaks.first_get,
+        peaks.get,
+        peaks.done,
+        rss,
+    ];
+    println!(
+        "  server peak RSS: {:.1} MiB (PutDiscovered {:.1}, PutURLs {:.1}, first GetURLs {:.1}, other GetURLs {:.1}, done {:.1})",
+        mib(overall.into_iter().max().unwrap_or(0)),
+        mib(peaks.discovered),
+        mib(peaks.put),
+        mib(peaks.first_get),
+        mib(peaks.get),
+        mib(peaks.done)
+    );
     let small = small?;
     println!(
         "  StormCrawler's calls, round trip (median, 99th percentile): GetURLs of 10 queues {:.2} ms, {:.2} ms; PutURLs of their 10 done {:.2} ms, {:.2} ms",
@@ -232,7 +250,12 @@ async fn small_calls(endpoint: String) -> Result<SmallCalls> {
 }
 
 /// The four phases against the server; their durations.
-async fn remote(a: &ServeArgs, endpoint: String) -> Result<[Duration; 4]> {
+async fn remote(
+    a: &ServeArgs,
+    endpoint: String,
+    pid: u32,
+    peaks: &mut Peaks,
+) -> Result<[Duration; 4]> {
     let channel = tonic::transport::Endpoint::from_shared(endpoint)?
         .connect()
         .await?;
@@ -276,6 +299,7 @@ async fn remote(a: &ServeArgs, endpoint: String) -> Result<[Duration; 4]> {
         t.await?.map_err(|e| e.to_string())?;
     }
     let discovered = start.elapsed();
+    peaks.discovered = take_peak_rss(Some(pid));
 
     // 2. PutURLs, one URL per message.
     let start = Instant::now();
@@ -313,6 +337,7 @@ async fn remote(a: &ServeArgs, endpoint: String) -> Result<[Duration; 4]> {
         t.await?.map_err(|e| e.to_string())?;
     }
     let put = start.elapsed();
+    peaks.put = take_peak_rss(Some(pid));
 
     // 3. GetURLs of every queue, then the round's URLs done.
     let mut client = client.clone();
@@ -342,6 +367,12 @@ async fn remote(a: &ServeArgs, endpoint: String) -> Result<[Duration; 4]> {
             round.push(u);
         }
         get += start.elapsed();
+        let peak = take_peak_rss(Some(pid));
+        if handed == 0 {
+            peaks.first_get = peak;
+        } else {
+            peaks.get = peaks.get.max(peak);
+        }
         if round.is_empty() {
             break;
         }
@@ -358,6 +389,7 @@ async fn remote(a: &ServeArgs, endpoint: String) -> Result<[Duration; 4]> {
             }
         }
         done += start.elapsed();
+        peaks.done = peaks.done.max(take_peak_rss(Some(pid)));
     }
     if handed != 2 * n {
         return Err(format!("{handed} URLs handed out of {}", 2 * n).into());

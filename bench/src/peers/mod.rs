@@ -123,6 +123,23 @@ pub fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// The peak RSS of process `pid` (`None`: this one), in KiB; then starts a new peak from the
+/// current RSS (`5` into `clear_refs`), so that each phase of a run reports its own.
+pub fn take_peak_rss(pid: Option<u32>) -> u64 {
+    let proc = pid.map_or_else(|| "self".to_owned(), |p| p.to_string());
+    let peak = std::fs::read_to_string(format!("/proc/{proc}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0);
+    // Resetting may be refused (another user's process): the peaks then run on.
+    let _ = std::fs::write(format!("/proc/{proc}/clear_refs"), "5");
+    peak
+}
+
 /// The total size of the files under `dir`.
 pub fn dir_size(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {

@@ -116,8 +116,8 @@ impl Core {
             refetch: q.refetch.iter().map(|(w, s, r)| (*w, *s, &r[..])).collect(),
             skips: q.skips.to_vec(),
         });
-        let leases = self.leases.iter().map(|(seq, l)| LeaseImage {
-            seq: *seq,
+        let leases = self.leases.iter().map(|l| LeaseImage {
+            seq: l.seq,
             token: l.token,
             deadline: l.deadline,
             record: &l.record,

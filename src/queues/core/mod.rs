@@ -6,6 +6,7 @@
 //! instead of found again from the record.
 
 mod checkpoint;
+mod leases;
 
 pub(crate) use checkpoint::in_version as checkpoint_in_version;
 pub(crate) use checkpoint::runs_of as checkpoint_runs;
@@ -29,6 +30,7 @@ use crate::record::{self, Record};
 use crate::sieve::wal::{self, Kind};
 use crate::sieve::Sieve;
 use crate::storage::{Storage, StorageExt};
+use leases::{Lease, Leases};
 
 /// J, the journal.
 pub(crate) const J: Kind = Kind {
@@ -50,13 +52,10 @@ const EXPIRIES_SLACK: usize = 4096;
 /// reads the state whole rather than replay it.
 const CLOSE_CHECKPOINT_MIN: u64 = 256 << 10;
 
-/// A map keyed by the store's own counters (seqs, tokens) or by values no caller chooses
-/// (signatures under the store's secret seed).
-type CounterMap<K, V> = HashMap<K, V, CounterHash>;
-/// A set of the store's own counters.
+/// A set of the store's own counters (seqs, queue ids), or of values no caller chooses.
 pub(crate) type CounterSet<K> = std::collections::HashSet<K, CounterHash>;
 
-/// The hash of [`CounterMap`]: one multiply per word (FxHash's). Callers choose none of the
+/// The hash of [`CounterSet`]: one multiply per word (FxHash's). Callers choose none of the
 /// keys, so nothing needs SipHash's defence against chosen collisions, which costs several
 /// times more on the lease and done paths. Sequential seqs differ in their low bits, which
 /// the product keeps distinct; its high bits, which the table's tags use, mix them all.
@@ -209,17 +208,6 @@ struct Moving {
     len: u32,
 }
 
-/// A URL handed out.
-struct Lease {
-    token: u64,
-    queue: u32,
-    deadline: u64,
-    /// Its key in `by_url`: the crawl, and the signature of the URL under the crawl's seed.
-    crawl: u32,
-    sig: u64,
-    record: Box<[u8]>,
-}
-
 /// What a hand-out in parts keeps from one part to the next ([`Core::lease`]).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Parts {
@@ -285,13 +273,9 @@ pub(crate) struct Core {
     /// Queues moved to another frontier ([`Core::release`]): left out of exports until they
     /// take records again.
     released: CounterSet<u64>,
-    leases: CounterMap<u64, Lease>,
-    /// The seq of each lease's token.
-    tokens: CounterMap<u64, u64>,
+    leases: Leases,
     /// The token the next lease gets.
     next_token: u64,
-    /// Leases by (crawl, signature of the URL under the crawl's seed).
-    by_url: CounterMap<(u32, u64), u64>,
     expiries: BinaryHeap<Reverse<(u64, u64)>>,
     heap: BinaryHeap<Reverse<(u64, u32)>>,
     /// Queues with a live entry in the heap, by crawl.
@@ -369,10 +353,8 @@ impl Core {
             transfers: HashMap::new(),
             receipts: BTreeMap::new(),
             released: CounterSet::default(),
-            leases: CounterMap::default(),
-            tokens: CounterMap::default(),
+            leases: Leases::default(),
             next_token: 1,
-            by_url: CounterMap::default(),
             expiries: BinaryHeap::new(),
             heap: BinaryHeap::new(),
             scheduled: HashMap::new(),
@@ -885,12 +867,8 @@ impl Core {
         let corrupt = |what| Error::corrupt(&names::j(g), 0, what);
         let (qid, crawl, sig) = self.locate(record).map_err(corrupt)?;
         self.next_token = self.next_token.max(token + 1);
-        if let Some(l) = self.leases.get_mut(&seq) {
+        if self.leases.renew(seq, token, deadline) {
             // Handed out again after its lease expired.
-            self.tokens.insert(token, seq);
-            let old = std::mem::replace(&mut l.token, token);
-            l.deadline = deadline;
-            self.tokens.remove(&old);
             self.push_expiry(deadline, seq);
             return Ok(());
         }
@@ -942,7 +920,7 @@ impl Core {
             self.locate(&pick.record),
             Ok((self.queues[pick.queue as usize].id, crawl, sig))
         );
-        debug_assert!(!self.leases.contains_key(&pick.seq));
+        debug_assert!(!self.leases.contains(pick.seq));
         self.next_token = self.next_token.max(token + 1);
         self.lease_in_queue(
             pick.seq,
@@ -1012,19 +990,15 @@ impl Core {
         record: Box<[u8]>,
     ) {
         self.queues[i as usize].leased += 1;
-        self.tokens.insert(token, seq);
-        self.leases.insert(
+        self.leases.insert(Lease {
             seq,
-            Lease {
-                token,
-                queue: i,
-                deadline,
-                crawl,
-                sig,
-                record,
-            },
-        );
-        self.by_url.insert((crawl, sig), seq);
+            token,
+            deadline,
+            sig,
+            queue: i,
+            crawl,
+            record,
+        });
         self.push_expiry(deadline, seq);
     }
 
@@ -1039,7 +1013,7 @@ impl Core {
         if self.expiries.len() > 2 * self.leases.len() + EXPIRIES_SLACK {
             let leases = &self.leases;
             self.expiries.retain(|Reverse((deadline, seq))| {
-                leases.get(seq).is_some_and(|l| l.deadline == *deadline)
+                leases.get(*seq).is_some_and(|l| l.deadline == *deadline)
             });
             if self.expiries.capacity() > 4 * self.expiries.len() + EXPIRIES_SLACK {
                 self.expiries
@@ -1059,7 +1033,7 @@ impl Core {
         record: Option<&[u8]>,
     ) -> Result<()> {
         let g = self.journal_gen();
-        let lease = self.leases.remove(&seq).ok_or_else(|| {
+        let lease = self.leases.remove(seq).ok_or_else(|| {
             Error::corrupt(
                 &names::j(g),
                 0,
@@ -1070,8 +1044,6 @@ impl Core {
                 },
             )
         })?;
-        self.by_url.remove(&(lease.crawl, lease.sig));
-        self.tokens.remove(&lease.token);
         let i = lease.queue;
         let p = self.policy(&self.queues[i as usize]);
         let q = &mut self.queues[i as usize];
@@ -1146,7 +1118,7 @@ impl Core {
         if !fresh
             && self
                 .leases
-                .get(&seq)
+                .get(seq)
                 .is_some_and(|l| self.queues[l.queue as usize].id == qid)
         {
             let end = if when == 0 {
@@ -1207,16 +1179,11 @@ impl Core {
                 break;
             }
             self.expiries.pop();
-            let current = self
-                .leases
-                .get(&seq)
-                .is_some_and(|l| l.deadline == deadline);
+            let current = self.leases.get(seq).is_some_and(|l| l.deadline == deadline);
             if !current {
                 continue;
             }
-            let lease = self.leases.remove(&seq).expect("present");
-            self.by_url.remove(&(lease.crawl, lease.sig));
-            self.tokens.remove(&lease.token);
+            let lease = self.leases.remove(seq).expect("present");
             let q = &mut self.queues[lease.queue as usize];
             q.leased -= 1;
             let k = q.returned.partition_point(|(s, _)| *s < seq);
@@ -1306,13 +1273,11 @@ impl Core {
         let seqs: Vec<u64> = self
             .leases
             .iter()
-            .filter(|(_, l)| l.queue == i)
-            .map(|(seq, _)| *seq)
+            .filter(|l| l.queue == i)
+            .map(|l| l.seq)
             .collect();
-        for seq in &seqs {
-            let lease = self.leases.remove(seq).expect("listed");
-            self.by_url.remove(&(lease.crawl, lease.sig));
-            self.tokens.remove(&lease.token);
+        for &seq in &seqs {
+            self.leases.remove(seq).expect("listed");
         }
         let next_seq = self.next_seq;
         let q = &mut self.queues[i as usize];
@@ -1975,7 +1940,7 @@ impl Core {
                 }
                 let q = &self.queues[i as usize];
                 check_record(run.file(), offset, rec, q.id, q.crawl)?;
-                if self.leases.contains_key(&seq) || !taken.insert(seq) {
+                if self.leases.contains(seq) || !taken.insert(seq) {
                     return Err(run.file().corrupt(
                         offset,
                         Corruption::Invalid {
@@ -2076,7 +2041,7 @@ impl Core {
         };
         let mut items: Vec<(u64, u64, End)> = self
             .leases
-            .values()
+            .iter()
             .filter(|l| crawl.is_none_or(|id| self.queues[l.queue as usize].crawl == id))
             .map(|l| (l.token, 0, End::Retry))
             .collect();
@@ -2095,8 +2060,8 @@ impl Core {
         let mut entries = Vec::with_capacity(items.len());
         let mut out = Vec::with_capacity(items.len());
         for &(token, took, end) in items {
-            let seq = match self.tokens.get(&token) {
-                Some(&seq) if ended.insert(seq) => seq,
+            let seq = match self.leases.seq_of_token(token) {
+                Some(seq) if ended.insert(seq) => seq,
                 _ => {
                     out.push(false);
                     continue;
@@ -2143,11 +2108,7 @@ impl Core {
             }
         }
         while let Some(&Reverse((deadline, seq))) = self.expiries.peek() {
-            if self
-                .leases
-                .get(&seq)
-                .is_some_and(|l| l.deadline == deadline)
-            {
+            if self.leases.get(seq).is_some_and(|l| l.deadline == deadline) {
                 break;
             }
             self.expiries.pop();
@@ -2187,8 +2148,9 @@ impl Core {
         let seed = record::crawl_seed(self.sieve.seed(), id);
         urls.iter()
             .map(|url| {
-                let seq = self.by_url.get(&(id, crate::signature(url, seed)))?;
-                self.leases.get(seq).map(|l| l.token)
+                self.leases
+                    .of_url(id, crate::signature(url, seed))
+                    .map(|l| l.token)
             })
             .collect()
     }
@@ -2312,8 +2274,8 @@ impl Core {
             .map(|&id| Run::open(&*st, id))
             .collect::<Result<Vec<_>>>()?;
         let mut leases_of: HashMap<u32, Vec<u64>> = HashMap::new();
-        for (&seq, l) in self.leases.iter() {
-            leases_of.entry(l.queue).or_default().push(seq);
+        for l in self.leases.iter() {
+            leases_of.entry(l.queue).or_default().push(l.seq);
         }
         let mut visited = 0;
         for &i in picked {
@@ -2347,7 +2309,7 @@ impl Core {
             seqs.sort_unstable();
             let j = names::j(self.j_gen);
             for seq in seqs {
-                let l = &self.leases[&seq];
+                let l = self.leases.get(seq).expect("listed");
                 let r = record::decode(&l.record).map_err(|what| Error::corrupt(&j, 0, what))?;
                 ex.leased.push((
                     super::MovedUrl {
@@ -2794,9 +2756,9 @@ impl Core {
             return Ok(UrlStatus::Unknown);
         };
         let sig = crate::signature(url, record::crawl_seed(self.sieve.seed(), id));
-        if let Some(seq) = self.by_url.get(&(id, sig)) {
+        if let Some(l) = self.leases.of_url(id, sig) {
             return Ok(UrlStatus::Leased {
-                until_ms: self.leases[seq].deadline,
+                until_ms: l.deadline,
             });
         }
         let qid = queue_id(id, key.unwrap_or_else(|| default_key(url)));
@@ -2852,8 +2814,8 @@ impl Core {
                 .cmp(&self.queues[*b as usize].key)
         });
         let mut leased: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
-        for (seq, l) in &self.leases {
-            leased.entry(l.queue).or_default().push((*seq, l.deadline));
+        for l in self.leases.iter() {
+            leased.entry(l.queue).or_default().push((l.seq, l.deadline));
         }
         // Records of leases and lists came from J's entries, checked when they were read.
         let g = self.journal_gen();
@@ -2865,7 +2827,7 @@ impl Core {
                 ls.sort_unstable();
                 for (seq, until_ms) in ls {
                     if !f(
-                        listed(&self.leases[&seq].record, g)?,
+                        listed(&self.leases.get(seq).expect("listed").record, g)?,
                         UrlStatus::Leased { until_ms },
                     ) {
                         return Ok(());
@@ -2976,8 +2938,9 @@ impl Core {
                 items.iter().all(|it| {
                     self.validate(it.url, it.key).is_ok()
                         && self
-                            .by_url
-                            .contains_key(&(id, crate::signature(it.url, seed)))
+                            .leases
+                            .of_url(id, crate::signature(it.url, seed))
+                            .is_some()
                 })
             });
         if !all_leased {
@@ -3020,8 +2983,8 @@ impl Core {
         let mut in_runs: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         for (k, it) in items.iter().enumerate() {
             let sig = crate::signature(it.url, seed);
-            if let Some(&seq) = self.by_url.get(&(id, sig)) {
-                at[k] = Some((seq, false));
+            if let Some(l) = self.leases.of_url(id, sig) {
+                at[k] = Some((l.seq, false));
                 continue;
             }
             let qid = queue_id(id, it.key.unwrap_or_else(|| default_key(it.url)));
@@ -3101,7 +3064,7 @@ impl Core {
     /// after every earlier run's). A hand-out would find a repeat only when it served both;
     /// this finds it at once. It holds 8 bytes per record of the largest run.
     pub(super) fn verify_seqs(&self) -> Result<()> {
-        let mut out: std::collections::HashSet<u64> = self.leases.keys().copied().collect();
+        let mut out: std::collections::HashSet<u64> = self.leases.iter().map(|l| l.seq).collect();
         for q in &self.queues {
             out.extend(q.returned.iter().map(|r| r.0));
             out.extend(q.refetch.iter().map(|r| r.1));
