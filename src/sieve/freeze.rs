@@ -256,6 +256,14 @@ impl Sieve {
             || m.f_count.saturating_sub(self.reader.position().consumed) < low
     }
 
+    /// Gives back the room of the buffer kept for the next S (the last flush's, emptied, up
+    /// to S's share of the budget), for a caller that needs the room more than the next
+    /// pushes need the buffer ready: the frontier's move of F into the queues, which runs
+    /// after a flush. The next S grows again as it fills.
+    pub(crate) fn release_spare_s(&mut self) {
+        self.next_s = Vec::new();
+    }
+
     /// The buffer for the next S: the one the last flush handed back, or a new one (which
     /// grows as it fills: see [`crate::buffer::push_slot`]).
     pub(super) fn take_next_s(&mut self) -> Vec<Slot> {

@@ -1302,6 +1302,8 @@ impl Core {
     fn move_f(&mut self) -> Result<()> {
         self.writable()?;
         let raw = self.sieve.mode() != Mode::Frontier;
+        // The move's buffers below take the room S's spare held.
+        self.sieve.release_spare_s();
         // The records read, end to end in one buffer, and per record its queue, seq, crawl
         // and place in the buffer: 24 bytes beside its own, where a buffer per record cost
         // its allocation's rounding and header too.
