@@ -6,6 +6,7 @@
 //! instead of found again from the record.
 
 mod checkpoint;
+mod due;
 mod leases;
 
 pub(crate) use checkpoint::in_version as checkpoint_in_version;
@@ -30,6 +31,7 @@ use crate::record::{self, Record};
 use crate::sieve::wal::{self, Kind};
 use crate::sieve::Sieve;
 use crate::storage::{Storage, StorageExt};
+use due::DueHeap;
 use leases::{Lease, Leases};
 
 /// J, the journal.
@@ -277,7 +279,7 @@ pub(crate) struct Core {
     /// The token the next lease gets.
     next_token: u64,
     expiries: BinaryHeap<Reverse<(u64, u64)>>,
-    heap: BinaryHeap<Reverse<(u64, u32)>>,
+    heap: DueHeap,
     /// Queues with a live entry in the heap, by crawl.
     scheduled: HashMap<u32, u64>,
     done: u64,
@@ -356,7 +358,7 @@ impl Core {
             leases: Leases::default(),
             next_token: 1,
             expiries: BinaryHeap::new(),
-            heap: BinaryHeap::new(),
+            heap: DueHeap::default(),
             scheduled: HashMap::new(),
             done: 0,
             poisoned: false,
@@ -839,7 +841,7 @@ impl Core {
                 *self.scheduled.entry(q.crawl).or_default() += 1;
             }
             self.queues[i as usize].heap_at = at;
-            self.heap.push(Reverse((at, i)));
+            self.heap.push(at, i);
         }
     }
 
@@ -1715,7 +1717,7 @@ impl Core {
                 };
                 i
             } else {
-                let Some(&Reverse((due, i))) = self.heap.peek() else {
+                let Some((due, i)) = self.heap.peek() else {
                     break;
                 };
                 if due > now {
@@ -2094,7 +2096,7 @@ impl Core {
         self.expire(now);
         // The entries of the heaps left stale (a queue served, emptied or rescheduled; a lease
         // ended) go, so that the first one left is exact.
-        while let Some(&Reverse((at, i))) = self.heap.peek() {
+        while let Some((at, i)) = self.heap.peek() {
             let q = &self.queues[i as usize];
             if q.heap_at != at {
                 self.heap.pop();
@@ -2116,7 +2118,7 @@ impl Core {
             self.expiries.pop();
         }
         // A queue due since an instant past is due now.
-        let heap = self.heap.peek().map(|Reverse((at, _))| (*at).max(now));
+        let heap = self.heap.peek().map(|(at, _)| at.max(now));
         let lease = self.expiries.peek().map(|Reverse((d, _))| *d);
         match (heap, lease) {
             (Some(a), Some(b)) => Some(a.min(b)),
