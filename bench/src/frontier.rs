@@ -34,13 +34,28 @@ pub struct FrontierArgs {
     /// run checks it), instead of `push`.
     #[arg(long)]
     pub push_new: bool,
+    /// Instead of leasing: leave the frontier as a crash leaves it (a child process builds it
+    /// and exits without closing it), then time its open and its first hand-out.
+    #[arg(long)]
+    pub reopen: bool,
+    /// Builds the frontier in this directory and exits without closing it (what `--reopen`
+    /// runs in a child process).
+    #[arg(long, hide = true)]
+    pub crash_in: Option<PathBuf>,
 }
 
-/// Runs the frontier benchmark and prints its figures.
-pub fn run(a: &FrontierArgs) -> Result<()> {
-    let parent = a.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let tmp = tempfile::tempdir_in(parent)?;
-    let f = Frontier::open(tmp.path().join("frontier"), Options::new())?;
+/// A frontier pushed and flushed into its queues, and the figures of both steps.
+struct Built {
+    f: Frontier,
+    pushed: std::time::Duration,
+    flushed: std::time::Duration,
+    push_peak: u64,
+    flush_peak: u64,
+}
+
+/// Pushes the URLs into a new frontier at `dir` and flushes them into their queues.
+fn build(a: &FrontierArgs, dir: &std::path::Path) -> Result<Built> {
+    let f = Frontier::open(dir, Options::new())?;
     f.set_policy(
         "",
         None,
@@ -79,6 +94,35 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
     f.flush()?;
     let flushed = start.elapsed();
     let flush_peak = take_peak_rss(None);
+    Ok(Built {
+        f,
+        pushed,
+        flushed,
+        push_peak,
+        flush_peak,
+    })
+}
+
+/// Runs the frontier benchmark and prints its figures.
+pub fn run(a: &FrontierArgs) -> Result<()> {
+    if let Some(dir) = &a.crash_in {
+        build(a, dir)?;
+        // No destructor runs: the files are left as a crash of the process leaves them.
+        std::process::exit(0);
+    }
+    let parent = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let tmp = tempfile::tempdir_in(parent)?;
+    if a.reopen {
+        return reopen(a, &tmp.path().join("frontier"));
+    }
+    let Built {
+        f,
+        pushed,
+        flushed,
+        push_peak,
+        flush_peak,
+    } = build(a, &tmp.path().join("frontier"))?;
+    let batch = a.batch.max(1);
     let queues = f.stats()?.queues;
 
     let start = Instant::now();
@@ -139,6 +183,69 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         mib(push_peak),
         mib(flush_peak),
         mib(lease_peak)
+    );
+    Ok(())
+}
+
+/// `--reopen`: a child process builds the frontier and exits without closing it; then its
+/// open (the replay of the journal since the last checkpoint) and first hand-out are timed.
+fn reopen(a: &FrontierArgs, dir: &std::path::Path) -> Result<()> {
+    let mut child = std::process::Command::new(std::env::current_exe()?);
+    child.args([
+        "frontier",
+        "--urls",
+        &a.urls.to_string(),
+        "--hosts",
+        &a.hosts.to_string(),
+        "--batch",
+        &a.batch.to_string(),
+    ]);
+    if a.push_new {
+        child.arg("--push-new");
+    }
+    let start = Instant::now();
+    let status = child.arg("--crash-in").arg(dir).status()?;
+    if !status.success() {
+        return Err(format!("the building process exited with {status}").into());
+    }
+    let built = start.elapsed();
+    take_peak_rss(None);
+    let start = Instant::now();
+    let f = Frontier::open(dir, Options::new())?;
+    let opened = start.elapsed();
+    let open_peak = take_peak_rss(None);
+    let stats = f.stats()?;
+    let start = Instant::now();
+    let leased = f.lease(a.batch.max(1), None, 60_000)?;
+    let first = start.elapsed();
+    if stats.waiting != a.urls || leased.is_empty() {
+        return Err(format!(
+            "{} URLs pushed, {} waiting after the reopen, {} handed out",
+            a.urls,
+            stats.waiting,
+            leased.len()
+        )
+        .into());
+    }
+    let rss = take_peak_rss(None);
+    f.close()?;
+    println!(
+        "frontier reopened after a crash: {} URLs waiting in {} queues (built in {:.1} s)",
+        stats.waiting,
+        stats.queues,
+        built.as_secs_f64()
+    );
+    println!("  open                     {:>8.3} s", opened.as_secs_f64());
+    println!(
+        "  first lease of {:<6}    {:>8.3} s",
+        a.batch.max(1),
+        first.as_secs_f64()
+    );
+    println!(
+        "  peak RSS                 {:>8.1} MiB  (open {:.1}, first lease {:.1})",
+        open_peak.max(rss) as f64 / 1024.0,
+        open_peak as f64 / 1024.0,
+        rss as f64 / 1024.0
     );
     Ok(())
 }

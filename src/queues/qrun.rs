@@ -314,6 +314,16 @@ impl Run {
         })
     }
 
+    /// The run read by a scan of its groups in queue order ([`File::scanning`]): what a
+    /// compaction reads, each byte once, which through the mapping would fault in every
+    /// page and give the pages back again and again.
+    pub(crate) fn scanning(&self) -> Run {
+        Run {
+            file: self.file.scanning(),
+            ..self.clone()
+        }
+    }
+
     /// The run's id.
     pub(crate) fn id(&self) -> u64 {
         self.id

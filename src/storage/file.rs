@@ -7,7 +7,7 @@
 //! [`Corruption::Missing`], decided in one place ([`StorageExt::open_file`]).
 
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::{Storage, StorageFile};
 use crate::error::{Corruption, Error, Result};
@@ -31,6 +31,20 @@ impl File {
     /// The file's name in the directory.
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    /// A view of the file for a scan that reads it from start to end in small pieces, in
+    /// one or two streams at once (a Q run's frames, and its directory blocks at its end):
+    /// it reads [`SCAN_CHUNK`] bytes at a time with [`StorageFile::read_at_scanning`] into
+    /// two windows, and serves the pieces from them.
+    pub(crate) fn scanning(&self) -> File {
+        File {
+            inner: Arc::new(Scanning {
+                inner: self.inner.clone(),
+                windows: Mutex::new(Default::default()),
+            }),
+            name: self.name.clone(),
+        }
     }
 
     /// The underlying file, for code that reports its own errors.
@@ -186,5 +200,133 @@ impl<S: Storage + ?Sized> StorageExt for S {
                 Error::io("lock", &self.describe(), e)
             }
         })
+    }
+}
+
+/// Bytes a [`File::scanning`] view reads at once.
+const SCAN_CHUNK: usize = 256 << 10;
+
+/// The file of [`File::scanning`].
+struct Scanning {
+    inner: Arc<dyn StorageFile>,
+    /// The two windows, the one read from last first.
+    windows: Mutex<[Window; 2]>,
+}
+
+/// Bytes of a file from `start`.
+#[derive(Default)]
+struct Window {
+    start: u64,
+    bytes: Vec<u8>,
+}
+
+impl Window {
+    /// Copies what it holds of `offset..` into `buf`; None when it does not hold `offset`.
+    fn copy(&self, buf: &mut [u8], offset: u64) -> Option<usize> {
+        let at = usize::try_from(offset.checked_sub(self.start)?).ok()?;
+        let held = self.bytes.get(at..).filter(|b| !b.is_empty())?;
+        let n = held.len().min(buf.len());
+        buf[..n].copy_from_slice(&held[..n]);
+        Some(n)
+    }
+}
+
+impl StorageFile for Scanning {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let mut w = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = w[0].copy(buf, offset) {
+            return Ok(n);
+        }
+        if let Some(n) = w[1].copy(buf, offset) {
+            w.swap(0, 1);
+            return Ok(n);
+        }
+        if buf.len() >= SCAN_CHUNK {
+            return self.inner.read_at_scanning(buf, offset);
+        }
+        // The window read from less recently moves here.
+        w.swap(0, 1);
+        let win = &mut w[0];
+        win.start = offset;
+        win.bytes.resize(SCAN_CHUNK, 0);
+        let mut got = 0;
+        while got < SCAN_CHUNK {
+            match self
+                .inner
+                .read_at_scanning(&mut win.bytes[got..], offset + got as u64)
+            {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    win.bytes.clear();
+                    return Err(e);
+                }
+            }
+        }
+        win.bytes.truncate(got);
+        Ok(win.copy(buf, offset).unwrap_or(0))
+    }
+    fn write_all_at(&self, _buf: &[u8], _offset: u64) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "a scanning view of a file is read-only",
+        ))
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, _len: u64) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "a scanning view of a file is read-only",
+        ))
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.inner.sync()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes `i as u8` at each offset `i`, read through a scanning view in every pattern a
+    /// scan makes (forward in small pieces, in two interleaved streams, pieces across a
+    /// window's end, large pieces, past the end): the bytes are the file's.
+    #[test]
+    fn a_scanning_view_reads_what_the_file_holds() {
+        for short in [false, true] {
+            scan(short);
+        }
+    }
+
+    fn scan(short: bool) {
+        use crate::storage::{SimDisk, Storage};
+        let disk = SimDisk::new();
+        disk.set_short_reads(short);
+        let len = 3 * SCAN_CHUNK + 1234;
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let f = disk.create("x").expect("create");
+        f.write_all_at(&data, 0).expect("write");
+        let file = File::new(f, "x").scanning();
+        let check = |offset: usize, n: usize| {
+            let mut buf = vec![0u8; n];
+            file.read_exact_at(&mut buf, offset as u64).expect("read");
+            assert_eq!(buf, &data[offset..offset + n], "{offset} {n}");
+        };
+        let (mut a, mut b) = (0, 2 * SCAN_CHUNK + 17);
+        while a + 97 < len && b + 300 < len {
+            check(a, 97);
+            check(b, 300);
+            a += 97;
+            b += 300;
+        }
+        check(SCAN_CHUNK - 5, 10);
+        check(0, len);
+        check(len - 1, 1);
+        let mut buf = [0u8; 8];
+        assert!(file.read_exact_at(&mut buf, len as u64 - 4).is_err());
+        assert_eq!(file.raw().read_at(&mut buf, len as u64).expect("read"), 0);
     }
 }

@@ -75,6 +75,13 @@ pub trait StorageFile: Send + Sync {
     /// waiting and without any durability promise, so that a later [`StorageFile::sync`] has
     /// less to wait for. A hint: the default does nothing.
     fn start_writeback(&self, _offset: u64, _len: u64) {}
+    /// Reads as [`StorageFile::read_at`] does, for a scan that reads each byte once and in
+    /// large pieces: a file opened with [`Storage::open_immutable`] reads these from the file
+    /// rather than through its mapping, whose pages a scan would fault in one by one and have
+    /// to give back. The default is `read_at`.
+    fn read_at_scanning(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.read_at(buf, offset)
+    }
 
     /// Fills `buf` from `offset`; fails with [`io::ErrorKind::UnexpectedEof`] if the file
     /// is shorter.
@@ -113,6 +120,9 @@ struct UnsyncedFile(Arc<dyn StorageFile>);
 impl StorageFile for UnsyncedFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.0.read_at(buf, offset)
+    }
+    fn read_at_scanning(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at_scanning(buf, offset)
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.0.write_all_at(buf, offset)

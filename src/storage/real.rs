@@ -275,6 +275,9 @@ impl StorageFile for MappedFile {
         }
         self.file.read_at(buf, offset)
     }
+    fn read_at_scanning(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.file.read_at(buf, offset)
+    }
     fn write_all_at(&self, _buf: &[u8], _offset: u64) -> io::Result<()> {
         Err(read_only_error())
     }

@@ -1425,7 +1425,7 @@ impl Core {
         // the new run: a queue's records are its groups' in the order of the runs, which is
         // the order of their seqs (a run holds records queued after every earlier run's).
         let archive_id = id + 1;
-        let runs = self.runs.clone();
+        let runs: Vec<Run> = self.runs.iter().map(Run::scanning).collect();
         let mut heads: Vec<_> = runs.iter().map(|r| r.groups().peekable()).collect();
         let mut writer: Option<RunWriter> = None;
         // The records taken out (handed out or skipped) of crawls not deleted: an export
