@@ -420,8 +420,8 @@ fn front_decode(
     head: usize,
 ) -> Result<(), Corruption> {
     out.clear();
-    // Reserved, not filled: a damaged length could name a gigabyte. Each record grows `out`
-    // once, and is then written in place.
+    // Reserved, not filled: a damaged length could name a gigabyte. Each record is appended
+    // within the room reserved (its length was checked against `raw_len`).
     out.reserve(raw_len);
     // Where the next record goes in `out`.
     let mut w = 0usize;
@@ -456,13 +456,12 @@ fn front_decode(
                 len as u64,
             ));
         }
-        out.resize(w + 4 + len, 0);
-        let rec = &mut out[w..w + 4 + len];
-        rec[..4].copy_from_slice(&(len as u32).to_le_bytes());
-        rec[4..4 + head].copy_from_slice(&front[h..h + head]);
+        // Appended piece by piece (`out` is `w` long): nothing is zeroed first.
+        out.extend_from_slice(&(len as u32).to_le_bytes());
+        out.extend_from_slice(&front[h..h + head]);
         let at = w + 4 + head;
-        out.copy_within(prev_at..prev_at + shared, at);
-        out[at + shared..at + shared + rest].copy_from_slice(&front[pos..pos + rest]);
+        out.extend_from_within(prev_at..prev_at + shared);
+        out.extend_from_slice(&front[pos..pos + rest]);
         pos += rest;
         w = at + shared + rest;
         prev_at = at;

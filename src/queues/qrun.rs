@@ -40,7 +40,7 @@ const DIR_BLOCK_MAX: usize = 4 + DIR_BLOCK * DIR_ENTRY + 4;
 /// Bytes of an index entry.
 pub(crate) const INDEX_ENTRY: u64 = 20;
 /// A frame is written once its records reach this size.
-const FRAME_TARGET: usize = 16 << 10;
+const FRAME_TARGET: usize = 2 << 10;
 
 /// One queue's group in a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -204,7 +204,7 @@ impl<S: Storage + ?Sized> StorageExt for S {
 }
 
 /// Bytes a [`File::scanning`] view reads at once.
-const SCAN_CHUNK: usize = 256 << 10;
+const SCAN_CHUNK: usize = 64 << 10;
 
 /// The file of [`File::scanning`].
 struct Scanning {
