@@ -749,9 +749,12 @@ impl Core {
                 },
             ));
         }
-        for g in run.groups() {
+        // Its groups, and the first frame of each queue new here, are read in the order they
+        // lie in the run: through a scanning view, not the mapping.
+        let scan = run.scanning();
+        for g in scan.groups() {
             let g = g?;
-            let i = self.queue_of_group(&run, &g)?;
+            let i = self.queue_of_group(&scan, &g)?;
             // A queue moved away that takes records again is exported again.
             if !self.released.is_empty() {
                 self.released.remove(&g.queue);
@@ -771,12 +774,16 @@ impl Core {
         if let Some(&i) = self.index.get(&g.queue) {
             return Ok(i);
         }
-        let f = run.frame(g.offset)?;
+        let f = run.frame_with(g.offset, std::mem::take(&mut self.frame_spare))?;
         let first = f.records().next().unwrap_or_default();
         let (_, rec) = split(run.file(), g.offset, first)?;
         let r = record::decode(rec).map_err(|what| run.file().corrupt(g.offset, what))?;
         let key = r.key.unwrap_or_else(|| default_key(r.url));
-        Ok(self.queue(g.queue, g.crawl, key))
+        let i = self.queue(g.queue, g.crawl, key);
+        if f.payload.capacity() <= SPARE_MAX {
+            self.frame_spare = f.payload;
+        }
+        Ok(i)
     }
 
     /// The index of queue `id`, created if new.
