@@ -244,8 +244,13 @@ impl StorageFile for Scanning {
         if buf.len() >= SCAN_CHUNK {
             return self.inner.read_at_scanning(buf, offset);
         }
-        // The window read from less recently moves here.
-        w.swap(0, 1);
+        // The window this read continues is refilled (a stream that ran past its end), else
+        // the one read from less recently: a frame that runs past the frames' window does not
+        // evict the window of the directory blocks.
+        let continues = |win: &Window| win.start + win.bytes.len() as u64 == offset;
+        if continues(&w[1]) || !continues(&w[0]) {
+            w.swap(0, 1);
+        }
         let win = &mut w[0];
         win.start = offset;
         win.bytes.resize(SCAN_CHUNK, 0);
@@ -316,11 +321,22 @@ mod tests {
             assert_eq!(buf, &data[offset..offset + n], "{offset} {n}");
         };
         let (mut a, mut b) = (0, 2 * SCAN_CHUNK + 17);
+        let reads = disk.reads();
         while a + 97 < len && b + 300 < len {
             check(a, 97);
             check(b, 300);
             a += 97;
             b += 300;
+        }
+        if !short {
+            // Each stream keeps its window: one read of the file per window's worth of each
+            // (a stream whose piece ran past its window refills that one, not the other's).
+            let windows = (a / SCAN_CHUNK + 1) + ((b - 2 * SCAN_CHUNK) / SCAN_CHUNK + 1);
+            assert!(
+                disk.reads() - reads <= windows as u64 + 1,
+                "{}",
+                disk.reads() - reads
+            );
         }
         check(SCAN_CHUNK - 5, 10);
         check(0, len);
