@@ -257,17 +257,7 @@ async fn drain(
             }
             any = true;
             handed += round.len() as u64;
-            let items: Vec<pb::UrlItem> = round
-                .into_iter()
-                .map(|u| pb::UrlItem {
-                    id: String::new(),
-                    creation_date: 0,
-                    item: Some(pb::url_item::Item::Known(pb::KnownUrlItem {
-                        info: Some(u),
-                        refetchable_from_date: 0,
-                    })),
-                })
-                .collect();
+            let items = crate::serve::done_items(round);
             let mut acks = c.put_ur_ls(tokio_stream::iter(items)).await?.into_inner();
             while let Some(ack) = acks.message().await? {
                 if ack.status != 0 {

@@ -164,7 +164,7 @@ pub fn run(a: &ServeArgs) -> Result<()> {
 }
 
 /// The URLs handed out, as known items that say they are done.
-fn done_items(round: Vec<pb::UrlInfo>) -> Vec<pb::UrlItem> {
+pub fn done_items(round: Vec<pb::UrlInfo>) -> Vec<pb::UrlItem> {
     round
         .into_iter()
         .map(|u| pb::UrlItem {

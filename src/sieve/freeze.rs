@@ -264,6 +264,12 @@ impl Sieve {
         self.next_s = Vec::new();
     }
 
+    /// The capacity of the buffer kept for the next S, in slots.
+    #[cfg(test)]
+    pub(crate) fn spare_s_slots(&self) -> usize {
+        self.next_s.capacity()
+    }
+
     /// The buffer for the next S: the one the last flush handed back, or a new one (which
     /// grows as it fills: see [`crate::buffer::push_slot`]).
     pub(super) fn take_next_s(&mut self) -> Vec<Slot> {

@@ -3291,4 +3291,36 @@ mod tests {
         // The sweep ran: without it the heap would hold every lease made.
         assert!(most > super::EXPIRIES_SLACK, "{most}");
     }
+
+    /// A flush hands the sieve its S back, emptied, for the next pushes; the move of the new
+    /// URLs into the queues that follows frees it (its buffers take that room), and the next
+    /// pushes grow an S again.
+    #[test]
+    fn the_move_into_the_queues_frees_the_spare_s() {
+        use crate::queues::{Discovered, Frontier, ManualClock};
+        use crate::storage::SimDisk;
+        use crate::Options;
+        use std::sync::Arc;
+        let clock = Arc::new(ManualClock::new(1_000));
+        let opts = Options::new().seed(1).background_flush(false);
+        let f = Frontier::open_with(Arc::new(SimDisk::new()), opts, clock).unwrap();
+        let push = |from: usize| {
+            let urls: Vec<String> = (from..from + 100_000)
+                .map(|i| format!("http://h{}.test/{i}", i % 50))
+                .collect();
+            let items: Vec<Discovered<'_>> =
+                urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+            f.push("", &items).unwrap();
+        };
+        push(0);
+        f.with(|c| c.sieve.flush()).unwrap();
+        let spare = f.with(|c| Ok(c.sieve.spare_s_slots())).unwrap();
+        assert!(spare >= 100_000, "the flush kept no spare S: {spare} slots");
+        f.flush().unwrap();
+        assert_eq!(f.with(|c| Ok(c.sieve.spare_s_slots())).unwrap(), 0);
+        assert_eq!(f.stats().unwrap().waiting, 100_000);
+        push(100_000);
+        f.flush().unwrap();
+        assert_eq!(f.stats().unwrap().waiting, 200_000);
+    }
 }
