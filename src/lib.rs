@@ -140,7 +140,7 @@ pub mod internals {
     pub use crate::testing::frontier::{
         checkpoint_in_version, decode_frontier, frontier_corruption_opts, frontier_ops,
         frontier_outcome, frontier_outcome_in, frontier_store, judge_frontier_edit,
-        reseal_frontier, FrontierFile, FrontierState, Verdict,
+        reseal_frontier, FrontierFile, FrontierState, Verdict, T0,
     };
     pub use crate::testing::fuzz::{canary, crash_schedule, ops, random_input, target};
     pub use crate::testing::{apply, emit_model, run, verify, Observed, Step, Survivor};

@@ -957,6 +957,21 @@ impl Core {
         record: Box<[u8]>,
         replaying: bool,
     ) -> Result<()> {
+        let corrupt = |g, field| {
+            Error::corrupt(
+                &names::j(g),
+                0,
+                Corruption::Invalid {
+                    field,
+                    expected: "the next record of its queue",
+                    found: seq,
+                },
+            )
+        };
+        if self.leases.contains(seq) {
+            // Only a damaged store leases one record twice.
+            return Err(corrupt(self.journal_gen(), "leased record, leased already"));
+        }
         let q = &mut self.queues[i as usize];
         // The lists first: a record to fetch again after a known update may have a seq
         // past the queue's next one.
@@ -969,16 +984,7 @@ impl Core {
             // The records skipped on the way are passed.
             q.skips.retain(|&s| s > seq);
         } else {
-            let g = self.journal_gen();
-            return Err(Error::corrupt(
-                &names::j(g),
-                0,
-                Corruption::Invalid {
-                    field: "leased record",
-                    expected: "the next record of its queue",
-                    found: seq,
-                },
-            ));
+            return Err(corrupt(self.journal_gen(), "leased record"));
         }
         self.insert_lease(seq, token, deadline, i, crawl, sig, record);
         Ok(())
@@ -1899,26 +1905,44 @@ impl Core {
         taken: &mut CounterSet<u64>,
     ) -> Result<()> {
         let q = &self.queues[i as usize];
+        // A record out of the queue's runs has a seq no other record has: one that is also
+        // leased, or already taken by this call from another queue's run, is a checkpoint's
+        // seq edited (`check` finds it too: `verify_seqs`).
+        let dup = |seq: u64| {
+            Error::corrupt(
+                names::CHECKPOINT,
+                0,
+                Corruption::Invalid {
+                    field: "seq of a record out of its queue's runs",
+                    expected: "a seq no other record has",
+                    found: seq,
+                },
+            )
+        };
         let mut n = 0;
         for (seq, rec) in q.returned.iter().take(k) {
+            if self.leases.contains(*seq) || !taken.insert(*seq) {
+                return Err(dup(*seq));
+            }
             out.push(Pick {
                 seq: *seq,
                 queue: i,
                 record: rec.clone(),
                 listed: true,
             });
-            taken.insert(*seq);
             n += 1;
         }
         // Then the records to fetch again whose instant has passed, in date order.
         for (_, seq, rec) in q.refetch.iter().take_while(|r| r.0 <= now).take(k - n) {
+            if self.leases.contains(*seq) || !taken.insert(*seq) {
+                return Err(dup(*seq));
+            }
             out.push(Pick {
                 seq: *seq,
                 queue: i,
                 record: rec.clone(),
                 listed: true,
             });
-            taken.insert(*seq);
             n += 1;
         }
         let mut next = q.next_seq;
