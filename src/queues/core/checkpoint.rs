@@ -106,7 +106,7 @@ impl Core {
         let queues = self.queues.iter().map(|q| QueueImage {
             id: q.id,
             crawl: q.crawl,
-            key: &q.key,
+            key: self.keys.get(q.key),
             next_seq: q.next_seq,
             waiting: q.waiting,
             completed: q.completed,
@@ -247,6 +247,11 @@ impl Core {
                 self.runs.push(Run::open(st, id)?);
             }
         }
+        // Room for every queue at once (doubled tables would hold up to twice it).
+        let more = k.queues.len().saturating_sub(self.queues.len());
+        self.queues.reserve_exact(more);
+        let queues = &self.queues;
+        self.index.reserve(more, |j| queues[j as usize].id);
         for q in k.queues {
             let i = self.queue(q.id, q.crawl, q.key);
             let s = &mut self.queues[i as usize];
@@ -265,7 +270,7 @@ impl Core {
         }
         for l in k.leases {
             let (qid, crawl, sig) = self.locate(l.record).map_err(|what| f.corrupt(0, what))?;
-            let queue = self.index[&qid];
+            let queue = self.place(qid).expect("checked by the decoding");
             self.insert_lease(
                 l.seq,
                 l.token,

@@ -22,6 +22,15 @@ pub(super) struct DueHeap {
     keys: Vec<u128>,
 }
 
+/// Makes room for one more element in `v`, a quarter more at a time once it is large: a
+/// table per queue doubled would hold up to twice its queues' room. (A large vector grows
+/// in place or by remapping its pages, not by copying them.)
+pub(super) fn grow_by_a_quarter<T>(v: &mut Vec<T>) {
+    if v.len() == v.capacity() {
+        v.reserve_exact((v.len() / 4).max(64));
+    }
+}
+
 impl DueHeap {
     /// How many entries it holds (stale ones included).
     #[cfg(test)]
@@ -31,6 +40,7 @@ impl DueHeap {
 
     /// Adds queue `queue` at instant `at`.
     pub(super) fn push(&mut self, at: u64, queue: u32) {
+        grow_by_a_quarter(&mut self.keys);
         self.keys.push(key(at, queue));
         self.sift_up(self.keys.len() - 1);
     }

@@ -7,6 +7,7 @@
 
 mod checkpoint;
 mod due;
+mod index;
 mod leases;
 
 pub(crate) use checkpoint::in_version as checkpoint_in_version;
@@ -32,6 +33,7 @@ use crate::sieve::wal::{self, Kind};
 use crate::sieve::Sieve;
 use crate::storage::{Storage, StorageExt};
 use due::DueHeap;
+use index::{KeyAt, Keys, QueueIndex};
 use leases::{Lease, Leases};
 
 /// J, the journal.
@@ -113,7 +115,8 @@ const SPARE_MAX: usize = 64 << 10;
 struct Queue {
     id: u64,
     crawl: u32,
-    key: Box<[u8]>,
+    /// Its key, in `Core::keys`.
+    key: KeyAt,
     /// The seq of the next record to serve from the Q runs: those below were handed out.
     next_seq: u64,
     /// Records in the Q runs from `next_seq` on.
@@ -261,7 +264,10 @@ pub(crate) struct Core {
     blocks: HashMap<u64, u64>,
     paused: bool,
     queues: Vec<Queue>,
-    index: HashMap<u64, u32>,
+    /// The queues' places by id.
+    index: QueueIndex,
+    /// The queues' keys.
+    keys: Keys,
     runs: Vec<Run>,
     /// Q runs of the records compactions took out of the runs (handed out or skipped), in
     /// the order written: read by exports only, so that a queue moves with its done URLs.
@@ -349,7 +355,8 @@ impl Core {
             blocks: HashMap::new(),
             paused: false,
             queues: Vec::new(),
-            index: HashMap::new(),
+            index: QueueIndex::default(),
+            keys: Keys::default(),
             runs: Vec::new(),
             archives: Vec::new(),
             transfers: HashMap::new(),
@@ -624,7 +631,7 @@ impl Core {
                     self.queue(id, *crawl, key);
                     self.blocks.insert(id, *until);
                 }
-                if let Some(&i) = self.index.get(&id) {
+                if let Some(i) = self.place(id) {
                     self.schedule(i);
                 }
             }
@@ -636,7 +643,7 @@ impl Core {
             }
             Entry::DeleteQueue { crawl, key } => {
                 let id = queue_id(*crawl, key);
-                if let Some(&i) = self.index.get(&id) {
+                if let Some(i) = self.place(id) {
                     self.drop_queue(i);
                 }
                 self.policies.remove(&id);
@@ -664,7 +671,7 @@ impl Core {
             }
             Entry::Released { crawl, key } => {
                 let id = queue_id(*crawl, key);
-                if let Some(&i) = self.index.get(&id) {
+                if let Some(i) = self.place(id) {
                     self.drop_queue(i);
                 }
                 self.policies.remove(&id);
@@ -724,7 +731,7 @@ impl Core {
                     q.skips = ThinVec::new();
                 }
                 for &(id, n) in waiting {
-                    if let Some(&q) = self.index.get(&id) {
+                    if let Some(q) = self.place(id) {
                         self.queues[q as usize].waiting = n;
                     }
                 }
@@ -771,7 +778,7 @@ impl Core {
     /// The index of the queue of group `g` of `run`, created if new (its key is in its
     /// records).
     fn queue_of_group(&mut self, run: &Run, g: &super::qrun::Group) -> Result<u32> {
-        if let Some(&i) = self.index.get(&g.queue) {
+        if let Some(i) = self.place(g.queue) {
             return Ok(i);
         }
         let f = run.frame_with(g.offset, std::mem::take(&mut self.frame_spare))?;
@@ -788,15 +795,17 @@ impl Core {
 
     /// The index of queue `id`, created if new.
     fn queue(&mut self, id: u64, crawl: u32, key: &[u8]) -> u32 {
-        if let Some(&i) = self.index.get(&id) {
+        if let Some(i) = self.place(id) {
             return i;
         }
         let i = self.queues.len() as u32;
         self.next_crawl = self.next_crawl.max(crawl.saturating_add(1));
+        let key = self.keys.add(key);
+        due::grow_by_a_quarter(&mut self.queues);
         self.queues.push(Queue {
             id,
             crawl,
-            key: key.into(),
+            key,
             next_seq: 0,
             waiting: 0,
             returned: ThinVec::new(),
@@ -810,8 +819,19 @@ impl Core {
             runs: 0,
             at: None,
         });
-        self.index.insert(id, i);
+        let queues = &self.queues;
+        self.index.insert(id, i, |j| queues[j as usize].id);
         i
+    }
+
+    /// The place of queue `id` in `queues`.
+    fn place(&self, id: u64) -> Option<u32> {
+        self.index.get(id, |j| self.queues[j as usize].id)
+    }
+
+    /// The key of `q`.
+    fn key(&self, q: &Queue) -> &[u8] {
+        self.keys.get(q.key)
     }
 
     fn policy(&self, q: &Queue) -> Policy {
@@ -1102,8 +1122,8 @@ impl Core {
     ) -> Result<u32> {
         let g = self.journal_gen();
         let corrupt = |what| Error::corrupt(&names::j(g), 0, what);
-        match self.index.get(&qid) {
-            Some(&i) => Ok(i),
+        match self.place(qid) {
+            Some(i) => Ok(i),
             None if create => {
                 let r = record::decode(record).map_err(corrupt)?;
                 Ok(self.queue(qid, crawl, r.key.unwrap_or_else(|| default_key(r.url))))
@@ -1221,7 +1241,7 @@ impl Core {
         let mut slots = Vec::with_capacity(queues.len());
         for iq in queues {
             let id = queue_id(iq.crawl, iq.key);
-            if let Some(&i) = self.index.get(&id) {
+            if let Some(i) = self.place(id) {
                 self.drop_queue(i);
             }
             self.policies.remove(&id);
@@ -1459,8 +1479,8 @@ impl Core {
             let Some(queue) = next_queue else {
                 break;
             };
-            let (next, skips, live_crawl) = match self.index.get(&queue) {
-                Some(&i) => {
+            let (next, skips, live_crawl) = match self.place(queue) {
+                Some(i) => {
                     let q = &self.queues[i as usize];
                     let live = self.crawl_names.contains_key(&q.crawl);
                     (Some(q.next_seq), &q.skips[..], live)
@@ -1709,16 +1729,15 @@ impl Core {
                 };
                 let qid = queue_id(crawl, key);
                 let waits = |c: &Core| {
-                    c.index
-                        .get(&qid)
-                        .is_some_and(|&i| c.queues[i as usize].has_waiting())
+                    c.place(qid)
+                        .is_some_and(|i| c.queues[i as usize].has_waiting())
                 };
                 if !waits(self) && front > 0 && first {
                     // What was pushed to it may still be in the sieve.
                     self.flush()?;
                 }
-                match self.index.get(&qid) {
-                    Some(&i) => Some(i),
+                match self.place(qid) {
+                    Some(i) => Some(i),
                     None => return Ok(LeasedBatch::default()),
                 }
             }
@@ -1759,7 +1778,7 @@ impl Core {
             if !q.has_waiting()
                 || !self.has_room(q)
                 || only.is_some_and(|c| c != q.crawl)
-                || self.serve_only.as_ref().is_some_and(|f| !f(&q.key))
+                || self.serve_only.as_ref().is_some_and(|f| !f(self.key(q)))
             {
                 // Another crawl's queue (or one not served here) is scheduled again below, as
                 // it was.
@@ -2237,9 +2256,9 @@ impl Core {
             return Ok(0);
         };
         let qid = queue_id(id, key);
-        let held = self.index.get(&qid).map_or(0, |&i| self.held(i));
+        let held = self.place(qid).map_or(0, |i| self.held(i));
         let known = held > 0 || self.policies.contains_key(&qid) || self.blocks.contains_key(&qid);
-        if known || self.index.contains_key(&qid) {
+        if known || self.place(qid).is_some() {
             self.commit(&[Entry::DeleteQueue { crawl: id, key }])?;
         }
         Ok(held)
@@ -2264,7 +2283,8 @@ impl Core {
                 // A deleted crawl's queue.
                 continue;
             };
-            if !self.released.contains(&q.id) && select(&String::from_utf8_lossy(name), &q.key) {
+            if !self.released.contains(&q.id) && select(&String::from_utf8_lossy(name), self.key(q))
+            {
                 picked.push(i);
             }
         }
@@ -2287,7 +2307,7 @@ impl Core {
                 continue;
             };
             let qid = queue_id(id, key);
-            if let Some(&i) = self.index.get(&qid) {
+            if let Some(i) = self.place(qid) {
                 if !self.released.contains(&qid) {
                     picked.push(i as usize);
                 }
@@ -2330,7 +2350,7 @@ impl Core {
                 };
             let mut ex = super::QueueExport {
                 crawl,
-                key: q.key.to_vec(),
+                key: self.key(q).to_vec(),
                 policy: self.policies.get(&q.id).copied(),
                 blocked_until_ms: self.blocks.get(&q.id).copied().unwrap_or(0),
                 completed: q.completed,
@@ -2757,13 +2777,13 @@ impl Core {
             .iter()
             .filter(|q| q.crawl == id && self.listed(q))
             .collect();
-        qs.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        qs.sort_unstable_by(|a, b| self.key(a).cmp(self.key(b)));
         Ok(qs
             .into_iter()
             .skip(start)
             .take(max)
             .map(|q| super::QueueInfo {
-                key: q.key.to_vec(),
+                key: self.key(q).to_vec(),
                 waiting: q.waiting + (q.returned.len() + q.refetch.len()) as u64,
                 leased: u64::from(q.leased),
                 done: q.completed,
@@ -2797,7 +2817,7 @@ impl Core {
             });
         }
         let qid = queue_id(id, key.unwrap_or_else(|| default_key(url)));
-        if let Some(&i) = self.index.get(&qid) {
+        if let Some(i) = self.place(qid) {
             let q = &self.queues[i as usize];
             let same = |rec: &[u8]| record::decode(rec).is_ok_and(|r| r.url == url);
             if let Some(r) = q.refetch.iter().find(|r| same(&r.2)) {
@@ -2833,20 +2853,14 @@ impl Core {
             return Ok(());
         };
         let mut qs: Vec<u32> = match key {
-            Some(key) => self
-                .index
-                .get(&queue_id(id, key))
-                .copied()
-                .into_iter()
-                .collect(),
+            Some(key) => self.place(queue_id(id, key)).into_iter().collect(),
             None => (0..self.queues.len() as u32)
                 .filter(|&i| self.queues[i as usize].crawl == id)
                 .collect(),
         };
         qs.sort_unstable_by(|a, b| {
-            self.queues[*a as usize]
-                .key
-                .cmp(&self.queues[*b as usize].key)
+            let key = |i: &u32| self.key(&self.queues[*i as usize]);
+            key(a).cmp(key(b))
         });
         let mut leased: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
         for l in self.leases.iter() {
@@ -3023,7 +3037,7 @@ impl Core {
                 continue;
             }
             let qid = queue_id(id, it.key.unwrap_or_else(|| default_key(it.url)));
-            let Some(&i) = self.index.get(&qid) else {
+            let Some(i) = self.place(qid) else {
                 continue;
             };
             let q = &self.queues[i as usize];
@@ -3109,7 +3123,7 @@ impl Core {
             let mut seqs: Vec<(u64, u64)> = Vec::new();
             for g in run.groups() {
                 let g = g?;
-                let Some(&i) = self.index.get(&g.queue) else {
+                let Some(i) = self.place(g.queue) else {
                     continue;
                 };
                 let q = &self.queues[i as usize];
@@ -3275,10 +3289,12 @@ fn read_journal(
 mod tests {
     #[test]
     fn the_state_of_a_queue_takes_what_design_md_says() {
-        // The queue, its entry in the id index (a u64 and a u32) and in the heap (a u64 and
-        // a u32, padded): docs/design.md, "Memory" of the frontier, states these.
-        assert_eq!(std::mem::size_of::<super::Queue>(), 128);
-        assert_eq!(std::mem::size_of::<(u64, u32)>(), 16);
+        // The queue, its key's place, its entry in the id index (a u32) and in the heap
+        // (instant and queue in a u128): docs/design.md, "Memory" of the frontier, states
+        // these.
+        assert_eq!(std::mem::size_of::<super::Queue>(), 120);
+        assert_eq!(std::mem::size_of::<super::KeyAt>(), 8);
+        assert_eq!(std::mem::size_of::<u128>(), 16);
     }
 
     #[test]

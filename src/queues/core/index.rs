@@ -1,0 +1,141 @@
+//! The queues' ids to their places, and their keys end to end.
+//!
+//! Both take a few bytes per queue where a map of ids and a boxed key per queue took tens:
+//! the index holds 4-byte places (the id is the queue's own), and the keys lie in one
+//! buffer, each found by an 8-byte offset and length instead of a 16-byte box pointing to an
+//! allocation of its own.
+
+use hashbrown::HashTable;
+
+/// A queue's key in [`Keys`]: its offset (40 bits) and length (24 bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct KeyAt(u64);
+
+/// The longest key [`Keys`] holds (a default key is a URL's host, and URLs are shorter).
+const KEY_LEN_MAX: usize = (1 << 24) - 1;
+
+/// Every queue's key, end to end. Queues are never removed (a deleted one keeps its place),
+/// so neither are their keys.
+#[derive(Default)]
+pub(super) struct Keys {
+    bytes: Vec<u8>,
+}
+
+impl Keys {
+    /// Appends `key`; returns where it is.
+    pub(super) fn add(&mut self, key: &[u8]) -> KeyAt {
+        assert!(key.len() <= KEY_LEN_MAX, "a key of {} bytes", key.len());
+        let at = self.bytes.len() as u64;
+        assert!(at < 1 << 40, "more than 2^40 bytes of keys");
+        if self.bytes.capacity() - self.bytes.len() < key.len() {
+            // Grows by a quarter, not twice, once large: keys are never freed.
+            let more = (self.bytes.len() / 4).max(key.len()).max(4096);
+            self.bytes.reserve_exact(more);
+        }
+        self.bytes.extend_from_slice(key);
+        KeyAt(at << 24 | key.len() as u64)
+    }
+
+    /// The key at `k`.
+    pub(super) fn get(&self, k: KeyAt) -> &[u8] {
+        let at = (k.0 >> 24) as usize;
+        &self.bytes[at..at + (k.0 & KEY_LEN_MAX as u64) as usize]
+    }
+
+    /// Bytes held, room included.
+    #[cfg(test)]
+    pub(super) fn capacity(&self) -> usize {
+        self.bytes.capacity()
+    }
+}
+
+/// Finds a queue's place in `Core::queues` by its id.
+///
+/// Queue ids are hashes of keys that anyone can compute (a crawler's input chooses the
+/// keys), so the table hashes them again under a seed of its own, drawn at random per
+/// process: no input can aim at its buckets.
+pub(super) struct QueueIndex {
+    table: HashTable<u32>,
+    seed: u64,
+}
+
+impl Default for QueueIndex {
+    fn default() -> QueueIndex {
+        use std::hash::BuildHasher;
+        let seed = std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64);
+        QueueIndex {
+            table: HashTable::new(),
+            seed,
+        }
+    }
+}
+
+impl QueueIndex {
+    fn hash(&self, id: u64) -> u64 {
+        xxhash_rust::xxh3::xxh3_64_with_seed(&id.to_le_bytes(), self.seed)
+    }
+
+    /// The place of queue `id`, whose ids are `ids(place)`.
+    pub(super) fn get(&self, id: u64, ids: impl Fn(u32) -> u64) -> Option<u32> {
+        self.table.find(self.hash(id), |&i| ids(i) == id).copied()
+    }
+
+    /// Records that queue `id`, not in the index, is at `place`.
+    pub(super) fn insert(&mut self, id: u64, place: u32, ids: impl Fn(u32) -> u64) {
+        let seed = self.seed;
+        let hash = move |id: u64| xxhash_rust::xxh3::xxh3_64_with_seed(&id.to_le_bytes(), seed);
+        self.table.insert_unique(hash(id), place, |&i| hash(ids(i)));
+    }
+
+    /// Makes room for `more` queues.
+    pub(super) fn reserve(&mut self, more: usize, ids: impl Fn(u32) -> u64) {
+        let seed = self.seed;
+        let hash = move |id: u64| xxhash_rust::xxh3::xxh3_64_with_seed(&id.to_le_bytes(), seed);
+        self.table.reserve(more, |&i| hash(ids(i)));
+    }
+
+    /// Bytes held: buckets of 4 bytes and a control byte each.
+    #[cfg(test)]
+    pub(super) fn bytes(&self) -> usize {
+        self.table.capacity() * 5
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_come_back_as_they_were_added() {
+        let mut k = Keys::default();
+        let keys: Vec<Vec<u8>> = (0..5000u32)
+            .map(|i| {
+                format!("host-{i}.example")
+                    .into_bytes()
+                    .repeat((i % 3) as usize)
+            })
+            .collect();
+        let at: Vec<KeyAt> = keys.iter().map(|key| k.add(key)).collect();
+        for (key, a) in keys.iter().zip(&at) {
+            assert_eq!(k.get(*a), &key[..]);
+        }
+        let total: usize = keys.iter().map(Vec::len).sum();
+        assert!(k.capacity() < total + total / 4 + 4096, "{}", k.capacity());
+    }
+
+    #[test]
+    fn the_index_finds_every_queue_and_no_other() {
+        let ids: Vec<u64> = (0..20_000u64)
+            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect();
+        let mut index = QueueIndex::default();
+        for (place, &id) in ids.iter().enumerate() {
+            index.insert(id, place as u32, |i| ids[i as usize]);
+        }
+        for (place, &id) in ids.iter().enumerate() {
+            assert_eq!(index.get(id, |i| ids[i as usize]), Some(place as u32));
+            assert_eq!(index.get(id ^ 1, |i| ids[i as usize]), None);
+        }
+        assert!(index.bytes() < 20_000 * 5 * 2 + 1024);
+    }
+}
