@@ -42,6 +42,10 @@ pub(crate) const INDEX_ENTRY: u64 = 20;
 /// A frame is written once its records reach this size.
 const FRAME_TARGET: usize = 2 << 10;
 
+/// A run's frames are written in pieces of this many bytes: one write per frame of 2 KiB
+/// made the flush of 10^7 URLs into 10^5 queues take 5.3-5.8 s instead of 4.3-4.4 s.
+const GATHER_BYTES: usize = 256 << 10;
+
 /// One queue's group in a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Group {
@@ -84,7 +88,9 @@ impl RunWriter {
         h.put_u64(id);
         seal(&mut h);
         file.write_all_at(&h, 0)?;
-        let mut out = FrameWriter::new(file, HEADER_LEN, 0, id, 0).coded_front(true);
+        let mut out = FrameWriter::new(file, HEADER_LEN, 0, id, 0)
+            .coded_front(true)
+            .gathered(GATHER_BYTES);
         out.set_frame_target(FRAME_TARGET);
         Ok(RunWriter {
             out,
@@ -135,6 +141,7 @@ impl RunWriter {
     /// directory entry is not synced here); returns the run, open.
     pub(crate) fn finish(mut self) -> Result<Run> {
         self.out.write_frame()?;
+        self.out.drain_gathered()?;
         let file = self.out.file().clone();
         let mut at = self.out.end();
         let mut bytes = Vec::with_capacity(64 << 10);
