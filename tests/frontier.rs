@@ -1789,3 +1789,62 @@ fn a_checkpoint_written_in_pieces_survives_a_crash_at_each_of_its_operations() {
         }
     }
 }
+
+/// An update of a leased URL under another key than the one it was pushed with (here none,
+/// so its host) ends the lease in the queue that handed it out: the URL is fetched again
+/// from that queue at its instant, once, and the store stays sound (it once went to the
+/// other queue, which then held the record's seq while the lease did, and a hand-out found
+/// one seq twice), across a reopen too.
+#[test]
+fn an_update_under_another_key_ends_the_lease_in_its_own_queue() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let f = open(&disk, &clock);
+    let pushed = [
+        Discovered {
+            url: b"http://a.com/1",
+            key: Some(b"group"),
+            metadata: b"",
+        },
+        Discovered {
+            url: b"http://a.com/2",
+            key: None,
+            metadata: b"",
+        },
+    ];
+    f.push("", &pushed).unwrap();
+    let leased = f.lease(10, None, 30_000).unwrap();
+    assert_eq!(leased.len(), 2);
+    let l = leased.iter().find(|l| l.url == b"http://a.com/1").unwrap();
+    assert_eq!(l.key, b"group");
+    f.update(
+        "",
+        &[crivello::Known {
+            url: b"http://a.com/1",
+            key: None,
+            metadata: b"again",
+            refetch_ms: 5_000,
+        }],
+    )
+    .unwrap();
+    // The lease ended: its token is no longer in force.
+    assert!(!f.done(l.token, 0).unwrap());
+    let other = leased.iter().find(|l| l.url == b"http://a.com/2").unwrap();
+    assert!(f.done(other.token, 0).unwrap());
+    clock.set(6_000);
+    let again = f.lease(10, None, 30_000).unwrap();
+    assert_eq!(urls(&again), ["http://a.com/1"]);
+    assert_eq!(
+        (&again[0].key[..], &again[0].metadata[..]),
+        (&b"group"[..], &b"again"[..])
+    );
+    assert!(f.done(again[0].token, 0).unwrap());
+    clock.set(60_000);
+    assert!(f.lease(10, None, 30_000).unwrap().is_empty());
+    f.close().unwrap();
+    assert!(crivello::check_storage(Arc::new(disk.clone()))
+        .unwrap()
+        .is_sound());
+    let f = open(&disk, &clock);
+    assert!(f.lease(10, None, 30_000).unwrap().is_empty());
+}

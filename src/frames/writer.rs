@@ -75,9 +75,13 @@ impl FrameWriter {
     /// [`FrameWriter::drain_gathered`] first write what is gathered, so the file's contents
     /// at any of them are those of a writer without gathering; a writer dropped without one
     /// of them leaves the gathered frames unwritten (for a file read only once finished).
-    /// Not with [`FrameWriter::write_behind`].
+    /// Not with [`FrameWriter::write_behind`] or [`FrameWriter::with_tail_marks`]; the
+    /// frame target is set first (the buffer is sized by it).
     pub(crate) fn gathered(mut self, bytes: usize) -> FrameWriter {
-        debug_assert!(self.behind.is_none());
+        assert!(
+            self.behind.is_none() && !self.mark,
+            "gathering is for a writer without a thread or tail marks"
+        );
         self.gather = bytes;
         self.gathered = Vec::with_capacity(bytes + self.target + 2 * FRAME_HEADER);
         self
@@ -142,12 +146,14 @@ impl FrameWriter {
     /// seal, end frame or drop are those of a writer without a thread; a failed write is
     /// reported by the next call that writes, and nothing is written after it.
     pub(crate) fn write_behind(mut self) -> FrameWriter {
+        assert!(self.gather == 0, "a gathering writer has no thread");
         self.behind = Behind::start(self.file.clone());
         self
     }
 
     /// Ends every write with a tail mark (see the module's documentation).
     pub(crate) fn with_tail_marks(mut self) -> FrameWriter {
+        assert!(self.gather == 0, "a gathering writer writes no tail marks");
         self.mark = true;
         self
     }
@@ -201,7 +207,8 @@ impl FrameWriter {
         Ok(())
     }
 
-    /// The end of the frames written so far (the buffered records not counted).
+    /// The end of the frames written so far, gathered ones included (the buffered records
+    /// not counted).
     pub(crate) fn written_end(&self) -> u64 {
         self.end
     }
@@ -489,10 +496,10 @@ mod tests {
             };
             let file = File::new(Arc::new(counted), "log");
             let mut w = FrameWriter::new(file, 0, 0, 7, 0).coded_front(true);
+            w.set_frame_target(100);
             if gather > 0 {
                 w = w.gathered(gather);
             }
-            w.set_frame_target(100);
             let mut images = Vec::new();
             for round in 0..6u32 {
                 for i in 0..300u32 {

@@ -88,10 +88,9 @@ impl RunWriter {
         h.put_u64(id);
         seal(&mut h);
         file.write_all_at(&h, 0)?;
-        let mut out = FrameWriter::new(file, HEADER_LEN, 0, id, 0)
-            .coded_front(true)
-            .gathered(GATHER_BYTES);
+        let mut out = FrameWriter::new(file, HEADER_LEN, 0, id, 0).coded_front(true);
         out.set_frame_target(FRAME_TARGET);
+        let out = out.gathered(GATHER_BYTES);
         Ok(RunWriter {
             out,
             id,

@@ -112,9 +112,13 @@ impl Core {
             completed: q.completed,
             burst: q.burst,
             due: q.due,
-            returned: q.returned.iter().map(|(s, r)| (*s, &r[..])).collect(),
-            refetch: q.refetch.iter().map(|(w, s, r)| (*w, *s, &r[..])).collect(),
-            skips: q.skips.to_vec(),
+            returned: q.returned().iter().map(|(s, r)| (*s, &r[..])).collect(),
+            refetch: q
+                .refetch()
+                .iter()
+                .map(|(w, s, r)| (*w, *s, &r[..]))
+                .collect(),
+            skips: q.skips().to_vec(),
         });
         let leases = self.leases.iter().map(|l| LeaseImage {
             seq: l.seq,
@@ -260,13 +264,17 @@ impl Core {
             s.completed = q.completed;
             s.burst = q.burst;
             s.due = q.due;
-            s.returned = q.returned.iter().map(|&(seq, r)| (seq, r.into())).collect();
-            s.refetch = q
-                .refetch
-                .iter()
-                .map(|&(when, seq, r)| (when, seq, r.into()))
-                .collect();
-            s.skips = q.skips.into();
+            let lists = super::Lists {
+                returned: q.returned.iter().map(|&(seq, r)| (seq, r.into())).collect(),
+                refetch: q
+                    .refetch
+                    .iter()
+                    .map(|&(when, seq, r)| (when, seq, r.into()))
+                    .collect(),
+                skips: q.skips,
+            };
+            s.lists = Some(Box::new(lists));
+            s.tidy();
         }
         for l in k.leases {
             let (qid, crawl, sig) = self.locate(l.record).map_err(|what| f.corrupt(0, what))?;

@@ -7,12 +7,14 @@
 
 use hashbrown::HashTable;
 
-/// A queue's key in [`Keys`]: its offset (40 bits) and length (24 bits).
+/// A queue's key in [`Keys`]: its offset (40 bits) and length (24 bits); a key of
+/// [`LONG`] bytes or more has that length instead, and its own, 8 bytes, before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct KeyAt(u64);
 
-/// The longest key [`Keys`] holds (a default key is a URL's host, and URLs are shorter).
-const KEY_LEN_MAX: usize = (1 << 24) - 1;
+/// The length that says a key is long: its length is written before it. (A default key is
+/// a URL's host, which a URL of up to `max_url_len` bytes may make this long.)
+const LONG: u64 = (1 << 24) - 1;
 
 /// Every queue's key, end to end. Queues are never removed (a deleted one keeps its place),
 /// so neither are their keys.
@@ -24,22 +26,33 @@ pub(super) struct Keys {
 impl Keys {
     /// Appends `key`; returns where it is.
     pub(super) fn add(&mut self, key: &[u8]) -> KeyAt {
-        assert!(key.len() <= KEY_LEN_MAX, "a key of {} bytes", key.len());
         let at = self.bytes.len() as u64;
         assert!(at < 1 << 40, "more than 2^40 bytes of keys");
-        if self.bytes.capacity() - self.bytes.len() < key.len() {
+        let long = key.len() as u64 >= LONG;
+        let need = key.len() + if long { 8 } else { 0 };
+        if self.bytes.capacity() - self.bytes.len() < need {
             // Grows by a quarter, not twice, once large: keys are never freed.
-            let more = (self.bytes.len() / 4).max(key.len()).max(4096);
+            let more = (self.bytes.len() / 4).max(need).max(4096);
             self.bytes.reserve_exact(more);
         }
+        if long {
+            self.bytes
+                .extend_from_slice(&(key.len() as u64).to_le_bytes());
+        }
         self.bytes.extend_from_slice(key);
-        KeyAt(at << 24 | key.len() as u64)
+        KeyAt(at << 24 | (key.len() as u64).min(LONG))
     }
 
     /// The key at `k`.
     pub(super) fn get(&self, k: KeyAt) -> &[u8] {
         let at = (k.0 >> 24) as usize;
-        &self.bytes[at..at + (k.0 & KEY_LEN_MAX as u64) as usize]
+        match k.0 & LONG {
+            LONG => {
+                let len = u64::from_le_bytes(self.bytes[at..at + 8].try_into().expect("8 bytes"));
+                &self.bytes[at + 8..at + 8 + len as usize]
+            }
+            len => &self.bytes[at..at + len as usize],
+        }
     }
 
     /// Bytes held, room included.
@@ -121,6 +134,19 @@ mod tests {
         }
         let total: usize = keys.iter().map(Vec::len).sum();
         assert!(k.capacity() < total + total / 4 + 4096, "{}", k.capacity());
+        // Keys as long as a URL may make a host: their length is written before them.
+        let long: Vec<Vec<u8>> = [LONG as usize - 1, LONG as usize, LONG as usize + 5]
+            .iter()
+            .map(|&n| (0..n).map(|i| b'a' + (i % 26) as u8).collect())
+            .collect();
+        let at: Vec<KeyAt> = long.iter().map(|key| k.add(key)).collect();
+        let short = k.add(b"after");
+        for (key, a) in long.iter().zip(&at) {
+            assert_eq!(k.get(*a), &key[..]);
+        }
+        assert_eq!(k.get(short), b"after");
+        let empty = k.add(b"");
+        assert_eq!(k.get(empty), b"");
     }
 
     #[test]

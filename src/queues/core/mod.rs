@@ -17,8 +17,6 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
 
-use thin_vec::ThinVec;
-
 use super::clock::Clock;
 use super::journal::{Entry, ImportedQueue};
 use super::key::{default_key, queue_id};
@@ -121,16 +119,9 @@ struct Queue {
     next_seq: u64,
     /// Records in the Q runs from `next_seq` on.
     waiting: u64,
-    /// Records handed out whose lease ended without their being done: served first, in seq
-    /// order. (These three lists are empty in most queues: a `ThinVec` takes one word where
-    /// a `Vec` takes three.)
-    returned: ThinVec<(u64, Box<[u8]>)>,
-    /// Records done and served again once their instant has passed, by (instant, seq).
-    refetch: ThinVec<(u64, u64, Box<[u8]>)>,
-    /// Seqs of records in the Q runs, from `next_seq` on, that a known update ended: not
-    /// counted in `waiting`, passed over when reached, dropped by the next compaction.
-    /// Sorted.
-    skips: ThinVec<u64>,
+    /// Its records out of the runs, and the seqs it passes in them: none in most queues, so
+    /// out of line (one word).
+    lists: Option<Box<Lists>>,
     leased: u32,
     /// Milliseconds the fetches of the current burst took (the ratio rule).
     burst: u64,
@@ -145,6 +136,20 @@ struct Queue {
     runs: u64,
     /// Where `next_seq` is. A cache: `None` after a restart or a compaction.
     at: Option<At>,
+}
+
+/// A queue's records out of its runs, and the seqs its runs hold that it passes.
+#[derive(Default)]
+struct Lists {
+    /// Records handed out whose lease ended without their being done: served first, in seq
+    /// order.
+    returned: Vec<(u64, Box<[u8]>)>,
+    /// Records done and served again once their instant has passed, by (instant, seq).
+    refetch: Vec<(u64, u64, Box<[u8]>)>,
+    /// Seqs of records in the Q runs, from `next_seq` on, that a known update ended: not
+    /// counted in `waiting`, passed over when reached, dropped by the next compaction.
+    /// Sorted.
+    skips: Vec<u64>,
 }
 
 /// Where a queue's next record is in the Q runs: a frame's offset, the group's records from
@@ -174,30 +179,69 @@ impl At {
 }
 
 impl Queue {
+    /// Records handed out whose lease ended without their being done, by seq.
+    fn returned(&self) -> &[(u64, Box<[u8]>)] {
+        self.lists.as_ref().map_or(&[], |l| &l.returned)
+    }
+
+    /// Records to fetch again, by (instant, seq).
+    fn refetch(&self) -> &[(u64, u64, Box<[u8]>)] {
+        self.lists.as_ref().map_or(&[], |l| &l.refetch)
+    }
+
+    /// Seqs passed in the runs, sorted.
+    fn skips(&self) -> &[u64] {
+        self.lists.as_ref().map_or(&[], |l| &l.skips)
+    }
+
+    /// The lists, to change (made if it had none; [`Queue::tidy`] drops them empty).
+    fn lists_mut(&mut self) -> &mut Lists {
+        self.lists.get_or_insert_with(Box::default)
+    }
+
+    /// Drops the lists once all three are empty.
+    fn tidy(&mut self) {
+        let empty = |l: &Lists| l.returned.is_empty() && l.refetch.is_empty() && l.skips.is_empty();
+        if self.lists.as_deref().is_some_and(empty) {
+            self.lists = None;
+        }
+    }
+
+    /// Records `seq`, returned, in its place among the returned records.
+    fn insert_returned(&mut self, seq: u64, record: Box<[u8]>) {
+        let returned = &mut self.lists_mut().returned;
+        let k = returned.partition_point(|(s, _)| *s < seq);
+        returned.insert(k, (seq, record));
+    }
+
     /// Whether it holds records to serve, now or later.
     fn has_waiting(&self) -> bool {
-        self.waiting > 0 || !self.returned.is_empty() || !self.refetch.is_empty()
+        self.waiting > 0 || !self.returned().is_empty() || !self.refetch().is_empty()
     }
 
     /// Takes record `seq` out of the returned records or those to fetch again; false when
     /// it is in neither.
     fn take_listed(&mut self, seq: u64) -> bool {
-        if let Some(k) = self.returned.iter().position(|(s, _)| *s == seq) {
-            self.returned.remove(k);
-        } else if let Some(k) = self.refetch.iter().position(|(_, s, _)| *s == seq) {
-            self.refetch.remove(k);
+        let Some(l) = self.lists.as_mut() else {
+            return false;
+        };
+        if let Some(k) = l.returned.iter().position(|(s, _)| *s == seq) {
+            l.returned.remove(k);
+        } else if let Some(k) = l.refetch.iter().position(|(_, s, _)| *s == seq) {
+            l.refetch.remove(k);
         } else {
             return false;
         }
+        self.tidy();
         true
     }
 
     /// The first instant a record of it is available (politeness aside).
     fn available(&self) -> u64 {
-        if self.waiting > 0 || !self.returned.is_empty() {
+        if self.waiting > 0 || !self.returned().is_empty() {
             0
         } else {
-            self.refetch.first().map_or(u64::MAX, |r| r.0)
+            self.refetch().first().map_or(u64::MAX, |r| r.0)
         }
     }
 }
@@ -728,7 +772,10 @@ impl Core {
                 for q in &mut self.queues {
                     q.waiting = 0;
                     // The compaction dropped the records skipped.
-                    q.skips = ThinVec::new();
+                    if let Some(l) = q.lists.as_mut() {
+                        l.skips = Vec::new();
+                    }
+                    q.tidy();
                 }
                 for &(id, n) in waiting {
                     if let Some(q) = self.place(id) {
@@ -808,9 +855,7 @@ impl Core {
             key,
             next_seq: 0,
             waiting: 0,
-            returned: ThinVec::new(),
-            refetch: ThinVec::new(),
-            skips: ThinVec::new(),
+            lists: None,
             leased: 0,
             burst: 0,
             completed: 0,
@@ -977,21 +1022,6 @@ impl Core {
         record: Box<[u8]>,
         replaying: bool,
     ) -> Result<()> {
-        let corrupt = |g, field| {
-            Error::corrupt(
-                &names::j(g),
-                0,
-                Corruption::Invalid {
-                    field,
-                    expected: "the next record of its queue",
-                    found: seq,
-                },
-            )
-        };
-        if self.leases.contains(seq) {
-            // Only a damaged store leases one record twice.
-            return Err(corrupt(self.journal_gen(), "leased record, leased already"));
-        }
         let q = &mut self.queues[i as usize];
         // The lists first: a record to fetch again after a known update may have a seq
         // past the queue's next one.
@@ -1002,9 +1032,21 @@ impl Core {
             q.waiting = q.waiting.saturating_sub(1);
             q.next_seq = seq + 1;
             // The records skipped on the way are passed.
-            q.skips.retain(|&s| s > seq);
+            if let Some(l) = q.lists.as_mut() {
+                l.skips.retain(|&s| s > seq);
+            }
+            q.tidy();
         } else {
-            return Err(corrupt(self.journal_gen(), "leased record"));
+            let g = self.journal_gen();
+            return Err(Error::corrupt(
+                &names::j(g),
+                0,
+                Corruption::Invalid {
+                    field: "leased record",
+                    expected: "the next record of its queue",
+                    found: seq,
+                },
+            ));
         }
         self.insert_lease(seq, token, deadline, i, crawl, sig, record);
         Ok(())
@@ -1096,10 +1138,7 @@ impl Core {
         q.due = q.due.max(at.saturating_add(wait));
         match end {
             End::Done => q.completed = q.completed.saturating_add(1),
-            End::Retry => {
-                let k = q.returned.partition_point(|(s, _)| *s < seq);
-                q.returned.insert(k, (seq, lease.record));
-            }
+            End::Retry => q.insert_returned(seq, lease.record),
             End::Refetch(when) => {
                 let rec = record.map_or(lease.record, Into::into);
                 insert_refetch(q, when, seq, rec);
@@ -1187,9 +1226,9 @@ impl Core {
         } else if q.take_listed(seq) {
             // Taken from the returned records or those to fetch again.
         } else if seq >= q.next_seq && seq < next_seq {
-            match q.skips.binary_search(&seq) {
+            match q.skips().binary_search(&seq) {
                 Ok(_) => return Err(bad("seq of a known URL")),
-                Err(k) => q.skips.insert(k, seq),
+                Err(k) => q.lists_mut().skips.insert(k, seq),
             }
             // While replaying, a count may lag until the next compaction's entry sets it.
             q.waiting = q.waiting.saturating_sub(1);
@@ -1221,8 +1260,7 @@ impl Core {
             let lease = self.leases.remove(seq).expect("present");
             let q = &mut self.queues[lease.queue as usize];
             q.leased -= 1;
-            let k = q.returned.partition_point(|(s, _)| *s < seq);
-            q.returned.insert(k, (seq, lease.record));
+            q.insert_returned(seq, lease.record);
             self.schedule(lease.queue);
         }
     }
@@ -1273,7 +1311,10 @@ impl Core {
             q.burst = iq.burst;
             q.due = iq.due;
             q.at = None;
-            q.returned = iq.returned.iter().map(|(s, r)| (*s, (*r).into())).collect();
+            q.lists = None;
+            for &(seq, r) in &iq.returned {
+                q.insert_returned(seq, r.into());
+            }
             for &(when, seq, r) in &iq.refetch {
                 insert_refetch(q, when, seq, r.into());
             }
@@ -1316,13 +1357,11 @@ impl Core {
         }
         let next_seq = self.next_seq;
         let q = &mut self.queues[i as usize];
-        let held = q.waiting + (q.returned.len() + q.refetch.len() + seqs.len()) as u64;
+        let held = q.waiting + (q.returned().len() + q.refetch().len() + seqs.len()) as u64;
         self.done = self.done.saturating_sub(q.completed);
         q.next_seq = next_seq;
         q.waiting = 0;
-        q.returned = ThinVec::new();
-        q.refetch = ThinVec::new();
-        q.skips = ThinVec::new();
+        q.lists = None;
         q.leased = 0;
         q.burst = 0;
         q.completed = 0;
@@ -1483,7 +1522,7 @@ impl Core {
                 Some(i) => {
                     let q = &self.queues[i as usize];
                     let live = self.crawl_names.contains_key(&q.crawl);
-                    (Some(q.next_seq), &q.skips[..], live)
+                    (Some(q.next_seq), q.skips(), live)
                 }
                 None => (None, &[][..], false),
             };
@@ -1799,7 +1838,7 @@ impl Core {
             let k = k.min(u32::try_from(req.max_urls - planned).unwrap_or(u32::MAX));
             // What it holds to serve now: its returned records, those to fetch again whose
             // instant has passed, and those waiting in the runs.
-            let listed = q.returned.len() + q.refetch.iter().take_while(|r| r.0 <= now).count();
+            let listed = q.returned().len() + q.refetch().iter().take_while(|r| r.0 <= now).count();
             let k = u64::from(k).min(listed as u64 + q.waiting) as u32;
             if k == 0 {
                 continue;
@@ -1939,7 +1978,7 @@ impl Core {
             )
         };
         let mut n = 0;
-        for (seq, rec) in q.returned.iter().take(k) {
+        for (seq, rec) in q.returned().iter().take(k) {
             if self.leases.contains(*seq) || !taken.insert(*seq) {
                 return Err(dup(*seq));
             }
@@ -1952,7 +1991,7 @@ impl Core {
             n += 1;
         }
         // Then the records to fetch again whose instant has passed, in date order.
-        for (_, seq, rec) in q.refetch.iter().take_while(|r| r.0 <= now).take(k - n) {
+        for (_, seq, rec) in q.refetch().iter().take_while(|r| r.0 <= now).take(k - n) {
             if self.leases.contains(*seq) || !taken.insert(*seq) {
                 return Err(dup(*seq));
             }
@@ -1980,7 +2019,7 @@ impl Core {
             let mut taken_all = true;
             for r in f.records() {
                 let (seq, rec) = split(run.file(), offset, r)?;
-                if seq < next || self.queues[i as usize].skips.binary_search(&seq).is_ok() {
+                if seq < next || self.queues[i as usize].skips().binary_search(&seq).is_ok() {
                     continue;
                 }
                 if n == k {
@@ -2233,7 +2272,7 @@ impl Core {
     /// The URLs queue `i` holds: waiting, to fetch again, and leased.
     fn held(&self, i: u32) -> u64 {
         let q = &self.queues[i as usize];
-        q.waiting + (q.returned.len() + q.refetch.len()) as u64 + u64::from(q.leased)
+        q.waiting + (q.returned().len() + q.refetch().len()) as u64 + u64::from(q.leased)
     }
 
     /// Whether queue `q` is listed: it holds or held URLs, or has a policy or block of its
@@ -2375,7 +2414,7 @@ impl Core {
                 ));
                 live.insert(seq);
             }
-            for (seq, rec) in &q.returned {
+            for (seq, rec) in q.returned() {
                 let r = record::decode(rec).map_err(|what| Error::corrupt(&j, 0, what))?;
                 ex.returned.push(super::MovedUrl {
                     url: r.url.to_vec(),
@@ -2383,7 +2422,7 @@ impl Core {
                 });
                 live.insert(*seq);
             }
-            for (when, seq, rec) in &q.refetch {
+            for (when, seq, rec) in q.refetch() {
                 let r = record::decode(rec).map_err(|what| Error::corrupt(&j, 0, what))?;
                 ex.refetch.push((
                     *when,
@@ -2408,7 +2447,7 @@ impl Core {
                         return Ok(true);
                     }
                     let u = moved(rec, run.file(), at)?;
-                    if seq >= q.next_seq && q.skips.binary_search(&seq).is_err() {
+                    if seq >= q.next_seq && q.skips().binary_search(&seq).is_err() {
                         waiting.push((seq, u));
                     } else {
                         done.push((seq, u));
@@ -2746,7 +2785,7 @@ impl Core {
                 continue;
             }
             c.queues += 1;
-            let waiting = q.waiting + (q.returned.len() + q.refetch.len()) as u64;
+            let waiting = q.waiting + (q.returned().len() + q.refetch().len()) as u64;
             c.waiting += waiting;
             c.leased += u64::from(q.leased);
             c.done = c.done.saturating_add(q.completed);
@@ -2784,7 +2823,7 @@ impl Core {
             .take(max)
             .map(|q| super::QueueInfo {
                 key: self.key(q).to_vec(),
-                waiting: q.waiting + (q.returned.len() + q.refetch.len()) as u64,
+                waiting: q.waiting + (q.returned().len() + q.refetch().len()) as u64,
                 leased: u64::from(q.leased),
                 done: q.completed,
                 next_due_ms: (q.has_waiting() && self.has_room(q)).then(|| self.ready_at(q)),
@@ -2820,10 +2859,11 @@ impl Core {
         if let Some(i) = self.place(qid) {
             let q = &self.queues[i as usize];
             let same = |rec: &[u8]| record::decode(rec).is_ok_and(|r| r.url == url);
-            if let Some(r) = q.refetch.iter().find(|r| same(&r.2)) {
+            if let Some(r) = q.refetch().iter().find(|r| same(&r.2)) {
                 return Ok(UrlStatus::Refetch { at_ms: r.0 });
             }
-            if q.returned.iter().any(|r| same(&r.1)) || self.find_in_runs(i, &[url])?[0].is_some() {
+            if q.returned().iter().any(|r| same(&r.1)) || self.find_in_runs(i, &[url])?[0].is_some()
+            {
                 return Ok(UrlStatus::Waiting);
             }
         }
@@ -2884,7 +2924,7 @@ impl Core {
                 }
             }
             let q = &self.queues[i as usize];
-            for (_, rec) in &q.returned {
+            for (_, rec) in q.returned() {
                 if !f(listed(rec, g)?, UrlStatus::Waiting) {
                     return Ok(());
                 }
@@ -2898,7 +2938,7 @@ impl Core {
                     continue;
                 };
                 run.walk_group(&grp, |seq, rec, offset| {
-                    if seq < q.next_seq || q.skips.binary_search(&seq).is_ok() {
+                    if seq < q.next_seq || q.skips().binary_search(&seq).is_ok() {
                         return Ok(true);
                     }
                     let r = record::decode(rec).map_err(|w| run.file().corrupt(offset, w))?;
@@ -2909,7 +2949,7 @@ impl Core {
             if !more {
                 return Ok(());
             }
-            for (at_ms, _, rec) in &q.refetch {
+            for (at_ms, _, rec) in q.refetch() {
                 if !f(listed(rec, g)?, UrlStatus::Refetch { at_ms: *at_ms }) {
                     return Ok(());
                 }
@@ -2933,7 +2973,7 @@ impl Core {
                 continue;
             };
             run.walk_group(&g, |seq, rec, _| {
-                if seq < q.next_seq || q.skips.binary_search(&seq).is_ok() {
+                if seq < q.next_seq || q.skips().binary_search(&seq).is_ok() {
                     return Ok(true);
                 }
                 let at = record::decode(rec)
@@ -3034,6 +3074,23 @@ impl Core {
             let sig = crate::signature(it.url, seed);
             if let Some(l) = self.leases.of_url(id, sig) {
                 at[k] = Some((l.seq, false));
+                // Its lease ends in the queue that handed it out, whatever key the caller
+                // gives: under another key the update would reach a queue without it.
+                let given = it.key.unwrap_or_else(|| default_key(it.url));
+                if let Ok(r) = record::decode(&l.record) {
+                    if r.key.unwrap_or_else(|| default_key(it.url)) != given {
+                        records[k].clear();
+                        record::encode(
+                            &mut records[k],
+                            &Record {
+                                crawl: id,
+                                key: r.key,
+                                meta: it.metadata,
+                                url: it.url,
+                            },
+                        );
+                    }
+                }
                 continue;
             }
             let qid = queue_id(id, it.key.unwrap_or_else(|| default_key(it.url)));
@@ -3042,9 +3099,9 @@ impl Core {
             };
             let q = &self.queues[i as usize];
             let same = |rec: &[u8]| record::decode(rec).is_ok_and(|r| r.url == it.url);
-            if let Some(r) = q.returned.iter().find(|r| same(&r.1)) {
+            if let Some(r) = q.returned().iter().find(|r| same(&r.1)) {
                 at[k] = Some((r.0, false));
-            } else if let Some(r) = q.refetch.iter().find(|r| same(&r.2)) {
+            } else if let Some(r) = q.refetch().iter().find(|r| same(&r.2)) {
                 at[k] = Some((r.1, false));
             } else {
                 in_runs.entry(i).or_default().push(k);
@@ -3115,8 +3172,8 @@ impl Core {
     pub(super) fn verify_seqs(&self) -> Result<()> {
         let mut out: std::collections::HashSet<u64> = self.leases.iter().map(|l| l.seq).collect();
         for q in &self.queues {
-            out.extend(q.returned.iter().map(|r| r.0));
-            out.extend(q.refetch.iter().map(|r| r.1));
+            out.extend(q.returned().iter().map(|r| r.0));
+            out.extend(q.refetch().iter().map(|r| r.1));
         }
         let mut below = None;
         for run in &self.runs {
@@ -3128,7 +3185,7 @@ impl Core {
                 };
                 let q = &self.queues[i as usize];
                 run.walk_group(&g, |seq, _, offset| {
-                    if seq >= q.next_seq && q.skips.binary_search(&seq).is_err() {
+                    if seq >= q.next_seq && q.skips().binary_search(&seq).is_err() {
                         seqs.push((seq, offset));
                     }
                     Ok(true)
@@ -3167,7 +3224,7 @@ impl Core {
         let waiting: u64 = self
             .queues
             .iter()
-            .map(|q| q.waiting + (q.returned.len() + q.refetch.len()) as u64)
+            .map(|q| q.waiting + (q.returned().len() + q.refetch().len()) as u64)
             .sum();
         Ok(FrontierStats {
             queues: self.queues.iter().filter(|q| self.listed(q)).count() as u64,
@@ -3218,10 +3275,9 @@ fn validate_policy(p: &Policy) -> Result<()> {
 }
 
 fn insert_refetch(q: &mut Queue, when: u64, seq: u64, record: Box<[u8]>) {
-    let k = q
-        .refetch
-        .partition_point(|(w, s, _)| (*w, *s) < (when, seq));
-    q.refetch.insert(k, (when, seq, record));
+    let refetch = &mut q.lists_mut().refetch;
+    let k = refetch.partition_point(|(w, s, _)| (*w, *s) < (when, seq));
+    refetch.insert(k, (when, seq, record));
 }
 
 /// J's entries, each with its generation.
@@ -3292,7 +3348,7 @@ mod tests {
         // The queue, its key's place, its entry in the id index (a u32) and in the heap
         // (instant and queue in a u128): docs/design.md, "Memory" of the frontier, states
         // these.
-        assert_eq!(std::mem::size_of::<super::Queue>(), 120);
+        assert_eq!(std::mem::size_of::<super::Queue>(), 104);
         assert_eq!(std::mem::size_of::<super::KeyAt>(), 8);
         assert_eq!(std::mem::size_of::<u128>(), 16);
     }
