@@ -445,7 +445,10 @@ impl Frontier {
     /// (its fetch ended now, and its queue's delay runs from now); one to fetch again gets
     /// the new instant; a done one is served again only if `refetch_ms` is not 0. To fetch
     /// again, it keeps the item's metadata. Of one URL given twice, the last item counts.
-    /// An invalid URL or key refuses the whole batch. Durable when this returns Ok.
+    /// A leased URL's lease ends in its own queue whatever key the item gives; a URL that
+    /// waits is looked for in the item's key's queue only (give the key it was pushed
+    /// with: docs/design.md says why). An invalid URL or key refuses the whole
+    /// batch. Durable when this returns Ok.
     pub fn update(&self, crawl: &str, items: &[Known<'_>]) -> Result<()> {
         let crawl = crawl_name(crawl);
         self.with(|c| c.update(crawl, items, &[]))

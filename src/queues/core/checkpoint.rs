@@ -264,17 +264,18 @@ impl Core {
             s.completed = q.completed;
             s.burst = q.burst;
             s.due = q.due;
-            let lists = super::Lists {
-                returned: q.returned.iter().map(|&(seq, r)| (seq, r.into())).collect(),
-                refetch: q
-                    .refetch
-                    .iter()
-                    .map(|&(when, seq, r)| (when, seq, r.into()))
-                    .collect(),
-                skips: q.skips,
-            };
-            s.lists = Some(Box::new(lists));
-            s.tidy();
+            s.lists = None;
+            if !(q.returned.is_empty() && q.refetch.is_empty() && q.skips.is_empty()) {
+                s.lists = Some(Box::new(super::Lists {
+                    returned: q.returned.iter().map(|&(seq, r)| (seq, r.into())).collect(),
+                    refetch: q
+                        .refetch
+                        .iter()
+                        .map(|&(when, seq, r)| (when, seq, r.into()))
+                        .collect(),
+                    skips: q.skips,
+                }));
+            }
         }
         for l in k.leases {
             let (qid, crawl, sig) = self.locate(l.record).map_err(|what| f.corrupt(0, what))?;

@@ -3077,19 +3077,20 @@ impl Core {
                 // Its lease ends in the queue that handed it out, whatever key the caller
                 // gives: under another key the update would reach a queue without it.
                 let given = it.key.unwrap_or_else(|| default_key(it.url));
-                if let Ok(r) = record::decode(&l.record) {
-                    if r.key.unwrap_or_else(|| default_key(it.url)) != given {
-                        records[k].clear();
-                        record::encode(
-                            &mut records[k],
-                            &Record {
-                                crawl: id,
-                                key: r.key,
-                                meta: it.metadata,
-                                url: it.url,
-                            },
-                        );
-                    }
+                let g = self.journal_gen();
+                let r = record::decode(&l.record)
+                    .map_err(|what| Error::corrupt(&names::j(g), 0, what))?;
+                if r.key.unwrap_or_else(|| default_key(it.url)) != given {
+                    records[k].clear();
+                    record::encode(
+                        &mut records[k],
+                        &Record {
+                            crawl: id,
+                            key: r.key,
+                            meta: it.metadata,
+                            url: it.url,
+                        },
+                    );
                 }
                 continue;
             }
