@@ -391,17 +391,29 @@ mod tests {
     use crate::storage::{SimDisk, Storage, StorageFile};
     use std::sync::{Arc, Mutex};
 
-    /// A file that records the writeback hints it gets.
-    struct Hinted {
+    /// A file that records the writeback hints it gets and counts the writes.
+    struct Watched {
         inner: Arc<dyn StorageFile>,
         hints: Arc<Mutex<Vec<(u64, u64)>>>,
+        writes: Arc<Mutex<usize>>,
     }
 
-    impl StorageFile for Hinted {
+    impl Watched {
+        fn new(inner: Arc<dyn StorageFile>) -> Watched {
+            Watched {
+                inner,
+                hints: Arc::default(),
+                writes: Arc::default(),
+            }
+        }
+    }
+
+    impl StorageFile for Watched {
         fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
             self.inner.read_at(buf, offset)
         }
         fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            *self.writes.lock().unwrap() += 1;
             self.inner.write_all_at(buf, offset)
         }
         fn len(&self) -> std::io::Result<u64> {
@@ -458,43 +470,15 @@ mod tests {
         }
     }
 
-    /// A file that counts the writes it gets.
-    struct Counted {
-        inner: Arc<dyn StorageFile>,
-        writes: Arc<Mutex<usize>>,
-    }
-
-    impl StorageFile for Counted {
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-            self.inner.read_at(buf, offset)
-        }
-        fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-            *self.writes.lock().unwrap() += 1;
-            self.inner.write_all_at(buf, offset)
-        }
-        fn len(&self) -> std::io::Result<u64> {
-            self.inner.len()
-        }
-        fn set_len(&self, len: u64) -> std::io::Result<()> {
-            self.inner.set_len(len)
-        }
-        fn sync(&self) -> std::io::Result<()> {
-            self.inner.sync()
-        }
-    }
-
     /// A gathering writer leaves the same bytes as a plain one at every sync, seal, end and
     /// drain, in far fewer writes; before a drain, the frames gathered are not in the file.
     #[test]
     fn a_gathering_writer_writes_what_a_plain_one_does_in_fewer_writes() {
         let run = |gather: usize| {
             let disk = SimDisk::new();
-            let writes = Arc::new(Mutex::new(0));
-            let counted = Counted {
-                inner: disk.create("log").unwrap(),
-                writes: writes.clone(),
-            };
-            let file = File::new(Arc::new(counted), "log");
+            let watched = Watched::new(disk.create("log").unwrap());
+            let writes = watched.writes.clone();
+            let file = File::new(Arc::new(watched), "log");
             let mut w = FrameWriter::new(file, 0, 0, 7, 0).coded_front(true);
             w.set_frame_target(100);
             if gather > 0 {
@@ -575,11 +559,8 @@ mod tests {
     #[test]
     fn writeback_hints_cover_the_unsynced_bytes_once_in_order() {
         let disk = SimDisk::new();
-        let hints = Arc::new(Mutex::new(Vec::new()));
-        let file = Arc::new(Hinted {
-            inner: disk.create("log").unwrap(),
-            hints: hints.clone(),
-        });
+        let file = Arc::new(Watched::new(disk.create("log").unwrap()));
+        let hints = file.hints.clone();
         let start = 100;
         let mut w = FrameWriter::new(File::new(file, "log"), start, 0, 7, 0);
         let record = vec![b'u'; 1000];
@@ -633,11 +614,8 @@ mod tests {
         let mut got = Vec::new();
         for behind in [false, true] {
             let disk = SimDisk::new();
-            let hints = Arc::new(Mutex::new(Vec::new()));
-            let file = Arc::new(Hinted {
-                inner: disk.create("log").unwrap(),
-                hints: hints.clone(),
-            });
+            let file = Arc::new(Watched::new(disk.create("log").unwrap()));
+            let hints = file.hints.clone();
             let w = FrameWriter::new(File::new(file, "log"), 0, 0, 9, 0).with_tail_marks();
             let mut w = if behind { w.write_behind() } else { w };
             assert_eq!(w.behind.is_some(), behind);
