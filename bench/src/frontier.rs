@@ -42,6 +42,11 @@ pub struct FrontierArgs {
     /// runs in a child process).
     #[arg(long, hide = true)]
     pub crash_in: Option<PathBuf>,
+    /// Instead of crivello: the in-memory frontier a crawler's author writes by hand (a hash
+    /// set of the URLs seen, a `VecDeque` per host, a `BinaryHeap` of the hosts' due
+    /// instants), on the same URLs in the same batches. Nothing durable; memory unbounded.
+    #[arg(long)]
+    pub in_memory: bool,
 }
 
 /// A frontier pushed and flushed into its queues, and the figures of both steps.
@@ -73,8 +78,7 @@ fn build(a: &FrontierArgs, dir: &std::path::Path) -> Result<Built> {
     while i < a.urls {
         urls.clear();
         while urls.len() < batch && i < a.urls {
-            let h = xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes()) % hosts;
-            urls.push(format!("http://h{h}.example/{i}"));
+            urls.push(url_of(i, hosts));
             i += 1;
         }
         let items: Vec<Discovered<'_>> =
@@ -109,6 +113,9 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         build(a, dir)?;
         // No destructor runs: the files are left as a crash of the process leaves them.
         std::process::exit(0);
+    }
+    if a.in_memory {
+        return in_memory(a);
     }
     let parent = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     let tmp = tempfile::tempdir_in(parent)?;
@@ -246,6 +253,137 @@ fn reopen(a: &FrontierArgs, dir: &std::path::Path) -> Result<()> {
         open_peak.max(rss) as f64 / 1024.0,
         open_peak as f64 / 1024.0,
         rss as f64 / 1024.0
+    );
+    Ok(())
+}
+
+/// The URL of number `i` of `hosts` hosts, as [`build`] makes it.
+fn url_of(i: u64, hosts: u64) -> String {
+    let h = xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes()) % hosts;
+    format!("http://h{h}.example/{i}")
+}
+
+/// A host of the in-memory frontier: its URLs waiting, and whether it is in the heap or has a
+/// URL out.
+#[derive(Default)]
+struct Host {
+    urls: std::collections::VecDeque<String>,
+    scheduled: bool,
+    out: bool,
+}
+
+/// `--in-memory`: the hand-written frontier, one URL of a host out at a time, delay 0.
+fn in_memory(a: &FrontierArgs) -> Result<()> {
+    use std::cmp::Reverse;
+    use std::collections::{BinaryHeap, HashMap, HashSet};
+    let batch = a.batch.max(1);
+    let hosts = a.hosts.max(1);
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    };
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut queues: HashMap<String, Host> = HashMap::new();
+    let mut heap: BinaryHeap<Reverse<(u64, String)>> = BinaryHeap::new();
+    take_peak_rss(None);
+
+    let start = Instant::now();
+    let mut urls: Vec<String> = Vec::with_capacity(batch);
+    let mut i = 0;
+    while i < a.urls {
+        urls.clear();
+        while urls.len() < batch && i < a.urls {
+            urls.push(url_of(i, hosts));
+            i += 1;
+        }
+        for u in &urls {
+            if !seen.insert(u.clone()) {
+                continue;
+            }
+            let host = u["http://".len()..]
+                .split('/')
+                .next()
+                .unwrap_or("")
+                .to_owned();
+            let q = queues.entry(host.clone()).or_default();
+            q.urls.push_back(u.clone());
+            if !q.scheduled && !q.out {
+                q.scheduled = true;
+                heap.push(Reverse((0, host)));
+            }
+        }
+    }
+    let pushed = start.elapsed();
+    let push_peak = take_peak_rss(None);
+
+    let start = Instant::now();
+    let (mut served, mut calls) = (0u64, 0u64);
+    let mut out: HashMap<String, String> = HashMap::new();
+    loop {
+        // Lease: the due hosts, earliest first, one URL of each.
+        let t = now();
+        let mut leased: Vec<String> = Vec::with_capacity(batch);
+        while leased.len() < batch {
+            match heap.peek() {
+                Some(Reverse((due, _))) if *due <= t => {}
+                _ => break,
+            }
+            let Reverse((_, host)) = heap.pop().expect("peeked");
+            let q = queues.get_mut(&host).expect("a host of the heap");
+            q.scheduled = false;
+            if let Some(u) = q.urls.pop_front() {
+                q.out = true;
+                out.insert(u.clone(), host);
+                leased.push(u);
+            }
+        }
+        if leased.is_empty() {
+            break;
+        }
+        // Done: each host is due again now (delay 0) if it has more.
+        let t = now();
+        for u in &leased {
+            let host = out
+                .remove(u)
+                .ok_or("a URL just leased was not leased at its done")?;
+            let q = queues.get_mut(&host).expect("its host");
+            q.out = false;
+            if !q.urls.is_empty() && !q.scheduled {
+                q.scheduled = true;
+                heap.push(Reverse((t, host)));
+            }
+        }
+        served += leased.len() as u64;
+        calls += 1;
+    }
+    let drained = start.elapsed();
+    let lease_peak = take_peak_rss(None);
+    if served != a.urls {
+        return Err(format!("{} URLs pushed, {served} served", a.urls).into());
+    }
+    let rate = |n: u64, d: std::time::Duration| n as f64 / d.as_secs_f64();
+    println!(
+        "in-memory frontier: {} URLs over {} hosts, batches of {batch}",
+        a.urls,
+        queues.len()
+    );
+    println!(
+        "  push                     {:>8.3} s  {:>12.0} URLs/s",
+        pushed.as_secs_f64(),
+        rate(a.urls, pushed)
+    );
+    println!(
+        "  lease + done             {:>8.3} s  {:>12.0} URLs/s  ({calls} lease calls, {calls} done calls)",
+        drained.as_secs_f64(),
+        rate(served, drained)
+    );
+    let mib = |k: u64| k as f64 / 1024.0;
+    println!(
+        "  peak RSS                 {:>8.1} MiB  (push {:.1}, lease + done {:.1})",
+        mib(push_peak.max(lease_peak)),
+        mib(push_peak),
+        mib(lease_peak)
     );
     Ok(())
 }
