@@ -26,9 +26,20 @@
 //! size: (1) the generation is closed by an end frame, and the next one created, empty and
 //! durable; (2) the checkpoint replaces the
 //! old one atomically: **the switch**; (3) the writer moves to the new generation and the old
-//! ones are removed. A crash before (2) leaves the old checkpoint, and the new generation
-//! empty after the old ones; a crash after it leaves old generations, which the next open
-//! removes.
+//! ones are removed, but for the newest, which is kept as a *spare*. A crash before (2) leaves
+//! the old checkpoint, and the new generation empty after the old ones; a crash after it
+//! leaves old generations, which the next open removes.
+//!
+//! The next checkpoint's new generation takes the spare's file, as A's generations take
+//! superseded ones (`crate::sieve::wal`): its header is rewritten and synced, then the file
+//! renamed and the directory synced, all before (2). J's appends then overwrite blocks the
+//! file already has, and the sync that acknowledges each change writes the data alone, not
+//! the file's new size and blocks as well (on ext4, a data write and a cache flush instead of
+//! those and a commit of the file system's journal). Past the new frames lie the spare's,
+//! whose tag (their generation) ends the log, and every write ends with a tail mark. A crash
+//! before the rename leaves the spare's file under its own name, below the checkpoint's
+//! generation: the next open removes it; after the rename it is the new generation, holding
+//! nothing yet.
 
 use super::{Core, J};
 use crate::error::{Corruption, Error, Result};
@@ -173,7 +184,7 @@ impl Core {
             // and the next one created.
             self.writer().finish()?;
             self.writer().sync()?;
-            let writer = wal::create_of(J, &*st, next, None)?;
+            let writer = wal::create_of(J, &*st, next, self.j_spare.take())?;
             // 2.
             let len = durable::replace_with(&*st, names::CHECKPOINT, |f| {
                 let mut out = Out::to_file(f);
@@ -195,7 +206,11 @@ impl Core {
         // 3.
         drop(self.journal.replace(writer));
         for g in self.first_j_gen..next {
-            let _ = st.remove_file(&names::j(g));
+            if g + 1 == next && self.j_spare.is_none() {
+                self.j_spare = Some(g);
+            } else {
+                let _ = st.remove_file(&names::j(g));
+            }
         }
         self.first_j_gen = next;
         self.j_gen = next;

@@ -343,6 +343,10 @@ pub(crate) struct Core {
     j_gen: u64,
     /// The oldest generation of J on disk.
     first_j_gen: u64,
+    /// A J generation that a checkpoint replaced, kept for the next generation to take its
+    /// file (see [`Core::checkpoint`]): never replayed, its number being below the
+    /// checkpoint's. Removed by a close, and by any open.
+    j_spare: Option<u64>,
     /// A checkpoint is written once J's generation passes this many bytes.
     journal_bytes: u64,
     /// The size of the last checkpoint written or loaded: a close writes a new one when J's
@@ -387,6 +391,7 @@ impl Core {
             journal: None,
             j_gen: 0,
             first_j_gen: 0,
+            j_spare: None,
             journal_bytes,
             checkpoint_bytes: 0,
             next_seq: 0,
@@ -3251,6 +3256,10 @@ impl Core {
             self.writer().seal()?;
         }
         let end = self.writer().end();
+        if let Some(g) = self.j_spare.take() {
+            // Best effort: a spare left behind is removed by the next open.
+            let _ = self.sieve.storage().remove_file(&names::j(g));
+        }
         self.sieve
             .close_with_journal(Some(crate::manifest::CleanEnd { gen, end }))
     }
