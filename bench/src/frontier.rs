@@ -47,6 +47,13 @@ pub struct FrontierArgs {
     /// instants), on the same URLs in the same batches. Nothing durable; memory unbounded.
     #[arg(long)]
     pub in_memory: bool,
+    /// Instead of crivello: url-frontier's storage scheme on an LSM store (fjall): existence
+    /// keys and scheduling keys, leases in memory; each push and done batch synced.
+    #[arg(long, conflicts_with = "in_memory")]
+    pub lsm: bool,
+    /// With `--lsm`: the write batches are not synced (as url-frontier's service runs).
+    #[arg(long, requires = "lsm")]
+    pub unsynced: bool,
 }
 
 /// A frontier pushed and flushed into its queues, and the figures of both steps.
@@ -116,6 +123,9 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
     }
     if a.in_memory {
         return in_memory(a);
+    }
+    if a.lsm {
+        return crate::frontier_lsm::run(a);
     }
     let parent = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     let tmp = tempfile::tempdir_in(parent)?;
@@ -258,7 +268,7 @@ fn reopen(a: &FrontierArgs, dir: &std::path::Path) -> Result<()> {
 }
 
 /// The URL of number `i` of `hosts` hosts, as [`build`] makes it.
-fn url_of(i: u64, hosts: u64) -> String {
+pub(crate) fn url_of(i: u64, hosts: u64) -> String {
     let h = xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes()) % hosts;
     format!("http://h{h}.example/{i}")
 }

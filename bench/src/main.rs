@@ -23,6 +23,7 @@ mod assign;
 mod cluster;
 mod compress;
 mod frontier;
+mod frontier_lsm;
 mod neardup;
 mod peers;
 mod plot;
