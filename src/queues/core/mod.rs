@@ -3398,6 +3398,85 @@ mod tests {
         assert!(most > super::EXPIRIES_SLACK, "{most}");
     }
 
+    /// A checkpoint keeps the generation it replaced as a spare, and the next one takes its
+    /// file: never more than two J files, the newest generation written over the old bytes
+    /// of the spare's; a close removes the spare, and the state reopens whole.
+    #[test]
+    fn the_next_journal_generation_takes_the_spares_file() {
+        use crate::names::{self, FileName};
+        use crate::queues::{Discovered, Frontier, ManualClock};
+        use crate::storage::{SimDisk, Storage};
+        use crate::Options;
+        use std::sync::Arc;
+        let clock = Arc::new(ManualClock::new(1_000));
+        let opts = || {
+            Options::new()
+                .seed(1)
+                .background_flush(false)
+                .journal_bytes(4096)
+        };
+        let disk = SimDisk::new();
+        let f = Frontier::open_with(Arc::new(disk.clone()), opts(), clock.clone()).unwrap();
+        let urls: Vec<String> = (0..3_000)
+            .map(|i| format!("http://h{}.test/{i}", i % 30))
+            .collect();
+        let items: Vec<Discovered<'_>> =
+            urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+        f.push("", &items).unwrap();
+        f.flush().unwrap();
+        let journals = || -> Vec<u64> {
+            let mut gens: Vec<u64> = disk
+                .list()
+                .unwrap()
+                .iter()
+                .filter_map(|n| match names::parse(n) {
+                    Some(FileName::J(g)) => Some(g),
+                    _ => None,
+                })
+                .collect();
+            gens.sort_unstable();
+            gens
+        };
+        let (mut reused, mut gens_seen) = (0, std::collections::HashSet::new());
+        for _ in 0..50 {
+            for l in f.lease(30, None, 60_000).unwrap() {
+                assert!(f.done(l.token, 0).unwrap());
+            }
+            let gens = journals();
+            assert!(gens.len() <= 2, "J files {gens:?}");
+            let (newest, end) = f.with(|c| Ok((c.j_gen, c.writer().end()))).unwrap();
+            assert_eq!(*gens.last().unwrap(), newest);
+            if let [spare, _] = gens[..] {
+                assert_eq!(spare + 1, newest, "the spare is the generation before");
+            }
+            let len = disk.open(&names::j(newest)).unwrap().len().unwrap();
+            if len > end && gens_seen.insert(newest) {
+                // Bytes past the writer's end: the spare's, overwritten as J grows.
+                reused += 1;
+            }
+        }
+        assert!(reused >= 3, "{reused} generations took a spare's file");
+        assert_eq!(f.stats().unwrap().done, 1_500);
+        f.close().unwrap();
+        assert_eq!(journals().len(), 1, "a close removes the spare");
+        let f = Frontier::open_with(Arc::new(disk.clone()), opts(), clock).unwrap();
+        assert_eq!(f.stats().unwrap().done, 1_500);
+        assert_eq!(f.stats().unwrap().waiting, 1_500);
+        let mut served = 0;
+        loop {
+            let leased = f.lease(30, None, 60_000).unwrap();
+            if leased.is_empty() {
+                break;
+            }
+            for l in leased {
+                assert!(f.done(l.token, 0).unwrap());
+                served += 1;
+            }
+        }
+        assert_eq!(served, 1_500);
+        f.close().unwrap();
+    }
+
     /// A flush hands the sieve its S back, emptied, for the next pushes; the move of the new
     /// URLs into the queues that follows frees it (its buffers take that room), and the next
     /// pushes grow an S again.
