@@ -34,6 +34,7 @@
 //! This module holds the frame's codec; [`writer`] appends frames (with [`behind`], the
 //! thread that writes them while the caller goes on), [`reader`] reads them back.
 
+mod ahead;
 mod behind;
 pub(crate) mod coded;
 pub(crate) mod reader;

@@ -1,6 +1,7 @@
 //! The writer of frames: records appended in a buffer, written as one frame when it is full,
 //! synced by group commit.
 
+use super::ahead::{Ahead, Coded};
 use super::behind::Behind;
 use super::coded::Encoder;
 use super::{
@@ -41,6 +42,8 @@ pub(crate) struct FrameWriter {
     gathered_at: u64,
     /// Bytes gathered before they are written; 0: each frame is written on its own.
     gather: usize,
+    /// The thread that codes every other frame, if any (see [`FrameWriter::code_ahead`]).
+    ahead: Option<Ahead>,
 }
 
 impl FrameWriter {
@@ -67,6 +70,7 @@ impl FrameWriter {
             gathered: Vec::new(),
             gathered_at: end,
             gather: 0,
+            ahead: None,
         }
     }
 
@@ -106,6 +110,24 @@ impl FrameWriter {
     pub(crate) fn coded(mut self) -> FrameWriter {
         if super::coded::coding() {
             self.coder = Encoder::new().ok().map(|e| (e, Vec::new()));
+        }
+        self
+    }
+
+    /// Codes every other data frame on a thread of its own while the caller fills and codes
+    /// the next (if a thread and a second zstd context can be had; else the caller codes
+    /// them all). The caller writes each frame, in order, after the one before: the file's
+    /// contents and offsets are those of a writer without the thread. At most one frame is
+    /// at the thread; every other write and every sync first writes it. For a writer of
+    /// compressed frames ([`FrameWriter::coded`]), without [`FrameWriter::write_behind`] or
+    /// [`FrameWriter::gathered`].
+    pub(crate) fn code_ahead(mut self) -> FrameWriter {
+        assert!(
+            self.behind.is_none() && self.gather == 0,
+            "a writer that codes ahead writes its frames itself"
+        );
+        if self.coder.is_some() {
+            self.ahead = Encoder::new().ok().and_then(Ahead::start);
         }
         self
     }
@@ -217,6 +239,7 @@ impl FrameWriter {
     /// whose frames shrink as they are written, exact only when nothing is buffered).
     pub(crate) fn end(&self) -> u64 {
         self.end
+            + self.ahead.as_ref().map_or(0, |a| a.pending_len() as u64)
             + if self.count > 0 {
                 self.buf.len() as u64
             } else {
@@ -232,6 +255,9 @@ impl FrameWriter {
     fn frame(&mut self) -> Result<()> {
         if self.count == 0 {
             return Ok(());
+        }
+        if self.ahead.is_some() {
+            return self.frame_ahead();
         }
         // With a thread, a buffer for the next frame once one of those it holds is written.
         let spare = match &mut self.behind {
@@ -306,6 +332,92 @@ impl FrameWriter {
         Ok(())
     }
 
+    /// [`FrameWriter::frame`] with a coding thread: the frame goes to the thread if none is
+    /// there; else it is coded here while the thread codes the one before, and both are
+    /// written, in order.
+    fn frame_ahead(&mut self) -> Result<()> {
+        let codable = self.buf.len() - FRAME_HEADER <= super::coded::MAX_RAW;
+        let ahead = self.ahead.as_mut().expect("a coding thread");
+        if codable && !ahead.is_pending() {
+            let raw = std::mem::take(&mut self.buf);
+            self.buf = ahead
+                .send(raw, self.count)
+                .map_err(|e| self.file.io_error("write", e))?;
+            self.buf.resize(FRAME_HEADER, 0);
+            self.count = 0;
+            return Ok(());
+        }
+        let mut magic = MAGIC_FRAME;
+        if let (Some((encoder, out)), true) = (&mut self.coder, codable) {
+            encoder
+                .encode(&self.buf[FRAME_HEADER..], out, FRAME_HEADER)
+                .map_err(|e| self.file.io_error("write", e))?;
+            if out.len() < self.buf.len() {
+                std::mem::swap(&mut self.buf, out);
+                magic = MAGIC_CODED;
+            }
+        }
+        self.settle()?;
+        let mut frame = std::mem::take(&mut self.buf);
+        let written = self.write_direct(&mut frame, magic, self.count);
+        self.buf = frame;
+        written?;
+        self.buf.clear();
+        self.buf.resize(FRAME_HEADER, 0);
+        if self.buf.capacity() > 2 * self.target + 2 * FRAME_HEADER {
+            self.buf.shrink_to(self.target + FRAME_HEADER);
+        }
+        self.count = 0;
+        Ok(())
+    }
+
+    /// Writes the frame at the coding thread, if any, once it is coded.
+    fn settle(&mut self) -> Result<()> {
+        let Some(ahead) = &mut self.ahead else {
+            return Ok(());
+        };
+        let received = ahead
+            .receive()
+            .map_err(|e| self.file.io_error("write", e))?;
+        let Some((count, Coded { raw, out, smaller })) = received else {
+            return Ok(());
+        };
+        let (mut frame, other, magic) = if smaller {
+            (out, raw, MAGIC_CODED)
+        } else {
+            (raw, out, MAGIC_FRAME)
+        };
+        let written = self.write_direct(&mut frame, magic, count);
+        if let Some(ahead) = &mut self.ahead {
+            ahead.give_back(frame, other);
+        }
+        written
+    }
+
+    /// Writes the frame `frame` of `count` records (its payload after [`FRAME_HEADER`]
+    /// bytes of room for the header) at the end, with a tail mark if the writer writes them.
+    fn write_direct(&mut self, frame: &mut Vec<u8>, magic: u32, count: u32) -> Result<()> {
+        let payload_len = (frame.len() - FRAME_HEADER) as u32;
+        let (epoch, tag) = (self.epoch, self.tag);
+        let (head, payload) = frame.split_at_mut(FRAME_HEADER);
+        frame_header_with(head, magic, (epoch, tag), (payload_len, count), payload);
+        let frame_len = frame.len();
+        if self.mark {
+            push_mark(frame, (epoch, tag));
+        }
+        let (at, end) = (self.end, self.end + frame_len as u64);
+        let hint = (end - self.clean >= WRITEBACK_EVERY).then_some((self.clean, end - self.clean));
+        self.file.write_all_at(frame, at)?;
+        if let Some((offset, len)) = hint {
+            self.file.start_writeback(offset, len);
+        }
+        self.end = end;
+        if hint.is_some() {
+            self.clean = end;
+        }
+        Ok(())
+    }
+
     /// Syncs, then writes and syncs an empty frame of the next epoch. A valid frame two epochs
     /// after any damaged one proves the damage is corruption, not a torn write, so after a
     /// seal no data frame is ambiguous (see `docs/design.md`, "Torn tails").
@@ -330,6 +442,7 @@ impl FrameWriter {
     /// Waits until the thread, if any, has written every frame handed to it, and writes
     /// the frames gathered.
     fn drain(&mut self) -> Result<()> {
+        self.settle()?;
         match &mut self.behind {
             Some(behind) => behind.drain().map_err(|e| self.file.io_error("write", e)),
             None => self.write_gathered(),
@@ -363,7 +476,7 @@ impl FrameWriter {
     }
 
     fn sync_all(&mut self) -> Result<()> {
-        let wrote = self.count > 0;
+        let wrote = self.count > 0 || self.ahead.as_ref().is_some_and(Ahead::is_pending);
         if !wrote && self.synced_end == Some(self.end) {
             return Ok(());
         }
@@ -627,6 +740,104 @@ mod tests {
         }
         assert_eq!(got[0], got[1]);
         assert!(got[0].0.len() > 10_000, "many frames: {}", got[0].0.len());
+    }
+
+    /// A writer of compressed frames (`coded`) that codes ahead makes the same writes, in the
+    /// same order, at the same offsets, with the same hints and syncs, as one that does not;
+    /// and a write or sync that fails is reported, with nothing written after it.
+    #[test]
+    fn a_writer_that_codes_ahead_writes_what_one_without_does() {
+        let exercise = |w: &mut FrameWriter| -> Result<()> {
+            w.set_frame_target(2048);
+            for i in 0..3_000u32 {
+                let url = format!(
+                    "http://h{}.example/{}/{i}",
+                    i % 7,
+                    "p".repeat((i % 23) as usize)
+                );
+                w.append(url.as_bytes())?;
+                if i % 701 == 700 {
+                    w.sync()?;
+                }
+                if i == 1500 {
+                    w.seal()?;
+                }
+                if i == 2000 {
+                    // A record larger than the frame target: a frame on its own.
+                    w.append(&vec![b'x'; 5000])?;
+                }
+            }
+            w.finish()?;
+            w.sync()
+        };
+        let writer = |file: File, ahead: bool| {
+            let w = FrameWriter::new(file, 0, 0, 9, 0).coded();
+            if ahead {
+                w.code_ahead()
+            } else {
+                w
+            }
+        };
+        let mut got = Vec::new();
+        for ahead in [false, true] {
+            let disk = SimDisk::new();
+            let file = Arc::new(Watched::new(disk.create("log").unwrap()));
+            let hints = file.hints.clone();
+            let mut w = writer(File::new(file, "log"), ahead);
+            assert_eq!(w.ahead.is_some(), ahead);
+            exercise(&mut w).unwrap();
+            let end = w.end();
+            drop(w);
+            let hints = hints.lock().unwrap().clone();
+            got.push((disk.content("log").unwrap(), end, hints, disk.trace()));
+        }
+        assert!(got[0] == got[1], "the writes differ");
+        let content = &got[0].0;
+        assert!(content.len() > 1_000, "{} bytes", content.len());
+        // The frames are coded, and read back whole.
+        let disk = SimDisk::new();
+        disk.create("copy")
+            .unwrap()
+            .write_all_at(content, 0)
+            .unwrap();
+        let copy = File::new(disk.open("copy").unwrap(), "copy");
+        let reader = FrameReader::new(&copy, content.len() as u64, u64::MAX, 9);
+        let (mut offset, mut records, mut coded) = (0, 0, 0);
+        while let Ok(f) = reader.frame_at(offset) {
+            coded += usize::from(content[offset as usize..][..4] == MAGIC_CODED.to_le_bytes());
+            records += f.records().count();
+            offset += f.size();
+        }
+        assert_eq!(offset, content.len() as u64);
+        assert!(coded > 3, "{coded} coded frames");
+        assert_eq!(records, 3_001);
+        let ops = {
+            let disk = SimDisk::new();
+            exercise(&mut writer(
+                File::new(disk.create("log").unwrap(), "log"),
+                false,
+            ))
+            .unwrap();
+            disk.ops()
+        };
+        for kind in [FaultKind::Eio, FaultKind::ShortWrite] {
+            for k in 1..ops {
+                let mut contents = Vec::new();
+                for ahead in [false, true] {
+                    let disk = SimDisk::new();
+                    let file = disk.create("log").unwrap();
+                    disk.fail_at(k, kind, false);
+                    let mut w = writer(File::new(file, "log"), ahead);
+                    let err = exercise(&mut w).expect_err("the failure is reported");
+                    assert!(err.to_string().contains("log"), "{err}");
+                    assert!(w.append(&[b'x'; 5000]).is_err(), "op {k}, {kind:?}");
+                    assert!(w.sync().is_err() && w.seal().is_err() && w.finish().is_err());
+                    drop(w);
+                    contents.push(disk.content("log").unwrap());
+                }
+                assert!(contents[0] == contents[1], "op {k}, {kind:?}");
+            }
+        }
     }
 
     #[test]

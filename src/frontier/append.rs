@@ -114,6 +114,7 @@ fn code(w: FrameWriter, light: bool) -> FrameWriter {
     if light {
         w.coded_front(false)
     } else {
-        w.coded()
+        // Compressing is most of a flush's work on F: a second thread does half of it.
+        w.coded().code_ahead()
     }
 }
