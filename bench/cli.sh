@@ -91,9 +91,12 @@ slots=$("$crivello" stats --json "$work/store" | sed 's/.*"slots":\([0-9]*\).*/\
 full="$work/full.txt"
 awk -v n="$slots" 'NR <= n { print $0 "#f" }' "$work/huniq.out" >"$full"
 if [ "$(wc -l <"$full")" -lt "$slots" ]; then
-    # Fewer distinct URLs than slots: more suffixes.
-    awk -v n="$slots" '{ for (i = 0; c < n && i < 64; i++) { print $0 "#" i; c++ } }' \
-        "$work/huniq.out" | head -n "$slots" >"$full"
+    # Fewer distinct URLs than slots: the distinct URLs of a longer stream of another seed
+    # (a fifth of its pushes are new), as a crawl would bring them (suffixes on few URLs
+    # would make the frames far easier to compress than a crawl's).
+    "$bench" gen --pushes "$((slots * 6))" --seed 43 2>/dev/null | huniq >"$work/more.txt"
+    head -n "$slots" "$work/more.txt" | awk '{ print $0 "#f" }' >"$full"
+    rm -f "$work/more.txt"
 fi
 full_lines=$(wc -l <"$full")
 for rep in $(seq "$reps"); do
