@@ -53,7 +53,7 @@ pub struct NeardupArgs {
     #[arg(long)]
     pub svg: Option<PathBuf>,
     /// The `crivello` command to time `crivello neardup` with, as users run it, on
-    /// `--cli-docs` synthetic documents (none: not timed).
+    /// `--cli-docs` synthetic documents (not given, or `none`: not timed).
     #[arg(long)]
     pub cli: Option<PathBuf>,
     /// Documents of the command-line run.
@@ -413,7 +413,7 @@ pub fn run(a: &NeardupArgs) -> Result<()> {
         }
         rows.push(row);
     }
-    if let Some(cli) = &a.cli {
+    if let Some(cli) = a.cli.as_ref().filter(|c| c.as_os_str() != "none") {
         let parent = a.dir.clone().unwrap_or_else(std::env::temp_dir);
         let tmp = tempfile::tempdir_in(parent)?;
         let input = tmp.path().join("docs.jsonl");
