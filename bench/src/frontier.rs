@@ -47,6 +47,10 @@ pub struct FrontierArgs {
     /// instants), on the same URLs in the same batches. Nothing durable; memory unbounded.
     #[arg(long)]
     pub in_memory: bool,
+    /// Threads that lease and complete at once, sharing the frontier (each in batches of
+    /// `--batch` queues).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
     /// Instead of crivello: url-frontier's storage scheme on an LSM store (fjall): existence
     /// keys and scheduling keys, leases in memory; each push and done batch synced.
     #[arg(long, conflicts_with = "in_memory")]
@@ -144,18 +148,37 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
 
     let start = Instant::now();
     let (mut served, mut calls) = (0u64, 0u64);
-    loop {
-        let leased = f.lease(batch, None, 60_000)?;
-        if leased.is_empty() {
-            break;
+    let drain = |f: &Frontier| -> std::result::Result<(u64, u64), String> {
+        let (mut served, mut calls) = (0u64, 0u64);
+        loop {
+            let leased = f.lease(batch, None, 60_000).map_err(|e| e.to_string())?;
+            if leased.is_empty() {
+                return Ok((served, calls));
+            }
+            let done: Vec<(&[u8], u64)> = leased.iter().map(|l| (&l.url[..], 0)).collect();
+            let ended = f
+                .complete_urls("", &done, Completion::Done)
+                .map_err(|e| e.to_string())?;
+            if ended.iter().any(|e| !e) {
+                return Err("a URL just leased was not leased at its done".into());
+            }
+            served += leased.len() as u64;
+            calls += 1;
         }
-        let done: Vec<(&[u8], u64)> = leased.iter().map(|l| (&l.url[..], 0)).collect();
-        let ended = f.complete_urls("", &done, Completion::Done)?;
-        if ended.iter().any(|e| !e) {
-            return Err("a URL just leased was not leased at its done".into());
-        }
-        served += leased.len() as u64;
-        calls += 1;
+    };
+    let outcomes: Vec<std::result::Result<(u64, u64), String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..a.threads.max(1))
+            .map(|_| s.spawn(|| drain(&f)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+            .collect()
+    });
+    for o in outcomes {
+        let (s, c) = o?;
+        served += s;
+        calls += c;
     }
     let drained = start.elapsed();
     let lease_peak = take_peak_rss(None);
@@ -170,8 +193,9 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
     }
     let rate = |n: u64, d: std::time::Duration| n as f64 / d.as_secs_f64();
     println!(
-        "frontier: {} URLs over {queues} queues, batches of {batch}",
-        a.urls
+        "frontier: {} URLs over {queues} queues, batches of {batch}, {} thread(s) leasing",
+        a.urls,
+        a.threads.max(1)
     );
     println!(
         "  {} {:>8.3} s  {:>12.0} URLs/s",

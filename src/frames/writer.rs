@@ -44,6 +44,11 @@ pub(crate) struct FrameWriter {
     gather: usize,
     /// The thread that codes every other frame, if any (see [`FrameWriter::code_ahead`]).
     ahead: Option<Ahead>,
+    /// Syncs of the file made by others, and how many of them the epoch counts (see
+    /// [`FrameWriter::count_syncs_by_others`]).
+    others: Option<(std::sync::Arc<std::sync::atomic::AtomicU32>, u32)>,
+    /// Whether a frame was written in the current epoch.
+    frames_in_epoch: bool,
 }
 
 impl FrameWriter {
@@ -71,7 +76,45 @@ impl FrameWriter {
             gathered_at: end,
             gather: 0,
             ahead: None,
+            others: None,
+            frames_in_epoch: false,
         }
+    }
+
+    /// Counts the syncs of the file that others make (through another handle, outside this
+    /// writer) in the epochs: `returned` counts those that returned, and a frame written
+    /// after one returned is of the next epoch (if a frame was written in this one), as
+    /// after a sync of the writer's own. (Two epochs after a frame, a sync that began after
+    /// it was written has returned: syncs by others are made one at a time, and a sync of
+    /// the writer's own begins after every frame it wrote.) Such a writer also moves to the
+    /// next epoch after a sync of its own that follows frames written and not synced.
+    pub(crate) fn count_syncs_by_others(
+        mut self,
+        returned: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    ) -> FrameWriter {
+        let seen = returned.load(std::sync::atomic::Ordering::Acquire);
+        self.others = Some((returned, seen));
+        self
+    }
+
+    /// Moves to the next epoch if a sync by others returned since it last looked and a frame
+    /// was written in this epoch (one epoch at most: consecutive frames' epochs differ by
+    /// one at most).
+    fn catch_up_epoch(&mut self) {
+        if let Some((returned, seen)) = &mut self.others {
+            let now = returned.load(std::sync::atomic::Ordering::Acquire);
+            if now != *seen {
+                *seen = now;
+                if self.frames_in_epoch {
+                    self.next_epoch();
+                }
+            }
+        }
+    }
+
+    fn next_epoch(&mut self) {
+        self.epoch = self.epoch.saturating_add(1);
+        self.frames_in_epoch = false;
     }
 
     /// Gathers the data frames into writes of `bytes` (a Q run's frames are a few KiB, and
@@ -256,6 +299,7 @@ impl FrameWriter {
         if self.count == 0 {
             return Ok(());
         }
+        self.catch_up_epoch();
         if self.ahead.is_some() {
             return self.frame_ahead();
         }
@@ -320,6 +364,7 @@ impl FrameWriter {
             }
         }
         self.end = end;
+        self.frames_in_epoch = true;
         if hint.is_some() {
             self.clean = end;
         }
@@ -412,6 +457,7 @@ impl FrameWriter {
             self.file.start_writeback(offset, len);
         }
         self.end = end;
+        self.frames_in_epoch = true;
         if hint.is_some() {
             self.clean = end;
         }
@@ -426,7 +472,7 @@ impl FrameWriter {
         self.guard(|w| {
             w.write_empty(&[])?;
             w.file.sync()?;
-            w.epoch = w.epoch.saturating_add(1);
+            w.next_epoch();
             Ok(())
         })
     }
@@ -452,6 +498,7 @@ impl FrameWriter {
     /// Writes a frame of no records with `payload`: a seal (empty) or the end.
     fn write_empty(&mut self, payload: &[u8]) -> Result<()> {
         self.drain()?;
+        self.catch_up_epoch();
         let mut frame = vec![0u8; FRAME_HEADER + payload.len()];
         let (head, body) = frame.split_at_mut(FRAME_HEADER);
         body.copy_from_slice(payload);
@@ -467,6 +514,7 @@ impl FrameWriter {
         }
         self.file.write_all_at(&frame, self.end)?;
         self.end += frame_len;
+        self.frames_in_epoch = true;
         Ok(())
     }
 
@@ -476,7 +524,13 @@ impl FrameWriter {
     }
 
     fn sync_all(&mut self) -> Result<()> {
-        let wrote = self.count > 0 || self.ahead.as_ref().is_some_and(Ahead::is_pending);
+        self.catch_up_epoch();
+        // Frames to write (buffered, or at the coding thread), or, for a writer whose file
+        // others sync too, frames written in this epoch: after this sync, the next frames are
+        // of the next epoch.
+        let wrote = self.count > 0
+            || self.ahead.as_ref().is_some_and(Ahead::is_pending)
+            || (self.others.is_some() && self.frames_in_epoch);
         if !wrote && self.synced_end == Some(self.end) {
             return Ok(());
         }
@@ -490,7 +544,7 @@ impl FrameWriter {
         self.clean = self.end;
         self.synced_end = Some(self.end);
         if wrote {
-            self.epoch = self.epoch.saturating_add(1);
+            self.next_epoch();
         }
         Ok(())
     }

@@ -45,6 +45,7 @@
 //! updates (a URL done or to fetch again, whatever it was).
 
 mod clock;
+mod commits;
 pub(crate) mod core;
 mod handout;
 pub(crate) mod journal;
@@ -327,7 +328,8 @@ pub struct Counts {
 }
 
 /// A durable frontier over a directory: a handle that many threads share (its methods take
-/// `&self`).
+/// `&self`). Calls of several threads share the journal's syncs (group commit): each
+/// answers once what it changed, and what it saw other threads change, is durable.
 pub struct Frontier {
     core: Mutex<Option<core::Core>>,
     /// The longest URL accepted (the sieve's option), for checks that need no lock.
@@ -379,10 +381,28 @@ impl Frontier {
         self.core.lock().map_err(|_| Error::Poisoned)
     }
 
+    /// Runs `f` on the state under the lock, then, the lock let go, waits until J is durable
+    /// with every change `f` made or saw (`src/queues/commits.rs`): the calls of several
+    /// threads share one sync of J.
     fn with<T>(&self, f: impl FnOnce(&mut core::Core) -> Result<T>) -> Result<T> {
-        let mut guard = self.core()?;
-        let core = guard.as_mut().ok_or(Error::Poisoned)?;
-        f(core)
+        let (out, (commits, target)) = {
+            let mut guard = self.core()?;
+            let core = guard.as_mut().ok_or(Error::Poisoned)?;
+            if core.poison_if_sync_failed() {
+                return Err(Error::Poisoned);
+            }
+            let out = f(core)?;
+            (out, core.durable_target())
+        };
+        if let Err(e) = commits.wait(target) {
+            if let Ok(mut guard) = self.core() {
+                if let Some(core) = guard.as_mut() {
+                    core.poison_if_sync_failed();
+                }
+            }
+            return Err(Error::io("sync", "the frontier's journal", e));
+        }
+        Ok(out)
     }
 
     /// Pushes discovered URLs of `crawl` (`""` is `DEFAULT`). Durable when this returns Ok.

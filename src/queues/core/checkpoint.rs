@@ -184,6 +184,7 @@ impl Core {
             // and the next one created.
             self.writer().finish()?;
             self.writer().sync()?;
+            self.journal_synced();
             let writer = wal::create_of(J, &*st, next, self.j_spare.take())?;
             // 2.
             let len = durable::replace_with(&*st, names::CHECKPOINT, |f| {
@@ -204,7 +205,10 @@ impl Core {
             }
         };
         // 3.
-        drop(self.journal.replace(writer));
+        drop(
+            self.journal
+                .replace(writer.count_syncs_by_others(self.commits.returned())),
+        );
         for g in self.first_j_gen..next {
             if g + 1 == next && self.j_spare.is_none() {
                 self.j_spare = Some(g);

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use super::clock::Clock;
+use super::commits::Commits;
 use super::journal::{Entry, ImportedQueue};
 use super::key::{default_key, queue_id};
 use super::qrun::{check_record, split, Run, RunWriter};
@@ -343,6 +344,11 @@ pub(crate) struct Core {
     j_gen: u64,
     /// The oldest generation of J on disk.
     first_j_gen: u64,
+    /// The group commit of J across the threads that share the frontier
+    /// (`src/queues/commits.rs`).
+    commits: Arc<Commits<crate::storage::File>>,
+    /// Bytes of J written by deferred commits (a count across generations, for `commits`).
+    j_written: u64,
     /// A J generation that a checkpoint replaced, kept for the next generation to take its
     /// file (see [`Core::checkpoint`]): never replayed, its number being below the
     /// checkpoint's. Removed by a close, and by any open.
@@ -392,6 +398,8 @@ impl Core {
             j_gen: 0,
             first_j_gen: 0,
             j_spare: None,
+            commits: Arc::new(Commits::new()),
+            j_written: 0,
             journal_bytes,
             checkpoint_bytes: 0,
             next_seq: 0,
@@ -453,7 +461,7 @@ impl Core {
             None => (wal::create_of(J, st, from, None)?, from, Vec::new()),
             Some(_) => read_journal(st, &gens, clean)?,
         };
-        core.journal = Some(journal);
+        core.journal = Some(journal.count_syncs_by_others(core.commits.returned()));
         core.first_j_gen = gens.first().copied().unwrap_or(from);
         core.j_gen = newest;
         let decoded = entries
@@ -564,6 +572,72 @@ impl Core {
         self.checkpoint_if_due()
     }
 
+    /// [`Core::commit`], but J is not synced here: the caller, once it lets the frontier's
+    /// lock go, waits for J to be durable ([`Core::durable_target`]), sharing the sync with
+    /// the calls of other threads. For the changes nothing else depends on before they are
+    /// durable (hand-outs, ends of leases, known URLs); a change that another durable step
+    /// follows (a move, a compaction, a checkpoint) commits with J synced.
+    fn commit_deferred(&mut self, entries: &[Entry<'_>]) -> Result<()> {
+        self.journal_deferred(entries)?;
+        for e in entries {
+            if let Err(err) = self.apply(e) {
+                self.poisoned = true;
+                return Err(err);
+            }
+        }
+        self.checkpoint_if_due()
+    }
+
+    /// [`Core::journal`] without J's sync: the entries are written (after the pushes made
+    /// before them are durable), and the group commit learns how far J goes.
+    fn journal_deferred(&mut self, entries: &[Entry<'_>]) -> Result<()> {
+        self.writable()?;
+        if crate::planted::active(crate::planted::Bug::LeaseBeforeSync) {
+            // The planted bug writes and acknowledges without waiting for J.
+            return self.journal(entries);
+        }
+        self.sync()?;
+        let before = self.writer().end();
+        let mut buf = Vec::new();
+        let written = (|| {
+            for e in entries {
+                buf.clear();
+                e.encode(&mut buf);
+                self.writer().append(&buf)?;
+            }
+            self.writer().write_frame()
+        })();
+        if let Err(e) = written {
+            self.poisoned = true;
+            return Err(e);
+        }
+        self.j_written += self.writer().end() - before;
+        let file = self.writer().file().clone();
+        self.commits.wrote(self.j_written, &file);
+        Ok(())
+    }
+
+    /// J is synced with every byte written: the group commit's waiters up to here are done.
+    fn journal_synced(&mut self) {
+        self.commits.synced(self.j_written);
+    }
+
+    /// What a call must wait for, once it lets the frontier's lock go, before it answers:
+    /// J durable up to the bytes written so far (by it, or by the calls of other threads
+    /// whose changes it may have seen).
+    pub(in crate::queues) fn durable_target(&self) -> (Arc<Commits<crate::storage::File>>, u64) {
+        (self.commits.clone(), self.j_written)
+    }
+
+    /// After a failed sync of J by a waiter, what J holds past its last sync is unknown:
+    /// the frontier is poisoned (returns true).
+    pub(in crate::queues) fn poison_if_sync_failed(&mut self) -> bool {
+        if self.commits.failed() {
+            self.poisoned = true;
+        }
+        self.poisoned && self.commits.failed()
+    }
+
     /// Writes `entries` to J and makes them durable (after the pushes made before them),
     /// without applying them: [`Core::commit`]'s first half. A failure poisons the frontier.
     fn journal(&mut self, entries: &[Entry<'_>]) -> Result<()> {
@@ -586,6 +660,9 @@ impl Core {
         if let Err(e) = written {
             self.poisoned = true;
             return Err(e);
+        }
+        if !crate::planted::active(crate::planted::Bug::LeaseBeforeSync) {
+            self.journal_synced();
         }
         Ok(())
     }
@@ -1877,9 +1954,10 @@ impl Core {
                     record: &p.record,
                 })
                 .collect();
-            self.journal(&entries)?;
+            self.journal_deferred(&entries)?;
         }
-        // Durable: applied as a replay would apply the entries, the records moved into the
+        // Written (durable before the caller answers, see `commit_deferred`): applied as a
+        // replay would apply the entries, the records moved into the
         // leases, and the URLs copied into the batch on the way.
         let mut out = LeasedBatch::new(first_token, deadline, picked.len());
         for (k, pick) in picked.into_iter().enumerate() {
@@ -2179,7 +2257,7 @@ impl Core {
             });
         }
         if !entries.is_empty() {
-            self.commit(&entries)?;
+            self.commit_deferred(&entries)?;
         }
         Ok(out)
     }
@@ -3145,7 +3223,7 @@ impl Core {
         if entries.is_empty() {
             return Ok(());
         }
-        self.commit(&entries)
+        self.commit_deferred(&entries)
     }
 
     /// Commits known entries and receipts as one entry.
@@ -3255,6 +3333,7 @@ impl Core {
         if self.sieve.clean_journal().of(gen) != Some(self.writer().end()) {
             self.writer().seal()?;
         }
+        self.journal_synced();
         let end = self.writer().end();
         if let Some(g) = self.j_spare.take() {
             // Best effort: a spare left behind is removed by the next open.
