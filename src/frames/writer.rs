@@ -44,9 +44,8 @@ pub(crate) struct FrameWriter {
     gather: usize,
     /// The thread that codes every other frame, if any (see [`FrameWriter::code_ahead`]).
     ahead: Option<Ahead>,
-    /// Syncs of the file made by others, and how many of them the epoch counts (see
-    /// [`FrameWriter::count_syncs_by_others`]).
-    others: Option<(std::sync::Arc<std::sync::atomic::AtomicU32>, u32)>,
+    /// Whether others sync the file too (see [`FrameWriter::synced_by_others`]).
+    others: bool,
     /// Whether a frame was written in the current epoch.
     frames_in_epoch: bool,
 }
@@ -76,40 +75,35 @@ impl FrameWriter {
             gathered_at: end,
             gather: 0,
             ahead: None,
-            others: None,
+            others: false,
             frames_in_epoch: false,
         }
     }
 
-    /// Counts the syncs of the file that others make (through another handle, outside this
-    /// writer) in the epochs: `returned` counts those that returned, and a frame written
-    /// after one returned is of the next epoch (if a frame was written in this one), as
-    /// after a sync of the writer's own. (Two epochs after a frame, a sync that began after
-    /// it was written has returned: syncs by others are made one at a time, and a sync of
-    /// the writer's own begins after every frame it wrote.) Such a writer also moves to the
-    /// next epoch after a sync of its own that follows frames written and not synced.
-    pub(crate) fn count_syncs_by_others(
-        mut self,
-        returned: std::sync::Arc<std::sync::atomic::AtomicU32>,
-    ) -> FrameWriter {
-        let seen = returned.load(std::sync::atomic::Ordering::Acquire);
-        self.others = Some((returned, seen));
+    /// Others sync the file too (through another handle, outside this writer: the
+    /// journal's group commit), so frames may be written and synced by someone else before
+    /// this writer syncs. The owner moves the writer to the next epoch
+    /// ([`FrameWriter::next_epoch_if_written`]) once a sync that covered every frame of the
+    /// current epoch has returned, and a sync of the writer's own moves it there when frames
+    /// were written in this epoch, whether buffered or already written: a frame of epoch
+    /// `e + 1` is still written only after a sync that covered every frame of epoch `e`.
+    pub(crate) fn synced_by_others(mut self) -> FrameWriter {
+        self.others = true;
         self
     }
 
-    /// Moves to the next epoch if a sync by others returned since it last looked and a frame
-    /// was written in this epoch (one epoch at most: consecutive frames' epochs differ by
-    /// one at most).
-    fn catch_up_epoch(&mut self) {
-        if let Some((returned, seen)) = &mut self.others {
-            let now = returned.load(std::sync::atomic::Ordering::Acquire);
-            if now != *seen {
-                *seen = now;
-                if self.frames_in_epoch {
-                    self.next_epoch();
-                }
-            }
+    /// Moves to the next epoch if a frame was written in this one: for the owner of a writer
+    /// [`FrameWriter::synced_by_others`], once every frame written is durable.
+    pub(crate) fn next_epoch_if_written(&mut self) {
+        if self.frames_in_epoch {
+            self.next_epoch();
         }
+    }
+
+    /// The epoch of the frames written next.
+    #[cfg(test)]
+    pub(crate) fn epoch(&self) -> u32 {
+        self.epoch
     }
 
     fn next_epoch(&mut self) {
@@ -279,7 +273,8 @@ impl FrameWriter {
     }
 
     /// The end offset of the file once the buffer is written (for a writer of coded frames,
-    /// whose frames shrink as they are written, exact only when nothing is buffered).
+    /// whose frames shrink as they are written, exact only when nothing is buffered and no
+    /// frame is at the coding thread).
     pub(crate) fn end(&self) -> u64 {
         self.end
             + self.ahead.as_ref().map_or(0, |a| a.pending_len() as u64)
@@ -299,7 +294,6 @@ impl FrameWriter {
         if self.count == 0 {
             return Ok(());
         }
-        self.catch_up_epoch();
         if self.ahead.is_some() {
             return self.frame_ahead();
         }
@@ -468,10 +462,16 @@ impl FrameWriter {
     /// after any damaged one proves the damage is corruption, not a torn write, so after a
     /// seal no data frame is ambiguous (see `docs/design.md`, "Torn tails").
     pub(crate) fn seal(&mut self) -> Result<()> {
-        self.sync()?;
+        self.seal_with(&mut |f: &File| f.sync())
+    }
+
+    /// [`FrameWriter::seal`] with `sync` making the file durable (see
+    /// [`FrameWriter::sync_with`]).
+    pub(crate) fn seal_with(&mut self, sync: &mut dyn FnMut(&File) -> Result<()>) -> Result<()> {
+        self.sync_with(sync)?;
         self.guard(|w| {
             w.write_empty(&[])?;
-            w.file.sync()?;
+            sync(&w.file)?;
             w.next_epoch();
             Ok(())
         })
@@ -498,7 +498,6 @@ impl FrameWriter {
     /// Writes a frame of no records with `payload`: a seal (empty) or the end.
     fn write_empty(&mut self, payload: &[u8]) -> Result<()> {
         self.drain()?;
-        self.catch_up_epoch();
         let mut frame = vec![0u8; FRAME_HEADER + payload.len()];
         let (head, body) = frame.split_at_mut(FRAME_HEADER);
         body.copy_from_slice(payload);
@@ -520,25 +519,30 @@ impl FrameWriter {
 
     /// Writes the buffered records and makes the file durable; ends the epoch.
     pub(crate) fn sync(&mut self) -> Result<()> {
-        self.guard(FrameWriter::sync_all)
+        self.guard(|w| w.sync_all(&mut |f: &File| f.sync()))
     }
 
-    fn sync_all(&mut self) -> Result<()> {
-        self.catch_up_epoch();
+    /// [`FrameWriter::sync`] with `sync` making the file durable (the journal's group commit
+    /// serialises it with the syncs of other threads).
+    pub(crate) fn sync_with(&mut self, sync: &mut dyn FnMut(&File) -> Result<()>) -> Result<()> {
+        self.guard(|w| w.sync_all(sync))
+    }
+
+    fn sync_all(&mut self, sync: &mut dyn FnMut(&File) -> Result<()>) -> Result<()> {
         // Frames to write (buffered, or at the coding thread), or, for a writer whose file
         // others sync too, frames written in this epoch: after this sync, the next frames are
         // of the next epoch.
         let wrote = self.count > 0
             || self.ahead.as_ref().is_some_and(Ahead::is_pending)
-            || (self.others.is_some() && self.frames_in_epoch);
+            || (self.others && self.frames_in_epoch);
         if !wrote && self.synced_end == Some(self.end) {
             return Ok(());
         }
         self.frame()?;
         self.drain()?;
-        let mut synced = self.file.sync();
+        let mut synced = sync(&self.file);
         if synced.is_err() && crate::planted::active(crate::planted::Bug::RetryFsync) {
-            synced = self.file.sync();
+            synced = sync(&self.file);
         }
         synced?;
         self.clean = self.end;

@@ -8,7 +8,9 @@
 //! while another's fsync runs. Nothing is reported before it is durable: every call of the
 //! frontier waits here, after its lock, for what J held when it let the lock go, so a call
 //! that saw a change another thread made (a URL leased, a count) answers only once that
-//! change is durable. A failed sync fails every waiter and poisons the frontier.
+//! change is durable (the callbacks of `urls` and `export`, which run under the lock, see
+//! changes not yet durable: their callers gather and answer after the call). A failed sync
+//! fails every waiter and poisons the frontier, and no sync after it is trusted.
 //!
 //! Model-checked with loom: `RUSTFLAGS="--cfg loom" cargo test --release
 //! --no-default-features --lib loom`.
@@ -19,8 +21,6 @@ use loom::sync::{Condvar, Mutex};
 use std::sync::{Condvar, Mutex};
 
 use std::io;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
 
 /// A file that can be made durable.
 pub(crate) trait Durable: Clone + Send {
@@ -51,9 +51,6 @@ struct State<F> {
 pub(crate) struct Commits<F> {
     state: Mutex<State<F>>,
     cv: Condvar,
-    /// Syncs by waiters that returned: J's writer counts them in its frames' epochs (a frame
-    /// written after a sync returned is of a later epoch than those written before).
-    returned: Arc<AtomicU32>,
 }
 
 impl<F: Durable> Commits<F> {
@@ -68,13 +65,7 @@ impl<F: Durable> Commits<F> {
                 file: None,
             }),
             cv: Condvar::new(),
-            returned: Arc::new(AtomicU32::new(0)),
         }
-    }
-
-    /// The count of syncs by waiters that returned, for J's writer.
-    pub(crate) fn returned(&self) -> Arc<AtomicU32> {
-        self.returned.clone()
     }
 
     fn lock(&self) -> Guard<'_, F> {
@@ -89,15 +80,40 @@ impl<F: Durable> Commits<F> {
         s.file = Some(file.clone());
     }
 
-    /// Under the frontier's lock: J was synced there with everything written up to
-    /// `written` (a commit that syncs J itself, a checkpoint, a close).
-    pub(crate) fn synced(&self, written: u64) {
+    /// Under the frontier's lock: syncs `file`, J's newest generation, holding everything
+    /// written up to `written` (the count), for a commit that syncs J itself, a checkpoint or
+    /// a close. It waits for a waiter's sync under way to end first, so that a failed sync
+    /// is always seen: after a failed fsync, a later one may succeed without the data the
+    /// failure dropped, and must not be trusted. Fails if a sync ever failed.
+    pub(crate) fn sync_now(&self, file: &F, written: u64) -> io::Result<()> {
         let mut s = self.lock();
-        s.written = s.written.max(written);
-        if s.durable < written {
-            s.durable = written;
-            self.cv.notify_all();
+        while s.syncing && !s.failed {
+            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
         }
+        if s.failed {
+            return Err(failed());
+        }
+        s.syncing = true;
+        drop(s);
+        let synced = file.sync();
+        let mut s = self.lock();
+        s.syncing = false;
+        match synced {
+            Ok(()) => {
+                s.written = s.written.max(written);
+                s.durable = s.durable.max(written);
+            }
+            Err(_) => s.failed = true,
+        }
+        self.cv.notify_all();
+        synced
+    }
+
+    /// Whether J is durable up to `written` (the count): every byte written so far, when
+    /// it is the count of the writer's last write.
+    pub(crate) fn covers(&self, written: u64) -> bool {
+        let s = self.lock();
+        !s.failed && s.durable >= written
     }
 
     /// Whether a sync by a waiter failed.
@@ -110,7 +126,7 @@ impl<F: Durable> Commits<F> {
         let mut s = self.lock();
         loop {
             if s.failed {
-                return Err(io::Error::other("an earlier sync of the journal failed"));
+                return Err(failed());
             }
             if s.durable >= target {
                 return Ok(());
@@ -131,10 +147,7 @@ impl<F: Durable> Commits<F> {
             s = self.lock();
             s.syncing = false;
             match synced {
-                Ok(()) => {
-                    s.durable = s.durable.max(upto);
-                    self.returned.fetch_add(1, Ordering::Release);
-                }
+                Ok(()) => s.durable = s.durable.max(upto),
                 Err(_) => s.failed = true,
             }
             self.cv.notify_all();
@@ -143,10 +156,70 @@ impl<F: Durable> Commits<F> {
     }
 }
 
+/// The error of a sync refused after a failed one.
+fn failed() -> io::Error {
+    io::Error::other("an earlier sync of the journal failed")
+}
+
 #[cfg(all(loom, test))]
 type Guard<'a, F> = loom::sync::MutexGuard<'a, State<F>>;
 #[cfg(not(all(loom, test)))]
 type Guard<'a, F> = std::sync::MutexGuard<'a, State<F>>;
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::{Commits, Durable};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    /// A file whose first sync fails and later ones succeed (as Linux reports a writeback
+    /// error once, then drops the pages that failed).
+    #[derive(Clone)]
+    struct Flaky(Arc<AtomicU32>);
+
+    impl Durable for Flaky {
+        fn sync(&self) -> std::io::Result<()> {
+            if self.0.fetch_add(1, Ordering::SeqCst) == 0 {
+                Err(std::io::Error::other("EIO"))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    /// After a waiter's sync failed, nothing is durable any more: not a later waiter, not a
+    /// sync under the lock, whose success would hide the dropped bytes.
+    #[test]
+    fn a_failed_sync_is_never_followed_by_a_trusted_one() {
+        let file = Flaky(Arc::new(AtomicU32::new(0)));
+        let c = Commits::new();
+        c.wrote(10, &file);
+        assert!(c.wait(10).is_err());
+        assert!(c.failed());
+        assert!(c.sync_now(&file, 20).is_err());
+        assert!(c.wait(10).is_err());
+        assert!(!c.covers(10) && !c.covers(0));
+        // Only the first sync ran.
+        assert_eq!(file.0.load(Ordering::SeqCst), 1);
+    }
+
+    /// Syncs under the lock make the waiters' bytes durable: none of them syncs again.
+    #[test]
+    fn a_sync_under_the_lock_serves_the_waiters() {
+        let file = Flaky(Arc::new(AtomicU32::new(1)));
+        let c = Commits::new();
+        c.wrote(10, &file);
+        c.sync_now(&file, 10).unwrap();
+        assert!(c.covers(10));
+        c.wait(10).unwrap();
+        assert_eq!(file.0.load(Ordering::SeqCst), 2);
+        c.wrote(15, &file);
+        assert!(!c.covers(15));
+        c.wait(12).unwrap();
+        assert!(c.covers(15));
+        assert_eq!(file.0.load(Ordering::SeqCst), 3);
+    }
+}
 
 /// The group commit, model-checked with loom: two threads write under a lock (the
 /// frontier's) and wait; the file's sync makes durable what was written before it began. An
@@ -215,6 +288,74 @@ mod loom_model {
                 assert_eq!(file.durable.load(Ordering::Acquire), 2);
             }
         });
+    }
+
+    /// One thread commits deferred and waits; the other writes and syncs under the lock
+    /// (`sync_now`). If the first sync to run fails, the other fails too: a sync after a
+    /// failed one is never trusted.
+    fn model_with_a_sync_under_the_lock(fail_first: bool) {
+        loom::model(move || {
+            let count = Arc::new(AtomicU64::new(0));
+            let file = Fake {
+                written: Arc::new(AtomicU64::new(0)),
+                durable: Arc::new(AtomicU64::new(0)),
+                fail: false,
+            };
+            #[derive(Clone)]
+            struct Flaky(Fake, Arc<AtomicU64>, bool);
+            impl Durable for Flaky {
+                fn sync(&self) -> std::io::Result<()> {
+                    if self.2 && self.1.fetch_add(1, Ordering::AcqRel) == 0 {
+                        return Err(std::io::Error::other("EIO"));
+                    }
+                    self.0.sync()
+                }
+            }
+            let flaky = Flaky(file.clone(), count, fail_first);
+            let commits = std::sync::Arc::new(Commits::<Flaky>::new());
+            let core = Arc::new(Mutex::new(0u64));
+            let (c2, k2, f2) = (commits.clone(), core.clone(), flaky.clone());
+            let waiter = thread::spawn(move || {
+                let target = {
+                    let mut n = k2.lock().unwrap();
+                    *n += 1;
+                    f2.0.written.store(*n, Ordering::Release);
+                    c2.wrote(*n, &f2);
+                    *n
+                };
+                let ok = c2.wait(target).is_ok();
+                if ok {
+                    assert!(f2.0.durable.load(Ordering::Acquire) >= target);
+                }
+                ok
+            });
+            let mine = {
+                let mut n = core.lock().unwrap();
+                *n += 1;
+                flaky.0.written.store(*n, Ordering::Release);
+                let ok = commits.sync_now(&flaky, *n).is_ok();
+                if ok {
+                    assert!(file.durable.load(Ordering::Acquire) >= *n);
+                }
+                ok
+            };
+            let theirs = waiter.join().unwrap();
+            if fail_first {
+                assert!(!mine && !theirs);
+            } else {
+                assert!(mine && theirs);
+            }
+        });
+    }
+
+    #[test]
+    fn loom_a_sync_under_the_lock_and_a_waiter_are_both_durable() {
+        model_with_a_sync_under_the_lock(false);
+    }
+
+    #[test]
+    fn loom_after_a_failed_sync_a_sync_under_the_lock_is_not_trusted() {
+        model_with_a_sync_under_the_lock(true);
     }
 
     #[test]

@@ -183,8 +183,7 @@ impl Core {
             // 1. The generation is closed (an end frame: whole, when the next one follows),
             // and the next one created.
             self.writer().finish()?;
-            self.writer().sync()?;
-            self.journal_synced();
+            self.sync_journal()?;
             let writer = wal::create_of(J, &*st, next, self.j_spare.take())?;
             // 2.
             let len = durable::replace_with(&*st, names::CHECKPOINT, |f| {
@@ -205,10 +204,7 @@ impl Core {
             }
         };
         // 3.
-        drop(
-            self.journal
-                .replace(writer.count_syncs_by_others(self.commits.returned())),
-        );
+        drop(self.journal.replace(writer.synced_by_others()));
         for g in self.first_j_gen..next {
             if g + 1 == next && self.j_spare.is_none() {
                 self.j_spare = Some(g);

@@ -461,7 +461,7 @@ impl Core {
             None => (wal::create_of(J, st, from, None)?, from, Vec::new()),
             Some(_) => read_journal(st, &gens, clean)?,
         };
-        core.journal = Some(journal.count_syncs_by_others(core.commits.returned()));
+        core.journal = Some(journal.synced_by_others());
         core.first_j_gen = gens.first().copied().unwrap_or(from);
         core.j_gen = newest;
         let decoded = entries
@@ -597,6 +597,7 @@ impl Core {
             return self.journal(entries);
         }
         self.sync()?;
+        self.next_epoch_if_durable();
         let before = self.writer().end();
         let mut buf = Vec::new();
         let written = (|| {
@@ -617,9 +618,24 @@ impl Core {
         Ok(())
     }
 
-    /// J is synced with every byte written: the group commit's waiters up to here are done.
-    fn journal_synced(&mut self) {
-        self.commits.synced(self.j_written);
+    /// Syncs J under the lock, through the group commit (which serialises it with the
+    /// waiters' syncs, so that a failed one is always seen): every byte written is durable.
+    fn sync_journal(&mut self) -> Result<()> {
+        let (commits, written) = (self.commits.clone(), self.j_written);
+        self.writer().sync_with(&mut |f| {
+            commits
+                .sync_now(f, written)
+                .map_err(|e| f.io_error("sync", e))
+        })
+    }
+
+    /// Before J is written under the lock: once a sync (any thread's) has made every frame
+    /// written durable, the next frames are of the next epoch (see
+    /// [`FrameWriter::synced_by_others`]).
+    fn next_epoch_if_durable(&mut self) {
+        if self.commits.covers(self.j_written) {
+            self.writer().next_epoch_if_written();
+        }
     }
 
     /// What a call must wait for, once it lets the frontier's lock go, before it answers:
@@ -645,6 +661,7 @@ impl Core {
         if !crate::planted::active(crate::planted::Bug::CommitBeforePushes) {
             self.sync()?;
         }
+        self.next_epoch_if_durable();
         let mut buf = Vec::new();
         let written = (|| {
             for e in entries {
@@ -655,14 +672,11 @@ impl Core {
             if crate::planted::active(crate::planted::Bug::LeaseBeforeSync) {
                 return self.writer().write_frame();
             }
-            self.writer().sync()
+            self.sync_journal()
         })();
         if let Err(e) = written {
             self.poisoned = true;
             return Err(e);
-        }
-        if !crate::planted::active(crate::planted::Bug::LeaseBeforeSync) {
-            self.journal_synced();
         }
         Ok(())
     }
@@ -3331,9 +3345,16 @@ impl Core {
         // A frontier opened after a clean close and left untouched writes nothing.
         let gen = self.journal_gen();
         if self.sieve.clean_journal().of(gen) != Some(self.writer().end()) {
-            self.writer().seal()?;
+            let (commits, written) = (self.commits.clone(), self.j_written);
+            self.writer().seal_with(&mut |f| {
+                commits
+                    .sync_now(f, written)
+                    .map_err(|e| f.io_error("sync", e))
+            })?;
+        } else if !self.commits.covers(self.j_written) {
+            // Nothing written since the open, but a waiter's sync failed.
+            return Err(Error::Poisoned);
         }
-        self.journal_synced();
         let end = self.writer().end();
         if let Some(g) = self.j_spare.take() {
             // Best effort: a spare left behind is removed by the next open.
@@ -3475,6 +3496,39 @@ mod tests {
         assert_eq!(f.stats().unwrap().done, 40_000);
         // The sweep ran: without it the heap would hold every lease made.
         assert!(most > super::EXPIRIES_SLACK, "{most}");
+    }
+
+    /// Under group commit, J's frames move to the next epoch only once a sync has made every
+    /// frame written durable: a sync under way when a frame is written does not count, so a
+    /// torn frame is never followed by one two epochs later unless it was synced.
+    #[test]
+    fn the_journal_moves_to_the_next_epoch_only_once_its_frames_are_durable() {
+        use crate::queues::journal::Entry;
+        use crate::queues::{Frontier, ManualClock};
+        use crate::storage::SimDisk;
+        use crate::Options;
+        use std::sync::Arc;
+        let clock = Arc::new(ManualClock::new(1_000));
+        let opts = Options::new().seed(1).background_flush(false);
+        let f = Frontier::open_with(Arc::new(SimDisk::new()), opts, clock).unwrap();
+        f.with(|c| {
+            let e0 = c.writer().epoch();
+            c.journal_deferred(&[Entry::Pause(false)])?;
+            c.journal_deferred(&[Entry::Pause(false)])?;
+            // Neither is durable: the second frame is of the first one's epoch.
+            assert_eq!(c.writer().epoch(), e0);
+            let (commits, target) = c.durable_target();
+            // A waiter's sync (another thread's, as it would run) covers both.
+            commits.wait(target).unwrap();
+            c.journal_deferred(&[Entry::Pause(false)])?;
+            assert_eq!(c.writer().epoch(), e0 + 1);
+            // Written, not synced: the next frame stays in its epoch.
+            c.journal_deferred(&[Entry::Pause(false)])?;
+            assert_eq!(c.writer().epoch(), e0 + 1);
+            Ok(())
+        })
+        .unwrap();
+        f.close().unwrap();
     }
 
     /// A checkpoint keeps the generation it replaced as a spare, and the next one takes its
