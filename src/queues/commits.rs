@@ -116,7 +116,7 @@ impl<F: Durable> Commits<F> {
         !s.failed && s.durable >= written
     }
 
-    /// Whether a sync by a waiter failed.
+    /// Whether a sync failed (a waiter's, or one under the lock).
     pub(crate) fn failed(&self) -> bool {
         self.lock().failed
     }
@@ -201,6 +201,51 @@ mod tests {
         assert!(!c.covers(10) && !c.covers(0));
         // Only the first sync ran.
         assert_eq!(file.0.load(Ordering::SeqCst), 1);
+    }
+
+    /// A sync counts for what was written before it began: bytes written while it is under
+    /// way are not covered when it returns (J's epochs rely on it).
+    #[test]
+    fn a_sync_under_way_does_not_cover_what_is_written_meanwhile() {
+        use std::sync::mpsc;
+        use std::sync::Mutex;
+        /// A file whose sync tells that it began, then waits for leave to return.
+        #[derive(Clone)]
+        struct Slow(Arc<Mutex<(mpsc::Sender<()>, mpsc::Receiver<()>)>>);
+        impl Durable for Slow {
+            fn sync(&self) -> std::io::Result<()> {
+                let g = self.0.lock().unwrap();
+                g.0.send(()).unwrap();
+                g.1.recv().unwrap();
+                Ok(())
+            }
+        }
+        let (began_tx, began_rx) = mpsc::channel();
+        let (leave_tx, leave_rx) = mpsc::channel();
+        let file = Slow(Arc::new(Mutex::new((began_tx, leave_rx))));
+        let c = Arc::new(Commits::new());
+        c.wrote(10, &file);
+        let (c2, f2) = (c.clone(), file.clone());
+        let waiter = std::thread::spawn(move || {
+            let _ = &f2;
+            c2.wait(10)
+        });
+        began_rx.recv().unwrap();
+        // A frame written while the sync runs.
+        c.wrote(20, &file);
+        leave_tx.send(()).unwrap();
+        waiter.join().unwrap().unwrap();
+        assert!(c.covers(10));
+        assert!(!c.covers(20), "a sync under way covered a later write");
+        // The next sync covers it.
+        let waiter = {
+            let c = c.clone();
+            std::thread::spawn(move || c.wait(20))
+        };
+        began_rx.recv().unwrap();
+        leave_tx.send(()).unwrap();
+        waiter.join().unwrap().unwrap();
+        assert!(c.covers(20));
     }
 
     /// Syncs under the lock make the waiters' bytes durable: none of them syncs again.

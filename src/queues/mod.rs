@@ -684,7 +684,9 @@ impl Frontier {
     /// queue in key order: those leased, those returned by a retry or an expired lease,
     /// those waiting in queue order, and those to fetch again in date order; `f` returns
     /// false to stop. Done URLs are not held (the sieve keeps a signature of each, not the
-    /// URL). Flushes first, so that what was pushed is visited.
+    /// URL). Flushes first, so that what was pushed is visited. `f` runs under the
+    /// frontier's lock and may see changes of other threads not yet durable: act on what it
+    /// saw once this returns Ok (an error after it means they may not be).
     pub fn urls(
         &self,
         crawl: &str,
@@ -727,7 +729,8 @@ impl Frontier {
     /// are exported too (their URLs stay known where they go). Returns how many queues it
     /// visited. Nothing changes here: the caller deletes the queues once their import is
     /// durable ([`Frontier::delete_queue`]). An error from `visit` stops the export and is
-    /// returned.
+    /// returned. `visit` runs under the frontier's lock and may see changes of other threads
+    /// not yet durable: send what it gathered once this returns Ok.
     pub fn export(
         &self,
         mut select: impl FnMut(&str, &[u8]) -> bool,

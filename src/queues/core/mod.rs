@@ -633,6 +633,11 @@ impl Core {
     /// written durable, the next frames are of the next epoch (see
     /// [`FrameWriter::synced_by_others`]).
     fn next_epoch_if_durable(&mut self) {
+        // The planted bug's frames are neither synced nor counted: its epochs stay as they
+        // were before group commit, so that its loss reads as docs/testing.md says.
+        if crate::planted::active(crate::planted::Bug::LeaseBeforeSync) {
+            return;
+        }
         if self.commits.covers(self.j_written) {
             self.writer().next_epoch_if_written();
         }
@@ -645,8 +650,8 @@ impl Core {
         (self.commits.clone(), self.j_written)
     }
 
-    /// After a failed sync of J by a waiter, what J holds past its last sync is unknown:
-    /// the frontier is poisoned (returns true).
+    /// After a failed sync of J (a waiter's or one under the lock), what J holds past its
+    /// last sync is unknown: the frontier is poisoned (returns true).
     pub(in crate::queues) fn poison_if_sync_failed(&mut self) -> bool {
         if self.commits.failed() {
             self.poisoned = true;
