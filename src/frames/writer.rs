@@ -362,13 +362,19 @@ impl FrameWriter {
         if hint.is_some() {
             self.clean = end;
         }
+        self.next_buffer();
+        Ok(())
+    }
+
+    /// Empties the buffer for the next frame's records (giving back room a large record
+    /// took).
+    fn next_buffer(&mut self) {
         self.buf.clear();
         self.buf.resize(FRAME_HEADER, 0);
         if self.buf.capacity() > 2 * self.target + 2 * FRAME_HEADER {
             self.buf.shrink_to(self.target + FRAME_HEADER);
         }
         self.count = 0;
-        Ok(())
     }
 
     /// [`FrameWriter::frame`] with a coding thread: the frame goes to the thread if none is
@@ -401,12 +407,7 @@ impl FrameWriter {
         let written = self.write_direct(&mut frame, magic, self.count);
         self.buf = frame;
         written?;
-        self.buf.clear();
-        self.buf.resize(FRAME_HEADER, 0);
-        if self.buf.capacity() > 2 * self.target + 2 * FRAME_HEADER {
-            self.buf.shrink_to(self.target + FRAME_HEADER);
-        }
-        self.count = 0;
+        self.next_buffer();
         Ok(())
     }
 

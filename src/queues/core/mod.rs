@@ -563,6 +563,12 @@ impl Core {
     /// frontier: what J holds past its last sync is unknown.
     fn commit(&mut self, entries: &[Entry<'_>]) -> Result<()> {
         self.journal(entries)?;
+        self.apply_all(entries)
+    }
+
+    /// Applies entries J holds (or will hold once the waiters' sync returns), then writes a
+    /// checkpoint if one is due. A failure poisons the frontier.
+    fn apply_all(&mut self, entries: &[Entry<'_>]) -> Result<()> {
         for e in entries {
             if let Err(err) = self.apply(e) {
                 self.poisoned = true;
@@ -579,13 +585,7 @@ impl Core {
     /// follows (a move, a compaction, a checkpoint) commits with J synced.
     fn commit_deferred(&mut self, entries: &[Entry<'_>]) -> Result<()> {
         self.journal_deferred(entries)?;
-        for e in entries {
-            if let Err(err) = self.apply(e) {
-                self.poisoned = true;
-                return Err(err);
-            }
-        }
-        self.checkpoint_if_due()
+        self.apply_all(entries)
     }
 
     /// [`Core::journal`] without J's sync: the entries are written (after the pushes made
