@@ -103,6 +103,38 @@ pub(crate) fn join(
     k: u32,
     on: &mut impl FnMut(u32, u64, u32),
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("popcnt") {
+        // SAFETY: the processor has the popcnt instruction (checked just above), the only
+        // feature the function is compiled with beyond the target's.
+        return unsafe { join_popcnt(probes, entries, t, k, on) };
+    }
+    join_portable(probes, entries, t, k, on)
+}
+
+/// [`join`] compiled with the popcnt instruction: a distance is one instruction instead of
+/// a dozen (the portable `count_ones` of x86_64's baseline).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "popcnt")]
+fn join_popcnt(
+    probes: &[Probe],
+    entries: &[Entry],
+    t: usize,
+    k: u32,
+    on: &mut impl FnMut(u32, u64, u32),
+) {
+    join_portable(probes, entries, t, k, on)
+}
+
+/// [`join`] for any processor.
+#[inline(always)]
+fn join_portable(
+    probes: &[Probe],
+    entries: &[Entry],
+    t: usize,
+    k: u32,
+    on: &mut impl FnMut(u32, u64, u32),
+) {
     let mut p = 0;
     for e in entries {
         let ke = key(e.fp, t);

@@ -182,13 +182,41 @@ impl Segment {
                 },
             ));
         }
+        let body = &buf[4..4 + count as usize * ENTRY];
         out.clear();
+        out.reserve(count as usize);
+        // One pass without a branch per entry: every check is folded into `ok`, and only a
+        // block that fails one is walked again to say where and what.
+        let mut ok = true;
+        let mut prev = (0u32, 0u64);
+        for (i, e) in body.chunks_exact(ENTRY).enumerate() {
+            let fp = u64::from_le_bytes(e[..8].try_into().expect("8 bytes"));
+            let doc = u64::from_le_bytes(e[8..].try_into().expect("8 bytes"));
+            let k = key(fp, t);
+            ok &= doc.wrapping_sub(self.first) < self.docs;
+            ok &= i == 0 || k > prev.0 || (k == prev.0 && doc > prev.1);
+            prev = (k, doc);
+            out.push(Entry { fp, doc });
+        }
+        if let (Some(f), Some(l)) = (out.first(), out.last()) {
+            ok &= key(f.fp, t) == info.first && key(l.fp, t) == info.last;
+        }
+        if ok {
+            Ok(())
+        } else {
+            self.check_entries(t, &info, body)
+        }
+    }
+
+    /// Checks the entries of a block (`body`, after its count) one by one: the first whose
+    /// document is out of the segment's range, or out of (key, document) order, or whose key
+    /// is not the index's first or last, is an error that names it.
+    fn check_entries(&self, t: usize, info: &BlockInfo, body: &[u8]) -> Result<()> {
+        let name = self.file.name();
+        let count = body.len() / ENTRY;
         let end = self.first + self.docs;
         let mut prev: Option<(u32, u64)> = None;
-        for (i, e) in buf[4..4 + count as usize * ENTRY]
-            .chunks_exact(ENTRY)
-            .enumerate()
-        {
+        for (i, e) in body.chunks_exact(ENTRY).enumerate() {
             let fp = u64::from_le_bytes(e[..8].try_into().expect("8 bytes"));
             let doc = u64::from_le_bytes(e[8..].try_into().expect("8 bytes"));
             let at = info.offset + 4 + (i * ENTRY) as u64;
@@ -205,7 +233,7 @@ impl Segment {
             }
             let k = (key(fp, t), doc);
             let first_or_last =
-                (i == 0 && k.0 != info.first) || (i + 1 == count as usize && k.0 != info.last);
+                (i == 0 && k.0 != info.first) || (i + 1 == count && k.0 != info.last);
             if prev.is_some_and(|p| p >= k) || first_or_last {
                 return Err(Error::corrupt(
                     name,
@@ -219,7 +247,6 @@ impl Segment {
                 ));
             }
             prev = Some(k);
-            out.push(Entry { fp, doc });
         }
         Ok(())
     }
@@ -426,5 +453,88 @@ impl SegmentWriter {
         let bytes = self.end + self.buf.len() as u64;
         self.file.sync()?;
         Ok((self.file, bytes, self.tables))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::DirStorage;
+
+    /// A segment of `docs` documents from 10, fingerprint `i * 0x0001_0001_0001_0001` for
+    /// document `10 + i`, written and opened.
+    fn segment(storage: &DirStorage, docs: u64) -> Segment {
+        let mut w = SegmentWriter::create(storage, 1, 10, docs).unwrap();
+        for t in 0..TABLES {
+            for i in 0..docs {
+                let e = Entry {
+                    fp: i * 0x0001_0001_0001_0001,
+                    doc: 10 + i,
+                };
+                w.push(t, e).unwrap();
+            }
+        }
+        let (_, bytes, _) = w.finish().unwrap();
+        Segment::open(storage, 1, 10, docs, bytes).unwrap()
+    }
+
+    /// Rewrites entry `i` of block 0 of table 0 as `fp`, `doc`, with a valid checksum.
+    fn rewrite(s: &Segment, i: usize, fp: u64, doc: u64) {
+        let info = s.tables[0][0];
+        let mut b = vec![0u8; info.bytes() as usize];
+        s.file.read_exact_at(&mut b, info.offset).unwrap();
+        let at = 4 + i * ENTRY;
+        b[at..at + 8].copy_from_slice(&fp.to_le_bytes());
+        b[at + 8..at + 16].copy_from_slice(&doc.to_le_bytes());
+        let end = b.len() - 4;
+        let c = crc(&b[..end]);
+        b[end..].copy_from_slice(&c.to_le_bytes());
+        s.file.write_all_at(&b, info.offset).unwrap();
+    }
+
+    fn fault(s: &Segment) -> String {
+        let (mut buf, mut out) = (Vec::new(), Vec::new());
+        s.read_block(0, 0, &mut buf, &mut out)
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn a_block_whose_checksum_holds_is_still_checked_entry_by_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = DirStorage::open(dir.path()).unwrap();
+        let s = segment(&storage, 100);
+        let (mut buf, mut out) = (Vec::new(), Vec::new());
+        s.read_block(2, 0, &mut buf, &mut out).unwrap();
+        assert_eq!(out.len(), 100);
+        assert_eq!(
+            out[7],
+            Entry {
+                fp: 7 * 0x0001_0001_0001_0001,
+                doc: 17
+            }
+        );
+
+        let step = 0x0001_0001_0001_0001u64;
+        // A document outside the segment's range, in order.
+        rewrite(&s, 99, 99 * step, 110);
+        let e = fault(&s);
+        assert!(e.contains("document of an entry"), "{e}");
+        // Out of (key, document) order: entry 5 takes entry 4's key and document.
+        rewrite(&s, 99, 99 * step, 109);
+        rewrite(&s, 5, 4 * step, 14);
+        let e = fault(&s);
+        assert!(e.contains("entry order"), "{e}");
+        // Same key, document not increasing.
+        rewrite(&s, 5, 4 * step, 13);
+        assert!(fault(&s).contains("entry order"));
+        // In order, but the first key is not the index's.
+        rewrite(&s, 5, 5 * step, 15);
+        rewrite(&s, 0, 1, 10);
+        assert!(fault(&s).contains("entry order"));
+        // Mended, the block reads again.
+        rewrite(&s, 0, 0, 10);
+        s.read_block(0, 0, &mut buf, &mut out).unwrap();
+        assert_eq!(out.len(), 100);
     }
 }
