@@ -4,14 +4,16 @@ use crate::error::{Corruption, Error, Result};
 use crate::format::{crc, ByteReader, PutLe};
 use crate::storage::{durable, Storage, StorageExt};
 
-use super::segment::{version, VERSION};
-
 /// The manifest's name.
 pub const NAME: &str = "NEARDUP";
 /// Its magic.
 const MAGIC: u32 = u32::from_le_bytes(*b"CRVX");
 /// Every counter is below this; anything else is corruption.
 const LIMIT: u64 = 1 << 62;
+/// The manifest's version: 2 since segments of version 2 (its layout is version 1's, which
+/// is read too), so that a build that reads only version 1 segments refuses the store by its
+/// version.
+const VERSION: u32 = 2;
 
 /// A segment as the manifest lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +81,7 @@ impl Manifest {
     pub(crate) fn decode(bytes: &[u8]) -> Result<Manifest> {
         let mut r = ByteReader::new(bytes, NAME, 0);
         r.magic(MAGIC)?;
-        version(&mut r)?;
+        r.version_between(1, VERSION)?;
         let mut v = [0u64; 8];
         for x in v.iter_mut() {
             *x = r.u64_below("counter", LIMIT)?;

@@ -6,7 +6,7 @@
 //! each table, every key within `k / 4` bits of the query's block finds it, and nothing is
 //! missed. For k ≤ 3 that is the query's own key; for 4 ≤ k ≤ 7, 17 keys per table.
 
-use super::segment::{key, BlockInfo};
+use super::segment::{key, rest, rest_at, BlockInfo};
 use super::Entry;
 
 /// The largest distance a search takes.
@@ -153,5 +153,96 @@ fn join_portable(
                 on(q.slot, e.doc, d);
             }
         }
+    }
+}
+
+/// A probe's fingerprint within the distance of an entry of a block whose documents are not
+/// read yet.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hit {
+    /// The probe's query, its index in its batch.
+    pub slot: u32,
+    /// The probe's document: only an earlier entry matches it.
+    pub before: u64,
+    /// The entry's index in its block.
+    pub at: u32,
+    /// Their distance.
+    pub distance: u32,
+}
+
+/// Pushes to `hits` every pair of a probe and an entry of a block of table `t` with the same
+/// key within distance `k`: the block's entries as runs of one key, `runs` (key, entries) in
+/// key order, and their fingerprints less their keys, `rests` ([`rest_at`]: an entry is as
+/// far from a probe as its rest from the probe's, plus the bits in which the probe's own key
+/// differs from the key probed); `probes` in key order. A run no probe asks for
+/// is passed over whole.
+pub(crate) fn join_runs(
+    probes: &[Probe],
+    t: usize,
+    runs: &[(u32, u32)],
+    rests: &[u8],
+    k: u32,
+    hits: &mut Vec<Hit>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("popcnt") {
+        // SAFETY: the processor has the popcnt instruction (checked just above), the only
+        // feature the function is compiled with beyond the target's.
+        return unsafe { join_runs_popcnt(probes, t, runs, rests, k, hits) };
+    }
+    join_runs_portable(probes, t, runs, rests, k, hits)
+}
+
+/// [`join_runs`] compiled with the popcnt instruction.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "popcnt")]
+fn join_runs_popcnt(
+    probes: &[Probe],
+    t: usize,
+    runs: &[(u32, u32)],
+    rests: &[u8],
+    k: u32,
+    hits: &mut Vec<Hit>,
+) {
+    join_runs_portable(probes, t, runs, rests, k, hits)
+}
+
+/// [`join_runs`] for any processor.
+#[inline(always)]
+fn join_runs_portable(
+    probes: &[Probe],
+    t: usize,
+    runs: &[(u32, u32)],
+    rests: &[u8],
+    k: u32,
+    hits: &mut Vec<Hit>,
+) {
+    let mut p = 0;
+    let mut at = 0usize;
+    for &(run_key, n) in runs {
+        while p < probes.len() && probes[p].key < run_key {
+            p += 1;
+        }
+        if p == probes.len() {
+            return;
+        }
+        for q in probes[p..].iter().take_while(|q| q.key == run_key) {
+            // A probe of a key next to the query's own (k ≥ 4) differs from its entries in
+            // the key's bits too.
+            let keys = (key(q.fp, t) ^ run_key).count_ones();
+            let r = rest(q.fp, t);
+            for i in at..at + n as usize {
+                let d = keys + (r ^ rest_at(rests, i)).count_ones();
+                if d <= k {
+                    hits.push(Hit {
+                        slot: q.slot,
+                        before: q.doc,
+                        at: i as u32,
+                        distance: d,
+                    });
+                }
+            }
+        }
+        at += n as usize;
     }
 }

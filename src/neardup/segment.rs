@@ -1,7 +1,14 @@
 //! A segment `n-<id>.seg`: the (fingerprint, document) entries of a range of documents, four
 //! times, once per *table*, each table sorted by one 16-bit block of the fingerprint (its
 //! *key*) and then by document. Layout in `docs/design.md` ("Near-duplicates: files").
+//!
+//! A block of version 2 keeps its keys as runs, the other 48 bits of each fingerprint, and
+//! its documents apart, each part with its checksum: a search reads the keys and fingerprints
+//! alone (10 bytes an entry instead of 16), and a block's documents only when a fingerprint
+//! in it is within the distance searched. Version 1 (fingerprint and document side by side)
+//! is still read.
 
+use super::search::{self, Hit, Probe};
 use super::{Entry, TABLES};
 use crate::error::{Corruption, Error, Result};
 use crate::format::{crc, ByteReader, PutLe};
@@ -11,17 +18,28 @@ use crate::storage::{File, Storage, StorageExt};
 pub(crate) const MAGIC_SEG: u32 = u32::from_le_bytes(*b"CRVN");
 /// Magic at a segment's very end.
 const MAGIC_END: u32 = u32::from_le_bytes(*b"NEND");
-/// Format version of the near-duplicate store's files.
+/// Format version of D and its index.
 pub(crate) const VERSION: u32 = 1;
+/// Format version of the segments written (version 1 is read too).
+pub(crate) const SEGMENT_VERSION: u32 = 2;
+/// The most documents a segment of version 2 holds: its documents are kept as 32-bit
+/// offsets from its first.
+pub(crate) const MAX_SEGMENT_DOCS: u64 = u32::MAX as u64;
 /// Bytes of the header.
 const HEADER: u64 = 36;
-/// Bytes of an entry.
+/// Bytes of an entry of version 1: fingerprint and document.
 const ENTRY: usize = 16;
+/// Bytes of a key run of version 2: key u16, entries u16.
+const RUN: usize = 4;
+/// Bytes of a fingerprint less its key, version 2.
+const REST: usize = 6;
+/// Bytes of a document's offset from the segment's first, version 2.
+const DOC: usize = 4;
 /// Entries per block (the last of a table may hold fewer).
 pub(crate) const BLOCK: usize = 4096;
 /// Bytes of the tail.
 const TAIL: u64 = 16;
-/// Bytes of a block's index entry in the footer.
+/// Bytes of a block's index entry in the footer, version 1 (version 2 adds the key runs).
 const INDEX_ENTRY: usize = 20;
 /// The writer's buffer.
 const WRITE_BUFFER: usize = 1 << 20;
@@ -29,6 +47,27 @@ const WRITE_BUFFER: usize = 1 << 20;
 /// The key of `fp` in table `t`: its bits `16 t .. 16 t + 16`.
 pub(crate) fn key(fp: u64, t: usize) -> u32 {
     (fp >> (16 * t)) as u32 & 0xFFFF
+}
+
+/// `fp` less its key in table `t`: its other 48 bits, in order.
+pub(crate) fn rest(fp: u64, t: usize) -> u64 {
+    let low = (1u64 << (16 * t)) - 1;
+    (fp & low) | ((fp >> 16) & !low)
+}
+
+/// Entry `i`'s fingerprint less its key, from `rests`, the fingerprints of a block of
+/// version 2 followed by its checksum: the 4 bytes after them let every entry be read as
+/// one 8-byte load.
+#[inline(always)]
+pub(crate) fn rest_at(rests: &[u8], i: usize) -> u64 {
+    let at = i * REST;
+    u64::from_le_bytes(rests[at..at + 8].try_into().expect("8 bytes")) & ((1 << 48) - 1)
+}
+
+/// The fingerprint whose key in table `t` is `key` and whose other bits are `rest`.
+fn unrest(rest: u64, key: u32, t: usize) -> u64 {
+    let low = (1u64 << (16 * t)) - 1;
+    (rest & low) | (u64::from(key) << (16 * t)) | ((rest & !low) << 16)
 }
 
 /// The name of segment `id`.
@@ -53,13 +92,38 @@ pub(crate) struct BlockInfo {
     pub offset: u64,
     /// Entries in it.
     pub count: u32,
+    /// Runs of one key in it (version 2; 0 in version 1).
+    pub runs: u32,
 }
 
 impl BlockInfo {
-    /// Bytes of the block on disk.
-    fn bytes(&self) -> u64 {
-        8 + self.count as u64 * ENTRY as u64
+    /// Bytes of the block's head in a segment of `version`: in version 2 its count, its key
+    /// runs, its fingerprints less their keys and their checksum; in version 1 all of it.
+    fn head_bytes(&self, version: u32) -> u64 {
+        let count = u64::from(self.count);
+        match version {
+            1 => 8 + count * ENTRY as u64,
+            _ => 12 + u64::from(self.runs) * RUN as u64 + count * REST as u64,
+        }
     }
+
+    /// Bytes of the block on disk in a segment of `version`.
+    fn bytes(&self, version: u32) -> u64 {
+        match version {
+            1 => self.head_bytes(1),
+            _ => self.head_bytes(version) + 4 + u64::from(self.count) * DOC as u64,
+        }
+    }
+}
+
+/// What a search reads of a block: kept between blocks so that their room is reused.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    buf: Vec<u8>,
+    entries: Vec<Entry>,
+    runs: Vec<(u32, u32)>,
+    docs: Vec<u64>,
+    hits: Vec<Hit>,
 }
 
 /// An open segment: its file and its sparse index (one [`BlockInfo`] per block).
@@ -74,6 +138,8 @@ pub(crate) struct Segment {
     pub docs: u64,
     /// The file's length.
     pub bytes: u64,
+    /// Its format version (1 or 2).
+    pub version: u32,
     /// The blocks of each table.
     pub tables: [Vec<BlockInfo>; TABLES],
 }
@@ -104,7 +170,17 @@ impl Segment {
         file.read_exact_at(&mut h, 0)?;
         let mut r = ByteReader::new(&h, &name, 0);
         r.magic(MAGIC_SEG)?;
-        version(&mut r)?;
+        let version = r.version_between(1, SEGMENT_VERSION)?;
+        if version >= 2 && docs > MAX_SEGMENT_DOCS {
+            return Err(corrupt(
+                r.offset(),
+                Corruption::OutOfRange {
+                    field: "documents of a segment",
+                    found: docs,
+                    limit: MAX_SEGMENT_DOCS + 1,
+                },
+            ));
+        }
         for (field, expected) in [
             ("segment id", id),
             ("first document", first),
@@ -142,18 +218,19 @@ impl Segment {
         }
         let mut f = vec![0u8; (bytes - TAIL - footer_at) as usize];
         file.read_exact_at(&mut f, footer_at)?;
-        let tables = parse_footer(&f, &name, footer_at, docs)?;
+        let tables = parse_footer(&f, &name, footer_at, docs, version)?;
         Ok(Segment {
             file,
             id,
             first,
             docs,
             bytes,
+            version,
             tables,
         })
     }
 
-    /// Reads block `b` of table `t` into `out` (cleared first), through `buf`: its checksum,
+    /// Reads block `b` of table `t` into `out` (cleared first), through `buf`: its checksums,
     /// its count, its order and its documents are checked.
     pub(crate) fn read_block(
         &self,
@@ -163,8 +240,219 @@ impl Segment {
         out: &mut Vec<Entry>,
     ) -> Result<()> {
         let info = self.tables[t][b];
-        buf.resize(info.bytes() as usize, 0);
+        buf.resize(info.bytes(self.version) as usize, 0);
         self.file.read_exact_at(buf, info.offset)?;
+        if self.version == 1 {
+            return self.decode_v1(t, &info, buf, out);
+        }
+        let head = info.head_bytes(self.version) as usize;
+        let (h, d) = buf.split_at(head);
+        let (mut runs, mut docs) = (Vec::new(), Vec::new());
+        let rests = self.decode_head(&info, h, &mut runs)?;
+        self.decode_docs(&info, info.offset + head as u64, d, &runs, &mut docs)?;
+        out.clear();
+        out.reserve(docs.len());
+        let mut i = 0;
+        for &(key, n) in &runs {
+            for _ in 0..n {
+                let fp = unrest(rest_at(rests, i), key, t);
+                out.push(Entry { fp, doc: docs[i] });
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Calls `on(slot, doc, distance)` for every pair of a probe (in key order, none before
+    /// the block's first key) and an entry of block `b` of table `t` with the same key, the
+    /// entry's document earlier than the probe's, within distance `k`. Of a block of version
+    /// 2 only the keys and fingerprints are read, and its documents once one is within `k`.
+    pub(crate) fn join_block(
+        &self,
+        t: usize,
+        b: usize,
+        probes: &[Probe],
+        k: u32,
+        s: &mut Scratch,
+        on: &mut impl FnMut(u32, u64, u32),
+    ) -> Result<()> {
+        if self.version == 1 {
+            self.read_block(t, b, &mut s.buf, &mut s.entries)?;
+            search::join(probes, &s.entries, t, k, on);
+            return Ok(());
+        }
+        let info = self.tables[t][b];
+        let head = info.head_bytes(self.version);
+        s.buf.resize(head as usize, 0);
+        self.file.read_exact_at(&mut s.buf, info.offset)?;
+        let rests = self.decode_head(&info, &s.buf, &mut s.runs)?;
+        s.hits.clear();
+        search::join_runs(probes, t, &s.runs, rests, k, &mut s.hits);
+        if s.hits.is_empty() {
+            return Ok(());
+        }
+        s.buf.resize((info.bytes(self.version) - head) as usize, 0);
+        self.file.read_exact_at(&mut s.buf, info.offset + head)?;
+        self.decode_docs(&info, info.offset + head, &s.buf, &s.runs, &mut s.docs)?;
+        for h in &s.hits {
+            let doc = s.docs[h.at as usize];
+            if doc < h.before {
+                on(h.slot, doc, h.distance);
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes the head of a block of version 2 (`head`, at its offset): its key runs into
+    /// `runs` as (key, entries), cleared first; the checksum, the count, the runs (keys
+    /// increasing from the index's first to its last, each of one entry or more, adding up
+    /// to the count) are checked. Returns the fingerprints less their keys, 6 bytes each
+    /// ([`rest_at`]), followed by the checksum.
+    fn decode_head<'a>(
+        &self,
+        info: &BlockInfo,
+        head: &'a [u8],
+        runs: &mut Vec<(u32, u32)>,
+    ) -> Result<&'a [u8]> {
+        let name = self.file.name();
+        let mut r = ByteReader::new(head, name, info.offset);
+        let at = r.offset();
+        let count = r.u32()?;
+        let nruns = r.u32()?;
+        let body = r.take(info.runs as usize * RUN + info.count as usize * REST)?;
+        r.check_crc()?;
+        for (field, expected, found) in [
+            ("entries in the block", info.count, count),
+            ("key runs in the block", info.runs, nruns),
+        ] {
+            if found != expected {
+                return Err(Error::corrupt(
+                    name,
+                    at,
+                    Corruption::Mismatch {
+                        field,
+                        expected: u64::from(expected),
+                        found: u64::from(found),
+                    },
+                ));
+            }
+        }
+        let run_bytes = &body[..info.runs as usize * RUN];
+        runs.clear();
+        let mut total = 0u64;
+        let mut prev: Option<u32> = None;
+        for (i, run) in run_bytes.chunks_exact(RUN).enumerate() {
+            let key = u32::from(u16::from_le_bytes([run[0], run[1]]));
+            let n = u32::from(u16::from_le_bytes([run[2], run[3]]));
+            let bad = n == 0
+                || prev.is_some_and(|p| p >= key)
+                || (i == 0 && key != info.first)
+                || (i + 1 == info.runs as usize && key != info.last);
+            if bad {
+                return Err(Error::corrupt(
+                    name,
+                    info.offset + 8 + (i * RUN) as u64,
+                    Corruption::Invalid {
+                        field: "key run",
+                        expected: "runs of one entry or more, keys increasing from the \
+                                   index's first to its last",
+                        found: u64::from(key),
+                    },
+                ));
+            }
+            prev = Some(key);
+            total += u64::from(n);
+            runs.push((key, n));
+        }
+        if total != u64::from(count) {
+            return Err(Error::corrupt(
+                name,
+                info.offset + 8,
+                Corruption::Mismatch {
+                    field: "entries of the key runs",
+                    expected: u64::from(count),
+                    found: total,
+                },
+            ));
+        }
+        Ok(&head[8 + run_bytes.len()..])
+    }
+
+    /// Decodes the documents of a block of version 2 (`bytes`, at offset `at`) into `docs`
+    /// (cleared first): the checksum, each document within the segment's range and the
+    /// documents increasing within each of the key `runs` are checked.
+    fn decode_docs(
+        &self,
+        info: &BlockInfo,
+        at: u64,
+        bytes: &[u8],
+        runs: &[(u32, u32)],
+        docs: &mut Vec<u64>,
+    ) -> Result<()> {
+        let name = self.file.name();
+        let mut r = ByteReader::new(bytes, name, at);
+        let body = r.take(info.count as usize * DOC)?;
+        r.check_crc()?;
+        docs.clear();
+        docs.reserve(info.count as usize);
+        let mut offsets = body
+            .chunks_exact(DOC)
+            .map(|d| u64::from(u32::from_le_bytes([d[0], d[1], d[2], d[3]])));
+        // As in version 1: the checks folded into `ok`, the entry at fault found by a walk.
+        let mut ok = true;
+        for &(_, n) in runs {
+            let mut prev = None;
+            for off in offsets.by_ref().take(n as usize) {
+                ok &= off < self.docs;
+                ok &= prev.is_none_or(|p| off > p);
+                prev = Some(off);
+                docs.push(self.first + off);
+            }
+        }
+        if ok {
+            return Ok(());
+        }
+        let mut i = 0;
+        for &(_, n) in runs {
+            for j in 0..n as usize {
+                let doc = docs[i + j];
+                let at = at + ((i + j) * DOC) as u64;
+                if doc >= self.first + self.docs {
+                    return Err(Error::corrupt(
+                        name,
+                        at,
+                        Corruption::OutOfRange {
+                            field: "document of an entry",
+                            found: doc,
+                            limit: self.first + self.docs,
+                        },
+                    ));
+                }
+                if j > 0 && docs[i + j - 1] >= doc {
+                    return Err(Error::corrupt(
+                        name,
+                        at,
+                        Corruption::Invalid {
+                            field: "entry order",
+                            expected: "entries in increasing (key, document) order",
+                            found: doc,
+                        },
+                    ));
+                }
+            }
+            i += n as usize;
+        }
+        Ok(())
+    }
+
+    /// Decodes a block of version 1 (`buf`, all of it) into `out` (cleared first).
+    fn decode_v1(
+        &self,
+        t: usize,
+        info: &BlockInfo,
+        buf: &[u8],
+        out: &mut Vec<Entry>,
+    ) -> Result<()> {
         let name = self.file.name();
         let mut r = ByteReader::new(buf, name, info.offset);
         let at = r.offset();
@@ -204,7 +492,7 @@ impl Segment {
         if ok {
             Ok(())
         } else {
-            self.check_entries(t, &info, body)
+            self.check_entries(t, info, body)
         }
     }
 
@@ -259,20 +547,31 @@ pub(crate) fn version(r: &mut ByteReader<'_>) -> Result<()> {
 
 /// Parses and checks a footer: every table's blocks follow one another from the header on,
 /// their keys do not decrease, and each table holds `docs` entries.
-fn parse_footer(f: &[u8], name: &str, base: u64, docs: u64) -> Result<[Vec<BlockInfo>; TABLES]> {
+fn parse_footer(
+    f: &[u8],
+    name: &str,
+    base: u64,
+    docs: u64,
+    version: u32,
+) -> Result<[Vec<BlockInfo>; TABLES]> {
     let mut r = ByteReader::new(f, name, base);
     let mut tables: [Vec<BlockInfo>; TABLES] = Default::default();
     let mut offset = HEADER;
+    let index_entry = if version == 1 {
+        INDEX_ENTRY
+    } else {
+        INDEX_ENTRY + 4
+    };
     for table in tables.iter_mut() {
         let blocks = r.u32()? as usize;
-        if blocks > f.len() / INDEX_ENTRY {
+        if blocks > f.len() / index_entry {
             return Err(Error::corrupt(
                 name,
                 r.offset() - 4,
                 Corruption::OutOfRange {
                     field: "blocks of a table",
                     found: blocks as u64,
-                    limit: (f.len() / INDEX_ENTRY) as u64 + 1,
+                    limit: (f.len() / index_entry) as u64 + 1,
                 },
             ));
         }
@@ -285,13 +584,16 @@ fn parse_footer(f: &[u8], name: &str, base: u64, docs: u64) -> Result<[Vec<Block
                 last: r.u32()?,
                 offset: r.u64()?,
                 count: r.u32()?,
+                runs: if version == 1 { 0 } else { r.u32()? },
             };
             let bad = b.offset != offset
                 || b.count == 0
                 || b.count as usize > BLOCK
                 || b.first > b.last
                 || b.last > 0xFFFF
-                || b.first < last_key;
+                || b.first < last_key
+                || (version >= 2
+                    && (b.runs == 0 || b.runs > b.count || b.runs > b.last - b.first + 1));
             if bad {
                 return Err(Error::corrupt(
                     name,
@@ -303,7 +605,7 @@ fn parse_footer(f: &[u8], name: &str, base: u64, docs: u64) -> Result<[Vec<Block
                     },
                 ));
             }
-            offset += b.bytes();
+            offset += b.bytes(version);
             entries += b.count as u64;
             last_key = b.last;
             table.push(b);
@@ -346,21 +648,28 @@ pub(crate) struct SegmentWriter {
     block: Vec<Entry>,
     table: usize,
     written: u64,
+    first: u64,
     docs: u64,
+    version: u32,
 }
 
 impl SegmentWriter {
-    /// Creates segment `id` of `docs` documents from `first`.
+    /// Creates segment `id` of `docs` documents from `first`, of format `version`:
+    /// [`SEGMENT_VERSION`] (`docs` at most [`MAX_SEGMENT_DOCS`]), or 1 for the tests of stores
+    /// written before it.
     pub(crate) fn create(
         storage: &dyn Storage,
         id: u64,
         first: u64,
         docs: u64,
+        version: u32,
     ) -> Result<SegmentWriter> {
+        debug_assert!((1..=SEGMENT_VERSION).contains(&version));
+        debug_assert!(version == 1 || docs <= MAX_SEGMENT_DOCS);
         let file = storage.create_file(&name(id))?;
         let mut buf = Vec::with_capacity(WRITE_BUFFER + BLOCK * ENTRY + 8);
         buf.put_u32(MAGIC_SEG);
-        buf.put_u32(VERSION);
+        buf.put_u32(version);
         buf.put_u64(id);
         buf.put_u64(first);
         buf.put_u64(docs);
@@ -374,7 +683,9 @@ impl SegmentWriter {
             block: Vec::with_capacity(BLOCK),
             table: 0,
             written: 0,
+            first,
             docs,
+            version,
         })
     }
 
@@ -403,20 +714,52 @@ impl SegmentWriter {
         let t = self.table;
         let start = self.buf.len();
         let offset = self.end + start as u64;
-        self.buf.put_u32(self.block.len() as u32);
-        for e in &self.block {
-            self.buf.put_u64(e.fp);
-            self.buf.put_u64(e.doc);
+        let n = self.block.len();
+        self.buf.put_u32(n as u32);
+        let mut runs = 0u32;
+        if self.version == 1 {
+            for e in &self.block {
+                self.buf.put_u64(e.fp);
+                self.buf.put_u64(e.doc);
+            }
+            let c = crc(&self.buf[start..]);
+            self.buf.put_u32(c);
+        } else {
+            let runs_at = self.buf.len();
+            self.buf.put_u32(0);
+            let mut i = 0;
+            while i < n {
+                let k = key(self.block[i].fp, t);
+                let j = i + self.block[i..].partition_point(|e| key(e.fp, t) == k);
+                // A block holds at most BLOCK (4,096) entries: both fit 16 bits.
+                self.buf.extend_from_slice(&(k as u16).to_le_bytes());
+                self.buf.extend_from_slice(&((j - i) as u16).to_le_bytes());
+                runs += 1;
+                i = j;
+            }
+            self.buf[runs_at..runs_at + 4].copy_from_slice(&runs.to_le_bytes());
+            for e in &self.block {
+                self.buf
+                    .extend_from_slice(&rest(e.fp, t).to_le_bytes()[..REST]);
+            }
+            let c = crc(&self.buf[start..]);
+            self.buf.put_u32(c);
+            let docs_at = self.buf.len();
+            for e in &self.block {
+                debug_assert!(e.doc >= self.first && e.doc - self.first < self.docs);
+                self.buf.put_u32((e.doc - self.first) as u32);
+            }
+            let c = crc(&self.buf[docs_at..]);
+            self.buf.put_u32(c);
         }
-        let c = crc(&self.buf[start..]);
-        self.buf.put_u32(c);
         self.tables[t].push(BlockInfo {
             first: key(self.block[0].fp, t),
-            last: key(self.block[self.block.len() - 1].fp, t),
+            last: key(self.block[n - 1].fp, t),
             offset,
-            count: self.block.len() as u32,
+            count: n as u32,
+            runs,
         });
-        self.written += self.block.len() as u64;
+        self.written += n as u64;
         self.block.clear();
         if self.buf.len() >= WRITE_BUFFER {
             self.file.write_all_at(&self.buf, self.end)?;
@@ -440,6 +783,9 @@ impl SegmentWriter {
                 self.buf.put_u32(b.last);
                 self.buf.put_u64(b.offset);
                 self.buf.put_u32(b.count);
+                if self.version >= 2 {
+                    self.buf.put_u32(b.runs);
+                }
             }
         }
         let c = crc(&self.buf[start..]);
@@ -461,16 +807,15 @@ mod tests {
     use super::*;
     use crate::storage::DirStorage;
 
-    /// A segment of `docs` documents from 10, fingerprint `i * 0x0001_0001_0001_0001` for
-    /// document `10 + i`, written and opened.
-    fn segment(storage: &DirStorage, docs: u64) -> Segment {
-        let mut w = SegmentWriter::create(storage, 1, 10, docs).unwrap();
+    /// A segment of version `version` whose table `t` holds `entries` (documents from 10)
+    /// in (key, document) order, written and opened.
+    fn segment(storage: &DirStorage, version: u32, entries: &[Entry]) -> Segment {
+        let docs = entries.len() as u64;
+        let mut w = SegmentWriter::create(storage, 1, 10, docs, version).unwrap();
         for t in 0..TABLES {
-            for i in 0..docs {
-                let e = Entry {
-                    fp: i * 0x0001_0001_0001_0001,
-                    doc: 10 + i,
-                };
+            let mut table = entries.to_vec();
+            table.sort_by_key(|e| (key(e.fp, t), e.doc));
+            for e in table {
                 w.push(t, e).unwrap();
             }
         }
@@ -478,18 +823,16 @@ mod tests {
         Segment::open(storage, 1, 10, docs, bytes).unwrap()
     }
 
-    /// Rewrites entry `i` of block 0 of table 0 as `fp`, `doc`, with a valid checksum.
-    fn rewrite(s: &Segment, i: usize, fp: u64, doc: u64) {
-        let info = s.tables[0][0];
-        let mut b = vec![0u8; info.bytes() as usize];
-        s.file.read_exact_at(&mut b, info.offset).unwrap();
-        let at = 4 + i * ENTRY;
-        b[at..at + 8].copy_from_slice(&fp.to_le_bytes());
-        b[at + 8..at + 16].copy_from_slice(&doc.to_le_bytes());
-        let end = b.len() - 4;
-        let c = crc(&b[..end]);
-        b[end..].copy_from_slice(&c.to_le_bytes());
-        s.file.write_all_at(&b, info.offset).unwrap();
+    const STEP: u64 = 0x0001_0001_0001_0001;
+
+    /// Document `10 + i` has the fingerprint `i * STEP`: one key per entry in every table.
+    fn spread(docs: u64) -> Vec<Entry> {
+        (0..docs)
+            .map(|i| Entry {
+                fp: i * STEP,
+                doc: 10 + i,
+            })
+            .collect()
     }
 
     fn fault(s: &Segment) -> String {
@@ -500,41 +843,189 @@ mod tests {
     }
 
     #[test]
-    fn a_block_whose_checksum_holds_is_still_checked_entry_by_entry() {
+    fn fingerprints_lose_their_key_and_get_it_back_in_every_table() {
+        for fp in [0, u64::MAX, 0x0123_4567_89ab_cdef, 1 << 63, 0xFFFF] {
+            for t in 0..TABLES {
+                assert!(rest(fp, t) < 1 << 48);
+                assert_eq!(
+                    unrest(rest(fp, t), key(fp, t), t),
+                    fp,
+                    "{fp:x} in table {t}"
+                );
+            }
+        }
+    }
+
+    /// Rewrites entry `i` of block 0 of table 0 of a version 1 segment as `fp`, `doc`, with
+    /// a valid checksum.
+    fn rewrite_v1(s: &Segment, i: usize, fp: u64, doc: u64) {
+        let info = s.tables[0][0];
+        let mut b = vec![0u8; info.bytes(1) as usize];
+        s.file.read_exact_at(&mut b, info.offset).unwrap();
+        let at = 4 + i * ENTRY;
+        b[at..at + 8].copy_from_slice(&fp.to_le_bytes());
+        b[at + 8..at + 16].copy_from_slice(&doc.to_le_bytes());
+        let end = b.len() - 4;
+        let c = crc(&b[..end]);
+        b[end..].copy_from_slice(&c.to_le_bytes());
+        s.file.write_all_at(&b, info.offset).unwrap();
+    }
+
+    #[test]
+    fn a_block_of_version_1_whose_checksum_holds_is_still_checked_entry_by_entry() {
         let dir = tempfile::tempdir().unwrap();
         let storage = DirStorage::open(dir.path()).unwrap();
-        let s = segment(&storage, 100);
+        let s = segment(&storage, 1, &spread(100));
+        assert_eq!(s.version, 1);
         let (mut buf, mut out) = (Vec::new(), Vec::new());
         s.read_block(2, 0, &mut buf, &mut out).unwrap();
         assert_eq!(out.len(), 100);
         assert_eq!(
             out[7],
             Entry {
-                fp: 7 * 0x0001_0001_0001_0001,
+                fp: 7 * STEP,
                 doc: 17
             }
         );
 
-        let step = 0x0001_0001_0001_0001u64;
         // A document outside the segment's range, in order.
-        rewrite(&s, 99, 99 * step, 110);
+        rewrite_v1(&s, 99, 99 * STEP, 110);
         let e = fault(&s);
         assert!(e.contains("document of an entry"), "{e}");
         // Out of (key, document) order: entry 5 takes entry 4's key and document.
-        rewrite(&s, 99, 99 * step, 109);
-        rewrite(&s, 5, 4 * step, 14);
+        rewrite_v1(&s, 99, 99 * STEP, 109);
+        rewrite_v1(&s, 5, 4 * STEP, 14);
         let e = fault(&s);
         assert!(e.contains("entry order"), "{e}");
         // Same key, document not increasing.
-        rewrite(&s, 5, 4 * step, 13);
+        rewrite_v1(&s, 5, 4 * STEP, 13);
         assert!(fault(&s).contains("entry order"));
         // In order, but the first key is not the index's.
-        rewrite(&s, 5, 5 * step, 15);
-        rewrite(&s, 0, 1, 10);
+        rewrite_v1(&s, 5, 5 * STEP, 15);
+        rewrite_v1(&s, 0, 1, 10);
         assert!(fault(&s).contains("entry order"));
         // Mended, the block reads again.
-        rewrite(&s, 0, 0, 10);
+        rewrite_v1(&s, 0, 0, 10);
         s.read_block(0, 0, &mut buf, &mut out).unwrap();
         assert_eq!(out.len(), 100);
+    }
+
+    /// Changes block 0 of table 0 of a version 2 segment by `f` (its head, its documents),
+    /// then writes both checksums again.
+    fn rewrite_v2(s: &Segment, f: impl FnOnce(&mut [u8], &mut [u8])) {
+        let info = s.tables[0][0];
+        let mut b = vec![0u8; info.bytes(2) as usize];
+        s.file.read_exact_at(&mut b, info.offset).unwrap();
+        let (head, docs) = b.split_at_mut(info.head_bytes(2) as usize);
+        f(head, docs);
+        for part in [head, docs] {
+            let end = part.len() - 4;
+            let c = crc(&part[..end]);
+            part[end..].copy_from_slice(&c.to_le_bytes());
+        }
+        s.file.write_all_at(&b, info.offset).unwrap();
+    }
+
+    #[test]
+    fn a_block_of_version_2_keeps_key_runs_and_checks_them_and_its_documents() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = DirStorage::open(dir.path()).unwrap();
+        // Two documents a key in table 0 (they differ in the top bit), 50 keys.
+        let entries: Vec<Entry> = (0..100u64)
+            .map(|i| Entry {
+                fp: ((i / 2) * STEP) ^ ((i % 2) << 63),
+                doc: 10 + i,
+            })
+            .collect();
+        let s = segment(&storage, 2, &entries);
+        assert_eq!(s.version, 2);
+        assert_eq!(s.tables[0][0].runs, 50);
+        let (mut buf, mut out) = (Vec::new(), Vec::new());
+        for t in 0..TABLES {
+            s.read_block(t, 0, &mut buf, &mut out).unwrap();
+            let mut want = entries.clone();
+            want.sort_by_key(|e| (key(e.fp, t), e.doc));
+            assert_eq!(out, want, "table {t}");
+        }
+        // A search reads the documents of the entries within its distance only.
+        let probes = [
+            // Its own key is 2, one bit from the key probed (as at k ≥ 4), and one bit
+            // (16) of the rest differs too.
+            Probe {
+                key: 3,
+                fp: (3 * STEP) ^ 1 ^ (1 << 16),
+                doc: 1000,
+                slot: 0,
+            },
+            Probe {
+                key: 7,
+                fp: 7 * STEP,
+                doc: 17,
+                slot: 1,
+            },
+        ];
+        let mut found = Vec::new();
+        let mut scratch = Scratch::default();
+        s.join_block(0, 0, &probes, 3, &mut scratch, &mut |slot, doc, d| {
+            found.push((slot, doc, d))
+        })
+        .unwrap();
+        // Probe 0 is 2 bits from document 16 and 3 from 17 (the top bit too); probe 1's
+        // document, 17, is before 24 and 25, its key's.
+        assert_eq!(found, vec![(0, 16, 2), (0, 17, 3)]);
+
+        let runs = 8;
+        let rests = runs + 50 * RUN;
+        // A document outside the segment's range.
+        rewrite_v2(&s, |_, docs| {
+            docs[4..8].copy_from_slice(&100u32.to_le_bytes())
+        });
+        let e = fault(&s);
+        assert!(e.contains("document of an entry"), "{e}");
+        // The two documents of a key in decreasing order.
+        rewrite_v2(&s, |_, docs| {
+            docs[0..4].copy_from_slice(&1u32.to_le_bytes());
+            docs[4..8].copy_from_slice(&0u32.to_le_bytes());
+        });
+        let e = fault(&s);
+        assert!(e.contains("entry order"), "{e}");
+        rewrite_v2(&s, |_, docs| {
+            docs[0..4].copy_from_slice(&0u32.to_le_bytes());
+            docs[4..8].copy_from_slice(&1u32.to_le_bytes());
+        });
+        s.read_block(0, 0, &mut buf, &mut out).unwrap();
+        // Key runs out of order, empty, or not adding up to the block's entries.
+        rewrite_v2(&s, |head, _| {
+            head[runs + 4..runs + 6].copy_from_slice(&0u16.to_le_bytes())
+        });
+        assert!(fault(&s).contains("key run"));
+        rewrite_v2(&s, |head, _| {
+            head[runs + 4..runs + 6].copy_from_slice(&1u16.to_le_bytes());
+            head[runs + 2..runs + 4].copy_from_slice(&0u16.to_le_bytes());
+        });
+        assert!(fault(&s).contains("key run"));
+        rewrite_v2(&s, |head, _| {
+            head[runs + 2..runs + 4].copy_from_slice(&3u16.to_le_bytes())
+        });
+        let e = fault(&s);
+        assert!(e.contains("entries of the key runs"), "{e}");
+        rewrite_v2(&s, |head, _| {
+            head[runs + 2..runs + 4].copy_from_slice(&2u16.to_le_bytes())
+        });
+        s.read_block(0, 0, &mut buf, &mut out).unwrap();
+        // A flip in a fingerprint's rest without its checksum.
+        let info = s.tables[0][0];
+        let mut b = [0u8; 1];
+        s.file
+            .read_exact_at(&mut b, info.offset + rests as u64)
+            .unwrap();
+        s.file
+            .write_all_at(&[b[0] ^ 1], info.offset + rests as u64)
+            .unwrap();
+        let e = fault(&s);
+        assert!(e.contains("checksum"), "{e}");
+        assert!(s
+            .join_block(0, 0, &probes, 3, &mut scratch, &mut |_, _, _| {})
+            .is_err());
     }
 }

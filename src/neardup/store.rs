@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::docs::{self, Docs, MAX_ID};
 use super::manifest::{Manifest, SegmentRef, NAME};
 use super::search::{self, Probe, MAX_K};
-use super::segment::{self, key, Segment, SegmentWriter};
+use super::segment::{self, key, Scratch, Segment, SegmentWriter, MAX_SEGMENT_DOCS};
 use super::{Entry, TABLES};
 use crate::error::{Error, Result};
 use crate::options::MIN_MEMORY;
@@ -87,6 +87,9 @@ pub struct Store {
     poisoned: bool,
     /// Whether the manifest in memory differs from the one on disk.
     dirty: bool,
+    /// The format version of the segments written ([`segment::SEGMENT_VERSION`]; the tests
+    /// write version 1 too).
+    segment_version: u32,
     _lock: Box<dyn Any + Send + Sync>,
 }
 
@@ -166,6 +169,7 @@ impl Store {
             batch_budget,
             poisoned: false,
             dirty: false,
+            segment_version: segment::SEGMENT_VERSION,
             _lock: lock,
         };
         store.catch_up_sieve()?;
@@ -232,7 +236,8 @@ impl Store {
         }
         let mut out = Vec::with_capacity(docs.len());
         let per_doc = BYTES_PER_DOC + BYTES_PER_PROBE * if k >= 4 { 17 } else { 1 };
-        let max_docs = (self.batch_budget / per_doc).max(1);
+        // A batch is one segment: at most MAX_SEGMENT_DOCS documents.
+        let max_docs = (self.batch_budget / per_doc).clamp(1, MAX_SEGMENT_DOCS as usize);
         let max_bytes = (self.batch_budget / 4).max(MAX_ID);
         let mut start = 0;
         while start < docs.len() {
@@ -374,7 +379,7 @@ impl Store {
         let mut fill = fill;
         let id = self.manifest.next_id;
         self.manifest.next_id += 1;
-        let mut w = SegmentWriter::create(&*self.storage, id, first, docs)?;
+        let mut w = SegmentWriter::create(&*self.storage, id, first, docs, self.segment_version)?;
         for t in 0..TABLES {
             fill(t, &mut w)?;
         }
@@ -386,6 +391,7 @@ impl Store {
             first,
             docs,
             bytes,
+            version: self.segment_version,
             tables,
         })
     }
@@ -401,15 +407,14 @@ impl Store {
         on: &mut impl FnMut(u32, u64, u32),
     ) -> Result<()> {
         let mut probes: Vec<Probe> = Vec::new();
-        let mut buf = Vec::new();
+        let mut scratch = Scratch::default();
         let mut entries = Vec::new();
         for t in 0..TABLES {
             search::probes(t, queries, k, &mut probes);
             for seg in &self.segments {
                 for b in search::blocks(&probes, &seg.tables[t]) {
-                    seg.read_block(t, b, &mut buf, &mut entries)?;
                     let from = probes.partition_point(|p| p.key < seg.tables[t][b].first);
-                    search::join(&probes[from..], &entries, t, k, on);
+                    seg.join_block(t, b, &probes[from..], k, &mut scratch, on)?;
                 }
             }
             if among {
@@ -524,7 +529,17 @@ impl Store {
             if a == n - 1 && n <= MAX_SEGMENTS {
                 return Ok(());
             }
-            let a = if a == n - 1 { n - 2 } else { a };
+            let mut a = if a == n - 1 { n - 2 } else { a };
+            // A segment holds at most MAX_SEGMENT_DOCS documents: the oldest inputs stay out
+            // of a merge that would pass it (none is merged when the two newest would).
+            while a < n - 1
+                && self.segments[a..].iter().map(|s| s.docs).sum::<u64>() > MAX_SEGMENT_DOCS
+            {
+                a += 1;
+            }
+            if a == n - 1 {
+                return Ok(());
+            }
             self.merge(a)?;
         }
     }
@@ -781,4 +796,114 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<NearCheck> {
 /// the sum but with probability about 2^−64.
 fn mix(doc: u64, fp: u64) -> u64 {
     xxhash_rust::xxh3::xxh3_64_with_seed(&fp.to_le_bytes(), doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::neardup::distance;
+
+    /// Fingerprints: random ones, and copies of earlier ones with up to 4 bits flipped.
+    fn fingerprints(n: usize) -> Vec<u64> {
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let mut out: Vec<u64> = Vec::with_capacity(n);
+        while out.len() < n {
+            let r = next();
+            let fp = if out.is_empty() || r % 3 == 0 {
+                next()
+            } else {
+                let mut fp = out[(r as usize >> 8) % out.len()];
+                for _ in 0..(r >> 40) % 5 {
+                    fp ^= 1 << (next() >> 58);
+                }
+                fp
+            };
+            out.push(fp);
+        }
+        out
+    }
+
+    /// The nearest earlier fingerprint within `k` (ties: the earliest), by a scan.
+    fn nearest(fps: &[u64], i: usize, k: u32) -> Option<(u64, u32)> {
+        (0..i)
+            .map(|j| (distance(fps[j], fps[i]), j as u64))
+            .filter(|&(d, _)| d <= k)
+            .min()
+            .map(|(d, j)| (j, d))
+    }
+
+    fn insert(store: &mut Store, fps: &[u64], range: std::ops::Range<usize>) {
+        let ids: Vec<Vec<u8>> = range
+            .clone()
+            .map(|i| format!("d{i}").into_bytes())
+            .collect();
+        let docs: Vec<(&[u8], u64)> = ids
+            .iter()
+            .zip(&fps[range.clone()])
+            .map(|(id, &fp)| (id.as_slice(), fp))
+            .collect();
+        let out = store.insert(&docs, 3).unwrap();
+        for (i, o) in range.zip(out) {
+            let got = o.expect("a new id").nearest.map(|m| (m.doc, m.distance));
+            assert_eq!(got, nearest(fps, i, 3), "document {i}");
+        }
+    }
+
+    /// A store whose segments are of version 1 (fingerprint and document side by side), and
+    /// whose manifest is of version 1, opens, answers exactly, and merges its segments into
+    /// segments of version 2.
+    #[test]
+    fn a_store_of_version_1_segments_is_read_and_merged_into_version_2() {
+        let dir = tempfile::tempdir().unwrap();
+        let fps = fingerprints(12_000);
+        let opts = Options::new().memory(4 << 20);
+        let mut store = Store::open(dir.path(), opts.clone()).unwrap();
+        store.segment_version = 1;
+        for r in [0..4_000, 4_000..6_000, 6_000..7_000] {
+            insert(&mut store, &fps, r);
+        }
+        assert!(store.segments.iter().all(|s| s.version == 1));
+        store.close().unwrap();
+        // The manifest as a build before version 2 wrote it.
+        let path = dir.path().join(super::super::manifest::NAME);
+        let mut m = std::fs::read(&path).unwrap();
+        m[4..8].copy_from_slice(&1u32.to_le_bytes());
+        let end = m.len() - 4;
+        let c = crc32fast::hash(&m[..end]);
+        m[end..].copy_from_slice(&c.to_le_bytes());
+        std::fs::write(&path, &m).unwrap();
+
+        let mut store = Store::open(dir.path(), opts.clone()).unwrap();
+        assert!(store.segments.len() >= 2);
+        assert!(store.segments.iter().all(|s| s.version == 1));
+        for i in (0..7_000).step_by(331) {
+            let want: Vec<(u64, u32)> = {
+                let mut v: Vec<(u32, u64)> = (0..7_000)
+                    .map(|j| (distance(fps[j], fps[i]), j as u64))
+                    .filter(|&(d, _)| d <= 3)
+                    .collect();
+                v.sort_unstable();
+                v.into_iter().map(|(d, j)| (j, d)).collect()
+            };
+            assert_eq!(store.query(fps[i], 3).unwrap(), want, "query {i}");
+        }
+        for r in [7_000..9_000, 9_000..12_000] {
+            insert(&mut store, &fps, r);
+        }
+        assert!(store.segments.iter().any(|s| s.version == 2));
+        store.close().unwrap();
+        let report = check(dir.path()).unwrap();
+        assert_eq!(report.docs, 12_000);
+        let store = Store::open(dir.path(), opts).unwrap();
+        assert!(
+            store.segments.iter().all(|s| s.version == 2),
+            "the merges rewrote every segment of version 1"
+        );
+    }
 }
