@@ -114,9 +114,13 @@ pub(crate) fn join(
 
 /// [`join`] compiled with the popcnt instruction: a distance is one instruction instead of
 /// a dozen (the portable `count_ones` of x86_64's baseline).
+///
+/// # Safety
+///
+/// The processor must have the popcnt instruction.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "popcnt")]
-fn join_popcnt(
+unsafe fn join_popcnt(
     probes: &[Probe],
     entries: &[Entry],
     t: usize,
@@ -156,55 +160,46 @@ fn join_portable(
     }
 }
 
-/// A probe's fingerprint within the distance of an entry of a block whose documents are not
-/// read yet.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Hit {
-    /// The probe's query, its index in its batch.
-    pub slot: u32,
-    /// The probe's document: only an earlier entry matches it.
-    pub before: u64,
-    /// The entry's index in its block.
-    pub at: u32,
-    /// Their distance.
-    pub distance: u32,
-}
-
-/// Pushes to `hits` every pair of a probe and an entry of a block of table `t` with the same
-/// key within distance `k`: the block's entries as runs of one key, `runs` (key, entries) in
-/// key order, and their fingerprints less their keys, `rests` ([`rest_at`]: an entry is as
-/// far from a probe as its rest from the probe's, plus the bits in which the probe's own key
-/// differs from the key probed); `probes` in key order. A run no probe asks for
-/// is passed over whole.
+/// Calls `hit(slot, before, at, distance)` for every pair of a probe (`slot` its query,
+/// `before` its document) and an entry of a block of table `t` (`at` its place in the block)
+/// with the same key within distance `k`: the block's entries as runs of one key, `runs`
+/// (key, entries) in key order, and their fingerprints less their keys, `rests` ([`rest_at`]:
+/// an entry is as far from a probe as its rest from the probe's, plus the bits in which the
+/// probe's own key differs from the key probed); `probes` in key order. A run no probe asks
+/// for is passed over whole.
 pub(crate) fn join_runs(
     probes: &[Probe],
     t: usize,
     runs: &[(u32, u32)],
     rests: &[u8],
     k: u32,
-    hits: &mut Vec<Hit>,
+    hit: &mut impl FnMut(u32, u64, u32, u32),
 ) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("popcnt") {
         // SAFETY: the processor has the popcnt instruction (checked just above), the only
         // feature the function is compiled with beyond the target's.
-        return unsafe { join_runs_popcnt(probes, t, runs, rests, k, hits) };
+        return unsafe { join_runs_popcnt(probes, t, runs, rests, k, hit) };
     }
-    join_runs_portable(probes, t, runs, rests, k, hits)
+    join_runs_portable(probes, t, runs, rests, k, hit)
 }
 
 /// [`join_runs`] compiled with the popcnt instruction.
+///
+/// # Safety
+///
+/// The processor must have the popcnt instruction.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "popcnt")]
-fn join_runs_popcnt(
+unsafe fn join_runs_popcnt(
     probes: &[Probe],
     t: usize,
     runs: &[(u32, u32)],
     rests: &[u8],
     k: u32,
-    hits: &mut Vec<Hit>,
+    hit: &mut impl FnMut(u32, u64, u32, u32),
 ) {
-    join_runs_portable(probes, t, runs, rests, k, hits)
+    join_runs_portable(probes, t, runs, rests, k, hit)
 }
 
 /// [`join_runs`] for any processor.
@@ -215,7 +210,7 @@ fn join_runs_portable(
     runs: &[(u32, u32)],
     rests: &[u8],
     k: u32,
-    hits: &mut Vec<Hit>,
+    hit: &mut impl FnMut(u32, u64, u32, u32),
 ) {
     let mut p = 0;
     let mut at = 0usize;
@@ -234,12 +229,7 @@ fn join_runs_portable(
             for i in at..at + n as usize {
                 let d = keys + (r ^ rest_at(rests, i)).count_ones();
                 if d <= k {
-                    hits.push(Hit {
-                        slot: q.slot,
-                        before: q.doc,
-                        at: i as u32,
-                        distance: d,
-                    });
+                    hit(q.slot, q.doc, i as u32, d);
                 }
             }
         }

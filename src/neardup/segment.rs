@@ -4,11 +4,11 @@
 //!
 //! A block of version 2 keeps its keys as runs, the other 48 bits of each fingerprint, and
 //! its documents apart, each part with its checksum: a search reads the keys and fingerprints
-//! alone (10 bytes an entry instead of 16), and a block's documents only when a fingerprint
-//! in it is within the distance searched. Version 1 (fingerprint and document side by side)
+//! alone (6 bytes an entry and 4 a key run, instead of 16), and a block's documents only when
+//! a fingerprint in it is within the distance searched. Version 1 (fingerprint and document side by side)
 //! is still read.
 
-use super::search::{self, Hit, Probe};
+use super::search::{self, Probe};
 use super::{Entry, TABLES};
 use crate::error::{Corruption, Error, Result};
 use crate::format::{crc, ByteReader, PutLe};
@@ -122,8 +122,8 @@ pub(crate) struct Scratch {
     buf: Vec<u8>,
     entries: Vec<Entry>,
     runs: Vec<(u32, u32)>,
+    docs_buf: Vec<u8>,
     docs: Vec<u64>,
-    hits: Vec<Hit>,
 }
 
 /// An open segment: its file and its sparse index (one [`BlockInfo`] per block).
@@ -172,8 +172,9 @@ impl Segment {
         r.magic(MAGIC_SEG)?;
         let version = r.version_between(1, SEGMENT_VERSION)?;
         if version >= 2 && docs > MAX_SEGMENT_DOCS {
+            // The header's `docs`, at byte 24 (the manifest's count, checked against it below).
             return Err(corrupt(
-                r.offset(),
+                24,
                 Corruption::OutOfRange {
                     field: "documents of a segment",
                     found: docs,
@@ -286,21 +287,24 @@ impl Segment {
         s.buf.resize(head as usize, 0);
         self.file.read_exact_at(&mut s.buf, info.offset)?;
         let rests = self.decode_head(&info, &s.buf, &mut s.runs)?;
-        s.hits.clear();
-        search::join_runs(probes, t, &s.runs, rests, k, &mut s.hits);
-        if s.hits.is_empty() {
-            return Ok(());
-        }
-        s.buf.resize((info.bytes(self.version) - head) as usize, 0);
-        self.file.read_exact_at(&mut s.buf, info.offset + head)?;
-        self.decode_docs(&info, info.offset + head, &s.buf, &s.runs, &mut s.docs)?;
-        for h in &s.hits {
-            let doc = s.docs[h.at as usize];
-            if doc < h.before {
-                on(h.slot, doc, h.distance);
+        // The documents are read at the first entry within `k`, and each pair is given to
+        // `on` as it is found: nothing is gathered, whatever the number of pairs.
+        let (runs, docs_buf, docs) = (&s.runs, &mut s.docs_buf, &mut s.docs);
+        let mut read: Option<Result<()>> = None;
+        search::join_runs(probes, t, runs, rests, k, &mut |slot, before, at, d| {
+            let ok = read.get_or_insert_with(|| {
+                docs_buf.resize((info.bytes(self.version) - head) as usize, 0);
+                self.file.read_exact_at(docs_buf, info.offset + head)?;
+                self.decode_docs(&info, info.offset + head, docs_buf, runs, docs)
+            });
+            if ok.is_ok() {
+                let doc = docs[at as usize];
+                if doc < before {
+                    on(slot, doc, d);
+                }
             }
-        }
-        Ok(())
+        });
+        read.unwrap_or(Ok(()))
     }
 
     /// Decodes the head of a block of version 2 (`head`, at its offset): its key runs into
@@ -665,7 +669,12 @@ impl SegmentWriter {
         version: u32,
     ) -> Result<SegmentWriter> {
         debug_assert!((1..=SEGMENT_VERSION).contains(&version));
-        debug_assert!(version == 1 || docs <= MAX_SEGMENT_DOCS);
+        if version >= 2 && docs > MAX_SEGMENT_DOCS {
+            return Err(Error::InvalidOption {
+                option: "documents of a segment",
+                reason: format!("{docs}: a segment holds at most {MAX_SEGMENT_DOCS}"),
+            });
+        }
         let file = storage.create_file(&name(id))?;
         let mut buf = Vec::with_capacity(WRITE_BUFFER + BLOCK * ENTRY + 8);
         buf.put_u32(MAGIC_SEG);
@@ -1013,6 +1022,32 @@ mod tests {
             head[runs + 2..runs + 4].copy_from_slice(&2u16.to_le_bytes())
         });
         s.read_block(0, 0, &mut buf, &mut out).unwrap();
+        // The last run's key past the index's last key (a search, which trusts the index,
+        // would pass over it).
+        let last = runs + 49 * RUN;
+        rewrite_v2(&s, |head, _| {
+            head[last..last + 2].copy_from_slice(&50u16.to_le_bytes())
+        });
+        assert!(fault(&s).contains("key run"));
+        rewrite_v2(&s, |head, _| {
+            head[last..last + 2].copy_from_slice(&49u16.to_le_bytes())
+        });
+        // The block's own count and runs against the index's.
+        rewrite_v2(&s, |head, _| {
+            head[4..8].copy_from_slice(&49u32.to_le_bytes())
+        });
+        let e = fault(&s);
+        assert!(e.contains("key runs in the block"), "{e}");
+        rewrite_v2(&s, |head, _| {
+            head[4..8].copy_from_slice(&50u32.to_le_bytes());
+            head[0..4].copy_from_slice(&99u32.to_le_bytes());
+        });
+        let e = fault(&s);
+        assert!(e.contains("entries in the block"), "{e}");
+        rewrite_v2(&s, |head, _| {
+            head[0..4].copy_from_slice(&100u32.to_le_bytes())
+        });
+        s.read_block(0, 0, &mut buf, &mut out).unwrap();
         // A flip in a fingerprint's rest without its checksum.
         let info = s.tables[0][0];
         let mut b = [0u8; 1];
@@ -1027,5 +1062,45 @@ mod tests {
         assert!(s
             .join_block(0, 0, &probes, 3, &mut scratch, &mut |_, _, _| {})
             .is_err());
+    }
+
+    #[test]
+    fn a_footer_of_version_2_whose_runs_are_wrong_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = DirStorage::open(dir.path()).unwrap();
+        let s = segment(&storage, 2, &spread(100));
+        let (bytes, info) = (s.bytes, s.tables[0][0]);
+        assert_eq!(
+            (info.count, info.runs, info.last - info.first + 1),
+            (100, 100, 100)
+        );
+        let file = s.file.clone();
+        drop(s);
+        let mut tail = [0u8; 8];
+        file.read_exact_at(&mut tail, bytes - TAIL).unwrap();
+        let footer = u64::from_le_bytes(tail);
+        // The runs of table 0's first block: after its count of blocks and the entry's
+        // first key, last key, offset and count.
+        let at = footer + 4 + 20;
+        let mut f = vec![0u8; (bytes - TAIL - footer) as usize];
+        file.read_exact_at(&mut f, footer).unwrap();
+        for runs in [0u32, 101, 99, 1, 100] {
+            let mut g = f.clone();
+            let i = (at - footer) as usize;
+            g[i..i + 4].copy_from_slice(&runs.to_le_bytes());
+            let end = g.len() - 4;
+            let c = crc(&g[..end]);
+            g[end..].copy_from_slice(&c.to_le_bytes());
+            file.write_all_at(&g, footer).unwrap();
+            let opened = Segment::open(&storage, 1, 10, 100, bytes);
+            if runs == 100 {
+                assert!(opened.is_ok());
+            } else {
+                // Refused by the runs' own bounds, or because the block's size, which the
+                // runs give, no longer leads to the next block and the footer.
+                let e = opened.err().expect("refused");
+                assert!(e.is_corruption(), "runs {runs}: {e}");
+            }
+        }
     }
 }
