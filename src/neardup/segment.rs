@@ -4,8 +4,8 @@
 //!
 //! A block of version 2 keeps its keys as runs, the other 48 bits of each fingerprint, and
 //! its documents apart, each part with its checksum: a search reads the keys and fingerprints
-//! alone (6 bytes an entry and 4 a key run, instead of 16), and a block's documents only when
-//! a fingerprint in it is within the distance searched. Version 1 (fingerprint and document side by side)
+//! alone (6 bytes an entry and 4 a key run, instead of 16), and a block's documents only
+//! when a fingerprint in it is within the distance searched. Version 1 (fingerprint and document side by side)
 //! is still read.
 
 use super::search::{self, Probe};
@@ -171,17 +171,6 @@ impl Segment {
         let mut r = ByteReader::new(&h, &name, 0);
         r.magic(MAGIC_SEG)?;
         let version = r.version_between(1, SEGMENT_VERSION)?;
-        if version >= 2 && docs > MAX_SEGMENT_DOCS {
-            // The header's `docs`, at byte 24 (the manifest's count, checked against it below).
-            return Err(corrupt(
-                24,
-                Corruption::OutOfRange {
-                    field: "documents of a segment",
-                    found: docs,
-                    limit: MAX_SEGMENT_DOCS + 1,
-                },
-            ));
-        }
         for (field, expected) in [
             ("segment id", id),
             ("first document", first),
@@ -201,6 +190,17 @@ impl Segment {
             }
         }
         r.check_crc()?;
+        if version >= 2 && docs > MAX_SEGMENT_DOCS {
+            // The header's `docs` (at byte 24), which is the manifest's.
+            return Err(corrupt(
+                24,
+                Corruption::OutOfRange {
+                    field: "documents of a segment",
+                    found: docs,
+                    limit: MAX_SEGMENT_DOCS + 1,
+                },
+            ));
+        }
         let mut t = [0u8; TAIL as usize];
         file.read_exact_at(&mut t, bytes - TAIL)?;
         let mut r = ByteReader::new(&t, &name, bytes - TAIL);
@@ -325,9 +325,9 @@ impl Segment {
         let nruns = r.u32()?;
         let body = r.take(info.runs as usize * RUN + info.count as usize * REST)?;
         r.check_crc()?;
-        for (field, expected, found) in [
-            ("entries in the block", info.count, count),
-            ("key runs in the block", info.runs, nruns),
+        for (field, expected, found, at) in [
+            ("entries in the block", info.count, count, at),
+            ("key runs in the block", info.runs, nruns, at + 4),
         ] {
             if found != expected {
                 return Err(Error::corrupt(
@@ -991,6 +991,22 @@ mod tests {
         });
         let e = fault(&s);
         assert!(e.contains("document of an entry"), "{e}");
+        // A search with nothing within k does not read the documents; one with an entry
+        // within k reads them, fails, and gives its caller nothing of the block.
+        let far = [Probe {
+            key: 3,
+            fp: (3 * STEP) ^ (0xFF << 32),
+            doc: 1000,
+            slot: 0,
+        }];
+        let mut called = false;
+        s.join_block(0, 0, &far, 3, &mut scratch, &mut |_, _, _| called = true)
+            .unwrap();
+        let e = s
+            .join_block(0, 0, &probes, 3, &mut scratch, &mut |_, _, _| called = true)
+            .unwrap_err();
+        assert!(e.to_string().contains("document of an entry"), "{e}");
+        assert!(!called);
         // The two documents of a key in decreasing order.
         rewrite_v2(&s, |_, docs| {
             docs[0..4].copy_from_slice(&1u32.to_le_bytes());
@@ -1068,38 +1084,58 @@ mod tests {
     fn a_footer_of_version_2_whose_runs_are_wrong_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let storage = DirStorage::open(dir.path()).unwrap();
-        let s = segment(&storage, 2, &spread(100));
-        let (bytes, info) = (s.bytes, s.tables[0][0]);
-        assert_eq!(
-            (info.count, info.runs, info.last - info.first + 1),
-            (100, 100, 100)
-        );
+        // Two blocks a table, each of 4,096 entries of one key each, every other key: a
+        // block spans twice as many keys as it has entries.
+        let entries: Vec<Entry> = spread(2 * BLOCK as u64)
+            .into_iter()
+            .map(|e| Entry {
+                fp: e.fp * 2,
+                doc: e.doc,
+            })
+            .collect();
+        let s = segment(&storage, 2, &entries);
+        let bytes = s.bytes;
+        assert_eq!(s.tables[0].len(), 2);
+        assert_eq!((s.tables[0][0].count, s.tables[0][0].runs), (4096, 4096));
         let file = s.file.clone();
         drop(s);
         let mut tail = [0u8; 8];
         file.read_exact_at(&mut tail, bytes - TAIL).unwrap();
         let footer = u64::from_le_bytes(tail);
-        // The runs of table 0's first block: after its count of blocks and the entry's
-        // first key, last key, offset and count.
-        let at = footer + 4 + 20;
         let mut f = vec![0u8; (bytes - TAIL - footer) as usize];
         file.read_exact_at(&mut f, footer).unwrap();
-        for runs in [0u32, 101, 99, 1, 100] {
-            let mut g = f.clone();
-            let i = (at - footer) as usize;
-            g[i..i + 4].copy_from_slice(&runs.to_le_bytes());
+        // Table 0's entries: after its count of blocks, 24 bytes each (first key, last key,
+        // offset, count, runs).
+        let (b0, b1) = (4usize, 4 + 24);
+        let u32_at = |g: &[u8], i: usize| u32::from_le_bytes(g[i..i + 4].try_into().unwrap());
+        let write = |g: &mut Vec<u8>| {
             let end = g.len() - 4;
             let c = crc(&g[..end]);
             g[end..].copy_from_slice(&c.to_le_bytes());
-            file.write_all_at(&g, footer).unwrap();
-            let opened = Segment::open(&storage, 1, 10, 100, bytes);
-            if runs == 100 {
+            file.write_all_at(g, footer).unwrap();
+        };
+        // Block 0 given one run more than its entries, block 1 one fewer and its offset 4
+        // bytes on: the blocks still follow one another up to the footer, and only the
+        // bounds of the runs refuse it (its keys span 8,191). Then block 0's last key
+        // lowered to 4,094: its 4,096 runs are more than the keys it spans.
+        for (runs0, last0) in [(4097u32, None), (4096, Some(4094u32)), (4096, None)] {
+            let mut g = f.clone();
+            g[b0 + 20..b0 + 24].copy_from_slice(&runs0.to_le_bytes());
+            if let Some(l) = last0 {
+                g[b0 + 4..b0 + 8].copy_from_slice(&l.to_le_bytes());
+            }
+            let shift = 4 * (i64::from(runs0) - 4096);
+            let off = u64::from_le_bytes(g[b1 + 8..b1 + 16].try_into().unwrap());
+            g[b1 + 8..b1 + 16].copy_from_slice(&((off as i64 + shift) as u64).to_le_bytes());
+            let runs1 = (i64::from(u32_at(&g, b1 + 20)) - shift / 4) as u32;
+            g[b1 + 20..b1 + 24].copy_from_slice(&runs1.to_le_bytes());
+            write(&mut g);
+            let opened = Segment::open(&storage, 1, 10, 2 * BLOCK as u64, bytes);
+            if (runs0, last0) == (4096, None) {
                 assert!(opened.is_ok());
             } else {
-                // Refused by the runs' own bounds, or because the block's size, which the
-                // runs give, no longer leads to the next block and the footer.
-                let e = opened.err().expect("refused");
-                assert!(e.is_corruption(), "runs {runs}: {e}");
+                let e = opened.err().expect("refused").to_string();
+                assert!(e.contains("block index entry"), "runs {runs0}: {e}");
             }
         }
     }
