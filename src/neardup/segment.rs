@@ -5,8 +5,8 @@
 //! A block of version 2 keeps its keys as runs, the other 48 bits of each fingerprint, and
 //! its documents apart, each part with its checksum: a search reads the keys and fingerprints
 //! alone (6 bytes an entry and 4 a key run, instead of 16), and a block's documents only
-//! when a fingerprint in it is within the distance searched. Version 1 (fingerprint and document side by side)
-//! is still read.
+//! when a fingerprint in it is within the distance searched. Version 1 (fingerprint and
+//! document side by side) is still read.
 
 use super::search::{self, Probe};
 use super::{Entry, TABLES};
