@@ -143,5 +143,6 @@ pub mod internals {
         reseal_frontier, FrontierFile, FrontierState, Verdict, T0,
     };
     pub use crate::testing::fuzz::{canary, crash_schedule, ops, random_input, target};
+    pub use crate::testing::neardup;
     pub use crate::testing::{apply, emit_model, run, verify, Observed, Step, Survivor};
 }

@@ -865,6 +865,13 @@ mod tests {
         }
     }
 
+    /// Writes the checksum of `part`'s bytes before its last four into them.
+    fn reseal(part: &mut [u8]) {
+        let end = part.len() - 4;
+        let c = crc(&part[..end]);
+        part[end..].copy_from_slice(&c.to_le_bytes());
+    }
+
     /// Rewrites entry `i` of block 0 of table 0 of a version 1 segment as `fp`, `doc`, with
     /// a valid checksum.
     fn rewrite_v1(s: &Segment, i: usize, fp: u64, doc: u64) {
@@ -874,9 +881,7 @@ mod tests {
         let at = 4 + i * ENTRY;
         b[at..at + 8].copy_from_slice(&fp.to_le_bytes());
         b[at + 8..at + 16].copy_from_slice(&doc.to_le_bytes());
-        let end = b.len() - 4;
-        let c = crc(&b[..end]);
-        b[end..].copy_from_slice(&c.to_le_bytes());
+        reseal(&mut b);
         s.file.write_all_at(&b, info.offset).unwrap();
     }
 
@@ -927,11 +932,8 @@ mod tests {
         s.file.read_exact_at(&mut b, info.offset).unwrap();
         let (head, docs) = b.split_at_mut(info.head_bytes(2) as usize);
         f(head, docs);
-        for part in [head, docs] {
-            let end = part.len() - 4;
-            let c = crc(&part[..end]);
-            part[end..].copy_from_slice(&c.to_le_bytes());
-        }
+        reseal(head);
+        reseal(docs);
         s.file.write_all_at(&b, info.offset).unwrap();
     }
 
@@ -1109,9 +1111,7 @@ mod tests {
         let (b0, b1) = (4usize, 4 + 24);
         let u32_at = |g: &[u8], i: usize| u32::from_le_bytes(g[i..i + 4].try_into().unwrap());
         let write = |g: &mut Vec<u8>| {
-            let end = g.len() - 4;
-            let c = crc(&g[..end]);
-            g[end..].copy_from_slice(&c.to_le_bytes());
+            reseal(g);
             file.write_all_at(g, footer).unwrap();
         };
         // Block 0 given one run more than its entries, block 1 one fewer and its offset 4

@@ -801,42 +801,7 @@ fn mix(doc: u64, fp: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::neardup::distance;
-
-    /// Fingerprints: random ones, and copies of earlier ones with up to 4 bits flipped.
-    fn fingerprints(n: usize) -> Vec<u64> {
-        let mut s = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
-        let mut out: Vec<u64> = Vec::with_capacity(n);
-        while out.len() < n {
-            let r = next();
-            let fp = if out.is_empty() || r % 3 == 0 {
-                next()
-            } else {
-                let mut fp = out[(r as usize >> 8) % out.len()];
-                for _ in 0..(r >> 40) % 5 {
-                    fp ^= 1 << (next() >> 58);
-                }
-                fp
-            };
-            out.push(fp);
-        }
-        out
-    }
-
-    /// The nearest earlier fingerprint within `k` (ties: the earliest), by a scan.
-    fn nearest(fps: &[u64], i: usize, k: u32) -> Option<(u64, u32)> {
-        (0..i)
-            .map(|j| (distance(fps[j], fps[i]), j as u64))
-            .filter(|&(d, _)| d <= k)
-            .min()
-            .map(|(d, j)| (j, d))
-    }
+    use crate::testing::neardup::{brute, fingerprints};
 
     fn insert(store: &mut Store, fps: &[u64], range: std::ops::Range<usize>) {
         let ids: Vec<Vec<u8>> = range
@@ -851,7 +816,11 @@ mod tests {
         let out = store.insert(&docs, 3).unwrap();
         for (i, o) in range.zip(out) {
             let got = o.expect("a new id").nearest.map(|m| (m.doc, m.distance));
-            assert_eq!(got, nearest(fps, i, 3), "document {i}");
+            assert_eq!(
+                got,
+                brute(&fps[..i], fps[i], 3).first().copied(),
+                "document {i}"
+            );
         }
     }
 
@@ -861,7 +830,7 @@ mod tests {
     #[test]
     fn a_store_of_version_1_segments_is_read_and_merged_into_version_2() {
         let dir = tempfile::tempdir().unwrap();
-        let fps = fingerprints(12_000);
+        let fps = fingerprints(7, 12_000, 3);
         let opts = Options::new().memory(4 << 20);
         let mut store = Store::open(dir.path(), opts.clone()).unwrap();
         store.segment_version = 1;
@@ -883,14 +852,7 @@ mod tests {
         assert!(store.segments.len() >= 2);
         assert!(store.segments.iter().all(|s| s.version == 1));
         for i in (0..7_000).step_by(331) {
-            let want: Vec<(u64, u32)> = {
-                let mut v: Vec<(u32, u64)> = (0..7_000)
-                    .map(|j| (distance(fps[j], fps[i]), j as u64))
-                    .filter(|&(d, _)| d <= 3)
-                    .collect();
-                v.sort_unstable();
-                v.into_iter().map(|(d, j)| (j, d)).collect()
-            };
+            let want = brute(&fps[..7_000], fps[i], 3);
             assert_eq!(store.query(fps[i], 3).unwrap(), want, "query {i}");
         }
         for r in [7_000..9_000, 9_000..12_000] {

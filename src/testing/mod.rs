@@ -10,6 +10,7 @@ pub mod corpus;
 pub mod corrupt;
 pub mod frontier;
 pub mod fuzz;
+pub mod neardup;
 
 use std::collections::HashSet;
 use std::sync::Arc;
