@@ -65,12 +65,15 @@ pub enum Bug {
     /// `parts-serve-twice`: a hand-out in parts does not pass over the queues its earlier
     /// parts served, so a queue may give more URLs than the call's bound per queue.
     PartsServeTwice,
+    /// `spoiled-merge`: a compaction that ran beside a known update which skipped one of its
+    /// records is committed anyway, so the record skipped is served again.
+    SpoiledMerge,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 20] = [
+    pub const ALL: [(Bug, &'static str); 21] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -91,6 +94,7 @@ impl Bug {
         (Bug::ReceiptIgnored, "receipt-ignored"),
         (Bug::LaneForgetsRefusal, "lane-forgets-refusal"),
         (Bug::PartsServeTwice, "parts-serve-twice"),
+        (Bug::SpoiledMerge, "spoiled-merge"),
     ];
 }
 

@@ -886,8 +886,27 @@ mod model {
         #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
         #[test]
         fn the_frontier_follows_the_model(ops in proptest::collection::vec(op(), 1..70)) {
+            follow(ops, opts())?;
+        }
+
+        /// The same with flushes and compactions on threads of their own (Q runs merged when
+        /// 2 wait): hand-outs, ends, known updates and moves go on while a merge runs.
+        #[test]
+        fn the_frontier_follows_the_model_with_background_compactions(
+            ops in proptest::collection::vec(op(), 1..70)
+        ) {
+            follow(ops, opts().background_flush(true).queue_runs(2))?;
+        }
+    }
+
+    fn follow(ops: Vec<Op>, opts: Options) -> Result<(), TestCaseError> {
+        {
             let mut disk = SimDisk::new();
             let clock = Arc::new(ManualClock::new(1_000_000));
+            let open = |disk: &SimDisk, clock: &Arc<ManualClock>| {
+                Frontier::open_with(Arc::new(disk.clone()), opts.clone(), clock.clone())
+                    .expect("open")
+            };
             let mut f = open(&disk, &clock);
             let mut m = Model::default();
             let mut tokens: Vec<(u64, String)> = Vec::new();
@@ -961,7 +980,9 @@ mod model {
                             if !h.returned.remove(&i) {
                                 let r = h.refetch.iter().find(|(_, _, j)| *j == i).copied();
                                 match r {
-                                    Some(r) => { h.refetch.remove(&r); }
+                                    Some(r) => {
+                                        h.refetch.remove(&r);
+                                    }
                                     None => {
                                         h.next = i + 1;
                                         h.skipped.retain(|&j| j > i);
@@ -969,7 +990,11 @@ mod model {
                                 }
                             }
                             h.leased.insert(i, (l.token, now + 1_500));
-                            prop_assert!(h.leased.len() <= p.per_queue as usize, "too many of {}", name);
+                            prop_assert!(
+                                h.leased.len() <= p.per_queue as usize,
+                                "too many of {}",
+                                name
+                            );
                             if p.limit > 0 {
                                 prop_assert!(h.completed + h.leased.len() as u64 <= p.limit);
                             }
@@ -981,27 +1006,45 @@ mod model {
                         prop_assert!(per_host.len() <= q as usize);
                     }
                     Op::Done(t, _) | Op::Retry(t) | Op::Refetch(t, _) => {
-                        if tokens.is_empty() { continue; }
+                        if tokens.is_empty() {
+                            continue;
+                        }
                         m.expire(now);
                         // Mostly a lease in force; now and then any token, stale ones too.
-                        let live: Vec<(u64, String)> = m.hosts.values()
-                            .flat_map(|h| h.leased.iter().map(|(i, (tk, _))| (*tk, h.urls[*i].clone())))
-                            .collect::<BTreeSet<_>>().into_iter().collect();
+                        let live: Vec<(u64, String)> = m
+                            .hosts
+                            .values()
+                            .flat_map(|h| {
+                                h.leased
+                                    .iter()
+                                    .map(|(i, (tk, _))| (*tk, h.urls[*i].clone()))
+                            })
+                            .collect::<BTreeSet<_>>()
+                            .into_iter()
+                            .collect();
                         let (token, u) = if t % 8 != 0 && !live.is_empty() {
                             live[t as usize % live.len()].clone()
                         } else {
                             tokens[t as usize % tokens.len()].clone()
                         };
                         let name = host_of(&u);
-                        let took = match op { Op::Done(_, took) => took as u64, _ => 7 };
+                        let took = match op {
+                            Op::Done(_, took) => took as u64,
+                            _ => 7,
+                        };
                         let end = |f: &Frontier| match op {
                             Op::Done(..) => f.done(token, took).unwrap(),
                             Op::Retry(_) => f.retry(token, took).unwrap(),
-                            Op::Refetch(_, after) => f.refetch(token, took, now + after as u64).unwrap(),
+                            Op::Refetch(_, after) => {
+                                f.refetch(token, took, now + after as u64).unwrap()
+                            }
                             _ => unreachable!(),
                         };
                         // A token of a deleted crawl, whose URL was not pushed again.
-                        let at = m.hosts.get(&name).and_then(|h| h.urls.iter().position(|x| *x == u));
+                        let at = m
+                            .hosts
+                            .get(&name)
+                            .and_then(|h| h.urls.iter().position(|x| *x == u));
                         let Some(i) = at else {
                             prop_assert!(!end(&f), "end of lease {} of deleted {}", token, u);
                             continue;
@@ -1017,7 +1060,9 @@ mod model {
                                     m.done.insert(u.clone());
                                     h.completed += 1;
                                 }
-                                Op::Retry(_) => { h.returned.insert(i); }
+                                Op::Retry(_) => {
+                                    h.returned.insert(i);
+                                }
                                 Op::Refetch(_, after) => {
                                     h.refetch.insert((now + after as u64, m.order[&u], i));
                                 }
@@ -1185,6 +1230,7 @@ mod model {
                 .collect();
             prop_assert_eq!(served, want);
         }
+        Ok(())
     }
 }
 

@@ -367,9 +367,10 @@ impl Frontier {
         clock: Arc<dyn Clock>,
     ) -> Result<Frontier> {
         let (max_runs, journal_bytes) = (opts.queue_runs, opts.journal_bytes);
+        let background = opts.background;
         let max_url_len = opts.max_url_len;
         let sieve = Sieve::open_with(storage, opts)?;
-        let core = core::Core::open(sieve, clock, max_runs, journal_bytes)?;
+        let core = core::Core::open(sieve, clock, max_runs, journal_bytes, background)?;
         Ok(Frontier {
             core: Mutex::new(Some(core)),
             max_url_len,

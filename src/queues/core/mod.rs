@@ -6,6 +6,7 @@
 //! instead of found again from the record.
 
 mod checkpoint;
+mod compaction;
 mod due;
 mod index;
 mod leases;
@@ -292,6 +293,11 @@ pub(super) enum End {
 
 /// The state of a frontier, and its files.
 pub(crate) struct Core {
+    /// A compaction under way on a thread of its own. First, so that a drop stops and joins
+    /// it before the store (and its lock) goes.
+    compaction: Option<compaction::Compaction>,
+    /// Compactions run on a thread of their own (the options' background flushes).
+    background: bool,
     pub(super) sieve: Sieve,
     clock: Arc<dyn Clock>,
     /// The seq the next record entering a queue gets.
@@ -385,6 +391,7 @@ impl Core {
         clock: Arc<dyn Clock>,
         max_runs: usize,
         journal_bytes: u64,
+        background: bool,
     ) -> Result<Core> {
         if sieve.mode() == Mode::Sieve {
             return Err(sieve.wrong_mode());
@@ -392,6 +399,8 @@ impl Core {
         let storage = sieve.storage().clone();
         let st = &*storage;
         let mut core = Core {
+            compaction: None,
+            background,
             sieve,
             clock,
             journal: None,
@@ -1331,6 +1340,10 @@ impl Core {
                 Ok(_) => return Err(bad("seq of a known URL")),
                 Err(k) => q.lists_mut().skips.insert(k, seq),
             }
+            if let Some(c) = self.compaction.as_mut() {
+                // The merge under way keeps the record: it is not committed.
+                c.spoiled = true;
+            }
             // While replaying, a count may lag until the next compaction's entry sets it.
             q.waiting = q.waiting.saturating_sub(1);
         } else {
@@ -1584,115 +1597,7 @@ impl Core {
             next_seq,
         }])?;
         self.sieve.commit_read()?;
-        if self.runs.len() >= self.max_runs {
-            self.compact()?;
-        }
-        Ok(())
-    }
-
-    /// Merges every Q run into one, keeping the records not yet handed out.
-    fn compact(&mut self) -> Result<()> {
-        let st = self.sieve.storage().clone();
-        let id = self.next_run;
-        // A merge of the runs' groups by queue (each run's are in queue order), streamed into
-        // the new run: a queue's records are its groups' in the order of the runs, which is
-        // the order of their seqs (a run holds records queued after every earlier run's).
-        let archive_id = id + 1;
-        let runs: Vec<Run> = self.runs.iter().map(Run::scanning).collect();
-        let mut heads: Vec<_> = runs.iter().map(|r| r.groups().peekable()).collect();
-        let mut writer: Option<RunWriter> = None;
-        // The records taken out (handed out or skipped) of crawls not deleted: an export
-        // finds a queue's done URLs there.
-        let mut archive: Option<RunWriter> = None;
-        let mut waiting: Vec<(u64, u64)> = Vec::new();
-        loop {
-            let mut next_queue: Option<u64> = None;
-            for h in &mut heads {
-                match h.peek() {
-                    Some(Ok(g)) => {
-                        next_queue = Some(next_queue.map_or(g.queue, |q| q.min(g.queue)))
-                    }
-                    Some(Err(_)) => return Err(h.next().expect("peeked").expect_err("an error")),
-                    None => {}
-                }
-            }
-            let Some(queue) = next_queue else {
-                break;
-            };
-            let (next, skips, live_crawl) = match self.place(queue) {
-                Some(i) => {
-                    let q = &self.queues[i as usize];
-                    let live = self.crawl_names.contains_key(&q.crawl);
-                    (Some(q.next_seq), q.skips(), live)
-                }
-                None => (None, &[][..], false),
-            };
-            for (run, h) in runs.iter().zip(&mut heads) {
-                if !matches!(h.peek(), Some(Ok(g)) if g.queue == queue) {
-                    continue;
-                }
-                let g = h.next().expect("peeked")?;
-                // A queue the frontier does not know has nothing waiting.
-                let Some(next) = next else {
-                    continue;
-                };
-                run.walk_group(&g, |seq, rec, _| {
-                    if seq < next || skips.binary_search(&seq).is_ok() {
-                        if live_crawl && !crate::planted::active(crate::planted::Bug::NoArchive) {
-                            let a = match &mut archive {
-                                Some(a) => a,
-                                None => archive.insert(RunWriter::create(&*st, archive_id)?),
-                            };
-                            a.push(queue, g.crawl, seq, rec)?;
-                        }
-                        return Ok(true);
-                    }
-                    let w = match &mut writer {
-                        Some(w) => w,
-                        None => writer.insert(RunWriter::create(&*st, id)?),
-                    };
-                    w.push(queue, g.crawl, seq, rec)?;
-                    match waiting.last_mut() {
-                        Some((q, n)) if *q == queue => *n += 1,
-                        _ => waiting.push((queue, 1)),
-                    }
-                    Ok(true)
-                })?;
-            }
-        }
-        let added = match writer {
-            None => None,
-            Some(w) => {
-                w.finish()?;
-                Some(id)
-            }
-        };
-        let archived = match archive {
-            None => None,
-            Some(a) => {
-                a.finish()?;
-                Some(archive_id)
-            }
-        };
-        if added.is_some() || archived.is_some() {
-            st.sync_directory()?;
-        }
-        let removed: Vec<u64> = self.runs.iter().map(Run::id).collect();
-        let compacted = Entry::Compacted {
-            removed: removed.clone(),
-            added,
-            waiting,
-        };
-        match archived {
-            Some(run) => {
-                self.commit_version()?;
-                self.commit(&[Entry::Archived { run }, compacted])?
-            }
-            None => self.commit(&[compacted])?,
-        }
-        for r in removed {
-            let _ = st.remove_file(&names::q(r));
-        }
+        self.compact_if_due()?;
         Ok(())
     }
 
@@ -1808,7 +1713,7 @@ impl Core {
         while self.sieve.unread_records() > 0 {
             self.move_f()?;
         }
-        Ok(())
+        self.poll_compaction()
     }
 
     /// Hands out up to `per_queue` URLs (and the queue's policy's room) of each of up to
@@ -1826,6 +1731,7 @@ impl Core {
         let (max_queues, per_queue, ttl) = (req.max_queues, req.per_queue, req.ttl_ms);
         self.writable()?;
         let now = self.clock.now_ms();
+        self.poll_compaction()?;
         self.expire(now);
         if self.paused {
             return Ok(LeasedBatch::default());
@@ -2391,6 +2297,9 @@ impl Core {
     /// URLs it held.
     pub(super) fn delete_queue(&mut self, crawl: &[u8], key: &[u8]) -> Result<u64> {
         self.flush()?;
+        // Queues go or come: a compaction under way (or one the flush began) is committed
+        // first.
+        self.finish_compaction()?;
         let now = self.clock.now_ms();
         self.expire(now);
         let Some(&id) = self.crawls.get(crawl) else {
@@ -2416,6 +2325,9 @@ impl Core {
         self.writable()?;
         // Every URL pushed before is in its queue, and every lease past its deadline back.
         self.flush()?;
+        // Queues go or come: a compaction under way (or one the flush began) is committed
+        // first.
+        self.finish_compaction()?;
         let now = self.clock.now_ms();
         self.expire(now);
         let mut picked = Vec::new();
@@ -2440,6 +2352,9 @@ impl Core {
     ) -> Result<u64> {
         self.writable()?;
         self.flush()?;
+        // Queues go or come: a compaction under way (or one the flush began) is committed
+        // first.
+        self.finish_compaction()?;
         let now = self.clock.now_ms();
         self.expire(now);
         let mut picked = Vec::new();
@@ -2651,6 +2566,8 @@ impl Core {
             };
         // Everything pushed before is in its queue, as before a delete.
         self.flush()?;
+        // Queues come: a compaction under way (or one the flush began) is committed first.
+        self.finish_compaction()?;
         self.commit_version()?;
         let mut seq = self.next_seq;
         let mut token = self.next_token;
@@ -2771,9 +2688,7 @@ impl Core {
             next_seq: seq,
             queues,
         }])?;
-        if self.runs.len() >= self.max_runs {
-            self.compact()?;
-        }
+        self.compact_if_due()?;
         Ok(n)
     }
 
@@ -2781,6 +2696,8 @@ impl Core {
     /// as a delete would, and exports leave it out until it takes records again. One commit.
     pub(super) fn release(&mut self, queues: &[(&str, &[u8])]) -> Result<()> {
         self.writable()?;
+        // Queues go or come: a compaction under way is committed first.
+        self.finish_compaction()?;
         let mut entries = Vec::with_capacity(queues.len());
         for &(crawl, key) in queues {
             if let Some(&id) = self.crawls.get(super::crawl_name(crawl)) {
@@ -2846,6 +2763,9 @@ impl Core {
     /// queues held.
     pub(super) fn delete_crawl(&mut self, crawl: &[u8]) -> Result<u64> {
         self.flush()?;
+        // Queues go or come: a compaction under way (or one the flush began) is committed
+        // first.
+        self.finish_compaction()?;
         let now = self.clock.now_ms();
         self.expire(now);
         let Some(&id) = self.crawls.get(crawl) else {
@@ -3343,6 +3263,7 @@ impl Core {
     /// Syncs and closes.
     pub(super) fn close(mut self) -> Result<()> {
         self.writable()?;
+        self.finish_compaction()?;
         let grown = self.writer().end();
         if grown > CLOSE_CHECKPOINT_MIN.min(self.journal_bytes) && grown > self.checkpoint_bytes {
             self.checkpoint()?;

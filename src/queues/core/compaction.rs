@@ -1,0 +1,334 @@
+//! Compaction: the Q runs merged into one once they are `max_runs`, keeping the records not
+//! yet handed out, the others going to an archive.
+//!
+//! The merge reads only immutable runs and what the state said of each queue when it began
+//! (its next seq and its skips), so that it can run on a thread of its own while hand-outs,
+//! ends of leases and moves go on under the frontier's lock; a frontier whose flushes run on
+//! the caller's thread (`Options::background_flush(false)`) merges on the caller's thread too,
+//! in a fixed order. Its commit (the `compacted` entry) takes the lock again, briefly:
+//!
+//! - records handed out meanwhile are in the new run, below their queue's next seq, and are
+//!   passed over when reached (the next compaction archives them), as are those of runs a
+//!   hand-out finished;
+//! - runs moved in meanwhile stay, after the new one (their records are newer);
+//! - the counts the entry journals are the state's own at the commit, which a compaction does
+//!   not change (it leaves out only records already passed or skipped);
+//! - a record that a known update skipped meanwhile is still in the new run, and the entry
+//!   drops every queue's skips: such a merge is not committed, its files are removed, and the
+//!   runs are merged again on the caller's thread.
+//!
+//! Calls that remove or move queues (deletes, exports, imports, releases) and a close first
+//! wait for a merge under way and commit it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use super::super::journal::Entry;
+use super::super::qrun::{Run, RunWriter};
+use super::Core;
+use crate::error::{Error, Result};
+use crate::names;
+use crate::storage::{Storage, StorageExt};
+
+/// Runs a frontier may hold at most (a queue's runs are bits of a `u64`).
+pub(super) const RUNS_LIMIT: usize = 64;
+
+/// What a merge reads of the state, taken when it begins.
+struct Consumed {
+    /// Every known queue's (id, next seq), by id: its records below the seq were handed
+    /// out.
+    next: Vec<(u64, u64)>,
+    /// The skips of the queues that have some.
+    skips: HashMap<u64, Vec<u64>>,
+    /// The crawls not deleted: the records they pass go to the archive.
+    live: HashSet<u32>,
+}
+
+/// What a merge wrote.
+pub(super) struct Merged {
+    /// The runs merged.
+    removed: Vec<u64>,
+    /// The new run (none: nothing waits in the runs merged).
+    added: Option<u64>,
+    /// The archive (none: nothing of a live crawl was passed).
+    archived: Option<u64>,
+    /// Each queue's records in the new run.
+    waiting: Vec<(u64, u64)>,
+}
+
+/// A merge under way on a thread of its own.
+pub(super) struct Compaction {
+    thread: Option<JoinHandle<Result<Merged>>>,
+    stop: Arc<AtomicBool>,
+    /// A known update skipped a record since the merge began: its result is not committed.
+    pub(super) spoiled: bool,
+}
+
+impl Compaction {
+    fn finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Waits for the merge's end.
+    fn join(&mut self) -> Result<Merged> {
+        let thread = self.thread.take().expect("joined once");
+        thread.join().unwrap_or(Err(Error::Poisoned))
+    }
+}
+
+impl Drop for Compaction {
+    /// A frontier dropped without a close: the merge stops at its next queue, and its files,
+    /// which J does not name, are removed by the next open.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Core {
+    /// Merges the Q runs once they are `max_runs` (on a thread of its own when the frontier
+    /// runs in the background), and commits a merge that ended.
+    pub(super) fn compact_if_due(&mut self) -> Result<()> {
+        self.poll_compaction()?;
+        if self.compaction.is_some() {
+            if self.runs.len() + 1 >= RUNS_LIMIT {
+                // No room for another run: the merge is waited for.
+                self.finish_compaction()?;
+            }
+            return Ok(());
+        }
+        if self.runs.len() < self.max_runs {
+            return Ok(());
+        }
+        if !self.background {
+            return self.compact_now();
+        }
+        let consumed = self.consumed();
+        let runs: Vec<Run> = self.runs.clone();
+        let st = self.sieve.storage().clone();
+        // The new run's id and the archive's: the moves meanwhile take the ids after them.
+        let id = self.next_run;
+        self.next_run = id + 2;
+        let stop = Arc::new(AtomicBool::new(false));
+        let halt = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("crivello-compact".into())
+            .spawn(move || merge(&*st, &runs, id, &consumed, &halt))
+            .map_err(|e| Error::io("spawn", "the compaction's thread", e))?;
+        self.compaction = Some(Compaction {
+            thread: Some(thread),
+            stop,
+            spoiled: false,
+        });
+        Ok(())
+    }
+
+    /// Commits the merge under way if it ended (a no-op otherwise).
+    pub(super) fn poll_compaction(&mut self) -> Result<()> {
+        match &self.compaction {
+            Some(c) if c.finished() => self.finish_compaction(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Waits for the merge under way, if any, and commits it; a merge a known update spoiled
+    /// is dropped, and the runs merged again here if they are still `max_runs`.
+    pub(super) fn finish_compaction(&mut self) -> Result<()> {
+        let Some(mut c) = self.compaction.take() else {
+            return Ok(());
+        };
+        let merged = c.join();
+        let spoiled = c.spoiled && !crate::planted::active(crate::planted::Bug::SpoiledMerge);
+        let m = match merged {
+            Ok(m) => m,
+            Err(e) => {
+                self.poisoned = true;
+                return Err(e);
+            }
+        };
+        if spoiled {
+            let st = self.sieve.storage().clone();
+            for id in m.added.iter().chain(&m.archived) {
+                // Best effort: J names neither, so the next open removes what is left.
+                let _ = st.remove_file(&names::q(*id));
+            }
+            if self.runs.len() >= self.max_runs {
+                return self.compact_now();
+            }
+            return Ok(());
+        }
+        // Every record the counts name is in the new run or in a run moved in since: the
+        // state's counts are the runs' own.
+        let waiting = self
+            .queues
+            .iter()
+            .filter(|q| q.waiting > 0)
+            .map(|q| (q.id, q.waiting))
+            .collect();
+        self.commit_merged(m, waiting)
+    }
+
+    /// Merges every Q run into one on the caller's thread and commits it.
+    fn compact_now(&mut self) -> Result<()> {
+        let consumed = self.consumed();
+        let id = self.next_run;
+        let m = merge(
+            &**self.sieve.storage(),
+            &self.runs,
+            id,
+            &consumed,
+            &AtomicBool::new(false),
+        )?;
+        let waiting = m.waiting.clone();
+        self.commit_merged(m, waiting)
+    }
+
+    /// What a merge needs of the state.
+    fn consumed(&self) -> Consumed {
+        let mut next: Vec<(u64, u64)> = self.queues.iter().map(|q| (q.id, q.next_seq)).collect();
+        next.sort_unstable_by_key(|&(id, _)| id);
+        let skips = self
+            .queues
+            .iter()
+            .filter(|q| !q.skips().is_empty())
+            .map(|q| (q.id, q.skips().to_vec()))
+            .collect();
+        Consumed {
+            next,
+            skips,
+            live: self.crawl_names.keys().copied().collect(),
+        }
+    }
+
+    /// Journals the merge `m` (its archive first), with each queue's records `waiting` in
+    /// the runs left, and removes the runs merged.
+    fn commit_merged(&mut self, m: Merged, waiting: Vec<(u64, u64)>) -> Result<()> {
+        let compacted = Entry::Compacted {
+            removed: m.removed.clone(),
+            added: m.added,
+            waiting,
+        };
+        match m.archived {
+            Some(run) => {
+                self.commit_version()?;
+                self.commit(&[Entry::Archived { run }, compacted])?
+            }
+            None => self.commit(&[compacted])?,
+        }
+        self.positioned = None;
+        let st = self.sieve.storage().clone();
+        for r in m.removed {
+            let _ = st.remove_file(&names::q(r));
+        }
+        Ok(())
+    }
+}
+
+/// Merges `runs` into run `id` (the records at or after their queue's next seq, not skipped)
+/// and run `id + 1`, the archive (the others, of live crawls): a merge of the runs' groups by
+/// queue (each run's are in queue order), streamed into the new runs: a queue's records are
+/// its groups' in the order of the runs, which is the order of their seqs (a run holds
+/// records queued after every earlier run's). Both files are durable, with their directory
+/// entries, when this returns.
+fn merge(
+    st: &dyn Storage,
+    runs: &[Run],
+    id: u64,
+    seen: &Consumed,
+    stop: &AtomicBool,
+) -> Result<Merged> {
+    let archive_id = id + 1;
+    let scans: Vec<Run> = runs.iter().map(Run::scanning).collect();
+    let mut heads: Vec<_> = scans.iter().map(|r| r.groups().peekable()).collect();
+    let mut writer: Option<RunWriter> = None;
+    // The records taken out (handed out or skipped) of crawls not deleted: an export finds a
+    // queue's done URLs there.
+    let mut archive: Option<RunWriter> = None;
+    let mut waiting: Vec<(u64, u64)> = Vec::new();
+    // Where the next queue's entry in `seen.next` is: the groups come by increasing queue.
+    let mut cursor = 0;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Err(Error::Poisoned);
+        }
+        let mut next_queue: Option<u64> = None;
+        for h in &mut heads {
+            match h.peek() {
+                Some(Ok(g)) => next_queue = Some(next_queue.map_or(g.queue, |q| q.min(g.queue))),
+                Some(Err(_)) => return Err(h.next().expect("peeked").expect_err("an error")),
+                None => {}
+            }
+        }
+        let Some(queue) = next_queue else {
+            break;
+        };
+        while seen.next.get(cursor).is_some_and(|&(q, _)| q < queue) {
+            cursor += 1;
+        }
+        // A queue the frontier does not know has nothing waiting.
+        let next = match seen.next.get(cursor) {
+            Some(&(q, next)) if q == queue => Some(next),
+            _ => None,
+        };
+        let skips = seen.skips.get(&queue).map_or(&[][..], Vec::as_slice);
+        for (run, h) in scans.iter().zip(&mut heads) {
+            if !matches!(h.peek(), Some(Ok(g)) if g.queue == queue) {
+                continue;
+            }
+            let g = h.next().expect("peeked")?;
+            let Some(next) = next else {
+                continue;
+            };
+            let live = seen.live.contains(&g.crawl);
+            run.walk_group(&g, |seq, rec, _| {
+                if seq < next || skips.binary_search(&seq).is_ok() {
+                    if live && !crate::planted::active(crate::planted::Bug::NoArchive) {
+                        let a = match &mut archive {
+                            Some(a) => a,
+                            None => archive.insert(RunWriter::create(st, archive_id)?),
+                        };
+                        a.push(queue, g.crawl, seq, rec)?;
+                    }
+                    return Ok(true);
+                }
+                let w = match &mut writer {
+                    Some(w) => w,
+                    None => writer.insert(RunWriter::create(st, id)?),
+                };
+                w.push(queue, g.crawl, seq, rec)?;
+                match waiting.last_mut() {
+                    Some((q, n)) if *q == queue => *n += 1,
+                    _ => waiting.push((queue, 1)),
+                }
+                Ok(true)
+            })?;
+        }
+    }
+    let added = match writer {
+        None => None,
+        Some(w) => {
+            w.finish()?;
+            Some(id)
+        }
+    };
+    let archived = match archive {
+        None => None,
+        Some(a) => {
+            a.finish()?;
+            Some(archive_id)
+        }
+    };
+    if added.is_some() || archived.is_some() {
+        st.sync_directory()?;
+    }
+    Ok(Merged {
+        removed: runs.iter().map(Run::id).collect(),
+        added,
+        archived,
+        waiting,
+    })
+}
