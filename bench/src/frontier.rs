@@ -58,6 +58,12 @@ pub struct FrontierArgs {
     /// With `--lsm`: the write batches are not synced (as url-frontier's service runs).
     #[arg(long, requires = "lsm")]
     pub unsynced: bool,
+    /// Instead of pushing everything then leasing: a crawler's loop, each round a push of
+    /// `--batch` new URLs, a lease of up to `--batch` queues and the done of what it gave,
+    /// then the rest drained; prints the longest call of each kind (moves and compactions
+    /// come inside the calls).
+    #[arg(long, conflicts_with_all = ["in_memory", "lsm", "reopen"])]
+    pub interleaved: bool,
 }
 
 /// A frontier pushed and flushed into its queues, and the figures of both steps.
@@ -136,6 +142,9 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
     if a.reopen {
         return reopen(a, &tmp.path().join("frontier"));
     }
+    if a.interleaved {
+        return interleaved(a, &tmp.path().join("frontier"));
+    }
     let Built {
         f,
         pushed,
@@ -148,17 +157,28 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
 
     let start = Instant::now();
     let (mut served, mut calls) = (0u64, 0u64);
+    // The longest lease call and the longest done call of any thread.
+    let longest = std::sync::Mutex::new((std::time::Duration::ZERO, std::time::Duration::ZERO));
     let drain = |f: &Frontier| -> std::result::Result<(u64, u64), String> {
         let (mut served, mut calls) = (0u64, 0u64);
+        let (mut lease_max, mut done_max) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
         loop {
+            let t = Instant::now();
             let leased = f.lease(batch, None, 60_000).map_err(|e| e.to_string())?;
+            lease_max = lease_max.max(t.elapsed());
             if leased.is_empty() {
+                let mut l = longest
+                    .lock()
+                    .map_err(|_| "a thread panicked".to_string())?;
+                *l = (l.0.max(lease_max), l.1.max(done_max));
                 return Ok((served, calls));
             }
             let done: Vec<(&[u8], u64)> = leased.iter().map(|l| (&l.url[..], 0)).collect();
+            let t = Instant::now();
             let ended = f
                 .complete_urls("", &done, Completion::Done)
                 .map_err(|e| e.to_string())?;
+            done_max = done_max.max(t.elapsed());
             if ended.iter().any(|e| !e) {
                 return Err("a URL just leased was not leased at its done".into());
             }
@@ -216,6 +236,12 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         "  lease + done             {:>8.3} s  {:>12.0} URLs/s  ({calls} lease calls, {calls} done calls)",
         drained.as_secs_f64(),
         rate(served, drained)
+    );
+    let (lease_max, done_max) = *longest.lock().map_err(|_| "a thread panicked")?;
+    println!(
+        "  longest call             {:>8.3} s lease, {:.3} s done",
+        lease_max.as_secs_f64(),
+        done_max.as_secs_f64()
     );
     let mib = |k: u64| k as f64 / 1024.0;
     println!(
@@ -287,6 +313,87 @@ fn reopen(a: &FrontierArgs, dir: &std::path::Path) -> Result<()> {
         open_peak.max(rss) as f64 / 1024.0,
         open_peak as f64 / 1024.0,
         rss as f64 / 1024.0
+    );
+    Ok(())
+}
+
+/// `--interleaved`: rounds of push, lease and done, as a crawler calls them.
+fn interleaved(a: &FrontierArgs, dir: &std::path::Path) -> Result<()> {
+    use std::time::Duration;
+    let f = Frontier::open(dir, Options::new())?;
+    f.set_policy(
+        "",
+        None,
+        Policy {
+            delay_ms: 0,
+            ..Policy::default()
+        },
+    )?;
+    let batch = a.batch.max(1);
+    let hosts = a.hosts.max(1);
+    let (mut push_max, mut lease_max, mut done_max) =
+        (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let (mut i, mut served, mut rounds) = (0u64, 0u64, 0u64);
+    let start = Instant::now();
+    let mut urls: Vec<String> = Vec::with_capacity(batch);
+    loop {
+        urls.clear();
+        while urls.len() < batch && i < a.urls {
+            urls.push(url_of(i, hosts));
+            i += 1;
+        }
+        if !urls.is_empty() {
+            let items: Vec<Discovered<'_>> =
+                urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+            let t = Instant::now();
+            f.push("", &items)?;
+            push_max = push_max.max(t.elapsed());
+        }
+        let t = Instant::now();
+        let leased = f.lease(batch, None, 60_000)?;
+        lease_max = lease_max.max(t.elapsed());
+        if leased.is_empty() && i >= a.urls {
+            break;
+        }
+        let done: Vec<(&[u8], u64)> = leased.iter().map(|l| (&l.url[..], 0)).collect();
+        let t = Instant::now();
+        let ended = f.complete_urls("", &done, Completion::Done)?;
+        done_max = done_max.max(t.elapsed());
+        if ended.iter().any(|e| !e) {
+            return Err("a URL just leased was not leased at its done".into());
+        }
+        served += leased.len() as u64;
+        rounds += 1;
+    }
+    let took = start.elapsed();
+    let peak = take_peak_rss(None);
+    let stats = f.stats()?;
+    f.close()?;
+    if served != a.urls || stats.done != a.urls {
+        return Err(format!(
+            "{} URLs pushed, {served} served, {} done",
+            a.urls, stats.done
+        )
+        .into());
+    }
+    println!(
+        "frontier, interleaved: {} URLs over {hosts} hosts, rounds of {batch} (push, lease, done)",
+        a.urls
+    );
+    println!(
+        "  all                      {:>8.3} s  {:>12.0} URLs/s  ({rounds} rounds)",
+        took.as_secs_f64(),
+        a.urls as f64 / took.as_secs_f64()
+    );
+    println!(
+        "  longest call             {:.3} s push, {:.3} s lease, {:.3} s done",
+        push_max.as_secs_f64(),
+        lease_max.as_secs_f64(),
+        done_max.as_secs_f64()
+    );
+    println!(
+        "  peak RSS                 {:>8.1} MiB",
+        peak as f64 / 1024.0
     );
     Ok(())
 }

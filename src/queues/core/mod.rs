@@ -1716,6 +1716,14 @@ impl Core {
         self.poll_compaction()
     }
 
+    /// The queues scheduled, of crawl `only` or of every crawl.
+    fn front(&self, only: Option<u32>) -> u64 {
+        match only {
+            None => self.scheduled.values().sum(),
+            Some(id) => self.scheduled.get(&id).copied().unwrap_or(0),
+        }
+    }
+
     /// Hands out up to `per_queue` URLs (and the queue's policy's room) of each of up to
     /// `max_queues` due queues, leased for `ttl` milliseconds.
     /// `part`: for a part of a hand-out ([`super::Handout`]), what its earlier parts did: the
@@ -1747,14 +1755,17 @@ impl Core {
                 None => return Ok(LeasedBatch::default()),
             },
         };
-        let front = match only {
-            None => self.scheduled.values().sum(),
-            Some(id) => self.scheduled.get(&id).copied().unwrap_or(0),
-        };
+        let front = self.front(only);
         if front == 0 && first {
             // Nothing of the crawls asked waits: what was pushed is flushed, as BUbiNG does
-            // when its front is empty.
-            self.flush()?;
+            // when its front is empty, and moved into the queues until some URL waits (the
+            // rest of F moves one batch per later hand-out).
+            self.writable()?;
+            self.sieve.flush()?;
+            self.unsynced = false;
+            while self.sieve.unread_records() > 0 && self.front(only) == 0 {
+                self.move_f()?;
+            }
         }
         let deadline = now.saturating_add(ttl);
         // The queues to serve, with how many records of each, in the order chosen.
