@@ -474,6 +474,12 @@ impl Sieve {
         &self.storage
     }
 
+    /// Removes file `name`, superseded and never named again, off the caller's thread when
+    /// the flushes run in the background (best effort: an open removes what is left).
+    pub(crate) fn remove_superseded(&self, name: &str) {
+        self.reaper.remove(name);
+    }
+
     /// The signature seed of this sieve.
     pub fn seed(&self) -> u64 {
         self.manifest.seed

@@ -220,9 +220,10 @@ impl Core {
             None => self.commit(&[compacted])?,
         }
         self.positioned = None;
-        let st = self.sieve.storage().clone();
+        // Removing the files merged frees their blocks and cached pages, tens of ms for 32
+        // runs: not under the lock.
         for r in m.removed {
-            let _ = st.remove_file(&names::q(r));
+            self.sieve.remove_superseded(&names::q(r));
         }
         Ok(())
     }

@@ -855,12 +855,15 @@ impl Core {
                 added,
                 waiting,
             } => {
-                self.runs.retain(|r| !removed.contains(&r.id()));
-                for q in &mut self.queues {
-                    q.runs = 0;
-                    q.at = None;
-                }
-                // Every run left is the merge's, or later than it: the bits are rebuilt.
+                // Live, the runs merged are the first ones (a merge takes every run there is
+                // when it begins, and later runs come after them).
+                let n = removed.len();
+                let first = self.replay_gone.is_none()
+                    && n <= self.runs.len()
+                    && self.runs[..n]
+                        .iter()
+                        .map(Run::id)
+                        .eq(removed.iter().copied());
                 let runs = std::mem::take(&mut self.runs);
                 if let Some(id) = added {
                     self.next_run = self.next_run.max(id + 1);
@@ -870,13 +873,32 @@ impl Core {
                         self.runs.push(run);
                     }
                 }
-                self.runs.extend(runs);
-                let runs = self.runs.clone();
-                for (i, run) in runs.iter().enumerate() {
-                    for g in run.groups() {
-                        let g = g?;
-                        let q = self.queue_of_group(run, &g)?;
-                        self.queues[q as usize].runs |= 1 << i;
+                let new = self.runs.len() as u32;
+                if first {
+                    // Each queue's bits move down past the runs merged; the merge's run may
+                    // hold records of each queue that one of them might have held.
+                    self.runs.extend(runs.into_iter().skip(n));
+                    let merged = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+                    for q in &mut self.queues {
+                        let had = u64::from(q.runs & merged != 0) & u64::from(new);
+                        q.runs = (q.runs.checked_shr(n as u32).unwrap_or(0) << new) | had;
+                        q.at = None;
+                    }
+                } else {
+                    self.runs
+                        .extend(runs.into_iter().filter(|r| !removed.contains(&r.id())));
+                    for q in &mut self.queues {
+                        q.runs = 0;
+                        q.at = None;
+                    }
+                    // Every run left is the merge's, or later than it: the bits are rebuilt.
+                    let runs = self.runs.clone();
+                    for (i, run) in runs.iter().enumerate() {
+                        for g in run.groups() {
+                            let g = g?;
+                            let q = self.queue_of_group(run, &g)?;
+                            self.queues[q as usize].runs |= 1 << i;
+                        }
                     }
                 }
                 for q in &mut self.queues {
