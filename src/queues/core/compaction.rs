@@ -62,11 +62,22 @@ pub(super) struct Merged {
 pub(super) struct Compaction {
     thread: Option<JoinHandle<Result<Merged>>>,
     stop: Arc<AtomicBool>,
+    /// The id of the new run; the archive's is the next.
+    id: u64,
     /// A known update skipped a record since the merge began: its result is not committed.
-    pub(super) spoiled: bool,
+    spoiled: bool,
 }
 
 impl Compaction {
+    /// A known update skipped a record, which the merge keeps: it stops, and is not
+    /// committed.
+    pub(super) fn spoil(&mut self) {
+        self.spoiled = true;
+        if !crate::planted::active(crate::planted::Bug::SpoiledMerge) {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+    }
+
     fn finished(&self) -> bool {
         self.thread.as_ref().is_none_or(JoinHandle::is_finished)
     }
@@ -94,17 +105,10 @@ impl Core {
     /// runs in the background), and commits a merge that ended.
     pub(super) fn compact_if_due(&mut self) -> Result<()> {
         self.poll_compaction()?;
-        if self.compaction.is_some() {
-            if self.runs.len() + 1 >= RUNS_LIMIT {
-                // No room for another run: the merge is waited for.
-                self.finish_compaction()?;
-            }
+        if self.compaction.is_some() || self.runs.len() < self.max_runs {
             return Ok(());
         }
-        if self.runs.len() < self.max_runs {
-            return Ok(());
-        }
-        if !self.background {
+        if !self.background || self.runs.len() + 1 >= RUNS_LIMIT {
             return self.compact_now();
         }
         let consumed = self.consumed();
@@ -115,34 +119,74 @@ impl Core {
         self.next_run = id + 2;
         let stop = Arc::new(AtomicBool::new(false));
         let halt = stop.clone();
-        let thread = std::thread::Builder::new()
+        let Ok(thread) = std::thread::Builder::new()
             .name("crivello-compact".into())
             .spawn(move || merge(&*st, &runs, id, &consumed, &halt))
-            .map_err(|e| Error::io("spawn", "the compaction's thread", e))?;
+        else {
+            // No thread to be had: the merge runs here (the ids reserved stay unused).
+            return self.compact_now();
+        };
         self.compaction = Some(Compaction {
             thread: Some(thread),
             stop,
+            id,
             spoiled: false,
         });
+        Ok(())
+    }
+
+    /// Makes room for one more run: with 63 runs (a queue's runs are the bits of a `u64`),
+    /// waits for the merge under way, or merges on the caller's thread. A reopen may find 63
+    /// runs and no merge (a crash came while a move waited for one).
+    pub(super) fn make_room(&mut self) -> Result<()> {
+        if self.runs.len() + 1 < RUNS_LIMIT {
+            return Ok(());
+        }
+        self.finish_compaction()?;
+        if self.runs.len() + 1 >= RUNS_LIMIT {
+            self.compact_now()?;
+        }
         Ok(())
     }
 
     /// Commits the merge under way if it ended (a no-op otherwise).
     pub(super) fn poll_compaction(&mut self) -> Result<()> {
         match &self.compaction {
-            Some(c) if c.finished() => self.finish_compaction(),
+            Some(c) if c.finished() => self.end_compaction(false),
             _ => Ok(()),
         }
     }
 
-    /// Waits for the merge under way, if any, and commits it; a merge a known update spoiled
-    /// is dropped, and the runs merged again here if they are still `max_runs`.
+    /// Waits for the merge under way, if any, and commits it: no merge is under way when
+    /// this returns.
     pub(super) fn finish_compaction(&mut self) -> Result<()> {
+        self.end_compaction(true)
+    }
+
+    /// Commits the merge under way, which ended or (`wait`) is waited for. A merge a known
+    /// update spoiled is dropped (it was told to stop); if `max_runs` runs still wait, they
+    /// are merged again: on the caller's thread if it waits, else on a new thread.
+    fn end_compaction(&mut self, wait: bool) -> Result<()> {
         let Some(mut c) = self.compaction.take() else {
             return Ok(());
         };
         let merged = c.join();
         let spoiled = c.spoiled && !crate::planted::active(crate::planted::Bug::SpoiledMerge);
+        if spoiled {
+            // Stopped, or ended: either way not committed. J names neither of its files; the
+            // next open removes what is left of them.
+            for id in [c.id, c.id + 1] {
+                self.sieve.remove_superseded(&names::q(id));
+            }
+            if self.runs.len() < self.max_runs {
+                return Ok(());
+            }
+            return if wait {
+                self.compact_now()
+            } else {
+                self.compact_if_due()
+            };
+        }
         let m = match merged {
             Ok(m) => m,
             Err(e) => {
@@ -150,17 +194,6 @@ impl Core {
                 return Err(e);
             }
         };
-        if spoiled {
-            let st = self.sieve.storage().clone();
-            for id in m.added.iter().chain(&m.archived) {
-                // Best effort: J names neither, so the next open removes what is left.
-                let _ = st.remove_file(&names::q(*id));
-            }
-            if self.runs.len() >= self.max_runs {
-                return self.compact_now();
-            }
-            return Ok(());
-        }
         // Every record the counts name is in the new run or in a run moved in since: the
         // state's counts are the runs' own.
         let waiting = self

@@ -1364,7 +1364,7 @@ impl Core {
             }
             if let Some(c) = self.compaction.as_mut() {
                 // The merge under way keeps the record: it is not committed.
-                c.spoiled = true;
+                c.spoil();
             }
             // While replaying, a count may lag until the next compaction's entry sets it.
             q.waiting = q.waiting.saturating_sub(1);
@@ -1598,6 +1598,7 @@ impl Core {
         bytes: &[u8],
         next_seq: u64,
     ) -> Result<()> {
+        self.make_room()?;
         let st = self.sieve.storage().clone();
         let id = self.next_run;
         let mut w = RunWriter::create(&*st, id)?;
@@ -1780,14 +1781,8 @@ impl Core {
         let front = self.front(only);
         if front == 0 && first {
             // Nothing of the crawls asked waits: what was pushed is flushed, as BUbiNG does
-            // when its front is empty, and moved into the queues until some URL waits (the
-            // rest of F moves one batch per later hand-out).
-            self.writable()?;
-            self.sieve.flush()?;
-            self.unsynced = false;
-            while self.sieve.unread_records() > 0 && self.front(only) == 0 {
-                self.move_f()?;
-            }
+            // when its front is empty.
+            self.flush()?;
         }
         let deadline = now.saturating_add(ttl);
         // The queues to serve, with how many records of each, in the order chosen.
@@ -2599,8 +2594,10 @@ impl Core {
             };
         // Everything pushed before is in its queue, as before a delete.
         self.flush()?;
-        // Queues come: a compaction under way (or one the flush began) is committed first.
+        // Queues come: a compaction under way (or one the flush began) is committed first,
+        // and there is room for the run.
         self.finish_compaction()?;
+        self.make_room()?;
         self.commit_version()?;
         let mut seq = self.next_seq;
         let mut token = self.next_token;
@@ -2729,8 +2726,6 @@ impl Core {
     /// as a delete would, and exports leave it out until it takes records again. One commit.
     pub(super) fn release(&mut self, queues: &[(&str, &[u8])]) -> Result<()> {
         self.writable()?;
-        // Queues go or come: a compaction under way is committed first.
-        self.finish_compaction()?;
         let mut entries = Vec::with_capacity(queues.len());
         for &(crawl, key) in queues {
             if let Some(&id) = self.crawls.get(super::crawl_name(crawl)) {
@@ -2742,6 +2737,8 @@ impl Core {
         }
         // Everything pushed before is in its queue, as before a delete.
         self.flush()?;
+        // Queues go: a compaction under way (or one the flush began) is committed first.
+        self.finish_compaction()?;
         self.commit_version()?;
         self.commit(&entries)
     }
