@@ -14,11 +14,14 @@
 //! - the counts the entry journals are the state's own at the commit, which a compaction does
 //!   not change (it leaves out only records already passed or skipped);
 //! - a record that a known update skipped meanwhile is still in the new run, and the entry
-//!   drops every queue's skips: such a merge is not committed, its files are removed, and the
-//!   runs are merged again on the caller's thread.
+//!   drops every queue's skips: such a merge is told to stop and is not committed, its files
+//!   are removed, and the runs are merged again (on a new thread, or on the caller's if it
+//!   waits for the merge).
 //!
 //! Calls that remove or move queues (deletes, exports, imports, releases) and a close first
-//! wait for a merge under way and commit it.
+//! wait for a merge under way and commit it. A queue's runs are the bits of a `u64`: before a
+//! run is written with 63 there, the merge under way is waited for, or one runs on the
+//! caller's thread.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -365,4 +368,144 @@ fn merge(
         archived,
         waiting,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::queues::{Discovered, Frontier, ManualClock};
+    use crate::storage::SimDisk;
+    use crate::Options;
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    /// Pushes and flushes `n` URLs of hosts of their own: one move, one Q run.
+    fn add_run(f: &Frontier, round: usize, n: usize, all: &mut Vec<String>) {
+        let urls: Vec<String> = (0..n)
+            .map(|i| format!("http://h{round}x{i}.test/{round}"))
+            .collect();
+        let items: Vec<Discovered<'_>> =
+            urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+        f.push("", &items).unwrap();
+        f.flush().unwrap();
+        all.extend(urls);
+    }
+
+    #[test]
+    fn a_store_found_with_63_runs_and_no_merge_makes_room_before_its_next_run() {
+        // What a reopen finds after a crash that came while a move waited for a merge: 63
+        // runs, none being merged. The next moves must not name a 64th run in J.
+        let disk = SimDisk::new();
+        let clock = Arc::new(ManualClock::new(1_000));
+        let opts = Options::new().seed(2).frontier_low(0).slots(64);
+        let open =
+            || Frontier::open_with(Arc::new(disk.clone()), opts.clone(), clock.clone()).unwrap();
+        let f = open();
+        // No merge begins while the runs are fewer than this.
+        f.with(|c| {
+            c.max_runs = super::RUNS_LIMIT;
+            Ok(())
+        })
+        .unwrap();
+        let mut all = Vec::new();
+        for round in 0..63 {
+            add_run(&f, round, 2, &mut all);
+        }
+        let runs = f
+            .with(|c| Ok((c.runs.len(), c.compaction.is_some())))
+            .unwrap();
+        assert_eq!(runs, (63, false));
+        f.close().unwrap();
+        let f = open();
+        assert_eq!(f.with(|c| Ok(c.runs.len())).unwrap(), 63);
+        for round in 63..66 {
+            add_run(&f, round, 2, &mut all);
+            let n = f.with(|c| Ok(c.runs.len())).unwrap();
+            assert!(n < super::RUNS_LIMIT, "{n} runs");
+        }
+        f.close().unwrap();
+        // Every URL comes out once.
+        let f = open();
+        let mut served = HashSet::new();
+        loop {
+            let got = f.lease(1_000, None, 60_000).unwrap();
+            if got.is_empty() {
+                break;
+            }
+            for l in got {
+                assert!(served.insert(String::from_utf8(l.url.clone()).unwrap()));
+                assert!(f.done(l.token, 0).unwrap());
+            }
+        }
+        assert_eq!(served, all.into_iter().collect::<HashSet<_>>());
+        f.close().unwrap();
+    }
+
+    #[test]
+    fn a_move_at_63_runs_waits_for_the_merge_under_way() {
+        let disk = SimDisk::new();
+        let clock = Arc::new(ManualClock::new(1_000));
+        let opts = Options::new().seed(3).frontier_low(0).slots(64);
+        let open =
+            || Frontier::open_with(Arc::new(disk.clone()), opts.clone(), clock.clone()).unwrap();
+        let f = open();
+        f.with(|c| {
+            c.max_runs = super::RUNS_LIMIT;
+            Ok(())
+        })
+        .unwrap();
+        let mut all = Vec::new();
+        for round in 0..62 {
+            add_run(&f, round, 2, &mut all);
+        }
+        // A merge of the 62 runs that does not end before it is let go, as a long one.
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        f.with(|c| {
+            c.max_runs = 32;
+            let consumed = c.consumed();
+            let runs = c.runs.clone();
+            let st = c.sieve.storage().clone();
+            let id = c.next_run;
+            c.next_run = id + 2;
+            let stop = Arc::new(super::AtomicBool::new(false));
+            let halt = stop.clone();
+            let thread = std::thread::spawn(move || {
+                let _ = wait.recv();
+                super::merge(&*st, &runs, id, &consumed, &halt)
+            });
+            c.compaction = Some(super::Compaction {
+                thread: Some(thread),
+                stop,
+                id,
+                spoiled: false,
+            });
+            Ok(())
+        })
+        .unwrap();
+        // Let go well after the moves below would have made a 64th run without waiting.
+        let letter = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs(2));
+            let _ = go.send(());
+        });
+        for round in 62..66 {
+            add_run(&f, round, 2, &mut all);
+            let n = f.with(|c| Ok(c.runs.len())).unwrap();
+            assert!(n < super::RUNS_LIMIT, "{n} runs");
+        }
+        letter.join().unwrap();
+        f.close().unwrap();
+        let f = open();
+        let mut served = HashSet::new();
+        loop {
+            let got = f.lease(1_000, None, 60_000).unwrap();
+            if got.is_empty() {
+                break;
+            }
+            for l in got {
+                assert!(served.insert(String::from_utf8(l.url.clone()).unwrap()));
+                assert!(f.done(l.token, 0).unwrap());
+            }
+        }
+        assert_eq!(served, all.into_iter().collect::<HashSet<_>>());
+        f.close().unwrap();
+    }
 }
