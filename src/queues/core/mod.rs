@@ -1511,6 +1511,9 @@ impl Core {
     /// Moves F's next records into a new Q run, durably, then into their queues.
     fn move_f(&mut self) -> Result<()> {
         self.writable()?;
+        // Room for the run first, before F is read: a merge committed here may write a
+        // checkpoint, which must not hold a read position past records in no run yet.
+        self.make_room()?;
         let raw = self.sieve.mode() != Mode::Frontier;
         // The move's buffers below take the room S's spare held.
         self.sieve.release_spare_s();
@@ -1598,7 +1601,6 @@ impl Core {
         bytes: &[u8],
         next_seq: u64,
     ) -> Result<()> {
-        self.make_room()?;
         let st = self.sieve.storage().clone();
         let id = self.next_run;
         let mut w = RunWriter::create(&*st, id)?;
