@@ -391,6 +391,21 @@ mod tests {
         all.extend(urls);
     }
 
+    /// Leases and ends every URL waiting: each once.
+    fn drain(f: &Frontier) -> HashSet<String> {
+        let mut served = HashSet::new();
+        loop {
+            let got = f.lease(1_000, None, 60_000).unwrap();
+            if got.is_empty() {
+                return served;
+            }
+            for l in got {
+                assert!(served.insert(String::from_utf8(l.url.clone()).unwrap()));
+                assert!(f.done(l.token, 0).unwrap());
+            }
+        }
+    }
+
     #[test]
     fn a_store_found_with_63_runs_and_no_merge_makes_room_before_its_next_run() {
         // What a reopen finds after a crash that came while a move waited for a merge: 63
@@ -427,18 +442,7 @@ mod tests {
         f.close().unwrap();
         // Every URL comes out once.
         let f = open();
-        let mut served = HashSet::new();
-        loop {
-            let got = f.lease(1_000, None, 60_000).unwrap();
-            if got.is_empty() {
-                break;
-            }
-            for l in got {
-                assert!(served.insert(String::from_utf8(l.url.clone()).unwrap()));
-                assert!(f.done(l.token, 0).unwrap());
-            }
-        }
-        assert_eq!(served, all.into_iter().collect::<HashSet<_>>());
+        assert_eq!(drain(&f), all.into_iter().collect::<HashSet<_>>());
         f.close().unwrap();
     }
 
@@ -496,18 +500,7 @@ mod tests {
         letter.join().unwrap();
         f.close().unwrap();
         let f = open();
-        let mut served = HashSet::new();
-        loop {
-            let got = f.lease(1_000, None, 60_000).unwrap();
-            if got.is_empty() {
-                break;
-            }
-            for l in got {
-                assert!(served.insert(String::from_utf8(l.url.clone()).unwrap()));
-                assert!(f.done(l.token, 0).unwrap());
-            }
-        }
-        assert_eq!(served, all.into_iter().collect::<HashSet<_>>());
+        assert_eq!(drain(&f), all.into_iter().collect::<HashSet<_>>());
         f.close().unwrap();
     }
 }
