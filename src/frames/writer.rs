@@ -1,7 +1,7 @@
 //! The writer of frames: records appended in a buffer, written as one frame when it is full,
 //! synced by group commit.
 
-use super::ahead::{Ahead, Coded};
+use super::ahead::{Ahead, Next};
 use super::behind::Behind;
 use super::coded::Encoder;
 use super::{
@@ -42,7 +42,7 @@ pub(crate) struct FrameWriter {
     gathered_at: u64,
     /// Bytes gathered before they are written; 0: each frame is written on its own.
     gather: usize,
-    /// The thread that codes every other frame, if any (see [`FrameWriter::code_ahead`]).
+    /// The thread that codes frames, if any (see [`FrameWriter::code_ahead`]).
     ahead: Option<Ahead>,
     /// Whether others sync the file too (see [`FrameWriter::synced_by_others`]).
     others: bool,
@@ -151,11 +151,12 @@ impl FrameWriter {
         self
     }
 
-    /// Codes every other data frame on a thread of its own while the caller fills and codes
-    /// the next (if a thread and a second zstd context can be had; else the caller codes
-    /// them all). The caller writes each frame, in order, after the one before: the file's
-    /// contents and offsets are those of a writer without the thread. At most one frame is
-    /// at the thread; every other write and every sync first writes it. For a writer of
+    /// Codes data frames on a thread of its own while the caller fills the next ones (if a
+    /// thread and a second zstd context can be had; else the caller codes them all); the
+    /// caller codes a frame itself only when the thread already has two. The caller writes
+    /// each frame, in order, after the one before: the file's contents and offsets are those
+    /// of a writer without the thread. At most three frames wait to be written; every other
+    /// write and every sync first writes them. For a writer of
     /// compressed frames ([`FrameWriter::coded`]), without [`FrameWriter::write_behind`] or
     /// [`FrameWriter::gathered`].
     pub(crate) fn code_ahead(mut self) -> FrameWriter {
@@ -377,13 +378,14 @@ impl FrameWriter {
         self.count = 0;
     }
 
-    /// [`FrameWriter::frame`] with a coding thread: the frame goes to the thread if none is
-    /// there; else it is coded here while the thread codes the one before, and both are
-    /// written, in order.
+    /// [`FrameWriter::frame`] with a coding thread: the frames the thread has coded are
+    /// written; the frame goes to the thread if it has room; else it is coded here while the
+    /// thread codes those before, and queued behind them (or written, if none waits).
     fn frame_ahead(&mut self) -> Result<()> {
+        self.settle_ahead(false)?;
         let codable = self.buf.len() - FRAME_HEADER <= super::coded::MAX_RAW;
         let ahead = self.ahead.as_mut().expect("a coding thread");
-        if codable && !ahead.is_pending() {
+        if codable && ahead.has_room() {
             let raw = std::mem::take(&mut self.buf);
             self.buf = ahead
                 .send(raw, self.count)
@@ -402,36 +404,64 @@ impl FrameWriter {
                 magic = MAGIC_CODED;
             }
         }
-        self.settle()?;
-        let mut frame = std::mem::take(&mut self.buf);
-        let written = self.write_direct(&mut frame, magic, self.count);
-        self.buf = frame;
-        written?;
+        while self.ahead.as_ref().is_some_and(Ahead::is_full) {
+            self.settle_one()?;
+        }
+        let ahead = self.ahead.as_mut().expect("a coding thread");
+        if ahead.is_pending() {
+            let next = ahead.buffer(self.buf.capacity());
+            let frame = std::mem::replace(&mut self.buf, next);
+            ahead.push_ready(frame, magic, self.count);
+        } else {
+            let mut frame = std::mem::take(&mut self.buf);
+            let written = self.write_direct(&mut frame, magic, self.count);
+            self.buf = frame;
+            written?;
+        }
         self.next_buffer();
         Ok(())
     }
 
-    /// Writes the frame at the coding thread, if any, once it is coded.
+    /// Writes every frame waiting, waiting for the thread to code them.
     fn settle(&mut self) -> Result<()> {
+        self.settle_ahead(true)
+    }
+
+    /// Writes the frames waiting at the head of the queue that are coded; with `wait`, all
+    /// of them, waiting for the thread.
+    fn settle_ahead(&mut self, wait: bool) -> Result<()> {
+        while self.write_next(wait)? {}
+        Ok(())
+    }
+
+    /// Writes the first frame waiting, waiting for the thread to code it.
+    fn settle_one(&mut self) -> Result<()> {
+        self.write_next(true).map(|_| ())
+    }
+
+    /// Writes the first frame waiting, if it is coded (with `wait`, once it is); returns
+    /// whether one was written.
+    fn write_next(&mut self, wait: bool) -> Result<bool> {
         let Some(ahead) = &mut self.ahead else {
-            return Ok(());
+            return Ok(false);
         };
-        let received = ahead
-            .receive()
+        let next = ahead
+            .next(wait)
             .map_err(|e| self.file.io_error("write", e))?;
-        let Some((count, Coded { raw, out, smaller })) = received else {
-            return Ok(());
-        };
-        let (mut frame, other, magic) = if smaller {
-            (out, raw, MAGIC_CODED)
-        } else {
-            (raw, out, MAGIC_FRAME)
+        let Some(Next {
+            mut frame,
+            magic,
+            count,
+            other,
+        }) = next
+        else {
+            return Ok(false);
         };
         let written = self.write_direct(&mut frame, magic, count);
         if let Some(ahead) = &mut self.ahead {
             ahead.give_back(frame, other);
         }
-        written
+        written.map(|()| true)
     }
 
     /// Writes the frame `frame` of `count` records (its payload after [`FRAME_HEADER`]
