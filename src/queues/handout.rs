@@ -154,6 +154,8 @@ pub struct Handout {
     pub(super) urls: usize,
     pub(super) started: bool,
     pub(super) finished: bool,
+    /// Where its first part stands with the flush an empty front asks for.
+    pub(super) flush: super::core::FrontFlush,
 }
 
 impl Handout {
@@ -165,6 +167,7 @@ impl Handout {
             urls: 0,
             started: false,
             finished: false,
+            flush: Default::default(),
         }
     }
 

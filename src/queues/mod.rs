@@ -536,7 +536,29 @@ impl Frontier {
 
     /// [`Frontier::lease_with`], the URLs in one buffer rather than four allocations each.
     pub fn lease_batch(&self, req: &LeaseRequest) -> Result<LeasedBatch> {
-        self.with(|c| c.lease(req, None, true))
+        let mut flush = core::FrontFlush::default();
+        loop {
+            if let Some(batch) = self.with(|c| c.lease(req, None, true, &mut flush))? {
+                return Ok(batch);
+            }
+            self.wait_for_sieve()?;
+        }
+    }
+
+    /// Waits, without the lock, while the sieve's flush thread runs a job (the flush an
+    /// empty front asks for): meanwhile every other call goes on, pushes, ends of leases and
+    /// other hand-outs among them.
+    fn wait_for_sieve(&self) -> Result<()> {
+        let mut pause = std::time::Duration::from_micros(250);
+        loop {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(5));
+            let guard = self.core()?;
+            let core = guard.as_ref().ok_or(Error::Poisoned)?;
+            if !core.sieve_busy() {
+                return Ok(());
+            }
+        }
     }
 
     /// The next part of `handout`: the URLs of up to `max_queues` more queues (at least
@@ -553,13 +575,29 @@ impl Frontier {
         if h.finished {
             return Ok(LeasedBatch::default());
         }
-        self.with(|c| {
+        loop {
+            let part = self.with(|c| self.part_step(c, h, max_queues))?;
+            if let Some(batch) = part {
+                return Ok(batch);
+            }
+            self.wait_for_sieve()?;
+        }
+    }
+
+    /// [`Frontier::lease_part`] under the lock; None: it waits for the sieve's flush.
+    fn part_step(
+        &self,
+        c: &mut core::Core,
+        h: &mut Handout,
+        max_queues: usize,
+    ) -> Result<Option<LeasedBatch>> {
+        {
             let queues_left = h.req.max_queues.saturating_sub(h.part.served.len());
             let urls_left = h.req.max_urls.saturating_sub(h.urls);
             if queues_left == 0 || urls_left == 0 {
                 h.finished = true;
                 c.reschedule(&mut h.part.held);
-                return Ok(LeasedBatch::default());
+                return Ok(Some(LeasedBatch::default()));
             }
             let want = max_queues.clamp(1, queues_left);
             let req = LeaseRequest {
@@ -569,7 +607,9 @@ impl Frontier {
             };
             let before = h.part.served.len();
             let first = !h.started;
-            let batch = c.lease(&req, Some(&mut h.part), first)?;
+            let Some(batch) = c.lease(&req, Some(&mut h.part), first, &mut h.flush)? else {
+                return Ok(None);
+            };
             if first {
                 // Each queue is served once at most: a hand-out ends, at the latest, once it
                 // served the queues there are after its first part (which may have flushed
@@ -588,8 +628,8 @@ impl Frontier {
                 h.finished = true;
                 c.reschedule(&mut h.part.held);
             }
-            Ok(batch)
-        })
+            Ok(Some(batch))
+        }
     }
 
     /// Ends the leases of `urls` of `crawl`, each after a fetch of its milliseconds, in one

@@ -119,6 +119,7 @@ impl Sieve {
         let Some(f) = self.inflight.take() else {
             return Ok(());
         };
+        self.jobs_applied += 1;
         let done = match f.job {
             Job::Thread(handle) => match handle.join() {
                 Ok(r) => r,
@@ -323,6 +324,7 @@ impl Sieve {
             batch
         };
         let batch_wal = batch.wal.clone();
+        self.jobs_started += 1;
         let job = FlushJob {
             storage: self.storage.clone(),
             manifest: self.manifest.clone(),
@@ -358,6 +360,7 @@ impl Sieve {
             Ok(())
         } else {
             let done = flush::run(job)?;
+            self.jobs_applied += 1;
             self.apply(done);
             Ok(())
         }

@@ -108,6 +108,9 @@ pub struct Sieve {
     undecided: Option<(u64, usize)>,
     since_sync: u64,
     inflight: Option<InFlight>,
+    /// Flush jobs started, and those whose outcome was applied (see [`Sieve::flush_step`]).
+    jobs_started: u64,
+    jobs_applied: u64,
     /// Runs spilled by the pushing thread while a merge was under way, in push order; they
     /// are committed when it ends (until then, orphans that recovery removes: their A
     /// generations are after the manifest's A position, so recovery replays them).
@@ -309,6 +312,54 @@ impl Sieve {
         self.poison(r)?;
         self.since_sync = 0;
         Ok(())
+    }
+
+    /// One step of a flush that does not wait for the flush thread: what [`Sieve::flush`]
+    /// does, for a caller that waits for the thread elsewhere, without the lock it holds
+    /// this sieve under. Returns true once every URL pushed before the first step is merged
+    /// (and its outcome applied); false while a job is under way on the flush thread: the
+    /// caller calls again once it may have ended (for example after
+    /// [`Sieve::flush_thread_busy`] turns false). `ticket` starts None, and keeps the job that
+    /// the steps started: pushes made after the first step do not make the flush longer.
+    pub(crate) fn flush_step(&mut self, ticket: &mut Option<u64>) -> Result<bool> {
+        self.writable()?;
+        let r = self.decide();
+        self.poison(r)?;
+        self.poll_inflight()?;
+        if let Some(t) = *ticket {
+            if self.jobs_applied >= t {
+                return Ok(true);
+            }
+        }
+        if self.inflight.as_ref().is_some_and(|f| !f.is_deferred()) {
+            return Ok(false);
+        }
+        if ticket.is_none() {
+            // A deferred job (the crash suites' merges) runs here, as `flush` runs it.
+            let r = self.finish_inflight();
+            self.poison(r)?;
+            if !self.s.is_empty() || !self.runs.is_empty() {
+                let r = self.freeze(true);
+                self.poison(r)?;
+                *ticket = Some(self.jobs_started);
+                if self.inflight.as_ref().is_some_and(|f| !f.is_deferred()) {
+                    return Ok(false);
+                }
+            }
+        }
+        let r = self.finish_inflight();
+        self.poison(r)?;
+        let r = self.commit_absorbed();
+        self.poison(r)?;
+        Ok(true)
+    }
+
+    /// Whether a job runs on the flush thread and has not ended (its outcome not yet
+    /// applied: the next call that polls it does).
+    pub(crate) fn flush_thread_busy(&self) -> bool {
+        self.inflight
+            .as_ref()
+            .is_some_and(|f| !f.is_deferred() && !f.is_finished())
     }
 
     /// Counts the pushes the cache of recent signatures dropped since the last freeze in the

@@ -140,6 +140,16 @@ struct Queue {
     at: Option<At>,
 }
 
+/// Where a hand-out stands with the flush of the sieve its empty front asks for (see
+/// [`Core::lease`]).
+#[derive(Debug, Default, Clone)]
+pub(super) struct FrontFlush {
+    /// The sieve's job the flush waits for (see `Sieve::flush_step`).
+    ticket: Option<u64>,
+    /// Whether the flush is done: a hand-out flushes once.
+    done: bool,
+}
+
 /// A queue's records out of its runs, and the seqs its runs hold that it passes.
 #[derive(Default)]
 struct Lists {
@@ -1741,6 +1751,28 @@ impl Core {
         self.poll_compaction()
     }
 
+    /// One step of the flush an empty front asks for: [`Core::flush`], except that it does
+    /// not wait for the sieve's flush thread. Returns false while the thread merges: the
+    /// caller waits for it without the lock ([`Core::sieve_busy`]) and calls again with the
+    /// same `ticket`; true once the pushes made before the first step are merged and moved
+    /// into their queues.
+    fn flush_step(&mut self, ticket: &mut Option<u64>) -> Result<bool> {
+        self.writable()?;
+        if !self.sieve.flush_step(ticket)? {
+            return Ok(false);
+        }
+        while self.sieve.unread_records() > 0 {
+            self.move_f()?;
+        }
+        self.poll_compaction()?;
+        Ok(true)
+    }
+
+    /// Whether the sieve's flush thread runs a job that has not ended.
+    pub(super) fn sieve_busy(&self) -> bool {
+        self.sieve.flush_thread_busy()
+    }
+
     /// The queues scheduled, of crawl `only` or of every crawl.
     fn front(&self, only: Option<u32>) -> u64 {
         match only {
@@ -1754,20 +1786,23 @@ impl Core {
     /// `part`: for a part of a hand-out ([`super::Handout`]), what its earlier parts did: the
     /// queues they served are passed over (and held out of the heap until the hand-out ends,
     /// [`Core::reschedule`]), and this part adds its own. `first`: the first part (or a whole
-    /// hand-out): only then does an empty front flush the sieve.
+    /// hand-out): only then does an empty front flush the sieve. None: that flush runs on
+    /// the sieve's flush thread, and nothing was handed out; the caller waits for it without
+    /// the lock ([`Core::sieve_busy`]), then calls again with the same `flush`.
     pub(super) fn lease(
         &mut self,
         req: &super::LeaseRequest,
         mut part: Option<&mut Parts>,
         first: bool,
-    ) -> Result<LeasedBatch> {
+        flush: &mut FrontFlush,
+    ) -> Result<Option<LeasedBatch>> {
         let (max_queues, per_queue, ttl) = (req.max_queues, req.per_queue, req.ttl_ms);
         self.writable()?;
         let now = self.clock.now_ms();
         self.poll_compaction()?;
         self.expire(now);
         if self.paused {
-            return Ok(LeasedBatch::default());
+            return Ok(Some(LeasedBatch::default()));
         }
         if self.sieve.unread_records() > 0 {
             self.move_f()?;
@@ -1777,14 +1812,17 @@ impl Core {
             Some(name) => match self.crawls.get(super::crawl_name(name)) {
                 Some(&id) => Some(id),
                 // A crawl never pushed to has no queues.
-                None => return Ok(LeasedBatch::default()),
+                None => return Ok(Some(LeasedBatch::default())),
             },
         };
         let front = self.front(only);
-        if front == 0 && first {
+        if front == 0 && first && !flush.done {
             // Nothing of the crawls asked waits: what was pushed is flushed, as BUbiNG does
-            // when its front is empty.
-            self.flush()?;
+            // when its front is empty (once per hand-out).
+            if !self.flush_step(&mut flush.ticket)? {
+                return Ok(None);
+            }
+            flush.done = true;
         }
         let deadline = now.saturating_add(ttl);
         // The queues to serve, with how many records of each, in the order chosen.
@@ -1801,20 +1839,23 @@ impl Core {
                     None => self.crawls.get(&b"DEFAULT"[..]).copied(),
                 };
                 let Some(crawl) = crawl else {
-                    return Ok(LeasedBatch::default());
+                    return Ok(Some(LeasedBatch::default()));
                 };
                 let qid = queue_id(crawl, key);
                 let waits = |c: &Core| {
                     c.place(qid)
                         .is_some_and(|i| c.queues[i as usize].has_waiting())
                 };
-                if !waits(self) && front > 0 && first {
+                if !waits(self) && front > 0 && first && !flush.done {
                     // What was pushed to it may still be in the sieve.
-                    self.flush()?;
+                    if !self.flush_step(&mut flush.ticket)? {
+                        return Ok(None);
+                    }
+                    flush.done = true;
                 }
                 match self.place(qid) {
                     Some(i) => Some(i),
-                    None => return Ok(LeasedBatch::default()),
+                    None => return Ok(Some(LeasedBatch::default())),
                 }
             }
         };
@@ -1928,7 +1969,7 @@ impl Core {
         for i in popped {
             self.schedule(i);
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
     /// Puts the queues a hand-out in parts held out of the heap back in it (its end).

@@ -98,6 +98,8 @@ pub(crate) fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         undecided: None,
         since_sync: 0,
         inflight: None,
+        jobs_started: 0,
+        jobs_applied: 0,
         spilled_beside_merge: Vec::new(),
         poisoned: false,
         cursor,
