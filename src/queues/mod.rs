@@ -507,9 +507,14 @@ impl Frontier {
         self.with(|c| Ok(c.receipt(from)))
     }
 
-    /// Flushes: every URL pushed so far is merged and, if new, waits in its queue.
+    /// Flushes: every URL pushed so far is merged and, if new, waits in its queue. While
+    /// the sieve's flush thread merges, the lock is let go: other calls go on.
     pub fn flush(&self) -> Result<()> {
-        self.with(core::Core::flush)
+        let mut ticket = None;
+        while !self.with(|c| c.flush_step(&mut ticket))? {
+            self.wait_for_sieve()?;
+        }
+        Ok(())
     }
 
     /// Hands out the next URLs of up to `max_queues` queues that are due now, up to
@@ -718,6 +723,7 @@ impl Frontier {
     /// default key). Flushes first, so that what was pushed is known.
     pub fn status(&self, crawl: &str, key: Option<&[u8]>, url: &[u8]) -> Result<UrlStatus> {
         let crawl = crawl_name(crawl);
+        self.flush()?;
         self.with(|c| c.status(crawl, key, url))
     }
 
@@ -735,6 +741,7 @@ impl Frontier {
         mut f: impl FnMut(HeldUrl) -> bool,
     ) -> Result<()> {
         let crawl = crawl_name(crawl);
+        self.flush()?;
         self.with(|c| {
             c.visit_held(crawl, key, &mut |r, status| {
                 f(HeldUrl {

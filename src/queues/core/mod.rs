@@ -1756,7 +1756,7 @@ impl Core {
     /// caller waits for it without the lock ([`Core::sieve_busy`]) and calls again with the
     /// same `ticket`; true once the pushes made before the first step are merged and moved
     /// into their queues.
-    fn flush_step(&mut self, ticket: &mut Option<u64>) -> Result<bool> {
+    pub(super) fn flush_step(&mut self, ticket: &mut Option<u64>) -> Result<bool> {
         self.writable()?;
         if !self.sieve.flush_step(ticket)? {
             return Ok(false);
@@ -2937,8 +2937,8 @@ impl Core {
         url: &[u8],
     ) -> Result<super::UrlStatus> {
         use super::UrlStatus;
-        // What was pushed reaches its queue first.
-        self.flush()?;
+        // What was pushed reached its queue first (`Frontier::status` flushes).
+        self.writable()?;
         let now = self.clock.now_ms();
         self.expire(now);
         let Some(&id) = self.crawls.get(crawl) else {
@@ -2981,7 +2981,8 @@ impl Core {
         f: &mut dyn FnMut(Record<'_>, super::UrlStatus) -> bool,
     ) -> Result<()> {
         use super::UrlStatus;
-        self.flush()?;
+        // What was pushed reached its queue first (`Frontier::urls` flushes).
+        self.writable()?;
         let now = self.clock.now_ms();
         self.expire(now);
         let Some(&id) = self.crawls.get(crawl) else {
