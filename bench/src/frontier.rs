@@ -317,8 +317,11 @@ fn reopen(a: &FrontierArgs, dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-/// `--interleaved`: rounds of push, lease and done, as a crawler calls them.
+/// `--interleaved`: rounds of push, lease and done, as a crawler calls them; with
+/// `--threads N`, N crawlers at once on one frontier, each pushing its share of the URLs
+/// (every N-th) and leasing what is due, whoever pushed it.
 fn interleaved(a: &FrontierArgs, dir: &std::path::Path) -> Result<()> {
+    use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::Duration;
     let f = Frontier::open(dir, Options::new())?;
     f.set_policy(
@@ -331,40 +334,80 @@ fn interleaved(a: &FrontierArgs, dir: &std::path::Path) -> Result<()> {
     )?;
     let batch = a.batch.max(1);
     let hosts = a.hosts.max(1);
-    let (mut push_max, mut lease_max, mut done_max) =
-        (Duration::ZERO, Duration::ZERO, Duration::ZERO);
-    let (mut i, mut served, mut rounds) = (0u64, 0u64, 0u64);
+    let threads = a.threads.max(1) as u64;
+    let served = AtomicU64::new(0);
+    let rounds = AtomicU64::new(0);
     let start = Instant::now();
-    let mut urls: Vec<String> = Vec::with_capacity(batch);
-    loop {
-        urls.clear();
-        while urls.len() < batch && i < a.urls {
-            urls.push(url_of(i, hosts));
-            i += 1;
-        }
-        if !urls.is_empty() {
-            let items: Vec<Discovered<'_>> =
-                urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+    // One crawler's loop: its longest push, lease and done calls.
+    let crawler = |t: u64| -> std::result::Result<[Duration; 3], String> {
+        let mut max = [Duration::ZERO; 3];
+        let mut i = t;
+        let mut urls: Vec<String> = Vec::with_capacity(batch);
+        loop {
+            urls.clear();
+            while urls.len() < batch && i < a.urls {
+                urls.push(url_of(i, hosts));
+                i += threads;
+            }
+            if !urls.is_empty() {
+                let items: Vec<Discovered<'_>> =
+                    urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+                let t = Instant::now();
+                f.push("", &items).map_err(|e| e.to_string())?;
+                max[0] = max[0].max(t.elapsed());
+            }
             let t = Instant::now();
-            f.push("", &items)?;
-            push_max = push_max.max(t.elapsed());
+            let leased = f.lease(batch, None, 60_000).map_err(|e| e.to_string())?;
+            max[1] = max[1].max(t.elapsed());
+            if leased.is_empty() && i >= a.urls {
+                return Ok(max);
+            }
+            let done: Vec<(&[u8], u64)> = leased.iter().map(|l| (&l.url[..], 0)).collect();
+            let t = Instant::now();
+            let ended = f
+                .complete_urls("", &done, Completion::Done)
+                .map_err(|e| e.to_string())?;
+            max[2] = max[2].max(t.elapsed());
+            if ended.iter().any(|e| !e) {
+                return Err("a URL just leased was not leased at its done".into());
+            }
+            served.fetch_add(leased.len() as u64, Ordering::Relaxed);
+            rounds.fetch_add(1, Ordering::Relaxed);
         }
-        let t = Instant::now();
+    };
+    let maxima: Vec<std::result::Result<[Duration; 3], String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let crawler = &crawler;
+                s.spawn(move || crawler(t))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a crawler panicked".into()))
+            })
+            .collect()
+    });
+    let mut max = [Duration::ZERO; 3];
+    for m in maxima {
+        for (k, d) in m?.into_iter().enumerate() {
+            max[k] = max[k].max(d);
+        }
+    }
+    let (push_max, lease_max, done_max) = (max[0], max[1], max[2]);
+    // What the last crawlers' empty leases left: pushed by one after another's last lease.
+    loop {
         let leased = f.lease(batch, None, 60_000)?;
-        lease_max = lease_max.max(t.elapsed());
-        if leased.is_empty() && i >= a.urls {
+        if leased.is_empty() {
             break;
         }
         let done: Vec<(&[u8], u64)> = leased.iter().map(|l| (&l.url[..], 0)).collect();
-        let t = Instant::now();
-        let ended = f.complete_urls("", &done, Completion::Done)?;
-        done_max = done_max.max(t.elapsed());
-        if ended.iter().any(|e| !e) {
-            return Err("a URL just leased was not leased at its done".into());
-        }
-        served += leased.len() as u64;
-        rounds += 1;
+        f.complete_urls("", &done, Completion::Done)?;
+        served.fetch_add(leased.len() as u64, Ordering::Relaxed);
     }
+    let (served, rounds) = (served.into_inner(), rounds.into_inner());
     let took = start.elapsed();
     let peak = take_peak_rss(None);
     let stats = f.stats()?;
@@ -377,7 +420,8 @@ fn interleaved(a: &FrontierArgs, dir: &std::path::Path) -> Result<()> {
         .into());
     }
     println!(
-        "frontier, interleaved: {} URLs over {hosts} hosts, rounds of {batch} (push, lease, done)",
+        "frontier, interleaved: {} URLs over {hosts} hosts, rounds of {batch} (push, lease, done), \
+         {threads} crawler thread(s)",
         a.urls
     );
     println!(

@@ -23,6 +23,8 @@ use crate::format::{MAGIC_CODED, MAGIC_FRAME};
 pub(super) const AT_THREAD: usize = 2;
 /// Frames waiting to be written at once, those at the thread included.
 pub(super) const QUEUED: usize = 3;
+/// Buffers kept for reuse and held by the frames waiting, at most.
+const BUFFERS: usize = 2 * QUEUED + 2;
 
 /// A frame's records for the thread (the plain layout after [`FRAME_HEADER`] bytes of room),
 /// and the buffer to code them into.
@@ -72,7 +74,7 @@ pub(super) struct Ahead {
     queue: VecDeque<Slot>,
     /// Frames at the thread whose answer was not received.
     at_thread: usize,
-    /// Buffers given back, for the next frames (at most `2 * QUEUED + 2`).
+    /// Buffers given back, for the next frames.
     spare: Vec<Vec<u8>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -238,10 +240,11 @@ impl Ahead {
         }
     }
 
-    /// Keeps a written frame's buffers for the next frames.
+    /// Keeps a written frame's buffers for the next frames: with those of the frames
+    /// waiting (two each), at most [`BUFFERS`].
     pub(super) fn give_back(&mut self, frame: Vec<u8>, other: Vec<u8>) {
         for mut b in [frame, other] {
-            if b.capacity() > 0 && self.spare.len() < 2 * QUEUED + 2 {
+            if b.capacity() > 0 && self.spare.len() + 2 * self.queue.len() < BUFFERS {
                 b.clear();
                 self.spare.push(b);
             }

@@ -550,19 +550,23 @@ impl Frontier {
         }
     }
 
-    /// Waits, without the lock, while the sieve's flush thread runs a job (the flush an
-    /// empty front asks for): meanwhile every other call goes on, pushes, ends of leases and
-    /// other hand-outs among them.
+    /// Between two steps of a flush ([`core::Core::flush_step`]): lets the other threads
+    /// take the lock, and waits, without it, while the sieve's flush thread runs a job (the
+    /// flush an empty front asks for). Meanwhile every other call goes on, pushes, ends of
+    /// leases and other hand-outs among them.
     fn wait_for_sieve(&self) -> Result<()> {
+        std::thread::yield_now();
         let mut pause = std::time::Duration::from_micros(250);
         loop {
+            {
+                let guard = self.core()?;
+                let core = guard.as_ref().ok_or(Error::Poisoned)?;
+                if !core.sieve_busy() {
+                    return Ok(());
+                }
+            }
             std::thread::sleep(pause);
             pause = (pause * 2).min(std::time::Duration::from_millis(5));
-            let guard = self.core()?;
-            let core = guard.as_ref().ok_or(Error::Poisoned)?;
-            if !core.sieve_busy() {
-                return Ok(());
-            }
         }
     }
 

@@ -146,6 +146,9 @@ struct Queue {
 pub(super) struct FrontFlush {
     /// The sieve's job the flush waits for (see `Sieve::flush_step`).
     ticket: Option<u64>,
+    /// Whether its own merge began: the hand-out goes on with the flush, whatever the front
+    /// now.
+    begun: bool,
     /// Whether the flush is done: a hand-out flushes once.
     done: bool,
 }
@@ -1751,18 +1754,22 @@ impl Core {
         self.poll_compaction()
     }
 
-    /// One step of the flush an empty front asks for: [`Core::flush`], except that it does
-    /// not wait for the sieve's flush thread. Returns false while the thread merges: the
-    /// caller waits for it without the lock ([`Core::sieve_busy`]) and calls again with the
-    /// same `ticket`; true once the pushes made before the first step are merged and moved
-    /// into their queues.
+    /// One step of a flush that holds the lock for no merge and no more than one move:
+    /// [`Core::flush`], except that it does not wait for the sieve's flush thread and moves
+    /// one part of F ([`Core::move_f`]) a step. Returns false while the thread merges or F
+    /// has more to move: the caller lets the lock go, waits for the thread if it runs
+    /// ([`Core::sieve_busy`]), and calls again with the same `ticket`; true once the pushes
+    /// made before the first step are merged and moved into their queues.
     pub(super) fn flush_step(&mut self, ticket: &mut Option<u64>) -> Result<bool> {
         self.writable()?;
         if !self.sieve.flush_step(ticket)? {
             return Ok(false);
         }
-        while self.sieve.unread_records() > 0 {
+        if self.sieve.unread_records() > 0 {
             self.move_f()?;
+            if self.sieve.unread_records() > 0 {
+                return Ok(false);
+            }
         }
         self.poll_compaction()?;
         Ok(true)
@@ -1816,10 +1823,15 @@ impl Core {
             },
         };
         let front = self.front(only);
-        if front == 0 && first && !flush.done {
+        if first && !flush.done && (flush.begun || front == 0) {
             // Nothing of the crawls asked waits: what was pushed is flushed, as BUbiNG does
-            // when its front is empty (once per hand-out).
-            if !self.flush_step(&mut flush.ticket)? {
+            // when its front is empty (once per hand-out), and wholly moved into the queues
+            // before any is served. While the step only waits for a job it did not start
+            // (another hand-out's flush, a push's), the front is looked at again once that
+            // ends: its URLs may be enough.
+            let ended = self.flush_step(&mut flush.ticket)?;
+            flush.begun = flush.ticket.is_some();
+            if !ended {
                 return Ok(None);
             }
             flush.done = true;
@@ -1848,7 +1860,9 @@ impl Core {
                 };
                 if !waits(self) && front > 0 && first && !flush.done {
                     // What was pushed to it may still be in the sieve.
-                    if !self.flush_step(&mut flush.ticket)? {
+                    let ended = self.flush_step(&mut flush.ticket)?;
+                    flush.begun = flush.ticket.is_some();
+                    if !ended {
                         return Ok(None);
                     }
                     flush.done = true;
