@@ -68,12 +68,18 @@ pub enum Bug {
     /// `spoiled-merge`: a compaction that ran beside a known update which skipped one of its
     /// records is committed anyway, so the record skipped is served again.
     SpoiledMerge,
+    /// `front-served-early`: a hand-out whose empty front began a flush serves once one part
+    /// of F is moved into the queues, passing over the queues of the rest.
+    FrontServedEarly,
+    /// `flush-under-lock`: a hand-out whose empty front flushes the sieve waits for the
+    /// merge holding the frontier's lock, so every other call waits too.
+    FlushUnderLock,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 21] = [
+    pub const ALL: [(Bug, &'static str); 23] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -95,6 +101,8 @@ impl Bug {
         (Bug::LaneForgetsRefusal, "lane-forgets-refusal"),
         (Bug::PartsServeTwice, "parts-serve-twice"),
         (Bug::SpoiledMerge, "spoiled-merge"),
+        (Bug::FrontServedEarly, "front-served-early"),
+        (Bug::FlushUnderLock, "flush-under-lock"),
     ];
 }
 

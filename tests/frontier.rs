@@ -2117,3 +2117,35 @@ fn a_hand_out_waiting_for_its_empty_fronts_flush_holds_no_other_call() {
         "{got:?}"
     );
 }
+
+#[test]
+fn an_empty_fronts_hand_out_moves_all_it_flushed_before_it_serves() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let f = Frontier::open_with(
+        Arc::new(disk.clone()),
+        Options::new().seed(3).background_flush(true),
+        clock.clone(),
+    )
+    .unwrap();
+    // More new URLs than one move takes (2^18 records): the hosts h100 to h999 come after
+    // the first move's records, so a hand-out after one move would find only h0 to h99.
+    let mut all: Vec<String> = (0..270_000)
+        .map(|i| format!("http://h{}.example/{i}", i % 100))
+        .collect();
+    all.extend((100..1000).map(|h| format!("http://h{h}.example/0")));
+    for chunk in all.chunks(10_000) {
+        let items: Vec<Discovered<'_>> = chunk
+            .iter()
+            .map(|u| Discovered::url(u.as_bytes()))
+            .collect();
+        f.push("", &items).unwrap();
+    }
+    let leased = f.lease(1000, Some(1), 30_000).unwrap();
+    let hosts: HashSet<String> = leased
+        .iter()
+        .map(|l| String::from_utf8(default_key(&l.url).to_vec()).unwrap())
+        .collect();
+    assert_eq!(hosts.len(), 1000);
+    f.close().unwrap();
+}

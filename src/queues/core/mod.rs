@@ -146,8 +146,8 @@ struct Queue {
 pub(super) struct FrontFlush {
     /// The sieve's job the flush waits for (see `Sieve::flush_step`).
     ticket: Option<u64>,
-    /// Whether its own merge began: the hand-out goes on with the flush, whatever the front
-    /// now.
+    /// Whether its own merge or its moves began: the hand-out goes on with the flush,
+    /// whatever the front now.
     begun: bool,
     /// Whether the flush is done: a hand-out flushes once.
     done: bool,
@@ -1762,7 +1762,11 @@ impl Core {
     /// made before the first step are merged and moved into their queues.
     pub(super) fn flush_step(&mut self, ticket: &mut Option<u64>) -> Result<bool> {
         self.writable()?;
-        if !self.sieve.flush_step(ticket)? {
+        if crate::planted::active(crate::planted::Bug::FlushUnderLock) {
+            while !self.sieve.flush_step(ticket)? {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        } else if !self.sieve.flush_step(ticket)? {
             return Ok(false);
         }
         if self.sieve.unread_records() > 0 {
@@ -1830,7 +1834,9 @@ impl Core {
             // (another hand-out's flush, a push's), the front is looked at again once that
             // ends: its URLs may be enough.
             let ended = self.flush_step(&mut flush.ticket)?;
-            flush.begun = flush.ticket.is_some();
+            // Its own merge began, or the moves did (the sieve's thread is idle).
+            flush.begun = (flush.ticket.is_some() || !self.sieve_busy())
+                && !crate::planted::active(crate::planted::Bug::FrontServedEarly);
             if !ended {
                 return Ok(None);
             }
@@ -1861,7 +1867,7 @@ impl Core {
                 if !waits(self) && front > 0 && first && !flush.done {
                     // What was pushed to it may still be in the sieve.
                     let ended = self.flush_step(&mut flush.ticket)?;
-                    flush.begun = flush.ticket.is_some();
+                    flush.begun = flush.ticket.is_some() || !self.sieve_busy();
                     if !ended {
                         return Ok(None);
                     }
