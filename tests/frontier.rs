@@ -1975,16 +1975,22 @@ fn concurrent_calls_answer_only_what_is_durable() {
     f.close().unwrap();
 }
 
-/// A disk whose creation of a new Z segment (the sieve's merge) waits until it is let go.
+/// A disk whose creation of a new Z segment (the sieve's merge) waits until it is let go,
+/// or fails.
 #[derive(Debug)]
 struct HeldMerge {
     disk: SimDisk,
     /// (held, merges waiting)
     gate: Arc<(std::sync::Mutex<(bool, u32)>, std::sync::Condvar)>,
+    /// Whether the creation of a Z segment fails.
+    fail: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl crivello::storage::Storage for HeldMerge {
     fn create(&self, name: &str) -> std::io::Result<Arc<dyn crivello::storage::StorageFile>> {
+        if name.starts_with("z-") && self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(std::io::Error::other("no room for a Z segment"));
+        }
         if name.starts_with("z-") {
             let (lock, cv) = &*self.gate;
             let mut g = lock.lock().unwrap();
@@ -2029,6 +2035,7 @@ fn a_hand_out_waiting_for_its_empty_fronts_flush_holds_no_other_call() {
     let storage = HeldMerge {
         disk: disk.clone(),
         gate: gate.clone(),
+        fail: Default::default(),
     };
     let clock = Arc::new(ManualClock::new(1_000));
     let f = Arc::new(
@@ -2148,4 +2155,31 @@ fn an_empty_fronts_hand_out_moves_all_it_flushed_before_it_serves() {
         .collect();
     assert_eq!(hosts.len(), 1000);
     f.close().unwrap();
+}
+
+#[test]
+fn a_merge_that_fails_while_a_hand_out_waits_for_it_is_that_hand_outs_error() {
+    use crivello::storage::Storage;
+    let disk = SimDisk::new();
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let storage = HeldMerge {
+        disk: disk.clone(),
+        gate: Arc::new((std::sync::Mutex::new((false, 0)), std::sync::Condvar::new())),
+        fail: fail.clone(),
+    };
+    let clock = Arc::new(ManualClock::new(1_000));
+    let f = Frontier::open_with(
+        Arc::new(storage) as Arc<dyn Storage>,
+        opts().background_flush(true),
+        clock.clone(),
+    )
+    .unwrap();
+    push(&f, &["http://a.example/1"]);
+    // The empty front's merge fails on the flush thread: the hand-out that waited for it
+    // gets its error, which names what failed, not only that the store is poisoned.
+    let e = f.lease(10, None, 30_000).unwrap_err();
+    assert!(!matches!(e, Error::Poisoned), "{e}");
+    assert!(e.to_string().contains("no room for a Z segment"), "{e}");
+    // Every later call says the store is poisoned.
+    assert!(matches!(f.lease(10, None, 30_000), Err(Error::Poisoned)));
 }

@@ -286,6 +286,21 @@ impl FrameWriter {
             }
     }
 
+    /// Bytes of the frames written, and an upper bound of those of the frames waiting for the
+    /// coding thread (their plain sizes for those at the thread): what
+    /// [`FrameWriter::written_end`] may reach once they are written, without the records
+    /// buffered.
+    pub(crate) fn written_end_bound(&self) -> u64 {
+        self.end + self.ahead.as_ref().map_or(0, |a| a.pending_len() as u64)
+    }
+
+    /// Writes the frames waiting for the coding thread, once coded (not synced): then
+    /// [`FrameWriter::written_end`] is the bytes of every frame made so far, whichever
+    /// thread coded each and whenever it ended.
+    pub(crate) fn write_waiting(&mut self) -> Result<()> {
+        self.guard(FrameWriter::settle)
+    }
+
     /// Writes the buffered records as one frame (not synced).
     pub(crate) fn write_frame(&mut self) -> Result<()> {
         self.guard(FrameWriter::frame)

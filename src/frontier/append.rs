@@ -88,6 +88,12 @@ impl Appender {
     ) -> Result<()> {
         self.out.append(url)?;
         self.emitted += 1;
+        // The frames the coding thread has not given back yet are written first, so that
+        // where a segment ends depends on the frames made, not on when the thread ended
+        // each: the disk operations stay in one order.
+        if self.out.written_end_bound() >= SEGMENT_TARGET {
+            self.out.write_waiting()?;
+        }
         if self.out.written_end() >= SEGMENT_TARGET {
             self.out.sync()?;
             let first = self.before + self.emitted;

@@ -510,11 +510,13 @@ impl Frontier {
     /// Flushes: every URL pushed so far is merged and, if new, waits in its queue. While
     /// the sieve's flush thread merges, the lock is let go: other calls go on.
     pub fn flush(&self) -> Result<()> {
-        let mut ticket = None;
-        while !self.with(|c| c.flush_step(&mut ticket))? {
-            self.wait_for_sieve()?;
+        let mut st = core::FlushState::default();
+        loop {
+            match self.with(|c| c.flush_step(&mut st))? {
+                core::FlushStep::Done => return Ok(()),
+                step => self.between_steps(step)?,
+            }
         }
-        Ok(())
     }
 
     /// Hands out the next URLs of up to `max_queues` queues that are due now, up to
@@ -543,19 +545,30 @@ impl Frontier {
     pub fn lease_batch(&self, req: &LeaseRequest) -> Result<LeasedBatch> {
         let mut flush = core::FrontFlush::default();
         loop {
-            if let Some(batch) = self.with(|c| c.lease(req, None, true, &mut flush))? {
-                return Ok(batch);
+            match self.with(|c| c.lease(req, None, true, &mut flush))? {
+                Ok(batch) => return Ok(batch),
+                Err(step) => self.between_steps(step)?,
             }
-            self.wait_for_sieve()?;
         }
     }
 
     /// Between two steps of a flush ([`core::Core::flush_step`]): lets the other threads
-    /// take the lock, and waits, without it, while the sieve's flush thread runs a job (the
-    /// flush an empty front asks for). Meanwhile every other call goes on, pushes, ends of
-    /// leases and other hand-outs among them.
+    /// take the lock, and, when the sieve's flush thread merges ([`core::FlushStep::Wait`]),
+    /// waits for it without the lock.
+    fn between_steps(&self, step: core::FlushStep) -> Result<()> {
+        match step {
+            core::FlushStep::Wait => self.wait_for_sieve(),
+            core::FlushStep::More | core::FlushStep::Done => {
+                std::thread::yield_now();
+                Ok(())
+            }
+        }
+    }
+
+    /// Waits, without the lock, while the sieve's flush thread runs a job (the flush an
+    /// empty front asks for). Meanwhile every other call goes on, pushes, ends of leases and
+    /// other hand-outs among them.
     fn wait_for_sieve(&self) -> Result<()> {
-        std::thread::yield_now();
         let mut pause = std::time::Duration::from_micros(250);
         loop {
             {
@@ -585,28 +598,28 @@ impl Frontier {
             return Ok(LeasedBatch::default());
         }
         loop {
-            let part = self.with(|c| self.part_step(c, h, max_queues))?;
-            if let Some(batch) = part {
-                return Ok(batch);
+            match self.with(|c| self.part_step(c, h, max_queues))? {
+                Ok(batch) => return Ok(batch),
+                Err(step) => self.between_steps(step)?,
             }
-            self.wait_for_sieve()?;
         }
     }
 
-    /// [`Frontier::lease_part`] under the lock; None: it waits for the sieve's flush.
+    /// [`Frontier::lease_part`] under the lock; `Err(step)`: a step of the flush its empty
+    /// front asks for ([`core::Core::lease`]).
     fn part_step(
         &self,
         c: &mut core::Core,
         h: &mut Handout,
         max_queues: usize,
-    ) -> Result<Option<LeasedBatch>> {
+    ) -> Result<std::result::Result<LeasedBatch, core::FlushStep>> {
         {
             let queues_left = h.req.max_queues.saturating_sub(h.part.served.len());
             let urls_left = h.req.max_urls.saturating_sub(h.urls);
             if queues_left == 0 || urls_left == 0 {
                 h.finished = true;
                 c.reschedule(&mut h.part.held);
-                return Ok(Some(LeasedBatch::default()));
+                return Ok(Ok(LeasedBatch::default()));
             }
             let want = max_queues.clamp(1, queues_left);
             let req = LeaseRequest {
@@ -616,8 +629,9 @@ impl Frontier {
             };
             let before = h.part.served.len();
             let first = !h.started;
-            let Some(batch) = c.lease(&req, Some(&mut h.part), first, &mut h.flush)? else {
-                return Ok(None);
+            let batch = match c.lease(&req, Some(&mut h.part), first, &mut h.flush)? {
+                Ok(batch) => batch,
+                Err(step) => return Ok(Err(step)),
             };
             if first {
                 // Each queue is served once at most: a hand-out ends, at the latest, once it
@@ -637,7 +651,7 @@ impl Frontier {
                 h.finished = true;
                 c.reschedule(&mut h.part.held);
             }
-            Ok(Some(batch))
+            Ok(Ok(batch))
         }
     }
 

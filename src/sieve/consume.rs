@@ -92,6 +92,17 @@ impl Sieve {
         self.reader.position().consumed < self.cursor.consumed
     }
 
+    /// F's records read so far, and F's records committed (the merges applied so far).
+    pub(crate) fn f_read_and_count(&self) -> (u64, u64) {
+        (self.reader.position().consumed, self.manifest.f_count)
+    }
+
+    /// Applies a flush job that ended, if any (an error it ended with is returned, and
+    /// poisons the sieve); waits for none.
+    pub(crate) fn poll_flush(&mut self) -> Result<()> {
+        self.poll_inflight()
+    }
+
     /// Records in F after the read position.
     pub(crate) fn unread_records(&mut self) -> u64 {
         let _ = self.poll_inflight();

@@ -140,14 +140,32 @@ struct Queue {
     at: Option<At>,
 }
 
+/// Where a flush made in steps stands (see [`Core::flush_step`]).
+#[derive(Debug, Default, Clone)]
+pub(super) struct FlushState {
+    /// The sieve's job the flush waits for (see `Sieve::flush_step`).
+    ticket: Option<u64>,
+    /// F's records committed when that job was applied: the moves go up to there.
+    target: Option<u64>,
+}
+
+/// What a step of a flush leaves to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FlushStep {
+    /// The sieve's flush thread merges: wait for it, without the lock.
+    Wait,
+    /// More of F to move: let the lock go, then go on.
+    More,
+    /// Done.
+    Done,
+}
+
 /// Where a hand-out stands with the flush of the sieve its empty front asks for (see
 /// [`Core::lease`]).
 #[derive(Debug, Default, Clone)]
 pub(super) struct FrontFlush {
-    /// The sieve's job the flush waits for (see `Sieve::flush_step`).
-    ticket: Option<u64>,
-    /// Whether its own merge or its moves began: the hand-out goes on with the flush,
-    /// whatever the front now.
+    state: FlushState,
+    /// Whether the flush began: the hand-out goes on with it, whatever the front now.
     begun: bool,
     /// Whether the flush is done: a hand-out flushes once.
     done: bool,
@@ -1756,27 +1774,33 @@ impl Core {
 
     /// One step of a flush that holds the lock for no merge and no more than one move:
     /// [`Core::flush`], except that it does not wait for the sieve's flush thread and moves
-    /// one part of F ([`Core::move_f`]) a step. Returns false while the thread merges or F
-    /// has more to move: the caller lets the lock go, waits for the thread if it runs
-    /// ([`Core::sieve_busy`]), and calls again with the same `ticket`; true once the pushes
-    /// made before the first step are merged and moved into their queues.
-    pub(super) fn flush_step(&mut self, ticket: &mut Option<u64>) -> Result<bool> {
+    /// one part of F ([`Core::move_f`]) a step. The caller lets the lock go between two
+    /// steps, waits for the sieve's thread when told ([`FlushStep::Wait`],
+    /// [`Core::sieve_busy`]), and calls again with the same `st`, until
+    /// [`FlushStep::Done`]: the pushes made before the first step are merged, and F is moved
+    /// into the queues up to its end when their merge was applied (what merges of later
+    /// pushes add to F is not waited for).
+    pub(super) fn flush_step(&mut self, st: &mut FlushState) -> Result<FlushStep> {
         self.writable()?;
-        if crate::planted::active(crate::planted::Bug::FlushUnderLock) {
-            while !self.sieve.flush_step(ticket)? {
-                std::thread::sleep(std::time::Duration::from_millis(1));
+        if st.target.is_none() {
+            if crate::planted::active(crate::planted::Bug::FlushUnderLock) {
+                while !self.sieve.flush_step(&mut st.ticket)? {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            } else if !self.sieve.flush_step(&mut st.ticket)? {
+                return Ok(FlushStep::Wait);
             }
-        } else if !self.sieve.flush_step(ticket)? {
-            return Ok(false);
+            st.target = Some(self.sieve.f_read_and_count().1);
         }
-        if self.sieve.unread_records() > 0 {
+        let target = st.target.unwrap_or(0);
+        if self.sieve.f_read_and_count().0 < target {
             self.move_f()?;
-            if self.sieve.unread_records() > 0 {
-                return Ok(false);
+            if self.sieve.f_read_and_count().0 < target {
+                return Ok(FlushStep::More);
             }
         }
         self.poll_compaction()?;
-        Ok(true)
+        Ok(FlushStep::Done)
     }
 
     /// Whether the sieve's flush thread runs a job that has not ended.
@@ -1797,23 +1821,27 @@ impl Core {
     /// `part`: for a part of a hand-out ([`super::Handout`]), what its earlier parts did: the
     /// queues they served are passed over (and held out of the heap until the hand-out ends,
     /// [`Core::reschedule`]), and this part adds its own. `first`: the first part (or a whole
-    /// hand-out): only then does an empty front flush the sieve. None: that flush runs on
-    /// the sieve's flush thread, and nothing was handed out; the caller waits for it without
-    /// the lock ([`Core::sieve_busy`]), then calls again with the same `flush`.
+    /// hand-out): only then does an empty front flush the sieve, in steps
+    /// ([`Core::flush_step`]). `Err(step)`: nothing was handed out, the flush is under way;
+    /// the caller lets the lock go (and, for [`FlushStep::Wait`], waits for the sieve's
+    /// thread), then calls again with the same `flush`.
     pub(super) fn lease(
         &mut self,
         req: &super::LeaseRequest,
         mut part: Option<&mut Parts>,
         first: bool,
         flush: &mut FrontFlush,
-    ) -> Result<Option<LeasedBatch>> {
+    ) -> Result<std::result::Result<LeasedBatch, FlushStep>> {
         let (max_queues, per_queue, ttl) = (req.max_queues, req.per_queue, req.ttl_ms);
         self.writable()?;
+        // A merge that ended in an error says so here, with its file (the count of unread
+        // records below would only leave the sieve poisoned).
+        self.sieve.poll_flush()?;
         let now = self.clock.now_ms();
         self.poll_compaction()?;
         self.expire(now);
         if self.paused {
-            return Ok(Some(LeasedBatch::default()));
+            return Ok(Ok(LeasedBatch::default()));
         }
         if self.sieve.unread_records() > 0 {
             self.move_f()?;
@@ -1823,24 +1851,19 @@ impl Core {
             Some(name) => match self.crawls.get(super::crawl_name(name)) {
                 Some(&id) => Some(id),
                 // A crawl never pushed to has no queues.
-                None => return Ok(Some(LeasedBatch::default())),
+                None => return Ok(Ok(LeasedBatch::default())),
             },
         };
         let front = self.front(only);
         if first && !flush.done && (flush.begun || front == 0) {
             // Nothing of the crawls asked waits: what was pushed is flushed, as BUbiNG does
-            // when its front is empty (once per hand-out), and wholly moved into the queues
-            // before any is served. While the step only waits for a job it did not start
-            // (another hand-out's flush, a push's), the front is looked at again once that
-            // ends: its URLs may be enough.
-            let ended = self.flush_step(&mut flush.ticket)?;
-            // Its own merge began, or the moves did (the sieve's thread is idle).
-            flush.begun = (flush.ticket.is_some() || !self.sieve_busy())
-                && !crate::planted::active(crate::planted::Bug::FrontServedEarly);
-            if !ended {
-                return Ok(None);
+            // when its front is empty (once per hand-out), and moved into the queues before
+            // any is served: once begun, the flush goes on whatever the front becomes.
+            flush.begun = !crate::planted::active(crate::planted::Bug::FrontServedEarly);
+            match self.flush_step(&mut flush.state)? {
+                FlushStep::Done => flush.done = true,
+                step => return Ok(Err(step)),
             }
-            flush.done = true;
         }
         let deadline = now.saturating_add(ttl);
         // The queues to serve, with how many records of each, in the order chosen.
@@ -1857,7 +1880,7 @@ impl Core {
                     None => self.crawls.get(&b"DEFAULT"[..]).copied(),
                 };
                 let Some(crawl) = crawl else {
-                    return Ok(Some(LeasedBatch::default()));
+                    return Ok(Ok(LeasedBatch::default()));
                 };
                 let qid = queue_id(crawl, key);
                 let waits = |c: &Core| {
@@ -1866,16 +1889,15 @@ impl Core {
                 };
                 if !waits(self) && front > 0 && first && !flush.done {
                     // What was pushed to it may still be in the sieve.
-                    let ended = self.flush_step(&mut flush.ticket)?;
-                    flush.begun = flush.ticket.is_some() || !self.sieve_busy();
-                    if !ended {
-                        return Ok(None);
+                    flush.begun = true;
+                    match self.flush_step(&mut flush.state)? {
+                        FlushStep::Done => flush.done = true,
+                        step => return Ok(Err(step)),
                     }
-                    flush.done = true;
                 }
                 match self.place(qid) {
                     Some(i) => Some(i),
-                    None => return Ok(Some(LeasedBatch::default())),
+                    None => return Ok(Ok(LeasedBatch::default())),
                 }
             }
         };
@@ -1989,7 +2011,7 @@ impl Core {
         for i in popped {
             self.schedule(i);
         }
-        Ok(Some(out))
+        Ok(Ok(out))
     }
 
     /// Puts the queues a hand-out in parts held out of the heap back in it (its end).
@@ -3473,6 +3495,45 @@ fn read_journal(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_flush_in_steps_moves_f_up_to_its_end_when_its_merge_was_applied() {
+        use super::{FlushState, FlushStep};
+        use crate::queues::{Discovered, Frontier, ManualClock};
+        use crate::storage::SimDisk;
+        use crate::Options;
+        use std::sync::Arc;
+        let clock = Arc::new(ManualClock::new(1_000));
+        let opts = Options::new()
+            .seed(1)
+            .background_flush(false)
+            .frontier_low(0);
+        let f = Frontier::open_with(Arc::new(SimDisk::new()), opts, clock).unwrap();
+        let push = |from: usize| {
+            let urls: Vec<String> = (from..from + 300_000)
+                .map(|i| format!("http://h{}.test/{i}", i % 1000))
+                .collect();
+            let items: Vec<Discovered<'_>> =
+                urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+            f.push("", &items).unwrap();
+        };
+        push(0);
+        // The first step merges and moves one part (2^18 records of 300,000).
+        let mut st = FlushState::default();
+        assert_eq!(f.with(|c| c.flush_step(&mut st)).unwrap(), FlushStep::More);
+        assert_eq!(st.target, Some(300_000));
+        // Pushes go on between two steps, and another merge adds their URLs to F.
+        push(300_000);
+        f.with(|c| c.sieve.flush()).unwrap();
+        let mut steps = 0;
+        while f.with(|c| c.flush_step(&mut st)).unwrap() != FlushStep::Done {
+            steps += 1;
+            assert!(steps < 10, "the flush goes on after its own URLs are moved");
+        }
+        let (read, count) = f.with(|c| Ok(c.sieve.f_read_and_count())).unwrap();
+        assert!(read >= 300_000 && read < count, "{read} of {count}");
+        assert_eq!(count, 600_000);
+    }
+
     #[test]
     fn the_state_of_a_queue_takes_what_design_md_says() {
         // The queue, its key's place, its entry in the id index (a u32) and in the heap
