@@ -391,6 +391,22 @@ mod tests {
         all.extend(urls);
     }
 
+    /// Opens the frontier on `disk` (seed `seed`, S of 64 slots), again at each call.
+    fn opener(disk: &SimDisk, seed: u64) -> impl Fn() -> Frontier + '_ {
+        let clock = Arc::new(ManualClock::new(1_000));
+        let opts = Options::new().seed(seed).frontier_low(0).slots(64);
+        move || Frontier::open_with(Arc::new(disk.clone()), opts.clone(), clock.clone()).unwrap()
+    }
+
+    /// No merge begins while the runs are fewer than 64.
+    fn no_merge(f: &Frontier) {
+        f.with(|c| {
+            c.max_runs = super::RUNS_LIMIT;
+            Ok(())
+        })
+        .unwrap();
+    }
+
     /// Leases and ends every URL waiting: each once.
     fn drain(f: &Frontier) -> HashSet<String> {
         let mut served = HashSet::new();
@@ -411,17 +427,9 @@ mod tests {
         // What a reopen finds after a crash that came while a move waited for a merge: 63
         // runs, none being merged. The next moves must not name a 64th run in J.
         let disk = SimDisk::new();
-        let clock = Arc::new(ManualClock::new(1_000));
-        let opts = Options::new().seed(2).frontier_low(0).slots(64);
-        let open =
-            || Frontier::open_with(Arc::new(disk.clone()), opts.clone(), clock.clone()).unwrap();
+        let open = opener(&disk, 2);
         let f = open();
-        // No merge begins while the runs are fewer than this.
-        f.with(|c| {
-            c.max_runs = super::RUNS_LIMIT;
-            Ok(())
-        })
-        .unwrap();
+        no_merge(&f);
         let mut all = Vec::new();
         for round in 0..63 {
             add_run(&f, round, 2, &mut all);
@@ -449,16 +457,9 @@ mod tests {
     #[test]
     fn a_move_at_63_runs_waits_for_the_merge_under_way() {
         let disk = SimDisk::new();
-        let clock = Arc::new(ManualClock::new(1_000));
-        let opts = Options::new().seed(3).frontier_low(0).slots(64);
-        let open =
-            || Frontier::open_with(Arc::new(disk.clone()), opts.clone(), clock.clone()).unwrap();
+        let open = opener(&disk, 3);
         let f = open();
-        f.with(|c| {
-            c.max_runs = super::RUNS_LIMIT;
-            Ok(())
-        })
-        .unwrap();
+        no_merge(&f);
         let mut all = Vec::new();
         for round in 0..62 {
             add_run(&f, round, 2, &mut all);

@@ -3495,27 +3495,34 @@ fn read_journal(
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_flush_in_steps_moves_f_up_to_its_end_when_its_merge_was_applied() {
-        use super::{FlushState, FlushStep};
-        use crate::queues::{Discovered, Frontier, ManualClock};
-        use crate::storage::SimDisk;
-        use crate::Options;
-        use std::sync::Arc;
-        let clock = Arc::new(ManualClock::new(1_000));
-        let opts = Options::new()
+    use crate::queues::{Discovered, Frontier, ManualClock};
+
+    /// A frontier on a simulated disk that merges on the caller's thread.
+    fn inline_frontier() -> Frontier {
+        let clock = std::sync::Arc::new(ManualClock::new(1_000));
+        let opts = crate::Options::new()
             .seed(1)
             .background_flush(false)
             .frontier_low(0);
-        let f = Frontier::open_with(Arc::new(SimDisk::new()), opts, clock).unwrap();
-        let push = |from: usize| {
-            let urls: Vec<String> = (from..from + 300_000)
-                .map(|i| format!("http://h{}.test/{i}", i % 1000))
-                .collect();
-            let items: Vec<Discovered<'_>> =
-                urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
-            f.push("", &items).unwrap();
-        };
+        let disk = std::sync::Arc::new(crate::storage::SimDisk::new());
+        Frontier::open_with(disk, opts, clock).unwrap()
+    }
+
+    /// Pushes URL `i` of host `i % hosts` for each `i` of `range`.
+    fn push_urls(f: &Frontier, range: std::ops::Range<usize>, hosts: usize) {
+        let urls: Vec<String> = range
+            .map(|i| format!("http://h{}.test/{i}", i % hosts))
+            .collect();
+        let items: Vec<Discovered<'_>> =
+            urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+        f.push("", &items).unwrap();
+    }
+
+    #[test]
+    fn a_flush_in_steps_moves_f_up_to_its_end_when_its_merge_was_applied() {
+        use super::{FlushState, FlushStep};
+        let f = inline_frontier();
+        let push = |from: usize| push_urls(&f, from..from + 300_000, 1000);
         push(0);
         // The first step merges and moves one part (2^18 records of 300,000).
         let mut st = FlushState::default();
@@ -3546,22 +3553,8 @@ mod tests {
 
     #[test]
     fn the_heap_of_deadlines_holds_at_most_twice_the_leases() {
-        use crate::queues::{Discovered, Frontier, ManualClock};
-        use crate::storage::SimDisk;
-        use crate::Options;
-        use std::sync::Arc;
-        let clock = Arc::new(ManualClock::new(1_000));
-        let opts = Options::new()
-            .seed(1)
-            .background_flush(false)
-            .frontier_low(0);
-        let f = Frontier::open_with(Arc::new(SimDisk::new()), opts, clock).unwrap();
-        let urls: Vec<String> = (0..40_000)
-            .map(|i| format!("http://h{}.test/{i}", i % 20))
-            .collect();
-        let items: Vec<Discovered<'_>> =
-            urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
-        f.push("", &items).unwrap();
+        let f = inline_frontier();
+        push_urls(&f, 0..40_000, 20);
         f.flush().unwrap();
         // Leases of an hour, each done at once: none of their deadlines passes.
         let mut most = 0;
