@@ -187,7 +187,7 @@ impl Manifest {
                 at,
                 Corruption::Invalid {
                     field: "manifest version",
-                    expected: "4, 5, 8, 9, 10 or 11 (versions 6 and 7 changed other files)",
+                    expected: "4, 5, 8, 9, 10, 11 or 12 (versions 6 and 7 changed other files)",
                     found: u64::from(version),
                 },
             ));

@@ -9,7 +9,11 @@
 //! layout 2, front:      body := zstd frame of inner;  inner := count x front
 //! layout 3, front only: body := inner := count x front
 //! layout 4, head front: body := inner := count x ( head 8 bytes | front of the rest )
+//! layout 5, seq front:  body := inner := count x ( step varint64 | front of the rest )
 //! front := shared varint | rest_len varint | rest
+//!   step:     the record's first 8 bytes, a u64 LE (a Q run's seq), as the zigzag of its
+//!             difference to the previous record's (wrapping; to 0 for the first), a LEB128
+//!             varint of at most 10 bytes in its shortest form
 //!   shared:   bytes the record (its rest, in layout 4) shares with the frame's previous one
 //!             (0 for the first), at most that one's length; shared + rest_len >= 1
 //!   raw_len:  bytes of the records in the plain layout (count x (len u32 | bytes)), at most
@@ -22,7 +26,8 @@
 //! front-coded records (zstd finds the shared prefixes itself) and decodes to what `pop`
 //! prints with no second pass. A frontier's F (read once by its mover) takes layout 3, and the
 //! Q runs, whose frames are read again at each hand-out and whose records start with their
-//! seq, layout 4: decoding zstd at each hand-out cost more than the bytes it saved.
+//! seq, layout 5 (layout 4 before version 12): decoding zstd at each hand-out cost more than
+//! the bytes it saved.
 //!
 //! A coded frame has the magic `FRZ1` and otherwise the header of a plain frame: its payload
 //! length is the coded payload's, its count the records', and its crc covers the bytes on
@@ -54,8 +59,23 @@ const FRONT_ONLY: u8 = 3;
 /// The layout byte of records of an 8-byte head (a Q run's seq) then the rest front coded
 /// against the previous record's rest, not compressed further.
 const HEAD_FRONT: u8 = 4;
-/// The head of [`HEAD_FRONT`].
+/// The head of [`HEAD_FRONT`] and [`SEQ_FRONT`].
 const HEAD: usize = 8;
+/// The layout byte of records of an 8-byte head coded as the step from the previous
+/// record's, then the rest front coded against the previous record's rest.
+const SEQ_FRONT: u8 = 5;
+
+/// What front coding alone does with the first 8 bytes of each record (when every record is
+/// longer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Head {
+    /// Nothing: they are front coded with the rest (layout 3).
+    None,
+    /// They are kept as they are (layout 4).
+    Kept,
+    /// They are a u64 coded as its step from the previous record's (layout 5).
+    Seq,
+}
 
 /// The largest plain layout a coded frame may decode to: a frame is written once its
 /// records pass 1 MiB, so it holds at most that and one record (a URL of at most 1 GiB).
@@ -82,8 +102,8 @@ pub(crate) struct Encoder {
     /// The zstd context; `None` for front coding alone.
     zstd: Option<zstd::bulk::Compressor<'static>>,
     front: Vec<u8>,
-    /// Whether front coding alone may keep an 8-byte head ([`Encoder::front_only`]).
-    head: bool,
+    /// What front coding alone does with an 8-byte head ([`Encoder::front_only`]).
+    head: Head,
 }
 
 impl Encoder {
@@ -92,17 +112,17 @@ impl Encoder {
         Ok(Encoder {
             zstd: Some(zstd::bulk::Compressor::new(LEVEL)?),
             front: Vec::new(),
-            head: false,
+            head: Head::None,
         })
     }
 
     /// A new encoder of front coding alone (layout 3): decoding it costs about what reading
     /// a plain frame does, for frames that are read again and again (a Q run's frame is read
     /// at each hand-out of its queue).
-    /// With `head`, when every record has more than 8 bytes, they are front coded after
-    /// their first 8 (layout 4: a Q run's records start with their seq, which differs from
-    /// one to the next).
-    pub(crate) fn front_only(head: bool) -> Encoder {
+    /// With a `head`, when every record has more than 8 bytes, they are front coded after
+    /// their first 8 (layouts 4 and 5: a Q run's records start with their seq, which differs
+    /// from one to the next).
+    pub(crate) fn front_only(head: Head) -> Encoder {
         Encoder {
             zstd: None,
             front: Vec::new(),
@@ -120,14 +140,18 @@ impl Encoder {
     ) -> std::io::Result<()> {
         let Some(zstd) = &mut self.zstd else {
             // Records that all have a head and more are front coded after it.
-            let head = if self.head && records(raw).all(|r| r.len() > HEAD) {
-                HEAD
+            let head = if self.head != Head::None && records(raw).all(|r| r.len() > HEAD) {
+                self.head
             } else {
-                0
+                Head::None
             };
             out.clear();
             out.resize(keep, 0);
-            out.push(if head == HEAD { HEAD_FRONT } else { FRONT_ONLY });
+            out.push(match head {
+                Head::None => FRONT_ONLY,
+                Head::Kept => HEAD_FRONT,
+                Head::Seq => SEQ_FRONT,
+            });
             out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
             let at = out.len();
             out.extend_from_slice(&[0; 4]);
@@ -177,7 +201,7 @@ fn lines(raw: &[u8], out: &mut Vec<u8>) -> bool {
 /// Front codes the plain records `raw` into `out` (cleared first).
 fn front_code(raw: &[u8], out: &mut Vec<u8>) {
     out.clear();
-    front_code_into(raw, out, 0);
+    front_code_into(raw, out, Head::None);
 }
 
 /// The records of the plain layout `raw`.
@@ -191,15 +215,25 @@ fn records(raw: &[u8]) -> impl Iterator<Item = &[u8]> {
     })
 }
 
-/// Front codes the plain records `raw` after what `out` holds: each record's first `head`
-/// bytes as they are (every record is longer), then its rest against the previous rest.
-fn front_code_into(raw: &[u8], out: &mut Vec<u8>, head: usize) {
+/// Front codes the plain records `raw` after what `out` holds: each record's first 8 bytes
+/// as `head` says (every record is longer), then its rest against the previous rest.
+fn front_code_into(raw: &[u8], out: &mut Vec<u8>, head: Head) {
     out.reserve(raw.len());
     let mut prev: &[u8] = &[];
+    let mut prev_seq = 0u64;
     for rec in records(raw) {
-        let (h, rest) = rec.split_at(head);
+        let (h, rest) = rec.split_at(if head == Head::None { 0 } else { HEAD });
+        match head {
+            Head::None => {}
+            Head::Kept => out.extend_from_slice(h),
+            Head::Seq => {
+                let seq = u64::from_le_bytes(h.try_into().expect("8 bytes"));
+                let step = seq.wrapping_sub(prev_seq) as i64;
+                crate::record::put_varint(out, ((step << 1) ^ (step >> 63)) as u64);
+                prev_seq = seq;
+            }
+        }
         let shared = common_prefix(prev, rest);
-        out.extend_from_slice(h);
         put_varint(out, shared as u32);
         put_varint(out, (rest.len() - shared) as u32);
         out.extend_from_slice(&rest[shared..]);
@@ -322,10 +356,13 @@ pub(crate) fn decode(coded: &[u8], count: u32, out: &mut Vec<u8>) -> Result<Layo
         FRONT_ONLY | HEAD_FRONT => {
             inner_len <= raw_len + 2 * count && inner_len == coded.len() - CODED_HEAD
         }
+        // A step takes up to 10 bytes where the head took 8.
+        SEQ_FRONT => inner_len <= raw_len + 4 * count && inner_len == coded.len() - CODED_HEAD,
         _ => {
             return Err(invalid(
                 "layout of a coded frame",
-                "1 (lines), 2 (front coded), 3 (front coded alone) or 4 (an 8-byte head, then front coded)",
+                "1 (lines), 2 (front coded), 3 (front coded alone), 4 (an 8-byte head, then \
+                 front coded) or 5 (an 8-byte head coded as a step, then front coded)",
                 u64::from(layout),
             ))
         }
@@ -337,8 +374,12 @@ pub(crate) fn decode(coded: &[u8], count: u32, out: &mut Vec<u8>) -> Result<Layo
             inner_len as u64,
         ));
     }
-    if layout == FRONT_ONLY || layout == HEAD_FRONT {
-        let head = if layout == HEAD_FRONT { HEAD } else { 0 };
+    if let Some(head) = match layout {
+        FRONT_ONLY => Some(Head::None),
+        HEAD_FRONT => Some(Head::Kept),
+        SEQ_FRONT => Some(Head::Seq),
+        _ => None,
+    } {
         front_decode(&coded[CODED_HEAD..], count as u32, raw_len, out, head)?;
         return Ok(Layout::Plain);
     }
@@ -383,7 +424,7 @@ pub(crate) fn decode(coded: &[u8], count: u32, out: &mut Vec<u8>) -> Result<Layo
             check_lines(out, count)?;
             return Ok(Layout::Lines);
         }
-        front_decode(&d.front, count as u32, raw_len, out, 0)?;
+        front_decode(&d.front, count as u32, raw_len, out, Head::None)?;
         Ok(Layout::Plain)
     })
 }
@@ -417,8 +458,14 @@ fn front_decode(
     count: u32,
     raw_len: usize,
     out: &mut Vec<u8>,
-    head: usize,
+    head: Head,
 ) -> Result<(), Corruption> {
+    let (kept, head) = match head {
+        Head::None => (false, 0),
+        Head::Kept => (true, HEAD),
+        Head::Seq => (false, HEAD),
+    };
+    let mut seq = 0u64;
     out.clear();
     // Reserved, not filled: a damaged length could name a gigabyte. Each record is appended
     // within the room reserved (its length was checked against `raw_len`).
@@ -429,7 +476,20 @@ fn front_decode(
     let (mut pos, mut prev_at, mut prev_len) = (0usize, 0usize, 0usize);
     for _ in 0..count {
         let h = pos;
-        pos += head;
+        if kept {
+            pos += head;
+        } else if head > 0 {
+            let (step, after) = crate::record::varint(front.get(pos..).unwrap_or_default())
+                .map_err(|_| {
+                    invalid(
+                        "step of a coded record's seq",
+                        "a varint of at most 10 bytes in its shortest form, within the frame",
+                        pos as u64,
+                    )
+                })?;
+            pos = front.len() - after.len();
+            seq = seq.wrapping_add(((step >> 1) as i64 ^ -((step & 1) as i64)) as u64);
+        }
         let (Some(shared), Some(rest)) = (
             front.get(..pos).and_then(|_| get_varint(front, &mut pos)),
             get_varint(front, &mut pos),
@@ -458,7 +518,11 @@ fn front_decode(
         }
         // Appended piece by piece (`out` is `w` long): nothing is zeroed first.
         out.extend_from_slice(&(len as u32).to_le_bytes());
-        out.extend_from_slice(&front[h..h + head]);
+        if kept {
+            out.extend_from_slice(&front[h..h + head]);
+        } else if head > 0 {
+            out.extend_from_slice(&seq.to_le_bytes());
+        }
         let at = w + 4 + head;
         out.extend_from_within(prev_at..prev_at + shared);
         out.extend_from_slice(&front[pos..pos + rest]);
@@ -506,7 +570,7 @@ mod tests {
         let mut back = Vec::new();
         // Front coding alone, first.
         let mut front = Vec::new();
-        Encoder::front_only(true)
+        Encoder::front_only(Head::Kept)
             .encode(&raw, &mut front, 0)
             .unwrap();
         let all_long = records.iter().all(|r| r.len() > HEAD);
@@ -570,7 +634,7 @@ mod tests {
             let raw = plain(records);
             let mut coded = Vec::new();
             let mut encoder = if front_only {
-                Encoder::front_only(true)
+                Encoder::front_only(Head::Kept)
             } else {
                 Encoder::new().unwrap()
             };
@@ -620,7 +684,7 @@ mod tests {
         let refs: Vec<&[u8]> = recs.iter().map(Vec::as_slice).collect();
         let raw = plain(&refs);
         let mut coded = Vec::new();
-        Encoder::front_only(true)
+        Encoder::front_only(Head::Kept)
             .encode(&raw, &mut coded, 0)
             .unwrap();
         assert_eq!(coded[0], HEAD_FRONT);
@@ -638,12 +702,90 @@ mod tests {
         assert!(!coded.is_empty());
         // A shared prefix longer than the previous rest is corruption.
         let mut c = Vec::new();
-        Encoder::front_only(true)
+        Encoder::front_only(Head::Kept)
             .encode(&plain(&refs[..2]), &mut c, 0)
             .unwrap();
         let second = CODED_HEAD + HEAD + 2 + (refs[0].len() - HEAD) + HEAD;
         c[second] = (refs[0].len() - HEAD + 1) as u8;
         assert!(decode(&c, 2, &mut back).is_err());
+    }
+
+    /// Layout 5: seqs up and down (a frame of many queues' records), wrapping around 2^64,
+    /// come back exactly, in fewer bytes than layout 4's; a step cut, longer than 10 bytes
+    /// or not in its shortest form is corruption, and no edit of a coded frame panics.
+    #[test]
+    fn seqs_coded_as_steps_come_back_and_bad_steps_are_corruption() {
+        let seqs = [
+            5u64,
+            9,
+            3,
+            u64::MAX,
+            0,
+            1 << 40,
+            (1 << 40) + 1,
+            17,
+            17 << 20,
+        ];
+        let recs: Vec<Vec<u8>> = seqs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let mut r = s.to_le_bytes().to_vec();
+                r.extend_from_slice(format!("http://h{}.example/p{i}", i % 3).as_bytes());
+                r
+            })
+            .collect();
+        let refs: Vec<&[u8]> = recs.iter().map(Vec::as_slice).collect();
+        let raw = plain(&refs);
+        let (mut steps, mut kept, mut back) = (Vec::new(), Vec::new(), Vec::new());
+        Encoder::front_only(Head::Seq)
+            .encode(&raw, &mut steps, 0)
+            .unwrap();
+        Encoder::front_only(Head::Kept)
+            .encode(&raw, &mut kept, 0)
+            .unwrap();
+        assert_eq!(steps[0], SEQ_FRONT);
+        assert!(
+            steps.len() < kept.len(),
+            "{} >= {}",
+            steps.len(),
+            kept.len()
+        );
+        let n = refs.len() as u32;
+        assert_eq!(decode(&steps, n, &mut back).unwrap(), Layout::Plain);
+        assert_eq!(back, raw);
+        // The first step (5, zigzag 10) as a 2-byte varint, and as 11 bytes.
+        let first = CODED_HEAD;
+        assert_eq!(steps[first], 10);
+        let mut long = steps.clone();
+        long.splice(first..first + 1, [0x8a, 0x00]);
+        let inner = (long.len() - CODED_HEAD) as u32;
+        long[5..9].copy_from_slice(&inner.to_le_bytes());
+        assert!(decode(&long, n, &mut back).is_err());
+        let mut endless = steps.clone();
+        endless.splice(first..first + 1, [0x80; 11]);
+        let inner = (endless.len() - CODED_HEAD) as u32;
+        endless[5..9].copy_from_slice(&inner.to_le_bytes());
+        assert!(decode(&endless, n, &mut back).is_err());
+        // Cut anywhere.
+        for cut in 0..steps.len() {
+            let mut c = steps[..cut].to_vec();
+            if c.len() >= CODED_HEAD {
+                let inner = (c.len() - CODED_HEAD) as u32;
+                c[5..9].copy_from_slice(&inner.to_le_bytes());
+            }
+            assert!(decode(&c, n, &mut back).is_err(), "cut at {cut}");
+        }
+        // Any byte changed: corruption, or other records, never a panic.
+        for at in 0..steps.len() {
+            for bit in 0..8 {
+                let mut c = steps.clone();
+                c[at] ^= 1 << bit;
+                if let Ok(Layout::Plain) = decode(&c, n, &mut back) {
+                    assert_ne!(back, raw, "byte {at} bit {bit} changed nothing");
+                }
+            }
+        }
     }
 
     #[test]
@@ -660,16 +802,16 @@ mod tests {
         // Front-coded by hand: "ab", then shared 3 of it.
         let front = [0u8, 2, b'a', b'b', 3, 1, b'c'];
         let mut out = Vec::new();
-        assert!(front_decode(&front, 2, 6 + 8, &mut out, 0).is_err());
+        assert!(front_decode(&front, 2, 6 + 8, &mut out, Head::None).is_err());
         let front = [0u8, 2, b'a', b'b', 2, 1, b'c'];
-        front_decode(&front, 2, 6 + 7, &mut out, 0).unwrap();
+        front_decode(&front, 2, 6 + 7, &mut out, Head::None).unwrap();
         assert_eq!(out, plain(&[b"ab", b"abc"]));
         // A zero-length record.
         let front = [0u8, 0];
-        assert!(front_decode(&front, 1, 4, &mut out, 0).is_err());
+        assert!(front_decode(&front, 1, 4, &mut out, Head::None).is_err());
         // An overlong varint.
         let front = [0x80u8, 0x80, 0x80, 0x80, 0x80, 0x01, 1, b'a'];
-        assert!(front_decode(&front, 1, 5, &mut out, 0).is_err());
+        assert!(front_decode(&front, 1, 5, &mut out, Head::None).is_err());
     }
 
     #[test]

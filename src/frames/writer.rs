@@ -170,10 +170,10 @@ impl FrameWriter {
         self
     }
 
-    /// Writes data frames front coded, not compressed further (layouts 3 and 4 of
-    /// `src/frames/coded.rs`; with `head`, after each record's 8-byte head): for frames read
+    /// Writes data frames front coded, not compressed further (layouts 3 to 5 of
+    /// `src/frames/coded.rs`; with a `head`, after each record's 8-byte head): for frames read
     /// again and again or once, where decoding zstd would cost more than the bytes it saves.
-    pub(crate) fn coded_front(mut self, head: bool) -> FrameWriter {
+    pub(crate) fn coded_front(mut self, head: super::coded::Head) -> FrameWriter {
         if super::coded::coding() {
             self.coder = Some((Encoder::front_only(head), Vec::new()));
         }
@@ -265,6 +265,11 @@ impl FrameWriter {
             self.write_frame()?;
         }
         Ok(())
+    }
+
+    /// The records buffered for the next frame.
+    pub(crate) fn buffered(&self) -> u32 {
+        self.count
     }
 
     /// The end of the frames written so far, gathered ones included (the buffered records
@@ -696,7 +701,8 @@ mod tests {
             let watched = Watched::new(disk.create("log").unwrap());
             let writes = watched.writes.clone();
             let file = File::new(Arc::new(watched), "log");
-            let mut w = FrameWriter::new(file, 0, 0, 7, 0).coded_front(true);
+            let mut w =
+                FrameWriter::new(file, 0, 0, 7, 0).coded_front(crate::frames::coded::Head::Kept);
             w.set_frame_target(100);
             if gather > 0 {
                 w = w.gathered(gather);

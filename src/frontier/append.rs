@@ -118,7 +118,7 @@ impl Appender {
 /// `w` writing coded frames: front coded only if `light`, else compressed.
 fn code(w: FrameWriter, light: bool) -> FrameWriter {
     if light {
-        w.coded_front(false)
+        w.coded_front(crate::frames::coded::Head::None)
     } else {
         // Compressing is most of a flush's work on F: a second thread does half of it.
         w.coded().code_ahead()

@@ -5,38 +5,56 @@
 //! q-run     := header | frame* | directory* | index | tail
 //! header    := magic "CRVQ" u32 | version u32 | id u64 | crc32 u32                (20 bytes)
 //! frame     := a frame of `src/frames/` tagged with the run's id, whose records are
-//!              seq u64 | record (`src/record.rs`), all of one queue, seq increasing
-//! directory := count u32 | count x (queue u64 | crawl u32 | first_seq u64 | offset u64
-//!              | records u32)
-//!              | crc32 u32                          (at most DIR_BLOCK entries, queue increasing)
+//!              seq u64 | record (`src/record.rs`), in (queue, seq) order
+//! directory := count u32 | count x entry | crc32 u32 (at most DIR_BLOCK entries, queue increasing)
+//! entry     := queue | crawl varint | offset varint | start varint (if offset > 0)
+//!              | records varint
+//!              queue:  u64 in a block's first entry, then varint of the increase
+//!              offset: in a block's first entry the offset, then its increase; an increase
+//!                      of 0 (a group in the frame of the one before it) has no start: it
+//!                      starts where the group before it ends
 //! index     := blocks u64 | blocks x (first_queue u64 | offset u64 | count u32) | crc32 u32
 //! tail      := index_offset u64 | crc32 u32 (of index_offset) | magic "QEND" u32   (16 bytes)
 //! ```
 //!
-//! A queue's group is the frames from its directory entry's `offset` holding its `records`
-//! records. The groups follow each other in the order of their queue ids, which are hashes of
-//! the queues' keys: the records of a range of ids are one stretch of every run, which is
-//! what a move of keys to another node reads. The index (the first queue of each directory
-//! block) stays in memory; a lookup reads one directory block.
+//! A queue's group is its `records` records from record `start` of the frame at `offset` on,
+//! through the frames that follow: a frame holds the records of as many queues as fill it. The
+//! groups follow each other in the order of their queue ids, which are hashes of the queues'
+//! keys: the records of a range of ids are one stretch of every run, which is what a move of
+//! keys to another node reads. The index (the first queue of each directory block) stays in
+//! memory; a lookup reads one directory block.
+//!
+//! A run of version 4 (written before version 12) holds one queue per frame and directory
+//! entries of fixed size, `queue u64 | crawl u32 | first_seq u64 | offset u64 | records u32`,
+//! its groups starting at their frame's first record; it is read as it is.
 
 use std::sync::Arc;
 
 use crate::error::{Corruption, Error, Result};
-use crate::format::{crc, seal, ByteReader, PutLe, MAGIC_Q, MAGIC_QEND, VERSION};
+use crate::format::{crc, seal, ByteReader, PutLe, MAGIC_Q, MAGIC_QEND};
+use crate::frames::coded::Head;
 use crate::frames::{Frame, FrameError, FrameReader, FrameWriter};
 use crate::names;
+use crate::record::{put_varint, varint};
 use crate::storage::{File, Storage, StorageExt};
 
 /// Bytes of the header.
 pub(crate) const HEADER_LEN: u64 = 20;
 /// Bytes of the tail.
 pub(crate) const TAIL_LEN: u64 = 16;
+/// The version of the runs written: frames of many queues, directory entries coded.
+pub(crate) const RUN_VERSION: u32 = 12;
+/// The version of the runs written before: a frame per queue, entries of [`DIR_ENTRY`] bytes.
+const RUN_VERSION_FIXED: u32 = crate::format::VERSION;
 /// Entries per directory block.
 const DIR_BLOCK: usize = 128;
-/// Bytes of a directory entry.
+/// Bytes of a directory entry of a run of version 4.
 pub(crate) const DIR_ENTRY: usize = 32;
+/// Bytes of the largest coded directory entry: a queue of 8 or 10 bytes, then varints: a
+/// crawl of up to 5, an offset of 10, a start of 3, records of 5.
+const DIR_ENTRY_MAX: usize = 10 + 5 + 10 + 3 + 5;
 /// Bytes of the largest directory block.
-const DIR_BLOCK_MAX: usize = 4 + DIR_BLOCK * DIR_ENTRY + 4;
+const DIR_BLOCK_MAX: usize = 4 + DIR_BLOCK * DIR_ENTRY_MAX + 4;
 /// Bytes of an index entry.
 pub(crate) const INDEX_ENTRY: u64 = 20;
 /// A frame is written once its records reach this size.
@@ -46,6 +64,23 @@ const FRAME_TARGET: usize = 2 << 10;
 /// made the flush of 10^7 URLs into 10^5 queues take 5.3-5.8 s instead of 4.3-4.4 s.
 const GATHER_BYTES: usize = 256 << 10;
 
+#[cfg(test)]
+thread_local! {
+    /// Tests: runs written on this thread are of version 4, as a build before version 12
+    /// wrote them.
+    pub(crate) static FIXED_RUNS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether runs written on this thread take a frame per queue (only in tests that write a
+/// store as an older build did).
+fn fixed_runs() -> bool {
+    #[cfg(test)]
+    if FIXED_RUNS.with(std::cell::Cell::get) {
+        return true;
+    }
+    false
+}
+
 /// One queue's group in a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Group {
@@ -53,10 +88,10 @@ pub(crate) struct Group {
     pub queue: u64,
     /// The queue's crawl.
     pub crawl: u32,
-    /// The seq of its first record.
-    pub first_seq: u64,
     /// The offset of its first frame.
     pub offset: u64,
+    /// Its first record's place among the records of that frame.
+    pub start: u16,
     /// Its records.
     pub records: u32,
 }
@@ -73,7 +108,9 @@ struct IndexEntry {
 pub(crate) struct RunWriter {
     out: FrameWriter,
     id: u64,
-    groups: Vec<Group>,
+    version: u32,
+    /// The groups, each with the seq of its first record (which version 4 records).
+    groups: Vec<(Group, u64)>,
     last: Option<(u64, u64)>,
     buf: Vec<u8>,
 }
@@ -81,19 +118,31 @@ pub(crate) struct RunWriter {
 impl RunWriter {
     /// Creates run `id`.
     pub(crate) fn create(storage: &dyn Storage, id: u64) -> Result<RunWriter> {
+        let version = if fixed_runs() {
+            RUN_VERSION_FIXED
+        } else {
+            RUN_VERSION
+        };
         let file = storage.create_file(&names::q(id))?;
         let mut h = Vec::with_capacity(HEADER_LEN as usize);
         h.put_u32(MAGIC_Q);
-        h.put_u32(VERSION);
+        h.put_u32(version);
         h.put_u64(id);
         seal(&mut h);
         file.write_all_at(&h, 0)?;
-        let mut out = FrameWriter::new(file, HEADER_LEN, 0, id, 0).coded_front(true);
+        // A run of version 12 codes its seqs as steps (layout 5), one of version 4 keeps them.
+        let head = if version == RUN_VERSION {
+            Head::Seq
+        } else {
+            Head::Kept
+        };
+        let mut out = FrameWriter::new(file, HEADER_LEN, 0, id, 0).coded_front(head);
         out.set_frame_target(FRAME_TARGET);
         let out = out.gathered(GATHER_BYTES);
         Ok(RunWriter {
             out,
             id,
+            version,
             groups: Vec::new(),
             last: None,
             buf: Vec::new(),
@@ -116,22 +165,26 @@ impl RunWriter {
             }
         }
         if self.last.map(|(q, _)| q) != Some(queue) {
-            // A frame holds one queue.
-            self.out.write_frame()?;
-            self.groups.push(Group {
+            // A group starts at the next record of the frame being filled (of its own frame
+            // in a run of version 4).
+            if self.version == RUN_VERSION_FIXED || self.out.buffered() >= u32::from(u16::MAX) {
+                self.out.write_frame()?;
+            }
+            let g = Group {
                 queue,
                 crawl,
-                first_seq: seq,
-                offset: self.out.end(),
+                offset: self.out.written_end(),
+                start: self.out.buffered() as u16,
                 records: 0,
-            });
+            };
+            self.groups.push((g, seq));
         }
         self.last = Some((queue, seq));
         self.buf.clear();
         self.buf.put_u64(seq);
         self.out.append_tentative_parts(&self.buf, record);
         self.out.frame_if_full()?;
-        let g = self.groups.last_mut().expect("a group");
+        let (g, _) = self.groups.last_mut().expect("a group");
         g.records += 1;
         Ok(())
     }
@@ -148,17 +201,21 @@ impl RunWriter {
         for block in self.groups.chunks(DIR_BLOCK) {
             let start = bytes.len();
             index.push(IndexEntry {
-                first: block[0].queue,
+                first: block[0].0.queue,
                 offset: at + start as u64,
                 count: block.len() as u32,
             });
             bytes.put_u32(block.len() as u32);
-            for g in block {
-                bytes.put_u64(g.queue);
-                bytes.put_u32(g.crawl);
-                bytes.put_u64(g.first_seq);
-                bytes.put_u64(g.offset);
-                bytes.put_u32(g.records);
+            if self.version == RUN_VERSION_FIXED {
+                for (g, first_seq) in block {
+                    bytes.put_u64(g.queue);
+                    bytes.put_u32(g.crawl);
+                    bytes.put_u64(*first_seq);
+                    bytes.put_u64(g.offset);
+                    bytes.put_u32(g.records);
+                }
+            } else {
+                encode_block(block, &mut bytes);
             }
             let c = crc(&bytes[start..]);
             bytes.put_u32(c);
@@ -188,9 +245,32 @@ impl RunWriter {
         Ok(Run {
             file,
             id: self.id,
+            version: self.version,
             frames_end: index.first().map_or(index_offset, |e| e.offset),
+            dir_end: index_offset,
             index: Arc::new(index),
         })
+    }
+}
+
+/// Appends the entries of a directory block of version 12: each queue and offset after the
+/// block's first as its increase.
+fn encode_block(block: &[(Group, u64)], out: &mut Vec<u8>) {
+    let mut prev: Option<&Group> = None;
+    for (g, _) in block {
+        match prev {
+            None => out.put_u64(g.queue),
+            Some(p) => put_varint(out, g.queue - p.queue),
+        }
+        put_varint(out, u64::from(g.crawl));
+        let step = g.offset - prev.map_or(0, |p| p.offset);
+        put_varint(out, step);
+        if step > 0 {
+            // In the frame of the group before it, a group starts where that one ends.
+            put_varint(out, u64::from(g.start));
+        }
+        put_varint(out, u64::from(g.records));
+        prev = Some(g);
     }
 }
 
@@ -199,8 +279,12 @@ impl RunWriter {
 pub(crate) struct Run {
     file: File,
     id: u64,
+    /// [`RUN_VERSION`], or [`RUN_VERSION_FIXED`] for a run written before it.
+    version: u32,
     /// Where the frames end (the first directory block).
     frames_end: u64,
+    /// Where the directory ends (the index).
+    dir_end: u64,
     index: Arc<Vec<IndexEntry>>,
 }
 
@@ -222,7 +306,16 @@ impl Run {
         file.read_exact_at(&mut h, 0)?;
         let mut c = ByteReader::new(&h, file.name(), 0);
         c.magic(MAGIC_Q)?;
-        c.version()?;
+        let version = c.version_between(RUN_VERSION_FIXED, RUN_VERSION)?;
+        if version != RUN_VERSION_FIXED && version != RUN_VERSION {
+            return Err(file.corrupt(
+                4,
+                Corruption::Version {
+                    expected: RUN_VERSION,
+                    found: version,
+                },
+            ));
+        }
         let found = c.u64()?;
         c.check_crc()?;
         if found != id {
@@ -300,14 +393,19 @@ impl Run {
         // Each directory block ends before the next one (the last one before the index).
         for (k, e) in index.iter().enumerate() {
             let next = index.get(k + 1).map_or(index_offset, |n| n.offset);
-            let end = e.offset + 8 + u64::from(e.count) * DIR_ENTRY as u64;
-            if end > next {
+            let end = e.offset + block_bytes(version, e.count) as u64;
+            let fits = if version == RUN_VERSION_FIXED {
+                end <= next
+            } else {
+                next - e.offset <= end && next - e.offset >= 8 + u64::from(e.count)
+            };
+            if !fits {
                 return Err(file.corrupt(
                     e.offset,
                     Corruption::OutOfRange {
                         field: "end of a directory block",
-                        found: end,
-                        limit: next + 1,
+                        found: next,
+                        limit: end + 1,
                     },
                 ));
             }
@@ -315,7 +413,9 @@ impl Run {
         Ok(Run {
             file,
             id,
+            version,
             frames_end: index.first().map_or(index_offset, |e| e.offset),
+            dir_end: index_offset,
             index: Arc::new(index),
         })
     }
@@ -339,7 +439,13 @@ impl Run {
     /// checksum and its count, and returns its entries' bytes.
     fn read_block<'b>(&self, i: usize, bytes: &'b mut [u8]) -> Result<&'b [u8]> {
         let e = self.index[i];
-        let size = 4 + e.count as usize * DIR_ENTRY + 4;
+        let size = if self.version == RUN_VERSION_FIXED {
+            block_bytes(self.version, e.count)
+        } else {
+            // Checked at open: between 8 bytes and the block's largest size.
+            let next = self.index.get(i + 1).map_or(self.dir_end, |n| n.offset);
+            (next - e.offset) as usize
+        };
         let bytes = bytes.get_mut(..size).ok_or_else(|| {
             self.file.corrupt(
                 e.offset,
@@ -373,53 +479,30 @@ impl Run {
         Ok(&bytes[4..body])
     }
 
-    /// Entry `k` of directory block `i` (its entries' bytes `entries`), checked: the block's
-    /// first queue is the index's, queues increase, a group has records among the frames.
-    fn dir_entry(&self, i: usize, entries: &[u8], k: usize) -> Result<Group> {
-        let e = self.index[i];
-        let at = e.offset + 4 + (k * DIR_ENTRY) as u64;
-        let mut c = ByteReader::new(&entries[k * DIR_ENTRY..][..DIR_ENTRY], self.file.name(), at);
-        let g = Group {
-            queue: c.u64()?,
-            crawl: c.u32()?,
-            first_seq: c.u64()?,
-            offset: c.u64()?,
-            records: c.u32()?,
-        };
-        let queue_at = |k: usize| {
-            u64::from_le_bytes(entries[k * DIR_ENTRY..][..8].try_into().expect("8 bytes"))
-        };
-        let first_ok = k > 0 || g.queue == e.first;
-        let order_ok = k == 0 || queue_at(k - 1) < g.queue;
-        if !first_ok
-            || !order_ok
-            || g.records == 0
-            || g.offset < HEADER_LEN
-            || g.offset >= self.frames_end
-        {
-            return Err(self.file.corrupt(
-                at,
-                Corruption::Invalid {
-                    field: "directory entry",
-                    expected: "increasing queues, groups of records among the frames",
-                    found: g.queue,
-                },
-            ));
+    /// The entries of directory block `i` (its entries' bytes `entries`), each checked as it
+    /// is decoded: the block's first queue is the index's, queues increase, a group has
+    /// records among the frames, and (version 12) groups start in the order they lie in, the
+    /// entries fill the block exactly.
+    fn entries<'b>(&'b self, i: usize, entries: &'b [u8]) -> Entries<'b> {
+        Entries {
+            run: self,
+            block: i,
+            bytes: entries,
+            pos: 0,
+            k: 0,
+            prev: None,
         }
-        Ok(g)
     }
 
     /// Reads directory block `i`, every entry checked.
     fn directory_block(&self, i: usize) -> Result<Vec<Group>> {
         let mut buf = [0u8; DIR_BLOCK_MAX];
         let entries = self.read_block(i, &mut buf)?;
-        (0..entries.len() / DIR_ENTRY)
-            .map(|k| self.dir_entry(i, entries, k))
-            .collect()
+        self.entries(i, entries).collect()
     }
 
     /// The group of `queue`, if the run holds one. Reads one directory block (on the
-    /// stack) and checks the entry found and its order against its neighbours: a lookup at
+    /// stack) and checks the entries up to the one found and the one after it: a lookup at
     /// each queue's first hand-out from a run costs no more than that.
     pub(crate) fn group(&self, queue: u64) -> Result<Option<Group>> {
         let i = match self.index.partition_point(|e| e.first <= queue) {
@@ -428,25 +511,17 @@ impl Run {
         };
         let mut buf = [0u8; DIR_BLOCK_MAX];
         let entries = self.read_block(i, &mut buf)?;
-        let n = entries.len() / DIR_ENTRY;
-        let queue_at = |k: usize| {
-            u64::from_le_bytes(entries[k * DIR_ENTRY..][..8].try_into().expect("8 bytes"))
-        };
-        let (mut lo, mut hi) = (0, n);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            match queue_at(mid).cmp(&queue) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => {
-                    let g = self.dir_entry(i, entries, mid)?;
-                    if mid + 1 < n {
-                        // Its successor's order too: a block out of order is damage, not
-                        // a queue that is missing.
-                        self.dir_entry(i, entries, mid + 1)?;
-                    }
-                    return Ok(Some(g));
+        let mut all = self.entries(i, entries);
+        while let Some(g) = all.next() {
+            let g = g?;
+            if g.queue >= queue {
+                if g.queue != queue {
+                    return Ok(None);
                 }
+                // Its successor's order too: a block out of order is damage, not a queue
+                // that is missing.
+                all.next().transpose()?;
+                return Ok(Some(g));
             }
         }
         Ok(None)
@@ -460,12 +535,8 @@ impl Run {
         })
     }
 
-    /// Reads the frame at `offset` (a frame of a group).
-    pub(crate) fn frame(&self, offset: u64) -> Result<Frame> {
-        self.frame_with(offset, Vec::new())
-    }
-
-    /// [`Run::frame`] into `spare`, the payload of an earlier frame given back.
+    /// Reads the frame at `offset` (a frame of a group) into `spare`, the payload of an
+    /// earlier frame given back.
     pub(crate) fn frame_with(&self, offset: u64, spare: Vec<u8>) -> Result<Frame> {
         if offset < HEADER_LEN || offset >= self.frames_end {
             return Err(self.file.corrupt(
@@ -506,41 +577,260 @@ impl Run {
     }
 
     /// Calls `f` with each record of group `g` in order: its seq, the record, and the offset
-    /// of its frame; `f` returns false to stop. When every record was visited, the frames
-    /// must hold exactly the group's count (damage otherwise).
+    /// of its frame; `f` returns false to stop. A group starts at record `start` of its first
+    /// frame (damage if the frame holds fewer); in a run of version 4, its frames must hold
+    /// exactly its records (damage otherwise).
     pub(crate) fn walk_group(
         &self,
         g: &Group,
+        f: impl FnMut(u64, &[u8], u64) -> Result<bool>,
+    ) -> Result<()> {
+        self.walk_group_cached(g, &mut None, f)
+    }
+
+    /// [`Run::walk_group`], taking the frame in `cache` if the group starts in it and leaving
+    /// its last frame there: a walk of many groups in order decodes each frame once.
+    pub(crate) fn walk_group_cached(
+        &self,
+        g: &Group,
+        cache: &mut Option<Frame>,
         mut f: impl FnMut(u64, &[u8], u64) -> Result<bool>,
     ) -> Result<()> {
-        let (mut offset, mut got) = (g.offset, 0u32);
+        let (mut offset, mut skip, mut got) = (g.offset, g.start, 0u32);
         while got < g.records {
-            let frame = self.frame(offset)?;
-            for r in frame.records() {
+            let frame = match cache.take() {
+                Some(fr) if fr.offset == offset => fr,
+                other => self.frame_with(offset, other.map(|f| f.payload).unwrap_or_default())?,
+            };
+            let here = self.in_frame(&frame, skip, g.records - got)?;
+            for r in frame.records().skip(usize::from(skip)).take(here as usize) {
                 let (seq, rec) = split(&self.file, offset, r)?;
                 if !f(seq, rec, offset)? {
+                    *cache = Some(frame);
                     return Ok(());
                 }
             }
-            got = got.saturating_add(frame.count);
-            offset += frame.size();
+            got += here;
+            if self.version == RUN_VERSION_FIXED && u32::from(skip) + here != frame.count {
+                return Err(self.file.corrupt(
+                    g.offset,
+                    Corruption::Mismatch {
+                        field: "records of a group",
+                        expected: u64::from(g.records),
+                        found: u64::from(got - here + frame.count - u32::from(skip)),
+                    },
+                ));
+            }
+            skip = 0;
+            let size = frame.size();
+            *cache = Some(frame);
+            if got < g.records {
+                offset += size;
+            }
         }
-        if got != g.records {
+        Ok(())
+    }
+
+    /// The records of a group in `frame` (read at its offset), from record `start` there,
+    /// when the group has `left` records from that frame on: damage if the frame holds
+    /// `start` records or fewer.
+    pub(crate) fn in_frame(&self, frame: &Frame, start: u16, left: u32) -> Result<u32> {
+        let start = u32::from(start);
+        if start >= frame.count {
             return Err(self.file.corrupt(
-                g.offset,
-                Corruption::Mismatch {
-                    field: "records of a group",
-                    expected: u64::from(g.records),
-                    found: u64::from(got),
+                frame.offset,
+                Corruption::OutOfRange {
+                    field: "first record of a group in its frame",
+                    found: u64::from(start),
+                    limit: u64::from(frame.count),
                 },
             ));
         }
-        Ok(())
+        Ok((frame.count - start).min(left))
+    }
+
+    /// Where the frames end.
+    pub(crate) fn frames_end(&self) -> u64 {
+        self.frames_end
     }
 
     /// The file, for errors.
     pub(crate) fn file(&self) -> &File {
         &self.file
+    }
+}
+
+/// Bytes of a directory block of `count` entries: exact in a run of version 4, the most it
+/// may take in one of version 12.
+fn block_bytes(version: u32, count: u32) -> usize {
+    let entry = if version == RUN_VERSION_FIXED {
+        DIR_ENTRY
+    } else {
+        DIR_ENTRY_MAX
+    };
+    4 + count as usize * entry + 4
+}
+
+/// The entries of a directory block, decoded and checked one by one (see [`Run::entries`]).
+struct Entries<'b> {
+    run: &'b Run,
+    block: usize,
+    bytes: &'b [u8],
+    pos: usize,
+    k: u32,
+    prev: Option<Group>,
+}
+
+impl Entries<'_> {
+    /// The next entry, checked.
+    fn entry(&mut self) -> Result<Group> {
+        let run = self.run;
+        let e = run.index[self.block];
+        let at = e.offset + 4 + self.pos as u64;
+        let g = if run.version == RUN_VERSION_FIXED {
+            let bytes = self
+                .bytes
+                .get(self.pos..self.pos + DIR_ENTRY)
+                .unwrap_or_default();
+            let mut c = ByteReader::new(bytes, run.file.name(), at);
+            self.pos += DIR_ENTRY;
+            let (queue, crawl, _first_seq) = (c.u64()?, c.u32()?, c.u64()?);
+            Group {
+                queue,
+                crawl,
+                offset: c.u64()?,
+                start: 0,
+                records: c.u32()?,
+            }
+        } else {
+            self.coded(at)?
+        };
+        let bad = |what: &'static str| {
+            run.file.corrupt(
+                at,
+                Corruption::Invalid {
+                    field: "directory entry",
+                    expected: what,
+                    found: g.queue,
+                },
+            )
+        };
+        let first_ok = self.k > 0 || g.queue == e.first;
+        let order_ok = self.prev.is_none_or(|p| p.queue < g.queue);
+        if !first_ok || !order_ok {
+            return Err(bad("increasing queues, the block's first the index's"));
+        }
+        if g.records == 0 || g.offset < HEADER_LEN || g.offset >= run.frames_end {
+            return Err(bad("groups of records among the frames"));
+        }
+        let after = self
+            .prev
+            .is_none_or(|p| (p.offset, p.start) < (g.offset, g.start));
+        if run.version != RUN_VERSION_FIXED && !after {
+            return Err(bad("groups in the order of their first records"));
+        }
+        self.k += 1;
+        self.prev = Some(g);
+        Ok(g)
+    }
+
+    /// Decodes a coded entry (version 12) at `at`.
+    fn coded(&mut self, at: u64) -> Result<Group> {
+        let run = self.run;
+        let corrupt = |what| run.file.corrupt(at, what);
+        let mut rest = &self.bytes[self.pos..];
+        let queue = match self.prev {
+            None => {
+                let b: [u8; 8] =
+                    rest.get(..8)
+                        .and_then(|b| b.try_into().ok())
+                        .ok_or_else(|| {
+                            corrupt(Corruption::Truncated {
+                                needed: 8,
+                                available: rest.len() as u64,
+                            })
+                        })?;
+                rest = &rest[8..];
+                u64::from_le_bytes(b)
+            }
+            Some(p) => {
+                let (d, r) = varint(rest).map_err(corrupt)?;
+                rest = r;
+                p.queue.checked_add(d).filter(|_| d > 0).ok_or_else(|| {
+                    corrupt(Corruption::Invalid {
+                        field: "increase of a directory entry's queue",
+                        expected: "at least 1, the queue below 2^64",
+                        found: d,
+                    })
+                })?
+            }
+        };
+        let mut field = |name: &'static str, limit: u64| -> Result<u64> {
+            let (v, r) = varint(rest).map_err(corrupt)?;
+            rest = r;
+            if v > limit {
+                return Err(corrupt(Corruption::OutOfRange {
+                    field: name,
+                    found: v,
+                    limit: limit.saturating_add(1),
+                }));
+            }
+            Ok(v)
+        };
+        let crawl = field("crawl of a directory entry", u64::from(u32::MAX))? as u32;
+        let step = field("offset of a directory entry", run.frames_end)?;
+        let start = match self.prev {
+            Some(p) if step == 0 => u64::from(p.start) + u64::from(p.records),
+            _ => field("start of a directory entry", u64::from(u16::MAX))?,
+        };
+        let records = field("records of a directory entry", u64::from(u32::MAX))? as u32;
+        self.pos = self.bytes.len() - rest.len();
+        let start = u16::try_from(start).map_err(|_| {
+            corrupt(Corruption::OutOfRange {
+                field: "start of a directory entry",
+                found: start,
+                limit: u64::from(u16::MAX) + 1,
+            })
+        })?;
+        Ok(Group {
+            queue,
+            crawl,
+            offset: self.prev.map_or(0, |p| p.offset).saturating_add(step),
+            start,
+            records,
+        })
+    }
+}
+
+impl Iterator for Entries<'_> {
+    type Item = Result<Group>;
+
+    fn next(&mut self) -> Option<Result<Group>> {
+        let e = self.run.index[self.block];
+        if self.k == e.count {
+            // The entries fill the block: bytes after the last one are damage.
+            if self.pos != self.bytes.len() {
+                self.k += 1;
+                return Some(Err(self.run.file.corrupt(
+                    e.offset + 4 + self.pos as u64,
+                    Corruption::Invalid {
+                        field: "end of a directory block",
+                        expected: "the end of its last entry",
+                        found: (self.bytes.len() - self.pos) as u64,
+                    },
+                )));
+            }
+            return None;
+        }
+        if self.k > e.count {
+            return None;
+        }
+        let r = self.entry();
+        if r.is_err() {
+            // One error ends the entries.
+            self.k = e.count + 1;
+        }
+        Some(r)
     }
 }
 
@@ -600,21 +890,36 @@ mod tests {
     use super::*;
     use crate::storage::SimDisk;
 
-    /// Writes a run of `queues` queues with `per` records each; returns it and the records.
+    /// Writes a run of `queues` queues with `per` records each (crawls 0 to 2, default
+    /// keys); returns it and the records.
     fn sample(disk: &SimDisk, queues: u64, per: u64) -> (Run, Vec<(u64, u64, Vec<u8>)>) {
         let mut all = Vec::new();
+        let mut crawls = std::collections::HashMap::new();
         for q in 0..queues {
+            let crawl = (q % 3) as u32;
+            let host = format!("h{q}.example");
+            let queue = crate::queues::key::queue_id(crawl, host.as_bytes());
+            crawls.insert(queue, crawl);
             for i in 0..per {
-                let queue = q.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
                 let seq = i * queues + q;
-                let record = format!("\0http://h{q}/{i}/{}", "x".repeat((i % 50) as usize));
-                all.push((queue, seq, record.into_bytes()));
+                let url = format!("http://{host}/{i}/{}", "x".repeat((i % 50) as usize));
+                let mut record = Vec::new();
+                crate::record::encode(
+                    &mut record,
+                    &crate::record::Record {
+                        crawl,
+                        key: None,
+                        meta: b"",
+                        url: url.as_bytes(),
+                    },
+                );
+                all.push((queue, seq, record));
             }
         }
         all.sort();
         let mut w = RunWriter::create(disk, 9).unwrap();
         for (q, s, r) in &all {
-            w.push(*q, (*q % 3) as u32, *s, r).unwrap();
+            w.push(*q, crawls[q], *s, r).unwrap();
         }
         (w.finish().unwrap(), all)
     }
@@ -629,8 +934,45 @@ mod tests {
         out
     }
 
+    /// The frames of run 9 on `disk`.
+    fn frames(disk: &SimDisk) -> usize {
+        let run = Run::open(disk, 9).unwrap();
+        let reader = FrameReader::new(&run.file, run.frames_end, u64::MAX, 9);
+        let mut at = HEADER_LEN;
+        let mut n = 0;
+        while at < run.frames_end {
+            at += reader.frame_at(at).ok().unwrap().size();
+            n += 1;
+        }
+        n
+    }
+
     #[test]
     fn a_run_round_trips_and_finds_every_group() {
+        for fixed in [false, true] {
+            FIXED_RUNS.with(|f| f.set(fixed));
+            round_trip();
+        }
+        FIXED_RUNS.with(|f| f.set(false));
+    }
+
+    /// Small queues share frames (version 12), or take one each (version 4).
+    #[test]
+    fn small_queues_share_frames() {
+        let disk = SimDisk::new();
+        sample(&disk, 1000, 1);
+        let shared = frames(&disk);
+        assert!(
+            shared < 100,
+            "{shared} frames for 1,000 queues of one record"
+        );
+        FIXED_RUNS.with(|f| f.set(true));
+        sample(&disk, 1000, 1);
+        FIXED_RUNS.with(|f| f.set(false));
+        assert_eq!(frames(&disk), 1000);
+    }
+
+    fn round_trip() {
         let disk = SimDisk::new();
         for (queues, per) in [(1, 1), (3, 700), (1000, 3), (300, 1)] {
             let (run, all) = sample(&disk, queues, per);
@@ -656,6 +998,38 @@ mod tests {
         w.push(5, 0, 10, b"\0a").unwrap();
         assert!(w.push(5, 0, 10, b"\0b").is_err());
         assert!(w.push(4, 0, 11, b"\0b").is_err());
+    }
+
+    /// A directory edited under valid checksums is damage to `check`: a group moved, cut,
+    /// lengthened or given to another queue or crawl no longer holds its queue's records, or
+    /// no longer covers the frames' records once each.
+    #[test]
+    fn a_directory_edited_and_resealed_is_damage() {
+        let disk = SimDisk::new();
+        sample(&disk, 300, 2);
+        let good = disk.content(&names::q(9)).unwrap();
+        crate::check::check_run_file(&disk, 9).unwrap();
+        let run = Run::open(&disk, 9).unwrap();
+        let (from, to) = (run.frames_end as usize, run.dir_end as usize);
+        let mut tried = 0;
+        for bit in from * 8..to * 8 {
+            let mut bad = good.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            crate::testing::frontier::reseal_frontier(
+                crate::testing::frontier::FrontierFile::Q,
+                &mut bad,
+            );
+            if bad == good {
+                continue; // a bit of a checksum, which the reseal put back
+            }
+            tried += 1;
+            disk.set_content(&names::q(9), bad);
+            match crate::check::check_run_file(&disk, 9) {
+                Err(e) => assert!(e.is_corruption(), "bit {bit}: {e}"),
+                Ok(()) => panic!("bit {bit} of the directory flipped: no damage found"),
+            }
+        }
+        assert!(tried > 1000, "{tried}");
     }
 
     #[test]

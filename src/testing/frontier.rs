@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
-use super::corrupt::{edit_one, get_u32, get_u64, seal_at, seal_frames, seal_frames_until, Edited};
+use super::corrupt::{edit_one, get_u64, seal_at, seal_frames, seal_frames_until, Edited};
 use super::Bytes;
 use crate::names::{self, FileName};
 use crate::queues::qrun;
@@ -171,16 +171,15 @@ fn seal_q(b: &mut [u8]) {
         let end = (index as u64 + 8).saturating_add(blocks.saturating_mul(qrun::INDEX_ENTRY));
         if end.saturating_add(4) <= tail as u64 {
             seal_at(b, index, end as usize);
-            for k in 0..blocks as usize {
-                let at = index + 8 + k * qrun::INDEX_ENTRY as usize;
-                let (Some(offset), Some(count)) = (get_u64(b, at + 8), get_u32(b, at + 16)) else {
-                    break;
-                };
-                let start = offset as usize;
-                let end =
-                    (start + 4).saturating_add((count as usize).saturating_mul(qrun::DIR_ENTRY));
-                if end.saturating_add(4) <= index {
-                    seal_at(b, start, end);
+            // The directory blocks lie one after the other, the last one before the index.
+            let offsets: Vec<usize> = (0..blocks as usize)
+                .map_while(|k| get_u64(b, index + 8 + k * qrun::INDEX_ENTRY as usize))
+                .map(|o| o as usize)
+                .collect();
+            for (k, &start) in offsets.iter().enumerate() {
+                let next = offsets.get(k + 1).copied().unwrap_or(index);
+                if start < next && next >= start + 8 && next <= index {
+                    seal_at(b, start, next - 4);
                     frames_end = frames_end.min(start);
                 }
             }

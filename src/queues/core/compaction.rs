@@ -249,11 +249,10 @@ impl Core {
             added: m.added,
             waiting,
         };
+        // Runs of version 12 (and entry 14): the manifest says so before J refers to them.
+        self.commit_version()?;
         match m.archived {
-            Some(run) => {
-                self.commit_version()?;
-                self.commit(&[Entry::Archived { run }, compacted])?
-            }
+            Some(run) => self.commit(&[Entry::Archived { run }, compacted])?,
             None => self.commit(&[compacted])?,
         }
         self.positioned = None;
@@ -282,6 +281,8 @@ fn merge(
     let archive_id = id + 1;
     let scans: Vec<Run> = runs.iter().map(Run::scanning).collect();
     let mut heads: Vec<_> = scans.iter().map(|r| r.groups().peekable()).collect();
+    // Each run's frame read last: the groups of a frame are walked one after the other.
+    let mut caches: Vec<Option<crate::frames::Frame>> = scans.iter().map(|_| None).collect();
     let mut writer: Option<RunWriter> = None;
     // The records taken out (handed out or skipped) of crawls not deleted: an export finds a
     // queue's done URLs there.
@@ -313,7 +314,7 @@ fn merge(
             _ => None,
         };
         let skips = seen.skips.get(&queue).map_or(&[][..], Vec::as_slice);
-        for (run, h) in scans.iter().zip(&mut heads) {
+        for ((run, h), cache) in scans.iter().zip(&mut heads).zip(&mut caches) {
             if !matches!(h.peek(), Some(Ok(g)) if g.queue == queue) {
                 continue;
             }
@@ -322,7 +323,7 @@ fn merge(
                 continue;
             };
             let live = seen.live.contains(&g.crawl);
-            run.walk_group(&g, |seq, rec, _| {
+            run.walk_group_cached(&g, cache, |seq, rec, _| {
                 if seq < next || skips.binary_search(&seq).is_ok() {
                     if live && !crate::planted::active(crate::planted::Bug::NoArchive) {
                         let a = match &mut archive {
@@ -503,5 +504,117 @@ mod tests {
         let f = open();
         assert_eq!(drain(&f), all.into_iter().collect::<HashSet<_>>());
         f.close().unwrap();
+    }
+
+    /// The versions of the Q runs on `disk`, by run.
+    fn run_versions(disk: &SimDisk) -> Vec<u32> {
+        let mut names: Vec<String> = disk
+            .files()
+            .into_iter()
+            .filter(|n| n.starts_with("q-"))
+            .collect();
+        names.sort();
+        names
+            .iter()
+            .map(|n| u32::from_le_bytes(disk.content(n).unwrap()[4..8].try_into().unwrap()))
+            .collect()
+    }
+
+    /// Q runs of version 4 (a frame per queue, as builds before version 12 wrote them) are
+    /// read by this build beside its own: every URL is handed out once and each host's in the
+    /// order pushed; a merge of both kinds writes version 12, and the manifest says 12.
+    #[test]
+    fn runs_of_version_4_are_read_and_merged_into_version_12() {
+        let disk = SimDisk::new();
+        let clock = Arc::new(ManualClock::new(1_000));
+        let opts = Options::new()
+            .seed(4)
+            .frontier_low(0)
+            .slots(64)
+            .background_flush(false);
+        let open =
+            || Frontier::open_with(Arc::new(disk.clone()), opts.clone(), clock.clone()).unwrap();
+        let mut pushed = Vec::new();
+        let mut add = |f: &Frontier, round: usize| {
+            let urls: Vec<String> = (0..40)
+                .map(|i| format!("http://h{}.test/{round}/{i}", i % 7))
+                .collect();
+            let items: Vec<Discovered<'_>> =
+                urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+            f.push("", &items).unwrap();
+            f.flush().unwrap();
+            pushed.extend(urls);
+        };
+        crate::queues::qrun::FIXED_RUNS.with(|x| x.set(true));
+        let f = open();
+        no_merge(&f);
+        for round in 0..3 {
+            add(&f, round);
+        }
+        f.close().unwrap();
+        crate::queues::qrun::FIXED_RUNS.with(|x| x.set(false));
+        assert_eq!(run_versions(&disk), [4, 4, 4]);
+        // The manifest as the build before left it.
+        let mut m = disk.content(crate::names::MANIFEST).unwrap();
+        m[4..8].copy_from_slice(&11u32.to_le_bytes());
+        m.truncate(m.len() - 4);
+        crate::format::seal(&mut m);
+        disk.set_content(crate::names::MANIFEST, m);
+
+        let f = open();
+        no_merge(&f);
+        // Half of the URLs handed out from the old runs.
+        let mut served: Vec<String> = Vec::new();
+        let mut lease_all = |f: &Frontier, limit: usize| {
+            while served.len() < limit {
+                let got = f.lease(1_000, None, 60_000).unwrap();
+                if got.is_empty() {
+                    break;
+                }
+                for l in got {
+                    served.push(String::from_utf8(l.url.clone()).unwrap());
+                    assert!(f.done(l.token, 0).unwrap());
+                }
+            }
+        };
+        lease_all(&f, 60);
+        for round in 3..6 {
+            add(&f, round);
+        }
+        assert_eq!(run_versions(&disk), [4, 4, 4, 12, 12, 12]);
+        // A merge of all of them.
+        f.with(|c| {
+            c.max_runs = 2;
+            Ok(())
+        })
+        .unwrap();
+        add(&f, 6);
+        let versions = run_versions(&disk);
+        assert!(versions.iter().all(|&v| v == 12), "{versions:?}");
+        f.close().unwrap();
+        let manifest = disk.content(crate::names::MANIFEST).unwrap();
+        assert_eq!(manifest[4..8], 12u32.to_le_bytes());
+
+        let f = open();
+        lease_all(&f, usize::MAX);
+        f.close().unwrap();
+        let mut sorted = served.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), served.len(), "a URL handed out twice");
+        let mut all = pushed.clone();
+        all.sort();
+        assert_eq!(sorted, all);
+        // Each host's URLs in the order pushed.
+        for h in 0..7 {
+            let host = format!("http://h{h}.test/");
+            let of = |v: &[String]| -> Vec<String> {
+                v.iter().filter(|u| u.starts_with(&host)).cloned().collect()
+            };
+            assert_eq!(of(&served), of(&pushed), "host {h}");
+        }
+        assert!(crate::check::check_storage(Arc::new(disk.clone()))
+            .unwrap()
+            .is_sound());
     }
 }

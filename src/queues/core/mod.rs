@@ -185,29 +185,41 @@ struct Lists {
     skips: Vec<u64>,
 }
 
-/// Where a queue's next record is in the Q runs: a frame's offset, the group's records from
-/// that frame on, and the run's index in `Core::runs` (plus one, so that `Option<At>` takes
-/// no more room than `At`).
+/// Where a queue's next record is in the Q runs: a frame's offset, the place of the group's
+/// first record there, the group's records from that frame on, and the run's index in
+/// `Core::runs` (plus one, so that `Option<At>` takes no more room than `At`).
 #[derive(Debug, Clone, Copy)]
 struct At {
     offset: u64,
     left: u32,
+    start: u16,
     slot: std::num::NonZeroU8,
 }
 
 impl At {
-    /// (run's index, frame's offset, records left) as an `At`.
-    fn new((slot, offset, left): (usize, u64, u32)) -> At {
+    /// (run's index, frame's offset, first record there, records left) as an `At`.
+    fn new((slot, offset, start, left): (usize, u64, u16, u32)) -> At {
         let slot = u8::try_from(slot + 1)
             .ok()
             .and_then(std::num::NonZeroU8::new)
             .expect("fewer than 64 runs");
-        At { offset, left, slot }
+        At {
+            offset,
+            left,
+            start,
+            slot,
+        }
     }
 
-    /// The run's index, the frame's offset and the records left.
-    fn get(self) -> (usize, u64, u32) {
-        (usize::from(self.slot.get()) - 1, self.offset, self.left)
+    /// The run's index, the frame's offset, the group's first record there and its records
+    /// left.
+    fn get(self) -> (usize, u64, u16, u32) {
+        (
+            usize::from(self.slot.get()) - 1,
+            self.offset,
+            self.start,
+            self.left,
+        )
     }
 }
 
@@ -925,9 +937,10 @@ impl Core {
                     // Every run left is the merge's, or later than it: the bits are rebuilt.
                     let runs = self.runs.clone();
                     for (i, run) in runs.iter().enumerate() {
+                        let mut cache = None;
                         for g in run.groups() {
                             let g = g?;
-                            let q = self.queue_of_group(run, &g)?;
+                            let q = self.queue_of_group(run, &g, &mut cache)?;
                             self.queues[q as usize].runs |= 1 << i;
                         }
                     }
@@ -969,9 +982,10 @@ impl Core {
         // Its groups, and the first frame of each queue new here, are read in the order they
         // lie in the run: through a scanning view, not the mapping.
         let scan = run.scanning();
+        let mut cache = None;
         for g in scan.groups() {
             let g = g?;
-            let i = self.queue_of_group(&scan, &g)?;
+            let i = self.queue_of_group(&scan, &g, &mut cache)?;
             // A queue moved away that takes records again is exported again.
             if !self.released.is_empty() {
                 self.released.remove(&g.queue);
@@ -986,21 +1000,24 @@ impl Core {
     }
 
     /// The index of the queue of group `g` of `run`, created if new (its key is in its
-    /// records).
-    fn queue_of_group(&mut self, run: &Run, g: &super::qrun::Group) -> Result<u32> {
+    /// records). `cache` holds the frame read last (see [`Run::walk_group_cached`]).
+    fn queue_of_group(
+        &mut self,
+        run: &Run,
+        g: &super::qrun::Group,
+        cache: &mut Option<crate::frames::Frame>,
+    ) -> Result<u32> {
         if let Some(i) = self.place(g.queue) {
             return Ok(i);
         }
-        let f = run.frame_with(g.offset, std::mem::take(&mut self.frame_spare))?;
-        let first = f.records().next().unwrap_or_default();
-        let (_, rec) = split(run.file(), g.offset, first)?;
-        let r = record::decode(rec).map_err(|what| run.file().corrupt(g.offset, what))?;
-        let key = r.key.unwrap_or_else(|| default_key(r.url));
-        let i = self.queue(g.queue, g.crawl, key);
-        if f.payload.capacity() <= SPARE_MAX {
-            self.frame_spare = f.payload;
-        }
-        Ok(i)
+        let mut key = Vec::new();
+        run.walk_group_cached(g, cache, |_, rec, offset| {
+            check_record(run.file(), offset, rec, g.queue, g.crawl)?;
+            let r = record::decode(rec).map_err(|what| run.file().corrupt(offset, what))?;
+            key.extend_from_slice(r.key.unwrap_or_else(|| default_key(r.url)));
+            Ok(false)
+        })?;
+        Ok(self.queue(g.queue, g.crawl, &key))
     }
 
     /// The index of queue `id`, created if new.
@@ -1646,6 +1663,8 @@ impl Core {
         }
         w.finish()?;
         st.sync_directory()?;
+        // Runs of version 12: the manifest says so before J refers to one.
+        self.commit_version()?;
         let f = self.sieve.read_position();
         self.commit(&[Entry::Moved {
             run: Some(id),
@@ -2129,7 +2148,7 @@ impl Core {
         while n < k && left_waiting > 0 {
             // Only a frame this call of `position` read may be taken from it.
             self.positioned = None;
-            let Some((slot, offset, left)) = self.position(i, next)? else {
+            let Some((slot, offset, start, left)) = self.position(i, next)? else {
                 break;
             };
             let run = &self.runs[slot];
@@ -2137,8 +2156,9 @@ impl Core {
                 Some((s, o, f)) if (s, o) == (slot, offset) => f,
                 _ => run.frame_with(offset, std::mem::take(&mut self.frame_spare))?,
             };
+            let here = run.in_frame(&f, start, left)?;
             let mut taken_all = true;
-            for r in f.records() {
+            for r in f.records().skip(usize::from(start)).take(here as usize) {
                 let (seq, rec) = split(run.file(), offset, r)?;
                 if seq < next || self.queues[i as usize].skips().binary_search(&seq).is_ok() {
                     continue;
@@ -2176,10 +2196,10 @@ impl Core {
             }
             let q = &mut self.queues[i as usize];
             q.at = if taken_all {
-                let left = left.saturating_sub(f.count);
-                (left > 0).then(|| At::new((slot, offset + f.size(), left)))
+                let left = left - here;
+                (left > 0).then(|| At::new((slot, offset + f.size(), 0, left)))
             } else {
-                Some(At::new((slot, offset, left)))
+                Some(At::new((slot, offset, start, left)))
             };
             if taken_all && q.at.is_none() {
                 q.runs &= !(1 << slot);
@@ -2192,8 +2212,9 @@ impl Core {
     }
 
     /// The frame holding queue `i`'s record `next` (or its first record after it): (run,
-    /// offset, records of the group from that frame on).
-    fn position(&mut self, i: u32, next: u64) -> Result<Option<(usize, u64, u32)>> {
+    /// offset, the group's first record in that frame, records of the group from that frame
+    /// on).
+    fn position(&mut self, i: u32, next: u64) -> Result<Option<(usize, u64, u16, u32)>> {
         if let Some(at) = self.queues[i as usize].at {
             return Ok(Some(at.get()));
         }
@@ -2210,24 +2231,26 @@ impl Core {
                 continue;
             };
             // Skip the frames wholly before `next`.
-            let (mut offset, mut left) = (g.offset, g.records);
+            let (mut offset, mut start, mut left) = (g.offset, g.start, g.records);
             while left > 0 {
                 let f = run.frame_with(offset, std::mem::take(&mut self.frame_spare))?;
+                let here = run.in_frame(&f, start, left)?;
                 let last = f
                     .records()
-                    .last()
+                    .nth(usize::from(start) + here as usize - 1)
                     .map(|r| split(run.file(), offset, r).map(|(s, _)| s))
                     .transpose()?
                     .unwrap_or(0);
                 if last >= next {
-                    let at = (slot, offset, left);
+                    let at = (slot, offset, start, left);
                     self.queues[i as usize].at = Some(At::new(at));
                     // The hand-out reads this frame next: it takes it from here.
                     self.positioned = Some((slot, offset, f));
                     return Ok(Some(at));
                 }
-                left = left.saturating_sub(f.count);
+                left -= here;
                 offset += f.size();
+                start = 0;
                 if f.payload.capacity() <= SPARE_MAX {
                     self.frame_spare = f.payload;
                 }
@@ -3317,13 +3340,14 @@ impl Core {
         let mut below = None;
         for run in &self.runs {
             let mut seqs: Vec<(u64, u64)> = Vec::new();
+            let mut cache = None;
             for g in run.groups() {
                 let g = g?;
                 let Some(i) = self.place(g.queue) else {
                     continue;
                 };
                 let q = &self.queues[i as usize];
-                run.walk_group(&g, |seq, _, offset| {
+                run.walk_group_cached(&g, &mut cache, |seq, _, offset| {
                     if seq >= q.next_seq && q.skips().binary_search(&seq).is_err() {
                         seqs.push((seq, offset));
                     }
