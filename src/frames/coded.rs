@@ -302,11 +302,19 @@ pub(crate) enum Layout {
 
 /// Decodes the coded payload in `payload` (a frame of `count` records) and leaves the
 /// records in its place, in the layout returned; the buffers swap with the thread's, so a
-/// reader that gives its buffer back for the next frame allocates nothing.
-pub(crate) fn decode_in_place(payload: &mut Vec<u8>, count: u32) -> Result<Layout, Corruption> {
+/// reader that gives its buffer back for the next frame allocates nothing. Of a frame front
+/// coded alone (layouts 3 to 5), whose records are decoded one after the other, only the
+/// first `wanted` records are decoded when they are fewer: a hand-out that takes a queue's
+/// next record from a frame of many decodes no further. Each record decoded is checked as in
+/// a whole decode; what follows is not decoded (the crc covered it).
+pub(crate) fn decode_prefix_in_place(
+    payload: &mut Vec<u8>,
+    count: u32,
+    wanted: u32,
+) -> Result<Layout, Corruption> {
     PLAIN.with(|cell| {
         let mut plain = cell.take();
-        let r = decode(payload, count, &mut plain);
+        let r = decode_prefix(payload, count, wanted.min(count), &mut plain);
         if r.is_ok() {
             std::mem::swap(payload, &mut plain);
         }
@@ -330,7 +338,18 @@ fn invalid(field: &'static str, expected: &'static str, found: u64) -> Corruptio
 /// Decodes the coded payload `coded` of a frame of `count` records into `out` (cleared
 /// first); returns the layout of `out`. Any inconsistency is corruption: the crc matched, so
 /// the bytes are as written, and a writer never writes them.
+#[cfg(test)]
 pub(crate) fn decode(coded: &[u8], count: u32, out: &mut Vec<u8>) -> Result<Layout, Corruption> {
+    decode_prefix(coded, count, count, out)
+}
+
+/// [`decode`], of the first `wanted` records (at most `count`) of a frame front coded alone.
+fn decode_prefix(
+    coded: &[u8],
+    count: u32,
+    wanted: u32,
+    out: &mut Vec<u8>,
+) -> Result<Layout, Corruption> {
     if coded.len() < CODED_HEAD {
         return Err(Corruption::Truncated {
             needed: CODED_HEAD as u64,
@@ -380,7 +399,12 @@ pub(crate) fn decode(coded: &[u8], count: u32, out: &mut Vec<u8>) -> Result<Layo
         SEQ_FRONT => Some(Head::Seq),
         _ => None,
     } {
-        front_decode(&coded[CODED_HEAD..], count as u32, raw_len, out, head)?;
+        let front = &coded[CODED_HEAD..];
+        if wanted < count as u32 {
+            front_decode_prefix(front, wanted, raw_len, out, head)?;
+        } else {
+            front_decode(front, count as u32, raw_len, out, head)?;
+        }
         return Ok(Layout::Plain);
     }
     let zstd_error = |_| {
@@ -460,6 +484,26 @@ fn front_decode(
     out: &mut Vec<u8>,
     head: Head,
 ) -> Result<(), Corruption> {
+    let (pos, w) = front_decode_prefix(front, count, raw_len, out, head)?;
+    if pos != front.len() || w != raw_len {
+        return Err(Corruption::Mismatch {
+            field: "bytes of a coded frame's records",
+            expected: raw_len as u64,
+            found: w as u64,
+        });
+    }
+    Ok(())
+}
+
+/// Decodes the first `count` front-coded records of `front` into `out`, in the plain layout,
+/// each within `raw_len` bytes; returns the bytes of `front` read and of `out` written.
+fn front_decode_prefix(
+    front: &[u8],
+    count: u32,
+    raw_len: usize,
+    out: &mut Vec<u8>,
+    head: Head,
+) -> Result<(usize, usize), Corruption> {
     let (kept, head) = match head {
         Head::None => (false, 0),
         Head::Kept => (true, HEAD),
@@ -531,14 +575,7 @@ fn front_decode(
         prev_at = at;
         prev_len = shared + rest;
     }
-    if pos != front.len() || w != raw_len {
-        return Err(Corruption::Mismatch {
-            field: "bytes of a coded frame's records",
-            expected: raw_len as u64,
-            found: w as u64,
-        });
-    }
-    Ok(())
+    Ok((pos, w))
 }
 
 #[cfg(test)]
@@ -754,6 +791,11 @@ mod tests {
         let n = refs.len() as u32;
         assert_eq!(decode(&steps, n, &mut back).unwrap(), Layout::Plain);
         assert_eq!(back, raw);
+        // The first k records alone, as a hand-out decodes them.
+        for k in 0..=n {
+            decode_prefix(&steps, n, k, &mut back).unwrap();
+            assert_eq!(back, plain(&refs[..k as usize]), "{k} records");
+        }
         // The first step (5, zigzag 10) as a 2-byte varint, and as 11 bytes.
         let first = CODED_HEAD;
         assert_eq!(steps[first], 10);

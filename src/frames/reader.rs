@@ -68,6 +68,18 @@ impl<'a> FrameReader<'a> {
         offset: u64,
         spare: Vec<u8>,
     ) -> std::result::Result<Frame, FrameError> {
+        self.frame_prefix(offset, spare, u32::MAX)
+    }
+
+    /// [`FrameReader::frame_with`], whose payload holds at least the frame's first `wanted`
+    /// records (all of them but in a frame front coded alone, decoded only that far): its
+    /// `count` is still the frame's.
+    pub(crate) fn frame_prefix(
+        &self,
+        offset: u64,
+        spare: Vec<u8>,
+        wanted: u32,
+    ) -> std::result::Result<Frame, FrameError> {
         if offset >= self.len {
             return Err(FrameError::End);
         }
@@ -162,9 +174,11 @@ impl<'a> FrameReader<'a> {
                     found: 0,
                 }));
             }
-            layout = coded::decode_in_place(&mut payload, count).map_err(FrameError::Invalid)?;
+            layout = coded::decode_prefix_in_place(&mut payload, count, wanted)
+                .map_err(FrameError::Invalid)?;
         }
-        if layout == coded::Layout::Plain {
+        if magic != MAGIC_CODED {
+            // (A coded frame's decoder checked the records it decoded.)
             check_records(&payload, count).map_err(FrameError::Invalid)?;
         }
         Ok(Frame {

@@ -96,6 +96,13 @@ pub(crate) struct Group {
     pub records: u32,
 }
 
+/// A directory block decoded, of run `run` (see [`Run::group_cached`]).
+pub(crate) struct DirBlock {
+    run: u64,
+    block: usize,
+    groups: Vec<Group>,
+}
+
 /// An entry of the in-memory index: the first queue of a directory block.
 #[derive(Debug, Clone, Copy)]
 struct IndexEntry {
@@ -527,6 +534,35 @@ impl Run {
         Ok(None)
     }
 
+    /// [`Run::group`] through `cache`, the directory block decoded last (whole and checked):
+    /// hand-outs look queues up in the order of their ids as often as not (queues due at
+    /// once come in the order they were installed or served), each block then decoded once.
+    pub(crate) fn group_cached(
+        &self,
+        queue: u64,
+        cache: &mut Option<DirBlock>,
+    ) -> Result<Option<Group>> {
+        let i = match self.index.partition_point(|e| e.first <= queue) {
+            0 => return Ok(None),
+            i => i - 1,
+        };
+        let hit = cache
+            .as_ref()
+            .is_some_and(|c| c.run == self.id && c.block == i);
+        if !hit {
+            *cache = Some(DirBlock {
+                run: self.id,
+                block: i,
+                groups: self.directory_block(i)?,
+            });
+        }
+        let groups = &cache.as_ref().expect("made above").groups;
+        Ok(groups
+            .binary_search_by_key(&queue, |g| g.queue)
+            .ok()
+            .map(|k| groups[k]))
+    }
+
     /// Every group, in queue order.
     pub(crate) fn groups(&self) -> impl Iterator<Item = Result<Group>> + '_ {
         (0..self.index.len()).flat_map(move |i| match self.directory_block(i) {
@@ -538,6 +574,12 @@ impl Run {
     /// Reads the frame at `offset` (a frame of a group) into `spare`, the payload of an
     /// earlier frame given back.
     pub(crate) fn frame_with(&self, offset: u64, spare: Vec<u8>) -> Result<Frame> {
+        self.frame_prefix(offset, spare, u32::MAX)
+    }
+
+    /// [`Run::frame_with`], decoding at least the frame's first `wanted` records (see
+    /// [`FrameReader::frame_prefix`]): what a hand-out needs of a frame of many queues.
+    pub(crate) fn frame_prefix(&self, offset: u64, spare: Vec<u8>, wanted: u32) -> Result<Frame> {
         if offset < HEADER_LEN || offset >= self.frames_end {
             return Err(self.file.corrupt(
                 offset,
@@ -549,7 +591,7 @@ impl Run {
             ));
         }
         let reader = FrameReader::new(&self.file, self.frames_end, u64::MAX, self.id);
-        match reader.frame_with(offset, spare) {
+        match reader.frame_prefix(offset, spare, wanted) {
             Ok(f) if f.end.is_none() && f.count > 0 => Ok(f),
             Ok(_) | Err(FrameError::End) => Err(self.file.corrupt(
                 offset,
@@ -734,72 +776,66 @@ impl Entries<'_> {
         Ok(g)
     }
 
-    /// Decodes a coded entry (version 12) at `at`.
+    /// Decodes a coded entry (version 12) at `at`. (A lookup decodes up to a block's 128
+    /// entries: the fields are read with [`get_varint`], the errors made only on damage.)
     fn coded(&mut self, at: u64) -> Result<Group> {
         let run = self.run;
-        let corrupt = |what| run.file.corrupt(at, what);
-        let mut rest = &self.bytes[self.pos..];
-        let queue = match self.prev {
-            None => {
-                let b: [u8; 8] =
-                    rest.get(..8)
-                        .and_then(|b| b.try_into().ok())
-                        .ok_or_else(|| {
-                            corrupt(Corruption::Truncated {
-                                needed: 8,
-                                available: rest.len() as u64,
-                            })
-                        })?;
-                rest = &rest[8..];
-                u64::from_le_bytes(b)
-            }
-            Some(p) => {
-                let (d, r) = varint(rest).map_err(corrupt)?;
-                rest = r;
-                p.queue.checked_add(d).filter(|_| d > 0).ok_or_else(|| {
-                    corrupt(Corruption::Invalid {
-                        field: "increase of a directory entry's queue",
-                        expected: "at least 1, the queue below 2^64",
-                        found: d,
-                    })
-                })?
-            }
+        let b = self.bytes;
+        let mut pos = self.pos;
+        let prev = self.prev;
+        let queue = match prev {
+            None => b.get(pos..pos + 8).map(|q| {
+                pos += 8;
+                u64::from_le_bytes(q.try_into().expect("8 bytes"))
+            }),
+            Some(p) => get_varint(b, &mut pos)
+                .filter(|&d| d > 0)
+                .and_then(|d| p.queue.checked_add(d)),
         };
-        let mut field = |name: &'static str, limit: u64| -> Result<u64> {
-            let (v, r) = varint(rest).map_err(corrupt)?;
-            rest = r;
-            if v > limit {
-                return Err(corrupt(Corruption::OutOfRange {
-                    field: name,
-                    found: v,
-                    limit: limit.saturating_add(1),
-                }));
-            }
-            Ok(v)
+        let crawl = get_varint(b, &mut pos).and_then(|c| u32::try_from(c).ok());
+        let step = get_varint(b, &mut pos).filter(|&s| s < run.frames_end);
+        let start = match (prev, step) {
+            (Some(p), Some(0)) => Some(u64::from(p.start) + u64::from(p.records)),
+            _ => get_varint(b, &mut pos),
         };
-        let crawl = field("crawl of a directory entry", u64::from(u32::MAX))? as u32;
-        let step = field("offset of a directory entry", run.frames_end)?;
-        let start = match self.prev {
-            Some(p) if step == 0 => u64::from(p.start) + u64::from(p.records),
-            _ => field("start of a directory entry", u64::from(u16::MAX))?,
+        let start = start.and_then(|s| u16::try_from(s).ok());
+        let records = get_varint(b, &mut pos).and_then(|r| u32::try_from(r).ok());
+        let (Some(queue), Some(crawl), Some(step), Some(start), Some(records)) =
+            (queue, crawl, step, start, records)
+        else {
+            return Err(run.file.corrupt(
+                at,
+                Corruption::Invalid {
+                    field: "directory entry",
+                    expected: "a queue above the one before, a crawl below 2^32, an offset \
+                               among the frames, a start below 2^16, records below 2^32, \
+                               each a varint in its shortest form within the block",
+                    found: (pos - self.pos) as u64,
+                },
+            ));
         };
-        let records = field("records of a directory entry", u64::from(u32::MAX))? as u32;
-        self.pos = self.bytes.len() - rest.len();
-        let start = u16::try_from(start).map_err(|_| {
-            corrupt(Corruption::OutOfRange {
-                field: "start of a directory entry",
-                found: start,
-                limit: u64::from(u16::MAX) + 1,
-            })
-        })?;
+        self.pos = pos;
         Ok(Group {
             queue,
             crawl,
-            offset: self.prev.map_or(0, |p| p.offset).saturating_add(step),
+            offset: prev.map_or(0, |p| p.offset).saturating_add(step),
             start,
             records,
         })
     }
+}
+
+/// Reads a LEB128 varint of at most 10 bytes, in its shortest form, at `*pos` of `b`.
+#[inline]
+fn get_varint(b: &[u8], pos: &mut usize) -> Option<u64> {
+    let first = *b.get(*pos)?;
+    if first < 0x80 {
+        *pos += 1;
+        return Some(u64::from(first));
+    }
+    let (v, rest) = varint(&b[*pos..]).ok()?;
+    *pos = b.len() - rest.len();
+    Some(v)
 }
 
 impl Iterator for Entries<'_> {

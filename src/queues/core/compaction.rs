@@ -255,7 +255,8 @@ impl Core {
             Some(run) => self.commit(&[Entry::Archived { run }, compacted])?,
             None => self.commit(&[compacted])?,
         }
-        self.positioned = None;
+        self.recent = None;
+        self.dir_cache = Vec::new();
         // Removing the files merged frees their blocks and cached pages, tens of ms for 32
         // runs: not under the lock.
         for r in m.removed {

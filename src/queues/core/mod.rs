@@ -25,6 +25,7 @@ use super::key::{default_key, queue_id};
 use super::qrun::{check_record, split, Run, RunWriter};
 use super::{FrontierStats, LeasedBatch, Policy};
 use crate::error::{Corruption, Error, Result};
+use crate::frames::Frame;
 use crate::frames::FrameWriter;
 use crate::manifest::Mode;
 use crate::names::{self, FileName};
@@ -183,6 +184,16 @@ struct Lists {
     /// counted in `waiting`, passed over when reached, dropped by the next compaction.
     /// Sorted.
     skips: Vec<u64>,
+}
+
+/// A Q frame a hand-out read, kept for the next one: run `run`'s frame at `offset`, its first
+/// `decoded` records decoded. Runs are immutable and their ids never reused, so it stays
+/// true.
+struct Recent {
+    run: u64,
+    offset: u64,
+    decoded: u32,
+    frame: Frame,
 }
 
 /// Where a queue's next record is in the Q runs: a frame's offset, the place of the group's
@@ -416,9 +427,11 @@ pub(crate) struct Core {
     replaying_gen: Option<u64>,
     /// The payload of the last Q frame read by a hand-out, given back for the next one.
     frame_spare: Vec<u8>,
-    /// The frame [`Core::position`] read last, where the hand-out that asked reads next:
-    /// (run's index, offset, frame). Taken by that read; any other read ignores it.
-    positioned: Option<(usize, u64, crate::frames::Frame)>,
+    /// The Q frame a hand-out read last (see [`Core::read_frame`]).
+    recent: Option<Recent>,
+    /// The directory block a hand-out decoded last in each run, by the run's index (see
+    /// [`Run::group_cached`]).
+    dir_cache: Vec<Option<super::qrun::DirBlock>>,
     /// The manifest was committed in this build's version since the open: J may take
     /// entries that older builds cannot read.
     versioned: bool,
@@ -482,7 +495,8 @@ impl Core {
             replay_gone: None,
             replaying_gen: None,
             frame_spare: Vec::new(),
-            positioned: None,
+            recent: None,
+            dir_cache: Vec::new(),
             versioned: false,
             serve_only: None,
             max_runs,
@@ -2146,16 +2160,12 @@ impl Core {
         let mut next = q.next_seq;
         let mut left_waiting = q.waiting;
         while n < k && left_waiting > 0 {
-            // Only a frame this call of `position` read may be taken from it.
-            self.positioned = None;
             let Some((slot, offset, start, left)) = self.position(i, next)? else {
                 break;
             };
+            let wanted = u32::from(start).saturating_add(left);
+            let (f, decoded) = self.read_frame(slot, offset, wanted)?;
             let run = &self.runs[slot];
-            let f = match self.positioned.take() {
-                Some((s, o, f)) if (s, o) == (slot, offset) => f,
-                _ => run.frame_with(offset, std::mem::take(&mut self.frame_spare))?,
-            };
             let here = run.in_frame(&f, start, left)?;
             let mut taken_all = true;
             for r in f.records().skip(usize::from(start)).take(here as usize) {
@@ -2204,11 +2214,45 @@ impl Core {
             if taken_all && q.at.is_none() {
                 q.runs &= !(1 << slot);
             }
-            if f.payload.capacity() <= SPARE_MAX {
-                self.frame_spare = f.payload;
-            }
+            self.keep_frame(slot, offset, decoded, f);
         }
         Ok(())
+    }
+
+    /// The frame at `offset` of run `slot`, with at least its first `wanted` records decoded,
+    /// and the records decoded: the frame read last if it is that one (a frame of many queues
+    /// serves the hand-outs of each, which come one after the other as often as not), else
+    /// read into the spare buffer.
+    fn read_frame(&mut self, slot: usize, offset: u64, wanted: u32) -> Result<(Frame, u32)> {
+        let run = &self.runs[slot];
+        let mut wanted = wanted;
+        if let Some(r) = self.recent.take() {
+            let same = r.run == run.id() && r.offset == offset;
+            if same && r.decoded >= wanted.min(r.frame.count) {
+                return Ok((r.frame, r.decoded));
+            }
+            if same {
+                // Asked again for more: the hand-outs of the frame's next queues will be
+                // too. It is decoded whole.
+                wanted = u32::MAX;
+            }
+            if r.frame.payload.capacity() <= SPARE_MAX {
+                self.frame_spare = r.frame.payload;
+            }
+        }
+        let f = run.frame_prefix(offset, std::mem::take(&mut self.frame_spare), wanted)?;
+        let decoded = wanted.min(f.count);
+        Ok((f, decoded))
+    }
+
+    /// Keeps `f`, its first `decoded` records decoded, for the next [`Core::read_frame`].
+    fn keep_frame(&mut self, slot: usize, offset: u64, decoded: u32, f: Frame) {
+        self.recent = Some(Recent {
+            run: self.runs[slot].id(),
+            offset,
+            decoded,
+            frame: f,
+        });
     }
 
     /// The frame holding queue `i`'s record `next` (or its first record after it): (run,
@@ -2225,15 +2269,19 @@ impl Core {
                 return Ok(None);
             }
             let slot = bits.trailing_zeros() as usize;
-            let run = &self.runs[slot];
-            let Some(g) = run.group(id)? else {
+            if self.dir_cache.len() <= slot {
+                self.dir_cache.resize_with(slot + 1, || None);
+            }
+            let Some(g) = self.runs[slot].group_cached(id, &mut self.dir_cache[slot])? else {
                 self.queues[i as usize].runs &= !(1 << slot);
                 continue;
             };
             // Skip the frames wholly before `next`.
             let (mut offset, mut start, mut left) = (g.offset, g.start, g.records);
             while left > 0 {
-                let f = run.frame_with(offset, std::mem::take(&mut self.frame_spare))?;
+                let wanted = u32::from(start).saturating_add(left);
+                let (f, decoded) = self.read_frame(slot, offset, wanted)?;
+                let run = &self.runs[slot];
                 let here = run.in_frame(&f, start, left)?;
                 let last = f
                     .records()
@@ -2241,19 +2289,17 @@ impl Core {
                     .map(|r| split(run.file(), offset, r).map(|(s, _)| s))
                     .transpose()?
                     .unwrap_or(0);
+                let size = f.size();
+                // The hand-out reads this frame next: it finds it kept.
+                self.keep_frame(slot, offset, decoded, f);
                 if last >= next {
                     let at = (slot, offset, start, left);
                     self.queues[i as usize].at = Some(At::new(at));
-                    // The hand-out reads this frame next: it takes it from here.
-                    self.positioned = Some((slot, offset, f));
                     return Ok(Some(at));
                 }
                 left -= here;
-                offset += f.size();
+                offset += size;
                 start = 0;
-                if f.payload.capacity() <= SPARE_MAX {
-                    self.frame_spare = f.payload;
-                }
             }
             self.queues[i as usize].runs &= !(1 << slot);
         }
