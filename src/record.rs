@@ -208,6 +208,31 @@ fn varint_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
+/// Reads a LEB128 varint in its shortest form at `*pos` of `b` and moves `*pos` past it;
+/// `None` (and `*pos` unmoved) when there is none: [`varint`] for the decoders' inner loops,
+/// which make their own error.
+#[inline]
+pub(crate) fn varint_at(b: &[u8], pos: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    let mut i = *pos;
+    for k in 0..10 {
+        let byte = *b.get(i)?;
+        i += 1;
+        if k == 9 && byte > 1 {
+            return None;
+        }
+        v |= u64::from(byte & 0x7f) << (7 * k);
+        if byte & 0x80 == 0 {
+            if k > 0 && byte == 0 {
+                return None;
+            }
+            *pos = i;
+            return Some(v);
+        }
+    }
+    None
+}
+
 /// Reads a LEB128 varint in its shortest form; returns it and what follows.
 pub(crate) fn varint(bytes: &[u8]) -> Result<(u64, &[u8]), Corruption> {
     let mut v = 0u64;
@@ -359,6 +384,24 @@ mod tests {
             put_varint(&mut b, v);
             assert_eq!(b.len(), varint_len(v));
             assert_eq!(varint(&b).unwrap(), (v, &b""[..]));
+            b.push(7);
+            let mut pos = 0;
+            assert_eq!(varint_at(&b, &mut pos), Some(v));
+            assert_eq!(pos, b.len() - 1);
+        }
+        // Not in the shortest form, longer than 10 bytes, past 2^64, cut: none, as `varint`.
+        let bad: [&[u8]; 5] = [
+            &[0x80, 0x00],
+            &[0xff; 11],
+            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02],
+            &[0x80],
+            &[],
+        ];
+        for b in bad {
+            let mut pos = 0;
+            assert_eq!(varint_at(b, &mut pos), None, "{b:?}");
+            assert_eq!(pos, 0);
+            assert!(varint(b).is_err(), "{b:?}");
         }
     }
 }

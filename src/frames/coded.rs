@@ -523,15 +523,13 @@ fn front_decode_prefix(
         if kept {
             pos += head;
         } else if head > 0 {
-            let (step, after) = crate::record::varint(front.get(pos..).unwrap_or_default())
-                .map_err(|_| {
-                    invalid(
-                        "step of a coded record's seq",
-                        "a varint of at most 10 bytes in its shortest form, within the frame",
-                        pos as u64,
-                    )
-                })?;
-            pos = front.len() - after.len();
+            let step = crate::record::varint_at(front, &mut pos).ok_or_else(|| {
+                invalid(
+                    "step of a coded record's seq",
+                    "a varint of at most 10 bytes in its shortest form, within the frame",
+                    pos as u64,
+                )
+            })?;
             seq = seq.wrapping_add(((step >> 1) as i64 ^ -((step & 1) as i64)) as u64);
         }
         let (Some(shared), Some(rest)) = (

@@ -35,7 +35,7 @@ use crate::format::{crc, seal, ByteReader, PutLe, MAGIC_Q, MAGIC_QEND};
 use crate::frames::coded::Head;
 use crate::frames::{Frame, FrameError, FrameReader, FrameWriter};
 use crate::names;
-use crate::record::{put_varint, varint};
+use crate::record::{put_varint, varint_at};
 use crate::storage::{File, Storage, StorageExt};
 
 /// Bytes of the header.
@@ -777,7 +777,7 @@ impl Entries<'_> {
     }
 
     /// Decodes a coded entry (version 12) at `at`. (A lookup decodes up to a block's 128
-    /// entries: the fields are read with [`get_varint`], the errors made only on damage.)
+    /// entries: the fields are read with [`varint_at`], the errors made only on damage.)
     fn coded(&mut self, at: u64) -> Result<Group> {
         let run = self.run;
         let b = self.bytes;
@@ -788,18 +788,18 @@ impl Entries<'_> {
                 pos += 8;
                 u64::from_le_bytes(q.try_into().expect("8 bytes"))
             }),
-            Some(p) => get_varint(b, &mut pos)
+            Some(p) => varint_at(b, &mut pos)
                 .filter(|&d| d > 0)
                 .and_then(|d| p.queue.checked_add(d)),
         };
-        let crawl = get_varint(b, &mut pos).and_then(|c| u32::try_from(c).ok());
-        let step = get_varint(b, &mut pos).filter(|&s| s < run.frames_end);
+        let crawl = varint_at(b, &mut pos).and_then(|c| u32::try_from(c).ok());
+        let step = varint_at(b, &mut pos).filter(|&s| s < run.frames_end);
         let start = match (prev, step) {
             (Some(p), Some(0)) => Some(u64::from(p.start) + u64::from(p.records)),
-            _ => get_varint(b, &mut pos),
+            _ => varint_at(b, &mut pos),
         };
         let start = start.and_then(|s| u16::try_from(s).ok());
-        let records = get_varint(b, &mut pos).and_then(|r| u32::try_from(r).ok());
+        let records = varint_at(b, &mut pos).and_then(|r| u32::try_from(r).ok());
         let (Some(queue), Some(crawl), Some(step), Some(start), Some(records)) =
             (queue, crawl, step, start, records)
         else {
@@ -823,19 +823,6 @@ impl Entries<'_> {
             records,
         })
     }
-}
-
-/// Reads a LEB128 varint of at most 10 bytes, in its shortest form, at `*pos` of `b`.
-#[inline]
-fn get_varint(b: &[u8], pos: &mut usize) -> Option<u64> {
-    let first = *b.get(*pos)?;
-    if first < 0x80 {
-        *pos += 1;
-        return Some(u64::from(first));
-    }
-    let (v, rest) = varint(&b[*pos..]).ok()?;
-    *pos = b.len() - rest.len();
-    Some(v)
 }
 
 impl Iterator for Entries<'_> {

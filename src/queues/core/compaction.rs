@@ -555,6 +555,9 @@ mod tests {
         f.close().unwrap();
         crate::queues::qrun::FIXED_RUNS.with(|x| x.set(false));
         assert_eq!(run_versions(&disk), [4, 4, 4]);
+        assert!(crate::check::check_storage(Arc::new(disk.clone()))
+            .unwrap()
+            .is_sound());
         // The manifest as the build before left it.
         let mut m = disk.content(crate::names::MANIFEST).unwrap();
         m[4..8].copy_from_slice(&11u32.to_le_bytes());
