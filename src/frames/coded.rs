@@ -504,10 +504,25 @@ fn front_decode_prefix(
     out: &mut Vec<u8>,
     head: Head,
 ) -> Result<(usize, usize), Corruption> {
-    let (kept, head) = match head {
-        Head::None => (false, 0),
-        Head::Kept => (true, HEAD),
-        Head::Seq => (false, HEAD),
+    // One loop per layout, without a branch on it per record.
+    match head {
+        Head::None => front_decode_as::<0>(front, count, raw_len, out),
+        Head::Kept => front_decode_as::<1>(front, count, raw_len, out),
+        Head::Seq => front_decode_as::<2>(front, count, raw_len, out),
+    }
+}
+
+/// [`front_decode_prefix`] with the head `MODE`: 0 none, 1 kept, 2 coded as steps.
+fn front_decode_as<const MODE: u8>(
+    front: &[u8],
+    count: u32,
+    raw_len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(usize, usize), Corruption> {
+    let (kept, head) = match MODE {
+        0 => (false, 0),
+        1 => (true, HEAD),
+        _ => (false, HEAD),
     };
     let mut seq = 0u64;
     out.clear();
@@ -523,7 +538,15 @@ fn front_decode_prefix(
         if kept {
             pos += head;
         } else if head > 0 {
-            let step = crate::record::varint_at(front, &mut pos).ok_or_else(|| {
+            let step = match front.get(pos) {
+                // Most steps take one byte.
+                Some(&b) if b < 0x80 => {
+                    pos += 1;
+                    Some(u64::from(b))
+                }
+                _ => crate::record::varint_at(front, &mut pos),
+            };
+            let step = step.ok_or_else(|| {
                 invalid(
                     "step of a coded record's seq",
                     "a varint of at most 10 bytes in its shortest form, within the frame",
