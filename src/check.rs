@@ -220,63 +220,19 @@ fn check_queues(st: &dyn Storage, clean: CleanEnd, r: &mut CheckReport) -> Resul
 }
 
 /// Reads every frame of every group of Q run `id`, and checks that the groups hold every
-/// record of its frames once: each starts where the one before it ended.
+/// record of its frames once, each its queue's.
 pub(crate) fn check_run_file(st: &dyn Storage, id: u64) -> Result<()> {
     use crate::queues::qrun;
     let run = qrun::Run::open(st, id)?;
     let mut cache = None;
-    // Where the next group must start: a frame's offset and a record's place in it.
-    let mut expect = (qrun::HEADER_LEN, 0u32);
+    let mut coverage = qrun::Coverage::new();
     for g in run.groups() {
         let g = g?;
-        let gap = |found: u64| {
-            run.file().corrupt(
-                g.offset,
-                Corruption::Invalid {
-                    field: "start of a group",
-                    expected: "the end of the group before it",
-                    found,
-                },
-            )
-        };
-        if (g.offset, u32::from(g.start)) != expect {
-            return Err(gap(g.offset));
-        }
-        let mut at = (g.offset, u32::from(g.start));
-        let mut first = true;
-        run.walk_group_cached(&g, &mut cache, |_, rec, offset| {
-            qrun::check_record(run.file(), offset, rec, g.queue, g.crawl)?;
-            if !first {
-                at = if offset == at.0 {
-                    (at.0, at.1 + 1)
-                } else {
-                    (offset, 0)
-                };
-            }
-            first = false;
-            Ok(true)
+        coverage.walk(&run, &g, &mut cache, |_, rec, offset| {
+            qrun::check_record(run.file(), offset, rec, g.queue, g.crawl)
         })?;
-        let last = cache
-            .as_ref()
-            .filter(|f| f.offset == at.0)
-            .ok_or_else(|| gap(at.0))?;
-        expect = if at.1 + 1 == last.count {
-            (at.0 + last.size(), 0)
-        } else {
-            (at.0, at.1 + 1)
-        };
     }
-    if expect != (run.frames_end(), 0) {
-        return Err(run.file().corrupt(
-            expect.0,
-            Corruption::Invalid {
-                field: "records of a run's frames",
-                expected: "each in a group of the directory",
-                found: expect.0,
-            },
-        ));
-    }
-    Ok(())
+    coverage.finish(&run)
 }
 
 /// Decodes every block of a segment and checks the order of its signatures; returns how

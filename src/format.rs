@@ -5,8 +5,8 @@
 
 use crate::error::{Corruption, Error, Result};
 
-/// The format version of the files written by this build, but the manifest (see
-/// `docs/design.md`, "Format versions").
+/// The format version of the files written by this build, but the manifest and the Q runs
+/// (see `docs/design.md`, "Format versions").
 pub const VERSION: u32 = 4;
 /// The format version of the manifest written by this build; versions 4, 5 and 8 to 11 are
 /// read too (9: F's frames may be coded; 10: a frontier's journal may hold archives and

@@ -389,7 +389,8 @@ fn decode_prefix(
     if !fits || raw_len < 5 * count {
         return Err(invalid(
             "inner length of a coded frame",
-            "the plain length less 3 bytes per record (lines), at most 2 more (front coded)",
+            "the plain length less 3 bytes per record (lines), at most 2 more per record (front \
+             coded; 4 with seq steps)",
             inner_len as u64,
         ));
     }

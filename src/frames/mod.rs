@@ -179,6 +179,11 @@ pub(crate) fn reseal_frame(frame: &mut [u8]) {
     let tag = u64::from_le_bytes(frame[8..16].try_into().expect("8 bytes"));
     let len = u32::from_le_bytes(frame[16..20].try_into().expect("4 bytes"));
     let count = u32::from_le_bytes(frame[20..24].try_into().expect("4 bytes"));
+    // A coded frame stays coded: its decoder is what an edit under a valid checksum reaches.
+    let magic = match u32::from_le_bytes(frame[0..4].try_into().expect("4 bytes")) {
+        MAGIC_CODED => MAGIC_CODED,
+        _ => MAGIC_FRAME,
+    };
     let (head, payload) = frame.split_at_mut(FRAME_HEADER);
-    frame_header(head, (epoch, tag), (len, count), payload);
+    frame_header_with(head, magic, (epoch, tag), (len, count), payload);
 }

@@ -45,7 +45,7 @@ pub(crate) const TAIL_LEN: u64 = 16;
 /// The version of the runs written: frames of many queues, directory entries coded.
 pub(crate) const RUN_VERSION: u32 = 12;
 /// The version of the runs written before: a frame per queue, entries of [`DIR_ENTRY`] bytes.
-const RUN_VERSION_FIXED: u32 = crate::format::VERSION;
+const RUN_VERSION_FIXED: u32 = 4;
 /// Entries per directory block.
 const DIR_BLOCK: usize = 128;
 /// Bytes of a directory entry of a run of version 4.
@@ -116,8 +116,9 @@ pub(crate) struct RunWriter {
     out: FrameWriter,
     id: u64,
     version: u32,
-    /// The groups, each with the seq of its first record (which version 4 records).
-    groups: Vec<(Group, u64)>,
+    groups: Vec<Group>,
+    /// The seq of each group's first record, which version 4 records (empty in version 12).
+    first_seqs: Vec<u64>,
     last: Option<(u64, u64)>,
     buf: Vec<u8>,
 }
@@ -151,6 +152,7 @@ impl RunWriter {
             id,
             version,
             groups: Vec::new(),
+            first_seqs: Vec::new(),
             last: None,
             buf: Vec::new(),
         })
@@ -184,14 +186,17 @@ impl RunWriter {
                 start: self.out.buffered() as u16,
                 records: 0,
             };
-            self.groups.push((g, seq));
+            self.groups.push(g);
+            if self.version == RUN_VERSION_FIXED {
+                self.first_seqs.push(seq);
+            }
         }
         self.last = Some((queue, seq));
         self.buf.clear();
         self.buf.put_u64(seq);
         self.out.append_tentative_parts(&self.buf, record);
         self.out.frame_if_full()?;
-        let (g, _) = self.groups.last_mut().expect("a group");
+        let g = self.groups.last_mut().expect("a group");
         g.records += 1;
         Ok(())
     }
@@ -205,16 +210,17 @@ impl RunWriter {
         let mut at = self.out.end();
         let mut bytes = Vec::with_capacity(64 << 10);
         let mut index = Vec::with_capacity(self.groups.len().div_ceil(DIR_BLOCK));
-        for block in self.groups.chunks(DIR_BLOCK) {
+        for (b, block) in self.groups.chunks(DIR_BLOCK).enumerate() {
             let start = bytes.len();
             index.push(IndexEntry {
-                first: block[0].0.queue,
+                first: block[0].queue,
                 offset: at + start as u64,
                 count: block.len() as u32,
             });
             bytes.put_u32(block.len() as u32);
             if self.version == RUN_VERSION_FIXED {
-                for (g, first_seq) in block {
+                let seqs = &self.first_seqs[b * DIR_BLOCK..];
+                for (g, first_seq) in block.iter().zip(seqs) {
                     bytes.put_u64(g.queue);
                     bytes.put_u32(g.crawl);
                     bytes.put_u64(*first_seq);
@@ -262,9 +268,9 @@ impl RunWriter {
 
 /// Appends the entries of a directory block of version 12: each queue and offset after the
 /// block's first as its increase.
-fn encode_block(block: &[(Group, u64)], out: &mut Vec<u8>) {
+fn encode_block(block: &[Group], out: &mut Vec<u8>) {
     let mut prev: Option<&Group> = None;
-    for (g, _) in block {
+    for g in block {
         match prev {
             None => out.put_u64(g.queue),
             Some(p) => put_varint(out, g.queue - p.queue),
@@ -341,7 +347,7 @@ impl Run {
         let index_offset = c.u64()?;
         c.check_crc()?;
         c.magic(MAGIC_QEND)?;
-        if index_offset < HEADER_LEN || index_offset + 12 > len - TAIL_LEN {
+        if index_offset < HEADER_LEN || index_offset.saturating_add(12) > len - TAIL_LEN {
             return Err(file.corrupt(
                 len - TAIL_LEN,
                 Corruption::Invalid {
@@ -401,18 +407,20 @@ impl Run {
         for (k, e) in index.iter().enumerate() {
             let next = index.get(k + 1).map_or(index_offset, |n| n.offset);
             let end = e.offset + block_bytes(version, e.count) as u64;
+            // Version 4: the entries' exact bytes; 12: at least a byte per entry's field
+            // of the least (a queue's 8 for the first), at most the largest entries' bytes.
             let fits = if version == RUN_VERSION_FIXED {
                 end <= next
             } else {
-                next - e.offset <= end && next - e.offset >= 8 + u64::from(e.count)
+                next <= end && next - e.offset >= 8 + u64::from(e.count)
             };
             if !fits {
                 return Err(file.corrupt(
                     e.offset,
                     Corruption::OutOfRange {
-                        field: "end of a directory block",
-                        found: next,
-                        limit: end + 1,
+                        field: "end of a directory block, where the next one starts",
+                        found: end,
+                        limit: next + 1,
                     },
                 ));
             }
@@ -691,14 +699,102 @@ impl Run {
         Ok((frame.count - start).min(left))
     }
 
-    /// Where the frames end.
+    /// Where the frames end, for tests.
+    #[cfg(test)]
     pub(crate) fn frames_end(&self) -> u64 {
         self.frames_end
+    }
+
+    /// Where the directory ends, for tests.
+    #[cfg(test)]
+    pub(crate) fn dir_end(&self) -> u64 {
+        self.dir_end
     }
 
     /// The file, for errors.
     pub(crate) fn file(&self) -> &File {
         &self.file
+    }
+}
+
+/// Checks, for a walk of a run's groups in order, that they hold every record of its frames
+/// once: each group starts where the one before it ended, and the last one ends with the
+/// frames. What a directory says is otherwise believed by whoever reads a group alone; a
+/// merge and `check`, which read every group, do not.
+pub(crate) struct Coverage {
+    /// Where the next group must start: a frame's offset and a record's place in it.
+    expect: (u64, u32),
+}
+
+impl Coverage {
+    /// Before a run's first group.
+    pub(crate) fn new() -> Coverage {
+        Coverage {
+            expect: (HEADER_LEN, 0),
+        }
+    }
+
+    /// [`Run::walk_group_cached`] of group `g` of `run`, the next group of the walk, every
+    /// record visited (`f` returning false is damage: see the callers).
+    pub(crate) fn walk(
+        &mut self,
+        run: &Run,
+        g: &Group,
+        cache: &mut Option<Frame>,
+        mut f: impl FnMut(u64, &[u8], u64) -> Result<()>,
+    ) -> Result<()> {
+        let gap = |found: u64| {
+            run.file.corrupt(
+                g.offset,
+                Corruption::Invalid {
+                    field: "start of a group",
+                    expected: "the end of the group before it",
+                    found,
+                },
+            )
+        };
+        if (g.offset, u32::from(g.start)) != self.expect {
+            return Err(gap(g.offset));
+        }
+        let mut at = (g.offset, u32::from(g.start));
+        let mut first = true;
+        run.walk_group_cached(g, cache, |seq, rec, offset| {
+            if !first {
+                at = if offset == at.0 {
+                    (at.0, at.1 + 1)
+                } else {
+                    (offset, 0)
+                };
+            }
+            first = false;
+            f(seq, rec, offset)?;
+            Ok(true)
+        })?;
+        let last = cache
+            .as_ref()
+            .filter(|f| f.offset == at.0)
+            .ok_or_else(|| gap(at.0))?;
+        self.expect = if at.1 + 1 == last.count {
+            (at.0 + last.size(), 0)
+        } else {
+            (at.0, at.1 + 1)
+        };
+        Ok(())
+    }
+
+    /// After the run's last group: its frames hold no record past it.
+    pub(crate) fn finish(&self, run: &Run) -> Result<()> {
+        if self.expect != (run.frames_end, 0) {
+            return Err(run.file.corrupt(
+                self.expect.0,
+                Corruption::Invalid {
+                    field: "records of a run's frames",
+                    expected: "each in a group of the directory",
+                    found: self.expect.0,
+                },
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -957,6 +1053,11 @@ mod tests {
         out
     }
 
+    fn run_ends(disk: &SimDisk) -> (u64, u64) {
+        let run = Run::open(disk, 9).unwrap();
+        (run.frames_end, run.dir_end)
+    }
+
     /// The frames of run 9 on `disk`.
     fn frames(disk: &SimDisk) -> usize {
         let run = Run::open(disk, 9).unwrap();
@@ -1032,6 +1133,19 @@ mod tests {
         sample(&disk, 300, 2);
         let good = disk.content(&names::q(9)).unwrap();
         crate::check::check_run_file(&disk, 9).unwrap();
+        let mut same = good.clone();
+        crate::testing::frontier::reseal_frontier(
+            crate::testing::frontier::FrontierFile::Q,
+            &mut same,
+        );
+        let diff = same.iter().zip(&good).position(|(a, b)| a != b);
+        assert!(
+            same == good,
+            "resealing an intact run changed it at {diff:?} of {} (frames end {}, dir end {})",
+            good.len(),
+            run_ends(&disk).0,
+            run_ends(&disk).1
+        );
         let run = Run::open(&disk, 9).unwrap();
         let (from, to) = (run.frames_end as usize, run.dir_end as usize);
         let mut tried = 0;

@@ -173,7 +173,7 @@ fn seal_q(b: &mut [u8]) {
             seal_at(b, index, end as usize);
             // The directory blocks lie one after the other, the last one before the index.
             let offsets: Vec<usize> = (0..blocks as usize)
-                .map_while(|k| get_u64(b, index + 8 + k * qrun::INDEX_ENTRY as usize))
+                .map_while(|k| get_u64(b, index + 16 + k * qrun::INDEX_ENTRY as usize))
                 .map(|o| o as usize)
                 .collect();
             for (k, &start) in offsets.iter().enumerate() {

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use super::super::journal::Entry;
-use super::super::qrun::{Run, RunWriter};
+use super::super::qrun::{check_record, Coverage, Run, RunWriter};
 use super::Core;
 use crate::error::{Error, Result};
 use crate::names;
@@ -284,6 +284,7 @@ fn merge(
     let mut heads: Vec<_> = scans.iter().map(|r| r.groups().peekable()).collect();
     // Each run's frame read last: the groups of a frame are walked one after the other.
     let mut caches: Vec<Option<crate::frames::Frame>> = scans.iter().map(|_| None).collect();
+    let mut coverages: Vec<Coverage> = scans.iter().map(|_| Coverage::new()).collect();
     let mut writer: Option<RunWriter> = None;
     // The records taken out (handed out or skipped) of crawls not deleted: an export finds a
     // queue's done URLs there.
@@ -315,16 +316,38 @@ fn merge(
             _ => None,
         };
         let skips = seen.skips.get(&queue).map_or(&[][..], Vec::as_slice);
-        for ((run, h), cache) in scans.iter().zip(&mut heads).zip(&mut caches) {
+        for (((run, h), cache), coverage) in scans
+            .iter()
+            .zip(&mut heads)
+            .zip(&mut caches)
+            .zip(&mut coverages)
+        {
             if !matches!(h.peek(), Some(Ok(g)) if g.queue == queue) {
                 continue;
             }
             let g = h.next().expect("peeked")?;
             let Some(next) = next else {
+                // Walked all the same: the groups after it must start where it ends, and its
+                // records must be its queue's (a queue id damaged is not a queue unknown).
+                let mut first = true;
+                coverage.walk(run, &g, cache, |_, rec, offset| {
+                    if std::mem::take(&mut first) {
+                        check_record(run.file(), offset, rec, queue, g.crawl)?;
+                    }
+                    Ok(())
+                })?;
                 continue;
             };
             let live = seen.live.contains(&g.crawl);
-            run.walk_group_cached(&g, cache, |seq, rec, _| {
+            let mut nth = 0u32;
+            // Each group holds the records of its frames the directory gives it, and they are
+            // its queue's: a directory is not believed blindly before the runs it describes
+            // are removed.
+            coverage.walk(run, &g, cache, |seq, rec, offset| {
+                nth += 1;
+                if nth == 1 || nth == g.records {
+                    check_record(run.file(), offset, rec, queue, g.crawl)?;
+                }
                 if seq < next || skips.binary_search(&seq).is_ok() {
                     if live && !crate::planted::active(crate::planted::Bug::NoArchive) {
                         let a = match &mut archive {
@@ -333,7 +356,7 @@ fn merge(
                         };
                         a.push(queue, g.crawl, seq, rec)?;
                     }
-                    return Ok(true);
+                    return Ok(());
                 }
                 let w = match &mut writer {
                     Some(w) => w,
@@ -344,9 +367,12 @@ fn merge(
                     Some((q, n)) if *q == queue => *n += 1,
                     _ => waiting.push((queue, 1)),
                 }
-                Ok(true)
+                Ok(())
             })?;
         }
+    }
+    for (run, coverage) in scans.iter().zip(&coverages) {
+        coverage.finish(run)?;
     }
     let added = match writer {
         None => None,
@@ -620,5 +646,68 @@ mod tests {
         assert!(crate::check::check_storage(Arc::new(disk.clone()))
             .unwrap()
             .is_sound());
+    }
+
+    /// A merge reads every group of the runs it is to remove: any bit of a run's directory
+    /// flipped under valid checksums (a group moved, cut, lengthened, or given to another
+    /// queue or crawl) fails it, and nothing is written in their place.
+    #[test]
+    fn a_merge_refuses_runs_whose_directory_was_edited() {
+        let disk = SimDisk::new();
+        let open = opener(&disk, 6);
+        let f = open();
+        no_merge(&f);
+        // Runs of 30 hosts of 3 URLs each: groups share frames and end inside them.
+        for round in 0..2 {
+            let urls: Vec<String> = (0..90)
+                .map(|i| format!("http://h{round}x{}.test/{i}", i % 30))
+                .collect();
+            let items: Vec<Discovered<'_>> =
+                urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+            f.push("", &items).unwrap();
+            f.flush().unwrap();
+        }
+        let (ids, consumed, next) = f
+            .with(|c| {
+                Ok((
+                    c.runs.iter().map(|r| r.id()).collect::<Vec<_>>(),
+                    c.consumed(),
+                    c.next_run,
+                ))
+            })
+            .unwrap();
+        f.close().unwrap();
+        let name = crate::names::q(ids[0]);
+        let good = disk.content(&name).unwrap();
+        let run = crate::queues::qrun::Run::open(&disk, ids[0]).unwrap();
+        let (from, to) = (run.frames_end() as usize, run.dir_end() as usize);
+        let merge = |disk: &SimDisk| {
+            let runs: Vec<_> = ids
+                .iter()
+                .map(|&id| crate::queues::qrun::Run::open(disk, id))
+                .collect::<crate::Result<_>>()?;
+            let stop = super::AtomicBool::new(false);
+            super::merge(disk, &runs, next, &consumed, &stop)
+        };
+        assert!(merge(&disk).is_ok());
+        let mut tried = 0;
+        for bit in from * 8..to * 8 {
+            let mut bad = good.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            crate::testing::frontier::reseal_frontier(
+                crate::testing::frontier::FrontierFile::Q,
+                &mut bad,
+            );
+            if bad == good {
+                continue;
+            }
+            tried += 1;
+            disk.set_content(&name, bad);
+            match merge(&disk) {
+                Err(e) => assert!(e.is_corruption(), "bit {bit}: {e}"),
+                Ok(_) => panic!("bit {bit} of the directory flipped: merged"),
+            }
+        }
+        assert!(tried > 200, "{tried}");
     }
 }

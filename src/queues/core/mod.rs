@@ -993,7 +993,7 @@ impl Core {
                 },
             ));
         }
-        // Its groups, and the first frame of each queue new here, are read in the order they
+        // Its groups, and the first record of each queue new here, are read in the order they
         // lie in the run: through a scanning view, not the mapping.
         let scan = run.scanning();
         let mut cache = None;
