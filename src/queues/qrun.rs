@@ -699,22 +699,34 @@ impl Run {
         Ok((frame.count - start).min(left))
     }
 
-    /// Where the frames end, for tests.
-    #[cfg(test)]
-    pub(crate) fn frames_end(&self) -> u64 {
-        self.frames_end
-    }
-
-    /// Where the directory ends, for tests.
-    #[cfg(test)]
-    pub(crate) fn dir_end(&self) -> u64 {
-        self.dir_end
-    }
-
     /// The file, for errors.
     pub(crate) fn file(&self) -> &File {
         &self.file
     }
+}
+
+/// Tests: run `good` (the bytes of run `id` on `disk`) with each bit of its directory flipped
+/// and its checksums rewritten, each as (bit, bytes); the flips the rewrite undoes (a bit of a
+/// checksum) left out.
+#[cfg(test)]
+pub(crate) fn directory_edits(
+    disk: &crate::storage::SimDisk,
+    id: u64,
+    good: &[u8],
+) -> Vec<(usize, Vec<u8>)> {
+    let run = Run::open(disk, id).expect("an intact run");
+    let (from, to) = (run.frames_end as usize, run.dir_end as usize);
+    (from * 8..to * 8)
+        .filter_map(|bit| {
+            let mut bad = good.to_vec();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            crate::testing::frontier::reseal_frontier(
+                crate::testing::frontier::FrontierFile::Q,
+                &mut bad,
+            );
+            (bad != good).then_some((bit, bad))
+        })
+        .collect()
 }
 
 /// Checks, for a walk of a run's groups in order, that they hold every record of its frames
@@ -1146,20 +1158,9 @@ mod tests {
             run_ends(&disk).0,
             run_ends(&disk).1
         );
-        let run = Run::open(&disk, 9).unwrap();
-        let (from, to) = (run.frames_end as usize, run.dir_end as usize);
-        let mut tried = 0;
-        for bit in from * 8..to * 8 {
-            let mut bad = good.clone();
-            bad[bit / 8] ^= 1 << (bit % 8);
-            crate::testing::frontier::reseal_frontier(
-                crate::testing::frontier::FrontierFile::Q,
-                &mut bad,
-            );
-            if bad == good {
-                continue; // a bit of a checksum, which the reseal put back
-            }
-            tried += 1;
+        let edits = directory_edits(&disk, 9, &good);
+        let tried = edits.len();
+        for (bit, bad) in edits {
             disk.set_content(&names::q(9), bad);
             match crate::check::check_run_file(&disk, 9) {
                 Err(e) => assert!(e.is_corruption(), "bit {bit}: {e}"),
