@@ -558,10 +558,18 @@ impl Run {
             .as_ref()
             .is_some_and(|c| c.run == self.id && c.block == i);
         if !hit {
+            // The block decoded before gives its room.
+            let mut groups = cache.take().map(|c| c.groups).unwrap_or_default();
+            groups.clear();
+            let mut buf = [0u8; DIR_BLOCK_MAX];
+            let entries = self.read_block(i, &mut buf)?;
+            for g in self.entries(i, entries) {
+                groups.push(g?);
+            }
             *cache = Some(DirBlock {
                 run: self.id,
                 block: i,
-                groups: self.directory_block(i)?,
+                groups,
             });
         }
         let groups = &cache.as_ref().expect("made above").groups;

@@ -232,6 +232,13 @@ impl At {
             self.left,
         )
     }
+
+    /// The same place once the runs before slot `n` are merged into `new` runs (0 or 1):
+    /// `None` if it was in one of them.
+    fn after_merge(self, n: usize, new: usize) -> Option<At> {
+        let (slot, offset, start, left) = self.get();
+        (slot >= n).then(|| At::new((slot - n + new, offset, start, left)))
+    }
 }
 
 impl Queue {
@@ -939,7 +946,10 @@ impl Core {
                     for q in &mut self.queues {
                         let had = u64::from(q.runs & merged != 0) & u64::from(new);
                         q.runs = (q.runs.checked_shr(n as u32).unwrap_or(0) << new) | had;
-                        q.at = None;
+                        q.at = q.at.and_then(|a| a.after_merge(n, new as usize));
+                    }
+                    if new == 1 {
+                        self.seat_in_merged();
                     }
                 } else {
                     self.runs
@@ -980,6 +990,28 @@ impl Core {
         Ok(())
     }
 
+    /// Points each queue whose place was in the runs a merge replaced (now slot 0, the
+    /// merge's run) at the start of its group there: one pass over the run's directory
+    /// instead of a lookup in a block at each queue's next hand-out, in the order the
+    /// queues come due. A hand-out passes over the records below the queue's next seq (those
+    /// served while the merge ran), as it does after a lookup. A damaged block ends the pass:
+    /// the queues left are looked up at their hand-outs, which report the damage.
+    fn seat_in_merged(&mut self) {
+        let run = &self.runs[0];
+        for g in run.groups() {
+            let Ok(g) = g else {
+                break;
+            };
+            let Some(i) = self.index.get(g.queue, |j| self.queues[j as usize].id) else {
+                continue;
+            };
+            let q = &mut self.queues[i as usize];
+            if q.at.is_none() && q.runs & 1 != 0 && q.crawl == g.crawl && g.records > 0 {
+                q.at = Some(At::new((0, g.offset, g.start, g.records)));
+            }
+        }
+    }
+
     /// Adds a Q run: each of its groups waits in its queue.
     fn install(&mut self, run: Run) -> Result<()> {
         let slot = self.runs.len();
@@ -1006,6 +1038,10 @@ impl Core {
             }
             let q = &mut self.queues[i as usize];
             q.waiting += u64::from(g.records);
+            if q.runs == 0 && q.at.is_none() && g.records > 0 {
+                // Its first records in the runs: its hand-out starts here, with no lookup.
+                q.at = Some(At::new((slot, g.offset, g.start, g.records)));
+            }
             q.runs |= 1 << slot;
             self.schedule(i);
         }
