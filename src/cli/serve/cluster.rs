@@ -281,13 +281,12 @@ pub fn leaving_start(dir: &std::path::Path) -> Result<(String, bool)> {
 }
 
 /// Whether the store in `dir` left the cluster of the list `canonical` (it sent everything
-/// when it was started with that list, which does not name it).
+/// when it was started with that list, which does not name it). Only [`left`] writes a list
+/// that does not name the node, once everything is sent: a crash after that write, before
+/// the move's record is removed, has left too (the caller ends [`left`] again).
 pub fn left_under(dir: &std::path::Path, canonical: &str) -> Result<bool> {
     let handoff = dir.join("handoff");
-    Ok(
-        read_trimmed(&handoff.join(MEMBERS_FILE))?.as_deref() == Some(canonical)
-            && read_trimmed(&handoff.join(MOVE_FILE))?.is_none(),
-    )
+    Ok(read_trimmed(&handoff.join(MEMBERS_FILE))?.as_deref() == Some(canonical))
 }
 
 /// Records that a node that left sent everything: no move under way, and the list it left.
@@ -757,6 +756,26 @@ mod tests {
 
     fn read(dir: &tempfile::TempDir, name: &str) -> Option<String> {
         read_trimmed(&dir.path().join("handoff").join(name)).unwrap()
+    }
+
+    #[test]
+    fn a_node_that_crashed_in_the_middle_of_leaving_has_left() {
+        let leaving = Cluster::leaving("c", "a=127.0.0.1:1,b=127.0.0.1:2", consistent()).unwrap();
+        let old = "consistent/300 a=127.0.0.1:1,b=127.0.0.1:2,c=127.0.0.1:3";
+        // Sending: the move recorded, the list it served with still naming it.
+        let (dir, _f) = started(&[(MEMBERS_FILE, old), (MOVE_FILE, old)]);
+        assert!(served_as(dir.path(), "c").unwrap());
+        assert!(!left_under(dir.path(), &leaving.canonical).unwrap());
+        // A crash inside `left`: the new list written, the move's record not yet removed.
+        let (dir, _f) = started(&[(MEMBERS_FILE, &leaving.canonical), (MOVE_FILE, old)]);
+        assert!(!served_as(dir.path(), "c").unwrap());
+        assert!(left_under(dir.path(), &leaving.canonical).unwrap());
+        left(dir.path(), &leaving.canonical).unwrap();
+        assert_eq!(read(&dir, MOVE_FILE), None);
+        assert!(left_under(dir.path(), &leaving.canonical).unwrap());
+        // Another list is not the one it left.
+        let other = Cluster::leaving("c", "a=127.0.0.1:1", consistent()).unwrap();
+        assert!(!left_under(dir.path(), &other.canonical).unwrap());
     }
 
     #[test]

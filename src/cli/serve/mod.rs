@@ -175,6 +175,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
                     return leave(&args, leaving, log);
                 }
                 if cluster::left_under(&args.dir, &leaving.canonical)? {
+                    // Again, in case a crash came between its two steps.
+                    cluster::left(&args.dir, &leaving.canonical)?;
                     log!(
                         log,
                         Info,
