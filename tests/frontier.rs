@@ -1975,15 +1975,31 @@ fn concurrent_calls_answer_only_what_is_durable() {
     f.close().unwrap();
 }
 
-/// A disk whose creation of a new Z segment (the sieve's merge) waits until it is let go,
-/// or fails.
-#[derive(Debug)]
+/// Which file creations a [`HeldMerge`] holds: by default, those of new Z segments (the
+/// sieve's merge).
+type Holds = Arc<dyn Fn(&SimDisk, &str) -> bool + Send + Sync>;
+
+/// A disk whose creation of a file that `holds` names (by default a new Z segment: the
+/// sieve's merge) waits until it is let go, or, for a Z segment, fails.
 struct HeldMerge {
     disk: SimDisk,
     /// (held, merges waiting)
     gate: Arc<(std::sync::Mutex<(bool, u32)>, std::sync::Condvar)>,
     /// Whether the creation of a Z segment fails.
     fail: Arc<std::sync::atomic::AtomicBool>,
+    holds: Holds,
+}
+
+impl std::fmt::Debug for HeldMerge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldMerge")
+            .field("disk", &self.disk)
+            .finish()
+    }
+}
+
+fn z_segments() -> Holds {
+    Arc::new(|_, name| name.starts_with("z-"))
 }
 
 impl crivello::storage::Storage for HeldMerge {
@@ -1991,7 +2007,7 @@ impl crivello::storage::Storage for HeldMerge {
         if name.starts_with("z-") && self.fail.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(std::io::Error::other("no room for a Z segment"));
         }
-        if name.starts_with("z-") {
+        if (self.holds)(&self.disk, name) {
             let (lock, cv) = &*self.gate;
             let mut g = lock.lock().unwrap();
             g.1 += 1;
@@ -2036,6 +2052,7 @@ fn a_hand_out_waiting_for_its_empty_fronts_flush_holds_no_other_call() {
         disk: disk.clone(),
         gate: gate.clone(),
         fail: Default::default(),
+        holds: z_segments(),
     };
     let clock = Arc::new(ManualClock::new(1_000));
     let f = Arc::new(
@@ -2157,6 +2174,117 @@ fn an_empty_fronts_hand_out_moves_all_it_flushed_before_it_serves() {
     f.close().unwrap();
 }
 
+/// While a merge of the Q runs is held, hand-outs take records from the middle of groups
+/// in the runs merged and a new run moves in; once the merge commits, each queue goes on
+/// from its place in the merged run (set at the commit): every URL is handed out exactly
+/// once, each host's in the order pushed.
+#[test]
+fn hand_outs_go_on_exactly_once_across_a_merge_of_the_runs_they_read() {
+    use crivello::storage::Storage;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let disk = SimDisk::new();
+    let gate = Arc::new((std::sync::Mutex::new((true, 0)), std::sync::Condvar::new()));
+    // The merge's run is the first Q run created while two are on disk; the gate holds it
+    // alone, so that the mover's next run is written while it waits.
+    let armed = Arc::new(AtomicBool::new(true));
+    let holds: Holds = {
+        let armed = armed.clone();
+        Arc::new(move |disk, name| {
+            let runs = || {
+                disk.list()
+                    .unwrap()
+                    .iter()
+                    .filter(|n| n.starts_with("q-"))
+                    .count()
+            };
+            name.starts_with("q-") && armed.load(Ordering::SeqCst) && runs() == 2 && {
+                armed.store(false, Ordering::SeqCst);
+                true
+            }
+        })
+    };
+    let storage = HeldMerge {
+        disk: disk.clone(),
+        gate: gate.clone(),
+        fail: Default::default(),
+        holds,
+    };
+    let clock = Arc::new(ManualClock::new(1_000));
+    let f = Frontier::open_with(
+        Arc::new(storage) as Arc<dyn Storage>,
+        opts().background_flush(true).queue_runs(2),
+        clock.clone(),
+    )
+    .unwrap();
+    let mut pushed: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut push_hosts = |hosts: &[&str], from: usize| {
+        let mut batch = Vec::new();
+        for i in from..from + 10 {
+            for h in hosts {
+                let u = format!("http://{h}.example/{i}");
+                pushed.entry(h.to_string()).or_default().push(u.clone());
+                batch.push(u);
+            }
+        }
+        let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+        push(&f, &refs);
+        f.flush().unwrap();
+    };
+    let mut got: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut take = |f: &Frontier, rounds: usize| {
+        for _ in 0..rounds {
+            let l = f.lease(100, Some(1), 60_000).unwrap();
+            for x in &l {
+                let u = String::from_utf8(x.url.clone()).unwrap();
+                let host = u["http://".len()..u.find(".example").unwrap()].to_string();
+                got.entry(host).or_default().push(u);
+                assert!(f.done(x.token, 0).unwrap());
+            }
+            if l.is_empty() {
+                return;
+            }
+        }
+    };
+    push_hosts(&["a", "b"], 0);
+    push_hosts(&["a", "c"], 10);
+    {
+        let (lock, cv) = &*gate;
+        let start = Instant::now();
+        let mut g = lock.lock().unwrap();
+        while g.1 == 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the merge never began"
+            );
+            g = cv.wait_timeout(g, Duration::from_millis(50)).unwrap().0;
+        }
+    }
+    // The merge is held: records are taken from the middle of a's and b's groups of the
+    // first run, and a new run moves in, with more of a and a new host d.
+    take(&f, 3);
+    push_hosts(&["a", "d"], 20);
+    assert_eq!(f.stats().unwrap().runs, 3, "the merge committed while held");
+    take(&f, 2);
+    {
+        let (lock, cv) = &*gate;
+        lock.lock().unwrap().0 = false;
+        cv.notify_all();
+    }
+    // A flush (as a hand-out) commits a merge that has ended.
+    let start = Instant::now();
+    while f.flush().and_then(|()| f.stats()).unwrap().runs != 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the merge never committed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    take(&f, usize::MAX);
+    assert_eq!(got, pushed);
+    assert_eq!(f.stats().unwrap().waiting, 0);
+}
+
 #[test]
 fn a_merge_that_fails_while_a_hand_out_waits_for_it_is_that_hand_outs_error() {
     use crivello::storage::Storage;
@@ -2166,6 +2294,7 @@ fn a_merge_that_fails_while_a_hand_out_waits_for_it_is_that_hand_outs_error() {
         disk: disk.clone(),
         gate: Arc::new((std::sync::Mutex::new((false, 0)), std::sync::Condvar::new())),
         fail: fail.clone(),
+        holds: z_segments(),
     };
     let clock = Arc::new(ManualClock::new(1_000));
     let f = Frontier::open_with(

@@ -383,12 +383,12 @@ impl Entry<'_> {
                 Entry::Moved {
                     run: (run != 0).then_some(run),
                     f,
-                    next_seq: r.u64()?,
+                    next_seq: r.counter("next seq of a move")?,
                 }
             }
             2 => {
-                let seq = r.u64()?;
-                let token = r.u64()?;
+                let seq = r.counter("seq of a lease")?;
+                let token = r.counter("token of a lease")?;
                 let deadline = r.u64()?;
                 let record = r.rest();
                 crate::record::decode(record)?;
@@ -400,7 +400,7 @@ impl Entry<'_> {
                 }
             }
             k @ (3 | 4) => {
-                let (seq, at, took) = (r.u64()?, r.u64()?, r.u64()?);
+                let (seq, at, took) = (r.counter("seq of an ack")?, r.u64()?, r.u64()?);
                 if k == 3 {
                     Entry::Done { seq, at, took }
                 } else {
@@ -423,7 +423,7 @@ impl Entry<'_> {
                 key: r.rest(),
             },
             10 => Entry::Refetch {
-                seq: r.u64()?,
+                seq: r.counter("seq of a refetch")?,
                 at: r.u64()?,
                 took: r.u64()?,
                 when: r.u64()?,
@@ -498,7 +498,7 @@ impl Entry<'_> {
             15 => {
                 let transfer = r.bytes()?;
                 let run = r.u64()?;
-                let next_seq = r.u64()?;
+                let next_seq = r.counter("next seq of an import")?;
                 // A queue takes at least 69 bytes.
                 let n = r.count(69, "queues of an import")?;
                 let mut queues = Vec::with_capacity(n);
@@ -517,7 +517,7 @@ impl Entry<'_> {
                         key,
                         policy,
                         block: r.u64()?,
-                        next_seq: r.u64()?,
+                        next_seq: r.counter("next seq of an imported queue")?,
                         waiting: r.u64()?,
                         completed: r.u64()?,
                         burst: r.u64()?,
@@ -527,15 +527,18 @@ impl Entry<'_> {
                         refetch: Vec::new(),
                     };
                     for _ in 0..r.count(28, "leases of an import")? {
-                        let (seq, token, deadline) = (r.u64()?, r.u64()?, r.u64()?);
+                        let seq = r.counter("seq of an imported lease")?;
+                        let token = r.counter("token of an imported lease")?;
+                        let deadline = r.u64()?;
                         q.leases.push((seq, token, deadline, r.record()?));
                     }
                     for _ in 0..r.count(12, "returned records of an import")? {
-                        let seq = r.u64()?;
+                        let seq = r.counter("seq of an imported record")?;
                         q.returned.push((seq, r.record()?));
                     }
                     for _ in 0..r.count(20, "records to fetch again of an import")? {
-                        let (when, seq) = (r.u64()?, r.u64()?);
+                        let when = r.u64()?;
+                        let seq = r.counter("seq of an imported record")?;
                         q.refetch.push((when, seq, r.record()?));
                     }
                     queues.push(q);
@@ -604,6 +607,18 @@ impl<'a> Fields<'a> {
     fn u64(&mut self) -> Result<u64, Corruption> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
     }
+    /// A seq, a token or a counter of them: below [`super::COUNTER_LIMIT`].
+    fn counter(&mut self, field: &'static str) -> Result<u64, Corruption> {
+        let found = self.u64()?;
+        if found >= super::COUNTER_LIMIT {
+            return Err(Corruption::OutOfRange {
+                field,
+                found,
+                limit: super::COUNTER_LIMIT,
+            });
+        }
+        Ok(found)
+    }
     fn rest(&mut self) -> &'a [u8] {
         std::mem::take(&mut self.0)
     }
@@ -621,7 +636,11 @@ impl<'a> Fields<'a> {
     /// A known entry's fields (kind 13): its record the rest of the bytes, or (`sized`) a
     /// `len u32 | record` field.
     fn known(&mut self, sized: bool) -> Result<Entry<'a>, Corruption> {
-        let (seq, at, when) = (self.u64()?, self.u64()?, self.u64()?);
+        let (seq, at, when) = (
+            self.counter("seq of a known entry")?,
+            self.u64()?,
+            self.u64()?,
+        );
         let fresh = match self.u8()? {
             b @ (0 | 1) => b == 1,
             found => return Err(invalid("known entry's fresh flag", "0 or 1", found.into())),
@@ -864,5 +883,40 @@ mod tests {
         }
         assert!(Entry::decode(&[9]).is_err());
         assert!(Entry::decode(&[2; 25]).is_err());
+    }
+
+    /// A seq or a token at the counters' limit is damage, one below it an entry.
+    #[test]
+    fn seqs_and_tokens_at_the_counters_limit_are_refused() {
+        let limit = super::super::COUNTER_LIMIT;
+        for (seq, token) in [(limit, 1), (1, limit), (u64::MAX, 1)] {
+            let mut b = Vec::new();
+            let lease = Entry::Lease {
+                seq,
+                token,
+                deadline: 1_000,
+                record: b"\0http://a/",
+            };
+            lease.encode(&mut b);
+            let e = Entry::decode(&b).unwrap_err().to_string();
+            assert!(e.contains("of a lease") && e.contains("not below"), "{e}");
+            let mut b = Vec::new();
+            Entry::Done {
+                seq,
+                at: 0,
+                took: 0,
+            }
+            .encode(&mut b);
+            assert_eq!(Entry::decode(&b).is_err(), seq >= limit);
+        }
+        let mut b = Vec::new();
+        let lease = Entry::Lease {
+            seq: limit - 1,
+            token: limit - 1,
+            deadline: 1_000,
+            record: b"\0http://a/",
+        };
+        lease.encode(&mut b);
+        assert_eq!(Entry::decode(&b).unwrap(), lease);
     }
 }

@@ -985,7 +985,20 @@ pub(crate) fn split<'a>(file: &File, offset: u64, bytes: &'a [u8]) -> Result<(u6
         ));
     }
     let (seq, record) = bytes.split_at(8);
-    Ok((u64::from_le_bytes(seq.try_into().expect("8 bytes")), record))
+    let seq = u64::from_le_bytes(seq.try_into().expect("8 bytes"));
+    // Seqs come from a counter that stays below the limit: a seq past it is a coded step
+    // or a seq damaged, not a record (a queue's next seq is one past its last record's).
+    if seq >= super::COUNTER_LIMIT {
+        return Err(file.corrupt(
+            offset,
+            Corruption::OutOfRange {
+                field: "seq of a record",
+                found: seq,
+                limit: super::COUNTER_LIMIT,
+            },
+        ));
+    }
+    Ok((seq, record))
 }
 
 /// Checks that `record`, of the group of queue `queue` (crawl `crawl`) in the frame at
@@ -1061,6 +1074,23 @@ mod tests {
             w.push(*q, crawls[q], *s, r).unwrap();
         }
         (w.finish().unwrap(), all)
+    }
+
+    /// A record's seq at the counters' limit or past it (a coded step can make one) is
+    /// damage: a fuzzed run's seq of 2^64 - 1 made a hand-out's next seq overflow.
+    #[test]
+    fn a_seq_past_the_counters_limit_is_damage() {
+        let disk = SimDisk::new();
+        let (run, _) = sample(&disk, 1, 1);
+        let mut bytes = u64::MAX.to_le_bytes().to_vec();
+        bytes.push(0);
+        let e = split(run.file(), 20, &bytes).unwrap_err();
+        assert!(e.to_string().contains("seq of a record"), "{e}");
+        bytes[..8].copy_from_slice(&crate::queues::COUNTER_LIMIT.to_le_bytes());
+        assert!(split(run.file(), 20, &bytes).is_err());
+        let last = crate::queues::COUNTER_LIMIT - 1;
+        bytes[..8].copy_from_slice(&last.to_le_bytes());
+        assert_eq!(split(run.file(), 20, &bytes).unwrap().0, last);
     }
 
     fn read_group(run: &Run, g: &Group) -> Vec<(u64, Vec<u8>)> {

@@ -91,6 +91,25 @@ fn policy(c: &mut ByteReader<'_>) -> Result<Policy> {
     })
 }
 
+/// A seq, a token or a counter of them: below [`crate::queues::COUNTER_LIMIT`].
+fn counter(c: &mut ByteReader<'_>, field: &'static str) -> Result<u64> {
+    let at = c.offset();
+    let found = c.u64()?;
+    let limit = crate::queues::COUNTER_LIMIT;
+    if found >= limit {
+        return Err(Error::corrupt(
+            names::CHECKPOINT,
+            at,
+            Corruption::OutOfRange {
+                field,
+                found,
+                limit,
+            },
+        ));
+    }
+    Ok(found)
+}
+
 /// A count of items of at least `size` bytes each, which the bytes left must hold.
 fn count(c: &mut ByteReader<'_>, size: usize, field: &'static str) -> Result<usize> {
     let at = c.offset();
@@ -650,7 +669,10 @@ impl<'a> Image<'a> {
         let mut c = ByteReader::new(body, names::CHECKPOINT, 0);
         c.take(8)?;
         let j_gen = c.u64()?;
-        let (next_seq, next_run, next_token, done) = (c.u64()?, c.u64()?, c.u64()?, c.u64()?);
+        let next_seq = counter(&mut c, "next seq")?;
+        let next_run = c.u64()?;
+        let next_token = counter(&mut c, "next token")?;
+        let done = c.u64()?;
         let at = c.offset();
         let paused = match c.take(1)?[0] {
             0 => false,
@@ -735,7 +757,7 @@ impl<'a> Image<'a> {
                 id,
                 crawl,
                 key,
-                next_seq: c.u64()?,
+                next_seq: counter(&mut c, "next seq of a queue")?,
                 waiting: c.u64()?,
                 completed: c.u64()?,
                 burst: c.u64()?,
@@ -785,7 +807,9 @@ impl<'a> Image<'a> {
         }
         for _ in 0..count(&mut c, 28, "leases")? {
             let at = c.offset();
-            let (seq, token, deadline) = (c.u64()?, c.u64()?, c.u64()?);
+            let seq = c.u64()?;
+            let token = counter(&mut c, "token of a lease")?;
+            let deadline = c.u64()?;
             let record = record_at(&mut c)?;
             let r = crate::record::decode(record).expect("checked by record_at");
             let key = r.key.unwrap_or_else(|| default_key(r.url));

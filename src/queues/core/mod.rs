@@ -990,15 +990,16 @@ impl Core {
         Ok(())
     }
 
-    /// Points each queue whose place was in the runs a merge replaced (now slot 0, the
-    /// merge's run) at the start of its group there: one pass over the run's directory
-    /// instead of a lookup in a block at each queue's next hand-out, in the order the
-    /// queues come due. A hand-out passes over the records below the queue's next seq (those
-    /// served while the merge ran), as it does after a lookup. A damaged block ends the pass:
-    /// the queues left are looked up at their hand-outs, which report the damage.
+    /// Points each queue with no place whose runs included one merged (the merge's run now
+    /// slot 0) at the start of its group there: one pass over the run's directory, read in
+    /// its order through a scanning view, instead of a lookup in a block at each queue's
+    /// next hand-out, in the order the queues come due. A hand-out passes over the records
+    /// below the queue's next seq (those served while the merge ran), as it does after a
+    /// lookup. A damaged block ends the pass: the queues left are looked up at their
+    /// hand-outs, which report the damage.
     fn seat_in_merged(&mut self) {
-        let run = &self.runs[0];
-        for g in run.groups() {
+        let scan = self.runs[0].scanning();
+        for g in scan.groups() {
             let Ok(g) = g else {
                 break;
             };
