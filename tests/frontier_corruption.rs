@@ -202,3 +202,43 @@ fn a_resealed_checkpoint_lease_on_a_waiting_record_is_caught_by_check() {
         "check found {unsound} of {total} clashes: {tally:?}"
     );
 }
+
+/// The checkpoint's counters (`next_seq`, `next_run`, `next_token`, `done`: the four u64
+/// after the magic, the version and `j_gen`) edited to 2^62 or past it, the checksum made
+/// right again: the open refuses the checkpoint by name, saying which field is out of range
+/// (a counter that large would overflow the next `+ 1`), and never panics.
+#[test]
+fn a_resealed_checkpoint_counter_at_the_limit_is_refused() {
+    let (disk, _, _) = frontier_store();
+    let img = disk.crash_image(CrashImage::KillProcess);
+    let name = img
+        .files()
+        .into_iter()
+        .find(|f| FrontierFile::of(f) == Some(FrontierFile::Checkpoint))
+        .expect("a checkpoint");
+    let original = img.content(&name).unwrap();
+    for (at, field) in [
+        (16, "next seq"),
+        (24, "next run"),
+        (32, "next token"),
+        (40, "records done"),
+    ] {
+        for value in [1u64 << 62, u64::MAX] {
+            let mut c = original.clone();
+            c[at..at + 8].copy_from_slice(&value.to_le_bytes());
+            reseal_frontier(FrontierFile::Checkpoint, &mut c);
+            let edited = disk.crash_image(CrashImage::KillProcess);
+            edited.set_content(&name, c);
+            let e = match frontier_outcome_in(Arc::new(edited)) {
+                Err(e @ Error::Corrupt { .. }) => e,
+                other => panic!("{field} = {value}: {other:?}"),
+            };
+            assert!(
+                matches!(&e, Error::Corrupt { file, .. } if *file == name),
+                "{e}"
+            );
+            let e = e.to_string();
+            assert!(e.contains(field) && e.contains("not below"), "{field}: {e}");
+        }
+    }
+}

@@ -373,7 +373,7 @@ impl Entry<'_> {
         let mut r = Fields(bytes);
         let entry = match r.u8()? {
             1 => {
-                let run = r.u64()?;
+                let run = r.counter("run of a move")?;
                 let f = Position {
                     segment: r.u64()?,
                     offset: r.u64()?,
@@ -453,9 +453,9 @@ impl Entry<'_> {
                 }
                 let mut removed = Vec::with_capacity(n as usize);
                 for _ in 0..n {
-                    removed.push(r.u64()?);
+                    removed.push(r.counter("run removed")?);
                 }
-                let added = r.u64()?;
+                let added = r.counter("run added")?;
                 let n = r.u32()?;
                 if n as usize > r.0.len() / 16 {
                     return Err(invalid(
@@ -466,7 +466,7 @@ impl Entry<'_> {
                 }
                 let mut waiting = Vec::with_capacity(n as usize);
                 for _ in 0..n {
-                    waiting.push((r.u64()?, r.u64()?));
+                    waiting.push((r.u64()?, r.counter("records waiting in a queue")?));
                 }
                 Entry::Compacted {
                     removed,
@@ -474,7 +474,9 @@ impl Entry<'_> {
                     waiting,
                 }
             }
-            14 => Entry::Archived { run: r.u64()? },
+            14 => Entry::Archived {
+                run: r.counter("run of an archive")?,
+            },
             16 => Entry::Released {
                 crawl: r.u32()?,
                 key: r.rest(),
@@ -497,7 +499,7 @@ impl Entry<'_> {
             }
             15 => {
                 let transfer = r.bytes()?;
-                let run = r.u64()?;
+                let run = r.counter("run of an import")?;
                 let next_seq = r.counter("next seq of an import")?;
                 // A queue takes at least 69 bytes.
                 let n = r.count(69, "queues of an import")?;
@@ -518,8 +520,8 @@ impl Entry<'_> {
                         policy,
                         block: r.u64()?,
                         next_seq: r.counter("next seq of an imported queue")?,
-                        waiting: r.u64()?,
-                        completed: r.u64()?,
+                        waiting: r.counter("records waiting in an imported queue")?,
+                        completed: r.counter("records done of an imported queue")?,
                         burst: r.u64()?,
                         due: r.u64()?,
                         leases: Vec::new(),
@@ -607,7 +609,8 @@ impl<'a> Fields<'a> {
     fn u64(&mut self) -> Result<u64, Corruption> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
     }
-    /// A seq, a token or a counter of them: below [`super::COUNTER_LIMIT`].
+    /// A seq, a token, a run's id, a count of records, or a counter of them: below
+    /// [`super::COUNTER_LIMIT`]. (A receipt's seq is its sender's, not bounded.)
     fn counter(&mut self, field: &'static str) -> Result<u64, Corruption> {
         let found = self.u64()?;
         if found >= super::COUNTER_LIMIT {

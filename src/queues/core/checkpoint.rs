@@ -62,6 +62,7 @@ use crate::names;
 use crate::queues::key::{default_key, queue_id};
 use crate::queues::qrun::Run;
 use crate::queues::Policy;
+use crate::queues::COUNTER_LIMIT;
 use crate::sieve::wal;
 use crate::storage::{durable, File, Storage, StorageExt};
 
@@ -91,23 +92,10 @@ fn policy(c: &mut ByteReader<'_>) -> Result<Policy> {
     })
 }
 
-/// A seq, a token or a counter of them: below [`crate::queues::COUNTER_LIMIT`].
+/// A seq, a token, a run's id, a count of records, or a counter of them: below
+/// [`COUNTER_LIMIT`].
 fn counter(c: &mut ByteReader<'_>, field: &'static str) -> Result<u64> {
-    let at = c.offset();
-    let found = c.u64()?;
-    let limit = crate::queues::COUNTER_LIMIT;
-    if found >= limit {
-        return Err(Error::corrupt(
-            names::CHECKPOINT,
-            at,
-            Corruption::OutOfRange {
-                field,
-                found,
-                limit,
-            },
-        ));
-    }
-    Ok(found)
+    c.u64_below(field, COUNTER_LIMIT)
 }
 
 /// A count of items of at least `size` bytes each, which the bytes left must hold.
@@ -670,9 +658,9 @@ impl<'a> Image<'a> {
         c.take(8)?;
         let j_gen = c.u64()?;
         let next_seq = counter(&mut c, "next seq")?;
-        let next_run = c.u64()?;
+        let next_run = counter(&mut c, "next run")?;
         let next_token = counter(&mut c, "next token")?;
-        let done = c.u64()?;
+        let done = counter(&mut c, "records done")?;
         let at = c.offset();
         let paused = match c.take(1)?[0] {
             0 => false,
@@ -731,7 +719,7 @@ impl<'a> Image<'a> {
             k.blocks.push((c.u64()?, c.u64()?));
         }
         for _ in 0..count(&mut c, 8, "runs")? {
-            k.runs.push(c.u64()?);
+            k.runs.push(counter(&mut c, "run")?);
         }
         // The queues' ids; the seqs of the records out of the queues' FIFOs (returned, to
         // fetch again, leased), each below the frontier's next seq and none twice (a record
@@ -759,7 +747,7 @@ impl<'a> Image<'a> {
                 key,
                 next_seq: counter(&mut c, "next seq of a queue")?,
                 waiting: c.u64()?,
-                completed: c.u64()?,
+                completed: counter(&mut c, "records done of a queue")?,
                 burst: c.u64()?,
                 due: c.u64()?,
                 returned: Vec::new(),

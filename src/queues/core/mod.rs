@@ -799,7 +799,7 @@ impl Core {
             Entry::Done { seq, at, took } => {
                 self.expire(*at);
                 self.end_lease(*seq, *at, *took, End::Done, None)?;
-                self.done += 1;
+                self.done = self.done.saturating_add(1);
             }
             Entry::Retry { seq, at, took } => {
                 self.expire(*at);
@@ -1433,7 +1433,7 @@ impl Core {
             };
             self.end_lease(seq, at, 0, end, Some(record))?;
             if when == 0 {
-                self.done += 1;
+                self.done = self.done.saturating_add(1);
             }
             return Ok(());
         }
@@ -1473,7 +1473,7 @@ impl Core {
         let q = &mut self.queues[i as usize];
         if when == 0 {
             q.completed = q.completed.saturating_add(1);
-            self.done += 1;
+            self.done = self.done.saturating_add(1);
         } else {
             insert_refetch(q, when, seq, record.into());
         }
@@ -1538,7 +1538,7 @@ impl Core {
             if iq.block != 0 {
                 self.blocks.insert(id, iq.block);
             }
-            self.done += iq.completed;
+            self.done = self.done.saturating_add(iq.completed);
             let q = &mut self.queues[i as usize];
             q.next_seq = iq.next_seq;
             q.waiting = iq.waiting;
@@ -2221,6 +2221,17 @@ impl Core {
                 }
                 let q = &self.queues[i as usize];
                 check_record(run.file(), offset, rec, q.id, q.crawl)?;
+                if seq >= self.next_seq {
+                    // Every record was numbered below the frontier's next seq.
+                    return Err(run.file().corrupt(
+                        offset,
+                        Corruption::OutOfRange {
+                            field: "seq of a record",
+                            found: seq,
+                            limit: self.next_seq,
+                        },
+                    ));
+                }
                 if self.leases.contains(seq) || !taken.insert(seq) {
                     return Err(run.file().corrupt(
                         offset,
@@ -2739,6 +2750,18 @@ impl Core {
             if let Some(p) = &im.policy {
                 validate_policy(p)?;
             }
+            if im.completed >= super::COUNTER_LIMIT {
+                return Err(Error::InvalidOption {
+                    option: "import",
+                    reason: format!(
+                        "the queue {} of crawl {} says {} URLs done, not below {}",
+                        String::from_utf8_lossy(&im.key),
+                        im.crawl,
+                        im.completed,
+                        super::COUNTER_LIMIT
+                    ),
+                });
+            }
             let mut urls = std::collections::HashSet::new();
             let all = im
                 .done
@@ -2995,7 +3018,7 @@ impl Core {
         let held = (0..self.queues.len() as u32)
             .filter(|&i| self.queues[i as usize].crawl == id)
             .map(|i| self.held(i))
-            .sum();
+            .fold(0, u64::saturating_add);
         self.commit(&[Entry::DeleteCrawl { id }])?;
         Ok(held)
     }
@@ -3029,7 +3052,7 @@ impl Core {
             }
             c.queues += 1;
             let waiting = q.waiting + (q.returned().len() + q.refetch().len()) as u64;
-            c.waiting += waiting;
+            c.waiting = c.waiting.saturating_add(waiting);
             c.leased += u64::from(q.leased);
             c.done = c.done.saturating_add(q.completed);
             if waiting > 0 {
@@ -3410,7 +3433,8 @@ impl Core {
     }
 
     /// For `check`: every record waiting in the Q runs (at or after its queue's next seq, not
-    /// skipped) has a seq of its own: none of a leased, returned or refetched record, none
+    /// skipped) has a seq of its own, below the frontier's next seq: none of a leased,
+    /// returned or refetched record, none
     /// twice in a run, and each run's above the runs' before it (a run holds records queued
     /// after every earlier run's). A hand-out would find a repeat only when it served both;
     /// this finds it at once. It holds 8 bytes per record of the largest run.
@@ -3438,6 +3462,17 @@ impl Core {
                 })?;
             }
             seqs.sort_unstable();
+            if let Some(&(seq, offset)) = seqs.last().filter(|(s, _)| *s >= self.next_seq) {
+                // Every record was numbered below the frontier's next seq.
+                return Err(run.file().corrupt(
+                    offset,
+                    Corruption::OutOfRange {
+                        field: "seq of a record",
+                        found: seq,
+                        limit: self.next_seq,
+                    },
+                ));
+            }
             let repeat = seqs.windows(2).find(|w| w[0].0 == w[1].0).map(|w| w[1]);
             let taken = seqs.iter().find(|(s, _)| out.contains(s)).copied();
             let early = seqs.first().filter(|(s, _)| below.is_some_and(|b| *s <= b));
@@ -3471,7 +3506,7 @@ impl Core {
             .queues
             .iter()
             .map(|q| q.waiting + (q.returned().len() + q.refetch().len()) as u64)
-            .sum();
+            .fold(0, u64::saturating_add);
         Ok(FrontierStats {
             queues: self.queues.iter().filter(|q| self.listed(q)).count() as u64,
             queues_waiting: self.queues.iter().filter(|q| q.has_waiting()).count() as u64,
