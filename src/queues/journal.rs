@@ -521,7 +521,7 @@ impl Entry<'_> {
                         block: r.u64()?,
                         next_seq: r.counter("next seq of an imported queue")?,
                         waiting: r.counter("records waiting in an imported queue")?,
-                        completed: r.counter("records done of an imported queue")?,
+                        completed: r.u64()?,
                         burst: r.u64()?,
                         due: r.u64()?,
                         leases: Vec::new(),
@@ -609,7 +609,7 @@ impl<'a> Fields<'a> {
     fn u64(&mut self) -> Result<u64, Corruption> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
     }
-    /// A seq, a token, a run's id, a count of records, or a counter of them: below
+    /// A seq, a token, a run's id, a count of records waiting, or a counter of them: below
     /// [`super::COUNTER_LIMIT`]. (A receipt's seq is its sender's, not bounded.)
     fn counter(&mut self, field: &'static str) -> Result<u64, Corruption> {
         let found = self.u64()?;

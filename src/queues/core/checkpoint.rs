@@ -92,7 +92,7 @@ fn policy(c: &mut ByteReader<'_>) -> Result<Policy> {
     })
 }
 
-/// A seq, a token, a run's id, a count of records, or a counter of them: below
+/// A seq, a token, a run's id, a count of records waiting, or a counter of them: below
 /// [`COUNTER_LIMIT`].
 fn counter(c: &mut ByteReader<'_>, field: &'static str) -> Result<u64> {
     c.u64_below(field, COUNTER_LIMIT)
@@ -660,7 +660,7 @@ impl<'a> Image<'a> {
         let next_seq = counter(&mut c, "next seq")?;
         let next_run = counter(&mut c, "next run")?;
         let next_token = counter(&mut c, "next token")?;
-        let done = counter(&mut c, "records done")?;
+        let done = c.u64()?;
         let at = c.offset();
         let paused = match c.take(1)?[0] {
             0 => false,
@@ -747,7 +747,7 @@ impl<'a> Image<'a> {
                 key,
                 next_seq: counter(&mut c, "next seq of a queue")?,
                 waiting: c.u64()?,
-                completed: counter(&mut c, "records done of a queue")?,
+                completed: c.u64()?,
                 burst: c.u64()?,
                 due: c.u64()?,
                 returned: Vec::new(),

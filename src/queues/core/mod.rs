@@ -1121,7 +1121,8 @@ impl Core {
     /// `per_queue`, and under its limit.
     fn has_room(&self, q: &Queue) -> bool {
         let p = self.policy(q);
-        q.leased < p.per_queue && (p.limit == 0 || q.completed + u64::from(q.leased) < p.limit)
+        q.leased < p.per_queue
+            && (p.limit == 0 || q.completed.saturating_add(u64::from(q.leased)) < p.limit)
     }
 
     /// The first instant queue `q` may be served: its due instant, its block, and its first
@@ -2749,18 +2750,6 @@ impl Core {
             super::validate_key(Some(&im.key))?;
             if let Some(p) = &im.policy {
                 validate_policy(p)?;
-            }
-            if im.completed >= super::COUNTER_LIMIT {
-                return Err(Error::InvalidOption {
-                    option: "import",
-                    reason: format!(
-                        "the queue {} of crawl {} says {} URLs done, not below {}",
-                        String::from_utf8_lossy(&im.key),
-                        im.crawl,
-                        im.completed,
-                        super::COUNTER_LIMIT
-                    ),
-                });
             }
             let mut urls = std::collections::HashSet::new();
             let all = im
