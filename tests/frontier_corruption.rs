@@ -150,6 +150,19 @@ fn damage_of_a_mapped_q_run_is_caught_or_harmless() {
     }
 }
 
+/// The frontier store of the fuzz targets, its checkpoint's name and bytes.
+fn checkpoint_of_store() -> (crivello::storage::SimDisk, String, Vec<u8>) {
+    let (disk, _, _) = frontier_store();
+    let img = disk.crash_image(CrashImage::KillProcess);
+    let name = img
+        .files()
+        .into_iter()
+        .find(|f| FrontierFile::of(f) == Some(FrontierFile::Checkpoint))
+        .expect("a checkpoint");
+    let original = img.content(&name).unwrap();
+    (disk, name, original)
+}
+
 /// A lease of the checkpoint whose seq is rewritten, the checksum made right again: to the
 /// seq of a record still waiting in a Q run, one record would be both leased and in its
 /// queue, and the store would hand it out twice. `check` cross-checks the checkpoint's
@@ -160,14 +173,7 @@ fn damage_of_a_mapped_q_run_is_caught_or_harmless() {
 /// hand-out now stops with a corruption error. Its input is in `fuzz/regressions`.)
 #[test]
 fn a_resealed_checkpoint_lease_on_a_waiting_record_is_caught_by_check() {
-    let (disk, _, _) = frontier_store();
-    let img = disk.crash_image(CrashImage::KillProcess);
-    let name = img
-        .files()
-        .into_iter()
-        .find(|f| FrontierFile::of(f) == Some(FrontierFile::Checkpoint))
-        .expect("a checkpoint");
-    let original = img.content(&name).unwrap();
+    let (disk, name, original) = checkpoint_of_store();
     let u = |at: usize| u64::from_le_bytes(original[at..at + 8].try_into().unwrap());
     // A lease is (seq, token, deadline, record); the store leases for 60 s from T0.
     let deadline = crivello::internals::T0 + 60_000;
@@ -209,14 +215,7 @@ fn a_resealed_checkpoint_lease_on_a_waiting_record_is_caught_by_check() {
 /// (a counter that large would overflow the next `+ 1`), and never panics.
 #[test]
 fn a_resealed_checkpoint_counter_at_the_limit_is_refused() {
-    let (disk, _, _) = frontier_store();
-    let img = disk.crash_image(CrashImage::KillProcess);
-    let name = img
-        .files()
-        .into_iter()
-        .find(|f| FrontierFile::of(f) == Some(FrontierFile::Checkpoint))
-        .expect("a checkpoint");
-    let original = img.content(&name).unwrap();
+    let (disk, name, original) = checkpoint_of_store();
     for (at, field) in [(16, "next seq"), (24, "next run"), (32, "next token")] {
         for value in [1u64 << 62, u64::MAX] {
             let mut c = original.clone();

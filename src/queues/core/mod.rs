@@ -2222,17 +2222,7 @@ impl Core {
                 }
                 let q = &self.queues[i as usize];
                 check_record(run.file(), offset, rec, q.id, q.crawl)?;
-                if seq >= self.next_seq {
-                    // Every record was numbered below the frontier's next seq.
-                    return Err(run.file().corrupt(
-                        offset,
-                        Corruption::OutOfRange {
-                            field: "seq of a record",
-                            found: seq,
-                            limit: self.next_seq,
-                        },
-                    ));
-                }
+                self.numbered(run, offset, seq)?;
                 if self.leases.contains(seq) || !taken.insert(seq) {
                     return Err(run.file().corrupt(
                         offset,
@@ -3421,6 +3411,22 @@ impl Core {
         self.receipts.get(from).copied()
     }
 
+    /// Checks that record `seq` of `run` (its frame at `offset`) was numbered below the
+    /// frontier's next seq, as every record of the runs was.
+    fn numbered(&self, run: &Run, offset: u64, seq: u64) -> Result<()> {
+        if seq >= self.next_seq {
+            return Err(run.file().corrupt(
+                offset,
+                Corruption::OutOfRange {
+                    field: "seq of a record",
+                    found: seq,
+                    limit: self.next_seq,
+                },
+            ));
+        }
+        Ok(())
+    }
+
     /// For `check`: every record waiting in the Q runs (at or after its queue's next seq, not
     /// skipped) has a seq of its own, below the frontier's next seq: none of a leased,
     /// returned or refetched record, none
@@ -3451,16 +3457,8 @@ impl Core {
                 })?;
             }
             seqs.sort_unstable();
-            if let Some(&(seq, offset)) = seqs.last().filter(|(s, _)| *s >= self.next_seq) {
-                // Every record was numbered below the frontier's next seq.
-                return Err(run.file().corrupt(
-                    offset,
-                    Corruption::OutOfRange {
-                        field: "seq of a record",
-                        found: seq,
-                        limit: self.next_seq,
-                    },
-                ));
+            if let Some(&(seq, offset)) = seqs.last() {
+                self.numbered(run, offset, seq)?;
             }
             let repeat = seqs.windows(2).find(|w| w[0].0 == w[1].0).map(|w| w[1]);
             let taken = seqs.iter().find(|(s, _)| out.contains(s)).copied();
