@@ -236,3 +236,43 @@ fn a_resealed_checkpoint_counter_at_the_limit_is_refused() {
         }
     }
 }
+
+/// The checkpoint's `next_seq` lowered below the seqs of records waiting in the Q runs, the
+/// checksum made right again: every record of a run was numbered below the frontier's next
+/// seq, so a record at or past it is damage. A hand-out that reaches such a record stops with
+/// a corruption error naming its run (it would otherwise serve a seq the frontier then gives
+/// to a new record), and `check` reports the same store as unsound. No edit panics, and
+/// every edit an open and its hand-outs accept, `check` accepts too.
+#[test]
+fn a_lowered_next_seq_below_the_records_of_a_run_is_caught_by_hand_outs_and_check() {
+    let (disk, name, original) = checkpoint_of_store();
+    let next_seq = u64::from_le_bytes(original[16..24].try_into().unwrap());
+    let mut named_run = 0;
+    for lowered in next_seq.saturating_sub(120)..next_seq {
+        let mut c = original.clone();
+        c[16..24].copy_from_slice(&lowered.to_le_bytes());
+        reseal_frontier(FrontierFile::Checkpoint, &mut c);
+        let edited = disk.crash_image(CrashImage::KillProcess);
+        edited.set_content(&name, c);
+        let sound = check_storage(Arc::new(edited.crash_image(CrashImage::KillProcess)))
+            .is_ok_and(|r| r.is_sound());
+        match frontier_outcome_in(Arc::new(edited)) {
+            Ok(_) => assert!(sound, "next seq {lowered}: served, check must agree"),
+            Err(Error::Corrupt { file, what, .. }) => {
+                assert!(
+                    !sound,
+                    "next seq {lowered}: {file} refused, check said sound"
+                );
+                if FrontierFile::of(&file) == Some(FrontierFile::Q) {
+                    assert!(what.to_string().contains("seq of a record"), "{what}");
+                    named_run += 1;
+                }
+            }
+            Err(e) => panic!("next seq {lowered}: {e}"),
+        }
+    }
+    assert!(
+        named_run > 0,
+        "no lowered next seq reached a record of a run"
+    );
+}
