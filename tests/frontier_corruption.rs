@@ -14,12 +14,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crivello::internals::{
-    frontier_outcome_in, frontier_store, judge_frontier_edit, reseal_frontier, FrontierFile,
-    Verdict,
+    frontier_corruption_opts, frontier_outcome_in, frontier_store, judge_frontier_edit,
+    reseal_frontier, FrontierFile, Verdict,
 };
+use crivello::queues::ManualClock;
 use crivello::storage::sim::{CrashImage, Rng};
 use crivello::storage::DirStorage;
-use crivello::{check_storage, Error};
+use crivello::{check_storage, Error, Frontier};
 
 const FLIPS_PER_KIND: usize = 500;
 const TRUNCATIONS_PER_KIND: usize = 100;
@@ -274,5 +275,70 @@ fn a_lowered_next_seq_below_the_records_of_a_run_is_caught_by_hand_outs_and_chec
     assert!(
         named_run > 0,
         "no lowered next seq reached a record of a run"
+    );
+}
+
+/// A lease entry of J (`2 | seq u64 | token u64 | deadline u64 | record`) whose seq or token
+/// is edited to 2^62 or past it, the checksums made right again: the open refuses the
+/// generation by name, saying which field is out of range (a hand-out adds one to both), and
+/// never panics; `check` reports the same. The leases are taken after the store's clean close,
+/// then the process is killed, so that the open replays their entries.
+#[test]
+fn a_resealed_journal_seq_or_token_at_the_limit_is_refused() {
+    let (disk, _, _) = frontier_store();
+    let img = disk.crash_image(CrashImage::KillProcess);
+    let now = crivello::internals::T0 + 7_000;
+    let f = Frontier::open_with(
+        Arc::new(img.clone()),
+        frontier_corruption_opts(),
+        Arc::new(ManualClock::new(now)),
+    )
+    .expect("open");
+    let leased = f.lease(4, None, 60_000).expect("lease");
+    assert!(leased.len() >= 2, "{} leased", leased.len());
+    drop(f);
+    let img = img.crash_image(CrashImage::KillProcess);
+    let deadline = now + 60_000;
+    let mut refused = 0;
+    for name in img.files() {
+        if FrontierFile::of(&name) != Some(FrontierFile::J) {
+            continue;
+        }
+        let original = img.content(&name).unwrap();
+        let u = |at: usize| u64::from_le_bytes(original[at..at + 8].try_into().unwrap());
+        let leases: Vec<usize> = (0..original.len().saturating_sub(25))
+            .filter(|&at| original[at] == 2 && u(at + 17) == deadline)
+            .filter(|&at| u(at + 1) < 1000 && u(at + 9) < 1000)
+            .collect();
+        for &at in &leases {
+            for (field, place) in [("seq of a lease", at + 1), ("token of a lease", at + 9)] {
+                for value in [1u64 << 62, u64::MAX] {
+                    let mut c = original.clone();
+                    c[place..place + 8].copy_from_slice(&value.to_le_bytes());
+                    reseal_frontier(FrontierFile::J, &mut c);
+                    let edited = img.crash_image(CrashImage::KillProcess);
+                    edited.set_content(&name, c);
+                    let report =
+                        check_storage(Arc::new(edited.crash_image(CrashImage::KillProcess)));
+                    assert!(report.is_ok_and(|r| !r.is_sound()), "{name} at {place}");
+                    let e = match frontier_outcome_in(Arc::new(edited)) {
+                        Err(e @ Error::Corrupt { .. }) => e,
+                        other => panic!("{name} at {place} = {value}: {other:?}"),
+                    };
+                    let Error::Corrupt { file, what, .. } = &e else {
+                        unreachable!()
+                    };
+                    assert_eq!(file, &name);
+                    let what = what.to_string();
+                    assert!(what.contains(field) && what.contains("not below"), "{what}");
+                    refused += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(
+        refused,
+        leased.len() * 4,
+        "an edit per lease, field and value"
     );
 }
