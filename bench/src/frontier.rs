@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crivello::{Completion, Discovered, Frontier, Options, Policy};
+use crivello::{Completion, Discovered, Frontier, LeaseRequest, Options, Policy};
 
 use crate::peers::take_peak_rss;
 use crate::record::Result;
@@ -64,6 +64,12 @@ pub struct FrontierArgs {
     /// come inside the calls).
     #[arg(long, conflicts_with_all = ["in_memory", "lsm", "reopen"])]
     pub interleaved: bool,
+    /// Lease and complete as a Rust crawler can: `lease_batch` (the URLs of a call in one
+    /// buffer) and `complete` by lease token, instead of `lease` (a `Leased` value per URL)
+    /// and `complete_urls` (each lease found again by its URL), what the command line and
+    /// the service do.
+    #[arg(long, conflicts_with_all = ["in_memory", "lsm", "reopen"])]
+    pub tokens: bool,
 }
 
 /// A frontier pushed and flushed into its queues, and the figures of both steps.
@@ -164,25 +170,44 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         let (mut lease_max, mut done_max) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
         loop {
             let t = Instant::now();
-            let leased = f.lease(batch, None, 60_000).map_err(|e| e.to_string())?;
-            lease_max = lease_max.max(t.elapsed());
-            if leased.is_empty() {
+            let (n, ended) = if a.tokens {
+                let req = LeaseRequest {
+                    max_queues: batch,
+                    ttl_ms: 60_000,
+                    ..LeaseRequest::default()
+                };
+                let leased = f.lease_batch(&req).map_err(|e| e.to_string())?;
+                lease_max = lease_max.max(t.elapsed());
+                let done: Vec<(u64, u64, Completion)> = leased
+                    .iter()
+                    .map(|l| (l.token, 0, Completion::Done))
+                    .collect();
+                let t = Instant::now();
+                let ended = f.complete(&done).map_err(|e| e.to_string())?;
+                done_max = done_max.max(t.elapsed());
+                (leased.len(), ended)
+            } else {
+                let leased = f.lease(batch, None, 60_000).map_err(|e| e.to_string())?;
+                lease_max = lease_max.max(t.elapsed());
+                let done: Vec<(&[u8], u64)> = leased.iter().map(|l| (&l.url[..], 0)).collect();
+                let t = Instant::now();
+                let ended = f
+                    .complete_urls("", &done, Completion::Done)
+                    .map_err(|e| e.to_string())?;
+                done_max = done_max.max(t.elapsed());
+                (leased.len(), ended)
+            };
+            if n == 0 {
                 let mut l = longest
                     .lock()
                     .map_err(|_| "a thread panicked".to_string())?;
                 *l = (l.0.max(lease_max), l.1.max(done_max));
                 return Ok((served, calls));
             }
-            let done: Vec<(&[u8], u64)> = leased.iter().map(|l| (&l.url[..], 0)).collect();
-            let t = Instant::now();
-            let ended = f
-                .complete_urls("", &done, Completion::Done)
-                .map_err(|e| e.to_string())?;
-            done_max = done_max.max(t.elapsed());
             if ended.iter().any(|e| !e) {
                 return Err("a URL just leased was not leased at its done".into());
             }
-            served += leased.len() as u64;
+            served += n as u64;
             calls += 1;
         }
     };
