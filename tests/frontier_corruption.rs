@@ -20,6 +20,7 @@ use crivello::internals::{
 use crivello::queues::ManualClock;
 use crivello::storage::sim::{CrashImage, Rng};
 use crivello::storage::DirStorage;
+use crivello::storage::SimDisk;
 use crivello::{check_storage, Error, Frontier};
 
 const FLIPS_PER_KIND: usize = 500;
@@ -152,7 +153,7 @@ fn damage_of_a_mapped_q_run_is_caught_or_harmless() {
 }
 
 /// The frontier store of the fuzz targets, its checkpoint's name and bytes.
-fn checkpoint_of_store() -> (crivello::storage::SimDisk, String, Vec<u8>) {
+fn checkpoint_of_store() -> (SimDisk, String, Vec<u8>) {
     let (disk, _, _) = frontier_store();
     let img = disk.crash_image(CrashImage::KillProcess);
     let name = img
@@ -162,6 +163,43 @@ fn checkpoint_of_store() -> (crivello::storage::SimDisk, String, Vec<u8>) {
         .expect("a checkpoint");
     let original = img.content(&name).unwrap();
     (disk, name, original)
+}
+
+/// A crash image of `img` whose file `name` (of `kind`, its bytes `original`) has the u64 at
+/// `at` set to `value`, the checksums made right again.
+fn with_u64(
+    img: &SimDisk,
+    name: &str,
+    kind: FrontierFile,
+    original: &[u8],
+    at: usize,
+    value: u64,
+) -> SimDisk {
+    let mut c = original.to_vec();
+    c[at..at + 8].copy_from_slice(&value.to_le_bytes());
+    reseal_frontier(kind, &mut c);
+    let edited = img.crash_image(CrashImage::KillProcess);
+    edited.set_content(name, c);
+    edited
+}
+
+/// Whether `check` finds the store `img` sound.
+fn sound(img: &SimDisk) -> bool {
+    check_storage(Arc::new(img.crash_image(CrashImage::KillProcess))).is_ok_and(|r| r.is_sound())
+}
+
+/// Asserts that `check` reports `edited` unsound and that its open refuses file `name` as
+/// damaged, saying that `field` is not below its limit; never a panic.
+fn assert_out_of_range(edited: SimDisk, name: &str, field: &str) {
+    assert!(!sound(&edited), "{name}: {field}: check said sound");
+    match frontier_outcome_in(Arc::new(edited)) {
+        Err(Error::Corrupt { file, what, .. }) => {
+            assert_eq!(file, name);
+            let what = what.to_string();
+            assert!(what.contains(field) && what.contains("not below"), "{what}");
+        }
+        other => panic!("{name}: {field}: {other:?}"),
+    }
 }
 
 /// A lease of the checkpoint whose seq is rewritten, the checksum made right again: to the
@@ -189,15 +227,9 @@ fn a_resealed_checkpoint_lease_on_a_waiting_record_is_caught_by_check() {
             if seqs.contains(&to) {
                 continue;
             }
-            let mut c = original.clone();
-            c[at..at + 8].copy_from_slice(&to.to_le_bytes());
-            reseal_frontier(FrontierFile::Checkpoint, &mut c);
-            let edited = disk.crash_image(CrashImage::KillProcess);
-            edited.set_content(&name, c);
+            let edited = with_u64(&disk, &name, FrontierFile::Checkpoint, &original, at, to);
             let verdict = judge_frontier_edit(&edited, &name, false, true);
-            let sound = check_storage(Arc::new(edited.crash_image(CrashImage::KillProcess)))
-                .is_ok_and(|r| r.is_sound());
-            *tally.entry((verdict, sound)).or_default() += 1;
+            *tally.entry((verdict, sound(&edited))).or_default() += 1;
         }
     }
     eprintln!("{tally:?}");
@@ -213,27 +245,15 @@ fn a_resealed_checkpoint_lease_on_a_waiting_record_is_caught_by_check() {
 /// The checkpoint's counters (`next_seq`, `next_run`, `next_token`: the three u64 after
 /// the magic, the version and `j_gen`) edited to 2^62 or past it, the checksum made
 /// right again: the open refuses the checkpoint by name, saying which field is out of range
-/// (a counter that large would overflow the next `+ 1`), and never panics.
+/// (a counter that large would overflow the next `+ 1`), and never panics; `check` reports
+/// the store as damaged too.
 #[test]
 fn a_resealed_checkpoint_counter_at_the_limit_is_refused() {
     let (disk, name, original) = checkpoint_of_store();
     for (at, field) in [(16, "next seq"), (24, "next run"), (32, "next token")] {
         for value in [1u64 << 62, u64::MAX] {
-            let mut c = original.clone();
-            c[at..at + 8].copy_from_slice(&value.to_le_bytes());
-            reseal_frontier(FrontierFile::Checkpoint, &mut c);
-            let edited = disk.crash_image(CrashImage::KillProcess);
-            edited.set_content(&name, c);
-            let e = match frontier_outcome_in(Arc::new(edited)) {
-                Err(e @ Error::Corrupt { .. }) => e,
-                other => panic!("{field} = {value}: {other:?}"),
-            };
-            assert!(
-                matches!(&e, Error::Corrupt { file, .. } if *file == name),
-                "{e}"
-            );
-            let e = e.to_string();
-            assert!(e.contains(field) && e.contains("not below"), "{field}: {e}");
+            let edited = with_u64(&disk, &name, FrontierFile::Checkpoint, &original, at, value);
+            assert_out_of_range(edited, &name, field);
         }
     }
 }
@@ -250,13 +270,15 @@ fn a_lowered_next_seq_below_the_records_of_a_run_is_caught_by_hand_outs_and_chec
     let next_seq = u64::from_le_bytes(original[16..24].try_into().unwrap());
     let mut named_run = 0;
     for lowered in next_seq.saturating_sub(120)..next_seq {
-        let mut c = original.clone();
-        c[16..24].copy_from_slice(&lowered.to_le_bytes());
-        reseal_frontier(FrontierFile::Checkpoint, &mut c);
-        let edited = disk.crash_image(CrashImage::KillProcess);
-        edited.set_content(&name, c);
-        let sound = check_storage(Arc::new(edited.crash_image(CrashImage::KillProcess)))
-            .is_ok_and(|r| r.is_sound());
+        let edited = with_u64(
+            &disk,
+            &name,
+            FrontierFile::Checkpoint,
+            &original,
+            16,
+            lowered,
+        );
+        let sound = sound(&edited);
         match frontier_outcome_in(Arc::new(edited)) {
             Ok(_) => assert!(sound, "next seq {lowered}: served, check must agree"),
             Err(Error::Corrupt { file, what, .. }) => {
@@ -313,24 +335,8 @@ fn a_resealed_journal_seq_or_token_at_the_limit_is_refused() {
         for &at in &leases {
             for (field, place) in [("seq of a lease", at + 1), ("token of a lease", at + 9)] {
                 for value in [1u64 << 62, u64::MAX] {
-                    let mut c = original.clone();
-                    c[place..place + 8].copy_from_slice(&value.to_le_bytes());
-                    reseal_frontier(FrontierFile::J, &mut c);
-                    let edited = img.crash_image(CrashImage::KillProcess);
-                    edited.set_content(&name, c);
-                    let report =
-                        check_storage(Arc::new(edited.crash_image(CrashImage::KillProcess)));
-                    assert!(report.is_ok_and(|r| !r.is_sound()), "{name} at {place}");
-                    let e = match frontier_outcome_in(Arc::new(edited)) {
-                        Err(e @ Error::Corrupt { .. }) => e,
-                        other => panic!("{name} at {place} = {value}: {other:?}"),
-                    };
-                    let Error::Corrupt { file, what, .. } = &e else {
-                        unreachable!()
-                    };
-                    assert_eq!(file, &name);
-                    let what = what.to_string();
-                    assert!(what.contains(field) && what.contains("not below"), "{what}");
+                    let edited = with_u64(&img, &name, FrontierFile::J, &original, place, value);
+                    assert_out_of_range(edited, &name, field);
                     refused += 1;
                 }
             }

@@ -67,10 +67,10 @@ use crate::storage::{DirStorage, Storage};
 pub const DEFAULT_TTL_MS: u64 = 30_000;
 
 // Every seq, token and run id, the counters that issue them, and the counts of records
-// waiting stay below the manifest's limit, 2^62 (counts of records done saturate instead): each counter starts low and steps by one per record,
-// lease or run, so none gets near it (2^62 steps at 10^9 a second take 146 years), and a
-// value read from a file at or past it is damage. The margin keeps each `+ 1` and each
-// batch's numbering from overflowing.
+// waiting stay below the manifest's limit, 2^62 (counts of records done saturate instead):
+// each counter starts low and steps by one per record, lease or run, so none gets near it
+// (2^62 steps at 10^9 a second take 146 years), and a value read from a file at or past it
+// is damage. The margin keeps each `+ 1` and each batch's numbering from overflowing.
 pub(crate) use crate::manifest::COUNTER_LIMIT;
 
 /// The longest sender name of a receipt ([`Frontier::update_receipted`]).
