@@ -32,7 +32,7 @@ const ENTRY: usize = 16;
 /// Bytes of a key run of version 2: key u16, entries u16.
 const RUN: usize = 4;
 /// Bytes of a fingerprint less its key, version 2.
-const REST: usize = 6;
+pub(crate) const REST: usize = 6;
 /// Bytes of a document's offset from the segment's first, version 2.
 const DOC: usize = 4;
 /// Entries per block (the last of a table may hold fewer).
@@ -65,7 +65,7 @@ pub(crate) fn rest_at(rests: &[u8], i: usize) -> u64 {
 }
 
 /// The fingerprint whose key in table `t` is `key` and whose other bits are `rest`.
-fn unrest(rest: u64, key: u32, t: usize) -> u64 {
+pub(crate) fn unrest(rest: u64, key: u32, t: usize) -> u64 {
     let low = (1u64 << (16 * t)) - 1;
     (rest & low) | (u64::from(key) << (16 * t)) | ((rest & !low) << 16)
 }
@@ -747,16 +747,28 @@ impl SegmentWriter {
                 i = j;
             }
             self.buf[runs_at..runs_at + 4].copy_from_slice(&runs.to_le_bytes());
-            for e in &self.block {
-                self.buf
-                    .extend_from_slice(&rest(e.fp, t).to_le_bytes()[..REST]);
+            // The fingerprints, then the documents, each written in place into room made
+            // once for the block.
+            let rests_at = self.buf.len();
+            self.buf.resize(rests_at + n * REST, 0);
+            for (e, out) in self
+                .block
+                .iter()
+                .zip(self.buf[rests_at..].chunks_exact_mut(REST))
+            {
+                out.copy_from_slice(&rest(e.fp, t).to_le_bytes()[..REST]);
             }
             let c = crc(&self.buf[start..]);
             self.buf.put_u32(c);
             let docs_at = self.buf.len();
-            for e in &self.block {
+            self.buf.resize(docs_at + n * 4, 0);
+            for (e, out) in self
+                .block
+                .iter()
+                .zip(self.buf[docs_at..].chunks_exact_mut(4))
+            {
                 debug_assert!(e.doc >= self.first && e.doc - self.first < self.docs);
-                self.buf.put_u32((e.doc - self.first) as u32);
+                out.copy_from_slice(&((e.doc - self.first) as u32).to_le_bytes());
             }
             let c = crc(&self.buf[docs_at..]);
             self.buf.put_u32(c);
