@@ -761,11 +761,11 @@ impl SegmentWriter {
             let c = crc(&self.buf[start..]);
             self.buf.put_u32(c);
             let docs_at = self.buf.len();
-            self.buf.resize(docs_at + n * 4, 0);
+            self.buf.resize(docs_at + n * DOC, 0);
             for (e, out) in self
                 .block
                 .iter()
-                .zip(self.buf[docs_at..].chunks_exact_mut(4))
+                .zip(self.buf[docs_at..].chunks_exact_mut(DOC))
             {
                 debug_assert!(e.doc >= self.first && e.doc - self.first < self.docs);
                 out.copy_from_slice(&((e.doc - self.first) as u32).to_le_bytes());
