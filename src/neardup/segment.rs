@@ -70,6 +70,16 @@ pub(crate) fn unrest(rest: u64, key: u32, t: usize) -> u64 {
     (rest & low) | (u64::from(key) << (16 * t)) | ((rest & !low) << 16)
 }
 
+/// Appends, for each entry of `block`, the first `width` bytes of `field(entry)` in little
+/// endian, into room made once for them all.
+fn put_each(buf: &mut Vec<u8>, block: &[Entry], width: usize, field: impl Fn(&Entry) -> u64) {
+    let at = buf.len();
+    buf.resize(at + block.len() * width, 0);
+    for (e, out) in block.iter().zip(buf[at..].chunks_exact_mut(width)) {
+        out.copy_from_slice(&field(e).to_le_bytes()[..width]);
+    }
+}
+
 /// The name of segment `id`.
 pub(crate) fn name(id: u64) -> String {
     format!("n-{id:016x}.seg")
@@ -747,29 +757,15 @@ impl SegmentWriter {
                 i = j;
             }
             self.buf[runs_at..runs_at + 4].copy_from_slice(&runs.to_le_bytes());
-            // The fingerprints, then the documents, each written in place into room made
-            // once for the block.
-            let rests_at = self.buf.len();
-            self.buf.resize(rests_at + n * REST, 0);
-            for (e, out) in self
-                .block
-                .iter()
-                .zip(self.buf[rests_at..].chunks_exact_mut(REST))
-            {
-                out.copy_from_slice(&rest(e.fp, t).to_le_bytes()[..REST]);
-            }
+            put_each(&mut self.buf, &self.block, REST, |e| rest(e.fp, t));
             let c = crc(&self.buf[start..]);
             self.buf.put_u32(c);
             let docs_at = self.buf.len();
-            self.buf.resize(docs_at + n * DOC, 0);
-            for (e, out) in self
-                .block
-                .iter()
-                .zip(self.buf[docs_at..].chunks_exact_mut(DOC))
-            {
-                debug_assert!(e.doc >= self.first && e.doc - self.first < self.docs);
-                out.copy_from_slice(&((e.doc - self.first) as u32).to_le_bytes());
-            }
+            let (first, docs) = (self.first, self.docs);
+            put_each(&mut self.buf, &self.block, DOC, |e| {
+                debug_assert!(e.doc >= first && e.doc - first < docs);
+                e.doc - first
+            });
             let c = crc(&self.buf[docs_at..]);
             self.buf.put_u32(c);
         }
