@@ -2312,3 +2312,66 @@ fn a_merge_that_fails_while_a_hand_out_waits_for_it_is_that_hand_outs_error() {
     // Every later call says the store is poisoned.
     assert!(matches!(f.lease(10, None, 30_000), Err(Error::Poisoned)));
 }
+
+/// Queues whose records share frames, and queues whose records fill frames, served one
+/// record a call: each hand-out starts at the queue's next record in its frame, so retries,
+/// a reopen (which forgets where each queue stands) and calls that take from some queues and
+/// not others must still serve every record once, each queue in order.
+#[test]
+fn records_taken_one_at_a_time_from_shared_frames_come_in_order_across_a_reopen() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let mut f = open(&disk, &clock);
+    // Three big hosts and forty small ones, their URLs interleaved in one push.
+    let mut all = Vec::new();
+    for i in 0..150 {
+        for h in 0..3 {
+            all.push(format!("http://big{h}.example/section/page-{i:04}.html"));
+        }
+        if i < 40 {
+            all.push(format!("http://small{i}.example/"));
+            all.push(format!("http://small{i}.example/about"));
+        }
+    }
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    push(&f, &refs);
+    let mut served: HashMap<String, Vec<String>> = HashMap::new();
+    let mut calls = 0;
+    loop {
+        calls += 1;
+        if calls == 60 {
+            f.close().unwrap();
+            f = open(&disk, &clock);
+        }
+        // A call of few URLs leaves some due queues for the next.
+        let got = f
+            .lease(if calls % 3 == 0 { 7 } else { 100 }, None, 30_000)
+            .unwrap();
+        if got.is_empty() {
+            break;
+        }
+        for (j, l) in got.iter().enumerate() {
+            if calls % 5 == 0 && j % 4 == 0 {
+                // Back in its queue, in its place: served again next.
+                assert!(f.retry(l.token, 5).unwrap());
+                continue;
+            }
+            let url = String::from_utf8(l.url.clone()).unwrap();
+            let host = url.split('/').nth(2).unwrap().to_string();
+            served.entry(host).or_default().push(url);
+            assert!(f.done(l.token, 5).unwrap());
+        }
+    }
+    let mut want: HashMap<String, Vec<String>> = HashMap::new();
+    for u in &all {
+        let host = u.split('/').nth(2).unwrap().to_string();
+        want.entry(host).or_default().push(u.clone());
+    }
+    assert_eq!(served.len(), want.len());
+    for (host, urls) in &want {
+        assert_eq!(&served[host], urls, "{host}");
+    }
+    let st = f.stats().unwrap();
+    assert_eq!((st.waiting, st.leased, st.done), (0, 0, all.len() as u64));
+    f.close().unwrap();
+}

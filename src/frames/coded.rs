@@ -301,26 +301,40 @@ pub(crate) enum Layout {
 }
 
 /// Decodes the coded payload in `payload` (a frame of `count` records) and leaves the
-/// records in its place, in the layout returned; the buffers swap with the thread's, so a
-/// reader that gives its buffer back for the next frame allocates nothing. Of a frame front
-/// coded alone (layouts 3 to 5), whose records are decoded one after the other, only the
-/// first `wanted` records are decoded when they are fewer: a hand-out that takes a queue's
-/// next record from a frame of many decodes no further. Each record decoded is checked as in
-/// a whole decode; what follows is not decoded (the crc covered it).
-pub(crate) fn decode_prefix_in_place(
+/// records in its place, in the layout returned, with the index of the first record it holds;
+/// the buffers swap with the thread's, so a reader that gives its buffer back for the next
+/// frame allocates nothing. Of a frame front coded alone (layouts 3 to 5), whose records are
+/// decoded one after the other, only records `from` to `to` (exclusive) are left when they
+/// are not all: a hand-out that takes a queue's next records from a frame of many decodes
+/// no further, and keeps nothing of the records before them but what the next one shares
+/// (the returned index is then `from`). Every record up to `to` is checked as in a whole
+/// decode; what follows is not decoded (the crc covered it). Other layouts are decoded
+/// whole (index 0).
+pub(crate) fn decode_window_in_place(
     payload: &mut Vec<u8>,
     count: u32,
-    wanted: u32,
-) -> Result<Layout, Corruption> {
+    (from, to): (u32, u32),
+) -> Result<(Layout, u32), Corruption> {
     PLAIN.with(|cell| {
         let mut plain = cell.take();
-        let r = decode_prefix(payload, count, wanted.min(count), &mut plain);
+        let r = decode_window_into(payload, count, (from, to), &mut plain);
         if r.is_ok() {
             std::mem::swap(payload, &mut plain);
         }
         cell.replace(plain);
         r
     })
+}
+
+/// [`decode_window_in_place`], from `coded` into `out`.
+pub(crate) fn decode_window_into(
+    coded: &[u8],
+    count: u32,
+    (from, to): (u32, u32),
+    out: &mut Vec<u8>,
+) -> Result<(Layout, u32), Corruption> {
+    let to = to.min(count);
+    decode_window(coded, count, (from.min(to), to), out)
 }
 
 thread_local! {
@@ -340,16 +354,18 @@ fn invalid(field: &'static str, expected: &'static str, found: u64) -> Corruptio
 /// the bytes are as written, and a writer never writes them.
 #[cfg(test)]
 pub(crate) fn decode(coded: &[u8], count: u32, out: &mut Vec<u8>) -> Result<Layout, Corruption> {
-    decode_prefix(coded, count, count, out)
+    decode_window(coded, count, (0, count), out).map(|(layout, _)| layout)
 }
 
-/// [`decode`], of the first `wanted` records (at most `count`) of a frame front coded alone.
-fn decode_prefix(
+/// [`decode`], of records `from` to `to` (`from <= to <= count`) of a frame front coded
+/// alone; returns the layout and the index of the first record in `out` (`from`, or 0 for a
+/// frame decoded whole).
+fn decode_window(
     coded: &[u8],
     count: u32,
-    wanted: u32,
+    (from, to): (u32, u32),
     out: &mut Vec<u8>,
-) -> Result<Layout, Corruption> {
+) -> Result<(Layout, u32), Corruption> {
     if coded.len() < CODED_HEAD {
         return Err(Corruption::Truncated {
             needed: CODED_HEAD as u64,
@@ -401,12 +417,12 @@ fn decode_prefix(
         _ => None,
     } {
         let front = &coded[CODED_HEAD..];
-        if wanted < count as u32 {
-            front_decode_prefix(front, wanted, raw_len, out, head)?;
-        } else {
-            front_decode(front, count as u32, raw_len, out, head)?;
+        if to < count as u32 || from > 0 {
+            front_decode_window(front, (from, to), raw_len, out, head)?;
+            return Ok((Layout::Plain, from));
         }
-        return Ok(Layout::Plain);
+        front_decode(front, count as u32, raw_len, out, head)?;
+        return Ok((Layout::Plain, 0));
     }
     let zstd_error = |_| {
         invalid(
@@ -447,10 +463,10 @@ fn decode_prefix(
         }
         if layout == LINES {
             check_lines(out, count)?;
-            return Ok(Layout::Lines);
+            return Ok((Layout::Lines, 0));
         }
         front_decode(&d.front, count as u32, raw_len, out, Head::None)?;
-        Ok(Layout::Plain)
+        Ok((Layout::Plain, 0))
     })
 }
 
@@ -485,7 +501,7 @@ fn front_decode(
     out: &mut Vec<u8>,
     head: Head,
 ) -> Result<(), Corruption> {
-    let (pos, w) = front_decode_prefix(front, count, raw_len, out, head)?;
+    let (pos, w) = front_decode_window(front, (0, count), raw_len, out, head)?;
     if pos != front.len() || w != raw_len {
         return Err(Corruption::Mismatch {
             field: "bytes of a coded frame's records",
@@ -496,27 +512,28 @@ fn front_decode(
     Ok(())
 }
 
-/// Decodes the first `count` front-coded records of `front` into `out`, in the plain layout,
-/// each within `raw_len` bytes; returns the bytes of `front` read and of `out` written.
-fn front_decode_prefix(
+/// Decodes front-coded records `from` to `to` (exclusive) of `front` into `out`, in the
+/// plain layout, checking every record up to `to` (each within `raw_len` bytes); returns
+/// the bytes of `front` read and of the plain layout of records 0 to `to`.
+fn front_decode_window(
     front: &[u8],
-    count: u32,
+    window: (u32, u32),
     raw_len: usize,
     out: &mut Vec<u8>,
     head: Head,
 ) -> Result<(usize, usize), Corruption> {
     // One loop per layout, without a branch on it per record.
     match head {
-        Head::None => front_decode_as::<0>(front, count, raw_len, out),
-        Head::Kept => front_decode_as::<1>(front, count, raw_len, out),
-        Head::Seq => front_decode_as::<2>(front, count, raw_len, out),
+        Head::None => front_decode_as::<0>(front, window, raw_len, out),
+        Head::Kept => front_decode_as::<1>(front, window, raw_len, out),
+        Head::Seq => front_decode_as::<2>(front, window, raw_len, out),
     }
 }
 
-/// [`front_decode_prefix`] with the head `MODE`: 0 none, 1 kept, 2 coded as steps.
+/// [`front_decode_window`] with the head `MODE`: 0 none, 1 kept, 2 coded as steps.
 fn front_decode_as<const MODE: u8>(
     front: &[u8],
-    count: u32,
+    (from, count): (u32, u32),
     raw_len: usize,
     out: &mut Vec<u8>,
 ) -> Result<(usize, usize), Corruption> {
@@ -530,11 +547,12 @@ fn front_decode_as<const MODE: u8>(
     // Reserved, not filled: a damaged length could name a gigabyte. Each record is appended
     // within the room reserved (its length was checked against `raw_len`).
     out.reserve(raw_len);
-    // Where the next record goes in `out`.
+    // Where the next record goes in the plain layout of all the records.
     let mut w = 0usize;
     // The previous record's rest (after its head): where it is in `out`, and its length.
+    // Before record `from`, `out` holds only that rest, from its start.
     let (mut pos, mut prev_at, mut prev_len) = (0usize, 0usize, 0usize);
-    for _ in 0..count {
+    for i in 0..count {
         let h = pos;
         if kept {
             pos += head;
@@ -582,20 +600,42 @@ fn front_decode_as<const MODE: u8>(
                 len as u64,
             ));
         }
-        // Appended piece by piece (`out` is `w` long): nothing is zeroed first.
-        out.extend_from_slice(&(len as u32).to_le_bytes());
-        if kept {
-            out.extend_from_slice(&front[h..h + head]);
-        } else if head > 0 {
-            out.extend_from_slice(&seq.to_le_bytes());
+        if i < from {
+            // Before the window: only the rest, for the next record's shared prefix.
+            out.truncate(shared);
+        } else if i == from && from > 0 {
+            // The window's first record: its shared prefix, the start of `out`, moves after
+            // its length and head.
+            out.truncate(shared);
+            out.extend_from_slice(&[0; 4 + HEAD][..4 + head]);
+            out.copy_within(..shared, 4 + head);
+            out[..4].copy_from_slice(&(len as u32).to_le_bytes());
+            if kept {
+                out[4..4 + head].copy_from_slice(&front[h..h + head]);
+            } else if head > 0 {
+                out[4..4 + head].copy_from_slice(&seq.to_le_bytes());
+            }
+            prev_at = 4 + head;
+        } else {
+            // Appended piece by piece: nothing is zeroed first.
+            out.extend_from_slice(&(len as u32).to_le_bytes());
+            if kept {
+                out.extend_from_slice(&front[h..h + head]);
+            } else if head > 0 {
+                out.extend_from_slice(&seq.to_le_bytes());
+            }
+            let at = out.len();
+            out.extend_from_within(prev_at..prev_at + shared);
+            prev_at = at;
         }
-        let at = w + 4 + head;
-        out.extend_from_within(prev_at..prev_at + shared);
         out.extend_from_slice(&front[pos..pos + rest]);
         pos += rest;
-        w = at + shared + rest;
-        prev_at = at;
+        w += 4 + len;
         prev_len = shared + rest;
+    }
+    if from >= count {
+        // An empty window: nothing of the records before it is left.
+        out.clear();
     }
     Ok((pos, w))
 }
@@ -813,10 +853,33 @@ mod tests {
         let n = refs.len() as u32;
         assert_eq!(decode(&steps, n, &mut back).unwrap(), Layout::Plain);
         assert_eq!(back, raw);
-        // The first k records alone, as a hand-out decodes them.
-        for k in 0..=n {
-            decode_prefix(&steps, n, k, &mut back).unwrap();
-            assert_eq!(back, plain(&refs[..k as usize]), "{k} records");
+        // Records `from` to `to` alone, as a hand-out decodes them, in every layout of a
+        // head; a shared prefix too long anywhere up to `to` is corruption in every window.
+        let mut none = Vec::new();
+        Encoder::front_only(Head::None)
+            .encode(&raw, &mut none, 0)
+            .unwrap();
+        for coded in [&steps, &kept, &none] {
+            for from in 0..=n {
+                for to in from..=n {
+                    let (layout, first) = decode_window(coded, n, (from, to), &mut back).unwrap();
+                    assert_eq!((layout, first), (Layout::Plain, from));
+                    let want = plain(&refs[from as usize..to as usize]);
+                    assert_eq!(back, want, "records {from} to {to}, layout {}", coded[0]);
+                }
+            }
+        }
+        let second = CODED_HEAD + 1 + 2 + (refs[0].len() - HEAD) + 1;
+        let mut bad = steps.clone();
+        assert_eq!(
+            bad[second], 8,
+            "the second record shares \"http://h\" with the first"
+        );
+        bad[second] = (refs[0].len() - HEAD + 1) as u8;
+        for from in 0..=n {
+            for to in 2.max(from)..=n {
+                assert!(decode_window(&bad, n, (from, to), &mut back).is_err());
+            }
         }
         // The first step (5, zigzag 10) as a 2-byte varint, and as 11 bytes.
         let first = CODED_HEAD;

@@ -125,10 +125,14 @@ pub(crate) struct Frame {
     pub end: Option<u64>,
     /// How `payload` holds the records.
     pub layout: coded::Layout,
+    /// The index of the first record `payload` holds: 0 but in a frame read in a window
+    /// ([`FrameReader::frame_window`]).
+    pub first: u32,
 }
 
 impl Frame {
-    /// The records of the frame, in order (none in a seal or the end frame).
+    /// The records of the frame its payload holds, in order (none in a seal or the end
+    /// frame).
     pub fn records(&self) -> Records<'_> {
         Records {
             payload: if self.end.is_some() {
@@ -139,6 +143,21 @@ impl Frame {
             pos: 0,
             lines: self.layout == coded::Layout::Lines,
         }
+    }
+
+    /// The records of the frame from its record `i` on, of those its payload holds (none if
+    /// `i` is before the first).
+    pub fn records_from(&self, i: u32) -> std::iter::Skip<Records<'_>> {
+        debug_assert!(
+            i >= self.first,
+            "record {i} before the window at {}",
+            self.first
+        );
+        let skip = match i.checked_sub(self.first) {
+            Some(n) => n as usize,
+            None => usize::MAX,
+        };
+        self.records().skip(skip)
     }
 
     /// Bytes of the frame, header included.

@@ -68,17 +68,18 @@ impl<'a> FrameReader<'a> {
         offset: u64,
         spare: Vec<u8>,
     ) -> std::result::Result<Frame, FrameError> {
-        self.frame_prefix(offset, spare, u32::MAX)
+        self.frame_window(offset, spare, (0, u32::MAX))
     }
 
-    /// [`FrameReader::frame_with`], whose payload holds at least the frame's first `wanted`
-    /// records (all of them but in a frame front coded alone, decoded only that far): its
-    /// `count` is still the frame's.
-    pub(crate) fn frame_prefix(
+    /// [`FrameReader::frame_with`], whose payload holds at least the frame's records `from`
+    /// to `to` (exclusive): all of them but in a frame front coded alone, decoded only in
+    /// that window (see [`coded::decode_window_in_place`]). Its `count` is still the frame's,
+    /// and its `first` the index of the first record its payload holds.
+    pub(crate) fn frame_window(
         &self,
         offset: u64,
         spare: Vec<u8>,
-        wanted: u32,
+        (from, to): (u32, u32),
     ) -> std::result::Result<Frame, FrameError> {
         if offset >= self.len {
             return Err(FrameError::End);
@@ -125,8 +126,41 @@ impl<'a> FrameReader<'a> {
                 available: avail,
             }));
         }
-        // Only the bytes the spare buffer lacks are zeroed first: the read fills them all.
         let mut payload = spare;
+        let in_first = FRAME_HEADER + payload_len as usize <= first_len;
+        if in_first && magic == MAGIC_CODED && count > 0 {
+            // A coded frame the first read holds whole (a Q run's, read by a hand-out) is
+            // decoded from that read, into the spare buffer: its bytes are not copied first.
+            // (The checks are the general path's, in its order, for a count above 0.)
+            let coded_bytes = &first[FRAME_HEADER..FRAME_HEADER + payload_len as usize];
+            let mut hasher = crc32fast::Hasher::new();
+            hasher.update(&h[0..24]);
+            hasher.update(coded_bytes);
+            let computed = hasher.finalize();
+            if computed != stored {
+                return Err(FrameError::Invalid(Corruption::Checksum {
+                    stored,
+                    computed,
+                }));
+            }
+            if tag != self.tag {
+                return Err(FrameError::End);
+            }
+            let (layout, first_record) =
+                coded::decode_window_into(coded_bytes, count, (from, to), &mut payload)
+                    .map_err(FrameError::Invalid)?;
+            return Ok(Frame {
+                offset,
+                epoch,
+                count,
+                payload,
+                disk_len: payload_len,
+                end: None,
+                layout,
+                first: first_record,
+            });
+        }
+        // Only the bytes the spare buffer lacks are zeroed first: the read fills them all.
         if payload.len() > payload_len as usize {
             payload.truncate(payload_len as usize);
         } else {
@@ -162,10 +196,11 @@ impl<'a> FrameReader<'a> {
                 disk_len: payload_len,
                 end: Some(records),
                 layout: coded::Layout::Plain,
+                first: 0,
             });
         }
         // A valid checksum over a malformed payload is not a torn write: check the structure.
-        let mut layout = coded::Layout::Plain;
+        let (mut layout, mut first_record) = (coded::Layout::Plain, 0);
         if magic == MAGIC_CODED {
             if count == 0 {
                 return Err(FrameError::Invalid(Corruption::Invalid {
@@ -174,7 +209,7 @@ impl<'a> FrameReader<'a> {
                     found: 0,
                 }));
             }
-            layout = coded::decode_prefix_in_place(&mut payload, count, wanted)
+            (layout, first_record) = coded::decode_window_in_place(&mut payload, count, (from, to))
                 .map_err(FrameError::Invalid)?;
         }
         if magic != MAGIC_CODED {
@@ -189,6 +224,7 @@ impl<'a> FrameReader<'a> {
             disk_len: payload_len,
             end: None,
             layout,
+            first: first_record,
         })
     }
 

@@ -590,12 +590,17 @@ impl Run {
     /// Reads the frame at `offset` (a frame of a group) into `spare`, the payload of an
     /// earlier frame given back.
     pub(crate) fn frame_with(&self, offset: u64, spare: Vec<u8>) -> Result<Frame> {
-        self.frame_prefix(offset, spare, u32::MAX)
+        self.frame_window(offset, spare, (0, u32::MAX))
     }
 
-    /// [`Run::frame_with`], decoding at least the frame's first `wanted` records (see
-    /// [`FrameReader::frame_prefix`]): what a hand-out needs of a frame of many queues.
-    pub(crate) fn frame_prefix(&self, offset: u64, spare: Vec<u8>, wanted: u32) -> Result<Frame> {
+    /// [`Run::frame_with`], decoding at least the frame's records `from` to `to` (see
+    /// [`FrameReader::frame_window`]): what a hand-out needs of a frame of many queues.
+    pub(crate) fn frame_window(
+        &self,
+        offset: u64,
+        spare: Vec<u8>,
+        window: (u32, u32),
+    ) -> Result<Frame> {
         if offset < HEADER_LEN || offset >= self.frames_end {
             return Err(self.file.corrupt(
                 offset,
@@ -607,7 +612,7 @@ impl Run {
             ));
         }
         let reader = FrameReader::new(&self.file, self.frames_end, u64::MAX, self.id);
-        match reader.frame_prefix(offset, spare, wanted) {
+        match reader.frame_window(offset, spare, window) {
             Ok(f) if f.end.is_none() && f.count > 0 => Ok(f),
             Ok(_) | Err(FrameError::End) => Err(self.file.corrupt(
                 offset,

@@ -186,13 +186,13 @@ struct Lists {
     skips: Vec<u64>,
 }
 
-/// A Q frame a hand-out read, kept for the next one: run `run`'s frame at `offset`, its first
-/// `decoded` records decoded. Runs are immutable and their ids never reused, so it stays
-/// true.
+/// A Q frame a hand-out read, kept for the next one: run `run`'s frame at `offset`, its
+/// records from `frame.first` to `end` decoded. Runs are immutable and their ids never
+/// reused, so it stays true.
 struct Recent {
     run: u64,
     offset: u64,
-    decoded: u32,
+    end: u32,
     frame: Frame,
 }
 
@@ -2201,23 +2201,25 @@ impl Core {
             let Some((slot, offset, start, left)) = self.position(i, next)? else {
                 break;
             };
-            let wanted = u32::from(start).saturating_add(left);
-            let (f, decoded) = self.read_frame(slot, offset, wanted)?;
+            // Only the records the call may take are decoded (more are read if some are
+            // passed over).
+            let want = u32::try_from(k - n).unwrap_or(u32::MAX);
+            let end = u32::from(start).saturating_add(left.min(want));
+            let (f, decoded) = self.read_frame(slot, offset, (start, end))?;
             let run = &self.runs[slot];
             let here = run.in_frame(&f, start, left)?;
-            let mut taken_all = true;
-            for r in f.records().skip(usize::from(start)).take(here as usize) {
+            // The group's records in this frame that the window holds, and those passed.
+            let held = here.min(decoded.saturating_sub(u32::from(start)));
+            let mut passed = 0u32;
+            for r in f.records_from(u32::from(start)).take(held as usize) {
                 let (seq, rec) = split(run.file(), offset, r)?;
                 if seq < next || self.queues[i as usize].skips().binary_search(&seq).is_ok() {
+                    passed += 1;
                     continue;
                 }
-                if n == k {
-                    taken_all = false;
-                    break;
-                }
-                if left_waiting == 0 {
-                    // The queue's count says it has no more (a damaged run holds more).
-                    taken_all = false;
+                if n == k || left_waiting == 0 {
+                    // (`left_waiting` 0: the queue's count says it has no more; a damaged
+                    // run holds more.)
                     break;
                 }
                 let q = &self.queues[i as usize];
@@ -2242,15 +2244,22 @@ impl Core {
                 next = seq + 1;
                 n += 1;
                 left_waiting -= 1;
+                passed += 1;
             }
+            // The queue's next record is the first not passed: in this frame, or the next.
             let q = &mut self.queues[i as usize];
-            q.at = if taken_all {
+            q.at = if passed == here {
                 let left = left - here;
                 (left > 0).then(|| At::new((slot, offset + f.size(), 0, left)))
             } else {
+                // (A start past a u16 is a damaged frame's: the walk starts over there.)
+                let (start, left) = match u16::try_from(u32::from(start) + passed) {
+                    Ok(at) => (at, left - passed),
+                    Err(_) => (start, left),
+                };
                 Some(At::new((slot, offset, start, left)))
             };
-            if taken_all && q.at.is_none() {
+            if q.at.is_none() {
                 q.runs &= !(1 << slot);
             }
             self.keep_frame(slot, offset, decoded, f);
@@ -2258,38 +2267,45 @@ impl Core {
         Ok(())
     }
 
-    /// The frame at `offset` of run `slot`, with at least its first `wanted` records decoded,
-    /// and the records decoded: the frame read last if it is that one (a frame of many queues
-    /// serves the hand-outs of each, which come one after the other as often as not), else
-    /// read into the spare buffer.
-    fn read_frame(&mut self, slot: usize, offset: u64, wanted: u32) -> Result<(Frame, u32)> {
+    /// The frame at `offset` of run `slot`, with at least its records `start` to `end`
+    /// decoded, and the end of the records decoded: the frame read last if it is that one
+    /// (a frame of many queues serves the hand-outs of each, which come one after the other
+    /// as often as not), else read into the spare buffer.
+    fn read_frame(
+        &mut self,
+        slot: usize,
+        offset: u64,
+        (start, end): (u16, u32),
+    ) -> Result<(Frame, u32)> {
         let run = &self.runs[slot];
-        let mut wanted = wanted;
+        let (start, mut end) = (u32::from(start), end);
         if let Some(r) = self.recent.take() {
             let same = r.run == run.id() && r.offset == offset;
-            if same && r.decoded >= wanted.min(r.frame.count) {
-                return Ok((r.frame, r.decoded));
+            if same && r.frame.first <= start && r.end >= end.min(r.frame.count) {
+                return Ok((r.frame, r.end));
             }
             if same {
                 // Asked again for more: the hand-outs of the frame's next queues will be
-                // too. It is decoded whole.
-                wanted = u32::MAX;
+                // too, in the order of their ids as often as not. It is decoded from here to
+                // its end.
+                end = u32::MAX;
             }
             if r.frame.payload.capacity() <= SPARE_MAX {
                 self.frame_spare = r.frame.payload;
             }
         }
-        let f = run.frame_prefix(offset, std::mem::take(&mut self.frame_spare), wanted)?;
-        let decoded = wanted.min(f.count);
-        Ok((f, decoded))
+        let spare = std::mem::take(&mut self.frame_spare);
+        let f = run.frame_window(offset, spare, (start, end))?;
+        let end = end.min(f.count);
+        Ok((f, end))
     }
 
-    /// Keeps `f`, its first `decoded` records decoded, for the next [`Core::read_frame`].
-    fn keep_frame(&mut self, slot: usize, offset: u64, decoded: u32, f: Frame) {
+    /// Keeps `f`, its records decoded up to `end`, for the next [`Core::read_frame`].
+    fn keep_frame(&mut self, slot: usize, offset: u64, end: u32, f: Frame) {
         self.recent = Some(Recent {
             run: self.runs[slot].id(),
             offset,
-            decoded,
+            end,
             frame: f,
         });
     }
@@ -2319,12 +2335,12 @@ impl Core {
             let (mut offset, mut start, mut left) = (g.offset, g.start, g.records);
             while left > 0 {
                 let wanted = u32::from(start).saturating_add(left);
-                let (f, decoded) = self.read_frame(slot, offset, wanted)?;
+                let (f, decoded) = self.read_frame(slot, offset, (start, wanted))?;
                 let run = &self.runs[slot];
                 let here = run.in_frame(&f, start, left)?;
                 let last = f
-                    .records()
-                    .nth(usize::from(start) + here as usize - 1)
+                    .records_from(u32::from(start))
+                    .nth(here as usize - 1)
                     .map(|r| split(run.file(), offset, r).map(|(s, _)| s))
                     .transpose()?
                     .unwrap_or(0);
