@@ -196,8 +196,9 @@ struct Recent {
     frame: Frame,
 }
 
-/// Where a queue's next record is in the Q runs: a frame's offset, the place of the group's
-/// first record there, the group's records from that frame on, and the run's index in
+/// Where a queue's next record is in the Q runs: a frame's offset, the place there of the
+/// group's first record not yet taken or passed over, the group's records from there on, and
+/// the run's index in
 /// `Core::runs` (plus one, so that `Option<At>` takes no more room than `At`).
 #[derive(Debug, Clone, Copy)]
 struct At {
@@ -222,8 +223,8 @@ impl At {
         }
     }
 
-    /// The run's index, the frame's offset, the group's first record there and its records
-    /// left.
+    /// The run's index, the frame's offset, the group's first record there not yet taken or
+    /// passed over, and its records from there on.
     fn get(self) -> (usize, u64, u16, u32) {
         (
             usize::from(self.slot.get()) - 1,
@@ -2252,12 +2253,21 @@ impl Core {
                 let left = left - here;
                 (left > 0).then(|| At::new((slot, offset + f.size(), 0, left)))
             } else {
-                // (A start past a u16 is a damaged frame's: the walk starts over there.)
-                let (start, left) = match u16::try_from(u32::from(start) + passed) {
-                    Ok(at) => (at, left - passed),
-                    Err(_) => (start, left),
+                // A writer's frame holds fewer than 2^16 records: a place past a u16 is a
+                // damaged frame's (left where it was, the next pass would read the same
+                // records again, and again).
+                let at = u32::from(start) + passed;
+                let Ok(at) = u16::try_from(at) else {
+                    return Err(run.file().corrupt(
+                        offset,
+                        Corruption::OutOfRange {
+                            field: "records of a Q run's frame",
+                            found: u64::from(f.count),
+                            limit: 1 << 16,
+                        },
+                    ));
                 };
-                Some(At::new((slot, offset, start, left)))
+                Some(At::new((slot, offset, at, left - passed)))
             };
             if q.at.is_none() {
                 q.runs &= !(1 << slot);
@@ -2311,8 +2321,8 @@ impl Core {
     }
 
     /// The frame holding queue `i`'s record `next` (or its first record after it): (run,
-    /// offset, the group's first record in that frame, records of the group from that frame
-    /// on).
+    /// offset, the group's first record in that frame not yet taken or passed over, records
+    /// of the group from there on).
     fn position(&mut self, i: u32, next: u64) -> Result<Option<(usize, u64, u16, u32)>> {
         if let Some(at) = self.queues[i as usize].at {
             return Ok(Some(at.get()));
