@@ -127,38 +127,30 @@ impl<'a> FrameReader<'a> {
             }));
         }
         let mut payload = spare;
+        let frame = |payload, end, layout, first| Frame {
+            offset,
+            epoch,
+            count,
+            payload,
+            disk_len: payload_len,
+            end,
+            layout,
+            first,
+        };
         let in_first = FRAME_HEADER + payload_len as usize <= first_len;
         if in_first && magic == MAGIC_CODED && count > 0 {
             // A coded frame the first read holds whole (a Q run's, read by a hand-out) is
             // decoded from that read, into the spare buffer: its bytes are not copied first.
             // (The checks are the general path's, in its order, for a count above 0.)
             let coded_bytes = &first[FRAME_HEADER..FRAME_HEADER + payload_len as usize];
-            let mut hasher = crc32fast::Hasher::new();
-            hasher.update(&h[0..24]);
-            hasher.update(coded_bytes);
-            let computed = hasher.finalize();
-            if computed != stored {
-                return Err(FrameError::Invalid(Corruption::Checksum {
-                    stored,
-                    computed,
-                }));
-            }
+            check_crc(&h, coded_bytes, stored)?;
             if tag != self.tag {
                 return Err(FrameError::End);
             }
             let (layout, first_record) =
                 coded::decode_window_into(coded_bytes, count, (from, to), &mut payload)
                     .map_err(FrameError::Invalid)?;
-            return Ok(Frame {
-                offset,
-                epoch,
-                count,
-                payload,
-                disk_len: payload_len,
-                end: None,
-                layout,
-                first: first_record,
-            });
+            return Ok(frame(payload, None, layout, first_record));
         }
         // Only the bytes the spare buffer lacks are zeroed first: the read fills them all.
         if payload.len() > payload_len as usize {
@@ -173,31 +165,13 @@ impl<'a> FrameReader<'a> {
                 .read_exact_at(&mut payload[have..], offset + (FRAME_HEADER + have) as u64)
                 .map_err(FrameError::Io)?;
         }
-        let mut hasher = crc32fast::Hasher::new();
-        hasher.update(&h[0..24]);
-        hasher.update(&payload);
-        let computed = hasher.finalize();
-        if computed != stored {
-            return Err(FrameError::Invalid(Corruption::Checksum {
-                stored,
-                computed,
-            }));
-        }
+        check_crc(&h, &payload, stored)?;
         if tag != self.tag || (self.marks && count == 0 && payload.len() == MARK_PAYLOAD) {
             return Err(FrameError::End);
         }
         if count == 0 && payload.len() == END_PAYLOAD {
             let records = u64::from_le_bytes(payload[..].try_into().expect("8 bytes"));
-            return Ok(Frame {
-                offset,
-                epoch,
-                count,
-                payload,
-                disk_len: payload_len,
-                end: Some(records),
-                layout: coded::Layout::Plain,
-                first: 0,
-            });
+            return Ok(frame(payload, Some(records), coded::Layout::Plain, 0));
         }
         // A valid checksum over a malformed payload is not a torn write: check the structure.
         let (mut layout, mut first_record) = (coded::Layout::Plain, 0);
@@ -216,16 +190,7 @@ impl<'a> FrameReader<'a> {
             // (A coded frame's decoder checked the records it decoded.)
             check_records(&payload, count).map_err(FrameError::Invalid)?;
         }
-        Ok(Frame {
-            offset,
-            epoch,
-            count,
-            payload,
-            disk_len: payload_len,
-            end: None,
-            layout,
-            first: first_record,
-        })
+        Ok(frame(payload, None, layout, first_record))
     }
 
     /// Looks for a valid frame of this log's tag starting anywhere after `from`; returns its
@@ -251,6 +216,25 @@ impl<'a> FrameReader<'a> {
         }
         Ok(None)
     }
+}
+
+/// Checks the crc `stored` of a frame's header `h` and payload `payload`.
+fn check_crc(
+    h: &[u8; FRAME_HEADER],
+    payload: &[u8],
+    stored: u32,
+) -> std::result::Result<(), FrameError> {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&h[0..24]);
+    hasher.update(payload);
+    let computed = hasher.finalize();
+    if computed != stored {
+        return Err(FrameError::Invalid(Corruption::Checksum {
+            stored,
+            computed,
+        }));
+    }
+    Ok(())
 }
 
 /// Checks that `payload` is exactly `count` records, each a length of at least 1 and that many
