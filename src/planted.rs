@@ -74,12 +74,15 @@ pub enum Bug {
     /// `flush-under-lock`: a hand-out whose empty front flushes the sieve waits for the
     /// merge holding the frontier's lock, so every other call waits too.
     FlushUnderLock,
+    /// `move-under-lock`: a hand-out that finds a move's run being written waits for it
+    /// holding the frontier's lock, so every other call waits too.
+    MoveUnderLock,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 23] = [
+    pub const ALL: [(Bug, &'static str); 24] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -103,6 +106,7 @@ impl Bug {
         (Bug::SpoiledMerge, "spoiled-merge"),
         (Bug::FrontServedEarly, "front-served-early"),
         (Bug::FlushUnderLock, "flush-under-lock"),
+        (Bug::MoveUnderLock, "move-under-lock"),
     ];
 }
 

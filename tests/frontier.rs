@@ -2285,6 +2285,133 @@ fn hand_outs_go_on_exactly_once_across_a_merge_of_the_runs_they_read() {
     f.close().unwrap();
 }
 
+/// A hand-out that finds new records in F moves them into a run written on a thread of
+/// its own, and serves meanwhile from the queues as they are: with the run's writing held,
+/// hand-outs, ends of leases, pushes and counts are answered. Once it is let go, every URL
+/// is handed out exactly once, each host's in the order pushed.
+#[test]
+fn hand_outs_go_on_while_a_moves_run_is_written() {
+    use crivello::storage::Storage;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+    let disk = SimDisk::new();
+    let gate = Arc::new((std::sync::Mutex::new((true, 0)), std::sync::Condvar::new()));
+    // The first Q run the mover's thread creates once armed.
+    let armed = Arc::new(AtomicBool::new(false));
+    let holds: Holds = {
+        let armed = armed.clone();
+        Arc::new(move |_, name| {
+            let moving = std::thread::current().name() == Some("crivello-move");
+            name.starts_with("q-") && moving && armed.swap(false, Ordering::SeqCst)
+        })
+    };
+    let storage = HeldMerge {
+        disk: disk.clone(),
+        gate: gate.clone(),
+        fail: Default::default(),
+        holds,
+    };
+    let clock = Arc::new(ManualClock::new(1_000));
+    // No checkpoint comes due in this test (one installs the move under way first).
+    let f = Frontier::open_with(
+        Arc::new(storage) as Arc<dyn Storage>,
+        opts()
+            .background_flush(true)
+            .journal_bytes(64 << 20)
+            .frontier_low(1 << 20),
+        clock.clone(),
+    )
+    .unwrap();
+    // A watchdog lets the run go after 20 s: a call that waited for it until then fails
+    // the test below rather than hang it.
+    let fired = Arc::new(AtomicBool::new(false));
+    let watchdog = {
+        let (gate, fired) = (gate.clone(), fired.clone());
+        std::thread::spawn(move || {
+            let (lock, cv) = &*gate;
+            let mut g = lock.lock().unwrap();
+            let start = std::time::Instant::now();
+            while g.0 {
+                let left = Duration::from_secs(20).saturating_sub(start.elapsed());
+                if left.is_zero() {
+                    fired.store(true, Ordering::SeqCst);
+                    g.0 = false;
+                    cv.notify_all();
+                    break;
+                }
+                g = cv.wait_timeout(g, left).unwrap().0;
+            }
+        })
+    };
+    let a: Vec<String> = (0..2000).map(|i| format!("http://a.example/{i}")).collect();
+    let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+    push(&f, &refs);
+    f.flush().unwrap();
+    armed.store(true, Ordering::SeqCst);
+    // More hosts than S has slots: the sieve merges them into F in the background (the
+    // frontier is low: each full S is merged with Z at once).
+    let b: Vec<String> = (0..300).map(|i| format!("http://b{i}.example/0")).collect();
+    let refs: Vec<&str> = b.iter().map(String::as_str).collect();
+    push(&f, &refs);
+    let mut got: Vec<String> = Vec::new();
+    let take = |f: &Frontier, got: &mut Vec<String>| {
+        let l = f.lease(1, Some(1), 60_000).unwrap();
+        for x in &l {
+            got.push(String::from_utf8(x.url.clone()).unwrap());
+            assert!(f.done(x.token, 0).unwrap());
+        }
+        l.len()
+    };
+    // Hand-outs serve a.example until one finds F's records and starts their move.
+    let held = |gate: &Arc<(std::sync::Mutex<(bool, u32)>, std::sync::Condvar)>| {
+        gate.0.lock().unwrap().1 > 0
+    };
+    let mut served = 0;
+    while !held(&gate) && served < 1500 {
+        served += take(&f, &mut got);
+        if served % 100 == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    assert!(held(&gate), "no move began on a thread of its own");
+    // The run's writing is held: the frontier answers.
+    for _ in 0..5 {
+        assert_eq!(take(&f, &mut got), 1);
+    }
+    push(&f, &["http://c.example/0"]);
+    let waiting = f.stats().unwrap().waiting;
+    assert!(
+        !fired.load(Ordering::SeqCst),
+        "a call waited for the move's run"
+    );
+    assert!(waiting >= 2000 - got.len() as u64);
+    {
+        let (lock, cv) = &*gate;
+        lock.lock().unwrap().0 = false;
+        cv.notify_all();
+    }
+    watchdog.join().unwrap();
+    f.flush().unwrap();
+    while take(&f, &mut got) > 0 {}
+    let a_got: Vec<&String> = got.iter().filter(|u| u.contains("//a.")).collect();
+    assert_eq!(
+        a_got,
+        a.iter().collect::<Vec<_>>(),
+        "a.example's URLs in order"
+    );
+    let mut all: Vec<String> = a.iter().chain(&b).cloned().collect();
+    all.push("http://c.example/0".into());
+    all.sort();
+    got.sort();
+    assert_eq!(got, all, "every URL handed out once");
+    assert_eq!(f.stats().unwrap().waiting, 0);
+    f.close().unwrap();
+    // After a reopen nothing is handed out again.
+    let g = Frontier::open_with(Arc::new(disk), opts(), clock).unwrap();
+    assert!(g.lease(1000, None, 60_000).unwrap().is_empty());
+    g.close().unwrap();
+}
+
 #[test]
 fn a_merge_that_fails_while_a_hand_out_waits_for_it_is_that_hand_outs_error() {
     use crivello::storage::Storage;

@@ -10,6 +10,7 @@ mod compaction;
 mod due;
 mod index;
 mod leases;
+mod mover;
 
 pub(crate) use checkpoint::in_version as checkpoint_in_version;
 pub(crate) use checkpoint::runs_of as checkpoint_runs;
@@ -42,11 +43,6 @@ pub(crate) const J: Kind = Kind {
     magic: crate::format::MAGIC_J,
     name: names::j,
 };
-
-/// Bytes of F's records the mover gathers into one Q run at most.
-const MOVE_BYTES: usize = 16 << 20;
-/// Records the mover gathers into one Q run at most (24 bytes each beside their own).
-const MOVE_RECORDS: usize = 256 << 10;
 
 /// Entries of ended leases the heap of deadlines may hold beyond the live leases
 /// ([`Core::push_expiry`]).
@@ -310,17 +306,6 @@ impl Queue {
     }
 }
 
-/// A record of F on its way to a Q run ([`Core::move_f`]).
-struct Moving {
-    queue: u64,
-    /// Its seq less the first record's.
-    nth: u32,
-    crawl: u32,
-    /// Its offset in the buffer of the records read, and its length.
-    at: u32,
-    len: u32,
-}
-
 /// What a hand-out in parts keeps from one part to the next ([`Core::lease`]).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Parts {
@@ -358,6 +343,8 @@ pub(crate) struct Core {
     /// A compaction under way on a thread of its own. First, so that a drop stops and joins
     /// it before the store (and its lock) goes.
     compaction: Option<compaction::Compaction>,
+    /// A move whose run is written on a thread of its own; before the store too.
+    moving: Option<mover::Move>,
     /// Compactions run on a thread of their own (the options' background flushes).
     background: bool,
     pub(super) sieve: Sieve,
@@ -464,6 +451,7 @@ impl Core {
         let st = &*storage;
         let mut core = Core {
             compaction: None,
+            moving: None,
             background,
             sieve,
             clock,
@@ -587,7 +575,7 @@ impl Core {
             // mode says that records follow.
             core.sieve.flush()?;
             while core.sieve.unread_records() > 0 {
-                core.move_f()?;
+                core.move_f(false)?;
             }
             core.sieve.fix_mode(Mode::Frontier)?;
         }
@@ -763,7 +751,12 @@ impl Core {
     /// Writes a checkpoint once J's generation has grown past its bound.
     fn checkpoint_if_due(&mut self) -> Result<()> {
         if self.writer().end() > self.journal_bytes {
-            self.checkpoint()?;
+            // The checkpoint holds F's read position: not past records in no run yet. The
+            // move's install may write the checkpoint itself.
+            self.settle_move()?;
+            if self.writer().end() > self.journal_bytes {
+                self.checkpoint()?;
+            }
         }
         Ok(())
     }
@@ -1608,127 +1601,6 @@ impl Core {
         self.unschedule(i);
         held
     }
-
-    /// Moves F's next records into a new Q run, durably, then into their queues.
-    fn move_f(&mut self) -> Result<()> {
-        self.writable()?;
-        // Room for the run first, before F is read: a merge committed here may write a
-        // checkpoint, which must not hold a read position past records in no run yet.
-        self.make_room()?;
-        let raw = self.sieve.mode() != Mode::Frontier;
-        // The move's buffers below take the room S's spare held.
-        self.sieve.release_spare_s();
-        // The records read, end to end in one buffer, and per record its queue, seq, crawl
-        // and place in the buffer: 24 bytes beside its own, where a buffer per record cost
-        // its allocation's rounding and header too.
-        let mut bytes: Vec<u8> = Vec::new();
-        let mut batch: Vec<Moving> = Vec::new();
-        let first = self.next_seq;
-        let mut seq = first;
-        let mut bad = None;
-        // F's read position moves past each record read: if one does not reach a run, the
-        // next move would skip it. A failure from here on poisons the frontier; a reopen reads
-        // F again from the position J holds.
-        let read = self.sieve.read_records(MOVE_RECORDS, MOVE_BYTES, |rec| {
-            if bytes.capacity() == 0 {
-                // Room for all a move reads (a bare URL takes a byte more): growing by
-                // doubling would hold the old buffer and one of twice its size at once.
-                // Pages are resident only once written.
-                bytes.reserve_exact(MOVE_BYTES + MOVE_RECORDS + rec.len());
-                batch.reserve_exact(MOVE_RECORDS);
-            }
-            // The last record may pass the limit by its own length: room for exactly it.
-            bytes.reserve_exact((rec.len() + 1).saturating_sub(bytes.capacity() - bytes.len()));
-            let start = bytes.len();
-            if raw {
-                bytes.push(0);
-            }
-            bytes.extend_from_slice(rec);
-            let record = &bytes[start..];
-            match record::decode(record) {
-                // Its URL is in a queue already: an import put it there, and pushed it only
-                // so that the sieve knows it.
-                Ok(_) if record::is_imported(record) => {
-                    bytes.truncate(start);
-                    Ok(())
-                }
-                Ok(r) => {
-                    let key = r.key.unwrap_or_else(|| default_key(r.url));
-                    batch.push(Moving {
-                        queue: queue_id(r.crawl, key),
-                        nth: (seq - first) as u32,
-                        crawl: r.crawl,
-                        at: start as u32,
-                        len: (bytes.len() - start) as u32,
-                    });
-                    seq += 1;
-                    Ok(())
-                }
-                Err(what) => {
-                    bad = Some(what);
-                    Err(Error::Poisoned)
-                }
-            }
-        });
-        if let Err(e) = read {
-            self.poisoned = true;
-            return Err(match bad {
-                Some(what) => {
-                    Error::corrupt(&names::f(self.sieve.read_position().segment), 0, what)
-                }
-                None => e,
-            });
-        }
-        if batch.is_empty() {
-            return Ok(());
-        }
-        if crate::planted::active(crate::planted::Bug::CursorBeforeQueues) {
-            self.sieve.commit_read()?;
-        }
-        batch.sort_unstable_by_key(|m| (m.queue, m.nth));
-        let moved = self.write_run(first, &batch, &bytes, seq);
-        if moved.is_err() {
-            self.poisoned = true;
-        }
-        moved
-    }
-
-    /// Writes `batch` (sorted, its records in `bytes`, the seqs from `first` on) as the next
-    /// Q run and makes the move durable in J.
-    fn write_run(
-        &mut self,
-        first: u64,
-        batch: &[Moving],
-        bytes: &[u8],
-        next_seq: u64,
-    ) -> Result<()> {
-        let st = self.sieve.storage().clone();
-        let id = self.next_run;
-        let mut w = RunWriter::create(&*st, id)?;
-        for m in batch {
-            let at = m.at as usize;
-            w.push(
-                m.queue,
-                m.crawl,
-                first + u64::from(m.nth),
-                &bytes[at..at + m.len as usize],
-            )?;
-        }
-        w.finish()?;
-        st.sync_directory()?;
-        // Runs of version 12: the manifest says so before J refers to one.
-        self.commit_version()?;
-        let f = self.sieve.read_position();
-        self.commit(&[Entry::Moved {
-            run: Some(id),
-            f,
-            next_seq,
-        }])?;
-        self.sieve.commit_read()?;
-        self.compact_if_due()?;
-        Ok(())
-    }
-
     /// Pushes discovered URLs of crawl `crawl`: durable when this returns.
     pub(super) fn push(&mut self, crawl: &[u8], items: &[super::Discovered<'_>]) -> Result<()> {
         self.push_items(crawl, items, None)?;
@@ -1838,8 +1710,9 @@ impl Core {
         self.writable()?;
         self.sieve.flush()?;
         self.unsynced = false;
+        self.settle_move()?;
         while self.sieve.unread_records() > 0 {
-            self.move_f()?;
+            self.move_f(false)?;
         }
         self.poll_compaction()
     }
@@ -1865,8 +1738,17 @@ impl Core {
             st.target = Some(self.sieve.f_read_and_count().1);
         }
         let target = st.target.unwrap_or(0);
+        // A move under way counts its records as read: they are in their queues only once
+        // it is installed.
+        if self.move_busy() {
+            return Ok(FlushStep::Wait);
+        }
+        self.settle_move()?;
         if self.sieve.f_read_and_count().0 < target {
-            self.move_f()?;
+            self.move_f(true)?;
+            if self.moving.is_some() {
+                return Ok(FlushStep::Wait);
+            }
             if self.sieve.f_read_and_count().0 < target {
                 return Ok(FlushStep::More);
             }
@@ -1875,9 +1757,10 @@ impl Core {
         Ok(FlushStep::Done)
     }
 
-    /// Whether the sieve's flush thread runs a job that has not ended.
+    /// Whether the sieve's flush thread runs a job, or a move's thread writes a run, that has
+    /// not ended.
     pub(super) fn sieve_busy(&self) -> bool {
-        self.sieve.flush_thread_busy()
+        self.sieve.flush_thread_busy() || self.move_busy()
     }
 
     /// The queues scheduled, of crawl `only` or of every crawl.
@@ -1915,8 +1798,14 @@ impl Core {
         if self.paused {
             return Ok(Ok(LeasedBatch::default()));
         }
-        if self.sieve.unread_records() > 0 {
-            self.move_f()?;
+        // F's new records go to a run on a thread of their own, one move at a time: they
+        // are newer than every record in the queues, which are served meanwhile.
+        if crate::planted::active(crate::planted::Bug::MoveUnderLock) {
+            self.settle_move()?;
+        }
+        self.poll_move()?;
+        if self.moving.is_none() && self.sieve.unread_records() > 0 {
+            self.move_f(true)?;
         }
         let only = match &req.crawl {
             None => None,
@@ -2464,6 +2353,12 @@ impl Core {
         // A queue due since an instant past is due now.
         let heap = self.heap.peek().map(|(at, _)| at.max(now));
         let lease = self.expiries.peek().map(|Reverse((d, _))| *d);
+        // A move under way brings records to queues: what is due among them is known once
+        // the next hand-out installs it.
+        let heap = match self.moving {
+            Some(_) => Some(now),
+            None => heap,
+        };
         match (heap, lease) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -3534,6 +3429,7 @@ impl Core {
     /// Syncs and closes.
     pub(super) fn close(mut self) -> Result<()> {
         self.writable()?;
+        self.settle_move()?;
         self.finish_compaction()?;
         let grown = self.writer().end();
         if grown > CLOSE_CHECKPOINT_MIN.min(self.journal_bytes) && grown > self.checkpoint_bytes {
