@@ -364,8 +364,9 @@ fn interleaved(a: &FrontierArgs, dir: &std::path::Path) -> Result<()> {
     let rounds = AtomicU64::new(0);
     let start = Instant::now();
     // One crawler's loop: its longest push, lease and done calls.
-    let crawler = |t: u64| -> std::result::Result<[Duration; 3], String> {
+    let crawler = |t: u64| -> std::result::Result<([Duration; 3], Vec<Duration>), String> {
         let mut max = [Duration::ZERO; 3];
+        let mut leases: Vec<Duration> = Vec::new();
         let mut i = t;
         let mut urls: Vec<String> = Vec::with_capacity(batch);
         loop {
@@ -384,8 +385,9 @@ fn interleaved(a: &FrontierArgs, dir: &std::path::Path) -> Result<()> {
             let t = Instant::now();
             let leased = f.lease(batch, None, 60_000).map_err(|e| e.to_string())?;
             max[1] = max[1].max(t.elapsed());
+            leases.push(t.elapsed());
             if leased.is_empty() && i >= a.urls {
-                return Ok(max);
+                return Ok((max, leases));
             }
             let done: Vec<(&[u8], u64)> = leased.iter().map(|l| (&l.url[..], 0)).collect();
             let t = Instant::now();
@@ -400,7 +402,8 @@ fn interleaved(a: &FrontierArgs, dir: &std::path::Path) -> Result<()> {
             rounds.fetch_add(1, Ordering::Relaxed);
         }
     };
-    let maxima: Vec<std::result::Result<[Duration; 3], String>> = std::thread::scope(|s| {
+    type Calls = std::result::Result<([Duration; 3], Vec<Duration>), String>;
+    let maxima: Vec<Calls> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let crawler = &crawler;
@@ -416,11 +419,29 @@ fn interleaved(a: &FrontierArgs, dir: &std::path::Path) -> Result<()> {
             .collect()
     });
     let mut max = [Duration::ZERO; 3];
+    let mut leases: Vec<Duration> = Vec::new();
     for m in maxima {
-        for (k, d) in m?.into_iter().enumerate() {
+        let (m, l) = m?;
+        for (k, d) in m.into_iter().enumerate() {
             max[k] = max[k].max(d);
         }
+        leases.extend(l);
     }
+    leases.sort_unstable();
+    let nth = |q: f64| {
+        leases
+            .get(((leases.len() as f64 * q) as usize).min(leases.len().saturating_sub(1)))
+            .map_or(0.0, Duration::as_secs_f64)
+    };
+    let slow = |over: f64| leases.iter().filter(|d| d.as_secs_f64() > over).count();
+    let lease_spread = format!(
+        "median {:.4} s, 99th {:.3} s, 99.9th {:.3} s; {} over 0.05 s, {} over 0.1 s",
+        nth(0.5),
+        nth(0.99),
+        nth(0.999),
+        slow(0.05),
+        slow(0.1)
+    );
     let (push_max, lease_max, done_max) = (max[0], max[1], max[2]);
     // What the last crawlers' empty leases left: pushed by one after another's last lease.
     loop {
@@ -460,6 +481,7 @@ fn interleaved(a: &FrontierArgs, dir: &std::path::Path) -> Result<()> {
         lease_max.as_secs_f64(),
         done_max.as_secs_f64()
     );
+    println!("  lease calls              {lease_spread}");
     println!(
         "  peak RSS                 {:>8.1} MiB",
         peak as f64 / 1024.0
