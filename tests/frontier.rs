@@ -2322,8 +2322,9 @@ fn hand_outs_go_on_while_a_moves_run_is_written() {
         clock.clone(),
     )
     .unwrap();
-    // A watchdog lets the run go after 20 s: a call that waited for it until then fails
-    // the test below rather than hang it.
+    // A watchdog lets the run go after 40 s: a call that waited for it until then fails
+    // the test below rather than hang it (and a failed test's drop, which joins the
+    // mover's thread, ends).
     let fired = Arc::new(AtomicBool::new(false));
     let watchdog = {
         let (gate, fired) = (gate.clone(), fired.clone());
@@ -2332,7 +2333,7 @@ fn hand_outs_go_on_while_a_moves_run_is_written() {
             let mut g = lock.lock().unwrap();
             let start = std::time::Instant::now();
             while g.0 {
-                let left = Duration::from_secs(20).saturating_sub(start.elapsed());
+                let left = Duration::from_secs(40).saturating_sub(start.elapsed());
                 if left.is_zero() {
                     fired.store(true, Ordering::SeqCst);
                     g.0 = false;
@@ -2362,16 +2363,20 @@ fn hand_outs_go_on_while_a_moves_run_is_written() {
         }
         l.len()
     };
-    // Hand-outs serve a.example until one finds F's records and starts their move.
+    // A hand-out (of a crawl with no queues, so that a.example keeps its URLs) finds F's
+    // records once the sieve has merged them, and starts their move.
     let held = |gate: &Arc<(std::sync::Mutex<(bool, u32)>, std::sync::Condvar)>| {
         gate.0.lock().unwrap().1 > 0
     };
-    let mut served = 0;
-    while !held(&gate) && served < 1500 {
-        served += take(&f, &mut got);
-        if served % 100 == 0 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+    let elsewhere = crivello::LeaseRequest {
+        max_queues: 10,
+        crawl: Some("nowhere".into()),
+        ..crivello::LeaseRequest::default()
+    };
+    let start = std::time::Instant::now();
+    while !held(&gate) && start.elapsed() < Duration::from_secs(20) {
+        assert!(f.lease_with(&elsewhere).unwrap().is_empty());
+        std::thread::sleep(Duration::from_millis(1));
     }
     assert!(held(&gate), "no move began on a thread of its own");
     // The run's writing is held: the frontier answers.
