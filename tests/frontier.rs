@@ -2379,23 +2379,31 @@ fn hand_outs_go_on_while_a_moves_run_is_written() {
         std::thread::sleep(Duration::from_millis(1));
     }
     assert!(held(&gate), "no move began on a thread of its own");
-    // The run's writing is held: the frontier answers.
+    let runs = f.stats().unwrap().runs;
+    // The run's writing is held: the frontier answers, from a.example's queue.
     for _ in 0..5 {
         assert_eq!(take(&f, &mut got), 1);
     }
     push(&f, &["http://c.example/0"]);
-    let waiting = f.stats().unwrap().waiting;
+    let during = f.stats().unwrap();
     assert!(
         !fired.load(Ordering::SeqCst),
         "a call waited for the move's run"
     );
-    assert!(waiting >= 2000 - got.len() as u64);
+    assert!(got.iter().all(|u| u.starts_with("http://a.example/")));
+    // The records moved are in no queue and no count until the install.
+    assert_eq!(during.runs, runs);
+    assert_eq!(during.waiting, 2000 - got.len() as u64);
     {
         let (lock, cv) = &*gate;
         lock.lock().unwrap().0 = false;
         cv.notify_all();
     }
     watchdog.join().unwrap();
+    // A power loss once the run is written (or while it is), before any call installs it.
+    std::thread::sleep(Duration::from_millis(200));
+    let image = disk.crash_image(crivello::storage::sim::CrashImage::DropAll);
+    let done_before_loss = got.clone();
     f.flush().unwrap();
     while take(&f, &mut got) > 0 {}
     let a_got: Vec<&String> = got.iter().filter(|u| u.contains("//a.")).collect();
@@ -2412,8 +2420,16 @@ fn hand_outs_go_on_while_a_moves_run_is_written() {
     assert_eq!(f.stats().unwrap().waiting, 0);
     f.close().unwrap();
     // After a reopen nothing is handed out again.
-    let g = Frontier::open_with(Arc::new(disk), opts(), clock).unwrap();
+    let g = Frontier::open_with(Arc::new(disk), opts(), clock.clone()).unwrap();
     assert!(g.lease(1000, None, 60_000).unwrap().is_empty());
+    g.close().unwrap();
+    // The image of the power loss: F is moved again from the position J holds, and every
+    // URL not done before the loss is handed out once.
+    let g = Frontier::open_with(Arc::new(image), opts(), clock).unwrap();
+    let mut after: Vec<String> = done_before_loss;
+    while take(&g, &mut after) > 0 {}
+    after.sort();
+    assert_eq!(after, all, "every URL once across the power loss");
     g.close().unwrap();
 }
 

@@ -751,8 +751,12 @@ impl Core {
     /// Writes a checkpoint once J's generation has grown past its bound.
     fn checkpoint_if_due(&mut self) -> Result<()> {
         if self.writer().end() > self.journal_bytes {
-            // The checkpoint holds F's read position: not past records in no run yet. The
-            // move's install may write the checkpoint itself.
+            // The checkpoint holds F's read position: not past records in no run yet. While
+            // a move's run is being written the checkpoint waits for its install (which
+            // commits to J, and so writes it), rather than wait for it under the lock.
+            if self.move_busy() {
+                return Ok(());
+            }
             self.settle_move()?;
             if self.writer().end() > self.journal_bytes {
                 self.checkpoint()?;
@@ -1795,15 +1799,15 @@ impl Core {
         let now = self.clock.now_ms();
         self.poll_compaction()?;
         self.expire(now);
+        if crate::planted::active(crate::planted::Bug::MoveUnderLock) {
+            self.settle_move()?;
+        }
+        self.poll_move()?;
         if self.paused {
             return Ok(Ok(LeasedBatch::default()));
         }
         // F's new records go to a run on a thread of their own, one move at a time: they
         // are newer than every record in the queues, which are served meanwhile.
-        if crate::planted::active(crate::planted::Bug::MoveUnderLock) {
-            self.settle_move()?;
-        }
-        self.poll_move()?;
         if self.moving.is_none() && self.sieve.unread_records() > 0 {
             self.move_f(true)?;
         }
@@ -2291,6 +2295,8 @@ impl Core {
     /// Ends several leases in one commit; returns, for each, whether it was leased.
     pub(super) fn complete_many(&mut self, items: &[(u64, u64, End)]) -> Result<Vec<bool>> {
         self.writable()?;
+        // A move whose run is written is installed by whichever call comes first.
+        self.poll_move()?;
         let now = self.clock.now_ms();
         self.expire(now);
         let mut ended = CounterSet::default();
@@ -2325,6 +2331,7 @@ impl Core {
 
     /// The first instant a queue may be served (None: nothing waits).
     pub(super) fn next_due(&mut self) -> Option<u64> {
+        let _ = self.poll_move();
         let now = self.clock.now_ms();
         self.expire(now);
         // The entries of the heaps left stale (a queue served, emptied or rescheduled; a lease
@@ -2354,9 +2361,10 @@ impl Core {
         let heap = self.heap.peek().map(|(at, _)| at.max(now));
         let lease = self.expiries.peek().map(|Reverse((d, _))| *d);
         // A move under way brings records to queues: what is due among them is known once
-        // the next hand-out installs it.
+        // it is installed, within the next millisecond or so. (An install that fails
+        // poisons the frontier, which the next call reports.)
         let heap = match self.moving {
-            Some(_) => Some(now),
+            Some(_) => Some(heap.map_or(now + 1, |at| at.min(now + 1))),
             None => heap,
         };
         match (heap, lease) {
@@ -3408,6 +3416,7 @@ impl Core {
 
     /// Counts.
     pub(super) fn stats(&mut self) -> Result<FrontierStats> {
+        self.poll_move()?;
         let now = self.clock.now_ms();
         self.expire(now);
         let waiting: u64 = self

@@ -3,9 +3,9 @@
 //! and synced either there (`Options::background_flush(false)`, and wherever a caller needs
 //! every record in its queue before it goes on) or on a thread of its own while hand-outs,
 //! ends of leases and pushes go on; the first call that finds the run written installs it
-//! under the lock. One move at a time: a move, a flush, a checkpoint, a known update, a
-//! delete, an export, an import, a release and a close each install the move under way
-//! first.
+//! under the lock. One move at a time: a move, a full flush (and so a known update that
+//! pushes, a delete, an export, an import, a release), a checkpoint and a close each install
+//! the move under way first.
 
 use std::thread::JoinHandle;
 
@@ -51,6 +51,9 @@ pub(super) struct Move {
     id: u64,
     /// F's read position past the records moved.
     f: Position,
+    /// The seq of the first record moved: the frontier's `next_seq` until the install (no
+    /// other call takes seqs while a move is under way).
+    first: u64,
     /// The frontier's `next_seq` once the run is installed.
     next_seq: u64,
 }
@@ -135,6 +138,7 @@ impl Core {
                     thread: Some(thread),
                     id,
                     f,
+                    first: self.next_seq,
                     next_seq,
                 });
                 return Ok(());
@@ -166,6 +170,11 @@ impl Core {
         };
         let thread = m.thread.take().expect("joined once");
         let written = thread.join().unwrap_or(Err(Error::Poisoned));
+        debug_assert_eq!(self.next_seq, m.first, "a seq was taken during a move");
+        debug_assert!(
+            self.sieve.read_position() == m.f,
+            "F was read during a move"
+        );
         let moved = written.and_then(|()| self.install_move(m.id, m.f, m.next_seq));
         if moved.is_err() {
             self.poisoned = true;
