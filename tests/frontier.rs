@@ -2041,6 +2041,14 @@ impl crivello::storage::Storage for HeldMerge {
     }
 }
 
+/// Holds the creation of the first Q run that thread `thread` creates once `armed`.
+fn first_q_run_of(thread: &'static str, armed: Arc<std::sync::atomic::AtomicBool>) -> Holds {
+    Arc::new(move |_, name| {
+        let ours = std::thread::current().name() == Some(thread);
+        name.starts_with("q-") && ours && armed.swap(false, std::sync::atomic::Ordering::SeqCst)
+    })
+}
+
 #[test]
 fn a_hand_out_waiting_for_its_empty_fronts_flush_holds_no_other_call() {
     use crivello::storage::Storage;
@@ -2181,20 +2189,14 @@ fn an_empty_fronts_hand_out_moves_all_it_flushed_before_it_serves() {
 #[test]
 fn hand_outs_go_on_exactly_once_across_a_merge_of_the_runs_they_read() {
     use crivello::storage::Storage;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::AtomicBool;
     use std::time::{Duration, Instant};
     let disk = SimDisk::new();
     let gate = Arc::new((std::sync::Mutex::new((true, 0)), std::sync::Condvar::new()));
     // The merge's run is the first Q run the merge's thread creates; the gate holds it
     // alone, so that the mover's next run is written while it waits.
     let armed = Arc::new(AtomicBool::new(true));
-    let holds: Holds = {
-        let armed = armed.clone();
-        Arc::new(move |_, name| {
-            let merging = std::thread::current().name() == Some("crivello-compact");
-            name.starts_with("q-") && merging && armed.swap(false, Ordering::SeqCst)
-        })
-    };
+    let holds = first_q_run_of("crivello-compact", armed.clone());
     /// Lets the merge go when the test ends, passed or failed: a frontier dropped joins its
     /// merge, which would wait for ever.
     struct Release(Arc<(std::sync::Mutex<(bool, u32)>, std::sync::Condvar)>);
@@ -2298,13 +2300,7 @@ fn hand_outs_go_on_while_a_moves_run_is_written() {
     let gate = Arc::new((std::sync::Mutex::new((true, 0)), std::sync::Condvar::new()));
     // The first Q run the mover's thread creates once armed.
     let armed = Arc::new(AtomicBool::new(false));
-    let holds: Holds = {
-        let armed = armed.clone();
-        Arc::new(move |_, name| {
-            let moving = std::thread::current().name() == Some("crivello-move");
-            name.starts_with("q-") && moving && armed.swap(false, Ordering::SeqCst)
-        })
-    };
+    let holds = first_q_run_of("crivello-move", armed.clone());
     let storage = HeldMerge {
         disk: disk.clone(),
         gate: gate.clone(),
