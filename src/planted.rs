@@ -77,12 +77,15 @@ pub enum Bug {
     /// `move-under-lock`: a hand-out that finds a move's run being written waits for it
     /// holding the frontier's lock, so every other call waits too.
     MoveUnderLock,
+    /// `move-unsynced`: the mover's thread writes a move's Q run without syncing the
+    /// directory, so the run's name may be lost while J names it.
+    MoveUnsynced,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 24] = [
+    pub const ALL: [(Bug, &'static str); 25] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -107,6 +110,7 @@ impl Bug {
         (Bug::FrontServedEarly, "front-served-early"),
         (Bug::FlushUnderLock, "flush-under-lock"),
         (Bug::MoveUnderLock, "move-under-lock"),
+        (Bug::MoveUnsynced, "move-unsynced"),
     ];
 }
 

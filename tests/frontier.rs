@@ -1260,9 +1260,19 @@ struct Acked {
     knowing: HashSet<String>,
 }
 
-/// A workload of every frontier operation; stops at the first error, as a crashed process.
-fn workload(disk: &SimDisk, clock: &Arc<ManualClock>, a: &mut Acked) -> Result<(), Error> {
-    let f = Frontier::open_with(Arc::new(disk.clone()), crash_opts(), clock.clone())?;
+/// A workload of every frontier operation on `storage`; stops at the first error, as a
+/// crashed process. The flushes in the background or not; in the background, each round
+/// also pushes to a crawl of its own (`b`, hosts `b0`–`b2`) and leases from it alone: its
+/// front is empty, so the hand-out flushes the sieve (the merge on the sieve's thread) and
+/// moves F into a Q run on the mover's thread, waiting without the lock.
+fn workload_on(
+    storage: Arc<dyn crivello::storage::Storage>,
+    background: bool,
+    clock: &Arc<ManualClock>,
+    a: &mut Acked,
+) -> Result<(), Error> {
+    let opts = crash_opts().background_flush(background);
+    let f = Frontier::open_with(storage, opts, clock.clone())?;
     let batch = |lo: u32, hi: u32| -> Vec<String> {
         (lo..hi)
             .map(|i| format!("http://h{}.test/{}", i % 5, i / 5))
@@ -1284,7 +1294,34 @@ fn workload(disk: &SimDisk, clock: &Arc<ManualClock>, a: &mut Acked) -> Result<(
     };
     push(&f, batch(0, 12), a)?;
     let mut held = Vec::new();
+    let mut held_b = Vec::new();
     for round in 0..8 {
+        if background {
+            let us: Vec<String> = (round * 3..round * 3 + 3)
+                .map(|i| format!("http://b{}.test/{}", i % 3, i / 3))
+                .collect();
+            a.tried.extend(us.iter().cloned());
+            let items: Vec<Discovered<'_>> =
+                us.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+            f.push("b", &items)?;
+            a.pushed.extend(us);
+            let req = crivello::LeaseRequest {
+                max_queues: 2,
+                ttl_ms: 5_000,
+                crawl: Some("b".into()),
+                ..crivello::LeaseRequest::default()
+            };
+            for l in f.lease_with(&req)? {
+                let u = String::from_utf8(l.url.clone()).unwrap();
+                a.leased.insert(u.clone(), l.deadline_ms);
+                held_b.push((l.token, u));
+            }
+            if let Some((token, u)) = held_b.pop() {
+                if f.done(token, 20)? {
+                    a.done.insert(u);
+                }
+            }
+        }
         for l in f.lease(3, None, 5_000)? {
             let u = String::from_utf8(l.url.clone()).unwrap();
             a.leased.insert(u.clone(), l.deadline_ms);
@@ -1326,7 +1363,7 @@ fn workload(disk: &SimDisk, clock: &Arc<ManualClock>, a: &mut Acked) -> Result<(
             let waiting = a
                 .pushed
                 .iter()
-                .filter(|u| !a.leased.contains_key(*u))
+                .filter(|u| u.starts_with("http://h") && !a.leased.contains_key(*u))
                 .min()
                 .cloned();
             us.extend(waiting);
@@ -1363,11 +1400,69 @@ fn workload(disk: &SimDisk, clock: &Arc<ManualClock>, a: &mut Acked) -> Result<(
 
 #[test]
 fn a_crash_at_any_operation_loses_no_acknowledged_push_lease_or_done() {
+    crash_at_every_operation(false);
+}
+
+/// The moves' runs written on the mover's thread and the sieve's merges on its own, while
+/// hand-outs wait without the lock: a crash at any of their operations loses nothing
+/// acknowledged either.
+#[test]
+fn a_crash_at_any_operation_of_a_move_or_merge_in_the_background_loses_nothing_acknowledged() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Mutex;
+    // A clean run first, on a disk that notes where the mover's thread creates its runs.
+    let disk = SimDisk::new();
+    let at: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let merges = Arc::new(AtomicU64::new(0));
+    let holds: Holds = {
+        let (at, merges) = (at.clone(), merges.clone());
+        Arc::new(move |disk, name| {
+            let thread = std::thread::current();
+            if name.starts_with("q-") && thread.name() == Some("crivello-move") {
+                at.lock().unwrap().push(disk.ops() + 1);
+            }
+            if name.starts_with("z-") && thread.name() == Some("crivello-flush") {
+                merges.fetch_add(1, Ordering::SeqCst);
+            }
+            false
+        })
+    };
+    let storage = HeldMerge {
+        disk: disk.clone(),
+        gate: Arc::new(Default::default()),
+        fail: Default::default(),
+        holds,
+    };
+    workload_on(
+        Arc::new(storage),
+        true,
+        &Arc::new(ManualClock::new(5_000_000)),
+        &mut Acked::default(),
+    )
+    .expect("a clean run");
+    let runs = at.lock().unwrap().clone();
+    assert!(runs.len() >= 4, "runs written by the mover: {runs:?}");
+    let merges = merges.load(Ordering::SeqCst);
+    assert!(
+        merges >= 4,
+        "Z segments written by the sieve's thread: {merges}"
+    );
+    let total = crash_at_every_operation(true);
+    assert!(
+        runs.iter().all(|&op| op < total),
+        "{runs:?} beyond {total} operations"
+    );
+}
+
+/// Crashes [`workload_on`] at each of its operations (the flushes in the background or not),
+/// checks each kind of crash image, and returns the number of operations of a clean run.
+fn crash_at_every_operation(background: bool) -> u64 {
     use crivello::storage::sim::CrashImage;
     let start = 5_000_000;
     let clean = SimDisk::new();
     let mut a = Acked::default();
-    workload(&clean, &Arc::new(ManualClock::new(start)), &mut a).expect("a clean run");
+    let clock = Arc::new(ManualClock::new(start));
+    workload_on(Arc::new(clean.clone()), background, &clock, &mut a).expect("a clean run");
     let total = clean.ops();
     assert!(total > 100, "{total} operations");
     // The workload compacts Q runs and writes checkpoints: the crash points cover them.
@@ -1378,12 +1473,18 @@ fn a_crash_at_any_operation_loses_no_acknowledged_push_lease_or_done() {
     );
     assert!(trace.matches("Remove(\"q-").count() >= 2, "no compaction");
     let mut checked = 0;
-    for k in 1..=total {
+    // With threads, a run may take a few operations more than the clean one did.
+    let last = if background {
+        total + total / 10
+    } else {
+        total
+    };
+    for k in 1..=last {
         let disk = SimDisk::new();
         disk.crash_at(k);
         let clock = Arc::new(ManualClock::new(start));
         let mut a = Acked::default();
-        let _ = workload(&disk, &clock, &mut a);
+        let _ = workload_on(Arc::new(disk.clone()), background, &clock, &mut a);
         let at_crash = crivello::queues::Clock::now_ms(&*clock);
         for image in CrashImage::each_kind(k) {
             let img = disk.crash_image(image);
@@ -1469,7 +1570,8 @@ fn a_crash_at_any_operation_loses_no_acknowledged_push_lease_or_done() {
             checked += 1;
         }
     }
-    eprintln!("{total} crash points, {checked} images checked");
+    eprintln!("{last} crash points, {checked} images checked");
+    total
 }
 
 #[test]

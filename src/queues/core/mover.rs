@@ -77,8 +77,8 @@ impl Drop for Move {
 
 impl Batch {
     /// Sorts the records by queue and seq, and writes them as Q run `id`, durably, with its
-    /// directory entry.
-    fn write(mut self, st: &dyn Storage, id: u64) -> Result<()> {
+    /// directory entry when `dir_sync` (always, but for a planted bug).
+    fn write(mut self, st: &dyn Storage, id: u64, dir_sync: bool) -> Result<()> {
         self.records.sort_unstable_by_key(|m| (m.queue, m.nth));
         let mut w = RunWriter::create(st, id)?;
         for m in &self.records {
@@ -91,7 +91,10 @@ impl Batch {
             )?;
         }
         w.finish()?;
-        st.sync_directory()
+        if dir_sync {
+            st.sync_directory()?;
+        }
+        Ok(())
     }
 }
 
@@ -125,7 +128,10 @@ impl Core {
             let spawned = std::thread::Builder::new()
                 .name("crivello-move".into())
                 .spawn(move || match take.recv() {
-                    Ok(batch) => batch.write(&*to, id),
+                    Ok(batch) => {
+                        let unsynced = crate::planted::active(crate::planted::Bug::MoveUnsynced);
+                        batch.write(&*to, id, !unsynced)
+                    }
                     Err(_) => Err(Error::Poisoned),
                 });
             if let Ok(thread) = spawned {
@@ -145,7 +151,7 @@ impl Core {
             }
         }
         let moved = batch
-            .write(&*st, id)
+            .write(&*st, id, true)
             .and_then(|()| self.install_move(id, f, next_seq));
         if moved.is_err() {
             self.poisoned = true;
