@@ -92,12 +92,20 @@ impl<'a> FrameReader<'a> {
             }));
         }
         // The header and the start of the payload in one read: most frames of the queues'
-        // runs, read one per hand-out, fit whole.
-        let mut first = [0u8; FIRST_READ];
+        // runs, read one per hand-out, fit whole. A mapped file's bytes are used in place.
         let first_len = (FIRST_READ as u64).min(avail) as usize;
-        self.file
-            .read_exact_at(&mut first[..first_len], offset)
-            .map_err(FrameError::Io)?;
+        let read;
+        let first: &[u8] = match self.file.mapped(offset, first_len) {
+            Some(bytes) => bytes,
+            None => {
+                let mut buf = [0u8; FIRST_READ];
+                self.file
+                    .read_exact_at(&mut buf[..first_len], offset)
+                    .map_err(FrameError::Io)?;
+                read = buf;
+                &read[..first_len]
+            }
+        };
         let h: [u8; FRAME_HEADER] = first[..FRAME_HEADER].try_into().expect("the header");
         let word = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
         let tag = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));

@@ -47,6 +47,12 @@ impl File {
         }
     }
 
+    /// The `len` bytes at `offset` in place, where the file is mapped and holds them
+    /// ([`StorageFile::mapped`]).
+    pub(crate) fn mapped(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        self.inner.mapped(offset, len)
+    }
+
     /// The underlying file, for code that reports its own errors.
     pub(crate) fn raw(&self) -> &dyn StorageFile {
         &*self.inner

@@ -83,6 +83,14 @@ pub trait StorageFile: Send + Sync {
         self.read_at(buf, offset)
     }
 
+    /// The `len` bytes at `offset` in place, where the file is mapped into memory and holds
+    /// them all: a reader may use them without copying. None: read them with
+    /// [`StorageFile::read_at`] (the default). The bytes must not change while borrowed: only
+    /// files that are no longer written may answer.
+    fn mapped(&self, _offset: u64, _len: usize) -> Option<&[u8]> {
+        None
+    }
+
     /// Fills `buf` from `offset`; fails with [`io::ErrorKind::UnexpectedEof`] if the file
     /// is shorter.
     fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
@@ -120,6 +128,9 @@ struct UnsyncedFile(Arc<dyn StorageFile>);
 impl StorageFile for UnsyncedFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.0.read_at(buf, offset)
+    }
+    fn mapped(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        self.0.mapped(offset, len)
     }
     fn read_at_scanning(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.0.read_at_scanning(buf, offset)

@@ -278,6 +278,17 @@ impl StorageFile for MappedFile {
     fn read_at_scanning(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.file.read_at(buf, offset)
     }
+    fn mapped(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        // A mapped file is one no longer written (a Q run, opened read-only).
+        let m = self.map.as_ref()?;
+        let start = usize::try_from(offset).ok()?;
+        let end = start.checked_add(len)?;
+        if end > m.map.len() || len == 0 {
+            return None;
+        }
+        m.touch(start, len);
+        Some(&m.map[start..end])
+    }
     fn write_all_at(&self, _buf: &[u8], _offset: u64) -> io::Result<()> {
         Err(read_only_error())
     }
@@ -410,7 +421,7 @@ mod tests {
     use super::*;
 
     /// A file opened immutable reads what an ordinary open reads, at every offset and length,
-    /// past its end too; it refuses every change.
+    /// past its end too, and lends the bytes it holds in place; it refuses every change.
     #[test]
     fn a_mapped_file_reads_as_the_file_does() {
         let dir = tempfile::tempdir().unwrap();
@@ -431,6 +442,15 @@ mod tests {
                     "at {offset}+{len}"
                 );
                 assert_eq!(a[..n], b[..n]);
+                // In place: the same bytes, where the file holds them all.
+                let end = offset as usize + len;
+                let whole = len > 0 && end <= bytes.len();
+                assert_eq!(
+                    mapped.mapped(offset, len),
+                    whole.then(|| &bytes[offset as usize..end]),
+                    "in place at {offset}+{len}"
+                );
+                assert_eq!(plain.mapped(offset, len), None);
             }
         }
         assert_eq!(mapped.read_all().unwrap(), bytes);
