@@ -21,13 +21,14 @@
 //! varint: LEB128, at most 5 bytes (a u32)
 //! ```
 //!
-//! A plain sieve's F takes layout 1 (layout 2 for a frame with a URL that holds a newline):
-//! measured on the synthetic stream, zstd over the lines compresses better than over the
-//! front-coded records (zstd finds the shared prefixes itself) and decodes to what `pop`
-//! prints with no second pass. A frontier's F (read once by its mover) takes layout 3, and the
-//! Q runs, whose frames are read again at each hand-out and whose records start with their
-//! seq, layout 5 (layout 4 before version 12): decoding zstd at each hand-out cost more than
-//! the bytes it saved.
+//! F takes layout 1 (layout 2 for a frame with a record that holds a newline): measured on
+//! the synthetic stream, zstd over the lines compresses better than over the front-coded
+//! records (zstd finds the shared prefixes itself) and decodes to what `pop` prints with no
+//! second pass. A frontier's F did take layout 3 (its mover reads it once), until the bytes
+//! it held while it waited for its mover were measured against the time zstd costs. The Q
+//! runs, whose frames are read again at each hand-out and whose records start with their
+//! seq, take layout 5 (layout 4 before version 12): decoding zstd at each hand-out cost more
+//! than the bytes it saved. Readers read every layout in every file.
 //!
 //! A coded frame has the magic `FRZ1` and otherwise the header of a plain frame: its payload
 //! length is the coded payload's, its count the records', and its crc covers the bytes on

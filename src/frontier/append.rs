@@ -18,31 +18,27 @@ pub(crate) struct Appender {
     emitted: u64,
     /// The epoch of the frames written (the flush's number).
     epoch: u32,
-    /// Whether frames are front coded only (see [`Appender::open`]).
-    light: bool,
 }
 
 impl Appender {
     /// An appender after F's committed `end`; new segments take their ids from `next_id`.
-    /// Frames are written in `epoch`, coded: compressed with zstd, or, if `light`, front
-    /// coded only (a frontier's F, which its mover reads once into the Q runs and which is
-    /// then removed, is not worth zstd's time).
+    /// Frames are written in `epoch`, coded: lines or front-coded records, compressed with
+    /// zstd (a plain sieve's F and a frontier's alike: a frontier's F waits for its mover,
+    /// which reads it part by part as hand-outs need queues, so it may hold many URLs).
     pub(crate) fn open(
         storage: &dyn Storage,
         end: End,
         next_id: &mut u64,
         epoch: u32,
-        light: bool,
     ) -> Result<Appender> {
         if end.tail_len >= SEGMENT_TARGET {
-            let (out, tail) = Self::create(storage, next_id, end.count, epoch, light)?;
+            let (out, tail) = Self::create(storage, next_id, end.count, epoch)?;
             return Ok(Appender {
                 out,
                 tail,
                 before: end.count,
                 emitted: 0,
                 epoch,
-                light,
             });
         }
         let file = storage.open_file(&names::f(end.tail))?;
@@ -51,12 +47,11 @@ impl Appender {
             start = file.len()?;
         }
         Ok(Appender {
-            out: code(FrameWriter::new(file, start, 0, end.tail, epoch), light),
+            out: code(FrameWriter::new(file, start, 0, end.tail, epoch)),
             tail: end.tail,
             before: end.count,
             emitted: 0,
             epoch,
-            light,
         })
     }
 
@@ -66,16 +61,12 @@ impl Appender {
         next_id: &mut u64,
         first: u64,
         epoch: u32,
-        light: bool,
     ) -> Result<(FrameWriter, u64)> {
         let id = *next_id;
         *next_id += 1;
         let f = storage.create_file(&names::f(id))?;
         f.write_all_at(&header(id, first), 0)?;
-        Ok((
-            code(FrameWriter::new(f, HEADER_LEN, 0, id, epoch), light),
-            id,
-        ))
+        Ok((code(FrameWriter::new(f, HEADER_LEN, 0, id, epoch)), id))
     }
 
     /// Appends `url`; past [`SEGMENT_TARGET`] bytes the segment is synced and the next one
@@ -97,7 +88,7 @@ impl Appender {
         if self.out.written_end() >= SEGMENT_TARGET {
             self.out.sync()?;
             let first = self.before + self.emitted;
-            let (out, tail) = Self::create(storage, next_id, first, self.epoch, self.light)?;
+            let (out, tail) = Self::create(storage, next_id, first, self.epoch)?;
             self.out = out;
             self.tail = tail;
         }
@@ -115,12 +106,19 @@ impl Appender {
     }
 }
 
-/// `w` writing coded frames: front coded only if `light`, else compressed.
-fn code(w: FrameWriter, light: bool) -> FrameWriter {
-    if light {
-        w.coded_front(crate::frames::coded::Head::None)
-    } else {
-        // Compressing is most of a flush's work on F: a second thread does half of it.
-        w.coded().code_ahead()
+#[cfg(test)]
+thread_local! {
+    /// Tests: F's appenders of this thread front code alone (layout 3), as a frontier's F was
+    /// written before it was compressed.
+    pub(crate) static FRONT_ONLY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `w` writing coded frames, compressed.
+fn code(w: FrameWriter) -> FrameWriter {
+    #[cfg(test)]
+    if FRONT_ONLY.with(std::cell::Cell::get) {
+        return w.coded_front(crate::frames::coded::Head::None);
     }
+    // Compressing is most of a flush's work on F: a second thread does half of it.
+    w.coded().code_ahead()
 }

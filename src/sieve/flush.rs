@@ -199,14 +199,7 @@ fn merge(
     // Emit the new URLs in the order of their first appearance: source by source, and in
     // each by position.
     let mut next_id = m.next_id;
-    let light = m.mode == crate::manifest::Mode::Frontier;
-    let mut f = Appender::open(
-        storage,
-        m.frontier_end(),
-        &mut next_id,
-        m.flushes as u32,
-        light,
-    )?;
+    let mut f = Appender::open(storage, m.frontier_end(), &mut next_id, m.flushes as u32)?;
     for (i, r) in merged.regions.iter().enumerate() {
         if r.count == 0 {
             continue;

@@ -3665,6 +3665,82 @@ mod tests {
         f.close().unwrap();
     }
 
+    /// A frontier's F written front coded alone (layout 3), as stores kept it before F was
+    /// compressed, and then compressed (layout 1): the mover reads both into the queues, and
+    /// each host's URLs come out in first-appearance order.
+    #[test]
+    fn the_mover_reads_fs_frames_of_the_older_layout_and_the_compressed_one() {
+        use crate::frontier::append::FRONT_ONLY;
+        use crate::names::{self, FileName};
+        use crate::queues::{Discovered, Frontier, ManualClock};
+        use crate::storage::{SimDisk, Storage};
+        use crate::Options;
+        use std::collections::HashMap;
+        use std::sync::Arc;
+        let clock = Arc::new(ManualClock::new(1_000));
+        let opts = || Options::new().seed(1).background_flush(false).slots(512);
+        let disk = SimDisk::new();
+        let f = Frontier::open_with(Arc::new(disk.clone()), opts(), clock.clone()).unwrap();
+        let urls: Vec<String> = (0..4_000)
+            .map(|i| format!("http://h{}.test/some/path/{i}", i % 40))
+            .collect();
+        // F's layouts: the byte after each coded frame's header.
+        let layouts = |disk: &SimDisk| -> Vec<u8> {
+            let mut seen = Vec::new();
+            for name in disk.list().unwrap() {
+                if matches!(names::parse(&name), Some(FileName::F(_))) {
+                    let c = disk.content(&name).unwrap();
+                    let magic = crate::format::MAGIC_CODED.to_le_bytes();
+                    for i in 0..c.len().saturating_sub(crate::frames::FRAME_HEADER) {
+                        if c[i..i + 4] == magic {
+                            seen.push(c[i + crate::frames::FRAME_HEADER]);
+                        }
+                    }
+                }
+            }
+            seen
+        };
+        let push = |f: &Frontier, part: &[String]| {
+            let items: Vec<Discovered<'_>> =
+                part.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+            f.push("", &items).unwrap();
+        };
+        // Pushes past the buffer: merges write F, which no hand-out has moved yet.
+        FRONT_ONLY.with(|c| c.set(true));
+        push(&f, &urls[..2_000]);
+        FRONT_ONLY.with(|c| c.set(false));
+        let old = layouts(&disk);
+        assert!(old.contains(&3), "F front coded alone: {old:?}");
+        push(&f, &urls[2_000..]);
+        f.close().unwrap();
+        let both = layouts(&disk);
+        assert!(both.contains(&3) && both.contains(&1), "{both:?}");
+        let f = Frontier::open_with(Arc::new(disk.clone()), opts(), clock).unwrap();
+        let mut served: HashMap<String, Vec<u32>> = HashMap::new();
+        loop {
+            let got = f.lease(100, Some(1_000), 60_000).unwrap();
+            if got.is_empty() {
+                break;
+            }
+            for l in got {
+                let u = String::from_utf8(l.url.clone()).unwrap();
+                let (host, n) = u.rsplit_once('/').unwrap();
+                served
+                    .entry(host.to_owned())
+                    .or_default()
+                    .push(n.parse().unwrap());
+                assert!(f.done(l.token, 0).unwrap());
+            }
+        }
+        let mut all: Vec<u32> = served.values().flatten().copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..4_000).collect::<Vec<u32>>(), "every URL once");
+        for (host, ns) in &served {
+            assert!(ns.windows(2).all(|w| w[0] < w[1]), "{host}: out of order");
+        }
+        f.close().unwrap();
+    }
+
     /// A checkpoint keeps the generation it replaced as a spare, and the next one takes its
     /// file: never more than two J files, the newest generation written over the old bytes
     /// of the spare's; a close removes the spare, and the state reopens whole.
