@@ -203,7 +203,12 @@ impl RunWriter {
 
     /// Writes the directory, the index and the tail, and makes the file durable (its
     /// directory entry is not synced here); returns the run, open.
-    pub(crate) fn finish(mut self) -> Result<Run> {
+    pub(crate) fn finish(self) -> Result<Run> {
+        self.finish_with_groups().map(|(run, _)| run)
+    }
+
+    /// [`RunWriter::finish`], and the run's groups as its directory holds them, in order.
+    pub(crate) fn finish_with_groups(mut self) -> Result<(Run, Vec<Group>)> {
         self.out.write_frame()?;
         self.out.drain_gathered()?;
         let file = self.out.file().clone();
@@ -255,14 +260,15 @@ impl RunWriter {
         bytes.put_u32(MAGIC_QEND);
         file.write_all_at(&bytes, at)?;
         file.sync()?;
-        Ok(Run {
+        let run = Run {
             file,
             id: self.id,
             version: self.version,
             frames_end: index.first().map_or(index_offset, |e| e.offset),
             dir_end: index_offset,
             index: Arc::new(index),
-        })
+        };
+        Ok((run, std::mem::take(&mut self.groups)))
     }
 }
 

@@ -345,6 +345,9 @@ pub(crate) struct Core {
     compaction: Option<compaction::Compaction>,
     /// A move whose run is written on a thread of its own; before the store too.
     moving: Option<mover::Move>,
+    /// The run of the move being committed, as its writer described it: installed from this
+    /// when the entry is applied (see [`Core::install_written`]).
+    written: Option<(u64, mover::Written)>,
     /// Compactions run on a thread of their own (the options' background flushes).
     background: bool,
     pub(super) sieve: Sieve,
@@ -452,6 +455,7 @@ impl Core {
         let mut core = Core {
             compaction: None,
             moving: None,
+            written: None,
             background,
             sieve,
             clock,
@@ -776,7 +780,11 @@ impl Core {
                     // compaction's run, and the compaction's entry says how many.
                     if !gone {
                         let run = Run::open(self.sieve.storage().as_ref(), *id)?;
-                        self.install(run)?;
+                        // A move's run its writer described (at runtime), or read (replay).
+                        match self.written.take_if(|(w, _)| w == id) {
+                            Some((_, written)) => self.install_written(run, &written)?,
+                            None => self.install(run)?,
+                        }
                     }
                 }
                 self.next_seq = *next_seq;
@@ -1013,6 +1021,58 @@ impl Core {
 
     /// Adds a Q run: each of its groups waits in its queue.
     fn install(&mut self, run: Run) -> Result<()> {
+        let slot = self.next_slot(&run)?;
+        // Its groups, and the first record of each queue new here, are read in the order they
+        // lie in the run: through a scanning view, not the mapping.
+        let scan = run.scanning();
+        let mut cache = None;
+        for g in scan.groups() {
+            let g = g?;
+            let i = self.queue_of_group(&scan, &g, &mut cache)?;
+            self.seat_group(slot, i, &g);
+        }
+        self.runs.push(run);
+        Ok(())
+    }
+
+    /// [`Core::install`] of a move's run from what its writer knew of it: its groups and
+    /// their queues' keys, as the directory and the records hold them, read from neither.
+    fn install_written(&mut self, run: Run, written: &mover::Written) -> Result<()> {
+        let slot = self.next_slot(&run)?;
+        #[cfg(test)]
+        Self::check_written(&run, written);
+        for (n, g) in written.groups.iter().enumerate() {
+            let i = match self.place(g.queue) {
+                Some(i) => i,
+                None => self.queue(g.queue, g.crawl, written.key(n)),
+            };
+            self.seat_group(slot, i, g);
+        }
+        self.runs.push(run);
+        Ok(())
+    }
+
+    /// Tests: what a run's writer described is what its directory and records say.
+    #[cfg(test)]
+    fn check_written(run: &Run, written: &mover::Written) {
+        let scan = run.scanning();
+        let groups: Vec<super::qrun::Group> = scan.groups().map(|g| g.unwrap()).collect();
+        assert_eq!(groups, written.groups, "the groups of run {}", run.id());
+        let mut cache = None;
+        for (n, g) in groups.iter().enumerate() {
+            let mut key = Vec::new();
+            scan.walk_group_cached(g, &mut cache, |_, rec, _| {
+                let r = crate::record::decode(rec).unwrap();
+                key.extend_from_slice(r.key.unwrap_or_else(|| default_key(r.url)));
+                Ok(false)
+            })
+            .unwrap();
+            assert_eq!(key, written.key(n), "the key of group {n}");
+        }
+    }
+
+    /// The slot of the next run installed: an error past 64 runs (a damaged J).
+    fn next_slot(&self, run: &Run) -> Result<usize> {
         let slot = self.runs.len();
         if slot >= 64 {
             return Err(run.file().corrupt(
@@ -1024,28 +1084,23 @@ impl Core {
                 },
             ));
         }
-        // Its groups, and the first record of each queue new here, are read in the order they
-        // lie in the run: through a scanning view, not the mapping.
-        let scan = run.scanning();
-        let mut cache = None;
-        for g in scan.groups() {
-            let g = g?;
-            let i = self.queue_of_group(&scan, &g, &mut cache)?;
-            // A queue moved away that takes records again is exported again.
-            if !self.released.is_empty() {
-                self.released.remove(&g.queue);
-            }
-            let q = &mut self.queues[i as usize];
-            q.waiting += u64::from(g.records);
-            if q.runs == 0 && q.at.is_none() && g.records > 0 {
-                // Its first records in the runs: its hand-out starts here, with no lookup.
-                q.at = Some(At::new((slot, g.offset, g.start, g.records)));
-            }
-            q.runs |= 1 << slot;
-            self.schedule(i);
+        Ok(slot)
+    }
+
+    /// Adds group `g` of the run of slot `slot` to queue `i`, and schedules the queue.
+    fn seat_group(&mut self, slot: usize, i: u32, g: &super::qrun::Group) {
+        // A queue moved away that takes records again is exported again.
+        if !self.released.is_empty() {
+            self.released.remove(&g.queue);
         }
-        self.runs.push(run);
-        Ok(())
+        let q = &mut self.queues[i as usize];
+        q.waiting += u64::from(g.records);
+        if q.runs == 0 && q.at.is_none() && g.records > 0 {
+            // Its first records in the runs: its hand-out starts here, with no lookup.
+            q.at = Some(At::new((slot, g.offset, g.start, g.records)));
+        }
+        q.runs |= 1 << slot;
+        self.schedule(i);
     }
 
     /// The index of the queue of group `g` of `run`, created if new (its key is in its

@@ -15,7 +15,7 @@ use crate::frontier::Position;
 use crate::names;
 use crate::queues::journal::Entry;
 use crate::queues::key::{default_key, queue_id};
-use crate::queues::qrun::RunWriter;
+use crate::queues::qrun::{Group, RunWriter};
 use crate::record;
 use crate::storage::{Storage, StorageExt};
 
@@ -44,9 +44,29 @@ struct Batch {
     first: u64,
 }
 
+/// What the writer of a move's run knows of it: its groups, as its directory holds them, and
+/// the key of each group's queue (its first record's), so that the install under the lock
+/// reads neither the directory nor a frame ([`Core::install_written`]).
+pub(super) struct Written {
+    /// The run's groups, in the order of their queues.
+    pub(super) groups: Vec<Group>,
+    /// The keys, end to end.
+    keys: Vec<u8>,
+    /// Where each group's key ends in `keys`.
+    key_ends: Vec<u32>,
+}
+
+impl Written {
+    /// The key of group `n`'s queue.
+    pub(super) fn key(&self, n: usize) -> &[u8] {
+        let start = if n == 0 { 0 } else { self.key_ends[n - 1] };
+        &self.keys[start as usize..self.key_ends[n] as usize]
+    }
+}
+
 /// A move whose run is written on a thread of its own.
 pub(super) struct Move {
-    thread: Option<JoinHandle<Result<()>>>,
+    thread: Option<JoinHandle<Result<Written>>>,
     /// The run's id.
     id: u64,
     /// F's read position past the records moved.
@@ -77,24 +97,36 @@ impl Drop for Move {
 
 impl Batch {
     /// Sorts the records by queue and seq, and writes them as Q run `id`, durably, with its
-    /// directory entry when `dir_sync` (always, but for a planted bug).
-    fn write(mut self, st: &dyn Storage, id: u64, dir_sync: bool) -> Result<()> {
+    /// directory entry when `dir_sync` (always, but for a planted bug); returns what the
+    /// install needs of the run.
+    fn write(mut self, st: &dyn Storage, id: u64, dir_sync: bool) -> Result<Written> {
         self.records.sort_unstable_by_key(|m| (m.queue, m.nth));
         let mut w = RunWriter::create(st, id)?;
+        let (mut keys, mut key_ends) = (Vec::new(), Vec::new());
+        let mut last = None;
         for m in &self.records {
             let at = m.at as usize;
-            w.push(
-                m.queue,
-                m.crawl,
-                self.first + u64::from(m.nth),
-                &self.bytes[at..at + m.len as usize],
-            )?;
+            let rec = &self.bytes[at..at + m.len as usize];
+            if last != Some(m.queue) {
+                last = Some(m.queue);
+                // Decoded once already, when F was read.
+                let r =
+                    record::decode(rec).map_err(|what| Error::corrupt(&names::q(id), 0, what))?;
+                keys.extend_from_slice(r.key.unwrap_or_else(|| default_key(r.url)));
+                key_ends.push(keys.len() as u32);
+            }
+            w.push(m.queue, m.crawl, self.first + u64::from(m.nth), rec)?;
         }
-        w.finish()?;
+        let (_, groups) = w.finish_with_groups()?;
         if dir_sync {
             st.sync_directory()?;
         }
-        Ok(())
+        debug_assert_eq!(groups.len(), key_ends.len());
+        Ok(Written {
+            groups,
+            keys,
+            key_ends,
+        })
     }
 }
 
@@ -152,7 +184,7 @@ impl Core {
         }
         let moved = batch
             .write(&*st, id, true)
-            .and_then(|()| self.install_move(id, f, next_seq));
+            .and_then(|w| self.install_move(id, f, next_seq, w));
         if moved.is_err() {
             self.poisoned = true;
         }
@@ -181,7 +213,7 @@ impl Core {
             self.sieve.read_position() == m.f,
             "F was read during a move"
         );
-        let moved = written.and_then(|()| self.install_move(m.id, m.f, m.next_seq));
+        let moved = written.and_then(|w| self.install_move(m.id, m.f, m.next_seq, w));
         if moved.is_err() {
             self.poisoned = true;
         }
@@ -270,16 +302,27 @@ impl Core {
     }
 
     /// Makes the move of run `id` (written and synced, with its directory entry) durable in
-    /// J, with F's position `f` past its records and the frontier's `next_seq` after them;
-    /// then commits F's read position and merges the runs if they are due.
-    fn install_move(&mut self, id: u64, f: Position, next_seq: u64) -> Result<()> {
+    /// J, with F's position `f` past its records and the frontier's `next_seq` after them,
+    /// and installs the run from what its writer knew of it (`written`); then commits F's
+    /// read position and merges the runs if they are due.
+    fn install_move(
+        &mut self,
+        id: u64,
+        f: Position,
+        next_seq: u64,
+        written: Written,
+    ) -> Result<()> {
         // Runs of version 12: the manifest says so before J refers to one.
         self.commit_version()?;
-        self.commit(&[Entry::Moved {
+        // The entry's application installs the run: from `written`, not from its directory.
+        self.written = Some((id, written));
+        let committed = self.commit(&[Entry::Moved {
             run: Some(id),
             f,
             next_seq,
-        }])?;
+        }]);
+        self.written = None;
+        committed?;
         self.sieve.commit_read()?;
         self.compact_if_due()
     }
