@@ -1400,7 +1400,9 @@ fn workload_on(
 
 #[test]
 fn a_crash_at_any_operation_loses_no_acknowledged_push_lease_or_done() {
-    crash_at_every_operation(false);
+    let (total, threads) = crash_at_every_operation(false);
+    // Everything on the caller's thread: each crash point crashes the run.
+    assert_eq!(threads.values().sum::<usize>() as u64, total, "{threads:?}");
 }
 
 /// The moves' runs written on the mover's thread and the sieve's merges on its own, while
@@ -1447,16 +1449,104 @@ fn a_crash_at_any_operation_of_a_move_or_merge_in_the_background_loses_nothing_a
         merges >= 4,
         "Z segments written by the sieve's thread: {merges}"
     );
-    let total = crash_at_every_operation(true);
-    assert!(
-        runs.iter().all(|&op| op < total),
-        "{runs:?} beyond {total} operations"
-    );
+    let (_, threads) = crash_at_every_operation(true);
+    // The crashes met on the threads of the moves and the merges (each writes files, syncs
+    // and renames at several points of its work).
+    for thread in ["crivello-move", "crivello-flush"] {
+        let n = threads.get(thread).copied().unwrap_or(0);
+        assert!(
+            n >= 20,
+            "{n} crash points met first by {thread}: {threads:?}"
+        );
+    }
+}
+
+/// Which thread's operation met a crash first: a disk that notes it.
+#[derive(Debug, Clone)]
+struct Spy {
+    disk: SimDisk,
+    hit: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Spy {
+    /// `r`, noting the calling thread if it is the first error since the disk crashed.
+    fn note<T>(&self, r: std::io::Result<T>) -> std::io::Result<T> {
+        if r.is_err() && self.disk.has_crashed() {
+            let mut hit = self.hit.lock().unwrap();
+            if hit.is_none() {
+                let thread = std::thread::current();
+                *hit = Some(thread.name().unwrap_or("unnamed").to_owned());
+            }
+        }
+        r
+    }
+
+    fn file(
+        &self,
+        f: std::io::Result<Arc<dyn crivello::storage::StorageFile>>,
+    ) -> std::io::Result<Arc<dyn crivello::storage::StorageFile>> {
+        let inner = self.note(f)?;
+        Ok(Arc::new(SpyFile {
+            inner,
+            spy: self.clone(),
+        }))
+    }
+}
+
+struct SpyFile {
+    inner: Arc<dyn crivello::storage::StorageFile>,
+    spy: Spy,
+}
+
+impl crivello::storage::StorageFile for SpyFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        self.spy.note(self.inner.read_at(buf, offset))
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.spy.note(self.inner.write_all_at(buf, offset))
+    }
+    fn len(&self) -> std::io::Result<u64> {
+        self.spy.note(self.inner.len())
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.spy.note(self.inner.set_len(len))
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.spy.note(self.inner.sync())
+    }
+}
+
+impl crivello::storage::Storage for Spy {
+    fn create(&self, name: &str) -> std::io::Result<Arc<dyn crivello::storage::StorageFile>> {
+        self.file(self.disk.create(name))
+    }
+    fn open(&self, name: &str) -> std::io::Result<Arc<dyn crivello::storage::StorageFile>> {
+        self.file(self.disk.open(name))
+    }
+    fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
+        self.note(self.disk.rename(from, to))
+    }
+    fn remove(&self, name: &str) -> std::io::Result<()> {
+        self.note(self.disk.remove(name))
+    }
+    fn sync_dir(&self) -> std::io::Result<()> {
+        self.note(self.disk.sync_dir())
+    }
+    fn list(&self) -> std::io::Result<Vec<String>> {
+        self.note(self.disk.list())
+    }
+    fn lock(&self) -> std::io::Result<Box<dyn std::any::Any + Send + Sync>> {
+        self.disk.lock()
+    }
+    fn describe(&self) -> String {
+        self.disk.describe()
+    }
 }
 
 /// Crashes [`workload_on`] at each of its operations (the flushes in the background or not),
-/// checks each kind of crash image, and returns the number of operations of a clean run.
-fn crash_at_every_operation(background: bool) -> u64 {
+/// checks each kind of crash image, and returns the number of operations of a clean run and,
+/// per thread, the crash points whose crash that thread's operation met first.
+fn crash_at_every_operation(background: bool) -> (u64, BTreeMap<String, usize>) {
     use crivello::storage::sim::CrashImage;
     let start = 5_000_000;
     let clean = SimDisk::new();
@@ -1479,12 +1569,26 @@ fn crash_at_every_operation(background: bool) -> u64 {
     } else {
         total
     };
+    let mut threads = BTreeMap::<String, usize>::new();
     for k in 1..=last {
         let disk = SimDisk::new();
         disk.crash_at(k);
         let clock = Arc::new(ManualClock::new(start));
         let mut a = Acked::default();
-        let _ = workload_on(Arc::new(disk.clone()), background, &clock, &mut a);
+        let spy = Spy {
+            disk: disk.clone(),
+            hit: Arc::default(),
+        };
+        let _ = workload_on(Arc::new(spy.clone()), background, &clock, &mut a);
+        if !disk.has_crashed() {
+            // Past the run's last operation: it ended cleanly.
+            assert!(k > total / 2, "op {k}: no crash");
+            continue;
+        }
+        let hit = spy.hit.lock().unwrap().clone();
+        *threads
+            .entry(hit.unwrap_or_else(|| "none".into()))
+            .or_default() += 1;
         let at_crash = crivello::queues::Clock::now_ms(&*clock);
         for image in CrashImage::each_kind(k) {
             let img = disk.crash_image(image);
@@ -1570,8 +1674,9 @@ fn crash_at_every_operation(background: bool) -> u64 {
             checked += 1;
         }
     }
-    eprintln!("{last} crash points, {checked} images checked");
-    total
+    let crashed: usize = threads.values().sum();
+    eprintln!("{crashed} crash points, {checked} images checked; met first by {threads:?}");
+    (total, threads)
 }
 
 #[test]

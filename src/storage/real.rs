@@ -253,8 +253,9 @@ fn give_back() {
         }
         // SAFETY: a shared, read-only mapping of a file: giving its pages back only drops
         // this process's references to them, and the next read finds the file's bytes again
-        // (from the page cache or the disk); a read copying from it meanwhile gets the same
-        // bytes. A failure leaves the pages mapped, which costs memory only.
+        // (from the page cache or the disk); a read copying from it meanwhile, or a frame
+        // decoded from its bytes in place (`StorageFile::mapped`), gets the same bytes. A
+        // failure leaves the pages mapped, which costs memory only.
         let _ = unsafe { m.map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
     }
 }
