@@ -1240,7 +1240,7 @@ fn crash_opts() -> Options {
 }
 
 /// What a frontier workload saw acknowledged before it stopped.
-#[derive(Default, Debug)]
+#[derive(Default, Debug, PartialEq)]
 struct Acked {
     /// URLs whose push returned Ok.
     pushed: HashSet<String>,
@@ -1502,6 +1502,9 @@ impl crivello::storage::StorageFile for SpyFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
         self.spy.note(self.inner.read_at(buf, offset))
     }
+    fn mapped(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        self.inner.mapped(offset, len)
+    }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
         self.spy.note(self.inner.write_all_at(buf, offset))
     }
@@ -1523,6 +1526,12 @@ impl crivello::storage::Storage for Spy {
     fn open(&self, name: &str) -> std::io::Result<Arc<dyn crivello::storage::StorageFile>> {
         self.file(self.disk.open(name))
     }
+    fn open_immutable(
+        &self,
+        name: &str,
+    ) -> std::io::Result<Arc<dyn crivello::storage::StorageFile>> {
+        self.file(self.disk.open_immutable(name))
+    }
     fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
         self.note(self.disk.rename(from, to))
     }
@@ -1541,6 +1550,33 @@ impl crivello::storage::Storage for Spy {
     fn describe(&self) -> String {
         self.disk.describe()
     }
+}
+
+/// The hand-outs decode a Q run's frames in place when its file serves its bytes (as a mapped
+/// file does) and copy them otherwise: the same workload writes the same files either way,
+/// by the same operations, and acknowledges the same calls.
+#[test]
+fn frames_read_in_place_or_copied_give_the_same_store() {
+    let run = |mapping: bool| {
+        let disk = SimDisk::new();
+        disk.set_mapping(mapping);
+        let clock = Arc::new(ManualClock::new(5_000_000));
+        let mut a = Acked::default();
+        workload_on(Arc::new(disk.clone()), false, &clock, &mut a).expect("a clean run");
+        let files: Vec<_> = disk
+            .files()
+            .into_iter()
+            .map(|f| (disk.content(&f), f))
+            .collect();
+        (disk.mapped_bytes(), format!("{:?}", disk.trace()), files, a)
+    };
+    let (in_place, trace, files, acked) = run(true);
+    let (copied, trace_copied, files_copied, acked_copied) = run(false);
+    assert!(in_place > 0, "no frame decoded in place");
+    assert_eq!(copied, 0);
+    assert!(trace == trace_copied, "the operations differ");
+    assert!(files == files_copied, "the files differ");
+    assert!(acked == acked_copied, "the acknowledged calls differ");
 }
 
 /// Crashes [`workload_on`] at each of its operations (the flushes in the background or not),
@@ -1562,6 +1598,8 @@ fn crash_at_every_operation(background: bool) -> (u64, BTreeMap<String, usize>) 
         "no checkpoint"
     );
     assert!(trace.matches("Remove(\"q-").count() >= 2, "no compaction");
+    // Q runs are read in place, as from a mapped file of a real directory.
+    assert!(clean.mapped_bytes() > 0, "no frame decoded in place");
     let mut checked = 0;
     // With threads, a run may take a few operations more than the clean one did.
     let last = if background {

@@ -66,6 +66,10 @@ const GATHER_BYTES: usize = 256 << 10;
 
 #[cfg(test)]
 thread_local! {
+    /// Tests: the runs written on this thread close a frame once its records reach this
+    /// many bytes instead of [`FRAME_TARGET`] (0: that), to make frames no writer makes.
+    pub(crate) static TEST_FRAME_TARGET: std::cell::Cell<usize> =
+        const { std::cell::Cell::new(0) };
     /// Tests: runs written on this thread are of version 4, as a build before version 12
     /// wrote them.
     pub(crate) static FIXED_RUNS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -145,7 +149,14 @@ impl RunWriter {
             Head::Kept
         };
         let mut out = FrameWriter::new(file, HEADER_LEN, 0, id, 0).coded_front(head);
-        out.set_frame_target(FRAME_TARGET);
+        #[cfg(test)]
+        let target = match TEST_FRAME_TARGET.with(std::cell::Cell::get) {
+            0 => FRAME_TARGET,
+            n => n,
+        };
+        #[cfg(not(test))]
+        let target = FRAME_TARGET;
+        out.set_frame_target(target);
         let out = out.gathered(GATHER_BYTES);
         Ok(RunWriter {
             out,

@@ -128,6 +128,10 @@ struct State {
     reads_failing: bool,
     /// Every read returns at most half the bytes asked for (at least one), as `pread` may.
     short_reads: bool,
+    /// Files opened with `open_immutable` do not serve their bytes in place.
+    no_mapping: bool,
+    /// Bytes served in place so far.
+    mapped_bytes: u64,
     sync_fail_seed: u64,
     trace: Vec<Op>,
     locked: bool,
@@ -383,6 +387,19 @@ impl SimDisk {
         self.lock_state().short_reads = on;
     }
 
+    /// With `on` (the default), a file opened with [`Storage::open_immutable`] serves its
+    /// bytes in place ([`StorageFile::mapped`]), as a mapped file of the real directory does:
+    /// a copy of its content taken at the open, which such a file never changes. While a
+    /// read fault is armed it serves none, so that the reader's `read_at` meets the fault.
+    pub fn set_mapping(&self, on: bool) {
+        self.lock_state().no_mapping = !on;
+    }
+
+    /// The bytes files served in place so far ([`SimDisk::set_mapping`]).
+    pub fn mapped_bytes(&self) -> u64 {
+        self.lock_state().mapped_bytes
+    }
+
     /// Seeds the choice of which dirty pages a failed fsync keeps.
     pub fn set_sync_fail_seed(&self, seed: u64) {
         self.lock_state().sync_fail_seed = seed;
@@ -457,6 +474,8 @@ struct SimFile {
     disk: SimDisk,
     ino: usize,
     name: String,
+    /// The content at the open of a file opened with `open_immutable`, served in place.
+    mapped: Option<Box<[u8]>>,
 }
 
 impl StorageFile for SimFile {
@@ -481,6 +500,21 @@ impl StorageFile for SimFile {
         }
         buf[..n].copy_from_slice(&data[off..off + n]);
         Ok(n)
+    }
+
+    fn mapped(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        let map = self.mapped.as_deref()?;
+        let start = usize::try_from(offset).ok()?;
+        let end = start.checked_add(len)?;
+        if end > map.len() || len == 0 {
+            return None;
+        }
+        let mut s = self.disk.lock_state();
+        if s.read_fail_at.is_some() || s.reads_failing {
+            return None;
+        }
+        s.mapped_bytes += len as u64;
+        Some(&map[start..end])
     }
 
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
@@ -578,6 +612,7 @@ impl Storage for SimDisk {
             disk: self.clone(),
             ino,
             name: name.to_owned(),
+            mapped: None,
         }))
     }
 
@@ -593,6 +628,24 @@ impl Storage for SimDisk {
             disk: self.clone(),
             ino,
             name: name.to_owned(),
+            mapped: None,
+        }))
+    }
+
+    fn open_immutable(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+        let s = self.lock_state();
+        s.check_alive()?;
+        let ino = *s
+            .live
+            .get(name)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let mapped = (!s.no_mapping).then(|| s.inodes[ino].live.clone().into_boxed_slice());
+        drop(s);
+        Ok(Arc::new(SimFile {
+            disk: self.clone(),
+            ino,
+            name: name.to_owned(),
+            mapped,
         }))
     }
 

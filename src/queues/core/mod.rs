@@ -3724,6 +3724,64 @@ mod tests {
     /// compressed, and then compressed (layout 1): the mover reads both into the queues, and
     /// each host's URLs come out in first-appearance order.
     #[test]
+    fn a_place_past_a_frames_2_to_the_16_records_is_reported_as_damage() {
+        use crate::queues::qrun::TEST_FRAME_TARGET;
+        use crate::queues::{Discovered, Frontier, ManualClock, Policy};
+        use crate::storage::SimDisk;
+        use crate::{Error, Options};
+        use std::sync::Arc;
+        // A writer closes a frame at 2 KiB, a few hundred records: a queue's place in a frame
+        // is kept in 16 bits. A frame of 70,000 records of one queue (made here by a writer
+        // told to close frames at 64 MiB) is a damaged run's: the hand-out that would pass
+        // record 2^16 of it reports the run as damaged instead of wrapping its place around.
+        let clock = Arc::new(ManualClock::new(1_000));
+        let opts = Options::new()
+            .seed(1)
+            .background_flush(false)
+            .slots(1 << 17);
+        let f = Frontier::open_with(Arc::new(SimDisk::new()), opts, clock).unwrap();
+        f.set_policy(
+            "",
+            None,
+            Policy {
+                per_queue: 1_000,
+                ..Policy::default()
+            },
+        )
+        .unwrap();
+        let urls: Vec<String> = (0..70_000).map(|i| format!("http://h.test/{i}")).collect();
+        let items: Vec<Discovered<'_>> =
+            urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+        f.push("", &items).unwrap();
+        TEST_FRAME_TARGET.with(|c| c.set(64 << 20));
+        f.flush().unwrap();
+        let mut served = 0;
+        let err = loop {
+            match f.lease(1, Some(1_000), 60_000) {
+                Ok(got) => {
+                    assert_eq!(got.len(), 1_000, "after {served}");
+                    for l in got {
+                        assert_eq!(l.url, urls[served].as_bytes());
+                        served += 1;
+                        assert!(f.done(l.token, 0).unwrap());
+                    }
+                }
+                Err(e) => break e,
+            }
+        };
+        TEST_FRAME_TARGET.with(|c| c.set(0));
+        assert_eq!(served, 65_000, "{err}");
+        let Error::Corrupt { file, .. } = &err else {
+            panic!("{err}");
+        };
+        assert!(file.starts_with("q-"), "{err}");
+        assert!(
+            err.to_string().contains("records of a Q run's frame"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn the_mover_reads_fs_frames_of_the_older_layout_and_the_compressed_one() {
         use crate::frontier::append::FRONT_ONLY;
         use crate::names::{self, FileName};
