@@ -80,12 +80,16 @@ pub enum Bug {
     /// `move-unsynced`: the mover's thread writes a move's Q run without syncing the
     /// directory, so the run's name may be lost while J names it.
     MoveUnsynced,
+    /// `checkpoint-unsynced`: a checkpoint's switch renames its file into place without
+    /// syncing it first, so a power loss may leave the name over bytes that never reached
+    /// the disk.
+    CheckpointUnsynced,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 25] = [
+    pub const ALL: [(Bug, &'static str); 26] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -111,6 +115,7 @@ impl Bug {
         (Bug::FlushUnderLock, "flush-under-lock"),
         (Bug::MoveUnderLock, "move-under-lock"),
         (Bug::MoveUnsynced, "move-unsynced"),
+        (Bug::CheckpointUnsynced, "checkpoint-unsynced"),
     ];
 }
 

@@ -1451,11 +1451,16 @@ fn a_crash_at_any_operation_of_a_move_or_merge_in_the_background_loses_nothing_a
     );
     let (_, threads) = crash_at_every_operation(true);
     // The crashes met on the threads of the moves and the merges (each writes files, syncs
-    // and renames at several points of its work).
-    for thread in ["crivello-move", "crivello-flush"] {
+    // and renames at several points of its work), and of the checkpoints' switches (a sync,
+    // a rename and a sync of the directory each).
+    for (thread, least) in [
+        ("crivello-move", 20),
+        ("crivello-flush", 20),
+        ("crivello-checkpoint", 3),
+    ] {
         let n = threads.get(thread).copied().unwrap_or(0);
         assert!(
-            n >= 20,
+            n >= least,
             "{n} crash points met first by {thread}: {threads:?}"
         );
     }

@@ -26,11 +26,18 @@ pub(crate) fn replace_with<T>(
     let tmp = names::tmp(name);
     let f = storage.create_file(&tmp)?;
     let out = write(&f)?;
+    switch_in(storage, f, name)?;
+    Ok(out)
+}
+
+/// The second half of [`replace_with`]: `f`, the temporary file of `name` (`names::tmp`)
+/// holding the new bytes, is synced, then renamed to `name`, then the directory synced. Until
+/// the rename is durable `name` holds its old bytes.
+pub(crate) fn switch_in(storage: &dyn Storage, f: super::file::File, name: &str) -> Result<()> {
     f.sync()?;
     drop(f);
-    rename(storage, &tmp, name)?;
-    storage.sync_directory()?;
-    Ok(out)
+    rename(storage, &names::tmp(name), name)?;
+    storage.sync_directory()
 }
 
 /// Creates `name` holding `bytes`, durable (file fsync then directory fsync).

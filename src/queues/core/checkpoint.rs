@@ -23,12 +23,17 @@
 //!
 //! It is the state after every entry of the J generations before `j_gen`: an open loads it,
 //! then replays the generations from `j_gen` on. It is written when J's generation passes a
-//! size: (1) the generation is closed by an end frame, and the next one created, empty and
-//! durable; (2) the checkpoint replaces the
-//! old one atomically: **the switch**; (3) the writer moves to the new generation and the old
-//! ones are removed, but for the newest, which is kept as a *spare*. A crash before (2) leaves
-//! the old checkpoint, and the new generation empty after the old ones; a crash after it
-//! leaves old generations, which the next open removes.
+//! size: (1) the generation is closed by an end frame and synced, and the next one created,
+//! empty and durable; (2) the state is written to `CHECKPOINT.tmp`, not synced; (3) J's
+//! writer moves to the new generation, and the calls go on; (4) **the switch**: the file is
+//! synced, renamed over the old checkpoint, and the directory synced, on a thread of its own
+//! when the frontier's flushes run in the background (its fsyncs then hold no lock); (5)
+//! once the switch is done, a later call removes the old generations, but for the newest,
+//! which is kept as a *spare*. One checkpoint at a time: the next waits for the switch. A
+//! crash before the rename is durable leaves the old checkpoint, its generations, and the
+//! new one (empty, or holding the entries since (3)): the open replays them all from the old
+//! checkpoint, and removes the temporary file; a crash after it leaves old generations,
+//! which the next open removes.
 //!
 //! The next checkpoint's new generation takes the spare's file, as A's generations take
 //! superseded ones (`crate::sieve::wal`): its header is rewritten and synced, then the file
@@ -116,6 +121,46 @@ fn count(c: &mut ByteReader<'_>, size: usize, field: &'static str) -> Result<usi
     Ok(n)
 }
 
+/// Switches in the checkpoint written to its temporary file `f`: sync, rename, sync of the
+/// directory ([`durable::switch_in`]).
+fn switch_in(st: &dyn Storage, f: File) -> Result<()> {
+    if crate::planted::active(crate::planted::Bug::CheckpointUnsynced) {
+        drop(f);
+        durable::rename(st, &names::tmp(names::CHECKPOINT), names::CHECKPOINT)?;
+        return st.sync_directory();
+    }
+    durable::switch_in(st, f, names::CHECKPOINT)
+}
+
+/// A checkpoint written to its temporary file, switched in on a thread of its own
+/// ([`Core::checkpoint`]).
+pub(super) struct Switch {
+    thread: Option<std::thread::JoinHandle<Result<()>>>,
+    /// The J generation the new checkpoint is replayed from.
+    next: u64,
+    /// Its length.
+    len: u64,
+}
+
+impl Switch {
+    /// Whether the switch is done (or failed).
+    fn finished(&self) -> bool {
+        self.thread
+            .as_ref()
+            .is_none_or(std::thread::JoinHandle::is_finished)
+    }
+}
+
+impl Drop for Switch {
+    /// A frontier dropped without a close waits for the switch before the store (and its
+    /// lock) goes: the next open finds the old checkpoint or the new one, whole.
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 impl Core {
     /// Writes the state, to be replayed from J generation `j_gen` on, into `out`, queue
     /// by queue and lease by lease: a checkpoint takes no copy of the queues and leases (the
@@ -181,9 +226,13 @@ impl Core {
     }
 
     /// Writes a checkpoint and moves J to a new generation (the steps of the module's
-    /// documentation).
-    pub(in crate::queues) fn checkpoint(&mut self) -> Result<()> {
+    /// documentation). A checkpoint under way is switched in first. `background`: with the
+    /// frontier's flushes in the background, the switch (the new file's sync, its rename, the
+    /// directory's sync) runs on a thread of its own, and a later call removes the old
+    /// generations ([`Core::poll_checkpoint`]); otherwise, or when no thread can be had, here.
+    pub(in crate::queues) fn checkpoint(&mut self, background: bool) -> Result<()> {
         self.writable()?;
+        self.settle_checkpoint()?;
         let st = self.sieve.storage().clone();
         let next = self.j_gen + 1;
         let r = (|| {
@@ -192,26 +241,69 @@ impl Core {
             self.writer().finish()?;
             self.sync_journal()?;
             let writer = wal::create_of(J, &*st, next, self.j_spare.take())?;
-            // 2.
-            let len = durable::replace_with(&*st, names::CHECKPOINT, |f| {
-                let mut out = Out::to_file(f);
-                self.encode_checkpoint(next, &mut out)?;
-                Ok(out.finish()?.1)
-            })?;
-            Ok((writer, len))
+            // 2. The state, written to the checkpoint's temporary file (not synced yet).
+            let f = st.create_file(&names::tmp(names::CHECKPOINT))?;
+            let mut out = Out::to_file(&f);
+            self.encode_checkpoint(next, &mut out)?;
+            let len = out.finish()?.1;
+            Ok((writer, f, len))
         })();
-        let writer = match r {
-            Ok((w, len)) => {
-                self.checkpoint_bytes = len;
-                w
-            }
+        let (writer, f, len) = match r {
+            Ok(done) => done,
             Err(e) => {
                 self.poisoned = true;
                 return Err(e);
             }
         };
-        // 3.
+        // 3. J's entries from here on go to the new generation: the old ones stay until the
+        // new checkpoint is switched in (a crash before that replays them from the old one).
         drop(self.journal.replace(writer.synced_by_others()));
+        self.j_gen = next;
+        // 4. The switch.
+        if background && self.background {
+            let to = st.clone();
+            let (give, take) = std::sync::mpsc::channel::<File>();
+            let spawned = std::thread::Builder::new()
+                .name("crivello-checkpoint".into())
+                .spawn(move || match take.recv() {
+                    Ok(f) => switch_in(&*to, f),
+                    Err(_) => Err(Error::Poisoned),
+                });
+            if let Ok(thread) = spawned {
+                // The thread holds the receiver until it has the file.
+                let _ = give.send(f);
+                self.switching = Some(Switch {
+                    thread: Some(thread),
+                    next,
+                    len,
+                });
+                return Ok(());
+            }
+            // No thread could be had: the switch is made here.
+        }
+        if let Err(e) = switch_in(&*st, f) {
+            return Err(self.poison_now(e));
+        }
+        self.switched(next, len);
+        Ok(())
+    }
+
+    /// Poisons the frontier, and gives `e` back.
+    fn poison_now(&mut self, e: Error) -> Error {
+        self.poisoned = true;
+        e
+    }
+
+    /// Step 5, once the checkpoint replayed from generation `next` on (of `len` bytes) is
+    /// switched in: the generations before `next` go, but for the newest, kept as a spare.
+    fn switched(&mut self, next: u64, len: u64) {
+        self.checkpoint_bytes = len;
+        self.remove_replaced_gens(next);
+    }
+
+    /// Removes J's generations before `next`, but for the newest, kept as a spare.
+    fn remove_replaced_gens(&mut self, next: u64) {
+        let st = self.sieve.storage().clone();
         for g in self.first_j_gen..next {
             if g + 1 == next && self.j_spare.is_none() {
                 self.j_spare = Some(g);
@@ -219,9 +311,32 @@ impl Core {
                 let _ = st.remove_file(&names::j(g));
             }
         }
-        self.first_j_gen = next;
-        self.j_gen = next;
-        Ok(())
+        self.first_j_gen = self.first_j_gen.max(next);
+    }
+
+    /// Completes the checkpoint under way once its switch is done (a no-op while it runs,
+    /// or when none is under way).
+    pub(super) fn poll_checkpoint(&mut self) -> Result<()> {
+        match &self.switching {
+            Some(s) if s.finished() => self.settle_checkpoint(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Waits for the switch of the checkpoint under way, if any, and completes it: none is
+    /// under way when this returns. A failed switch poisons the frontier.
+    pub(super) fn settle_checkpoint(&mut self) -> Result<()> {
+        let Some(mut s) = self.switching.take() else {
+            return Ok(());
+        };
+        let thread = s.thread.take().expect("joined once");
+        match thread.join().unwrap_or(Err(Error::Poisoned)) {
+            Ok(()) => {
+                self.switched(s.next, s.len);
+                Ok(())
+            }
+            Err(e) => Err(self.poison_now(e)),
+        }
     }
 
     /// Loads the checkpoint, if there is one, but for the runs that the replay will find

@@ -348,6 +348,9 @@ pub(crate) struct Core {
     /// The run of the move being committed, as its writer described it: installed from this
     /// when the entry is applied (see [`Core::install_written`]).
     written: Option<(u64, mover::Written)>,
+    /// The checkpoint being switched in on a thread of its own (before `sieve`, whose lock of
+    /// the store a drop releases only once the switch is done).
+    switching: Option<checkpoint::Switch>,
     /// Compactions run on a thread of their own (the options' background flushes).
     background: bool,
     pub(super) sieve: Sieve,
@@ -456,6 +459,7 @@ impl Core {
             compaction: None,
             moving: None,
             written: None,
+            switching: None,
             background,
             sieve,
             clock,
@@ -754,7 +758,12 @@ impl Core {
 
     /// Writes a checkpoint once J's generation has grown past its bound.
     fn checkpoint_if_due(&mut self) -> Result<()> {
+        self.poll_checkpoint()?;
         if self.writer().end() > self.journal_bytes {
+            // One checkpoint at a time: the next once the switch under way is done.
+            if self.switching.is_some() {
+                return Ok(());
+            }
             // The checkpoint holds F's read position: not past records in no run yet. While
             // a move's run is being written the checkpoint waits for its install (which
             // commits to J, and so writes it), rather than wait for it under the lock.
@@ -763,7 +772,7 @@ impl Core {
             }
             self.settle_move()?;
             if self.writer().end() > self.journal_bytes {
-                self.checkpoint()?;
+                self.checkpoint(true)?;
             }
         }
         Ok(())
@@ -3495,9 +3504,10 @@ impl Core {
         self.writable()?;
         self.settle_move()?;
         self.finish_compaction()?;
+        self.settle_checkpoint()?;
         let grown = self.writer().end();
         if grown > CLOSE_CHECKPOINT_MIN.min(self.journal_bytes) && grown > self.checkpoint_bytes {
-            self.checkpoint()?;
+            self.checkpoint(false)?;
         }
         // A frontier opened after a clean close and left untouched writes nothing.
         let gen = self.journal_gen();
