@@ -116,6 +116,17 @@ impl Reader {
                 let start = hint.unwrap_or_else(|| nth_line(text, skip));
                 before = Some(start);
                 let mut pos = start;
+                // The decoder checked that the frame is exactly `count` lines, each ended by
+                // a newline: when the rest of it passes neither bound, it is taken whole
+                // without looking for its lines (what the loop below would take too).
+                if urls.saturating_add(left) <= max_urls
+                    && bytes.saturating_add(text.len() - start) < max_bytes
+                {
+                    taken = left;
+                    urls += left;
+                    bytes += text.len() - start - left;
+                    pos = text.len();
+                }
                 while taken < left && urls < max_urls && !(bytes >= max_bytes && urls > 0) {
                     let n = memchr::memchr(b'\n', &text[pos..]).unwrap_or(text.len() - pos);
                     pos += n + 1;
