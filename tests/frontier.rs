@@ -2153,11 +2153,26 @@ fn an_update_under_another_key_ends_the_lease_in_its_own_queue() {
 /// and keeps every done and every lease answered before it.
 #[test]
 fn concurrent_calls_answer_only_what_is_durable() {
+    concurrent_calls(false);
+}
+
+/// The same with the flushes, moves, compactions and the checkpoints' switches on threads of
+/// their own.
+#[test]
+fn concurrent_calls_answer_only_what_is_durable_with_the_flushes_in_the_background() {
+    concurrent_calls(true);
+}
+
+fn concurrent_calls(background: bool) {
     use crivello::storage::sim::CrashImage;
     use crivello::UrlStatus;
     use std::sync::Mutex;
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(1_000));
+    let open = |disk: &SimDisk, clock: &Arc<ManualClock>| {
+        let opts = opts().background_flush(background);
+        Frontier::open_with(Arc::new(disk.clone()), opts, clock.clone()).expect("open")
+    };
     let f = open(&disk, &clock);
     let all: Vec<String> = (0..3_000)
         .map(|i| format!("http://h{}.test/{i}", i % 60))
@@ -2223,6 +2238,198 @@ fn concurrent_calls_answer_only_what_is_durable() {
     }
     assert!(checked > 0, "no answer was taken before a power loss");
     f.close().unwrap();
+}
+
+/// A disk whose syncs of `CHECKPOINT.tmp` fail (EIO) once armed.
+#[derive(Debug)]
+struct FailingCheckpoint {
+    disk: SimDisk,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+    /// The thread that met the failure.
+    met: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+struct FailingCheckpointFile {
+    inner: Arc<dyn crivello::storage::StorageFile>,
+    name: String,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+    met: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl crivello::storage::StorageFile for FailingCheckpointFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_all_at(buf, offset)
+    }
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        if self.name == "CHECKPOINT.tmp" && self.armed.load(std::sync::atomic::Ordering::SeqCst) {
+            let thread = std::thread::current()
+                .name()
+                .unwrap_or("unnamed")
+                .to_owned();
+            self.met.lock().unwrap().get_or_insert(thread);
+            return Err(std::io::Error::from_raw_os_error(5));
+        }
+        self.inner.sync()
+    }
+}
+
+impl FailingCheckpoint {
+    fn file(
+        &self,
+        name: &str,
+        inner: Arc<dyn crivello::storage::StorageFile>,
+    ) -> Arc<dyn crivello::storage::StorageFile> {
+        Arc::new(FailingCheckpointFile {
+            inner,
+            name: name.to_owned(),
+            armed: self.armed.clone(),
+            met: self.met.clone(),
+        })
+    }
+}
+
+impl crivello::storage::Storage for FailingCheckpoint {
+    fn create(&self, name: &str) -> std::io::Result<Arc<dyn crivello::storage::StorageFile>> {
+        Ok(self.file(name, self.disk.create(name)?))
+    }
+    fn open(&self, name: &str) -> std::io::Result<Arc<dyn crivello::storage::StorageFile>> {
+        Ok(self.file(name, self.disk.open(name)?))
+    }
+    fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
+        self.disk.rename(from, to)
+    }
+    fn remove(&self, name: &str) -> std::io::Result<()> {
+        self.disk.remove(name)
+    }
+    fn sync_dir(&self) -> std::io::Result<()> {
+        self.disk.sync_dir()
+    }
+    fn list(&self) -> std::io::Result<Vec<String>> {
+        self.disk.list()
+    }
+    fn lock(&self) -> std::io::Result<Box<dyn std::any::Any + Send + Sync>> {
+        self.disk.lock()
+    }
+    fn describe(&self) -> String {
+        self.disk.describe()
+    }
+}
+
+/// A checkpoint whose switch fails on its thread (the sync of its file: EIO) poisons the
+/// frontier at the next call that looks, and loses nothing: the old checkpoint and J's
+/// generations it replays are still there, and a reopen, after a power loss too, holds
+/// every push, lease and done answered before.
+#[test]
+fn a_failed_switch_of_a_checkpoint_on_its_thread_poisons_and_loses_nothing() {
+    use crivello::storage::sim::CrashImage;
+    use crivello::UrlStatus;
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let storage = FailingCheckpoint {
+        disk: disk.clone(),
+        armed: Arc::default(),
+        met: Arc::default(),
+    };
+    let (armed, met) = (storage.armed.clone(), storage.met.clone());
+    let f = Frontier::open_with(
+        Arc::new(storage),
+        opts().background_flush(true),
+        clock.clone(),
+    )
+    .expect("open");
+    let all: Vec<String> = (0..2_000)
+        .map(|i| format!("http://h{}.test/{i}", i % 40))
+        .collect();
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    push(&f, &refs[..1_000]);
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (mut done, mut leased) = (Vec::new(), HashSet::new());
+    let (mut failed, mut uncertain) = (None, None);
+    'calls: for round in 0..400 {
+        if round == 10 {
+            push(&f, &refs[1_000..]);
+        }
+        let got = match f.lease(5, None, 3_600_000) {
+            Ok(got) => got,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        };
+        leased.extend(urls(&got));
+        for l in got {
+            match f.done(l.token, 0) {
+                Ok(true) => {
+                    let url = String::from_utf8(l.url).unwrap();
+                    leased.remove(&url);
+                    done.push(url);
+                }
+                Ok(false) => panic!("a lease just given is not leased"),
+                Err(e) => {
+                    // Its entry may be durable: the failure came after it (an error
+                    // answers neither way).
+                    uncertain = Some(String::from_utf8(l.url).unwrap());
+                    failed = Some(e);
+                    break 'calls;
+                }
+            }
+        }
+    }
+    let failed = failed.expect("the failed switch was never reported");
+    assert!(
+        matches!(
+            failed,
+            crivello::Error::Io { .. } | crivello::Error::Poisoned
+        ),
+        "{failed}"
+    );
+    assert_eq!(
+        met.lock().unwrap().as_deref(),
+        Some("crivello-checkpoint"),
+        "the switch failed on another thread"
+    );
+    assert!(!done.is_empty(), "nothing was done before the failure");
+    assert!(
+        f.lease(1, None, 1_000).is_err(),
+        "a poisoned frontier hands out"
+    );
+    drop(f);
+    for image in [None, Some(CrashImage::DropAll)] {
+        let d = match image {
+            None => disk.clone(),
+            Some(kind) => disk.crash_image(kind),
+        };
+        let g = open(&d, &clock);
+        for url in &done {
+            assert_eq!(
+                g.status("", None, url.as_bytes()).unwrap(),
+                UrlStatus::Done,
+                "{url}: answered done ({image:?})"
+            );
+        }
+        for url in &leased {
+            let st = g.status("", None, url.as_bytes()).unwrap();
+            assert!(
+                matches!(st, UrlStatus::Leased { .. })
+                    || (uncertain.as_ref() == Some(url) && st == UrlStatus::Done),
+                "{url}: answered leased, {st:?} ({image:?})"
+            );
+        }
+        for url in &all[..1_000] {
+            let st = g.status("", None, url.as_bytes()).unwrap();
+            assert!(!matches!(st, UrlStatus::Unknown), "{url}: pushed, unknown");
+        }
+        g.close().unwrap();
+    }
 }
 
 /// Which file creations a [`HeldMerge`] holds: by default, those of new Z segments (the

@@ -390,7 +390,10 @@ impl SimDisk {
     /// With `on` (the default), a file opened with [`Storage::open_immutable`] serves its
     /// bytes in place ([`StorageFile::mapped`]), as a mapped file of the real directory does:
     /// a copy of its content taken at the open, which such a file never changes. While a
-    /// read fault is armed it serves none, so that the reader's `read_at` meets the fault.
+    /// read fault is armed, with short reads, and after a crash it serves none, so that the
+    /// reader's `read_at` meets them. Bytes served in place are not counted in
+    /// [`SimDisk::reads`]: a sweep of read faults over every read of a clean run should turn
+    /// this off.
     pub fn set_mapping(&self, on: bool) {
         self.lock_state().no_mapping = !on;
     }
@@ -510,7 +513,7 @@ impl StorageFile for SimFile {
             return None;
         }
         let mut s = self.disk.lock_state();
-        if s.read_fail_at.is_some() || s.reads_failing {
+        if s.read_fail_at.is_some() || s.reads_failing || s.short_reads || s.crashed {
             return None;
         }
         s.mapped_bytes += len as u64;

@@ -27,9 +27,10 @@
 //! empty and durable; (2) the state is written to `CHECKPOINT.tmp`, not synced; (3) J's
 //! writer moves to the new generation, and the calls go on; (4) **the switch**: the file is
 //! synced, renamed over the old checkpoint, and the directory synced, on a thread of its own
-//! when the frontier's flushes run in the background (its fsyncs then hold no lock); (5)
-//! once the switch is done, a later call removes the old generations, but for the newest,
-//! which is kept as a *spare*. One checkpoint at a time: the next waits for the switch. A
+//! when the frontier's flushes run in the background (its fsyncs then hold no lock; a close's
+//! checkpoint, and one that gets no thread, switches on the caller's); (5) once the switch is
+//! done, a later commit or hand-out removes the old generations, but for the newest, which
+//! is kept as a *spare*. One checkpoint at a time: the next waits for the switch. A
 //! crash before the rename is durable leaves the old checkpoint, its generations, and the
 //! new one (empty, or holding the entries since (3)): the open replays them all from the old
 //! checkpoint, and removes the temporary file; a crash after it leaves old generations,

@@ -3730,9 +3730,8 @@ mod tests {
         f.close().unwrap();
     }
 
-    /// A frontier's F written front coded alone (layout 3), as stores kept it before F was
-    /// compressed, and then compressed (layout 1): the mover reads both into the queues, and
-    /// each host's URLs come out in first-appearance order.
+    /// A queue's place in a frame is kept in 16 bits: a frame of more records than that (no
+    /// writer makes one) is reported as damage where a hand-out's place would pass 2^16.
     #[test]
     fn a_place_past_a_frames_2_to_the_16_records_is_reported_as_damage() {
         use crate::queues::qrun::TEST_FRAME_TARGET;
@@ -3791,6 +3790,9 @@ mod tests {
         );
     }
 
+    /// A frontier's F written front coded alone (layout 3), as stores kept it before F was
+    /// compressed, and then compressed (layout 1): the mover reads both into the queues, and
+    /// each host's URLs come out in first-appearance order.
     #[test]
     fn the_mover_reads_fs_frames_of_the_older_layout_and_the_compressed_one() {
         use crate::frontier::append::FRONT_ONLY;
