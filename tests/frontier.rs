@@ -1466,33 +1466,51 @@ fn a_crash_at_any_operation_of_a_move_or_merge_in_the_background_loses_nothing_a
     }
 }
 
-/// Which thread's operation met a crash first: a disk that notes it.
+/// Which thread's operation met a crash (or a failure it makes) first: a disk that notes it.
 #[derive(Debug, Clone)]
 struct Spy {
     disk: SimDisk,
     hit: Arc<std::sync::Mutex<Option<String>>>,
+    /// A file whose syncs fail (EIO) while it is named here.
+    failing: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Spy {
+    /// A disk that notes which thread meets its crash first.
+    fn new(disk: &SimDisk) -> Spy {
+        Spy {
+            disk: disk.clone(),
+            hit: Arc::default(),
+            failing: Arc::default(),
+        }
+    }
+
+    /// Notes the calling thread, if no thread was noted before.
+    fn hit(&self) {
+        let mut hit = self.hit.lock().unwrap();
+        if hit.is_none() {
+            let thread = std::thread::current();
+            *hit = Some(thread.name().unwrap_or("unnamed").to_owned());
+        }
+    }
+
     /// `r`, noting the calling thread if it is the first error since the disk crashed.
     fn note<T>(&self, r: std::io::Result<T>) -> std::io::Result<T> {
         if r.is_err() && self.disk.has_crashed() {
-            let mut hit = self.hit.lock().unwrap();
-            if hit.is_none() {
-                let thread = std::thread::current();
-                *hit = Some(thread.name().unwrap_or("unnamed").to_owned());
-            }
+            self.hit();
         }
         r
     }
 
     fn file(
         &self,
+        name: &str,
         f: std::io::Result<Arc<dyn crivello::storage::StorageFile>>,
     ) -> std::io::Result<Arc<dyn crivello::storage::StorageFile>> {
         let inner = self.note(f)?;
         Ok(Arc::new(SpyFile {
             inner,
+            name: name.to_owned(),
             spy: self.clone(),
         }))
     }
@@ -1500,6 +1518,7 @@ impl Spy {
 
 struct SpyFile {
     inner: Arc<dyn crivello::storage::StorageFile>,
+    name: String,
     spy: Spy,
 }
 
@@ -1520,22 +1539,26 @@ impl crivello::storage::StorageFile for SpyFile {
         self.spy.note(self.inner.set_len(len))
     }
     fn sync(&self) -> std::io::Result<()> {
+        if self.spy.failing.lock().unwrap().as_deref() == Some(&self.name[..]) {
+            self.spy.hit();
+            return Err(std::io::Error::from_raw_os_error(5));
+        }
         self.spy.note(self.inner.sync())
     }
 }
 
 impl crivello::storage::Storage for Spy {
     fn create(&self, name: &str) -> std::io::Result<Arc<dyn crivello::storage::StorageFile>> {
-        self.file(self.disk.create(name))
+        self.file(name, self.disk.create(name))
     }
     fn open(&self, name: &str) -> std::io::Result<Arc<dyn crivello::storage::StorageFile>> {
-        self.file(self.disk.open(name))
+        self.file(name, self.disk.open(name))
     }
     fn open_immutable(
         &self,
         name: &str,
     ) -> std::io::Result<Arc<dyn crivello::storage::StorageFile>> {
-        self.file(self.disk.open_immutable(name))
+        self.file(name, self.disk.open_immutable(name))
     }
     fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
         self.note(self.disk.rename(from, to))
@@ -1618,10 +1641,7 @@ fn crash_at_every_operation(background: bool) -> (u64, BTreeMap<String, usize>) 
         disk.crash_at(k);
         let clock = Arc::new(ManualClock::new(start));
         let mut a = Acked::default();
-        let spy = Spy {
-            disk: disk.clone(),
-            hit: Arc::default(),
-        };
+        let spy = Spy::new(&disk);
         let _ = workload_on(Arc::new(spy.clone()), background, &clock, &mut a);
         if !disk.has_crashed() {
             // Past the run's last operation: it ended cleanly.
@@ -2240,90 +2260,6 @@ fn concurrent_calls(background: bool) {
     f.close().unwrap();
 }
 
-/// A disk whose syncs of `CHECKPOINT.tmp` fail (EIO) once armed.
-#[derive(Debug)]
-struct FailingCheckpoint {
-    disk: SimDisk,
-    armed: Arc<std::sync::atomic::AtomicBool>,
-    /// The thread that met the failure.
-    met: Arc<std::sync::Mutex<Option<String>>>,
-}
-
-struct FailingCheckpointFile {
-    inner: Arc<dyn crivello::storage::StorageFile>,
-    name: String,
-    armed: Arc<std::sync::atomic::AtomicBool>,
-    met: Arc<std::sync::Mutex<Option<String>>>,
-}
-
-impl crivello::storage::StorageFile for FailingCheckpointFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.inner.write_all_at(buf, offset)
-    }
-    fn len(&self) -> std::io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        if self.name == "CHECKPOINT.tmp" && self.armed.load(std::sync::atomic::Ordering::SeqCst) {
-            let thread = std::thread::current()
-                .name()
-                .unwrap_or("unnamed")
-                .to_owned();
-            self.met.lock().unwrap().get_or_insert(thread);
-            return Err(std::io::Error::from_raw_os_error(5));
-        }
-        self.inner.sync()
-    }
-}
-
-impl FailingCheckpoint {
-    fn file(
-        &self,
-        name: &str,
-        inner: Arc<dyn crivello::storage::StorageFile>,
-    ) -> Arc<dyn crivello::storage::StorageFile> {
-        Arc::new(FailingCheckpointFile {
-            inner,
-            name: name.to_owned(),
-            armed: self.armed.clone(),
-            met: self.met.clone(),
-        })
-    }
-}
-
-impl crivello::storage::Storage for FailingCheckpoint {
-    fn create(&self, name: &str) -> std::io::Result<Arc<dyn crivello::storage::StorageFile>> {
-        Ok(self.file(name, self.disk.create(name)?))
-    }
-    fn open(&self, name: &str) -> std::io::Result<Arc<dyn crivello::storage::StorageFile>> {
-        Ok(self.file(name, self.disk.open(name)?))
-    }
-    fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
-        self.disk.rename(from, to)
-    }
-    fn remove(&self, name: &str) -> std::io::Result<()> {
-        self.disk.remove(name)
-    }
-    fn sync_dir(&self) -> std::io::Result<()> {
-        self.disk.sync_dir()
-    }
-    fn list(&self) -> std::io::Result<Vec<String>> {
-        self.disk.list()
-    }
-    fn lock(&self) -> std::io::Result<Box<dyn std::any::Any + Send + Sync>> {
-        self.disk.lock()
-    }
-    fn describe(&self) -> String {
-        self.disk.describe()
-    }
-}
-
 /// A checkpoint whose switch fails on its thread (the sync of its file: EIO) poisons the
 /// frontier at the next call that looks, and loses nothing: the old checkpoint and J's
 /// generations it replays are still there, and a reopen, after a power loss too, holds
@@ -2334,14 +2270,9 @@ fn a_failed_switch_of_a_checkpoint_on_its_thread_poisons_and_loses_nothing() {
     use crivello::UrlStatus;
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(1_000));
-    let storage = FailingCheckpoint {
-        disk: disk.clone(),
-        armed: Arc::default(),
-        met: Arc::default(),
-    };
-    let (armed, met) = (storage.armed.clone(), storage.met.clone());
+    let spy = Spy::new(&disk);
     let f = Frontier::open_with(
-        Arc::new(storage),
+        Arc::new(spy.clone()),
         opts().background_flush(true),
         clock.clone(),
     )
@@ -2351,7 +2282,7 @@ fn a_failed_switch_of_a_checkpoint_on_its_thread_poisons_and_loses_nothing() {
         .collect();
     let refs: Vec<&str> = all.iter().map(String::as_str).collect();
     push(&f, &refs[..1_000]);
-    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    *spy.failing.lock().unwrap() = Some("CHECKPOINT.tmp".into());
     let (mut done, mut leased) = (Vec::new(), HashSet::new());
     let (mut failed, mut uncertain) = (None, None);
     'calls: for round in 0..400 {
@@ -2393,7 +2324,7 @@ fn a_failed_switch_of_a_checkpoint_on_its_thread_poisons_and_loses_nothing() {
         "{failed}"
     );
     assert_eq!(
-        met.lock().unwrap().as_deref(),
+        spy.hit.lock().unwrap().as_deref(),
         Some("crivello-checkpoint"),
         "the switch failed on another thread"
     );

@@ -356,6 +356,26 @@ impl SimDisk {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Opens `name`; `immutable`: as [`Storage::open_immutable`], its bytes served in place
+    /// unless [`SimDisk::set_mapping`] turned that off.
+    fn open_as(&self, name: &str, immutable: bool) -> io::Result<Arc<dyn StorageFile>> {
+        let s = self.lock_state();
+        s.check_alive()?;
+        let ino = *s
+            .live
+            .get(name)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let mapped =
+            (immutable && !s.no_mapping).then(|| s.inodes[ino].live.clone().into_boxed_slice());
+        drop(s);
+        Ok(Arc::new(SimFile {
+            disk: self.clone(),
+            ino,
+            name: name.to_owned(),
+            mapped,
+        }))
+    }
+
     /// Crash before the `k`-th mutating operation from now on (1 = the next one).
     pub fn crash_at(&self, k: u64) {
         let mut s = self.lock_state();
@@ -620,36 +640,11 @@ impl Storage for SimDisk {
     }
 
     fn open(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
-        let s = self.lock_state();
-        s.check_alive()?;
-        let ino = *s
-            .live
-            .get(name)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
-        drop(s);
-        Ok(Arc::new(SimFile {
-            disk: self.clone(),
-            ino,
-            name: name.to_owned(),
-            mapped: None,
-        }))
+        self.open_as(name, false)
     }
 
     fn open_immutable(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
-        let s = self.lock_state();
-        s.check_alive()?;
-        let ino = *s
-            .live
-            .get(name)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
-        let mapped = (!s.no_mapping).then(|| s.inodes[ino].live.clone().into_boxed_slice());
-        drop(s);
-        Ok(Arc::new(SimFile {
-            disk: self.clone(),
-            ino,
-            name: name.to_owned(),
-            mapped,
-        }))
+        self.open_as(name, true)
     }
 
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {

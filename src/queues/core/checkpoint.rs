@@ -47,6 +47,7 @@
 //! generation: the next open removes it; after the rename it is the new generation, holding
 //! nothing yet.
 
+use super::job::Job;
 use super::{Core, J};
 use crate::error::{Corruption, Error, Result};
 use crate::format::{ByteReader, PutLe, MAGIC_K, VERSION};
@@ -134,32 +135,14 @@ fn switch_in(st: &dyn Storage, f: File) -> Result<()> {
 }
 
 /// A checkpoint written to its temporary file, switched in on a thread of its own
-/// ([`Core::checkpoint`]).
+/// ([`Core::checkpoint`]). Dropped without a close, its job waits for the switch before the
+/// store's lock goes: the next open finds the old checkpoint or the new one, whole.
 pub(super) struct Switch {
-    thread: Option<std::thread::JoinHandle<Result<()>>>,
+    job: Job<()>,
     /// The J generation the new checkpoint is replayed from.
     next: u64,
     /// Its length.
     len: u64,
-}
-
-impl Switch {
-    /// Whether the switch is done (or failed).
-    fn finished(&self) -> bool {
-        self.thread
-            .as_ref()
-            .is_none_or(std::thread::JoinHandle::is_finished)
-    }
-}
-
-impl Drop for Switch {
-    /// A frontier dropped without a close waits for the switch before the store (and its
-    /// lock) goes: the next open finds the old checkpoint or the new one, whole.
-    fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 impl Core {
@@ -261,26 +244,17 @@ impl Core {
         drop(self.journal.replace(writer.synced_by_others()));
         self.j_gen = next;
         // 4. The switch.
+        let mut f = f;
         if background && self.background {
             let to = st.clone();
-            let (give, take) = std::sync::mpsc::channel::<File>();
-            let spawned = std::thread::Builder::new()
-                .name("crivello-checkpoint".into())
-                .spawn(move || match take.recv() {
-                    Ok(f) => switch_in(&*to, f),
-                    Err(_) => Err(Error::Poisoned),
-                });
-            if let Ok(thread) = spawned {
-                // The thread holds the receiver until it has the file.
-                let _ = give.send(f);
-                self.switching = Some(Switch {
-                    thread: Some(thread),
-                    next,
-                    len,
-                });
-                return Ok(());
+            match Job::spawn("crivello-checkpoint", f, move |f: File| switch_in(&*to, f)) {
+                Ok(job) => {
+                    self.switching = Some(Switch { job, next, len });
+                    return Ok(());
+                }
+                // No thread could be had: the switch is made here.
+                Err(back) => f = back,
             }
-            // No thread could be had: the switch is made here.
         }
         if let Err(e) = switch_in(&*st, f) {
             return Err(self.poison_now(e));
@@ -319,7 +293,7 @@ impl Core {
     /// or when none is under way).
     pub(super) fn poll_checkpoint(&mut self) -> Result<()> {
         match &self.switching {
-            Some(s) if s.finished() => self.settle_checkpoint(),
+            Some(s) if s.job.finished() => self.settle_checkpoint(),
             _ => Ok(()),
         }
     }
@@ -330,8 +304,7 @@ impl Core {
         let Some(mut s) = self.switching.take() else {
             return Ok(());
         };
-        let thread = s.thread.take().expect("joined once");
-        match thread.join().unwrap_or(Err(Error::Poisoned)) {
+        match s.job.join() {
             Ok(()) => {
                 self.switched(s.next, s.len);
                 Ok(())

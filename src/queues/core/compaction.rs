@@ -23,17 +23,16 @@
 //! run is written with 63 there, the merge under way is waited for, or one runs on the
 //! caller's thread.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
-
 use super::super::journal::Entry;
 use super::super::qrun::{check_record, Coverage, Run, RunWriter};
+use super::job::Job;
 use super::Core;
 use crate::error::{Error, Result};
 use crate::names;
 use crate::storage::{Storage, StorageExt};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// Runs a frontier may hold at most (a queue's runs are bits of a `u64`).
 pub(super) const RUNS_LIMIT: usize = 64;
@@ -63,7 +62,7 @@ pub(super) struct Merged {
 
 /// A merge under way on a thread of its own.
 pub(super) struct Compaction {
-    thread: Option<JoinHandle<Result<Merged>>>,
+    job: Job<Merged>,
     stop: Arc<AtomicBool>,
     /// The id of the new run; the archive's is the next.
     id: u64,
@@ -82,24 +81,21 @@ impl Compaction {
     }
 
     fn finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+        self.job.finished()
     }
 
     /// Waits for the merge's end.
     fn join(&mut self) -> Result<Merged> {
-        let thread = self.thread.take().expect("joined once");
-        thread.join().unwrap_or(Err(Error::Poisoned))
+        self.job.join()
     }
 }
 
 impl Drop for Compaction {
-    /// A frontier dropped without a close: the merge stops at its next queue, and its files,
-    /// which J does not name, are removed by the next open.
+    /// A frontier dropped without a close: the merge stops at its next queue (its job, dropped
+    /// next, waits for that), and its files, which J does not name, are removed by the next
+    /// open.
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -122,15 +118,14 @@ impl Core {
         self.next_run = id + 2;
         let stop = Arc::new(AtomicBool::new(false));
         let halt = stop.clone();
-        let Ok(thread) = std::thread::Builder::new()
-            .name("crivello-compact".into())
-            .spawn(move || merge(&*st, &runs, id, &consumed, &halt))
-        else {
+        let Ok(job) = Job::spawn("crivello-compact", (), move |()| {
+            merge(&*st, &runs, id, &consumed, &halt)
+        }) else {
             // No thread to be had: the merge runs here (the ids reserved stay unused).
             return self.compact_now();
         };
         self.compaction = Some(Compaction {
-            thread: Some(thread),
+            job,
             stop,
             id,
             spoiled: false,
@@ -508,7 +503,7 @@ mod tests {
                 super::merge(&*st, &runs, id, &consumed, &halt)
             });
             c.compaction = Some(super::Compaction {
-                thread: Some(thread),
+                job: super::Job::of(thread),
                 stop,
                 id,
                 spoiled: false,

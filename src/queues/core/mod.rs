@@ -9,6 +9,7 @@ mod checkpoint;
 mod compaction;
 mod due;
 mod index;
+mod job;
 mod leases;
 mod mover;
 

@@ -7,8 +7,7 @@
 //! pushes, a delete, an export, an import, a release), a checkpoint and a close each install
 //! the move under way first.
 
-use std::thread::JoinHandle;
-
+use super::job::Job;
 use super::{Core, Mode};
 use crate::error::{Error, Result};
 use crate::frontier::Position;
@@ -66,7 +65,9 @@ impl Written {
 
 /// A move whose run is written on a thread of its own.
 pub(super) struct Move {
-    thread: Option<JoinHandle<Result<Written>>>,
+    /// The run's writing (dropped without a close: waited for before the store's lock goes;
+    /// the run, which J does not name, is removed by the next open).
+    job: Job<Written>,
     /// The run's id.
     id: u64,
     /// F's read position past the records moved.
@@ -81,17 +82,7 @@ pub(super) struct Move {
 impl Move {
     /// Whether the run is written (or its writing failed).
     pub(super) fn finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
-    }
-}
-
-impl Drop for Move {
-    /// A frontier dropped without a close waits for the run's writing, before the store (and
-    /// its lock) goes: the run, which J does not name, is removed by the next open.
-    fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.job.finished()
     }
 }
 
@@ -142,7 +133,7 @@ impl Core {
         // Room for the run first, before F is read: a merge committed here may write a
         // checkpoint, which must not hold a read position past records in no run yet.
         self.make_room()?;
-        let Some(batch) = self.read_f()? else {
+        let Some(mut batch) = self.read_f()? else {
             return Ok(());
         };
         if crate::planted::active(crate::planted::Bug::CursorBeforeQueues) {
@@ -153,33 +144,26 @@ impl Core {
         let f = self.sieve.read_position();
         let st = self.sieve.storage().clone();
         if background && self.background {
-            // The batch goes to the thread once it runs: if none can be had, it is written
-            // here.
-            let (give, take) = std::sync::mpsc::channel::<Batch>();
+            // If no thread can be had, the batch comes back and is written here.
             let to = st.clone();
-            let spawned = std::thread::Builder::new()
-                .name("crivello-move".into())
-                .spawn(move || match take.recv() {
-                    Ok(batch) => {
-                        let unsynced = crate::planted::active(crate::planted::Bug::MoveUnsynced);
-                        batch.write(&*to, id, !unsynced)
-                    }
-                    Err(_) => Err(Error::Poisoned),
-                });
-            if let Ok(thread) = spawned {
-                // The run's id is taken now: a merge begun before the run is installed takes
-                // the ids after it.
-                self.next_run = id + 1;
-                // The thread holds the receiver until it has the batch.
-                let _ = give.send(batch);
-                self.moving = Some(Move {
-                    thread: Some(thread),
-                    id,
-                    f,
-                    first: self.next_seq,
-                    next_seq,
-                });
-                return Ok(());
+            match Job::spawn("crivello-move", batch, move |batch: Batch| {
+                let unsynced = crate::planted::active(crate::planted::Bug::MoveUnsynced);
+                batch.write(&*to, id, !unsynced)
+            }) {
+                Ok(job) => {
+                    // The run's id is taken now: a merge begun before the run is installed
+                    // takes the ids after it.
+                    self.next_run = id + 1;
+                    self.moving = Some(Move {
+                        job,
+                        id,
+                        f,
+                        first: self.next_seq,
+                        next_seq,
+                    });
+                    return Ok(());
+                }
+                Err(back) => batch = back,
             }
         }
         let moved = batch
@@ -206,8 +190,7 @@ impl Core {
         let Some(mut m) = self.moving.take() else {
             return Ok(());
         };
-        let thread = m.thread.take().expect("joined once");
-        let written = thread.join().unwrap_or(Err(Error::Poisoned));
+        let written = m.job.join();
         debug_assert_eq!(self.next_seq, m.first, "a seq was taken during a move");
         debug_assert!(
             self.sieve.read_position() == m.f,
