@@ -84,12 +84,15 @@ pub enum Bug {
     /// syncing it first, so a power loss may leave the name over bytes that never reached
     /// the disk.
     CheckpointUnsynced,
+    /// `walk-trusts-guess`: an open that reads a run's groups in id order seats each group
+    /// in the first queue whose id shares its high 32 bits, without checking the whole id.
+    WalkTrustsGuess,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 26] = [
+    pub const ALL: [(Bug, &'static str); 27] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -116,6 +119,7 @@ impl Bug {
         (Bug::MoveUnderLock, "move-under-lock"),
         (Bug::MoveUnsynced, "move-unsynced"),
         (Bug::CheckpointUnsynced, "checkpoint-unsynced"),
+        (Bug::WalkTrustsGuess, "walk-trusts-guess"),
     ];
 }
 

@@ -2907,3 +2907,73 @@ fn records_taken_one_at_a_time_from_shared_frames_come_in_order_across_a_reopen(
     assert_eq!((st.waiting, st.leased, st.done), (0, 0, all.len() as u64));
     f.close().unwrap();
 }
+
+/// The id of the queue of `key` in crawl 0, as `docs/design.md` ("Q run") specifies it.
+fn queue_id(key: &[u8]) -> u64 {
+    let mut bytes = 0u32.to_le_bytes().to_vec();
+    bytes.extend_from_slice(key);
+    xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, 0x6372_6976_656c_6c6f)
+}
+
+/// Two hosts whose queue ids share their high 32 bits, which is what an open's walk of the
+/// queues in id order goes by first: each host's URLs come back in its own queue, in order,
+/// after a crash (the runs read by J's replay) and after a close (by the checkpoint's load).
+#[test]
+fn queues_whose_ids_share_their_high_half_are_told_apart_at_an_open() {
+    let host = |n: u32| format!("h{n}.test");
+    let mut seen: HashMap<u32, u32> = HashMap::new();
+    let (a, b) = (0u32..)
+        .find_map(|n| {
+            let hi = (queue_id(host(n).as_bytes()) >> 32) as u32;
+            seen.insert(hi, n).map(|m| (m, n))
+        })
+        .unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let opts = || opts().slots(512).queue_runs(32).journal_bytes(1 << 20);
+    let disk = SimDisk::new();
+    let f = Frontier::open_with(Arc::new(disk.clone()), opts(), clock.clone()).unwrap();
+    // Three runs, each with both hosts among others.
+    let mut want: HashMap<String, Vec<String>> = HashMap::new();
+    for round in 0..3 {
+        let part: Vec<String> = (0..300)
+            .map(|i| match i % 3 {
+                0 => format!("http://{}/{round}/{i}", host(a)),
+                1 => format!("http://{}/{round}/{i}", host(b)),
+                _ => format!("http://{}/{round}/{i}", host(1_000_000 + i)),
+            })
+            .collect();
+        let items: Vec<Discovered<'_>> =
+            part.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+        f.push("", &items).unwrap();
+        f.flush().unwrap();
+        for u in part {
+            want.entry(u.split('/').nth(2).unwrap().to_owned())
+                .or_default()
+                .push(u);
+        }
+    }
+    assert!(f.stats().unwrap().runs >= 3);
+    let crashed = disk.crash_image(crivello::storage::sim::CrashImage::KillProcess);
+    f.close().unwrap();
+    for d in [crashed, disk] {
+        let f = Frontier::open_with(Arc::new(d), opts(), clock.clone()).unwrap();
+        let mut served: HashMap<String, Vec<String>> = HashMap::new();
+        loop {
+            let got = f.lease(1_000, Some(1_000), 60_000).unwrap();
+            if got.is_empty() {
+                break;
+            }
+            for l in got {
+                let u = String::from_utf8(l.url.clone()).unwrap();
+                let key = String::from_utf8(l.key).unwrap();
+                assert_eq!(key, u.split('/').nth(2).unwrap(), "the queue of {u}");
+                served.entry(key).or_default().push(u);
+                assert!(f.done(l.token, 0).unwrap());
+            }
+        }
+        assert_eq!(served[&host(a)], want[&host(a)]);
+        assert_eq!(served[&host(b)], want[&host(b)]);
+        assert_eq!(served, want);
+        f.close().unwrap();
+    }
+}

@@ -462,6 +462,11 @@ impl Run {
         }
     }
 
+    /// How many groups (queues) it holds, as its index counts them.
+    pub(crate) fn group_count(&self) -> u64 {
+        self.index.iter().map(|e| u64::from(e.count)).sum()
+    }
+
     /// The run's id.
     pub(crate) fn id(&self) -> u64 {
         self.id
@@ -598,9 +603,12 @@ impl Run {
 
     /// Every group, in queue order.
     pub(crate) fn groups(&self) -> impl Iterator<Item = Result<Group>> + '_ {
-        (0..self.index.len()).flat_map(move |i| match self.directory_block(i) {
-            Ok(groups) => groups.into_iter().map(Ok).collect::<Vec<_>>(),
-            Err(e) => vec![Err(e)],
+        (0..self.index.len()).flat_map(move |i| {
+            let (groups, damage) = match self.directory_block(i) {
+                Ok(groups) => (groups, None),
+                Err(e) => (Vec::new(), Some(e)),
+            };
+            groups.into_iter().map(Ok).chain(damage.map(Err))
         })
     }
 

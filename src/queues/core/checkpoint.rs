@@ -404,12 +404,9 @@ impl Core {
         // Which runs hold each queue, from their directories.
         let runs = self.runs.clone();
         for (slot, run) in runs.iter().enumerate() {
-            let mut cache = None;
-            for g in run.groups() {
-                let g = g?;
-                let i = self.queue_of_group(run, &g, &mut cache)?;
-                self.queues[i as usize].runs |= 1 << slot;
-            }
+            self.for_each_group(run, |core, i, _| {
+                core.queues[i as usize].runs |= 1 << slot;
+            })?;
         }
         for i in 0..self.queues.len() {
             self.schedule(i as u32);
