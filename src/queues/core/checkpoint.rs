@@ -150,23 +150,27 @@ impl Core {
     /// by queue and lease by lease: a checkpoint takes no copy of the queues and leases (the
     /// smaller lists, policies, blocks, archives, transfers and receipts, are gathered first).
     fn encode_checkpoint(&self, j_gen: u64, out: &mut Out<'_>) -> Result<()> {
-        let queues = self.queues.iter().map(|q| QueueImage {
-            id: q.id,
-            crawl: q.crawl,
-            key: self.keys.get(q.key),
-            next_seq: q.next_seq,
-            waiting: q.waiting,
-            completed: q.completed,
-            burst: q.burst,
-            due: q.due,
-            returned: q.returned().iter().map(|(s, r)| (*s, &r[..])).collect(),
-            refetch: q
-                .refetch()
-                .iter()
-                .map(|(w, s, r)| (*w, *s, &r[..]))
-                .collect(),
-            skips: q.skips().to_vec(),
-        });
+        let queues = self
+            .queues
+            .iter()
+            .zip(&self.ids)
+            .map(|(q, &id)| QueueImage {
+                id,
+                crawl: q.crawl,
+                key: self.keys.get(q.key),
+                next_seq: q.next_seq,
+                waiting: q.waiting,
+                completed: q.completed,
+                burst: q.burst,
+                due: q.due,
+                returned: q.returned().iter().map(|(s, r)| (*s, &r[..])).collect(),
+                refetch: q
+                    .refetch()
+                    .iter()
+                    .map(|(w, s, r)| (*w, *s, &r[..]))
+                    .collect(),
+                skips: q.skips().to_vec(),
+            });
         let leases = self.leases.iter().map(|l| LeaseImage {
             seq: l.seq,
             token: l.token,
@@ -365,8 +369,9 @@ impl Core {
         // Room for every queue at once (doubled tables would hold up to twice it).
         let more = k.queues.len().saturating_sub(self.queues.len());
         self.queues.reserve_exact(more);
-        let queues = &self.queues;
-        self.index.reserve(more, |j| queues[j as usize].id);
+        self.ids.reserve_exact(more);
+        let ids = &self.ids;
+        self.index.reserve(more, |j| ids[j as usize]);
         for q in k.queues {
             let i = self.queue(q.id, q.crawl, q.key);
             let s = &mut self.queues[i as usize];

@@ -195,11 +195,9 @@ impl Core {
         };
         // Every record the counts name is in the new run or in a run moved in since: the
         // state's counts are the runs' own.
-        let waiting = self
-            .queues
-            .iter()
-            .filter(|q| q.waiting > 0)
-            .map(|q| (q.id, q.waiting))
+        let waiting = (self.queues.iter().zip(&self.ids))
+            .filter(|(q, _)| q.waiting > 0)
+            .map(|(q, &id)| (id, q.waiting))
             .collect();
         self.commit_merged(m, waiting)
     }
@@ -221,13 +219,13 @@ impl Core {
 
     /// What a merge needs of the state.
     fn consumed(&self) -> Consumed {
-        let mut next: Vec<(u64, u64)> = self.queues.iter().map(|q| (q.id, q.next_seq)).collect();
+        let mut next: Vec<(u64, u64)> = (self.queues.iter().zip(&self.ids))
+            .map(|(q, &id)| (id, q.next_seq))
+            .collect();
         next.sort_unstable_by_key(|&(id, _)| id);
-        let skips = self
-            .queues
-            .iter()
-            .filter(|q| !q.skips().is_empty())
-            .map(|q| (q.id, q.skips().to_vec()))
+        let skips = (self.queues.iter().zip(&self.ids))
+            .filter(|(q, _)| !q.skips().is_empty())
+            .map(|(q, &id)| (id, q.skips().to_vec()))
             .collect();
         Consumed {
             next,

@@ -110,9 +110,8 @@ impl std::hash::Hasher for CounterHasher {
 /// kept).
 const SPARE_MAX: usize = 64 << 10;
 
-/// A queue: the URLs of one key of one crawl.
+/// A queue: the URLs of one key of one crawl. (Its id is in `Core::ids`, at its place.)
 struct Queue {
-    id: u64,
     crawl: u32,
     /// Its key, in `Core::keys`.
     key: KeyAt,
@@ -372,6 +371,9 @@ pub(crate) struct Core {
     blocks: HashMap<u64, u64>,
     paused: bool,
     queues: Vec<Queue>,
+    /// The queues' ids, at their places: apart from their state, so that the look-ups in
+    /// the index and its growth, which compare and hash ids, read 8 bytes a queue.
+    ids: Vec<u64>,
     /// The queues' places by id.
     index: QueueIndex,
     /// The queues' keys.
@@ -486,6 +488,7 @@ impl Core {
             blocks: HashMap::new(),
             paused: false,
             queues: Vec::new(),
+            ids: Vec::new(),
             index: QueueIndex::default(),
             keys: Keys::default(),
             runs: Vec::new(),
@@ -895,7 +898,7 @@ impl Core {
                     .filter(|&i| self.queues[i as usize].crawl == *id)
                     .collect();
                 for i in of_crawl {
-                    let qid = self.queues[i as usize].id;
+                    let qid = self.ids[i as usize];
                     self.drop_queue(i);
                     self.policies.remove(&qid);
                     self.blocks.remove(&qid);
@@ -1025,7 +1028,7 @@ impl Core {
             let Ok(g) = g else {
                 break;
             };
-            let Some(i) = self.index.get(g.queue, |j| self.queues[j as usize].id) else {
+            let Some(i) = self.index.get(g.queue, |j| self.ids[j as usize]) else {
                 continue;
             };
             let q = &mut self.queues[i as usize];
@@ -1081,13 +1084,13 @@ impl Core {
                 for (g, p) in &mut batch {
                     *p = order.guess(g.queue);
                 }
-                // Each queue's state spans two cache lines: both are read.
+                // Each queue's state spans two cache lines: both are read, and its id.
                 let mut sum = 0u64;
                 for &(_, p) in &batch {
                     if let Some(p) = p {
                         let q = &self.queues[p as usize];
                         sum = sum
-                            .wrapping_add(q.id)
+                            .wrapping_add(self.ids[p as usize])
                             .wrapping_add(q.waiting)
                             .wrapping_add(q.runs)
                             .wrapping_add(q.heap_at);
@@ -1098,7 +1101,7 @@ impl Core {
             for (g, p) in &batch {
                 let i = match *p {
                     Some(p)
-                        if self.queues[p as usize].id == g.queue
+                        if self.ids[p as usize] == g.queue
                             || crate::planted::active(crate::planted::Bug::WalkTrustsGuess) =>
                     {
                         p
@@ -1117,10 +1120,10 @@ impl Core {
     /// made since the last walk; otherwise in the index.
     fn begin_walk(&mut self, n: u64) -> bool {
         let len = self.queues.len() as u32;
-        let queues = &self.queues;
+        let ids = &self.ids;
         match self.in_order.as_mut() {
             Some(order) if n.saturating_mul(8) >= order.behind(len) => {
-                order.start(len, |j| queues[j as usize].id);
+                order.start(len, |j| ids[j as usize]);
                 true
             }
             _ => false,
@@ -1130,9 +1133,9 @@ impl Core {
     /// The place of queue `id`: by the walk [`Core::begin_walk`] began (`walk`), or in the
     /// index.
     fn place_walking(&mut self, id: u64, walk: bool) -> Option<u32> {
-        let queues = &self.queues;
+        let ids = &self.ids;
         match self.in_order.as_mut() {
-            Some(order) if walk => order.find(id, |j| queues[j as usize].id),
+            Some(order) if walk => order.find(id, |j| ids[j as usize]),
             _ => self.place(id),
         }
     }
@@ -1241,8 +1244,9 @@ impl Core {
         self.next_crawl = self.next_crawl.max(crawl.saturating_add(1));
         let key = self.keys.add(key);
         due::grow_by_a_quarter(&mut self.queues);
+        due::grow_by_a_quarter(&mut self.ids);
+        self.ids.push(id);
         self.queues.push(Queue {
-            id,
             crawl,
             key,
             next_seq: 0,
@@ -1256,14 +1260,14 @@ impl Core {
             runs: 0,
             at: None,
         });
-        let queues = &self.queues;
-        self.index.insert(id, i, |j| queues[j as usize].id);
+        let ids = &self.ids;
+        self.index.insert(id, i, |j| ids[j as usize]);
         i
     }
 
     /// The place of queue `id` in `queues`.
     fn place(&self, id: u64) -> Option<u32> {
-        self.index.get(id, |j| self.queues[j as usize].id)
+        self.index.get(id, |j| self.ids[j as usize])
     }
 
     /// The key of `q`.
@@ -1271,36 +1275,36 @@ impl Core {
         self.keys.get(q.key)
     }
 
-    fn policy(&self, q: &Queue) -> Policy {
+    fn policy(&self, id: u64) -> Policy {
         self.policies
-            .get(&q.id)
+            .get(&id)
             .copied()
             .unwrap_or(self.default_policy)
     }
 
     /// Whether queue `q` may get more leases (politeness aside): room under its policy's
     /// `per_queue`, and under its limit.
-    fn has_room(&self, q: &Queue) -> bool {
-        let p = self.policy(q);
+    fn has_room(&self, id: u64, q: &Queue) -> bool {
+        let p = self.policy(id);
         q.leased < p.per_queue
             && (p.limit == 0 || q.completed.saturating_add(u64::from(q.leased)) < p.limit)
     }
 
     /// The first instant queue `q` may be served: its due instant, its block, and its first
     /// record's availability.
-    fn ready_at(&self, q: &Queue) -> u64 {
-        let blocked = self.blocks.get(&q.id).copied().unwrap_or(0);
+    fn ready_at(&self, id: u64, q: &Queue) -> u64 {
+        let blocked = self.blocks.get(&id).copied().unwrap_or(0);
         q.due.max(blocked).max(q.available())
     }
 
     /// Puts queue `i` in the scheduler's heap if it may be served (now or later), or moves
     /// its entry earlier (an entry too early is put back when it comes out).
     fn schedule(&mut self, i: u32) {
-        let q = &self.queues[i as usize];
-        if !q.has_waiting() || !self.has_room(q) {
+        let (id, q) = (self.ids[i as usize], &self.queues[i as usize]);
+        if !q.has_waiting() || !self.has_room(id, q) {
             return;
         }
-        let at = self.ready_at(q);
+        let at = self.ready_at(id, q);
         if at < q.heap_at {
             if q.heap_at == u64::MAX {
                 *self.scheduled.entry(q.crawl).or_default() += 1;
@@ -1373,19 +1377,22 @@ impl Core {
             .map_or(&[][..], Vec::as_slice);
         out.push(name, key, r.url, r.meta);
         let crawl = r.crawl;
-        let q = &self.queues[pick.queue as usize];
-        if pick.listed && (crawl != q.crawl || queue_id(crawl, key) != q.id) {
+        let (id, q) = (
+            self.ids[pick.queue as usize],
+            &self.queues[pick.queue as usize],
+        );
+        if pick.listed && (crawl != q.crawl || queue_id(crawl, key) != id) {
             // A record of another queue in this one's lists (as a replay would find).
             return Err(corrupt(Corruption::Mismatch {
                 field: "queue of a returned record",
-                expected: q.id,
+                expected: id,
                 found: queue_id(crawl, key),
             }));
         }
         let sig = crate::signature(r.url, record::crawl_seed(self.sieve.seed(), crawl));
         debug_assert_eq!(
             self.locate(&pick.record),
-            Ok((self.queues[pick.queue as usize].id, crawl, sig))
+            Ok((self.ids[pick.queue as usize], crawl, sig))
         );
         debug_assert!(!self.leases.contains(pick.seq));
         self.next_token = self.next_token.max(token + 1);
@@ -1515,7 +1522,7 @@ impl Core {
             )
         })?;
         let i = lease.queue;
-        let p = self.policy(&self.queues[i as usize]);
+        let p = self.policy(self.ids[i as usize]);
         let q = &mut self.queues[i as usize];
         q.leased -= 1;
         q.burst = q.burst.saturating_add(took);
@@ -1586,7 +1593,7 @@ impl Core {
             && self
                 .leases
                 .get(seq)
-                .is_some_and(|l| self.queues[l.queue as usize].id == qid)
+                .is_some_and(|l| self.ids[l.queue as usize] == qid)
         {
             let end = if when == 0 {
                 End::Done
@@ -2050,9 +2057,9 @@ impl Core {
                 i
             };
             self.unschedule(i);
-            let q = &self.queues[i as usize];
+            let (id, q) = (self.ids[i as usize], &self.queues[i as usize]);
             if let Some(p) = part.as_mut() {
-                if p.served.contains(&q.id)
+                if p.served.contains(&id)
                     && !crate::planted::active(crate::planted::Bug::PartsServeTwice)
                 {
                     // Served by an earlier part: out of the heap until the hand-out ends, so
@@ -2063,7 +2070,7 @@ impl Core {
             }
             popped.push(i);
             if !q.has_waiting()
-                || !self.has_room(q)
+                || !self.has_room(id, q)
                 || only.is_some_and(|c| c != q.crawl)
                 || self.serve_only.as_ref().is_some_and(|f| !f(self.key(q)))
             {
@@ -2071,12 +2078,12 @@ impl Core {
                 // it was.
                 continue;
             }
-            if self.ready_at(q) > now {
+            if self.ready_at(id, q) > now {
                 // Its instant moved later since it was scheduled: rescheduled below.
                 continue;
             }
             let q = &self.queues[i as usize];
-            let policy = self.policy(q);
+            let policy = self.policy(id);
             let mut room = policy.per_queue - q.leased;
             if policy.limit > 0 {
                 let left = policy.limit - q.completed - u64::from(q.leased);
@@ -2097,7 +2104,7 @@ impl Core {
             // (they hold fewer than its count says), and then fewer.
             served.push(i);
             if let Some(p) = part.as_mut() {
-                p.served.insert(self.queues[i as usize].id);
+                p.served.insert(self.ids[i as usize]);
             }
         }
         let picked = match self.take_all(&chosen, now) {
@@ -2180,7 +2187,7 @@ impl Core {
                     None if q.runs != 0 => q.runs.trailing_zeros(),
                     None => u32::MAX,
                 };
-                (slot, q.id, c as u32)
+                (slot, self.ids[i as usize], c as u32)
             })
             .collect();
         order.sort_unstable();
@@ -2280,7 +2287,7 @@ impl Core {
                     break;
                 }
                 let q = &self.queues[i as usize];
-                check_record(run.file(), offset, rec, q.id, q.crawl)?;
+                check_record(run.file(), offset, rec, self.ids[i as usize], q.crawl)?;
                 self.numbered(run, offset, seq)?;
                 if self.leases.contains(seq) || !taken.insert(seq) {
                     return Err(run.file().corrupt(
@@ -2383,7 +2390,7 @@ impl Core {
         if let Some(at) = self.queues[i as usize].at {
             return Ok(Some(at.get()));
         }
-        let id = self.queues[i as usize].id;
+        let id = self.ids[i as usize];
         loop {
             let bits = self.queues[i as usize].runs;
             if bits == 0 {
@@ -2500,13 +2507,13 @@ impl Core {
         // The entries of the heaps left stale (a queue served, emptied or rescheduled; a lease
         // ended) go, so that the first one left is exact.
         while let Some((at, i)) = self.heap.peek() {
-            let q = &self.queues[i as usize];
+            let (id, q) = (self.ids[i as usize], &self.queues[i as usize]);
             if q.heap_at != at {
                 self.heap.pop();
-            } else if !q.has_waiting() || !self.has_room(q) {
+            } else if !q.has_waiting() || !self.has_room(id, q) {
                 self.heap.pop();
                 self.unschedule(i);
-            } else if self.ready_at(q) > at {
+            } else if self.ready_at(id, q) > at {
                 self.heap.pop();
                 self.unschedule(i);
                 self.schedule(i);
@@ -2598,12 +2605,12 @@ impl Core {
 
     /// Whether queue `q` is listed: it holds or held URLs, or has a policy or block of its
     /// own (a deleted queue has neither).
-    fn listed(&self, q: &Queue) -> bool {
+    fn listed(&self, id: u64, q: &Queue) -> bool {
         q.has_waiting()
             || q.leased > 0
             || q.completed > 0
-            || self.policies.contains_key(&q.id)
-            || self.blocks.contains_key(&q.id)
+            || self.policies.contains_key(&id)
+            || self.blocks.contains_key(&id)
     }
 
     /// Deletes queue `key` of `crawl` (everything pushed before is deleted too); returns the
@@ -2649,7 +2656,8 @@ impl Core {
                 // A deleted crawl's queue.
                 continue;
             };
-            if !self.released.contains(&q.id) && select(&String::from_utf8_lossy(name), self.key(q))
+            if !self.released.contains(&self.ids[i])
+                && select(&String::from_utf8_lossy(name), self.key(q))
             {
                 picked.push(i);
             }
@@ -2703,7 +2711,7 @@ impl Core {
         }
         let mut visited = 0;
         for &i in picked {
-            let q = &self.queues[i];
+            let (id, q) = (self.ids[i], &self.queues[i]);
             let crawl = self
                 .crawl_names
                 .get(&q.crawl)
@@ -2720,8 +2728,8 @@ impl Core {
             let mut ex = super::QueueExport {
                 crawl,
                 key: self.key(q).to_vec(),
-                policy: self.policies.get(&q.id).copied(),
-                blocked_until_ms: self.blocks.get(&q.id).copied().unwrap_or(0),
+                policy: self.policies.get(&id).copied(),
+                blocked_until_ms: self.blocks.get(&id).copied().unwrap_or(0),
                 completed: q.completed,
                 burst_ms: q.burst,
                 due_ms: q.due,
@@ -2768,11 +2776,11 @@ impl Core {
             let mut waiting: Vec<(u64, super::MovedUrl)> = Vec::new();
             let mut done: Vec<(u64, super::MovedUrl)> = Vec::new();
             for run in self.runs.iter().chain(&archives) {
-                let Some(g) = run.group(q.id)? else {
+                let Some(g) = run.group(id)? else {
                     continue;
                 };
                 run.walk_group(&g, |seq, rec, at| {
-                    check_record(run.file(), at, rec, q.id, q.crawl)?;
+                    check_record(run.file(), at, rec, id, q.crawl)?;
                     if live.contains(&seq) {
                         return Ok(true);
                     }
@@ -3097,7 +3105,8 @@ impl Core {
     /// The names of the crawls, sorted: each one pushed to (or given a policy or a block) and
     /// not deleted since, and DEFAULT when it has queues.
     pub(super) fn crawls(&self) -> Vec<Vec<u8>> {
-        let default_used = self.queues.iter().any(|q| q.crawl == 0 && self.listed(q));
+        let default_used =
+            (self.queues.iter().zip(&self.ids)).any(|(q, &id)| q.crawl == 0 && self.listed(id, q));
         let mut names: Vec<Vec<u8>> = self
             .crawls
             .iter()
@@ -3117,8 +3126,8 @@ impl Core {
             return c;
         };
         let one = key.map(|k| queue_id(id, k));
-        for q in &self.queues {
-            if q.crawl != id || one.is_some_and(|o| o != q.id) || !self.listed(q) {
+        for (q, &qid) in self.queues.iter().zip(&self.ids) {
+            if q.crawl != id || one.is_some_and(|o| o != qid) || !self.listed(qid, q) {
                 continue;
             }
             c.queues += 1;
@@ -3129,7 +3138,7 @@ impl Core {
             if waiting > 0 {
                 c.queues_waiting += 1;
             }
-            if q.has_waiting() && self.has_room(q) && self.ready_at(q) <= now {
+            if q.has_waiting() && self.has_room(qid, q) && self.ready_at(qid, q) <= now {
                 c.queues_due += 1;
             }
         }
@@ -3148,24 +3157,24 @@ impl Core {
         let Some(&id) = self.crawls.get(crawl) else {
             return Ok(Vec::new());
         };
-        let mut qs: Vec<&Queue> = self
-            .queues
-            .iter()
-            .filter(|q| q.crawl == id && self.listed(q))
+        let mut qs: Vec<(u64, &Queue)> = (self.ids.iter().copied())
+            .zip(&self.queues)
+            .filter(|&(qid, q)| q.crawl == id && self.listed(qid, q))
             .collect();
-        qs.sort_unstable_by(|a, b| self.key(a).cmp(self.key(b)));
+        qs.sort_unstable_by(|a, b| self.key(a.1).cmp(self.key(b.1)));
         Ok(qs
             .into_iter()
             .skip(start)
             .take(max)
-            .map(|q| super::QueueInfo {
+            .map(|(qid, q)| super::QueueInfo {
                 key: self.key(q).to_vec(),
                 waiting: q.waiting + (q.returned().len() + q.refetch().len()) as u64,
                 leased: u64::from(q.leased),
                 done: q.completed,
-                next_due_ms: (q.has_waiting() && self.has_room(q)).then(|| self.ready_at(q)),
-                policy: self.policies.get(&q.id).copied(),
-                blocked_until_ms: self.blocks.get(&q.id).copied(),
+                next_due_ms: (q.has_waiting() && self.has_room(qid, q))
+                    .then(|| self.ready_at(qid, q)),
+                policy: self.policies.get(&qid).copied(),
+                blocked_until_ms: self.blocks.get(&qid).copied(),
             })
             .collect())
     }
@@ -3272,7 +3281,7 @@ impl Core {
                 if q.runs & (1 << slot) == 0 || !more {
                     continue;
                 }
-                let Some(grp) = run.group(q.id)? else {
+                let Some(grp) = run.group(self.ids[i as usize])? else {
                     continue;
                 };
                 run.walk_group(&grp, |seq, rec, offset| {
@@ -3307,7 +3316,7 @@ impl Core {
             if q.runs & (1 << slot) == 0 || left == 0 {
                 continue;
             }
-            let Some(g) = run.group(q.id)? else {
+            let Some(g) = run.group(self.ids[i as usize])? else {
                 continue;
             };
             run.walk_group(&g, |seq, rec, _| {
@@ -3588,7 +3597,9 @@ impl Core {
             .map(|q| q.waiting + (q.returned().len() + q.refetch().len()) as u64)
             .fold(0, u64::saturating_add);
         Ok(FrontierStats {
-            queues: self.queues.iter().filter(|q| self.listed(q)).count() as u64,
+            queues: (self.queues.iter().zip(&self.ids))
+                .filter(|&(q, &id)| self.listed(id, q))
+                .count() as u64,
             queues_waiting: self.queues.iter().filter(|q| q.has_waiting()).count() as u64,
             waiting,
             leased: self.leases.len() as u64,
@@ -3767,10 +3778,10 @@ mod tests {
 
     #[test]
     fn the_state_of_a_queue_takes_what_design_md_says() {
-        // The queue, its key's place, its entry in the id index (a u32) and in the heap
-        // (instant and queue in a u128): docs/design.md, "Memory" of the frontier, states
-        // these.
-        assert_eq!(std::mem::size_of::<super::Queue>(), 104);
+        // The queue, its id (in a vector of its own), its key's place, its entry in the id
+        // index (a u32) and in the heap (instant and queue in a u128): docs/design.md,
+        // "Memory" of the frontier, states these.
+        assert_eq!(std::mem::size_of::<super::Queue>(), 96);
         assert_eq!(std::mem::size_of::<super::KeyAt>(), 8);
         assert_eq!(std::mem::size_of::<u128>(), 16);
     }
