@@ -135,6 +135,21 @@ impl<'a> ByteReader<'a> {
         }
         Ok(v)
     }
+    /// Reads a LEB128 varint in its shortest form.
+    pub fn varint(&mut self, field: &'static str) -> Result<u64> {
+        let at = self.offset();
+        crate::record::varint_at(self.bytes, &mut self.pos).ok_or_else(|| {
+            Error::corrupt(
+                self.file,
+                at,
+                Corruption::Invalid {
+                    field,
+                    expected: "a varint in its shortest form",
+                    found: self.remaining() as u64,
+                },
+            )
+        })
+    }
     /// Fails unless every byte was read: trailing bytes are corruption.
     pub fn end(&self) -> Result<()> {
         if self.remaining() != 0 {

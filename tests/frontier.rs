@@ -303,9 +303,22 @@ fn checkpoints_of_versions_4_6_7_9_and_10_are_read() {
     let before = open(&disk, &clock).queues("", 0, 100).unwrap();
     // Version 4 had no next_crawl nor skips; version 6 no skips; version 7 has version 9's
     // layout (9 says that its Q runs may hold coded frames); 10 adds the archives and the
-    // transfers imported; 11 the receipts.
+    // transfers imported; 11 the receipts; 12 codes each queue's numbers as varints.
     let c = disk.content("CHECKPOINT").expect("a checkpoint");
-    assert_eq!(c[4..8], 11u32.to_le_bytes());
+    assert_eq!(c[4..8], 12u32.to_le_bytes());
+    let copy = disk.crash_image(crivello::storage::sim::CrashImage::KillProcess);
+    let c11 = crivello::internals::checkpoint_in_version(&c, 11).unwrap();
+    assert_eq!(c11[4..8], 11u32.to_le_bytes());
+    assert!(
+        c11.len() > c.len(),
+        "{} bytes in version 11, {} now",
+        c11.len(),
+        c.len()
+    );
+    copy.set_content("CHECKPOINT", c11);
+    let f11 = open(&copy, &clock);
+    assert_eq!(f11.queues("", 0, 100).unwrap(), before);
+    drop(f11);
     let copy = disk.crash_image(crivello::storage::sim::CrashImage::KillProcess);
     let c10 = crivello::internals::checkpoint_in_version(&c, 10).unwrap();
     assert_eq!(c10[4..8], 10u32.to_le_bytes());
@@ -2044,11 +2057,16 @@ fn a_checkpoint_written_in_pieces_survives_a_crash_at_each_of_its_operations() {
     let open_on = |disk: &SimDisk, journal_bytes: u64| {
         Frontier::open_with(Arc::new(disk.clone()), with(journal_bytes), clock.clone())
     };
-    // 40,000 queues (one host each) and 500 leases: a checkpoint of several MiB.
+    // 40,000 queues (one host each, of long names) and 500 leases: a checkpoint of several
+    // MiB.
     let base = SimDisk::new();
     let f = open_on(&base, 1 << 30).expect("open");
     let many: Vec<String> = (0..40_000)
-        .map(|i| format!("http://host-{i}.example.org/page"))
+        .map(|i| {
+            format!(
+                "http://host-{i}.with-a-rather-long-name-to-fill-the-checkpoint.example.org/page"
+            )
+        })
         .collect();
     let refs: Vec<&str> = many.iter().map(String::as_str).collect();
     push(&f, &refs);

@@ -52,12 +52,15 @@ use super::{Core, J};
 use crate::error::{Corruption, Error, Result};
 use crate::format::{ByteReader, PutLe, MAGIC_K, VERSION};
 
-/// The checkpoint's version: 11 added the receipts of deliveries, 10 added the archives, the queues released and the transfers
-/// imported, 9 says that
+/// The checkpoint's version: 12 codes each queue's numbers as varints (a queue took 86
+/// bytes and its key, now about 20), 11 added the receipts of deliveries, 10 added the
+/// archives, the queues released and the transfers imported, 9 says that
 /// the Q runs it lists may hold coded frames (its layout is version 7's), 7 added each queue's
 /// skips, 6 added `next_crawl`. A checkpoint of version 9, 7, 6, or 4 (the store's version
 /// then, its `next_crawl` taken from the ids it holds), is read.
-const CHECKPOINT_VERSION: u32 = 11;
+const CHECKPOINT_VERSION: u32 = 12;
+/// The version that codes each queue's numbers as varints.
+const CODED_QUEUES_VERSION: u32 = 12;
 /// The version that added the receipts of deliveries.
 const RECEIPTS_VERSION: u32 = 11;
 /// The version that added the archives, the queues released and the transfers imported.
@@ -72,6 +75,10 @@ use crate::queues::Policy;
 use crate::queues::COUNTER_LIMIT;
 use crate::sieve::wal;
 use crate::storage::{durable, File, Storage, StorageExt};
+
+fn put_varint(b: &mut Vec<u8>, v: u64) {
+    crate::record::put_varint(b, v);
+}
 
 fn put_bytes(b: &mut Vec<u8>, bytes: &[u8]) {
     b.put_u32(bytes.len() as u32);
@@ -109,6 +116,24 @@ fn counter(c: &mut ByteReader<'_>, field: &'static str) -> Result<u64> {
 fn count(c: &mut ByteReader<'_>, size: usize, field: &'static str) -> Result<usize> {
     let at = c.offset();
     let n = c.u32()? as usize;
+    within(c, at, n, size, field)
+}
+
+/// [`count`] as a varint (a queue's lists from version 12 on).
+fn coded_count(c: &mut ByteReader<'_>, size: usize, field: &'static str) -> Result<usize> {
+    let at = c.offset();
+    let n = usize::try_from(c.varint(field)?).unwrap_or(usize::MAX);
+    within(c, at, n, size, field)
+}
+
+/// `n`, read at `at`, if the bytes left can hold `n` items of `size` bytes.
+fn within(
+    c: &ByteReader<'_>,
+    at: u64,
+    n: usize,
+    size: usize,
+    field: &'static str,
+) -> Result<usize> {
     if n.saturating_mul(size) > c.remaining() {
         return Err(Error::corrupt(
             names::CHECKPOINT,
@@ -530,27 +555,36 @@ impl<'a> Image<'a> {
             b.put_u64(*r);
         }
         b.put_u32(queues.len() as u32);
+        let coded = version >= CODED_QUEUES_VERSION;
+        // A count, or one of a queue's numbers: a varint from version 12 on.
+        let put_n = |b: &mut Vec<u8>, n: u64, old: fn(&mut Vec<u8>, u64)| match coded {
+            true => put_varint(b, n),
+            false => old(b, n),
+        };
+        let u32_of = |b: &mut Vec<u8>, n: u64| b.put_u32(n as u32);
+        let u64_of = |b: &mut Vec<u8>, n: u64| b.put_u64(n);
         for q in queues {
             let b = &mut out.b;
             b.put_u64(q.id);
-            b.put_u32(q.crawl);
-            put_bytes(b, q.key);
+            put_n(b, u64::from(q.crawl), u32_of);
+            put_n(b, q.key.len() as u64, u32_of);
+            b.extend_from_slice(q.key);
             for v in [q.next_seq, q.waiting, q.completed, q.burst, q.due] {
-                b.put_u64(v);
+                put_n(b, v, u64_of);
             }
-            b.put_u32(q.returned.len() as u32);
+            put_n(b, q.returned.len() as u64, u32_of);
             for (seq, rec) in &q.returned {
                 b.put_u64(*seq);
                 put_bytes(b, rec);
             }
-            b.put_u32(q.refetch.len() as u32);
+            put_n(b, q.refetch.len() as u64, u32_of);
             for (when, seq, rec) in &q.refetch {
                 b.put_u64(*when);
                 b.put_u64(*seq);
                 put_bytes(b, rec);
             }
             if version >= SKIPS_VERSION {
-                b.put_u32(q.skips.len() as u32);
+                put_n(b, q.skips.len() as u64, u32_of);
                 for seq in &q.skips {
                     b.put_u64(*seq);
                 }
@@ -719,6 +753,7 @@ impl<'a> Image<'a> {
             9,
             ARCHIVES_VERSION,
             RECEIPTS_VERSION,
+            CODED_QUEUES_VERSION,
         ]
         .contains(&version)
         {
@@ -817,10 +852,41 @@ impl<'a> Image<'a> {
         // to fetch again after a known update may have a seq past its queue's next one).
         let mut ids = std::collections::HashSet::new();
         let mut out = std::collections::HashSet::new();
-        for _ in 0..count(&mut c, 64, "queues")? {
+        let coded = version >= CODED_QUEUES_VERSION;
+        // A queue's fewest bytes: its id, then a byte each for its crawl, its key's length,
+        // its five numbers and its three counts (version 12); before, fixed sizes.
+        let least = if coded { 18 } else { 64 };
+        let lists = |c: &mut ByteReader<'a>, size, field| match coded {
+            true => coded_count(c, size, field),
+            false => count(c, size, field),
+        };
+        for _ in 0..count(&mut c, least, "queues")? {
             let at = c.offset();
-            let (id, crawl) = (c.u64()?, c.u32()?);
-            let key = bytes(&mut c)?;
+            let (id, crawl, key) = if coded {
+                let id = c.u64()?;
+                let crawl_at = c.offset();
+                let crawl = c.varint("crawl of a queue")?;
+                let crawl = u32::try_from(crawl).map_err(|_| {
+                    Error::corrupt(
+                        names::CHECKPOINT,
+                        crawl_at,
+                        Corruption::OutOfRange {
+                            field: "crawl of a queue",
+                            found: crawl,
+                            limit: u64::from(u32::MAX) + 1,
+                        },
+                    )
+                })?;
+                let len = c.varint("length of a queue's key")?;
+                (
+                    id,
+                    crawl,
+                    c.take(usize::try_from(len).unwrap_or(usize::MAX))?,
+                )
+            } else {
+                let (id, crawl) = (c.u64()?, c.u32()?);
+                (id, crawl, bytes(&mut c)?)
+            };
             if queue_id(crawl, key) != id {
                 return Err(Error::corrupt(
                     names::CHECKPOINT,
@@ -832,20 +898,42 @@ impl<'a> Image<'a> {
                     },
                 ));
             }
+            let next_seq = if coded {
+                let at = c.offset();
+                let n = c.varint("next seq of a queue")?;
+                if n >= COUNTER_LIMIT {
+                    return Err(Error::corrupt(
+                        names::CHECKPOINT,
+                        at,
+                        Corruption::OutOfRange {
+                            field: "next seq of a queue",
+                            found: n,
+                            limit: COUNTER_LIMIT,
+                        },
+                    ));
+                }
+                n
+            } else {
+                counter(&mut c, "next seq of a queue")?
+            };
+            let mut number = |field| match coded {
+                true => c.varint(field),
+                false => c.u64(),
+            };
             let mut q = QueueImage {
                 id,
                 crawl,
                 key,
-                next_seq: counter(&mut c, "next seq of a queue")?,
-                waiting: c.u64()?,
-                completed: c.u64()?,
-                burst: c.u64()?,
-                due: c.u64()?,
+                next_seq,
+                waiting: number("records waiting in a queue")?,
+                completed: number("records done in a queue")?,
+                burst: number("burst of a queue")?,
+                due: number("due instant of a queue")?,
                 returned: Vec::new(),
                 refetch: Vec::new(),
                 skips: Vec::new(),
             };
-            for _ in 0..count(&mut c, 12, "returned records")? {
+            for _ in 0..lists(&mut c, 12, "returned records")? {
                 let at = c.offset();
                 let seq = c.u64()?;
                 let rec = queue_record(&mut c, id)?;
@@ -855,7 +943,7 @@ impl<'a> Image<'a> {
                 }
                 q.returned.push((seq, rec));
             }
-            for _ in 0..count(&mut c, 20, "records to fetch again")? {
+            for _ in 0..lists(&mut c, 20, "records to fetch again")? {
                 let at = c.offset();
                 let (when, seq) = (c.u64()?, c.u64()?);
                 let rec = queue_record(&mut c, id)?;
@@ -869,7 +957,7 @@ impl<'a> Image<'a> {
                 q.refetch.push((when, seq, rec));
             }
             if version >= SKIPS_VERSION {
-                for _ in 0..count(&mut c, 8, "skips")? {
+                for _ in 0..lists(&mut c, 8, "skips")? {
                     let at = c.offset();
                     let seq = c.u64()?;
                     let ordered = q.skips.last().is_none_or(|&s| s < seq);
