@@ -188,13 +188,14 @@ impl Core {
                 completed: q.completed,
                 burst: q.burst,
                 due: q.due,
-                returned: q.returned().iter().map(|(s, r)| (*s, &r[..])).collect(),
-                refetch: q
-                    .refetch()
-                    .iter()
-                    .map(|(w, s, r)| (*w, *s, &r[..]))
-                    .collect(),
-                skips: q.skips().to_vec(),
+                lists: ImageLists::of(
+                    q.returned().iter().map(|(s, r)| (*s, &r[..])).collect(),
+                    q.refetch()
+                        .iter()
+                        .map(|(w, s, r)| (*w, *s, &r[..]))
+                        .collect(),
+                    q.skips().to_vec(),
+                ),
             });
         let leases = self.leases.iter().map(|l| LeaseImage {
             seq: l.seq,
@@ -342,16 +343,19 @@ impl Core {
         }
     }
 
-    /// Loads the checkpoint, if there is one, but for the runs that the replay will find
-    /// removed (`replay_gone`); returns the first J generation to replay.
-    pub(in crate::queues) fn load_checkpoint(&mut self, st: &dyn Storage) -> Result<u64> {
-        let Some(f) = st.open_if_exists(names::CHECKPOINT)? else {
-            return Ok(0);
+    /// Loads checkpoint `k` ([`decode`]: decoded and checked whole, so that nothing of a
+    /// damaged checkpoint is used), if there is one, of `len` bytes, but for the runs that
+    /// the replay will find removed (`replay_gone`).
+    pub(in crate::queues) fn load_checkpoint(
+        &mut self,
+        st: &dyn Storage,
+        k: Option<Image<'_>>,
+        len: u64,
+    ) -> Result<()> {
+        let Some(k) = k else {
+            return Ok(());
         };
-        let all = f.read_all()?;
-        self.checkpoint_bytes = all.len() as u64;
-        // Decoded whole first: nothing of a damaged checkpoint is used.
-        let k = Image::decode(&all)?;
+        self.checkpoint_bytes = len;
         self.next_seq = k.next_seq;
         self.next_run = k.next_run;
         self.next_token = k.next_token;
@@ -405,21 +409,22 @@ impl Core {
             s.completed = q.completed;
             s.burst = q.burst;
             s.due = q.due;
-            s.lists = None;
-            if !(q.returned.is_empty() && q.refetch.is_empty() && q.skips.is_empty()) {
-                s.lists = Some(Box::new(super::Lists {
-                    returned: q.returned.iter().map(|&(seq, r)| (seq, r.into())).collect(),
-                    refetch: q
+            s.lists = q.lists.map(|l| {
+                Box::new(super::Lists {
+                    returned: l.returned.iter().map(|&(seq, r)| (seq, r.into())).collect(),
+                    refetch: l
                         .refetch
                         .iter()
                         .map(|&(when, seq, r)| (when, seq, r.into()))
                         .collect(),
-                    skips: q.skips,
-                }));
-            }
+                    skips: l.skips,
+                })
+            });
         }
         for l in k.leases {
-            let (qid, crawl, sig) = self.locate(l.record).map_err(|what| f.corrupt(0, what))?;
+            let (qid, crawl, sig) = self
+                .locate(l.record)
+                .map_err(|what| Error::corrupt(names::CHECKPOINT, 0, what))?;
             let queue = self.place(qid).expect("checked by the decoding");
             self.insert_lease(
                 l.seq,
@@ -441,13 +446,13 @@ impl Core {
         for i in 0..self.queues.len() {
             self.schedule(i as u32);
         }
-        Ok(k.j_gen)
+        Ok(())
     }
 }
 
 /// A queue as the checkpoint holds it.
 #[derive(Clone)]
-struct QueueImage<'a> {
+pub(in crate::queues) struct QueueImage<'a> {
     id: u64,
     crawl: u32,
     key: &'a [u8],
@@ -456,9 +461,49 @@ struct QueueImage<'a> {
     completed: u64,
     burst: u64,
     due: u64,
+    /// Its lists, empty in most queues: out of line (at 10^6 queues an open holds every
+    /// queue's image at once).
+    lists: Option<Box<ImageLists<'a>>>,
+}
+
+/// A queue's records out of the runs, and the seqs it passes in them, as the checkpoint
+/// holds them.
+#[derive(Default, Clone)]
+pub(in crate::queues) struct ImageLists<'a> {
     returned: Vec<(u64, &'a [u8])>,
     refetch: Vec<(u64, u64, &'a [u8])>,
     skips: Vec<u64>,
+}
+
+impl<'a> ImageLists<'a> {
+    /// The lists, `None` when all three are empty.
+    fn of(
+        returned: Vec<(u64, &'a [u8])>,
+        refetch: Vec<(u64, u64, &'a [u8])>,
+        skips: Vec<u64>,
+    ) -> Option<Box<ImageLists<'a>>> {
+        (!(returned.is_empty() && refetch.is_empty() && skips.is_empty())).then(|| {
+            Box::new(ImageLists {
+                returned,
+                refetch,
+                skips,
+            })
+        })
+    }
+}
+
+impl<'a> QueueImage<'a> {
+    fn returned(&self) -> &[(u64, &'a [u8])] {
+        self.lists.as_ref().map_or(&[], |l| &l.returned)
+    }
+
+    fn refetch(&self) -> &[(u64, u64, &'a [u8])] {
+        self.lists.as_ref().map_or(&[], |l| &l.refetch)
+    }
+
+    fn skips(&self) -> &[u64] {
+        self.lists.as_ref().map_or(&[], |l| &l.skips)
+    }
 }
 
 /// A lease as the checkpoint holds it.
@@ -473,7 +518,7 @@ struct LeaseImage<'a> {
 /// A checkpoint, decoded and checked whole (its checksum first, then every field, every
 /// record, and the queue of every lease), so that a load uses nothing of a damaged one and
 /// `check` finds what a load would.
-struct Image<'a> {
+pub(in crate::queues) struct Image<'a> {
     j_gen: u64,
     next_seq: u64,
     next_run: u64,
@@ -572,20 +617,20 @@ impl<'a> Image<'a> {
             for v in [q.next_seq, q.waiting, q.completed, q.burst, q.due] {
                 put_n(b, v, u64_of);
             }
-            put_n(b, q.returned.len() as u64, u32_of);
-            for (seq, rec) in &q.returned {
+            put_n(b, q.returned().len() as u64, u32_of);
+            for (seq, rec) in q.returned() {
                 b.put_u64(*seq);
                 put_bytes(b, rec);
             }
-            put_n(b, q.refetch.len() as u64, u32_of);
-            for (when, seq, rec) in &q.refetch {
+            put_n(b, q.refetch().len() as u64, u32_of);
+            for (when, seq, rec) in q.refetch() {
                 b.put_u64(*when);
                 b.put_u64(*seq);
                 put_bytes(b, rec);
             }
             if version >= SKIPS_VERSION {
-                put_n(b, q.skips.len() as u64, u32_of);
-                for seq in &q.skips {
+                put_n(b, q.skips().len() as u64, u32_of);
+                for seq in q.skips() {
                     b.put_u64(*seq);
                 }
             }
@@ -929,44 +974,44 @@ impl<'a> Image<'a> {
                 completed: number("records done in a queue")?,
                 burst: number("burst of a queue")?,
                 due: number("due instant of a queue")?,
-                returned: Vec::new(),
-                refetch: Vec::new(),
-                skips: Vec::new(),
+                lists: None,
             };
+            let mut l = ImageLists::default();
             for _ in 0..lists(&mut c, 12, "returned records")? {
                 let at = c.offset();
                 let seq = c.u64()?;
                 let rec = queue_record(&mut c, id)?;
-                let ordered = q.returned.last().is_none_or(|&(s, _)| s < seq);
+                let ordered = l.returned.last().is_none_or(|&(s, _)| s < seq);
                 if !ordered || seq >= k.next_seq || !out.insert(seq) {
                     return Err(invalid(at, "seq of a returned record", seq));
                 }
-                q.returned.push((seq, rec));
+                l.returned.push((seq, rec));
             }
             for _ in 0..lists(&mut c, 20, "records to fetch again")? {
                 let at = c.offset();
                 let (when, seq) = (c.u64()?, c.u64()?);
                 let rec = queue_record(&mut c, id)?;
-                let ordered = q
+                let ordered = l
                     .refetch
                     .last()
                     .is_none_or(|&(w, s, _)| (w, s) < (when, seq));
                 if !ordered || seq >= k.next_seq || !out.insert(seq) {
                     return Err(invalid(at, "seq of a record to fetch again", seq));
                 }
-                q.refetch.push((when, seq, rec));
+                l.refetch.push((when, seq, rec));
             }
             if version >= SKIPS_VERSION {
                 for _ in 0..lists(&mut c, 8, "skips")? {
                     let at = c.offset();
                     let seq = c.u64()?;
-                    let ordered = q.skips.last().is_none_or(|&s| s < seq);
+                    let ordered = l.skips.last().is_none_or(|&s| s < seq);
                     if !ordered || seq < q.next_seq || seq >= k.next_seq {
                         return Err(invalid(at, "seq of a record skipped", seq));
                     }
-                    q.skips.push(seq);
+                    l.skips.push(seq);
                 }
             }
+            q.lists = ImageLists::of(l.returned, l.refetch, l.skips);
             if !ids.insert(id) {
                 return Err(invalid(at, "id of a queue", id));
             }
@@ -1044,7 +1089,7 @@ impl<'a> Image<'a> {
         for q in &k.queues {
             let queue = q
                 .waiting
-                .checked_add((q.returned.len() + q.refetch.len()) as u64);
+                .checked_add((q.returned().len() + q.refetch().len()) as u64);
             total = match queue.and_then(|n| total.checked_add(n)) {
                 Some(t) if q.next_seq <= k.next_seq && t <= k.next_seq => t,
                 _ => {
@@ -1061,6 +1106,19 @@ impl<'a> Image<'a> {
             };
         }
         Ok(k)
+    }
+}
+
+/// Checkpoint `bytes` decoded and checked whole: what an open loads, the first J generation
+/// to replay after it among them.
+pub(in crate::queues) fn decode(bytes: &[u8]) -> Result<Image<'_>> {
+    Image::decode(bytes)
+}
+
+impl Image<'_> {
+    /// The first J generation to replay after it.
+    pub(in crate::queues) fn j_gen(&self) -> u64 {
+        self.j_gen
     }
 }
 

@@ -514,11 +514,14 @@ impl Core {
             serve_only: None,
             max_runs,
         };
-        // The checkpoint's first generation of the journal to replay.
-        let from = match st.open_if_exists(names::CHECKPOINT)? {
-            Some(f) => checkpoint::runs_of(&f.read_all()?)?.0,
-            None => 0,
+        // The checkpoint, decoded once (and checked whole), and its first generation of the
+        // journal to replay.
+        let bytes = match st.open_if_exists(names::CHECKPOINT)? {
+            Some(f) => Some(f.read_all()?),
+            None => None,
         };
+        let image = bytes.as_deref().map(checkpoint::decode).transpose()?;
+        let from = image.as_ref().map_or(0, checkpoint::Image::j_gen);
         let mut gens: Vec<u64> = Vec::new();
         for n in st.list_files()? {
             if let Some(FileName::J(g)) = names::parse(&n) {
@@ -563,7 +566,9 @@ impl Core {
         // journal's entries after it.
         core.replay_gone = Some(gone);
         core.in_order = Some(in_order::IdOrder::default());
-        core.load_checkpoint(st)?;
+        let len = bytes.as_ref().map_or(0, |b| b.len() as u64);
+        core.load_checkpoint(st, image, len)?;
+        drop(bytes);
         for (g, entry) in &decoded {
             core.replaying_gen = Some(*g);
             core.apply(entry)?;
