@@ -188,6 +188,7 @@ impl Core {
                 completed: q.completed,
                 burst: q.burst,
                 due: q.due,
+                runs: q.runs,
                 lists: ImageLists::of(
                     q.returned().iter().map(|(s, r)| (*s, &r[..])).collect(),
                     q.refetch()
@@ -221,6 +222,7 @@ impl Core {
             policies: self.policies.iter().map(|(q, p)| (*q, *p)).collect(),
             blocks: self.blocks.iter().map(|(q, u)| (*q, *u)).collect(),
             runs: self.runs.iter().map(Run::id).collect(),
+            runs_known: true,
             queues: Vec::new(),
             leases: Vec::new(),
             archives: self.archives.clone(),
@@ -388,13 +390,19 @@ impl Core {
             .into_iter()
             .map(|(from, seq)| (from.to_vec(), seq))
             .collect();
-        for id in k.runs {
+        // Each of the checkpoint's runs kept, by its slot here.
+        let mut slot_of = Vec::with_capacity(k.runs.len());
+        for &id in &k.runs {
             // A run a later compaction removed: its file may be gone; the compaction's entry
-            // says what waits.
-            if !self.replay_gone.as_ref().is_some_and(|g| g.contains(&id)) {
+            // says what waits (and it reads the runs' directories again).
+            if self.replay_gone.as_ref().is_some_and(|g| g.contains(&id)) {
+                slot_of.push(None);
+            } else {
+                slot_of.push(Some(self.runs.len()));
                 self.runs.push(Run::open(st, id)?);
             }
         }
+        let same_slots = slot_of.iter().enumerate().all(|(j, &s)| s == Some(j));
         // Room for every queue at once (doubled tables would hold up to twice it).
         let more = k.queues.len().saturating_sub(self.queues.len());
         self.queues.reserve_exact(more);
@@ -409,6 +417,13 @@ impl Core {
             s.completed = q.completed;
             s.burst = q.burst;
             s.due = q.due;
+            s.runs = match same_slots {
+                true => q.runs,
+                false => (0..slot_of.len())
+                    .filter(|&j| q.runs >> j & 1 != 0)
+                    .filter_map(|j| slot_of[j])
+                    .fold(0, |bits, slot| bits | 1 << slot),
+            };
             s.lists = q.lists.map(|l| {
                 Box::new(super::Lists {
                     returned: l.returned.iter().map(|&(seq, r)| (seq, r.into())).collect(),
@@ -436,12 +451,14 @@ impl Core {
                 l.record.into(),
             );
         }
-        // Which runs hold each queue, from their directories.
-        let runs = self.runs.clone();
-        for (slot, run) in runs.iter().enumerate() {
-            self.for_each_group(run, |core, i, _| {
-                core.queues[i as usize].runs |= 1 << slot;
-            })?;
+        // Which runs hold each queue: from their directories, unless the checkpoint says.
+        if !k.runs_known {
+            let runs = self.runs.clone();
+            for (slot, run) in runs.iter().enumerate() {
+                self.for_each_group(run, |core, i, _| {
+                    core.queues[i as usize].runs |= 1 << slot;
+                })?;
+            }
         }
         for i in 0..self.queues.len() {
             self.schedule(i as u32);
@@ -461,6 +478,8 @@ pub(in crate::queues) struct QueueImage<'a> {
     completed: u64,
     burst: u64,
     due: u64,
+    /// The runs that may hold its records: bit `j` for the checkpoint's `j`-th run.
+    runs: u64,
     /// Its lists, empty in most queues: out of line (at 10^6 queues an open holds every
     /// queue's image at once).
     lists: Option<Box<ImageLists<'a>>>,
@@ -532,6 +551,9 @@ pub(in crate::queues) struct Image<'a> {
     policies: Vec<(u64, Policy)>,
     blocks: Vec<(u64, u64)>,
     runs: Vec<u64>,
+    /// Whether each queue's `runs` says which runs may hold it (version 12): else the load
+    /// reads the runs' directories.
+    runs_known: bool,
     queues: Vec<QueueImage<'a>>,
     leases: Vec<LeaseImage<'a>>,
     archives: Vec<u64>,
@@ -616,6 +638,9 @@ impl<'a> Image<'a> {
             b.extend_from_slice(q.key);
             for v in [q.next_seq, q.waiting, q.completed, q.burst, q.due] {
                 put_n(b, v, u64_of);
+            }
+            if coded {
+                put_varint(b, q.runs);
             }
             put_n(b, q.returned().len() as u64, u32_of);
             for (seq, rec) in q.returned() {
@@ -871,6 +896,7 @@ impl<'a> Image<'a> {
             policies: Vec::new(),
             blocks: Vec::new(),
             runs: Vec::new(),
+            runs_known: version >= CODED_QUEUES_VERSION,
             queues: Vec::new(),
             leases: Vec::new(),
             archives: Vec::new(),
@@ -974,8 +1000,24 @@ impl<'a> Image<'a> {
                 completed: number("records done in a queue")?,
                 burst: number("burst of a queue")?,
                 due: number("due instant of a queue")?,
+                runs: 0,
                 lists: None,
             };
+            if coded {
+                let at = c.offset();
+                q.runs = c.varint("runs of a queue")?;
+                if q.runs.checked_shr(k.runs.len() as u32).unwrap_or(0) != 0 {
+                    return Err(Error::corrupt(
+                        names::CHECKPOINT,
+                        at,
+                        Corruption::Invalid {
+                            field: "runs of a queue",
+                            expected: "bits of the checkpoint's runs",
+                            found: q.runs,
+                        },
+                    ));
+                }
+            }
             let mut l = ImageLists::default();
             for _ in 0..lists(&mut c, 12, "returned records")? {
                 let at = c.offset();
@@ -1127,4 +1169,59 @@ impl Image<'_> {
 pub(crate) fn runs_of(bytes: &[u8]) -> Result<(u64, Vec<u64>)> {
     let k = Image::decode(bytes)?;
     Ok((k.j_gen, k.runs.into_iter().chain(k.archives).collect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queues::{Discovered, Frontier, ManualClock};
+    use crate::storage::SimDisk;
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    /// A checkpoint of version 12 says which runs may hold each queue; a bit past its runs
+    /// is damage, and the bits it holds are those the runs' directories give.
+    #[test]
+    fn a_queues_runs_are_kept_and_a_bit_past_the_runs_is_damage() {
+        let disk = SimDisk::new();
+        let clock = Arc::new(ManualClock::new(1_000));
+        let opts = crate::Options::new()
+            .seed(1)
+            .background_flush(false)
+            .frontier_low(0)
+            .journal_bytes(64);
+        let f = Frontier::open_with(Arc::new(disk.clone()), opts, clock).unwrap();
+        for round in 0..3 {
+            let urls: Vec<String> = (0..200)
+                .map(|i| format!("http://h{}.test/{round}/{i}", i % (20 + round * 10)))
+                .collect();
+            let items: Vec<Discovered<'_>> =
+                urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+            f.push("", &items).unwrap();
+            f.flush().unwrap();
+        }
+        f.close().unwrap();
+        let bytes = disk.content(names::CHECKPOINT).expect("a checkpoint");
+        let k = decode(&bytes).unwrap();
+        assert!(k.runs_known && k.runs.len() >= 3, "{} runs", k.runs.len());
+        // Nothing served yet: the bits are the directories' own.
+        let st: &dyn Storage = &disk;
+        let mut want: HashMap<u64, u64> = HashMap::new();
+        for (j, &id) in k.runs.iter().enumerate() {
+            for g in Run::open(st, id).unwrap().groups() {
+                *want.entry(g.unwrap().queue).or_default() |= 1 << j;
+            }
+        }
+        for q in &k.queues {
+            assert_eq!(q.runs, want.get(&q.id).copied().unwrap_or(0), "{:x}", q.id);
+        }
+        // Hosts 20 to 29 are in the last two runs only.
+        assert!(k.queues.iter().any(|q| q.runs == 0b110));
+        let mut bad = decode(&bytes).unwrap();
+        let n = bad.runs.len();
+        bad.queues[0].runs |= 1 << n;
+        let bad = bad.encode(CHECKPOINT_VERSION).unwrap();
+        let err = decode(&bad).err().expect("damage");
+        assert!(err.to_string().contains("runs of a queue"), "{err}");
+    }
 }
