@@ -281,7 +281,7 @@ fn a_deleted_crawl_is_forgotten_and_starts_afresh_and_a_deleted_queue_takes_new_
 }
 
 #[test]
-fn checkpoints_of_versions_4_6_7_9_and_10_are_read() {
+fn checkpoints_of_versions_4_6_7_9_10_and_11_are_read() {
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(10_000));
     let f = open(&disk, &clock);
@@ -2935,7 +2935,9 @@ fn queue_id(key: &[u8]) -> u64 {
 
 /// Two hosts whose queue ids share their high 32 bits, which is what an open's walk of the
 /// queues in id order goes by first: each host's URLs come back in its own queue, in order,
-/// after a crash (the runs read by J's replay) and after a close (by the checkpoint's load).
+/// after a crash and after a close (the runs read by J's replay), from a checkpoint (which
+/// says which runs hold each queue), and from that checkpoint rewritten as version 11 (the
+/// runs' directories read by its load).
 #[test]
 fn queues_whose_ids_share_their_high_half_are_told_apart_at_an_open() {
     let host = |n: u32| format!("h{n}.test");
@@ -2973,7 +2975,23 @@ fn queues_whose_ids_share_their_high_half_are_told_apart_at_an_open() {
     assert!(f.stats().unwrap().runs >= 3);
     let crashed = disk.crash_image(crivello::storage::sim::CrashImage::KillProcess);
     f.close().unwrap();
-    for d in [crashed, disk] {
+    assert!(disk.content("CHECKPOINT").is_none(), "J alone, replayed");
+    // A close with a small bound on J writes a checkpoint.
+    let checkpointed = disk.crash_image(crivello::storage::sim::CrashImage::KillProcess);
+    let f = Frontier::open_with(
+        Arc::new(checkpointed.clone()),
+        opts().journal_bytes(64),
+        clock.clone(),
+    )
+    .unwrap();
+    f.close().unwrap();
+    let c = checkpointed.content("CHECKPOINT").expect("a checkpoint");
+    let old = checkpointed.crash_image(crivello::storage::sim::CrashImage::KillProcess);
+    old.set_content(
+        "CHECKPOINT",
+        crivello::internals::checkpoint_in_version(&c, 11).unwrap(),
+    );
+    for d in [crashed, disk, checkpointed, old] {
         let f = Frontier::open_with(Arc::new(d), opts(), clock.clone()).unwrap();
         let mut served: HashMap<String, Vec<String>> = HashMap::new();
         loop {

@@ -904,7 +904,12 @@ impl Entries<'_> {
             )
         };
         let first_ok = self.k > 0 || g.queue == e.first;
-        let order_ok = self.prev.is_none_or(|p| p.queue < g.queue);
+        // Increasing within the block, and below the next block's first: across the run.
+        let order_ok = self.prev.is_none_or(|p| p.queue < g.queue)
+            && run
+                .index
+                .get(self.block + 1)
+                .is_none_or(|n| g.queue < n.first);
         if !first_ok || !order_ok {
             return Err(bad("increasing queues, the block's first the index's"));
         }

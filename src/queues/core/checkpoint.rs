@@ -10,11 +10,13 @@
 //!        | policies u32 x (queue u64 | policy)
 //!        | blocks u32 x (queue u64 | until u64)
 //!        | runs u32 x run u64
-//!        | queues u32 x (id u64 | crawl u32 | len u32 | key | next_seq u64 | waiting u64
-//!                        | completed u64 | burst u64 | due u64
-//!                        | returned u32 x (seq u64 | len u32 | record)
-//!                        | refetch u32 x (when u64 | seq u64 | len u32 | record)
-//!                        | skips u32 x seq u64)
+//!        | queues u32 x (id u64 | crawl v | len v | key | next_seq v | waiting v
+//!                        | completed v | burst v | due v | runs v
+//!                        | returned v x (seq u64 | len u32 | record)
+//!                        | refetch v x (when u64 | seq u64 | len u32 | record)
+//!                        | skips v x seq u64)
+//!          (v: a LEB128 varint, version 12; before it crawl, len and the counts are u32,
+//!           the five numbers u64, and there is no runs: docs/design.md, "Checkpoint")
 //!        | leases u32 x (seq u64 | token u64 | deadline u64 | len u32 | record)
 //!        | archives u32 x run u64 | released u32 x queue u64
 //!        | transfers u32 x (len u32 | name | queues u32 x queue u64)
@@ -52,12 +54,13 @@ use super::{Core, J};
 use crate::error::{Corruption, Error, Result};
 use crate::format::{ByteReader, PutLe, MAGIC_K, VERSION};
 
-/// The checkpoint's version: 12 codes each queue's numbers as varints (a queue took 86
-/// bytes and its key, now about 20), 11 added the receipts of deliveries, 10 added the
+/// The checkpoint's version: 12 codes each queue's numbers as varints and adds the runs
+/// that may hold it (a queue took 68 bytes and its key, now 20 to 35), 11 added the receipts of deliveries, 10 added the
 /// archives, the queues released and the transfers imported, 9 says that
 /// the Q runs it lists may hold coded frames (its layout is version 7's), 7 added each queue's
-/// skips, 6 added `next_crawl`. A checkpoint of version 9, 7, 6, or 4 (the store's version
-/// then, its `next_crawl` taken from the ids it holds), is read.
+/// skips, 6 added `next_crawl`. A checkpoint of version 11, 10, 9, 7, 6, or 4 (the store's
+/// version then, its `next_crawl` taken from the ids it holds) is read; before 12, which
+/// runs hold each queue is read from the runs' directories.
 const CHECKPOINT_VERSION: u32 = 12;
 /// The version that codes each queue's numbers as varints.
 const CODED_QUEUES_VERSION: u32 = 12;
@@ -564,8 +567,13 @@ pub(in crate::queues) struct Image<'a> {
 
 impl<'a> Image<'a> {
     /// The checkpoint's bytes, in the layout of `version` (what an older one has no field
-    /// for is left out).
+    /// for is left out). Not as version 12 from a checkpoint of an older one, which does
+    /// not say which runs hold each queue.
     fn encode(&self, version: u32) -> Result<Vec<u8>> {
+        assert!(
+            self.runs_known || version < CODED_QUEUES_VERSION,
+            "a checkpoint of an older version rewritten as version {version}"
+        );
         let mut out = Out::to_memory();
         self.encode_to(
             version,
@@ -764,8 +772,8 @@ impl<'f> Out<'f> {
     }
 }
 
-/// Checkpoint `bytes` rewritten in the layout of an older `version` (4, 6 or 7), as a store
-/// of that version wrote it: for the tests of the reading of old checkpoints.
+/// Checkpoint `bytes` rewritten in the layout of an older `version` (4, 6, 7, 9, 10 or 11),
+/// as a store of that version wrote it: for the tests of the reading of old checkpoints.
 pub(crate) fn in_version(bytes: &[u8], version: u32) -> Result<Vec<u8>> {
     Image::decode(bytes)?.encode(version)
 }
@@ -915,8 +923,21 @@ impl<'a> Image<'a> {
         for _ in 0..count(&mut c, 16, "blocks")? {
             k.blocks.push((c.u64()?, c.u64()?));
         }
+        let at = c.offset();
         for _ in 0..count(&mut c, 8, "runs")? {
             k.runs.push(counter(&mut c, "run")?);
+        }
+        // A frontier holds at most 64 runs (a queue's bitmap of them is a u64).
+        if k.runs.len() > 64 {
+            return Err(Error::corrupt(
+                names::CHECKPOINT,
+                at,
+                Corruption::OutOfRange {
+                    field: "runs",
+                    found: k.runs.len() as u64,
+                    limit: 65,
+                },
+            ));
         }
         // The queues' ids; the seqs of the records out of the queues' FIFOs (returned, to
         // fetch again, leased), each below the frontier's next seq and none twice (a record
@@ -925,8 +946,8 @@ impl<'a> Image<'a> {
         let mut out = std::collections::HashSet::new();
         let coded = version >= CODED_QUEUES_VERSION;
         // A queue's fewest bytes: its id, then a byte each for its crawl, its key's length,
-        // its five numbers and its three counts (version 12); before, fixed sizes.
-        let least = if coded { 18 } else { 64 };
+        // its five numbers, its runs and its three counts (version 12); before, fixed sizes.
+        let least = if coded { 19 } else { 64 };
         let lists = |c: &mut ByteReader<'a>, size, field| match coded {
             true => coded_count(c, size, field),
             false => count(c, size, field),

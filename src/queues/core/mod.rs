@@ -1058,8 +1058,8 @@ impl Core {
     /// queue (created if new: its key is in its records). While J is replayed the queues
     /// are found by a walk in id order ([`Core::begin_walk`]), and the queues of a batch of
     /// groups are read together before their groups are given: their cache misses overlap
-    /// instead of following each other. A damaged group ends the calls with its error, once
-    /// the groups before it are given.
+    /// instead of following each other. A damaged directory block ends the calls with its
+    /// error, once the groups of the blocks before it are given.
     fn for_each_group(
         &mut self,
         run: &Run,
