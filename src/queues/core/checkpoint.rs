@@ -422,10 +422,7 @@ impl Core {
             s.due = q.due;
             s.runs = match same_slots {
                 true => q.runs,
-                false => (0..slot_of.len())
-                    .filter(|&j| q.runs >> j & 1 != 0)
-                    .filter_map(|j| slot_of[j])
-                    .fold(0, |bits, slot| bits | 1 << slot),
+                false => remap_runs(q.runs, &slot_of),
             };
             s.lists = q.lists.map(|l| {
                 Box::new(super::Lists {
@@ -1172,6 +1169,17 @@ impl<'a> Image<'a> {
     }
 }
 
+/// A queue's bitmap of the checkpoint's runs (`bits`, below `2^slot_of.len()`) as one of the
+/// runs kept: run `j` of the checkpoint is at slot `slot_of[j]`, or gone (`None`).
+fn remap_runs(bits: u64, slot_of: &[Option<usize>]) -> u64 {
+    slot_of
+        .iter()
+        .enumerate()
+        .filter(|&(j, _)| bits >> j & 1 != 0)
+        .filter_map(|(_, &slot)| slot)
+        .fold(0, |out, slot| out | 1 << slot)
+}
+
 /// Checkpoint `bytes` decoded and checked whole: what an open loads, the first J generation
 /// to replay after it among them.
 pub(in crate::queues) fn decode(bytes: &[u8]) -> Result<Image<'_>> {
@@ -1199,6 +1207,21 @@ mod tests {
     use crate::storage::SimDisk;
     use std::collections::HashMap;
     use std::sync::Arc;
+
+    /// The runs a later compaction removed drop out of a queue's bitmap, and the others move
+    /// down to their slots.
+    #[test]
+    fn a_queues_runs_move_to_the_slots_of_the_runs_kept() {
+        let kept = [Some(0), None, Some(1), None, Some(2)];
+        assert_eq!(remap_runs(0b10101, &kept), 0b111);
+        assert_eq!(remap_runs(0b01010, &kept), 0);
+        assert_eq!(remap_runs(0b10110, &kept), 0b110);
+        assert_eq!(remap_runs(0, &kept), 0);
+        let mut all: Vec<Option<usize>> = vec![None; 64];
+        all[63] = Some(0);
+        assert_eq!(remap_runs(u64::MAX, &all), 1);
+        assert_eq!(remap_runs(1 << 62, &all), 0);
+    }
 
     /// A checkpoint of version 12 says which runs may hold each queue; a bit past its runs
     /// is damage, and the bits it holds are those the runs' directories give.
