@@ -139,8 +139,8 @@ pub mod internals {
     };
     pub use crate::testing::frontier::{
         checkpoint_in_version, decode_frontier, frontier_corruption_opts, frontier_ops,
-        frontier_outcome, frontier_outcome_in, frontier_store, judge_frontier_edit,
-        reseal_frontier, FrontierFile, FrontierState, Verdict, T0,
+        frontier_outcome, frontier_outcome_in, frontier_store, frontier_store_images,
+        judge_frontier_edit, reseal_frontier, FrontierFile, FrontierState, Verdict, T0,
     };
     pub use crate::testing::fuzz::{canary, crash_schedule, ops, random_input, target};
     pub use crate::testing::neardup;

@@ -125,7 +125,8 @@ impl Options {
     }
 
     /// Test only: a frontier writes a checkpoint and starts a new generation of its journal
-    /// once the generation passes `bytes` (default 64 MiB).
+    /// once the generation passes `bytes` (default 64 MiB), each group of the Q runs its
+    /// replay would read weighed as 32 bytes.
     #[doc(hidden)]
     pub fn journal_bytes(mut self, bytes: u64) -> Options {
         self.journal_bytes = bytes.max(1);

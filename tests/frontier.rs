@@ -280,6 +280,54 @@ fn a_deleted_crawl_is_forgotten_and_starts_afresh_and_a_deleted_queue_takes_new_
     f.close().unwrap();
 }
 
+/// A move's entry in J is a few bytes, but an open seats every group of its run: J is
+/// weighed with 32 bytes a group, so URLs of many hosts moved in get a checkpoint although J
+/// holds little, and an open after a crash reads it instead of the runs' directories.
+#[test]
+fn runs_of_many_groups_weigh_on_j_and_bring_a_checkpoint() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(10_000));
+    let opts = || opts().queue_runs(63).journal_bytes(8192);
+    let f = Frontier::open_with(Arc::new(disk.clone()), opts(), clock.clone()).expect("open");
+    let hosts = |from: usize, to: usize| -> Vec<String> {
+        (from..to).map(|i| format!("http://h{i}.test/a")).collect()
+    };
+    let j_bytes = |d: &SimDisk| -> usize {
+        d.files()
+            .iter()
+            .filter(|n| n.starts_with("j-"))
+            .map(|n| d.content(n).unwrap().len())
+            .sum()
+    };
+    // 100 groups weigh 3,200 bytes: under the bound.
+    let first = hosts(0, 100);
+    push(&f, &first.iter().map(String::as_str).collect::<Vec<_>>());
+    f.flush().unwrap();
+    assert!(disk.content("CHECKPOINT").is_none(), "{:?}", disk.files());
+    // 200 more: 9,600 bytes, past it, while J's files hold far less.
+    let more = hosts(100, 300);
+    push(&f, &more.iter().map(String::as_str).collect::<Vec<_>>());
+    f.flush().unwrap();
+    assert!(
+        j_bytes(&disk) < 8192 / 2,
+        "J holds {} bytes",
+        j_bytes(&disk)
+    );
+    assert!(disk.content("CHECKPOINT").is_some(), "{:?}", disk.files());
+    // An open after a crash reads it, and the queues are whole.
+    let img = disk.crash_image(crivello::storage::sim::CrashImage::KillProcess);
+    drop(f);
+    let g = Frontier::open_with(Arc::new(img.clone()), opts(), clock.clone()).expect("reopen");
+    let stats = g.stats().unwrap();
+    assert_eq!((stats.queues, stats.waiting), (300, 300), "{stats:?}");
+    let served = urls(&g.lease(1000, None, 60_000).unwrap());
+    let mut all: Vec<String> = first.into_iter().chain(more).collect();
+    all.sort();
+    let mut got = served.clone();
+    got.sort();
+    assert_eq!(got, all);
+}
+
 #[test]
 fn checkpoints_of_versions_4_6_7_9_10_and_11_are_read() {
     let disk = SimDisk::new();

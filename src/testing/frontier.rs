@@ -64,6 +64,18 @@ pub fn frontier_outcome_in(
 /// A crawl that leaves Q runs, J generations and a checkpoint; returns its disk, the state it
 /// ends in, and every state it was in after a change.
 pub fn frontier_store() -> (SimDisk, FrontierState, Vec<FrontierState>) {
+    let (disk, history) = frontier_store_images();
+    let end = frontier_outcome(&disk.crash_image(CrashImage::KillProcess)).expect("clean");
+    let history: Vec<FrontierState> = history
+        .iter()
+        .map(|img| frontier_outcome(img).expect("clean before"))
+        .collect();
+    assert!(Some(&end) != history.last(), "the last change shows");
+    (disk, end, history)
+}
+
+/// The crawl of [`frontier_store`]: its disk, and a crash image taken after each change.
+pub fn frontier_store_images() -> (SimDisk, Vec<SimDisk>) {
     let disk = SimDisk::new();
     let f = Frontier::open_with(
         Arc::new(disk.clone()),
@@ -109,13 +121,7 @@ pub fn frontier_store() -> (SimDisk, FrontierState, Vec<FrontierState>) {
             "no {kind:?} file in {files:?}"
         );
     }
-    let end = frontier_outcome(&disk.crash_image(CrashImage::KillProcess)).expect("clean");
-    let history: Vec<FrontierState> = history
-        .iter()
-        .map(|img| frontier_outcome(img).expect("clean before"))
-        .collect();
-    assert!(Some(&end) != history.last(), "the last change shows");
-    (disk, end, history)
+    (disk, history)
 }
 
 /// The file kinds of the frontier.

@@ -278,6 +278,7 @@ impl Core {
         // new checkpoint is switched in (a crash before that replays them from the old one).
         drop(self.journal.replace(writer.synced_by_others()));
         self.j_gen = next;
+        self.j_groups = 0;
         // 4. The switch.
         let mut f = f;
         if background && self.background {

@@ -55,6 +55,12 @@ const EXPIRIES_SLACK: usize = 4096;
 /// reads the state whole rather than replay it.
 const CLOSE_CHECKPOINT_MIN: u64 = 256 << 10;
 
+/// What a group of a Q run weighs, in bytes of J, when J's replay is weighed against its
+/// bound ([`Core::replay_weight`]): an open seats each group of the runs installed since the
+/// last checkpoint (about 150 ns each, a queue made for each new one), where a byte of J
+/// replays in about 4 ns. A `moved` entry of a few bytes may bring 10^5 groups.
+const GROUP_BYTES: u64 = 32;
+
 /// A set of the store's own counters (seqs, queue ids), or of values no caller chooses.
 pub(crate) type CounterSet<K> = std::collections::HashSet<K, CounterHash>;
 
@@ -418,8 +424,13 @@ pub(crate) struct Core {
     /// file (see [`Core::checkpoint`]): never replayed, its number being below the
     /// checkpoint's. Removed by a close, and by any open.
     j_spare: Option<u64>,
-    /// A checkpoint is written once J's generation passes this many bytes.
+    /// A checkpoint is written once J's generation weighs this many bytes
+    /// ([`Core::replay_weight`]).
     journal_bytes: u64,
+    /// The groups of Q runs that a replay of J from the last checkpoint reads: those of the
+    /// runs moves and imports installed since, and those a compaction's entry has the replay
+    /// walk again (see [`Core::replay_weight`]).
+    j_groups: u64,
     /// The size of the last checkpoint written or loaded: a close writes a new one when J's
     /// generation has grown past it (and past [`CLOSE_CHECKPOINT_MIN`]), so that an open
     /// replays no more than it would read of a checkpoint.
@@ -477,6 +488,7 @@ impl Core {
             commits: Arc::new(Commits::new()),
             j_written: 0,
             journal_bytes,
+            j_groups: 0,
             checkpoint_bytes: 0,
             next_seq: 0,
             next_run: 1,
@@ -568,6 +580,9 @@ impl Core {
         core.in_order = Some(in_order::IdOrder::default());
         let len = bytes.as_ref().map_or(0, |b| b.len() as u64);
         core.load_checkpoint(st, image, len)?;
+        // What the replay weighs is counted from here: the runs the checkpoint holds are
+        // read from it again.
+        core.j_groups = 0;
         drop(bytes);
         for (g, entry) in &decoded {
             core.replaying_gen = Some(*g);
@@ -772,10 +787,22 @@ impl Core {
         Ok(())
     }
 
-    /// Writes a checkpoint once J's generation has grown past its bound.
+    /// What an open would replay of J: its newest generation's bytes, and each group of
+    /// the Q runs it would read weighed as [`GROUP_BYTES`] bytes. The runs a checkpoint
+    /// holds are not read again (each queue's bitmap says which may hold it), so a frontier
+    /// whose moves bring many groups in few bytes of J is checkpointed as often as its
+    /// replay, not its bytes, requires.
+    fn replay_weight(&mut self) -> u64 {
+        self.writer()
+            .end()
+            .saturating_add(self.j_groups.saturating_mul(GROUP_BYTES))
+    }
+
+    /// Writes a checkpoint once J's generation weighs more than its bound
+    /// ([`Core::replay_weight`]).
     fn checkpoint_if_due(&mut self) -> Result<()> {
         self.poll_checkpoint()?;
-        if self.writer().end() > self.journal_bytes {
+        if self.replay_weight() > self.journal_bytes {
             // One checkpoint at a time: the next once the switch under way is done.
             if self.switching.is_some() {
                 return Ok(());
@@ -787,7 +814,7 @@ impl Core {
                 return Ok(());
             }
             self.settle_move()?;
-            if self.writer().end() > self.journal_bytes {
+            if self.replay_weight() > self.journal_bytes {
                 self.checkpoint(true)?;
             }
         }
@@ -1015,6 +1042,9 @@ impl Core {
                 for i in 0..self.queues.len() {
                     self.schedule(i as u32);
                 }
+                // A replay of this entry walks every run left.
+                let walked: u64 = self.runs.iter().map(Run::group_count).sum();
+                self.j_groups = self.j_groups.saturating_add(walked);
             }
         }
         Ok(())
@@ -1050,6 +1080,7 @@ impl Core {
         // lie in the run: through a scanning view, not the mapping.
         let scan = run.scanning();
         self.for_each_group(&scan, |core, i, g| core.seat_group(slot, i, g))?;
+        self.j_groups = self.j_groups.saturating_add(run.group_count());
         self.runs.push(run);
         Ok(())
     }
@@ -1158,6 +1189,7 @@ impl Core {
             };
             self.seat_group(slot, i, g);
         }
+        self.j_groups = self.j_groups.saturating_add(written.groups.len() as u64);
         self.runs.push(run);
         Ok(())
     }
@@ -3620,7 +3652,7 @@ impl Core {
         self.settle_move()?;
         self.finish_compaction()?;
         self.settle_checkpoint()?;
-        let grown = self.writer().end();
+        let grown = self.replay_weight();
         if grown > CLOSE_CHECKPOINT_MIN.min(self.journal_bytes) && grown > self.checkpoint_bytes {
             self.checkpoint(false)?;
         }
