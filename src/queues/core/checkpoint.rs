@@ -226,7 +226,7 @@ impl Core {
             blocks: self.blocks.iter().map(|(q, u)| (*q, *u)).collect(),
             runs: self.runs.iter().map(Run::id).collect(),
             runs_known: true,
-            queues: Vec::new(),
+            queues: Queues::none(),
             leases: Vec::new(),
             archives: self.archives.clone(),
             released: self.released.iter().copied().collect(),
@@ -413,7 +413,8 @@ impl Core {
         self.ids.reserve_exact(more);
         let ids = &self.ids;
         self.index.reserve(more, |j| ids[j as usize]);
-        for q in k.queues {
+        for q in k.queues.iter() {
+            let q = q?;
             let i = self.queue(q.id, q.crawl, q.key);
             let s = &mut self.queues[i as usize];
             s.next_seq = q.next_seq;
@@ -555,7 +556,7 @@ pub(in crate::queues) struct Image<'a> {
     /// Whether each queue's `runs` says which runs may hold it (version 12): else the load
     /// reads the runs' directories.
     runs_known: bool,
-    queues: Vec<QueueImage<'a>>,
+    queues: Queues<'a>,
     leases: Vec<LeaseImage<'a>>,
     archives: Vec<u64>,
     released: Vec<u64>,
@@ -575,7 +576,7 @@ impl<'a> Image<'a> {
         let mut out = Out::to_memory();
         self.encode_to(
             version,
-            self.queues.iter().cloned(),
+            self.queues.images(),
             self.leases.iter().copied(),
             &mut out,
         )?;
@@ -903,7 +904,7 @@ impl<'a> Image<'a> {
             blocks: Vec::new(),
             runs: Vec::new(),
             runs_known: version >= CODED_QUEUES_VERSION,
-            queues: Vec::new(),
+            queues: Queues::none(),
             leases: Vec::new(),
             archives: Vec::new(),
             released: Vec::new(),
@@ -940,143 +941,39 @@ impl<'a> Image<'a> {
         // The queues' ids; the seqs of the records out of the queues' FIFOs (returned, to
         // fetch again, leased), each below the frontier's next seq and none twice (a record
         // to fetch again after a known update may have a seq past its queue's next one).
-        let mut ids = std::collections::HashSet::new();
         let mut out = std::collections::HashSet::new();
         let coded = version >= CODED_QUEUES_VERSION;
         // A queue's fewest bytes: its id, then a byte each for its crawl, its key's length,
         // its five numbers, its runs and its three counts (version 12); before, fixed sizes.
         let least = if coded { 19 } else { 64 };
-        let lists = |c: &mut ByteReader<'a>, size, field| match coded {
-            true => coded_count(c, size, field),
-            false => count(c, size, field),
+        let layout = QueueLayout {
+            version,
+            next_seq: k.next_seq,
+            runs: k.runs.len(),
         };
-        for _ in 0..count(&mut c, least, "queues")? {
-            let at = c.offset();
-            let (id, crawl, key) = if coded {
-                let id = c.u64()?;
-                let crawl_at = c.offset();
-                let crawl = c.varint("crawl of a queue")?;
-                let crawl = u32::try_from(crawl).map_err(|_| {
-                    Error::corrupt(
-                        names::CHECKPOINT,
-                        crawl_at,
-                        Corruption::OutOfRange {
-                            field: "crawl of a queue",
-                            found: crawl,
-                            limit: u64::from(u32::MAX) + 1,
-                        },
-                    )
-                })?;
-                let len = c.varint("length of a queue's key")?;
-                (
-                    id,
-                    crawl,
-                    c.take(usize::try_from(len).unwrap_or(usize::MAX))?,
-                )
-            } else {
-                let (id, crawl) = (c.u64()?, c.u32()?);
-                (id, crawl, bytes(&mut c)?)
-            };
-            if queue_id(crawl, key) != id {
-                return Err(Error::corrupt(
-                    names::CHECKPOINT,
-                    at,
-                    Corruption::Mismatch {
-                        field: "id of a queue",
-                        expected: queue_id(crawl, key),
-                        found: id,
-                    },
-                ));
-            }
-            let next_seq = if coded {
-                let at = c.offset();
-                let n = c.varint("next seq of a queue")?;
-                if n >= COUNTER_LIMIT {
-                    return Err(Error::corrupt(
-                        names::CHECKPOINT,
-                        at,
-                        Corruption::OutOfRange {
-                            field: "next seq of a queue",
-                            found: n,
-                            limit: COUNTER_LIMIT,
-                        },
-                    ));
-                }
-                n
-            } else {
-                counter(&mut c, "next seq of a queue")?
-            };
-            let mut number = |field| match coded {
-                true => c.varint(field),
-                false => c.u64(),
-            };
-            let mut q = QueueImage {
-                id,
-                crawl,
-                key,
-                next_seq,
-                waiting: number("records waiting in a queue")?,
-                completed: number("records done in a queue")?,
-                burst: number("burst of a queue")?,
-                due: number("due instant of a queue")?,
-                runs: 0,
-                lists: None,
-            };
-            if coded {
-                let at = c.offset();
-                q.runs = c.varint("runs of a queue")?;
-                if q.runs.checked_shr(k.runs.len() as u32).unwrap_or(0) != 0 {
-                    return Err(Error::corrupt(
-                        names::CHECKPOINT,
-                        at,
-                        Corruption::Invalid {
-                            field: "runs of a queue",
-                            expected: "bits of the checkpoint's runs",
-                            found: q.runs,
-                        },
-                    ));
-                }
-            }
-            let mut l = ImageLists::default();
-            for _ in 0..lists(&mut c, 12, "returned records")? {
-                let at = c.offset();
-                let seq = c.u64()?;
-                let rec = queue_record(&mut c, id)?;
-                let ordered = l.returned.last().is_none_or(|&(s, _)| s < seq);
-                if !ordered || seq >= k.next_seq || !out.insert(seq) {
-                    return Err(invalid(at, "seq of a returned record", seq));
-                }
-                l.returned.push((seq, rec));
-            }
-            for _ in 0..lists(&mut c, 20, "records to fetch again")? {
-                let at = c.offset();
-                let (when, seq) = (c.u64()?, c.u64()?);
-                let rec = queue_record(&mut c, id)?;
-                let ordered = l
-                    .refetch
-                    .last()
-                    .is_none_or(|&(w, s, _)| (w, s) < (when, seq));
-                if !ordered || seq >= k.next_seq || !out.insert(seq) {
-                    return Err(invalid(at, "seq of a record to fetch again", seq));
-                }
-                l.refetch.push((when, seq, rec));
-            }
-            if version >= SKIPS_VERSION {
-                for _ in 0..lists(&mut c, 8, "skips")? {
-                    let at = c.offset();
-                    let seq = c.u64()?;
-                    let ordered = l.skips.last().is_none_or(|&s| s < seq);
-                    if !ordered || seq < q.next_seq || seq >= k.next_seq {
-                        return Err(invalid(at, "seq of a record skipped", seq));
-                    }
-                    l.skips.push(seq);
-                }
-            }
-            q.lists = ImageLists::of(l.returned, l.refetch, l.skips);
-            if !ids.insert(id) {
-                return Err(invalid(at, "id of a queue", id));
-            }
-            k.queues.push(q);
+        let n = count(&mut c, least, "queues")?;
+        k.queues = Queues {
+            bytes: &body[c.offset() as usize..],
+            at: c.offset(),
+            count: n,
+            layout,
+        };
+        // Each queue is checked here and read again by a load, one at a time: at 10^6 queues
+        // their images would take 80 MB at once. Their ids, sorted, find duplicates and the
+        // leases' queues.
+        let mut ids = Vec::with_capacity(n);
+        let mut queued = Some(0u64);
+        for _ in 0..n {
+            let q = read_queue(&mut c, layout, Some(&mut out))?;
+            ids.push(q.id);
+            queued = queued
+                .and_then(|t| t.checked_add(q.waiting))
+                .and_then(|t| t.checked_add((q.returned().len() + q.refetch().len()) as u64))
+                .filter(|_| q.next_seq <= k.next_seq);
+        }
+        ids.sort_unstable();
+        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(k.queues.repeated(w[0]));
         }
         for _ in 0..count(&mut c, 28, "leases")? {
             let at = c.offset();
@@ -1087,7 +984,7 @@ impl<'a> Image<'a> {
             let r = crate::record::decode(record).expect("checked by record_at");
             let key = r.key.unwrap_or_else(|| default_key(r.url));
             let qid = queue_id(r.crawl, key);
-            if !ids.contains(&qid) {
+            if ids.binary_search(&qid).is_err() {
                 return Err(Error::corrupt(
                     names::CHECKPOINT,
                     at,
@@ -1145,29 +1042,257 @@ impl<'a> Image<'a> {
         }
         c.end()?;
         // Every record out of the Q runs, and every one waiting in them, has its own seq below
-        // the frontier's next seq: so their counts add up to no more than it.
-        let mut total = k.leases.len() as u64;
-        for q in &k.queues {
+        // the frontier's next seq: so their counts add up to no more than it. (The queues are
+        // read again only to name the first one past it.)
+        let total = queued.and_then(|t| t.checked_add(k.leases.len() as u64));
+        if total.is_none_or(|t| t > k.next_seq) {
+            return Err(k.too_many_records());
+        }
+        Ok(k)
+    }
+
+    /// The error of the queues whose records, with the leases, outnumber the frontier's next
+    /// seq, or one of whose next seqs is past it: it names the first queue where the count
+    /// goes past.
+    fn too_many_records(&self) -> Error {
+        let mut total = self.leases.len() as u64;
+        for q in self.queues.iter() {
+            let q = match q {
+                Ok(q) => q,
+                Err(e) => return e,
+            };
             let queue = q
                 .waiting
                 .checked_add((q.returned().len() + q.refetch().len()) as u64);
             total = match queue.and_then(|n| total.checked_add(n)) {
-                Some(t) if q.next_seq <= k.next_seq && t <= k.next_seq => t,
-                _ => {
-                    return Err(Error::corrupt(
-                        names::CHECKPOINT,
-                        0,
-                        Corruption::Invalid {
-                            field: "records of the queues",
-                            expected: "fewer than the frontier's next seq",
-                            found: q.id,
-                        },
-                    ))
-                }
+                Some(t) if q.next_seq <= self.next_seq && t <= self.next_seq => t,
+                _ => return too_many(q.id),
             };
         }
-        Ok(k)
+        too_many(0)
     }
+}
+
+/// What reading a queue of a checkpoint needs of the rest of it.
+#[derive(Clone, Copy)]
+struct QueueLayout {
+    version: u32,
+    /// The frontier's next seq.
+    next_seq: u64,
+    /// The checkpoint's runs.
+    runs: usize,
+}
+
+/// The queues of a checkpoint: checked whole by its decoding, then read again one at a time
+/// ([`Queues::iter`]).
+#[derive(Clone, Copy)]
+pub(in crate::queues) struct Queues<'a> {
+    /// The checkpoint's bytes from the first queue on.
+    bytes: &'a [u8],
+    /// Their offset in the file.
+    at: u64,
+    count: usize,
+    layout: QueueLayout,
+}
+
+impl<'a> Queues<'a> {
+    fn none() -> Queues<'a> {
+        Queues {
+            bytes: &[],
+            at: 0,
+            count: 0,
+            layout: QueueLayout {
+                version: CHECKPOINT_VERSION,
+                next_seq: 0,
+                runs: 0,
+            },
+        }
+    }
+
+    /// How many.
+    fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Each queue, in the checkpoint's order (the seqs of their lists no longer checked for
+    /// repeats: the decoding did).
+    fn iter(&self) -> impl ExactSizeIterator<Item = Result<QueueImage<'a>>> + 'a {
+        let mut c = ByteReader::new(self.bytes, names::CHECKPOINT, self.at);
+        let layout = self.layout;
+        (0..self.count).map(move |_| read_queue(&mut c, layout, None))
+    }
+
+    /// The images, for a checkpoint decoded already (which checked each).
+    fn images(&self) -> impl ExactSizeIterator<Item = QueueImage<'a>> + 'a {
+        self.iter().map(|q| q.expect("checked by the decoding"))
+    }
+
+    /// The error of a queue id listed twice, at its second place.
+    fn repeated(&self, id: u64) -> Error {
+        let mut c = ByteReader::new(self.bytes, names::CHECKPOINT, self.at);
+        let mut seen = false;
+        for _ in 0..self.count {
+            let at = c.offset();
+            match read_queue(&mut c, self.layout, None) {
+                Ok(q) if q.id == id && seen => return invalid(at, "id of a queue", id),
+                Ok(q) => seen |= q.id == id,
+                Err(e) => return e,
+            }
+        }
+        invalid(self.at, "id of a queue", id)
+    }
+}
+
+/// Reads and checks a queue of a checkpoint of `layout` at `c`; `out`, the seqs of the
+/// records out of the runs so far (each at most once), takes its lists' seqs.
+fn read_queue<'a>(
+    c: &mut ByteReader<'a>,
+    layout: QueueLayout,
+    mut out: Option<&mut std::collections::HashSet<u64>>,
+) -> Result<QueueImage<'a>> {
+    let version = layout.version;
+    let coded = version >= CODED_QUEUES_VERSION;
+    let lists = |c: &mut ByteReader<'a>, size, field| match coded {
+        true => coded_count(c, size, field),
+        false => count(c, size, field),
+    };
+    let at = c.offset();
+    let (id, crawl, key) = if coded {
+        let id = c.u64()?;
+        let crawl_at = c.offset();
+        let crawl = c.varint("crawl of a queue")?;
+        let crawl = u32::try_from(crawl).map_err(|_| {
+            Error::corrupt(
+                names::CHECKPOINT,
+                crawl_at,
+                Corruption::OutOfRange {
+                    field: "crawl of a queue",
+                    found: crawl,
+                    limit: u64::from(u32::MAX) + 1,
+                },
+            )
+        })?;
+        let len = c.varint("length of a queue's key")?;
+        (
+            id,
+            crawl,
+            c.take(usize::try_from(len).unwrap_or(usize::MAX))?,
+        )
+    } else {
+        let (id, crawl) = (c.u64()?, c.u32()?);
+        (id, crawl, bytes(c)?)
+    };
+    if queue_id(crawl, key) != id {
+        return Err(Error::corrupt(
+            names::CHECKPOINT,
+            at,
+            Corruption::Mismatch {
+                field: "id of a queue",
+                expected: queue_id(crawl, key),
+                found: id,
+            },
+        ));
+    }
+    let next_seq = if coded {
+        let at = c.offset();
+        let n = c.varint("next seq of a queue")?;
+        if n >= COUNTER_LIMIT {
+            return Err(Error::corrupt(
+                names::CHECKPOINT,
+                at,
+                Corruption::OutOfRange {
+                    field: "next seq of a queue",
+                    found: n,
+                    limit: COUNTER_LIMIT,
+                },
+            ));
+        }
+        n
+    } else {
+        counter(c, "next seq of a queue")?
+    };
+    let mut number = |field| match coded {
+        true => c.varint(field),
+        false => c.u64(),
+    };
+    let mut q = QueueImage {
+        id,
+        crawl,
+        key,
+        next_seq,
+        waiting: number("records waiting in a queue")?,
+        completed: number("records done in a queue")?,
+        burst: number("burst of a queue")?,
+        due: number("due instant of a queue")?,
+        runs: 0,
+        lists: None,
+    };
+    if coded {
+        let at = c.offset();
+        q.runs = c.varint("runs of a queue")?;
+        if q.runs.checked_shr(layout.runs as u32).unwrap_or(0) != 0 {
+            return Err(Error::corrupt(
+                names::CHECKPOINT,
+                at,
+                Corruption::Invalid {
+                    field: "runs of a queue",
+                    expected: "bits of the checkpoint's runs",
+                    found: q.runs,
+                },
+            ));
+        }
+    }
+    let mut l = ImageLists::default();
+    for _ in 0..lists(c, 12, "returned records")? {
+        let at = c.offset();
+        let seq = c.u64()?;
+        let rec = queue_record(c, id)?;
+        let ordered = l.returned.last().is_none_or(|&(s, _)| s < seq);
+        if !ordered || seq >= layout.next_seq || !out.as_mut().is_none_or(|o| o.insert(seq)) {
+            return Err(invalid(at, "seq of a returned record", seq));
+        }
+        l.returned.push((seq, rec));
+    }
+    for _ in 0..lists(c, 20, "records to fetch again")? {
+        let at = c.offset();
+        let (when, seq) = (c.u64()?, c.u64()?);
+        let rec = queue_record(c, id)?;
+        let ordered = l
+            .refetch
+            .last()
+            .is_none_or(|&(w, s, _)| (w, s) < (when, seq));
+        if !ordered || seq >= layout.next_seq || !out.as_mut().is_none_or(|o| o.insert(seq)) {
+            return Err(invalid(at, "seq of a record to fetch again", seq));
+        }
+        l.refetch.push((when, seq, rec));
+    }
+    if version >= SKIPS_VERSION {
+        for _ in 0..lists(c, 8, "skips")? {
+            let at = c.offset();
+            let seq = c.u64()?;
+            let ordered = l.skips.last().is_none_or(|&s| s < seq);
+            if !ordered || seq < q.next_seq || seq >= layout.next_seq {
+                return Err(invalid(at, "seq of a record skipped", seq));
+            }
+            l.skips.push(seq);
+        }
+    }
+    q.lists = ImageLists::of(l.returned, l.refetch, l.skips);
+    Ok(q)
+}
+
+/// The error of a checkpoint whose queues (the first past the count: `id`) hold more records
+/// than the frontier's next seq.
+fn too_many(id: u64) -> Error {
+    Error::corrupt(
+        names::CHECKPOINT,
+        0,
+        Corruption::Invalid {
+            field: "records of the queues",
+            expected: "fewer than the frontier's next seq",
+            found: id,
+        },
+    )
 }
 
 /// A queue's bitmap of the checkpoint's runs (`bits`, below `2^slot_of.len()`) as one of the
@@ -1224,6 +1349,86 @@ mod tests {
         assert_eq!(remap_runs(1 << 62, &all), 0);
     }
 
+    /// The checks that span the queues, which the decoding makes once every queue is read
+    /// (their images are not kept): a queue listed twice is damage at its second place; a
+    /// lease whose queue is not listed is damage; queues whose records outnumber the
+    /// frontier's next seq are damage naming the first queue past the count.
+    #[test]
+    fn checks_across_the_queues_name_the_queue_and_its_place() {
+        let disk = SimDisk::new();
+        let clock = Arc::new(ManualClock::new(1_000));
+        let opts = crate::Options::new()
+            .seed(1)
+            .background_flush(false)
+            .frontier_low(0)
+            .journal_bytes(64);
+        let f = Frontier::open_with(Arc::new(disk.clone()), opts, clock).unwrap();
+        let urls: Vec<String> = (0..200)
+            .map(|i| format!("http://h{}.test/{i}", i % 20))
+            .collect();
+        let items: Vec<Discovered<'_>> =
+            urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+        f.push("", &items).unwrap();
+        f.flush().unwrap();
+        assert_eq!(f.lease(5, None, 60_000).unwrap().len(), 5);
+        f.close().unwrap();
+        let bytes = disk.content(names::CHECKPOINT).expect("a checkpoint");
+        let k = decode(&bytes).unwrap();
+        assert_eq!((k.queues.len(), k.leases.len()), (20, 5));
+        let encode = |queues: Vec<QueueImage<'_>>, leases: Vec<LeaseImage<'_>>| {
+            let mut out = Out::to_memory();
+            k.encode_to(
+                CHECKPOINT_VERSION,
+                queues.into_iter(),
+                leases.into_iter(),
+                &mut out,
+            )
+            .unwrap();
+            out.finish().unwrap().0
+        };
+        let all: Vec<QueueImage<'_>> = k.queues.images().collect();
+        let leases = k.leases.clone();
+        assert_eq!(
+            decode(&encode(all.clone(), leases.clone()))
+                .unwrap()
+                .queues
+                .len(),
+            20
+        );
+        // The third queue again at the end: named at its second place, past the first 20.
+        let mut twice = all.clone();
+        twice.push(all[2].clone());
+        let bad = encode(twice, leases.clone());
+        let Err(Error::Corrupt { offset, what, .. }) = decode(&bad) else {
+            panic!("a queue listed twice was read");
+        };
+        assert!(what.to_string().contains("id of a queue"), "{what}");
+        // A queue begins with its id: the second place the id's bytes are found.
+        let id = all[2].id.to_le_bytes();
+        let places: Vec<usize> = (0..bad.len() - 8)
+            .filter(|&i| bad[i..i + 8] == id)
+            .collect();
+        assert_eq!(places.len(), 2, "{places:?}");
+        assert_eq!(offset, places[1] as u64);
+        // A leased record's queue left out.
+        let leased = crate::record::decode(leases[0].record).unwrap();
+        let qid = queue_id(
+            leased.crawl,
+            leased.key.unwrap_or_else(|| default_key(leased.url)),
+        );
+        let without: Vec<QueueImage<'_>> = all.iter().filter(|q| q.id != qid).cloned().collect();
+        let err = decode(&encode(without, leases.clone()))
+            .err()
+            .expect("damage");
+        assert!(err.to_string().contains("lease's queue"), "{err}");
+        // The fifth queue waiting for as many records as the frontier has numbered.
+        let mut many = all.clone();
+        many[4].waiting = k.next_seq;
+        let err = decode(&encode(many, leases)).err().expect("damage");
+        assert!(err.to_string().contains("records of the queues"), "{err}");
+        assert!(err.to_string().contains(&all[4].id.to_string()), "{err}");
+    }
+
     /// A checkpoint of version 12 says which runs may hold each queue; a bit past its runs
     /// is damage, and the bits it holds are those the runs' directories give.
     #[test]
@@ -1257,15 +1462,27 @@ mod tests {
                 *want.entry(g.unwrap().queue).or_default() |= 1 << j;
             }
         }
-        for q in &k.queues {
+        for q in k.queues.images() {
             assert_eq!(q.runs, want.get(&q.id).copied().unwrap_or(0), "{:x}", q.id);
         }
         // Hosts 20 to 29 are in the last two runs only.
-        assert!(k.queues.iter().any(|q| q.runs == 0b110));
-        let mut bad = decode(&bytes).unwrap();
-        let n = bad.runs.len();
-        bad.queues[0].runs |= 1 << n;
-        let bad = bad.encode(CHECKPOINT_VERSION).unwrap();
+        assert!(k.queues.images().any(|q| q.runs == 0b110));
+        let n = k.runs.len();
+        let mut out = Out::to_memory();
+        let queues = k.queues.images().enumerate().map(|(i, mut q)| {
+            if i == 0 {
+                q.runs |= 1 << n;
+            }
+            q
+        });
+        k.encode_to(
+            CHECKPOINT_VERSION,
+            queues,
+            k.leases.iter().copied(),
+            &mut out,
+        )
+        .unwrap();
+        let bad = out.finish().unwrap().0;
         let err = decode(&bad).err().expect("damage");
         assert!(err.to_string().contains("runs of a queue"), "{err}");
     }
