@@ -413,9 +413,15 @@ impl Core {
         self.ids.reserve_exact(more);
         let ids = &self.ids;
         self.index.reserve(more, |j| ids[j as usize]);
+        // The checkpoint's ids are unique (the decoding checked them): into a frontier with no
+        // queue yet, as at an open, each is made with no look-up first.
+        let fresh = self.queues.is_empty();
         for q in k.queues.iter() {
             let q = q?;
-            let i = self.queue(q.id, q.crawl, q.key);
+            let i = match fresh {
+                true => self.new_queue(q.id, q.crawl, q.key),
+                false => self.queue(q.id, q.crawl, q.key),
+            };
             let s = &mut self.queues[i as usize];
             s.next_seq = q.next_seq;
             s.waiting = q.waiting;
@@ -1144,7 +1150,9 @@ impl<'a> Queues<'a> {
 }
 
 /// Reads and checks a queue of a checkpoint of `layout` at `c`; `out`, the seqs of the
-/// records out of the runs so far (each at most once), takes its lists' seqs.
+/// records out of the runs so far (each at most once), takes its lists' seqs. Without `out`
+/// the queue is read again after the decoding checked it: its id is not hashed again, nor
+/// its seqs looked up.
 fn read_queue<'a>(
     c: &mut ByteReader<'a>,
     layout: QueueLayout,
@@ -1182,7 +1190,8 @@ fn read_queue<'a>(
         let (id, crawl) = (c.u64()?, c.u32()?);
         (id, crawl, bytes(c)?)
     };
-    if queue_id(crawl, key) != id {
+    // Read again (no `out`), it was checked by the decoding.
+    if out.is_some() && queue_id(crawl, key) != id {
         return Err(Error::corrupt(
             names::CHECKPOINT,
             at,
