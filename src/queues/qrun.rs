@@ -1243,6 +1243,44 @@ mod tests {
         assert!(tried > 1000, "{tried}");
     }
 
+    /// A queue at the end of one directory block and again at the start of the next (the
+    /// index and the next block's first entry both edited, the checksums made right again)
+    /// is damage where the first block ends: the run would otherwise hold two groups of one
+    /// queue, each checked only against its own block.
+    #[test]
+    fn a_queue_repeated_across_two_directory_blocks_is_damage() {
+        let disk = SimDisk::new();
+        sample(&disk, 300, 2);
+        let run = Run::open(&disk, 9).unwrap();
+        assert!(run.index.len() >= 2, "{} blocks", run.index.len());
+        let groups: Vec<Group> = run.groups().collect::<Result<_>>().unwrap();
+        let first_block = run.index[0].count as usize;
+        let last = groups[first_block - 1].queue;
+        assert!(last < run.index[1].first);
+        let mut bad = disk.content(&names::q(9)).unwrap();
+        let tail = bad.len() - TAIL_LEN as usize;
+        let index = u64::from_le_bytes(bad[tail..tail + 8].try_into().unwrap()) as usize;
+        // The second block's first queue, in the index and in its first entry (a u64).
+        let at = index + 8 + INDEX_ENTRY as usize;
+        bad[at..at + 8].copy_from_slice(&last.to_le_bytes());
+        let entry = run.index[1].offset as usize + 4;
+        bad[entry..entry + 8].copy_from_slice(&last.to_le_bytes());
+        crate::testing::frontier::reseal_frontier(
+            crate::testing::frontier::FrontierFile::Q,
+            &mut bad,
+        );
+        disk.set_content(&names::q(9), bad);
+        let run = Run::open(&disk, 9).unwrap();
+        assert_eq!(run.index[1].first, last, "the index was edited");
+        // Each block alone is in order; the first block's last entry is not below the next's.
+        let read: Vec<Result<Group>> = run.groups().collect();
+        // The first block is read whole and checked: its damage comes first, none of its
+        // groups.
+        let e = read[0].as_ref().unwrap_err();
+        assert!(e.to_string().contains("increasing queues"), "{e}");
+        crate::check::check_run_file(&disk, 9).unwrap_err();
+    }
+
     #[test]
     fn any_flipped_bit_of_a_run_is_caught() {
         let disk = SimDisk::new();
