@@ -2253,19 +2253,9 @@ impl Core {
     ) -> Result<()> {
         let q = &self.queues[i as usize];
         // A record out of the queue's runs has a seq no other record has: one that is also
-        // leased, or already taken by this call from another queue's run, is a checkpoint's
-        // seq edited (`check` finds it too: `verify_seqs`).
-        let dup = |seq: u64| {
-            Error::corrupt(
-                names::CHECKPOINT,
-                0,
-                Corruption::Invalid {
-                    field: "seq of a record out of its queue's runs",
-                    expected: "a seq no other record has",
-                    found: seq,
-                },
-            )
-        };
+        // leased, or already taken by this call from another queue's run, is a seq of the
+        // checkpoint or J edited (`check` finds it too: `verify_seqs`).
+        let dup = out_of_runs_clash;
         let mut n = 0;
         for (seq, rec) in q.returned().iter().take(k) {
             if self.leases.contains(*seq) || !taken.insert(*seq) {
@@ -3561,17 +3551,34 @@ impl Core {
         Ok(())
     }
 
-    /// For `check`: every record waiting in the Q runs (at or after its queue's next seq, not
-    /// skipped) has a seq of its own, below the frontier's next seq: none of a leased,
-    /// returned or refetched record, none
-    /// twice in a run, and each run's above the runs' before it (a run holds records queued
-    /// after every earlier run's). A hand-out would find a repeat only when it served both;
+    /// For `check`: every record leased, returned or to fetch again has a seq of its own;
+    /// every record waiting in the Q runs (at or after its queue's next seq, not skipped)
+    /// has a seq of its own, below the frontier's next seq: none of a leased, returned or
+    /// refetched record, none twice in a run, and each run's above the runs' before it (a run
+    /// holds records queued after every earlier run's). A hand-out would find a repeat only when it served both;
     /// this finds it at once. It holds 8 bytes per record of the largest run.
     pub(super) fn verify_seqs(&self) -> Result<()> {
-        let mut out: std::collections::HashSet<u64> = self.leases.iter().map(|l| l.seq).collect();
-        for q in &self.queues {
-            out.extend(q.returned().iter().map(|r| r.0));
-            out.extend(q.refetch().iter().map(|r| r.1));
+        // The records out of the runs first: leased, returned, to fetch again, each with a
+        // seq of its own (a hand-out finds a repeat only when it takes both).
+        let mut out = std::collections::HashSet::new();
+        let returned = self
+            .queues
+            .iter()
+            .flat_map(|q| q.returned().iter().map(|r| r.0));
+        let refetch = self
+            .queues
+            .iter()
+            .flat_map(|q| q.refetch().iter().map(|r| r.1));
+        for seq in self
+            .leases
+            .iter()
+            .map(|l| l.seq)
+            .chain(returned)
+            .chain(refetch)
+        {
+            if !out.insert(seq) {
+                return Err(out_of_runs_clash(seq));
+            }
         }
         let mut below = None;
         for run in &self.runs {
@@ -3701,6 +3708,21 @@ fn insert_refetch(q: &mut Queue, when: u64, seq: u64, record: Box<[u8]>) {
 }
 
 /// J's entries, each with its generation.
+/// The error of a seq that two records out of the Q runs (leased, returned, to fetch again)
+/// share, or one of them and a record taken from a run: the checkpoint's or J's seqs were
+/// edited under valid checksums. It names the checkpoint, which J's entries are replayed on.
+fn out_of_runs_clash(seq: u64) -> Error {
+    Error::corrupt(
+        names::CHECKPOINT,
+        0,
+        Corruption::Invalid {
+            field: "seq of a record out of its queue's runs",
+            expected: "a seq no other record has",
+            found: seq,
+        },
+    )
+}
+
 /// J's entries read at an open: their bytes one after the other in one buffer, each one's
 /// end, and each generation with the number of entries up to its end. (An allocation of
 /// its own per entry took about 100 bytes an entry beyond its bytes.)
