@@ -282,7 +282,7 @@ fn a_deleted_crawl_is_forgotten_and_starts_afresh_and_a_deleted_queue_takes_new_
 
 /// A move's entry in J is a few bytes, but an open seats every group of its run: J is
 /// weighed with 32 bytes a group, so URLs of many hosts moved in get a checkpoint although J
-/// holds little, and an open after a crash reads it instead of the runs' directories.
+/// holds little, and an open after a crash from it gives every URL back.
 #[test]
 fn runs_of_many_groups_weigh_on_j_and_bring_a_checkpoint() {
     let disk = SimDisk::new();

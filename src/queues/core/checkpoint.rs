@@ -488,8 +488,7 @@ pub(in crate::queues) struct QueueImage<'a> {
     due: u64,
     /// The runs that may hold its records: bit `j` for the checkpoint's `j`-th run.
     runs: u64,
-    /// Its lists, empty in most queues: out of line (at 10^6 queues an open holds every
-    /// queue's image at once).
+    /// Its lists, empty in most queues: out of line.
     lists: Option<Box<ImageLists<'a>>>,
 }
 

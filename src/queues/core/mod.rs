@@ -57,8 +57,9 @@ const CLOSE_CHECKPOINT_MIN: u64 = 256 << 10;
 
 /// What a group of a Q run weighs, in bytes of J, when J's replay is weighed against its
 /// bound ([`Core::replay_weight`]): an open seats each group of the runs installed since the
-/// last checkpoint (about 150 ns each, a queue made for each new one), where a byte of J
-/// replays in about 4 ns. A `moved` entry of a few bytes may bring 10^5 groups.
+/// last checkpoint (about 150 ns each, a queue made for each new one), about what 32 bytes
+/// of other entries cost (an estimate: a byte of J was not timed alone). A `moved` entry of
+/// a few bytes may bring 10^5 groups.
 const GROUP_BYTES: u64 = 32;
 
 /// A set of the store's own counters (seqs, queue ids), or of values no caller chooses.
@@ -432,8 +433,9 @@ pub(crate) struct Core {
     /// walk again (see [`Core::replay_weight`]).
     j_groups: u64,
     /// The size of the last checkpoint written or loaded: a close writes a new one when J's
-    /// generation has grown past it (and past [`CLOSE_CHECKPOINT_MIN`]), so that an open
-    /// replays no more than it would read of a checkpoint.
+    /// weight ([`Core::replay_weight`]) has grown past it (and past
+    /// [`CLOSE_CHECKPOINT_MIN`]), so that an open replays no more than it would read of a
+    /// checkpoint.
     checkpoint_bytes: u64,
     /// Q runs are merged into one once they are this many.
     max_runs: usize,
@@ -785,7 +787,8 @@ impl Core {
 
     /// What an open would replay of J: its newest generation's bytes, and each group of
     /// the Q runs it would read weighed as [`GROUP_BYTES`] bytes. The runs a checkpoint
-    /// holds are not read again (each queue's bitmap says which may hold it), so a frontier
+    /// holds are not read again (each queue's bitmap says which may hold it), but for a
+    /// compaction's entry replayed after it, which walks every run left, so a frontier
     /// whose moves bring many groups in few bytes of J is checkpointed as often as its
     /// replay, not its bytes, requires.
     fn replay_weight(&mut self) -> u64 {
@@ -3707,7 +3710,6 @@ fn insert_refetch(q: &mut Queue, when: u64, seq: u64, record: Box<[u8]>) {
     refetch.insert(k, (when, seq, record));
 }
 
-/// J's entries, each with its generation.
 /// The error of a seq that two records out of the Q runs (leased, returned, to fetch again)
 /// share, or one of them and a record taken from a run: the checkpoint's or J's seqs were
 /// edited under valid checksums. It names the checkpoint, which J's entries are replayed on.
