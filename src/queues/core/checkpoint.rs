@@ -413,15 +413,15 @@ impl Core {
         self.ids.reserve_exact(more);
         let ids = &self.ids;
         self.index.reserve(more, |j| ids[j as usize]);
-        // The checkpoint's ids are unique (the decoding checked them): into a frontier with no
-        // queue yet, as at an open, each is made with no look-up first.
-        let fresh = self.queues.is_empty();
+        // The checkpoint's ids are unique (the decoding checked them), and the load comes
+        // first at an open, into a frontier with no queue yet: each is made with no look-up.
+        debug_assert!(
+            self.queues.is_empty(),
+            "a checkpoint loads into a new frontier"
+        );
         for q in k.queues.iter() {
             let q = q?;
-            let i = match fresh {
-                true => self.new_queue(q.id, q.crawl, q.key),
-                false => self.queue(q.id, q.crawl, q.key),
-            };
+            let i = self.new_queue(q.id, q.crawl, q.key);
             let s = &mut self.queues[i as usize];
             s.next_seq = q.next_seq;
             s.waiting = q.waiting;
@@ -1357,6 +1357,17 @@ mod tests {
         assert_eq!(remap_runs(1 << 62, &all), 0);
     }
 
+    /// A frontier on `disk` that moves F at once and checkpoints after 64 bytes of J.
+    fn small_frontier(disk: &SimDisk) -> Frontier {
+        let opts = crate::Options::new()
+            .seed(1)
+            .background_flush(false)
+            .frontier_low(0)
+            .journal_bytes(64);
+        let clock = Arc::new(ManualClock::new(1_000));
+        Frontier::open_with(Arc::new(disk.clone()), opts, clock).unwrap()
+    }
+
     /// The checks that span the queues, which the decoding makes once every queue is read
     /// (their images are not kept): a queue listed twice is damage at its second place; a
     /// lease whose queue is not listed is damage; queues whose records outnumber the
@@ -1364,13 +1375,7 @@ mod tests {
     #[test]
     fn checks_across_the_queues_name_the_queue_and_its_place() {
         let disk = SimDisk::new();
-        let clock = Arc::new(ManualClock::new(1_000));
-        let opts = crate::Options::new()
-            .seed(1)
-            .background_flush(false)
-            .frontier_low(0)
-            .journal_bytes(64);
-        let f = Frontier::open_with(Arc::new(disk.clone()), opts, clock).unwrap();
+        let f = small_frontier(&disk);
         let urls: Vec<String> = (0..200)
             .map(|i| format!("http://h{}.test/{i}", i % 20))
             .collect();
@@ -1442,13 +1447,7 @@ mod tests {
     #[test]
     fn a_queues_runs_are_kept_and_a_bit_past_the_runs_is_damage() {
         let disk = SimDisk::new();
-        let clock = Arc::new(ManualClock::new(1_000));
-        let opts = crate::Options::new()
-            .seed(1)
-            .background_flush(false)
-            .frontier_low(0)
-            .journal_bytes(64);
-        let f = Frontier::open_with(Arc::new(disk.clone()), opts, clock).unwrap();
+        let f = small_frontier(&disk);
         for round in 0..3 {
             let urls: Vec<String> = (0..200)
                 .map(|i| format!("http://h{}.test/{round}/{i}", i % (20 + round * 10)))

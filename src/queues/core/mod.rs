@@ -573,10 +573,9 @@ impl Core {
         core.replay_gone = Some(gone);
         core.in_order = Some(in_order::IdOrder::default());
         let len = bytes.as_ref().map_or(0, |b| b.len() as u64);
+        // (The load counts no groups in `j_groups`: the runs the checkpoint holds are read
+        // from it again at the next open.)
         core.load_checkpoint(st, image, len)?;
-        // What the replay weighs is counted from here: the runs the checkpoint holds are
-        // read from it again.
-        core.j_groups = 0;
         drop(bytes);
         for d in entries.decoded() {
             let (g, entry) = d?;
