@@ -356,6 +356,10 @@ pub(crate) struct Core {
     /// The run of the move being committed, as its writer described it: installed from this
     /// when the entry is applied (see [`Core::install_written`]).
     written: Option<(u64, mover::Written)>,
+    /// The merge's run being committed and where its queues' groups begin in it, as the
+    /// merge found them: the queues are pointed there when the entry is applied (see
+    /// [`Core::seat_in_merged`]).
+    seats: Option<(u64, Vec<compaction::Seat>)>,
     /// The checkpoint being switched in on a thread of its own (before `sieve`, whose lock of
     /// the store a drop releases only once the switch is done).
     switching: Option<checkpoint::Switch>,
@@ -479,6 +483,7 @@ impl Core {
             compaction: None,
             moving: None,
             written: None,
+            seats: None,
             switching: None,
             background,
             sieve,
@@ -1005,7 +1010,10 @@ impl Core {
                         q.at = q.at.and_then(|a| a.after_merge(n, new as usize));
                     }
                     if new == 1 {
-                        self.seat_in_merged();
+                        match self.seats.take() {
+                            Some((id, seats)) if Some(id) == *added => self.seat(&seats),
+                            _ => self.seat_in_merged(),
+                        }
                     }
                 } else {
                     self.runs
@@ -1022,19 +1030,26 @@ impl Core {
                         })?;
                     }
                 }
+                // Live, the counts are the queues' own, in the order of their places: one
+                // pass finds that nothing changes. A replay, which leaves out the runs a
+                // later compaction removed, takes them from the entry.
+                let same = self.counts_are(waiting);
                 for q in &mut self.queues {
-                    q.waiting = 0;
+                    if !same {
+                        q.waiting = 0;
+                    }
                     // The compaction dropped the records skipped.
                     if let Some(l) = q.lists.as_mut() {
                         l.skips = Vec::new();
                     }
                     q.tidy();
                 }
-                // In the order of their ids, as the merge's run holds them.
-                let walk = self.begin_walk(waiting.len() as u64);
-                for &(id, n) in waiting {
-                    if let Some(q) = self.place_walking(id, walk) {
-                        self.queues[q as usize].waiting = n;
+                if !same {
+                    let walk = self.begin_walk(waiting.len() as u64);
+                    for &(id, n) in waiting {
+                        if let Some(q) = self.place_walking(id, walk) {
+                            self.queues[q as usize].waiting = n;
+                        }
                     }
                 }
                 for i in 0..self.queues.len() {
@@ -1046,6 +1061,49 @@ impl Core {
             }
         }
         Ok(())
+    }
+
+    /// Whether `waiting` lists the queues with records waiting in the runs, with their
+    /// counts, in the order of their places: what a compaction's entry holds live.
+    fn counts_are(&self, waiting: &[(u64, u64)]) -> bool {
+        let mut own = (self.queues.iter().zip(&self.ids))
+            .filter(|(q, _)| q.waiting > 0)
+            .map(|(q, &id)| (id, q.waiting));
+        waiting.iter().all(|&w| own.next() == Some(w)) && own.next().is_none()
+    }
+
+    /// [`Core::seat_in_merged`] from the seats the merge found as it wrote the run, in the
+    /// order of the queues' places (its own places; a replay reads the run's directory).
+    fn seat(&mut self, seats: &[compaction::Seat]) {
+        #[cfg(test)]
+        self.check_seats(seats);
+        for s in seats {
+            let q = &mut self.queues[s.place as usize];
+            if q.at.is_none() && q.runs & 1 != 0 && q.crawl == s.crawl && s.records > 0 {
+                q.at = Some(At::new((0, s.offset, s.start, s.records)));
+            }
+        }
+    }
+
+    /// Tests: the seats a merge found are what the run's directory (slot 0) says of the
+    /// known queues, by place.
+    #[cfg(test)]
+    fn check_seats(&self, seats: &[compaction::Seat]) {
+        let mut expected: Vec<compaction::Seat> = (self.runs[0].scanning().groups())
+            .filter_map(|g| {
+                let g = g.unwrap();
+                let place = self.place(g.queue)?;
+                Some(compaction::Seat {
+                    offset: g.offset,
+                    place,
+                    records: g.records,
+                    crawl: g.crawl,
+                    start: g.start,
+                })
+            })
+            .collect();
+        expected.sort_unstable_by_key(|s| s.place);
+        assert_eq!(seats, expected, "the seats of run {}", self.runs[0].id());
     }
 
     /// Points each queue with no place whose runs included one merged (the merge's run now
