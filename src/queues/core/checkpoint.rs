@@ -411,17 +411,17 @@ impl Core {
         let more = k.queues.len().saturating_sub(self.queues.len());
         self.queues.reserve_exact(more);
         self.ids.reserve_exact(more);
-        let ids = &self.ids;
-        self.index.reserve(more, |j| ids[j as usize]);
         // The checkpoint's ids are unique (the decoding checked them), and the load comes
-        // first at an open, into a frontier with no queue yet: each is made with no look-up.
+        // first at an open, into a frontier with no queue yet: each is made with no look-up,
+        // and the index is filled once all are made.
         debug_assert!(
             self.queues.is_empty(),
             "a checkpoint loads into a new frontier"
         );
+        let first = self.queues.len() as u32;
         for q in k.queues.iter() {
             let q = q?;
-            let i = self.new_queue(q.id, q.crawl, q.key);
+            let i = self.new_queue_unindexed(q.id, q.crawl, q.key);
             let s = &mut self.queues[i as usize];
             s.next_seq = q.next_seq;
             s.waiting = q.waiting;
@@ -444,6 +444,9 @@ impl Core {
                 })
             });
         }
+        let ids = &self.ids;
+        self.index
+            .insert_places(first, ids.len() as u32, |j| ids[j as usize]);
         for l in k.leases {
             let (qid, crawl, sig) = self
                 .locate(l.record)

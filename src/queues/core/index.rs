@@ -100,6 +100,28 @@ impl QueueIndex {
         self.table.insert_unique(hash(id), place, |&i| hash(ids(i)));
     }
 
+    /// Inserts places `from..to`, of queues none of which it holds yet, whose ids are
+    /// `ids(place)`, in the order of the table's buckets their ids fall in. Inserted in the
+    /// order of their places they land on the table at random, a cache miss or two each (at
+    /// 10^6 queues a tenth of an open); in the buckets' order the table is written from its
+    /// start to its end. Takes 8 bytes a place for the time of the call.
+    pub(super) fn insert_places(&mut self, from: u32, to: u32, ids: impl Fn(u32) -> u64) {
+        self.reserve(to.saturating_sub(from) as usize, &ids);
+        // The table's buckets are a power of two, 8/7 of its capacity (or one more than a
+        // capacity under 7): a guess that is wrong costs the order, not the inserts.
+        let cap = self.table.capacity();
+        let buckets = if cap < 7 { cap + 1 } else { cap / 7 * 8 };
+        let mask = (buckets.next_power_of_two() as u64 - 1) & u64::from(u32::MAX);
+        let mut order: Vec<u64> = (from..to)
+            .map(|p| (self.hash(ids(p)) & mask) << 32 | u64::from(p))
+            .collect();
+        order.sort_unstable();
+        for x in order {
+            let p = x as u32;
+            self.insert(ids(p), p, &ids);
+        }
+    }
+
     /// Makes room for `more` queues.
     pub(super) fn reserve(&mut self, more: usize, ids: impl Fn(u32) -> u64) {
         let seed = self.seed;
@@ -163,5 +185,25 @@ mod tests {
             assert_eq!(index.get(id ^ 1, |i| ids[i as usize]), None);
         }
         assert!(index.bytes() < 20_000 * 5 * 2 + 1024);
+    }
+
+    #[test]
+    fn places_inserted_together_are_found_as_those_inserted_one_by_one() {
+        let ids: Vec<u64> = (0..30_000u64)
+            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5a5a)
+            .collect();
+        for (one_by_one, together) in [(0, 30_000), (1_000, 30_000), (29_999, 30_000), (0, 5)] {
+            let ids = &ids[..together];
+            let mut index = QueueIndex::default();
+            for (place, &id) in ids[..one_by_one].iter().enumerate() {
+                index.insert(id, place as u32, |i| ids[i as usize]);
+            }
+            index.insert_places(one_by_one as u32, together as u32, |i| ids[i as usize]);
+            for (place, &id) in ids.iter().enumerate() {
+                assert_eq!(index.get(id, |i| ids[i as usize]), Some(place as u32));
+                assert_eq!(index.get(id ^ 1, |i| ids[i as usize]), None);
+            }
+            assert_eq!(index.table.len(), together);
+        }
     }
 }

@@ -1333,6 +1333,15 @@ impl Core {
 
     /// Creates queue `id`, which has no place yet; returns its place.
     fn new_queue(&mut self, id: u64, crawl: u32, key: &[u8]) -> u32 {
+        let i = self.new_queue_unindexed(id, crawl, key);
+        let ids = &self.ids;
+        self.index.insert(id, i, |j| ids[j as usize]);
+        i
+    }
+
+    /// [`Core::new_queue`] but for the index, which the caller fills
+    /// ([`index::QueueIndex::insert_places`]) before anything looks the queue up.
+    fn new_queue_unindexed(&mut self, id: u64, crawl: u32, key: &[u8]) -> u32 {
         let i = self.queues.len() as u32;
         self.next_crawl = self.next_crawl.max(crawl.saturating_add(1));
         let key = self.keys.add(key);
@@ -1353,8 +1362,6 @@ impl Core {
             runs: 0,
             at: None,
         });
-        let ids = &self.ids;
-        self.index.insert(id, i, |j| ids[j as usize]);
         i
     }
 
