@@ -76,7 +76,8 @@ pub fn run(args: StatsArgs) -> Result<()> {
         let f = super::open_frontier_read_only(&args.dir, args.common.memory)?;
         let fs = f.stats()?;
         // Dropped, not closed: a close would write a checkpoint (into the view's memory, at
-        // 10^6 queues 50 ms) when J's weight calls for one; a read-only view keeps nothing.
+        // 10^6 queues 50 ms) when J's weight calls for one; a read-only view keeps nothing,
+        // and what its close could fail at would be the view's, not the store's.
         drop(f);
         all.extend([
             ("queues", fs.queues),

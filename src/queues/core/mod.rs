@@ -358,7 +358,7 @@ pub(crate) struct Core {
     written: Option<(u64, mover::Written)>,
     /// The merge's run being committed and where its queues' groups begin in it, as the
     /// merge found them: the queues are pointed there when the entry is applied (see
-    /// [`Core::seat_in_merged`]).
+    /// [`Core::seat`]).
     seats: Option<(u64, Vec<compaction::Seat>)>,
     /// The checkpoint being switched in on a thread of its own (before `sieve`, whose lock of
     /// the store a drop releases only once the switch is done).
@@ -1023,11 +1023,13 @@ impl Core {
                         q.runs = (q.runs.checked_shr(n as u32).unwrap_or(0) << new) | had;
                         q.at = q.at.and_then(|a| a.after_merge(n, new as usize));
                     }
-                    if new == 1 {
-                        match self.seats.take() {
-                            Some((id, seats)) if Some(id) == *added => self.seat(&seats),
-                            _ => self.seat_in_merged(),
-                        }
+                    // (Live, the commit always gives the seats of the run it adds; queues not
+                    // seated would look their place up at their next hand-out.)
+                    let seats = self.seats.take();
+                    if let Some((_, seats)) =
+                        seats.filter(|&(id, _)| new == 1 && Some(id) == *added)
+                    {
+                        self.seat(&seats);
                     }
                 } else {
                     self.runs
@@ -1086,8 +1088,12 @@ impl Core {
         waiting.iter().all(|&w| own.next() == Some(w)) && own.next().is_none()
     }
 
-    /// [`Core::seat_in_merged`] from the seats the merge found as it wrote the run, in the
-    /// order of the queues' places (its own places; a replay reads the run's directory).
+    /// Points each queue with no place whose runs included one merged (the merge's run now
+    /// slot 0) at the start of its group there, from the seats the merge found as it wrote
+    /// the run, in the order of the queues' places: instead of a lookup in a block at each
+    /// queue's next hand-out, in the order the queues come due. A hand-out passes over the
+    /// records below the queue's next seq (those served while the merge ran), as it does
+    /// after a lookup. (A replay seats none: it rebuilds every queue's runs and places.)
     fn seat(&mut self, seats: &[compaction::Seat]) {
         #[cfg(test)]
         self.check_seats(seats);
@@ -1118,29 +1124,6 @@ impl Core {
             .collect();
         expected.sort_unstable_by_key(|s| s.place);
         assert_eq!(seats, expected, "the seats of run {}", self.runs[0].id());
-    }
-
-    /// Points each queue with no place whose runs included one merged (the merge's run now
-    /// slot 0) at the start of its group there: one pass over the run's directory, read in
-    /// its order through a scanning view, instead of a lookup in a block at each queue's
-    /// next hand-out, in the order the queues come due. A hand-out passes over the records
-    /// below the queue's next seq (those served while the merge ran), as it does after a
-    /// lookup. A damaged block ends the pass: the queues left are looked up at their
-    /// hand-outs, which report the damage.
-    fn seat_in_merged(&mut self) {
-        let scan = self.runs[0].scanning();
-        for g in scan.groups() {
-            let Ok(g) = g else {
-                break;
-            };
-            let Some(i) = self.index.get(g.queue, |j| self.ids[j as usize]) else {
-                continue;
-            };
-            let q = &mut self.queues[i as usize];
-            if q.at.is_none() && q.runs & 1 != 0 && q.crawl == g.crawl && g.records > 0 {
-                q.at = Some(At::new((0, g.offset, g.start, g.records)));
-            }
-        }
     }
 
     /// Adds a Q run: each of its groups waits in its queue.
