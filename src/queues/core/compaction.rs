@@ -268,7 +268,7 @@ impl Core {
         };
         // Runs of version 12 (and entry 14): the manifest says so before J refers to them.
         self.commit_version()?;
-        // The entry's application seats the queues from these (a replay reads the run).
+        // The entry's application seats the queues from these (a replay seats none).
         self.seats = m.added.map(|id| (id, m.seats));
         let committed = match m.archived {
             Some(run) => self.commit(&[Entry::Archived { run }, compacted]),
