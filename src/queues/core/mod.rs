@@ -453,6 +453,9 @@ pub(crate) struct Core {
     /// While J is replayed: the place of the queue of the `lease` entry applied, found
     /// before the replay (see [`Core::lease_places`]); its id is checked before it is used.
     hint: Option<u32>,
+    /// Tests: the lease entries whose queue [`Core::lease_places`] found at the last open.
+    #[cfg(test)]
+    lease_places_found: u64,
     /// The payload of the last Q frame read by a hand-out, given back for the next one.
     frame_spare: Vec<u8>,
     /// The Q frame a hand-out read last (see [`Core::read_frame`]).
@@ -529,6 +532,8 @@ impl Core {
             replay_gone: None,
             in_order: None,
             hint: None,
+            #[cfg(test)]
+            lease_places_found: 0,
             replaying_gen: None,
             frame_spare: Vec::new(),
             recent: None,
@@ -1697,7 +1702,18 @@ impl Core {
         for &(qid, k) in &order {
             if let Some(p) = self.place_walking(qid, walk) {
                 places[k as usize] = p;
+                #[cfg(test)]
+                {
+                    self.lease_places_found += 1;
+                }
             }
+            // Tests: the walk finds what the index does.
+            #[cfg(test)]
+            assert_eq!(
+                places[k as usize],
+                self.place(qid).unwrap_or(u32::MAX),
+                "the place of lease entry {k}'s queue"
+            );
         }
         Ok(places)
     }
@@ -3959,6 +3975,44 @@ mod tests {
         let (read, count) = f.with(|c| Ok(c.sieve.f_read_and_count())).unwrap();
         assert!(read >= 300_000 && read < count, "{read} of {count}");
         assert_eq!(count, 600_000);
+    }
+
+    /// An open whose J holds hand-outs after a checkpoint of their queues finds those
+    /// queues together before the replay (`Core::lease_places`, which asserts in tests that
+    /// the walk finds what the index does), and the leases come back whole.
+    #[test]
+    fn the_queues_of_js_hand_outs_are_found_together_at_an_open() {
+        let disk = crate::storage::SimDisk::new();
+        let clock = std::sync::Arc::new(ManualClock::new(1_000));
+        let open = |journal: u64| {
+            let opts = crate::Options::new()
+                .seed(1)
+                .background_flush(false)
+                .frontier_low(0)
+                .journal_bytes(journal);
+            Frontier::open_with(std::sync::Arc::new(disk.clone()), opts, clock.clone()).unwrap()
+        };
+        // A checkpoint of 400 queues: the move's 400 groups weigh more than 4 KiB.
+        let f = open(4096);
+        push_urls(&f, 0..2_000, 400);
+        f.flush().unwrap();
+        f.close().unwrap();
+        assert!(disk.content(crate::names::CHECKPOINT).is_some());
+        // 300 hand-outs, then a crash: J holds their entries after the checkpoint.
+        let f = open(64 << 20);
+        let leased = f.lease(300, None, 60_000).unwrap();
+        assert_eq!(leased.len(), 300);
+        drop(f);
+        let f = open(64 << 20);
+        let replayed = f.with(|c| Ok(c.lease_places_found)).unwrap();
+        assert_eq!(replayed, 300, "lease entries whose queue the walk found");
+        assert_eq!(f.stats().unwrap().leased, 300);
+        // None of them is handed out again before its deadline.
+        let again = f.lease(400, None, 60_000).unwrap();
+        assert_eq!(again.len(), 100);
+        for l in &again {
+            assert!(leased.iter().all(|m| m.url != l.url));
+        }
     }
 
     #[test]
