@@ -167,6 +167,55 @@ fn a_queue_is_served_as_soon_as_it_may_be_whatever_the_lease_calls_asked() {
 }
 
 #[test]
+fn a_burst_half_done_keeps_its_fetch_time_across_a_close_and_a_crash() {
+    // The ratio rule with two URLs of a host at once: after the burst's fetches took s' in
+    // all, the host waits s'/p. The first fetch of the burst ends before a crash (J's end of
+    // lease is replayed) or before a checkpoint (which holds the queue's burst) and then a
+    // crash or a close; the second after it: the wait counts both.
+    for (checkpoint, crash) in [(false, true), (true, true), (true, false)] {
+        let disk = SimDisk::new();
+        let clock = Arc::new(ManualClock::new(10_000));
+        let f = open(&disk, &clock);
+        f.set_policy(
+            "",
+            None,
+            Policy {
+                delay_ms: 0,
+                ratio_ppm: 500_000,
+                per_queue: 2,
+                ..Policy::default()
+            },
+        )
+        .unwrap();
+        push(&f, &["http://h/1", "http://h/2", "http://h/3"]);
+        let leased = f.lease(10, Some(2), 3_600_000).unwrap();
+        assert_eq!(urls(&leased), ["http://h/1", "http://h/2"]);
+        assert!(f.done(leased[0].token, 1_000).unwrap());
+        if checkpoint {
+            // 300 hosts moved in weigh J past its bound: a checkpoint is written.
+            let others: Vec<String> = (0..300).map(|i| format!("http://o{i}.test/")).collect();
+            push(&f, &others.iter().map(String::as_str).collect::<Vec<_>>());
+            f.flush().unwrap();
+            assert!(disk.content("CHECKPOINT").is_some(), "{:?}", disk.files());
+        }
+        let f = if crash {
+            let img = disk.crash_image(crivello::storage::sim::CrashImage::DropAll);
+            drop(f);
+            Frontier::open_with(Arc::new(img), opts(), clock.clone()).expect("reopen")
+        } else {
+            f.close().unwrap();
+            open(&disk, &clock)
+        };
+        assert!(f.done(leased[1].token, 1_500).unwrap());
+        // 2.5 s of fetches at p = 0.5: 5 s from the end of the last one.
+        let h = f.queues("", 0, 1000).unwrap();
+        let h = h.iter().find(|q| q.key == b"h").expect("queue h");
+        let case = format!("checkpoint: {checkpoint}, crash: {crash}");
+        assert_eq!(h.next_due_ms, Some(15_000), "{case}");
+    }
+}
+
+#[test]
 fn a_lease_may_ask_for_one_crawl_and_the_others_stay_due() {
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(10_000));

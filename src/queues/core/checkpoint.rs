@@ -182,14 +182,15 @@ impl Core {
             .queues
             .iter()
             .zip(&self.ids)
-            .map(|(q, &id)| QueueImage {
+            .enumerate()
+            .map(|(i, (q, &id))| QueueImage {
                 id,
                 crawl: q.crawl,
                 key: self.keys.get(q.key),
                 next_seq: q.next_seq,
                 waiting: q.waiting,
                 completed: q.completed,
-                burst: q.burst,
+                burst: self.burst(i as u32),
                 due: q.due,
                 runs: q.runs,
                 lists: ImageLists::of(
@@ -422,11 +423,11 @@ impl Core {
         for q in k.queues.iter() {
             let q = q?;
             let i = self.new_queue_unindexed(q.id, q.crawl, q.key);
+            self.set_burst(i, q.burst);
             let s = &mut self.queues[i as usize];
             s.next_seq = q.next_seq;
             s.waiting = q.waiting;
             s.completed = q.completed;
-            s.burst = q.burst;
             s.due = q.due;
             s.runs = match same_slots {
                 true => q.runs,

@@ -130,8 +130,6 @@ struct Queue {
     /// out of line (one word).
     lists: Option<Box<Lists>>,
     leased: u32,
-    /// Milliseconds the fetches of the current burst took (the ratio rule).
-    burst: u64,
     /// Records done.
     completed: u64,
     /// Not served before this instant.
@@ -407,6 +405,10 @@ pub(crate) struct Core {
     next_token: u64,
     expiries: BinaryHeap<Reverse<(u64, u64)>>,
     heap: DueHeap,
+    /// Milliseconds the fetches of the current burst took (the ratio rule), by queue place:
+    /// only queues with leases whose burst has had a fetch end (a burst ends with the last
+    /// lease of its queue), so a few, beside every queue.
+    bursts: HashMap<u32, u64>,
     /// Queues with a live entry in the heap, by crawl.
     scheduled: HashMap<u32, u64>,
     done: u64,
@@ -525,6 +527,7 @@ impl Core {
             next_token: 1,
             expiries: BinaryHeap::new(),
             heap: DueHeap::default(),
+            bursts: HashMap::new(),
             scheduled: HashMap::new(),
             done: 0,
             poisoned: false,
@@ -1357,7 +1360,6 @@ impl Core {
             waiting: 0,
             lists: None,
             leased: 0,
-            burst: 0,
             completed: 0,
             due: 0,
             heap_at: u64::MAX,
@@ -1625,17 +1627,15 @@ impl Core {
         })?;
         let i = lease.queue;
         let p = self.policy(self.ids[i as usize]);
+        let burst = self.burst(i).saturating_add(took);
         let q = &mut self.queues[i as usize];
         q.leased -= 1;
-        q.burst = q.burst.saturating_add(took);
+        let ends = q.leased == 0;
         // Rule 1: a delay from the end of the fetch.
         let mut wait = p.delay_ms;
         // Rule 2: after the burst's fetches took s' in all, wait s'/p.
-        if p.ratio_ppm > 0 && q.leased == 0 {
-            wait = wait.max(q.burst.saturating_mul(1_000_000) / u64::from(p.ratio_ppm));
-        }
-        if q.leased == 0 {
-            q.burst = 0;
+        if p.ratio_ppm > 0 && ends {
+            wait = wait.max(burst.saturating_mul(1_000_000) / u64::from(p.ratio_ppm));
         }
         q.due = q.due.max(at.saturating_add(wait));
         match end {
@@ -1646,8 +1646,26 @@ impl Core {
                 insert_refetch(q, when, seq, rec);
             }
         }
+        self.set_burst(i, if ends { 0 } else { burst });
         self.schedule(i);
         Ok(())
+    }
+
+    /// Milliseconds the fetches of queue `i`'s current burst took.
+    fn burst(&self, i: u32) -> u64 {
+        if self.bursts.is_empty() {
+            return 0;
+        }
+        self.bursts.get(&i).copied().unwrap_or(0)
+    }
+
+    /// Sets them (0: no burst, the queue's entry removed).
+    fn set_burst(&mut self, i: u32, ms: u64) {
+        if ms == 0 {
+            self.bursts.remove(&i);
+        } else {
+            self.bursts.insert(i, ms);
+        }
     }
 
     /// The queue `qid` of record `record` (of crawl `crawl`); made when `create` (a queue
@@ -1855,7 +1873,6 @@ impl Core {
             q.next_seq = iq.next_seq;
             q.waiting = iq.waiting;
             q.completed = iq.completed;
-            q.burst = iq.burst;
             q.due = iq.due;
             q.at = None;
             q.lists = None;
@@ -1877,6 +1894,7 @@ impl Core {
                 self.next_token = self.next_token.max(token + 1);
                 self.insert_lease(seq, token, deadline, i, crawl, sig, record.into());
             }
+            self.set_burst(i, iq.burst);
             self.unschedule(i);
             self.schedule(i);
         }
@@ -1910,11 +1928,11 @@ impl Core {
         q.waiting = 0;
         q.lists = None;
         q.leased = 0;
-        q.burst = 0;
         q.completed = 0;
         q.due = 0;
         q.runs = 0;
         q.at = None;
+        self.bursts.remove(&i);
         self.unschedule(i);
         held
     }
@@ -2864,7 +2882,7 @@ impl Core {
                 policy: self.policies.get(&id).copied(),
                 blocked_until_ms: self.blocks.get(&id).copied().unwrap_or(0),
                 completed: q.completed,
-                burst_ms: q.burst,
+                burst_ms: self.burst(i as u32),
                 due_ms: q.due,
                 ..Default::default()
             };
@@ -4020,7 +4038,7 @@ mod tests {
         // The queue, its id (in a vector of its own), its key's place, its entry in the id
         // index (a u32) and in the heap (instant and queue in a u128): docs/design.md,
         // "Memory" of the frontier, states these.
-        assert_eq!(std::mem::size_of::<super::Queue>(), 96);
+        assert_eq!(std::mem::size_of::<super::Queue>(), 88);
         assert_eq!(std::mem::size_of::<super::KeyAt>(), 8);
         assert_eq!(std::mem::size_of::<u128>(), 16);
     }
