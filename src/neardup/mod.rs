@@ -1,7 +1,7 @@
 //! Near-duplicate pages: SimHash fingerprints (the lecture notes §2.6) in a durable store
 //! that finds every stored fingerprint within a Hamming distance of a query, exactly.
 //!
-//! - [`fingerprint`] turns a text into its 64-bit fingerprint ([`Fingerprinter`] reuses
+//! - [`fingerprint()`] turns a text into its 64-bit fingerprint ([`Fingerprinter`] reuses
 //!   its buffer);
 //! - [`Store`] keeps (fingerprint, document id) pairs durably: [`Store::insert`] stores a
 //!   batch of documents whose ids are new and tells, for each, the stored document nearest
