@@ -266,8 +266,9 @@ fn give_back() {
     let g = granule();
     for m in all.iter().filter_map(Weak::upgrade) {
         if sweep {
-            for w in m.touched.iter().chain(m.previous.iter()) {
-                w.store(0, Ordering::Relaxed);
+            // The blocks touched this time are given back again the next time, as below.
+            for (w, p) in m.touched.iter().zip(m.previous.iter()) {
+                p.store(w.swap(0, Ordering::Relaxed), Ordering::Relaxed);
             }
             // SAFETY: as below, for the whole mapping.
             let _ = unsafe { m.map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };

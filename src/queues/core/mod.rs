@@ -406,8 +406,9 @@ pub(crate) struct Core {
     expiries: BinaryHeap<Reverse<(u64, u64)>>,
     heap: DueHeap,
     /// Milliseconds the fetches of the current burst took (the ratio rule), by queue place:
-    /// only queues with leases whose burst has had a fetch end (a burst ends with the last
-    /// lease of its queue), so a few, beside every queue.
+    /// only queues whose burst has had a fetch end and not its last (a burst ends with the
+    /// end of the last lease of its queue; a lease that expires leaves the burst to the next
+    /// end), so a few, beside every queue.
     bursts: HashMap<u32, u64>,
     /// Queues with a live entry in the heap, by crawl.
     scheduled: HashMap<u32, u64>,
