@@ -62,7 +62,9 @@ impl DueHeap {
     /// Adds queue `queue` at instant `at`.
     pub(super) fn push(&mut self, at: u64, queue: u32) {
         if let Some((t_at, first, n)) = &mut self.tail {
-            if *t_at == at && u64::from(*first) + u64::from(*n) == u64::from(queue) {
+            // (A range of every place there is would count 2^32: it stops one short.)
+            if *t_at == at && u64::from(*first) + u64::from(*n) == u64::from(queue) && *n < u32::MAX
+            {
                 *n += 1;
                 return;
             }
