@@ -554,14 +554,11 @@ mod tests {
         kib << 10
     }
 
-    /// Reads one byte of each 64 KiB of a file in the page cache: each read faults in a page,
-    /// and the kernel maps the cached pages around it, or the folio that holds it. The
-    /// mapping's resident bytes stay within the bound all the same (counted by page, they
-    /// reached the whole file, 48 MiB).
-    #[test]
-    fn the_pages_mapped_around_a_read_count_against_the_bound() {
+    /// Writes a file of `len` bytes (cached by the system), maps it, reads one byte at each
+    /// of `offsets` and checks it, and gives the most bytes the mapping held resident after
+    /// a read.
+    fn most_resident_over_reads(len: u64, offsets: impl Iterator<Item = u64>) -> u64 {
         let dir = tempfile::tempdir().unwrap();
-        let len = 3 * MAPPED_BYTES;
         let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         std::fs::write(dir.path().join("cached"), &bytes).unwrap();
         let file = File::open(dir.path().join("cached")).unwrap();
@@ -569,12 +566,23 @@ mod tests {
         let addr = m.map.as_ptr() as usize;
         let mapped = MappedFile { file, map: Some(m) };
         let mut most = 0;
-        for at in (0..len).step_by(64 << 10) {
+        for at in offsets {
             let mut b = [0u8; 1];
             mapped.read_exact_at(&mut b, at).unwrap();
-            assert_eq!(b[0], bytes[at as usize]);
+            assert_eq!(b[0], bytes[at as usize], "at {at}");
             most = most.max(resident(addr));
         }
+        most
+    }
+
+    /// Reads one byte of each 64 KiB of a file in the page cache: each read faults in a page,
+    /// and the kernel maps the cached pages around it, or the folio that holds it. The
+    /// mapping's resident bytes stay within the bound all the same (counted by page, they
+    /// reached the whole file, 48 MiB).
+    #[test]
+    fn the_pages_mapped_around_a_read_count_against_the_bound() {
+        let len = 3 * MAPPED_BYTES;
+        let most = most_resident_over_reads(len, (0..len).step_by(64 << 10));
         assert!(
             most <= MAPPED_BYTES + granule() as u64,
             "{most} bytes resident, over {MAPPED_BYTES}"
@@ -587,26 +595,16 @@ mod tests {
     /// given back would pile up past it).
     #[test]
     fn pages_read_here_and_there_are_given_back_by_their_blocks() {
-        let dir = tempfile::tempdir().unwrap();
         let len = 6 * MAPPED_BYTES;
-        let bytes: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
-        std::fs::write(dir.path().join("runs"), &bytes).unwrap();
-        let file = File::open(dir.path().join("runs")).unwrap();
-        let m = Mapping::new(&file).unwrap();
-        let addr = m.map.as_ptr() as usize;
-        let mapped = MappedFile { file, map: Some(m) };
         let before = GIVEN_BACK.load(Ordering::Relaxed);
-        let (mut most, mut x) = (0, 7u64);
-        for _ in 0..400 {
+        let mut x = 7u64;
+        let here_and_there = std::iter::repeat_with(move || {
             x = x
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            let at = (x >> 11) % (len - 1);
-            let mut b = [0u8; 1];
-            mapped.read_exact_at(&mut b, at).unwrap();
-            assert_eq!(b[0], bytes[at as usize], "at {at}");
-            most = most.max(resident(addr));
-        }
+            (x >> 11) % (len - 1)
+        });
+        let most = most_resident_over_reads(len, here_and_there.take(400));
         assert!(GIVEN_BACK.load(Ordering::Relaxed) >= before + 4);
         assert!(
             most <= MAPPED_BYTES + granule() as u64,
