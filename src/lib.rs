@@ -64,6 +64,7 @@
 // Errors, file names, signatures, hints.
 mod error;
 mod hint;
+mod lines;
 mod names;
 #[doc(hidden)]
 pub mod planted;
@@ -127,11 +128,12 @@ pub use queues::{
 pub use sieve::{Sieve, Stats};
 pub use signature::signature;
 
-/// What the fuzz targets, the benchmarks and the tests need of the inside, and nothing a user
-/// should rely on: it changes without notice.
+/// What the fuzz targets, the benchmarks, the tests and the command line need of the inside,
+/// and nothing a user should rely on: it changes without notice.
 #[doc(hidden)]
 pub mod internals {
     pub use crate::buffer::{sort_slots, Slot};
+    pub use crate::lines::newlines;
     pub use crate::testing::corpus;
     pub use crate::testing::corrupt::{
         corruption_opts, corruption_outcome, corruption_store, corruption_store_closed,

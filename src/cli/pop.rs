@@ -21,8 +21,10 @@ use super::stream::{stop, Output, BATCH_BYTES};
 use super::Explained;
 use super::{cannot_write, open_sieve_read_only, opening, require_sieve, Common};
 
-/// URLs read and printed at a time.
-const BATCH: u64 = 4096;
+/// URLs read and printed at a time, at most (and [`BATCH_BYTES`] of them): enough that most
+/// frames of F, about 15,000 URLs each, are printed whole as they were decoded, not line by
+/// line.
+const BATCH: u64 = 1 << 20;
 /// The cursor is committed once this many bytes were printed since the last commit...
 const COMMIT_BYTES: usize = 64 << 20;
 /// ... or this long after it, and at the end: each commit is two fsyncs.

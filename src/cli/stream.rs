@@ -6,6 +6,7 @@ use std::io::{self, BufWriter, Read, StdoutLock, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
+use crivello::internals::newlines;
 
 use super::StdoutClosed;
 
@@ -52,7 +53,7 @@ pub enum Line {
 
 /// Reads the lines of one input with a large buffer of its own: a line is handed out as a
 /// slice of that buffer, copied only when the caller asks for a copy. Its end is found among
-/// the newlines of the 64 bytes around it, all found at once ([`newlines`]): a search started
+/// the newlines of the 64 bytes around it, all found at once: a search started
 /// again for each line of about 70 bytes cost more than the line's bytes.
 pub struct LineReader {
     /// The input's name in messages: its path, or [`STDIN_NAME`].
@@ -225,38 +226,6 @@ impl LineReader {
     }
 }
 
-/// The newlines of 64 bytes: bit i is set when byte i is "\n".
-fn newlines(bytes: &[u8; 64]) -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{
-            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8,
-        };
-        let mut bits = 0u64;
-        for (k, part) in bytes.chunks_exact(16).enumerate() {
-            // SAFETY: SSE2 is part of every x86_64 processor (the target's baseline), so
-            // these instructions exist; the load reads the 16 bytes of `part`, which
-            // `_mm_loadu_si128` allows at any alignment.
-            let mask = unsafe {
-                let v = _mm_loadu_si128(part.as_ptr().cast::<__m128i>());
-                _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(b'\n' as i8)))
-            };
-            bits |= u64::from(mask as u16) << (16 * k);
-        }
-        bits
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        newlines_one_by_one(bytes)
-    }
-}
-
-/// [`newlines`], a byte at a time: its definition.
-#[cfg(any(test, not(target_arch = "x86_64")))]
-fn newlines_one_by_one(bytes: &[u8; 64]) -> u64 {
-    (0..64).fold(0, |bits, i| bits | u64::from(bytes[i] == b'\n') << i)
-}
-
 /// Buffered standard output. Every write error is returned; a closed pipe becomes
 /// [`StdoutClosed`], which ends the command quietly with exit code 0.
 pub struct Output {
@@ -406,28 +375,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn the_newlines_of_a_block_are_those_of_its_bytes() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        for round in 0..2000 {
-            let mut block = [0u8; 64];
-            for b in &mut block {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                // Newlines from none to most, and the bytes next to '\n' (9, 11, 138).
-                *b = match (state >> 33) % (2 + round % 9) {
-                    0 => b'\n',
-                    1 => [9, 11, 138, 0, 255][(state >> 40) as usize % 5],
-                    _ => (state >> 48) as u8,
-                };
-            }
-            assert_eq!(newlines(&block), newlines_one_by_one(&block), "{block:?}");
-        }
-        assert_eq!(newlines(&[b'\n'; 64]), u64::MAX);
-        assert_eq!(newlines(&[b'a'; 64]), 0);
     }
 
     #[test]

@@ -474,16 +474,11 @@ fn decode_window(
 /// Checks that `lines` is exactly `count` records of at least one byte, each ended by a
 /// newline.
 pub(crate) fn check_lines(lines: &[u8], count: usize) -> Result<(), Corruption> {
-    let mut n = 0usize;
-    let mut start = 0usize;
-    for end in memchr::memchr_iter(b'\n', lines) {
-        if end == start {
-            return Err(invalid("length of a line record", "at least 1", 0));
-        }
-        start = end + 1;
-        n += 1;
+    let (n, empty) = crate::lines::count(lines);
+    if empty {
+        return Err(invalid("length of a line record", "at least 1", 0));
     }
-    if start != lines.len() || n != count {
+    if lines.last().is_some_and(|&b| b != b'\n') || n != count {
         return Err(Corruption::Mismatch {
             field: "line records of a coded frame",
             expected: count as u64,

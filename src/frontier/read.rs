@@ -293,10 +293,5 @@ impl Reader {
 
 /// The byte where record `n` of the lines `text` starts.
 fn nth_line(text: &[u8], n: usize) -> usize {
-    if n == 0 {
-        return 0;
-    }
-    memchr::memchr_iter(b'\n', text)
-        .nth(n - 1)
-        .map_or(text.len(), |at| at + 1)
+    crate::lines::nth_start(text, n)
 }
