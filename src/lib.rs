@@ -133,7 +133,7 @@ pub use signature::signature;
 #[doc(hidden)]
 pub mod internals {
     pub use crate::buffer::{sort_slots, Slot};
-    pub use crate::lines::newlines;
+    pub use crate::lines::Finder;
     pub use crate::testing::corpus;
     pub use crate::testing::corrupt::{
         corruption_opts, corruption_outcome, corruption_store, corruption_store_closed,

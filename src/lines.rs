@@ -29,6 +29,48 @@ pub fn newlines(bytes: &[u8; 64]) -> u64 {
     }
 }
 
+/// Finds the newlines of a text one after the other from the masks of its blocks of 64 bytes,
+/// keeping the block it looked at last.
+#[derive(Debug, Clone, Default)]
+pub struct Finder {
+    /// The newlines of the `block_len` (64 or 0) bytes at `block`, bit i for byte
+    /// `block + i`.
+    bits: u64,
+    block: usize,
+    block_len: usize,
+}
+
+impl Finder {
+    /// The first newline of `text[from..to]` (`to` at most `text`'s length), by its index in
+    /// `text`. `text` must be the text of the calls before, or longer by bytes after it,
+    /// until [`Finder::forget`].
+    pub fn find(&mut self, text: &[u8], from: usize, to: usize) -> Option<usize> {
+        let mut at = from;
+        while at < to {
+            if !(self.block <= at && at < self.block + self.block_len) {
+                let Some(bytes) = text.get(at..at + 64) else {
+                    break;
+                };
+                self.bits = newlines(bytes.try_into().expect("64 bytes"));
+                (self.block, self.block_len) = (at, 64);
+            }
+            let after = self.bits & (u64::MAX << (at - self.block));
+            if after != 0 {
+                let i = self.block + after.trailing_zeros() as usize;
+                return (i < to).then_some(i);
+            }
+            at = self.block + 64;
+        }
+        let rest = text.get(at..to)?;
+        memchr::memchr(b'\n', rest).map(|i| at + i)
+    }
+
+    /// Forgets the block it keeps: the text changed.
+    pub fn forget(&mut self) {
+        *self = Finder::default();
+    }
+}
+
 /// [`newlines`], a byte at a time: its definition.
 #[cfg(any(test, not(target_arch = "x86_64")))]
 fn newlines_one_by_one(bytes: &[u8; 64]) -> u64 {
@@ -143,6 +185,30 @@ mod tests {
         }
         assert_eq!(newlines(&[b'\n'; 64]), u64::MAX);
         assert_eq!(newlines(&[b'a'; 64]), 0);
+    }
+
+    #[test]
+    fn a_finder_finds_each_newline_as_a_search_byte_by_byte() {
+        for text in texts() {
+            let mut f = Finder::default();
+            let want = |from: usize, to: usize| (from..to).find(|&i| text[i] == b'\n');
+            // From line to line, as a reader of lines asks, with and without a bound.
+            for bound in [usize::MAX, 1, 5, 70] {
+                let mut at = 0;
+                while at < text.len() {
+                    let to = text.len().min(at.saturating_add(bound));
+                    let got = f.find(&text, at, to);
+                    assert_eq!(got, want(at, to), "from {at} to {to} of {text:?}");
+                    at = got.map_or(to, |i| i + 1);
+                }
+            }
+            // And here and there, backwards too.
+            for k in 0..20 {
+                let from = (k * 37) % (text.len() + 1);
+                let to = (from + k * 11).min(text.len());
+                assert_eq!(f.find(&text, from, to), want(from, to), "{from}..{to}");
+            }
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::io::{self, BufWriter, Read, StdoutLock, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
-use crivello::internals::newlines;
+use crivello::internals::Finder;
 
 use super::StdoutClosed;
 
@@ -64,12 +64,9 @@ pub struct LineReader {
     buf: Vec<u8>,
     start: usize,
     end: usize,
-    /// The newlines of the `block_len` (64 or 0) bytes at `block`, bit i for byte
-    /// `block + i`; bytes `block..block + block_len` are read, and stay where they are until
-    /// the next [`LineReader::fill`], which clears it.
-    bits: u64,
-    block: usize,
-    block_len: usize,
+    /// Finds the newlines of the bytes read (`buf[..end]`), which stay where they are until
+    /// the next [`LineReader::fill`].
+    newlines: Finder,
     /// Whether the input reached its end.
     eof: bool,
     /// The 1-based number of the last line read.
@@ -97,9 +94,7 @@ impl LineReader {
             buf: vec![0; capacity],
             start: 0,
             end: 0,
-            bits: 0,
-            block: 0,
-            block_len: 0,
+            newlines: Finder::default(),
             eof: false,
             line: 0,
         }
@@ -122,7 +117,10 @@ impl LineReader {
         let (at, len, how) = loop {
             let avail = self.end - self.start;
             let window = avail.min(limit);
-            if let Some(i) = self.find_newline(self.start, self.start + window) {
+            let found = self
+                .newlines
+                .find(&self.buf[..self.end], self.start, self.start + window);
+            if let Some(i) = found {
                 let i = i - self.start;
                 break (self.start, i, Line::Complete(i + 1));
             }
@@ -146,29 +144,6 @@ impl LineReader {
         Ok(Some((&self.buf[at..at + len], how)))
     }
 
-    /// The first newline in bytes `from..to` (read bytes) of the buffer: from the blocks of
-    /// 64 bytes whose newlines are found at once, then by a search in the last bytes read.
-    fn find_newline(&mut self, from: usize, to: usize) -> Option<usize> {
-        let mut at = from;
-        while at < to {
-            if !(self.block <= at && at < self.block + self.block_len) {
-                let Some(bytes) = self.buf[..self.end].get(at..at + 64) else {
-                    break;
-                };
-                self.bits = newlines(bytes.try_into().expect("64 bytes"));
-                (self.block, self.block_len) = (at, 64);
-            }
-            let after = self.bits & (u64::MAX << (at - self.block));
-            if after != 0 {
-                let i = self.block + after.trailing_zeros() as usize;
-                return (i < to).then_some(i);
-            }
-            at = self.block + 64;
-        }
-        let rest = self.buf.get(at..to)?;
-        memchr::memchr(b'\n', rest).map(|i| at + i)
-    }
-
     /// Appends the next line to `buf`, as [`LineReader::next_line`] reads it.
     pub fn read_line(&mut self, buf: &mut Vec<u8>, limit: usize) -> Result<Option<Line>> {
         Ok(self.next_line(limit)?.map(|(line, how)| {
@@ -181,7 +156,7 @@ impl LineReader {
     /// when they fill the buffer (a line longer than it, shorter than `limit`), the buffer
     /// doubles first, up to `limit` bytes. Sets `eof` at the end of the input.
     fn fill(&mut self, limit: usize) -> Result<()> {
-        (self.bits, self.block, self.block_len) = (0, 0, 0);
+        self.newlines.forget();
         if self.start > 0 {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;

@@ -142,6 +142,7 @@ impl Frame {
             },
             pos: 0,
             lines: self.layout == coded::Layout::Lines,
+            newlines: crate::lines::Finder::default(),
         }
     }
 
@@ -171,6 +172,8 @@ pub(crate) struct Records<'a> {
     payload: &'a [u8],
     pos: usize,
     lines: bool,
+    /// Finds the ends of the lines, in the lines layout.
+    newlines: crate::lines::Finder,
 }
 
 impl<'a> Iterator for Records<'a> {
@@ -178,9 +181,12 @@ impl<'a> Iterator for Records<'a> {
     fn next(&mut self) -> Option<&'a [u8]> {
         let rest = self.payload.get(self.pos..)?;
         if self.lines {
-            let n = memchr::memchr(b'\n', rest)?;
-            self.pos += n + 1;
-            return Some(&rest[..n]);
+            let start = self.pos;
+            let end = self
+                .newlines
+                .find(self.payload, start, self.payload.len())?;
+            self.pos = end + 1;
+            return Some(&self.payload[start..end]);
         }
         if rest.len() < 4 {
             return None;
@@ -188,6 +194,19 @@ impl<'a> Iterator for Records<'a> {
         let len = u32::from_le_bytes(rest[..4].try_into().ok()?) as usize;
         self.pos += 4 + len;
         rest.get(4..4 + len)
+    }
+
+    fn nth(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.lines && n > 0 {
+            // The lines passed over are counted in their blocks' masks, not found one by one.
+            let rest = self.payload.get(self.pos..)?;
+            self.pos += crate::lines::nth_start(rest, n);
+        } else {
+            for _ in 0..n {
+                self.next()?;
+            }
+        }
+        self.next()
     }
 }
 
@@ -205,4 +224,40 @@ pub(crate) fn reseal_frame(frame: &mut [u8]) {
     };
     let (head, payload) = frame.split_at_mut(FRAME_HEADER);
     frame_header_with(head, magic, (epoch, tag), (len, count), payload);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_records_of_a_frame_of_lines_from_any_one_on_are_its_lines() {
+        // Lines of 1 to 150 bytes, so that some end at and around the edges of 64 bytes.
+        let lines: Vec<Vec<u8>> = (0..300u32)
+            .map(|i| vec![b'a' + (i % 26) as u8; 1 + (i as usize * 37) % 150])
+            .collect();
+        let mut payload = Vec::new();
+        for l in &lines {
+            payload.extend_from_slice(l);
+            payload.push(b'\n');
+        }
+        let frame = Frame {
+            offset: 0,
+            epoch: 0,
+            count: lines.len() as u32,
+            disk_len: payload.len() as u64,
+            payload,
+            end: None,
+            layout: coded::Layout::Lines,
+            first: 0,
+        };
+        for from in 0..=lines.len() + 2 {
+            let got: Vec<&[u8]> = frame.records().skip(from).collect();
+            let want: Vec<&[u8]> = lines.iter().skip(from).map(|l| &l[..]).collect();
+            assert_eq!(got, want, "from {from}");
+            let mut r = frame.records();
+            assert_eq!(r.nth(from), lines.get(from).map(|l| &l[..]));
+            assert_eq!(r.next(), lines.get(from + 1).map(|l| &l[..]));
+        }
+    }
 }
