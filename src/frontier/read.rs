@@ -113,7 +113,7 @@ impl Reader {
             let (mut after, mut before) = (None, None);
             if frame.layout == Layout::Lines {
                 let text = &frame.payload[..];
-                let start = hint.unwrap_or_else(|| nth_line(text, skip));
+                let start = hint.unwrap_or_else(|| crate::lines::nth_start(text, skip));
                 before = Some(start);
                 let mut pos = start;
                 // The decoder checked that the frame is exactly `count` lines, each ended by
@@ -127,8 +127,9 @@ impl Reader {
                     bytes += text.len() - start - left;
                     pos = text.len();
                 }
+                let mut newlines = crate::lines::Finder::default();
                 while taken < left && urls < max_urls && !(bytes >= max_bytes && urls > 0) {
-                    let n = memchr::memchr(b'\n', &text[pos..]).unwrap_or(text.len() - pos);
+                    let n = newlines.find(text, pos, text.len()).unwrap_or(text.len()) - pos;
                     pos += n + 1;
                     taken += 1;
                     urls += 1;
@@ -289,9 +290,4 @@ impl Reader {
             Err(FrameError::Invalid(what)) => Err(file.corrupt(self.at.offset, what)),
         }
     }
-}
-
-/// The byte where record `n` of the lines `text` starts.
-fn nth_line(text: &[u8], n: usize) -> usize {
-    crate::lines::nth_start(text, n)
 }
