@@ -39,6 +39,7 @@ pub struct Options {
     pub(crate) frame_bytes: usize,
     pub(crate) queue_runs: usize,
     pub(crate) journal_bytes: u64,
+    pub(crate) hot_queues: usize,
 }
 
 impl Default for Options {
@@ -56,6 +57,7 @@ impl Default for Options {
             frame_bytes: crate::frames::FRAME_TARGET,
             queue_runs: 32,
             journal_bytes: 64 << 20,
+            hot_queues: crate::queues::HOT_QUEUES,
         }
     }
 }
@@ -130,6 +132,14 @@ impl Options {
     #[doc(hidden)]
     pub fn journal_bytes(mut self, bytes: u64) -> Options {
         self.journal_bytes = bytes.max(1);
+        self
+    }
+
+    /// Test only: a frontier packs its queues' states once more than `n` of them are
+    /// unpacked (default 16,384, at least 1), so that tests of a few queues pack them.
+    #[doc(hidden)]
+    pub fn hot_queues(mut self, n: usize) -> Options {
+        self.hot_queues = n.max(1);
         self
     }
 

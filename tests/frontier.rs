@@ -15,6 +15,7 @@ fn opts() -> Options {
         .frontier_low(0)
         .queue_runs(3)
         .journal_bytes(4096)
+        .hot_queues(2)
 }
 
 fn open(disk: &SimDisk, clock: &Arc<ManualClock>) -> Frontier {

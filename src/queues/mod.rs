@@ -72,6 +72,7 @@ pub const DEFAULT_TTL_MS: u64 = 30_000;
 // (2^62 steps at 10^9 a second take 146 years), and a value read from a file at or past it
 // is damage. The margin keeps each `+ 1` and each batch's numbering from overflowing.
 pub(crate) use crate::manifest::COUNTER_LIMIT;
+pub(crate) use core::HOT_QUEUES;
 
 /// The longest sender name of a receipt ([`Frontier::update_receipted`]).
 const MAX_SENDER: usize = 1024;
@@ -374,10 +375,10 @@ impl Frontier {
         clock: Arc<dyn Clock>,
     ) -> Result<Frontier> {
         let (max_runs, journal_bytes) = (opts.queue_runs, opts.journal_bytes);
-        let background = opts.background;
+        let (background, hot) = (opts.background, opts.hot_queues);
         let max_url_len = opts.max_url_len;
         let sieve = Sieve::open_with(storage, opts)?;
-        let core = core::Core::open(sieve, clock, max_runs, journal_bytes, background)?;
+        let core = core::Core::open(sieve, clock, max_runs, journal_bytes, background, hot)?;
         Ok(Frontier {
             core: Mutex::new(Some(core)),
             max_url_len,

@@ -193,14 +193,17 @@ impl Core {
                 burst: self.burst(i as u32),
                 due: q.due,
                 runs: q.runs,
-                lists: ImageLists::of(
-                    q.returned().iter().map(|(s, r)| (*s, &r[..])).collect(),
-                    q.refetch()
-                        .iter()
-                        .map(|(w, s, r)| (*w, *s, &r[..]))
-                        .collect(),
-                    q.skips().to_vec(),
-                ),
+                // (Only a hot queue holds lists.)
+                lists: q.hot().and_then(|q| {
+                    ImageLists::of(
+                        q.returned().iter().map(|(s, r)| (*s, &r[..])).collect(),
+                        q.refetch()
+                            .iter()
+                            .map(|(w, s, r)| (*w, *s, &r[..]))
+                            .collect(),
+                        q.skips().to_vec(),
+                    )
+                }),
             });
         let leases = self.leases.iter().map(|l| LeaseImage {
             seq: l.seq,
@@ -410,7 +413,7 @@ impl Core {
         let same_slots = slot_of.iter().enumerate().all(|(j, &s)| s == Some(j));
         // Room for every queue at once (doubled tables would hold up to twice it).
         let more = k.queues.len().saturating_sub(self.queues.len());
-        self.queues.reserve_exact(more);
+        self.queues.reserve(more);
         self.ids.reserve_exact(more);
         // The checkpoint's ids are unique (the decoding checked them), and the load comes
         // first at an open, into a frontier with no queue yet: each is made with no look-up,
@@ -422,28 +425,28 @@ impl Core {
         let first = self.queues.len() as u32;
         for q in k.queues.iter() {
             let q = q?;
-            let i = self.new_queue_unindexed(q.id, q.crawl, q.key);
-            self.set_burst(i, q.burst);
-            let s = &mut self.queues[i as usize];
-            s.next_seq = q.next_seq;
-            s.waiting = q.waiting;
-            s.completed = q.completed;
-            s.due = q.due;
-            s.runs = match same_slots {
-                true => q.runs,
-                false => remap_runs(q.runs, &slot_of),
-            };
-            s.lists = q.lists.map(|l| {
-                Box::new(super::Lists {
-                    returned: l.returned.iter().map(|&(seq, r)| (seq, r.into())).collect(),
-                    refetch: l
-                        .refetch
-                        .iter()
-                        .map(|&(when, seq, r)| (when, seq, r.into()))
-                        .collect(),
-                    skips: l.skips,
-                })
+            let i = self.new_queue_filled(q.id, q.crawl, q.key, |s| {
+                s.next_seq = q.next_seq;
+                s.waiting = q.waiting;
+                s.completed = q.completed;
+                s.due = q.due;
+                s.runs = match same_slots {
+                    true => q.runs,
+                    false => remap_runs(q.runs, &slot_of),
+                };
+                s.lists = q.lists.map(|l| {
+                    Box::new(super::Lists {
+                        returned: l.returned.iter().map(|&(seq, r)| (seq, r.into())).collect(),
+                        refetch: l
+                            .refetch
+                            .iter()
+                            .map(|&(when, seq, r)| (when, seq, r.into()))
+                            .collect(),
+                        skips: l.skips,
+                    })
+                });
             });
+            self.set_burst(i, q.burst);
         }
         let ids = &self.ids;
         self.index
@@ -468,7 +471,7 @@ impl Core {
             let runs = self.runs.clone();
             for (slot, run) in runs.iter().enumerate() {
                 self.for_each_group(run, |core, i, _| {
-                    core.queues[i as usize].runs |= 1 << slot;
+                    core.queues.get_mut(i).runs |= 1 << slot;
                 })?;
             }
         }

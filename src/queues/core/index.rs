@@ -16,6 +16,18 @@ pub(super) struct KeyAt(u64);
 /// a URL's host, which a URL of up to `max_url_len` bytes may make this long.)
 const LONG: u64 = (1 << 24) - 1;
 
+impl KeyAt {
+    /// Its offset and its length field (the key's length, or [`LONG`]).
+    pub(super) fn parts(self) -> (u64, u64) {
+        (self.0 >> 24, self.0 & LONG)
+    }
+
+    /// The `KeyAt` of [`KeyAt::parts`] `(offset, len)`.
+    pub(super) fn from_parts(offset: u64, len: u64) -> KeyAt {
+        KeyAt(offset << 24 | len & LONG)
+    }
+}
+
 /// Every queue's key, end to end. Queues are never removed (a deleted one keeps its place),
 /// so neither are their keys.
 #[derive(Default)]

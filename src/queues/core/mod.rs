@@ -13,6 +13,9 @@ mod index;
 mod job;
 mod leases;
 mod mover;
+mod table;
+
+pub(crate) use table::HOT as HOT_QUEUES;
 
 pub(crate) use checkpoint::in_version as checkpoint_in_version;
 pub(crate) use checkpoint::runs_of as checkpoint_runs;
@@ -112,6 +115,10 @@ impl std::hash::Hasher for CounterHasher {
         self.0
     }
 }
+
+/// The groups of a run seated together, in the order of their queues' places
+/// ([`Core::seat_groups`]): 40 bytes each for the time of an install.
+const SEATS: usize = 1 << 16;
 
 /// The largest buffer kept from one hand-out to the next (a frame of a huge record is not
 /// kept).
@@ -379,7 +386,8 @@ pub(crate) struct Core {
     /// Blocked queues: not served before the instant.
     blocks: HashMap<u64, u64>,
     paused: bool,
-    queues: Vec<Queue>,
+    /// The queues' states, by place (packed: `src/queues/core/table.rs`).
+    queues: table::Table,
     /// The queues' ids, at their places: apart from their state, so that the look-ups in
     /// the index and its growth, which compare and hash ids, read 8 bytes a queue.
     ids: Vec<u64>,
@@ -482,6 +490,7 @@ impl Core {
         max_runs: usize,
         journal_bytes: u64,
         background: bool,
+        hot: usize,
     ) -> Result<Core> {
         if sieve.mode() == Mode::Sieve {
             return Err(sieve.wrong_mode());
@@ -515,7 +524,7 @@ impl Core {
             policies: HashMap::new(),
             blocks: HashMap::new(),
             paused: false,
-            queues: Vec::new(),
+            queues: table::Table::with_limit(hot),
             ids: Vec::new(),
             index: QueueIndex::default(),
             keys: Keys::default(),
@@ -953,7 +962,7 @@ impl Core {
             }
             Entry::DeleteCrawl { id } => {
                 let of_crawl: Vec<u32> = (0..self.queues.len() as u32)
-                    .filter(|&i| self.queues[i as usize].crawl == *id)
+                    .filter(|&i| self.queues.get(i).crawl == *id)
                     .collect();
                 for i in of_crawl {
                     let qid = self.ids[i as usize];
@@ -1027,11 +1036,11 @@ impl Core {
                     // hold records of each queue that one of them might have held.
                     self.runs.extend(runs.into_iter().skip(n));
                     let merged = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
-                    for q in &mut self.queues {
+                    self.queues.for_each_mut(|_, q| {
                         let had = u64::from(q.runs & merged != 0) & u64::from(new);
                         q.runs = (q.runs.checked_shr(n as u32).unwrap_or(0) << new) | had;
                         q.at = q.at.and_then(|a| a.after_merge(n, new as usize));
-                    }
+                    });
                     // (Live, the commit always gives the seats of the run it adds; queues not
                     // seated would look their place up at their next hand-out.)
                     let seats = self.seats.take();
@@ -1043,15 +1052,15 @@ impl Core {
                 } else {
                     self.runs
                         .extend(runs.into_iter().filter(|r| !removed.contains(&r.id())));
-                    for q in &mut self.queues {
+                    self.queues.for_each_mut(|_, q| {
                         q.runs = 0;
                         q.at = None;
-                    }
+                    });
                     // Every run left is the merge's, or later than it: the bits are rebuilt.
                     let runs = self.runs.clone();
                     for (i, run) in runs.iter().enumerate() {
                         self.for_each_group(run, |core, q, _| {
-                            core.queues[q as usize].runs |= 1 << i;
+                            core.queues.get_mut(q).runs |= 1 << i;
                         })?;
                     }
                 }
@@ -1059,7 +1068,7 @@ impl Core {
                 // pass finds that nothing changes. A replay, which leaves out the runs a
                 // later compaction removed, takes them from the entry.
                 let same = self.counts_are(waiting);
-                for q in &mut self.queues {
+                self.queues.for_each_mut(|_, q| {
                     if !same {
                         q.waiting = 0;
                     }
@@ -1068,12 +1077,12 @@ impl Core {
                         l.skips = Vec::new();
                     }
                     q.tidy();
-                }
+                });
                 if !same {
                     let walk = self.begin_walk(waiting.len() as u64);
                     for &(id, n) in waiting {
                         if let Some(q) = self.place_walking(id, walk) {
-                            self.queues[q as usize].waiting = n;
+                            self.queues.get_mut(q).waiting = n;
                         }
                     }
                 }
@@ -1107,7 +1116,7 @@ impl Core {
         #[cfg(test)]
         self.check_seats(seats);
         for s in seats {
-            let q = &mut self.queues[s.place as usize];
+            let q = self.queues.get_mut(s.place);
             if q.at.is_none() && q.runs & 1 != 0 && q.crawl == s.crawl && s.records > 0 {
                 q.at = Some(At::new((0, s.offset, s.start, s.records)));
             }
@@ -1141,7 +1150,14 @@ impl Core {
         // Its groups, and the first record of each queue new here, are read in the order they
         // lie in the run: through a scanning view, not the mapping.
         let scan = run.scanning();
-        self.for_each_group(&scan, |core, i, g| core.seat_group(slot, i, g))?;
+        let mut seats = Vec::new();
+        self.for_each_group(&scan, |core, i, g| {
+            seats.push((i, *g));
+            if seats.len() == SEATS {
+                core.seat_groups(slot, &mut seats);
+            }
+        })?;
+        self.seat_groups(slot, &mut seats);
         self.j_groups = self.j_groups.saturating_add(run.group_count());
         self.runs.push(run);
         Ok(())
@@ -1182,16 +1198,11 @@ impl Core {
                 for (g, p) in &mut batch {
                     *p = order.guess(g.queue);
                 }
-                // Each queue's state spans two cache lines: both are read, and its id.
+                // Their ids are read together.
                 let mut sum = 0u64;
                 for &(_, p) in &batch {
                     if let Some(p) = p {
-                        let q = &self.queues[p as usize];
-                        sum = sum
-                            .wrapping_add(self.ids[p as usize])
-                            .wrapping_add(q.waiting)
-                            .wrapping_add(q.runs)
-                            .wrapping_add(q.heap_at);
+                        sum = sum.wrapping_add(self.ids[p as usize]);
                     }
                 }
                 std::hint::black_box(sum);
@@ -1244,13 +1255,18 @@ impl Core {
         let slot = self.next_slot(&run)?;
         #[cfg(test)]
         Self::check_written(&run, written);
+        let mut seats = Vec::with_capacity(written.groups.len().min(SEATS));
         for (n, g) in written.groups.iter().enumerate() {
             let i = match self.place(g.queue) {
                 Some(i) => i,
                 None => self.queue(g.queue, g.crawl, written.key(n)),
             };
-            self.seat_group(slot, i, g);
+            seats.push((i, *g));
+            if seats.len() == SEATS {
+                self.seat_groups(slot, &mut seats);
+            }
         }
+        self.seat_groups(slot, &mut seats);
         self.j_groups = self.j_groups.saturating_add(written.groups.len() as u64);
         self.runs.push(run);
         Ok(())
@@ -1291,19 +1307,31 @@ impl Core {
         Ok(slot)
     }
 
+    /// [`Core::seat_group`] of each (queue, group) of `seats`, which it empties, in the order
+    /// of the queues' places: a run's groups come in the order of their ids, and the queues'
+    /// states are packed by place (`src/queues/core/table.rs`), so that each block of them
+    /// is read and packed again once for all its queues rather than once for each.
+    fn seat_groups(&mut self, slot: usize, seats: &mut Vec<(u32, super::qrun::Group)>) {
+        seats.sort_unstable_by_key(|s| s.0);
+        for (i, g) in seats.drain(..) {
+            self.seat_group(slot, i, &g);
+        }
+    }
+
     /// Adds group `g` of the run of slot `slot` to queue `i`, and schedules the queue.
     fn seat_group(&mut self, slot: usize, i: u32, g: &super::qrun::Group) {
         // A queue moved away that takes records again is exported again.
         if !self.released.is_empty() {
             self.released.remove(&g.queue);
         }
-        let q = &mut self.queues[i as usize];
-        q.waiting += u64::from(g.records);
-        if q.runs == 0 && q.at.is_none() && g.records > 0 {
-            // Its first records in the runs: its hand-out starts here, with no lookup.
-            q.at = Some(At::new((slot, g.offset, g.start, g.records)));
-        }
-        q.runs |= 1 << slot;
+        self.queues.update(i, |q| {
+            q.waiting += u64::from(g.records);
+            if q.runs == 0 && q.at.is_none() && g.records > 0 {
+                // Its first records in the runs: its hand-out starts here, with no lookup.
+                q.at = Some(At::new((slot, g.offset, g.start, g.records)));
+            }
+            q.runs |= 1 << slot;
+        });
         self.schedule(i);
     }
 
@@ -1348,13 +1376,23 @@ impl Core {
     /// [`Core::new_queue`] but for the index, which the caller fills
     /// ([`index::QueueIndex::insert_places`]) before anything looks the queue up.
     fn new_queue_unindexed(&mut self, id: u64, crawl: u32, key: &[u8]) -> u32 {
-        let i = self.queues.len() as u32;
+        self.new_queue_filled(id, crawl, key, |_| ())
+    }
+
+    /// [`Core::new_queue_unindexed`] of a queue whose state `fill` sets (from the new
+    /// queue's) before it is stored.
+    fn new_queue_filled(
+        &mut self,
+        id: u64,
+        crawl: u32,
+        key: &[u8],
+        fill: impl FnOnce(&mut Queue),
+    ) -> u32 {
         self.next_crawl = self.next_crawl.max(crawl.saturating_add(1));
         let key = self.keys.add(key);
-        due::grow_by_a_quarter(&mut self.queues);
         due::grow_by_a_quarter(&mut self.ids);
         self.ids.push(id);
-        self.queues.push(Queue {
+        let mut q = Queue {
             crawl,
             key,
             next_seq: 0,
@@ -1366,8 +1404,9 @@ impl Core {
             heap_at: u64::MAX,
             runs: 0,
             at: None,
-        });
-        i
+        };
+        fill(&mut q);
+        self.queues.push(q)
     }
 
     /// The place of queue `id` in `queues`.
@@ -1390,9 +1429,7 @@ impl Core {
     /// Whether queue `q` may get more leases (politeness aside): room under its policy's
     /// `per_queue`, and under its limit.
     fn has_room(&self, id: u64, q: &Queue) -> bool {
-        let p = self.policy(id);
-        q.leased < p.per_queue
-            && (p.limit == 0 || q.completed.saturating_add(u64::from(q.leased)) < p.limit)
+        room(self.policy(id), q)
     }
 
     /// The first instant queue `q` may be served: its due instant, its block, and its first
@@ -1405,23 +1442,31 @@ impl Core {
     /// Puts queue `i` in the scheduler's heap if it may be served (now or later), or moves
     /// its entry earlier (an entry too early is put back when it comes out).
     fn schedule(&mut self, i: u32) {
-        let (id, q) = (self.ids[i as usize], &self.queues[i as usize]);
-        if !q.has_waiting() || !self.has_room(id, q) {
-            return;
-        }
-        let at = self.ready_at(id, q);
-        if at < q.heap_at {
-            if q.heap_at == u64::MAX {
-                *self.scheduled.entry(q.crawl).or_default() += 1;
+        let id = self.ids[i as usize];
+        let policy = self.policy(id);
+        let blocked = self.blocks.get(&id).copied().unwrap_or(0);
+        let entry = self.queues.update(i, |q| {
+            if !q.has_waiting() || !room(policy, q) {
+                return None;
             }
-            self.queues[i as usize].heap_at = at;
+            let at = q.due.max(blocked).max(q.available());
+            (at < q.heap_at).then(|| {
+                let new = q.heap_at == u64::MAX;
+                q.heap_at = at;
+                (at, new.then_some(q.crawl))
+            })
+        });
+        if let Some((at, new)) = entry {
+            if let Some(crawl) = new {
+                *self.scheduled.entry(crawl).or_default() += 1;
+            }
             self.heap.push(at, i);
         }
     }
 
     /// Takes queue `i`'s entry out of the heap (any entry left there is stale).
     fn unschedule(&mut self, i: u32) {
-        let q = &mut self.queues[i as usize];
+        let q = self.queues.get_mut(i);
         if q.heap_at != u64::MAX {
             q.heap_at = u64::MAX;
             if let Some(n) = self.scheduled.get_mut(&q.crawl) {
@@ -1482,10 +1527,7 @@ impl Core {
             .map_or(&[][..], Vec::as_slice);
         out.push(name, key, r.url, r.meta);
         let crawl = r.crawl;
-        let (id, q) = (
-            self.ids[pick.queue as usize],
-            &self.queues[pick.queue as usize],
-        );
+        let (id, q) = (self.ids[pick.queue as usize], &*self.queues.get(pick.queue));
         if pick.listed && (crawl != q.crawl || queue_id(crawl, key) != id) {
             // A record of another queue in this one's lists (as a replay would find).
             return Err(corrupt(Corruption::Mismatch {
@@ -1527,7 +1569,7 @@ impl Core {
         record: Box<[u8]>,
         replaying: bool,
     ) -> Result<()> {
-        let q = &mut self.queues[i as usize];
+        let q = self.queues.get_mut(i);
         // The lists first: a record to fetch again after a known update may have a seq
         // past the queue's next one.
         if q.take_listed(seq) {
@@ -1571,7 +1613,7 @@ impl Core {
         sig: u64,
         record: Box<[u8]>,
     ) {
-        self.queues[i as usize].leased += 1;
+        self.queues.get_mut(i).leased += 1;
         self.leases.insert(Lease {
             seq,
             token,
@@ -1629,7 +1671,7 @@ impl Core {
         let i = lease.queue;
         let p = self.policy(self.ids[i as usize]);
         let burst = self.burst(i).saturating_add(took);
-        let q = &mut self.queues[i as usize];
+        let q = self.queues.get_mut(i);
         q.leased -= 1;
         let ends = q.leased == 0;
         // Rule 1: a delay from the end of the fetch.
@@ -1772,7 +1814,7 @@ impl Core {
         let i =
             self.queue_of_record(qid, crawl, record, fresh || replaying, "known URL's queue")?;
         let next_seq = self.next_seq;
-        let q = &mut self.queues[i as usize];
+        let q = self.queues.get_mut(i);
         let bad = |field| {
             corrupt(Corruption::Invalid {
                 field,
@@ -1801,7 +1843,7 @@ impl Core {
         } else {
             return Err(bad("seq of a known URL"));
         }
-        let q = &mut self.queues[i as usize];
+        let q = self.queues.get_mut(i);
         if when == 0 {
             q.completed = q.completed.saturating_add(1);
             self.done = self.done.saturating_add(1);
@@ -1824,7 +1866,7 @@ impl Core {
                 continue;
             }
             let lease = self.leases.remove(seq).expect("present");
-            let q = &mut self.queues[lease.queue as usize];
+            let q = self.queues.get_mut(lease.queue);
             q.leased -= 1;
             q.insert_returned(seq, lease.record);
             self.schedule(lease.queue);
@@ -1870,7 +1912,7 @@ impl Core {
                 self.blocks.insert(id, iq.block);
             }
             self.done = self.done.saturating_add(iq.completed);
-            let q = &mut self.queues[i as usize];
+            let q = self.queues.get_mut(i);
             q.next_seq = iq.next_seq;
             q.waiting = iq.waiting;
             q.completed = iq.completed;
@@ -1922,7 +1964,7 @@ impl Core {
             self.leases.remove(seq).expect("listed");
         }
         let next_seq = self.next_seq;
-        let q = &mut self.queues[i as usize];
+        let q = self.queues.get_mut(i);
         let held = q.waiting + (q.returned().len() + q.refetch().len() + seqs.len()) as u64;
         self.done = self.done.saturating_sub(q.completed);
         q.next_seq = next_seq;
@@ -2180,10 +2222,7 @@ impl Core {
                     return Ok(Ok(LeasedBatch::default()));
                 };
                 let qid = queue_id(crawl, key);
-                let waits = |c: &Core| {
-                    c.place(qid)
-                        .is_some_and(|i| c.queues[i as usize].has_waiting())
-                };
+                let waits = |c: &Core| c.place(qid).is_some_and(|i| c.queues.get(i).has_waiting());
                 if !waits(self) && front > 0 && first && !flush.done {
                     // What was pushed to it may still be in the sieve.
                     flush.begun = true;
@@ -2212,14 +2251,14 @@ impl Core {
                     break;
                 }
                 self.heap.pop();
-                if self.queues[i as usize].heap_at != due {
+                if self.queues.get(i).heap_at != due {
                     // A stale entry: the queue's entry is another one.
                     continue;
                 }
                 i
             };
             self.unschedule(i);
-            let (id, q) = (self.ids[i as usize], &self.queues[i as usize]);
+            let (id, q) = (self.ids[i as usize], &*self.queues.get(i));
             if let Some(p) = part.as_mut() {
                 if p.served.contains(&id)
                     && !crate::planted::active(crate::planted::Bug::PartsServeTwice)
@@ -2244,7 +2283,7 @@ impl Core {
                 // Its instant moved later since it was scheduled: rescheduled below.
                 continue;
             }
-            let q = &self.queues[i as usize];
+            let q = &*self.queues.get(i);
             let policy = self.policy(id);
             let mut room = policy.per_queue - q.leased;
             if policy.limit > 0 {
@@ -2343,7 +2382,7 @@ impl Core {
             .iter()
             .enumerate()
             .map(|(c, &(i, _))| {
-                let q = &self.queues[i as usize];
+                let q = &*self.queues.get(i);
                 let slot = match q.at {
                     Some(at) => at.get().0 as u32,
                     None if q.runs != 0 => q.runs.trailing_zeros(),
@@ -2380,7 +2419,7 @@ impl Core {
         out: &mut Vec<Pick>,
         taken: &mut CounterSet<u64>,
     ) -> Result<()> {
-        let q = &self.queues[i as usize];
+        let q = &*self.queues.get(i);
         // A record out of the queue's runs has a seq no other record has: one that is also
         // leased, or already taken by this call from another queue's run, is a seq of the
         // checkpoint or J edited (`check` finds it too: `verify_seqs`).
@@ -2429,7 +2468,7 @@ impl Core {
             let mut passed = 0u32;
             for r in f.records_from(u32::from(start)).take(held as usize) {
                 let (seq, rec) = split(run.file(), offset, r)?;
-                if seq < next || self.queues[i as usize].skips().binary_search(&seq).is_ok() {
+                if seq < next || self.queues.get(i).skips().binary_search(&seq).is_ok() {
                     passed += 1;
                     continue;
                 }
@@ -2438,7 +2477,7 @@ impl Core {
                     // run holds more.)
                     break;
                 }
-                let q = &self.queues[i as usize];
+                let q = &*self.queues.get(i);
                 check_record(run.file(), offset, rec, self.ids[i as usize], q.crawl)?;
                 self.numbered(run, offset, seq)?;
                 if self.leases.contains(seq) || !taken.insert(seq) {
@@ -2463,7 +2502,7 @@ impl Core {
                 passed += 1;
             }
             // The queue's next record is the first not passed: in this frame, or the next.
-            let q = &mut self.queues[i as usize];
+            let q = self.queues.get_mut(i);
             q.at = if passed == here {
                 let left = left - here;
                 (left > 0).then(|| At::new((slot, offset + f.size(), 0, left)))
@@ -2539,12 +2578,12 @@ impl Core {
     /// offset, the group's first record in that frame not yet taken or passed over, records
     /// of the group from there on).
     fn position(&mut self, i: u32, next: u64) -> Result<Option<(usize, u64, u16, u32)>> {
-        if let Some(at) = self.queues[i as usize].at {
+        if let Some(at) = self.queues.get(i).at {
             return Ok(Some(at.get()));
         }
         let id = self.ids[i as usize];
         loop {
-            let bits = self.queues[i as usize].runs;
+            let bits = self.queues.get(i).runs;
             if bits == 0 {
                 return Ok(None);
             }
@@ -2553,7 +2592,7 @@ impl Core {
                 self.dir_cache.resize_with(slot + 1, || None);
             }
             let Some(g) = self.runs[slot].group_cached(id, &mut self.dir_cache[slot])? else {
-                self.queues[i as usize].runs &= !(1 << slot);
+                self.queues.get_mut(i).runs &= !(1 << slot);
                 continue;
             };
             // Skip the frames wholly before `next`.
@@ -2574,14 +2613,14 @@ impl Core {
                 self.keep_frame(slot, offset, decoded, f);
                 if last >= next {
                     let at = (slot, offset, start, left);
-                    self.queues[i as usize].at = Some(At::new(at));
+                    self.queues.get_mut(i).at = Some(At::new(at));
                     return Ok(Some(at));
                 }
                 left -= here;
                 offset += size;
                 start = 0;
             }
-            self.queues[i as usize].runs &= !(1 << slot);
+            self.queues.get_mut(i).runs &= !(1 << slot);
         }
     }
 
@@ -2605,7 +2644,7 @@ impl Core {
         let mut items: Vec<(u64, u64, End)> = self
             .leases
             .iter()
-            .filter(|l| crawl.is_none_or(|id| self.queues[l.queue as usize].crawl == id))
+            .filter(|l| crawl.is_none_or(|id| self.queues.get(l.queue).crawl == id))
             .map(|l| (l.token, 0, End::Retry))
             .collect();
         // In token order, so that a replay sees the same sequence.
@@ -2659,7 +2698,7 @@ impl Core {
         // The entries of the heaps left stale (a queue served, emptied or rescheduled; a lease
         // ended) go, so that the first one left is exact.
         while let Some((at, i)) = self.heap.peek() {
-            let (id, q) = (self.ids[i as usize], &self.queues[i as usize]);
+            let (id, q) = (self.ids[i as usize], &*self.queues.get(i));
             if q.heap_at != at {
                 self.heap.pop();
             } else if !q.has_waiting() || !self.has_room(id, q) {
@@ -2751,7 +2790,7 @@ impl Core {
 
     /// The URLs queue `i` holds: waiting, to fetch again, and leased.
     fn held(&self, i: u32) -> u64 {
-        let q = &self.queues[i as usize];
+        let q = &*self.queues.get(i);
         q.waiting + (q.returned().len() + q.refetch().len()) as u64 + u64::from(q.leased)
     }
 
@@ -2809,7 +2848,7 @@ impl Core {
                 continue;
             };
             if !self.released.contains(&self.ids[i])
-                && select(&String::from_utf8_lossy(name), self.key(q))
+                && select(&String::from_utf8_lossy(name), self.key(&q))
             {
                 picked.push(i);
             }
@@ -2863,7 +2902,7 @@ impl Core {
         }
         let mut visited = 0;
         for &i in picked {
-            let (id, q) = (self.ids[i], &self.queues[i]);
+            let (id, q) = (self.ids[i], &*self.queues.get(i as u32));
             let crawl = self
                 .crawl_names
                 .get(&q.crawl)
@@ -3247,7 +3286,7 @@ impl Core {
             return Ok(0);
         };
         let held = (0..self.queues.len() as u32)
-            .filter(|&i| self.queues[i as usize].crawl == id)
+            .filter(|&i| self.queues.get(i).crawl == id)
             .map(|i| self.held(i))
             .fold(0, u64::saturating_add);
         self.commit(&[Entry::DeleteCrawl { id }])?;
@@ -3258,7 +3297,7 @@ impl Core {
     /// not deleted since, and DEFAULT when it has queues.
     pub(super) fn crawls(&self) -> Vec<Vec<u8>> {
         let default_used =
-            (self.queues.iter().zip(&self.ids)).any(|(q, &id)| q.crawl == 0 && self.listed(id, q));
+            (self.queues.iter().zip(&self.ids)).any(|(q, &id)| q.crawl == 0 && self.listed(id, &q));
         let mut names: Vec<Vec<u8>> = self
             .crawls
             .iter()
@@ -3279,7 +3318,7 @@ impl Core {
         };
         let one = key.map(|k| queue_id(id, k));
         for (q, &qid) in self.queues.iter().zip(&self.ids) {
-            if q.crawl != id || one.is_some_and(|o| o != qid) || !self.listed(qid, q) {
+            if q.crawl != id || one.is_some_and(|o| o != qid) || !self.listed(qid, &q) {
                 continue;
             }
             c.queues += 1;
@@ -3290,7 +3329,7 @@ impl Core {
             if waiting > 0 {
                 c.queues_waiting += 1;
             }
-            if q.has_waiting() && self.has_room(qid, q) && self.ready_at(qid, q) <= now {
+            if q.has_waiting() && self.has_room(qid, &q) && self.ready_at(qid, &q) <= now {
                 c.queues_due += 1;
             }
         }
@@ -3309,22 +3348,25 @@ impl Core {
         let Some(&id) = self.crawls.get(crawl) else {
             return Ok(Vec::new());
         };
-        let mut qs: Vec<(u64, &Queue)> = (self.ids.iter().copied())
-            .zip(&self.queues)
-            .filter(|&(qid, q)| q.crawl == id && self.listed(qid, q))
+        let mut qs: Vec<(u64, u32, index::KeyAt)> = (self.ids.iter().copied())
+            .zip(self.queues.iter())
+            .enumerate()
+            .filter(|(_, (qid, q))| q.crawl == id && self.listed(*qid, q))
+            .map(|(i, (qid, q))| (qid, i as u32, q.key))
             .collect();
-        qs.sort_unstable_by(|a, b| self.key(a.1).cmp(self.key(b.1)));
+        qs.sort_unstable_by(|a, b| self.keys.get(a.2).cmp(self.keys.get(b.2)));
         Ok(qs
             .into_iter()
             .skip(start)
             .take(max)
+            .map(|(qid, i, _)| (qid, self.queues.get(i)))
             .map(|(qid, q)| super::QueueInfo {
-                key: self.key(q).to_vec(),
+                key: self.key(&q).to_vec(),
                 waiting: q.waiting + (q.returned().len() + q.refetch().len()) as u64,
                 leased: u64::from(q.leased),
                 done: q.completed,
-                next_due_ms: (q.has_waiting() && self.has_room(qid, q))
-                    .then(|| self.ready_at(qid, q)),
+                next_due_ms: (q.has_waiting() && self.has_room(qid, &q))
+                    .then(|| self.ready_at(qid, &q)),
                 policy: self.policies.get(&qid).copied(),
                 blocked_until_ms: self.blocks.get(&qid).copied(),
             })
@@ -3355,7 +3397,7 @@ impl Core {
         }
         let qid = queue_id(id, key.unwrap_or_else(|| default_key(url)));
         if let Some(i) = self.place(qid) {
-            let q = &self.queues[i as usize];
+            let q = &*self.queues.get(i);
             let same = |rec: &[u8]| record::decode(rec).is_ok_and(|r| r.url == url);
             if let Some(r) = q.refetch().iter().find(|r| same(&r.2)) {
                 return Ok(UrlStatus::Refetch { at_ms: r.0 });
@@ -3391,16 +3433,17 @@ impl Core {
         let Some(&id) = self.crawls.get(crawl) else {
             return Ok(());
         };
-        let mut qs: Vec<u32> = match key {
-            Some(key) => self.place(queue_id(id, key)).into_iter().collect(),
-            None => (0..self.queues.len() as u32)
-                .filter(|&i| self.queues[i as usize].crawl == id)
+        let mut qs: Vec<(u32, index::KeyAt)> = match key {
+            Some(key) => (self.place(queue_id(id, key)).into_iter())
+                .map(|i| (i, self.queues.get(i).key))
+                .collect(),
+            None => (self.queues.iter().enumerate())
+                .filter(|(_, q)| q.crawl == id)
+                .map(|(i, q)| (i as u32, q.key))
                 .collect(),
         };
-        qs.sort_unstable_by(|a, b| {
-            let key = |i: &u32| self.key(&self.queues[*i as usize]);
-            key(a).cmp(key(b))
-        });
+        qs.sort_unstable_by(|a, b| self.keys.get(a.1).cmp(self.keys.get(b.1)));
+        let qs: Vec<u32> = qs.into_iter().map(|(i, _)| i).collect();
         let mut leased: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
         for l in self.leases.iter() {
             leased.entry(l.queue).or_default().push((l.seq, l.deadline));
@@ -3422,7 +3465,7 @@ impl Core {
                     }
                 }
             }
-            let q = &self.queues[i as usize];
+            let q = &*self.queues.get(i);
             for (_, rec) in q.returned() {
                 if !f(listed(rec, g)?, UrlStatus::Waiting) {
                     return Ok(());
@@ -3460,7 +3503,7 @@ impl Core {
     /// The seqs of `urls` among queue `i`'s records waiting in the Q runs (not handed out,
     /// not skipped), in one walk of its groups.
     fn find_in_runs(&self, i: u32, urls: &[&[u8]]) -> Result<Vec<Option<u64>>> {
-        let q = &self.queues[i as usize];
+        let q = &*self.queues.get(i);
         let mut found = vec![None; urls.len()];
         let mut left = urls.len();
         let wanted: HashMap<&[u8], usize> = urls.iter().enumerate().map(|(k, u)| (*u, k)).collect();
@@ -3597,7 +3640,7 @@ impl Core {
             let Some(i) = self.place(qid) else {
                 continue;
             };
-            let q = &self.queues[i as usize];
+            let q = &*self.queues.get(i);
             let same = |rec: &[u8]| record::decode(rec).is_ok_and(|r| r.url == it.url);
             if let Some(r) = q.returned().iter().find(|r| same(&r.1)) {
                 at[k] = Some((r.0, false));
@@ -3693,11 +3736,11 @@ impl Core {
         let returned = self
             .queues
             .iter()
-            .flat_map(|q| q.returned().iter().map(|r| r.0));
+            .flat_map(|q| q.returned().iter().map(|r| r.0).collect::<Vec<_>>());
         let refetch = self
             .queues
             .iter()
-            .flat_map(|q| q.refetch().iter().map(|r| r.1));
+            .flat_map(|q| q.refetch().iter().map(|r| r.1).collect::<Vec<_>>());
         for seq in self
             .leases
             .iter()
@@ -3718,7 +3761,7 @@ impl Core {
                 let Some(i) = self.place(g.queue) else {
                     continue;
                 };
-                let q = &self.queues[i as usize];
+                let q = &*self.queues.get(i);
                 run.walk_group_cached(&g, &mut cache, |seq, _, offset| {
                     if seq >= q.next_seq && q.skips().binary_search(&seq).is_err() {
                         seqs.push((seq, offset));
@@ -3767,7 +3810,7 @@ impl Core {
             .fold(0, u64::saturating_add);
         Ok(FrontierStats {
             queues: (self.queues.iter().zip(&self.ids))
-                .filter(|&(q, &id)| self.listed(id, q))
+                .filter(|(q, &id)| self.listed(id, q))
                 .count() as u64,
             queues_waiting: self.queues.iter().filter(|q| q.has_waiting()).count() as u64,
             waiting,
@@ -3834,6 +3877,13 @@ fn insert_refetch(q: &mut Queue, when: u64, seq: u64, record: Box<[u8]>) {
     let refetch = &mut q.lists_mut().refetch;
     let k = refetch.partition_point(|(w, s, _)| (*w, *s) < (when, seq));
     refetch.insert(k, (when, seq, record));
+}
+
+/// Whether queue `q` may get more leases under policy `p` (politeness aside): room under its
+/// `per_queue`, and under its limit.
+fn room(p: Policy, q: &Queue) -> bool {
+    q.leased < p.per_queue
+        && (p.limit == 0 || q.completed.saturating_add(u64::from(q.leased)) < p.limit)
 }
 
 /// The error of a seq that two records out of the Q runs (leased, returned, to fetch again)
