@@ -6,9 +6,10 @@
 //! they are many.
 //!
 //! A queue's state at 10^6 queues took 88 bytes unpacked; packed it takes about 10 to 20
-//! (`docs/design.md`, "Memory"). The hot queues are at most [`HOT`] or twice those that
-//! cannot be packed (leased, or holding records out of the runs), whichever is more: a
-//! fixed buffer, and a share of what the leases and those records already cost.
+//! (`docs/design.md`, "Memory"). The hot queues are packed again once they reach [`HOT`] or
+//! twice those that could not be packed at the last packing (leased, or holding records
+//! out of the runs), whichever is more: a fixed buffer, and a share of what the leases and
+//! those records already cost.
 //!
 //! Each queue's coding stands alone (its length first, its fields against the block's
 //! base): reading one passes over the lengths of those before it in its block, and packing
@@ -778,8 +779,9 @@ mod tests {
 
     #[test]
     fn a_queue_of_urls_waiting_takes_a_few_bytes() {
-        // As a move leaves them: keys one after the other, seqs and frame offsets growing,
-        // a few URLs each in one run, due at once.
+        // Seated already when first coded (the blocks' bases taken from them): keys one
+        // after the other, seqs and frame offsets growing, a few URLs each in one run, due
+        // at once.
         let mut t = Table::default();
         let (mut key, mut seq, mut offset) = (0u64, 0u64, 0u64);
         let n = 100_000u64;
