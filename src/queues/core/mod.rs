@@ -731,7 +731,9 @@ impl Core {
             // The planted bug writes and acknowledges without waiting for J.
             return self.journal(entries);
         }
-        self.sync()?;
+        if !crate::planted::active(crate::planted::Bug::CommitBeforePushes) {
+            self.sync()?;
+        }
         self.next_epoch_if_durable();
         let before = self.writer().end();
         let mut buf = Vec::new();
