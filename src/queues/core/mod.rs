@@ -2239,6 +2239,9 @@ impl Core {
                 }
             }
         };
+        // The queues popped stay decoded until their leases are applied (a call that fails
+        // on the way poisons the frontier: nothing packs them again, nor needs to).
+        self.queues.hold();
         while served.len() < max_queues && planned < req.max_urls {
             let i = if req.key.is_some() {
                 let Some(i) = one.take() else {
@@ -2330,7 +2333,10 @@ impl Core {
                     record: &p.record,
                 })
                 .collect();
-            self.journal_deferred(&entries)?;
+            if let Err(e) = self.journal_deferred(&entries) {
+                self.queues.release();
+                return Err(e);
+            }
         }
         // Written (durable before the caller answers, see `commit_deferred`): applied as a
         // replay would apply the entries, the records moved into the
@@ -2343,6 +2349,7 @@ impl Core {
                 return Err(e);
             }
         }
+        self.queues.release();
         if !out.is_empty() {
             self.checkpoint_if_due()?;
         }
@@ -2454,6 +2461,9 @@ impl Core {
         }
         let mut next = q.next_seq;
         let mut left_waiting = q.waiting;
+        // Read once: the loop below changes neither (a queue with skips is hot, and its
+        // skips are found in place).
+        let (crawl, skips) = (q.crawl, !q.skips().is_empty());
         while n < k && left_waiting > 0 {
             let Some((slot, offset, start, left)) = self.position(i, next)? else {
                 break;
@@ -2470,7 +2480,7 @@ impl Core {
             let mut passed = 0u32;
             for r in f.records_from(u32::from(start)).take(held as usize) {
                 let (seq, rec) = split(run.file(), offset, r)?;
-                if seq < next || self.queues.get(i).skips().binary_search(&seq).is_ok() {
+                if seq < next || (skips && self.queues.get(i).skips().binary_search(&seq).is_ok()) {
                     passed += 1;
                     continue;
                 }
@@ -2479,8 +2489,7 @@ impl Core {
                     // run holds more.)
                     break;
                 }
-                let q = &*self.queues.get(i);
-                check_record(run.file(), offset, rec, self.ids[i as usize], q.crawl)?;
+                check_record(run.file(), offset, rec, self.ids[i as usize], crawl)?;
                 self.numbered(run, offset, seq)?;
                 if self.leases.contains(seq) || !taken.insert(seq) {
                     return Err(run.file().corrupt(

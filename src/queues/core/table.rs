@@ -27,6 +27,10 @@ use super::{At, CounterHash, Queue};
 /// Queues per block.
 pub(super) const BLOCK: usize = 64;
 
+/// Every `MARK`-th queue of a block has its coding's offset kept (its block's `marks`), so
+/// that a read passes over fewer than `MARK` lengths.
+const MARK: usize = 16;
+
 /// The hot queues kept before the packable ones are packed again.
 pub(crate) const HOT: usize = 1 << 14;
 
@@ -36,7 +40,20 @@ pub(crate) const HOT: usize = 1 << 14;
 struct Block {
     bytes: Vec<u8>,
     base: Base,
+    /// Where the codings of queues `MARK`, `2 * MARK` and `3 * MARK` start, those of them
+    /// it holds (a block's codings take at most 64 × 100 bytes). They fill the struct's
+    /// padding: no byte more a block.
+    marks: [u16; BLOCK / MARK - 1],
     n: u8,
+}
+
+impl Block {
+    /// Notes that the coding of its `k`-th queue starts at `at`, if that queue is marked.
+    fn mark(marks: &mut [u16; BLOCK / MARK - 1], k: usize, at: usize) {
+        if k % MARK == 0 && k > 0 {
+            marks[k / MARK - 1] = at as u16;
+        }
+    }
 }
 
 /// Where the last read was: block `block`'s `k`-th queue, coded from byte `at`. Reads of
@@ -59,6 +76,8 @@ pub(super) struct Table {
     /// The smallest threshold.
     limit: usize,
     len: u32,
+    /// Set by [`Table::hold`]: nothing is packed until [`Table::release`].
+    held: bool,
     cursor: Cell<Option<Cursor>>,
     /// A block's coding being made again (kept for its room).
     scratch: Vec<u8>,
@@ -145,6 +164,7 @@ impl Table {
             threshold: limit,
             limit,
             len: 0,
+            held: false,
             cursor: Cell::new(None),
             scratch: Vec::new(),
         }
@@ -186,6 +206,7 @@ impl Table {
             if k == 0 {
                 block.base = Base::of(&q);
             }
+            Block::mark(&mut block.marks, k, block.bytes.len());
             block.base.encode(&q, &mut block.bytes);
             block.n += 1;
         } else {
@@ -228,6 +249,14 @@ impl Table {
                 at: 0,
             },
         };
+        let m = k / MARK * MARK;
+        if m > c.k {
+            c = Cursor {
+                block: b,
+                k: m,
+                at: usize::from(block.marks[m / MARK - 1]),
+            };
+        }
         while c.k < k {
             c.at += 1 + usize::from(block.bytes[c.at]);
             c.k += 1;
@@ -252,8 +281,16 @@ impl Table {
             if q.packed() != before {
                 let mut c = Coding::default();
                 block.base.code(&q, &mut c);
-                // The queue's coding starts where it did: the cursor stays true.
+                // The queue's coding starts where it did: the cursor stays true, and the
+                // marks after it move by the change of its length.
                 block.bytes.splice(start..end, c.bytes().iter().copied());
+                let k = i as usize % BLOCK;
+                let n = usize::from(block.n);
+                for (j, mark) in block.marks.iter_mut().enumerate() {
+                    if (j + 1) * MARK > k && (j + 1) * MARK < n {
+                        *mark = (usize::from(*mark) + c.bytes().len() - (end - start)) as u16;
+                    }
+                }
             }
         } else {
             // Hot from now on (its block holds its packed part until its packing).
@@ -296,6 +333,9 @@ impl Table {
             out.clear();
             for i in first..end {
                 let k = (i - first) as usize;
+                if k < n {
+                    Block::mark(&mut block.marks, k, out.len());
+                }
                 if let Some(q) = self.hot.get_mut(&i) {
                     f(i, q);
                     if k < n {
@@ -323,9 +363,22 @@ impl Table {
         self.make_room();
     }
 
+    /// Packs nothing until [`Table::release`]: the queues a hand-out works on are read and
+    /// changed at each of its steps, and stay decoded between them (the hot queues grow by
+    /// at most those it takes from the heap).
+    pub(super) fn hold(&mut self) {
+        self.held = true;
+    }
+
+    /// Ends [`Table::hold`], and packs if the hot queues are many.
+    pub(super) fn release(&mut self) {
+        self.held = false;
+        self.make_room();
+    }
+
     /// Packs the hot queues that can be, once they are more than the threshold.
     fn make_room(&mut self) {
-        if self.hot.len() < self.threshold {
+        if self.held || self.hot.len() < self.threshold {
             return;
         }
         self.pack();
@@ -362,6 +415,8 @@ impl Table {
             let mut t = 0;
             out.clear();
             for j in 0..count {
+                // Queue j's coding starts past the bytes still to copy.
+                Block::mark(&mut block.marks, j, out.len() + at - copied);
                 let i = first + j as u32;
                 let len = if j < n {
                     1 + usize::from(block.bytes[at])
@@ -535,6 +590,12 @@ impl Coding {
 
 /// The varint at `*at` of a block (which this table coded: never damaged), passed over.
 fn take(bytes: &[u8], at: &mut usize) -> u64 {
+    let b = bytes[*at];
+    if b < 0x80 {
+        // Most fields are small.
+        *at += 1;
+        return u64::from(b);
+    }
     crate::record::varint_at(bytes, at).expect("a packed queue's varint")
 }
 
@@ -752,6 +813,19 @@ mod tests {
         for (i, q) in model.iter().enumerate() {
             assert_eq!(fields(&t.get(i as u32)), fields(q), "queue {i}");
         }
+        // Backwards: each read from the block's start or from a mark, not from the last.
+        for (i, q) in model.iter().enumerate().rev() {
+            assert_eq!(fields(&t.get(i as u32)), fields(q), "queue {i}");
+        }
+        for block in &t.blocks {
+            let mut at = 0;
+            for k in 0..usize::from(block.n) {
+                if k % MARK == 0 && k > 0 {
+                    assert_eq!(usize::from(block.marks[k / MARK - 1]), at, "mark of {k}");
+                }
+                at += 1 + usize::from(block.bytes[at]);
+            }
+        }
         let all: Vec<Fields> = t.iter().map(|q| fields(&q)).collect();
         let expected: Vec<Fields> = model.iter().map(fields).collect();
         assert_eq!(all, expected);
@@ -773,8 +847,9 @@ mod tests {
         check(&t, &model);
         t.pack();
         check(&t, &model);
-        // Packed, a state takes a few bytes.
+        // Packed, a state takes a few bytes; a block's marks take none.
         assert!(t.hot() < 100, "{}", t.hot());
+        assert_eq!(std::mem::size_of::<Block>(), 64);
     }
 
     #[test]
