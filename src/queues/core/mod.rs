@@ -1467,11 +1467,14 @@ impl Core {
     }
 
     /// Takes queue `i`'s entry out of the heap (any entry left there is stale).
+    /// Changed in place: a queue popped and passed over is not taken into the hot map.
     fn unschedule(&mut self, i: u32) {
-        let q = self.queues.get_mut(i);
-        if q.heap_at != u64::MAX {
-            q.heap_at = u64::MAX;
-            if let Some(n) = self.scheduled.get_mut(&q.crawl) {
+        let was = self.queues.update(i, |q| {
+            let crawl = q.crawl;
+            (std::mem::replace(&mut q.heap_at, u64::MAX) != u64::MAX).then_some(crawl)
+        });
+        if let Some(crawl) = was {
+            if let Some(n) = self.scheduled.get_mut(&crawl) {
                 *n -= 1;
             }
         }
@@ -2239,8 +2242,9 @@ impl Core {
                 }
             }
         };
-        // The queues popped stay decoded until their leases are applied (a call that fails
-        // on the way poisons the frontier: nothing packs them again, nor needs to).
+        // The queues chosen stay decoded until their leases are applied (a call that fails on
+        // the way poisons the frontier: nothing packs them again, nor needs to); those popped
+        // and passed over are changed in place.
         self.queues.hold();
         while served.len() < max_queues && planned < req.max_urls {
             let i = if req.key.is_some() {
@@ -2305,6 +2309,9 @@ impl Core {
                 continue;
             }
             chosen.push((i, k));
+            // Decoded once for the steps below (and not packed before its leases are
+            // applied: at most the call's queues more in the hot map).
+            self.queues.get_mut(i);
             planned += k as usize;
             // Counted as served when chosen: it gives `k` records unless its runs are damaged
             // (they hold fewer than its count says), and then fewer.
@@ -4093,6 +4100,41 @@ mod tests {
         for l in &again {
             assert!(leased.iter().all(|m| m.url != l.url));
         }
+    }
+
+    /// A hand-out of one crawl pops the other crawls' due queues and passes over them: they
+    /// are changed in place, and only the queues it serves are decoded into the hot map.
+    #[test]
+    fn the_queues_a_hand_out_passes_over_stay_packed() {
+        let clock = std::sync::Arc::new(ManualClock::new(1_000));
+        let opts = crate::Options::new()
+            .seed(1)
+            .background_flush(false)
+            .frontier_low(0)
+            .hot_queues(64);
+        let disk = std::sync::Arc::new(crate::storage::SimDisk::new());
+        let f = Frontier::open_with(disk, opts, clock).unwrap();
+        push_urls(&f, 0..5_000, 5_000);
+        let urls: Vec<String> = (0..10).map(|i| format!("http://a{i}.test/")).collect();
+        let items: Vec<Discovered<'_>> =
+            urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+        f.push("a", &items).unwrap();
+        f.flush().unwrap();
+        let req = crate::queues::LeaseRequest {
+            max_queues: 10,
+            crawl: Some("a".into()),
+            ..Default::default()
+        };
+        assert_eq!(f.lease_batch(&req).unwrap().len(), 10);
+        let (hot, room) = f
+            .with(|c| Ok((c.queues.hot(), c.queues.hot_room())))
+            .unwrap();
+        // 64 at most before it, and the 10 it leased; the map's room, which it keeps, was
+        // never that of the 5,000 passed over.
+        assert!(hot <= 74, "{hot} queues decoded of 5,010");
+        assert!(room < 1_000, "room for {room} queues");
+        // The queues passed over are still due.
+        assert_eq!(f.lease(10_000, None, 60_000).unwrap().len(), 5_000);
     }
 
     #[test]

@@ -41,7 +41,7 @@ struct Block {
     bytes: Vec<u8>,
     base: Base,
     /// Where the codings of queues `MARK`, `2 * MARK` and `3 * MARK` start, those of them
-    /// it holds (a block's codings take at most 64 × 100 bytes). They fill the struct's
+    /// it holds (48 codings of at most 127 bytes each lie before the last). They fill the struct's
     /// padding: no byte more a block.
     marks: [u16; BLOCK / MARK - 1],
     n: u8,
@@ -365,7 +365,7 @@ impl Table {
 
     /// Packs nothing until [`Table::release`]: the queues a hand-out works on are read and
     /// changed at each of its steps, and stay decoded between them (the hot queues grow by
-    /// at most those it takes from the heap).
+    /// at most those it serves).
     pub(super) fn hold(&mut self) {
         self.held = true;
     }
@@ -472,6 +472,12 @@ impl Table {
     #[cfg(test)]
     pub(super) fn hot(&self) -> usize {
         self.hot.len()
+    }
+
+    /// The hot queues the map has room for (it keeps the room of its peak).
+    #[cfg(test)]
+    pub(super) fn hot_room(&self) -> usize {
+        self.hot.capacity()
     }
 }
 
@@ -674,7 +680,8 @@ impl Base {
             c.put(u64::from(start));
             c.put(u64::from(left));
         }
-        // At most 99 bytes (ten varints of up to 10 bytes, the flags and the slot).
+        // At most 124 bytes (twelve varints of up to 10 bytes, the length, the flags and the
+        // slot): its length fits in the first byte, and the coding in the buffer.
         c.buf[0] = (c.len - 1) as u8;
     }
 
