@@ -2266,52 +2266,58 @@ impl Core {
                 }
                 i
             };
-            self.unschedule(i);
-            let (id, q) = (self.ids[i as usize], &*self.queues.get(i));
-            if let Some(p) = part.as_mut() {
-                if p.served.contains(&id)
-                    && !crate::planted::active(crate::planted::Bug::PartsServeTwice)
+            // Read before it is taken out of the heap: a queue served is taken into the hot
+            // map, one passed over is changed in place.
+            let (held, k) = {
+                let (id, q) = (self.ids[i as usize], &*self.queues.get(i));
+                let held = part.as_ref().is_some_and(|p| p.served.contains(&id))
+                    && !crate::planted::active(crate::planted::Bug::PartsServeTwice);
+                let k = if held
+                    || !q.has_waiting()
+                    || !self.has_room(id, q)
+                    || only.is_some_and(|c| c != q.crawl)
+                    || self.serve_only.as_ref().is_some_and(|f| !f(self.key(q)))
+                    || self.ready_at(id, q) > now
                 {
-                    // Served by an earlier part: out of the heap until the hand-out ends, so
-                    // that later parts do not pop it again and again.
+                    // Another crawl's queue (or one not served here), or one whose instant
+                    // moved later since it was scheduled: scheduled again below.
+                    0
+                } else {
+                    let policy = self.policy(id);
+                    let mut room = policy.per_queue - q.leased;
+                    if policy.limit > 0 {
+                        let left = policy.limit - q.completed - u64::from(q.leased);
+                        room = room.min(u32::try_from(left).unwrap_or(u32::MAX));
+                    }
+                    let k = per_queue.map_or(room, |k| k.clamp(1, room.max(1)).min(room));
+                    let k = k.min(u32::try_from(req.max_urls - planned).unwrap_or(u32::MAX));
+                    // What it holds to serve now: its returned records, those to fetch again
+                    // whose instant has passed, and those waiting in the runs.
+                    let listed =
+                        q.returned().len() + q.refetch().iter().take_while(|r| r.0 <= now).count();
+                    u64::from(k).min(listed as u64 + q.waiting) as u32
+                };
+                (held, k)
+            };
+            if held {
+                // Served by an earlier part: out of the heap until the hand-out ends, so that
+                // later parts do not pop it again and again.
+                self.unschedule(i);
+                if let Some(p) = part.as_mut() {
                     p.held.push(i);
-                    continue;
                 }
+                continue;
             }
             popped.push(i);
-            if !q.has_waiting()
-                || !self.has_room(id, q)
-                || only.is_some_and(|c| c != q.crawl)
-                || self.serve_only.as_ref().is_some_and(|f| !f(self.key(q)))
-            {
-                // Another crawl's queue (or one not served here) is scheduled again below, as
-                // it was.
-                continue;
-            }
-            if self.ready_at(id, q) > now {
-                // Its instant moved later since it was scheduled: rescheduled below.
-                continue;
-            }
-            let q = &*self.queues.get(i);
-            let policy = self.policy(id);
-            let mut room = policy.per_queue - q.leased;
-            if policy.limit > 0 {
-                let left = policy.limit - q.completed - u64::from(q.leased);
-                room = room.min(u32::try_from(left).unwrap_or(u32::MAX));
-            }
-            let k = per_queue.map_or(room, |k| k.clamp(1, room.max(1)).min(room));
-            let k = k.min(u32::try_from(req.max_urls - planned).unwrap_or(u32::MAX));
-            // What it holds to serve now: its returned records, those to fetch again whose
-            // instant has passed, and those waiting in the runs.
-            let listed = q.returned().len() + q.refetch().iter().take_while(|r| r.0 <= now).count();
-            let k = u64::from(k).min(listed as u64 + q.waiting) as u32;
             if k == 0 {
+                self.unschedule(i);
                 continue;
             }
-            chosen.push((i, k));
-            // Decoded once for the steps below (and not packed before its leases are
-            // applied: at most the call's queues more in the hot map).
+            // Decoded once for the steps below (and not packed before its leases are applied:
+            // at most the call's queues more in the hot map), then taken out of the heap.
             self.queues.get_mut(i);
+            self.unschedule(i);
+            chosen.push((i, k));
             planned += k as usize;
             // Counted as served when chosen: it gives `k` records unless its runs are damaged
             // (they hold fewer than its count says), and then fewer.
