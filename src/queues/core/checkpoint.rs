@@ -415,6 +415,7 @@ impl Core {
         let more = k.queues.len().saturating_sub(self.queues.len());
         self.queues.reserve(more);
         self.ids.reserve_exact(more);
+        self.keys.reserve(k.queues.key_bytes);
         // The checkpoint's ids are unique (the decoding checked them), and the load comes
         // first at an open, into a frontier with no queue yet: each is made with no look-up,
         // and the index is filled once all are made.
@@ -422,9 +423,29 @@ impl Core {
             self.queues.is_empty(),
             "a checkpoint loads into a new frontier"
         );
+        // The leases' queues, found first: every other queue is scheduled as it is made
+        // (its state coded once), these once their leases are in.
+        let mut leased = Vec::with_capacity(k.leases.len());
+        for l in &k.leases {
+            let located = self
+                .locate(l.record)
+                .map_err(|what| Error::corrupt(names::CHECKPOINT, 0, what))?;
+            leased.push(located);
+        }
+        let mut leased_ids: Vec<u64> = leased.iter().map(|&(qid, _, _)| qid).collect();
+        leased_ids.sort_unstable();
+        leased_ids.dedup();
         let first = self.queues.len() as u32;
         for q in k.queues.iter() {
             let q = q?;
+            let terms = match leased_ids.binary_search(&q.id) {
+                Ok(_) => None,
+                Err(_) => Some((
+                    self.policy(q.id),
+                    self.blocks.get(&q.id).copied().unwrap_or(0),
+                )),
+            };
+            let mut entry = None;
             let i = self.new_queue_filled(q.id, q.crawl, q.key, |s| {
                 s.next_seq = q.next_seq;
                 s.waiting = q.waiting;
@@ -445,16 +466,17 @@ impl Core {
                         skips: l.skips,
                     })
                 });
+                if let Some((policy, blocked)) = terms {
+                    entry = s.schedule(policy, blocked);
+                }
             });
+            self.push_entry(i, entry);
             self.set_burst(i, q.burst);
         }
         let ids = &self.ids;
         self.index
             .insert_places(first, ids.len() as u32, |j| ids[j as usize]);
-        for l in k.leases {
-            let (qid, crawl, sig) = self
-                .locate(l.record)
-                .map_err(|what| Error::corrupt(names::CHECKPOINT, 0, what))?;
+        for (l, (qid, crawl, sig)) in k.leases.into_iter().zip(leased) {
             let queue = self.place(qid).expect("checked by the decoding");
             self.insert_lease(
                 l.seq,
@@ -471,12 +493,13 @@ impl Core {
             let runs = self.runs.clone();
             for (slot, run) in runs.iter().enumerate() {
                 self.for_each_group(run, |core, i, _| {
-                    core.queues.get_mut(i).runs |= 1 << slot;
+                    core.queues.update(i, |q| q.runs |= 1 << slot);
                 })?;
             }
         }
-        for i in 0..self.queues.len() {
-            self.schedule(i as u32);
+        for qid in leased_ids {
+            let i = self.place(qid).expect("checked by the decoding");
+            self.schedule(i);
         }
         Ok(())
     }
@@ -968,6 +991,7 @@ impl<'a> Image<'a> {
             bytes: &body[c.offset() as usize..],
             at: c.offset(),
             count: n,
+            key_bytes: 0,
             layout,
         };
         // Each queue is checked here and read again by a load, one at a time: at 10^6 queues
@@ -978,6 +1002,7 @@ impl<'a> Image<'a> {
         for _ in 0..n {
             let q = read_queue(&mut c, layout, Some(&mut out))?;
             ids.push(q.id);
+            k.queues.key_bytes += q.key.len();
             queued = queued
                 .and_then(|t| t.checked_add(q.waiting))
                 .and_then(|t| t.checked_add((q.returned().len() + q.refetch().len()) as u64))
@@ -1104,6 +1129,8 @@ pub(in crate::queues) struct Queues<'a> {
     /// Their offset in the file.
     at: u64,
     count: usize,
+    /// The bytes of their keys.
+    key_bytes: usize,
     layout: QueueLayout,
 }
 
@@ -1113,6 +1140,7 @@ impl<'a> Queues<'a> {
             bytes: &[],
             at: 0,
             count: 0,
+            key_bytes: 0,
             layout: QueueLayout {
                 version: CHECKPOINT_VERSION,
                 next_seq: 0,

@@ -36,6 +36,11 @@ pub(super) struct Keys {
 }
 
 impl Keys {
+    /// Makes room for `more` bytes of keys (shorter than [`LONG`]) at once.
+    pub(super) fn reserve(&mut self, more: usize) {
+        self.bytes.reserve_exact(more);
+    }
+
     /// Appends `key`; returns where it is.
     pub(super) fn add(&mut self, key: &[u8]) -> KeyAt {
         let at = self.bytes.len() as u64;

@@ -317,6 +317,21 @@ impl Queue {
             self.refetch().first().map_or(u64::MAX, |r| r.0)
         }
     }
+
+    /// [`Core::schedule`]'s change of the state, under `policy` and blocked until
+    /// `blocked`: its heap entry, if it needs one earlier than it has, as (instant, its
+    /// crawl if it had none).
+    fn schedule(&mut self, policy: Policy, blocked: u64) -> Option<(u64, Option<u32>)> {
+        if !self.has_waiting() || !room(policy, self) {
+            return None;
+        }
+        let at = self.due.max(blocked).max(self.available());
+        (at < self.heap_at).then(|| {
+            let new = self.heap_at == u64::MAX;
+            self.heap_at = at;
+            (at, new.then_some(self.crawl))
+        })
+    }
 }
 
 /// What a hand-out in parts keeps from one part to the next ([`Core::lease`]).
@@ -1062,7 +1077,7 @@ impl Core {
                     let runs = self.runs.clone();
                     for (i, run) in runs.iter().enumerate() {
                         self.for_each_group(run, |core, q, _| {
-                            core.queues.get_mut(q).runs |= 1 << i;
+                            core.queues.update(q, |q| q.runs |= 1 << i);
                         })?;
                     }
                 }
@@ -1084,7 +1099,7 @@ impl Core {
                     let walk = self.begin_walk(waiting.len() as u64);
                     for &(id, n) in waiting {
                         if let Some(q) = self.place_walking(id, walk) {
-                            self.queues.get_mut(q).waiting = n;
+                            self.queues.update(q, |q| q.waiting = n);
                         }
                     }
                 }
@@ -1118,10 +1133,12 @@ impl Core {
         #[cfg(test)]
         self.check_seats(seats);
         for s in seats {
-            let q = self.queues.get_mut(s.place);
-            if q.at.is_none() && q.runs & 1 != 0 && q.crawl == s.crawl && s.records > 0 {
-                q.at = Some(At::new((0, s.offset, s.start, s.records)));
-            }
+            // In place: a queue packed stays packed.
+            self.queues.update(s.place, |q| {
+                if q.at.is_none() && q.runs & 1 != 0 && q.crawl == s.crawl && s.records > 0 {
+                    q.at = Some(At::new((0, s.offset, s.start, s.records)));
+                }
+            });
         }
     }
 
@@ -1314,10 +1331,17 @@ impl Core {
     /// states are packed by place (`src/queues/core/table.rs`), so that each block of them
     /// is read and packed again once for all its queues rather than once for each.
     fn seat_groups(&mut self, slot: usize, seats: &mut Vec<(u32, super::qrun::Group)>) {
-        seats.sort_unstable_by_key(|s| s.0);
-        for (i, g) in seats.drain(..) {
+        const _: () = assert!(SEATS <= 1 << 16, "a seat's index takes 16 bits");
+        // Sorted as (place, index) keys of 8 bytes rather than as seats of 40.
+        let mut order: Vec<u64> = (seats.iter().enumerate())
+            .map(|(k, &(i, _))| (u64::from(i) << 16) | k as u64)
+            .collect();
+        order.sort_unstable();
+        for key in order {
+            let (i, g) = seats[(key & 0xffff) as usize];
             self.seat_group(slot, i, &g);
         }
+        seats.clear();
     }
 
     /// Adds group `g` of the run of slot `slot` to queue `i`, and schedules the queue.
@@ -1326,15 +1350,17 @@ impl Core {
         if !self.released.is_empty() {
             self.released.remove(&g.queue);
         }
-        self.queues.update(i, |q| {
+        let (policy, blocked) = self.schedule_terms(i);
+        let entry = self.queues.update(i, |q| {
             q.waiting += u64::from(g.records);
             if q.runs == 0 && q.at.is_none() && g.records > 0 {
                 // Its first records in the runs: its hand-out starts here, with no lookup.
                 q.at = Some(At::new((slot, g.offset, g.start, g.records)));
             }
             q.runs |= 1 << slot;
+            q.schedule(policy, blocked)
         });
-        self.schedule(i);
+        self.push_entry(i, entry);
     }
 
     /// The index of the queue of group `g` of `run`, created if new (its key is in its
@@ -1444,20 +1470,19 @@ impl Core {
     /// Puts queue `i` in the scheduler's heap if it may be served (now or later), or moves
     /// its entry earlier (an entry too early is put back when it comes out).
     fn schedule(&mut self, i: u32) {
+        let (policy, blocked) = self.schedule_terms(i);
+        let entry = self.queues.update(i, |q| q.schedule(policy, blocked));
+        self.push_entry(i, entry);
+    }
+
+    /// What scheduling queue `i` reads besides its state: its policy and its block.
+    fn schedule_terms(&self, i: u32) -> (Policy, u64) {
         let id = self.ids[i as usize];
-        let policy = self.policy(id);
-        let blocked = self.blocks.get(&id).copied().unwrap_or(0);
-        let entry = self.queues.update(i, |q| {
-            if !q.has_waiting() || !room(policy, q) {
-                return None;
-            }
-            let at = q.due.max(blocked).max(q.available());
-            (at < q.heap_at).then(|| {
-                let new = q.heap_at == u64::MAX;
-                q.heap_at = at;
-                (at, new.then_some(q.crawl))
-            })
-        });
+        (self.policy(id), self.blocks.get(&id).copied().unwrap_or(0))
+    }
+
+    /// Puts the entry [`Queue::schedule`] gave queue `i` in the heap, if any.
+    fn push_entry(&mut self, i: u32, entry: Option<(u64, Option<u32>)>) {
         if let Some((at, new)) = entry {
             if let Some(crawl) = new {
                 *self.scheduled.entry(crawl).or_default() += 1;
@@ -1473,6 +1498,17 @@ impl Core {
             let crawl = q.crawl;
             (std::mem::replace(&mut q.heap_at, u64::MAX) != u64::MAX).then_some(crawl)
         });
+        self.unscheduled(was);
+    }
+
+    /// [`Core::unschedule`] of a state read out of the table, to be put back.
+    fn unschedule_state(&mut self, q: &mut Queue) {
+        let was = (std::mem::replace(&mut q.heap_at, u64::MAX) != u64::MAX).then_some(q.crawl);
+        self.unscheduled(was);
+    }
+
+    /// Counts a queue of crawl `was` (if any) out of the heap.
+    fn unscheduled(&mut self, was: Option<u32>) {
         if let Some(crawl) = was {
             if let Some(n) = self.scheduled.get_mut(&crawl) {
                 *n -= 1;
@@ -2247,11 +2283,11 @@ impl Core {
         // and passed over are changed in place.
         self.queues.hold();
         while served.len() < max_queues && planned < req.max_urls {
-            let i = if req.key.is_some() {
+            let (i, popped_at) = if req.key.is_some() {
                 let Some(i) = one.take() else {
                     break;
                 };
-                i
+                (i, None)
             } else {
                 let Some((due, i)) = self.heap.peek() else {
                     break;
@@ -2260,16 +2296,17 @@ impl Core {
                     break;
                 }
                 self.heap.pop();
-                if self.queues.get(i).heap_at != due {
+                (i, Some(due))
+            };
+            // Read once, before it is taken out of the heap: a queue served is taken into
+            // the hot map as read, one passed over is coded again in place.
+            let (held, k, cold) = {
+                let (id, state) = (self.ids[i as usize], self.queues.get(i));
+                let q = &*state;
+                if popped_at.is_some_and(|due| q.heap_at != due) {
                     // A stale entry: the queue's entry is another one.
                     continue;
                 }
-                i
-            };
-            // Read before it is taken out of the heap: a queue served is taken into the hot
-            // map, one passed over is changed in place.
-            let (held, k) = {
-                let (id, q) = (self.ids[i as usize], &*self.queues.get(i));
                 let held = part.as_ref().is_some_and(|p| p.served.contains(&id))
                     && !crate::planted::active(crate::planted::Bug::PartsServeTwice);
                 let k = if held
@@ -2297,12 +2334,28 @@ impl Core {
                         q.returned().len() + q.refetch().iter().take_while(|r| r.0 <= now).count();
                     u64::from(k).min(listed as u64 + q.waiting) as u32
                 };
-                (held, k)
+                let cold = match state {
+                    table::Ref::Hot(_) => None,
+                    table::Ref::Cold(q) => Some(q),
+                };
+                (held, k, cold)
             };
+            // Out of the heap: served by an earlier part (until the hand-out ends, so that
+            // later parts do not pop it again and again), passed over, or served now.
+            let served_now = !held && k > 0;
+            match cold {
+                Some(mut q) => {
+                    self.unschedule_state(&mut q);
+                    match served_now {
+                        // Decoded once for the steps below (and not packed before its
+                        // leases are applied: at most the call's queues more in the hot map).
+                        true => self.queues.heat(i, q),
+                        false => self.queues.put(i, q),
+                    }
+                }
+                None => self.unschedule(i),
+            }
             if held {
-                // Served by an earlier part: out of the heap until the hand-out ends, so that
-                // later parts do not pop it again and again.
-                self.unschedule(i);
                 if let Some(p) = part.as_mut() {
                     p.held.push(i);
                 }
@@ -2310,13 +2363,8 @@ impl Core {
             }
             popped.push(i);
             if k == 0 {
-                self.unschedule(i);
                 continue;
             }
-            // Decoded once for the steps below (and not packed before its leases are applied:
-            // at most the call's queues more in the hot map), then taken out of the heap.
-            self.queues.get_mut(i);
-            self.unschedule(i);
             chosen.push((i, k));
             planned += k as usize;
             // Counted as served when chosen: it gives `k` records unless its runs are damaged

@@ -279,18 +279,7 @@ impl Table {
         let r = f(&mut q);
         if q.packable() {
             if q.packed() != before {
-                let mut c = Coding::default();
-                block.base.code(&q, &mut c);
-                // The queue's coding starts where it did: the cursor stays true, and the
-                // marks after it move by the change of its length.
-                block.bytes.splice(start..end, c.bytes().iter().copied());
-                let k = i as usize % BLOCK;
-                let n = usize::from(block.n);
-                for (j, mark) in block.marks.iter_mut().enumerate() {
-                    if (j + 1) * MARK > k && (j + 1) * MARK < n {
-                        *mark = (usize::from(*mark) + c.bytes().len() - (end - start)) as u16;
-                    }
-                }
+                Self::recode(block, i, start..end, &q);
             }
         } else {
             // Hot from now on (its block holds its packed part until its packing).
@@ -298,6 +287,59 @@ impl Table {
             self.hot.insert(i, q);
         }
         r
+    }
+
+    /// Codes queue `i`'s state `q` again in its block, in place of its coding `was`.
+    fn recode(block: &mut Block, i: u32, was: std::ops::Range<usize>, q: &Queue) {
+        let mut c = Coding::default();
+        block.base.code(q, &mut c);
+        if c.bytes() == &block.bytes[was.clone()] {
+            return;
+        }
+        // The queue's coding starts where it did: the cursor stays true, and the marks
+        // after it move by the change of its length.
+        let change = c.bytes().len().wrapping_sub(was.len());
+        let (new, end) = (c.bytes(), block.bytes.len());
+        if new.len() > was.len() {
+            block.bytes.resize(end + new.len() - was.len(), 0);
+        }
+        // The codings after it move by the change of its length.
+        block.bytes.copy_within(was.end..end, was.start + new.len());
+        block.bytes[was.start..was.start + new.len()].copy_from_slice(new);
+        block.bytes.truncate(end.wrapping_add(change));
+        let k = i as usize % BLOCK;
+        let n = usize::from(block.n);
+        for (j, mark) in block.marks.iter_mut().enumerate() {
+            if (j + 1) * MARK > k && (j + 1) * MARK < n {
+                *mark = usize::from(*mark).wrapping_add(change) as u16;
+            }
+        }
+    }
+
+    /// Sets queue `i`'s state to `q`, a changed copy of the state [`Table::get`] read
+    /// (packed there, or not hot): in its block if `q` is packable, else hot.
+    pub(super) fn put(&mut self, i: u32, q: Queue) {
+        if let Some(hot) = self.hot.get_mut(&i) {
+            *hot = q;
+            return;
+        }
+        if !q.packable() {
+            self.make_room();
+            self.hot.insert(i, q);
+            return;
+        }
+        let (b, start) = self.find(i);
+        let block = &mut self.blocks[b];
+        let end = start + 1 + usize::from(block.bytes[start]);
+        Self::recode(block, i, start..end, &q);
+    }
+
+    /// Takes queue `i`'s state `q`, as [`Table::get`] read it from its block and changed
+    /// since, into the hot queues: [`Table::get_mut`] without decoding it again.
+    pub(super) fn heat(&mut self, i: u32, q: Queue) {
+        debug_assert!(!self.hot.contains_key(&i), "queue {i} is hot already");
+        self.make_room();
+        self.hot.insert(i, q);
     }
 
     /// Queue `i`'s state, to change.
@@ -900,7 +942,7 @@ mod tests {
         #[test]
         fn it_holds_what_a_vector_holds(
             limit in 1usize..40,
-            ops in proptest::collection::vec((0u8..6, proptest::num::u64::ANY, 0u32..400), 0..600),
+            ops in proptest::collection::vec((0u8..7, proptest::num::u64::ANY, 0u32..400), 0..600),
         ) {
             let mut t = Table::with_limit(limit);
             let mut model: Vec<Queue> = Vec::new();
@@ -966,6 +1008,29 @@ mod tests {
                         });
                         proptest::prop_assert_eq!(got, m.next_seq);
                         (m.waiting, m.key, m.leased, m.at) = (new.waiting, new.key, new.leased, new.at);
+                    }
+                    6 if !model.is_empty() => {
+                        // Read, changed, and put back (or, if not hot, taken into the hot
+                        // queues as read), as a hand-out does with a queue it pops.
+                        let i = i % model.len() as u32;
+                        let m = &mut model[i as usize];
+                        let new = state(v, v % 5 == 0);
+                        let (mut q, was_hot) = match t.get(i) {
+                            Ref::Hot(q) => (q.packed_copy(), true),
+                            Ref::Cold(q) => (q, false),
+                        };
+                        if was_hot {
+                            // A hot state's lists and leases are its own: put keeps them.
+                            q.leased = m.leased;
+                            q.lists = m.lists.as_ref().map(|_| Box::default());
+                        }
+                        q.heap_at = new.heap_at;
+                        q.waiting = new.waiting;
+                        (m.heap_at, m.waiting) = (new.heap_at, new.waiting);
+                        match v % 2 == 0 && !was_hot {
+                            true => t.heat(i, q),
+                            false => t.put(i, q),
+                        }
                     }
                     _ => {}
                 }
