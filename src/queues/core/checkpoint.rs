@@ -497,8 +497,12 @@ impl Core {
                 })?;
             }
         }
-        for qid in leased_ids {
-            let i = self.place(qid).expect("checked by the decoding");
+        // In the order of their places, as the others were: neighbours share a heap key.
+        let mut places: Vec<u32> = (leased_ids.iter())
+            .map(|&qid| self.place(qid).expect("checked by the decoding"))
+            .collect();
+        places.sort_unstable();
+        for i in places {
             self.schedule(i);
         }
         Ok(())

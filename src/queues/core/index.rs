@@ -36,7 +36,8 @@ pub(super) struct Keys {
 }
 
 impl Keys {
-    /// Makes room for `more` bytes of keys (shorter than [`LONG`]) at once.
+    /// Makes room for keys of `more` bytes at once (a key of [`LONG`] bytes or more takes
+    /// 8 bytes more, found room for as it is added).
     pub(super) fn reserve(&mut self, more: usize) {
         self.bytes.reserve_exact(more);
     }

@@ -672,6 +672,7 @@ impl Core {
             now = u64::MAX;
         }
         core.expire(now);
+        give_back_freed_memory();
         Ok(core)
     }
 
@@ -1332,6 +1333,7 @@ impl Core {
     /// is read and packed again once for all its queues rather than once for each.
     fn seat_groups(&mut self, slot: usize, seats: &mut Vec<(u32, super::qrun::Group)>) {
         const _: () = assert!(SEATS <= 1 << 16, "a seat's index takes 16 bits");
+        debug_assert!(seats.len() <= SEATS, "{} seats", seats.len());
         // Sorted as (place, index) keys of 8 bytes rather than as seats of 40.
         let mut order: Vec<u64> = (seats.iter().enumerate())
             .map(|(k, &(i, _))| (u64::from(i) << 16) | k as u64)
@@ -1491,8 +1493,8 @@ impl Core {
         }
     }
 
-    /// Takes queue `i`'s entry out of the heap (any entry left there is stale).
-    /// Changed in place: a queue popped and passed over is not taken into the hot map.
+    /// Takes queue `i`'s entry out of the heap (any entry left there is stale), changing
+    /// its state in place: a packed queue is not taken into the hot map.
     fn unschedule(&mut self, i: u32) {
         let was = self.queues.update(i, |q| {
             let crawl = q.crawl;
@@ -3953,6 +3955,20 @@ fn insert_refetch(q: &mut Queue, when: u64, seq: u64, record: Box<[u8]>) {
 
 /// Whether queue `q` may get more leases under policy `p` (politeness aside): room under its
 /// `per_queue`, and under its limit.
+/// Gives the pages of the open's buffers, freed by now, back to the system: the
+/// checkpoint's bytes and ids, the walk of the queues in id order, the sorts of the index's
+/// fill. glibc's allocator keeps freed memory in its heap for the next allocations (and
+/// serves large ones from it rather than by mappings of their own once it has freed such
+/// a mapping): at 10^6 queues about 6 MiB stayed resident after an open for nothing.
+fn give_back_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only gives free pages of the allocator's heaps back to the
+    // system; no memory in use is touched.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 fn room(p: Policy, q: &Queue) -> bool {
     q.leased < p.per_queue
         && (p.limit == 0 || q.completed.saturating_add(u64::from(q.leased)) < p.limit)

@@ -303,7 +303,6 @@ impl Table {
         if new.len() > was.len() {
             block.bytes.resize(end + new.len() - was.len(), 0);
         }
-        // The codings after it move by the change of its length.
         block.bytes.copy_within(was.end..end, was.start + new.len());
         block.bytes[was.start..was.start + new.len()].copy_from_slice(new);
         block.bytes.truncate(end.wrapping_add(change));
@@ -316,8 +315,9 @@ impl Table {
         }
     }
 
-    /// Sets queue `i`'s state to `q`, a changed copy of the state [`Table::get`] read
-    /// (packed there, or not hot): in its block if `q` is packable, else hot.
+    /// Sets queue `i`'s state to `q`, a changed copy of what [`Table::get`] gave: the hot
+    /// state replaced if it is hot, else `q` coded in its block if packable, else taken in
+    /// hot.
     pub(super) fn put(&mut self, i: u32, q: Queue) {
         if let Some(hot) = self.hot.get_mut(&i) {
             *hot = q;
