@@ -217,6 +217,59 @@ fn a_burst_half_done_keeps_its_fetch_time_across_a_close_and_a_crash() {
 }
 
 #[test]
+fn a_queue_leased_in_a_checkpoint_with_room_left_is_served_at_once_after_a_reopen() {
+    // The open schedules the queues of the checkpoint's leases once their leases are in:
+    // with two URLs of a host at once allowed and one leased, the other is due at once.
+    for crash in [true, false] {
+        let disk = SimDisk::new();
+        let clock = Arc::new(ManualClock::new(10_000));
+        let f = open(&disk, &clock);
+        f.set_policy(
+            "",
+            None,
+            Policy {
+                per_queue: 2,
+                ..Policy::default()
+            },
+        )
+        .unwrap();
+        push(&f, &["http://h/1", "http://h/2"]);
+        let first = f.lease(10, Some(1), 3_600_000).unwrap();
+        assert_eq!(urls(&first), ["http://h/1"]);
+        // 300 hosts moved in weigh J past its bound: a checkpoint holds the lease.
+        let others: Vec<String> = (0..300).map(|i| format!("http://o{i}.test/")).collect();
+        push(&f, &others.iter().map(String::as_str).collect::<Vec<_>>());
+        f.flush().unwrap();
+        assert!(disk.content("CHECKPOINT").is_some(), "{:?}", disk.files());
+        let f = if crash {
+            let img = disk.crash_image(crivello::storage::sim::CrashImage::DropAll);
+            drop(f);
+            Frontier::open_with(Arc::new(img), opts(), clock.clone()).expect("reopen")
+        } else {
+            f.close().unwrap();
+            open(&disk, &clock)
+        };
+        let key = crivello::LeaseRequest {
+            key: Some(b"h".to_vec()),
+            ..crivello::LeaseRequest::default()
+        };
+        let all = crivello::LeaseRequest {
+            max_urls: 1_000,
+            max_queues: 1_000,
+            ..crivello::LeaseRequest::default()
+        };
+        let second = f.lease_with(&all).unwrap();
+        assert!(
+            urls(&second).contains(&"http://h/2".to_owned()),
+            "crash: {crash}: h/2 handed out with the others ({} URLs)",
+            second.len()
+        );
+        assert!(f.lease_with(&key).unwrap().is_empty(), "crash: {crash}");
+        assert!(f.done(first[0].token, 5).unwrap(), "crash: {crash}");
+    }
+}
+
+#[test]
 fn a_lease_may_ask_for_one_crawl_and_the_others_stay_due() {
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(10_000));

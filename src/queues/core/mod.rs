@@ -3953,8 +3953,6 @@ fn insert_refetch(q: &mut Queue, when: u64, seq: u64, record: Box<[u8]>) {
     refetch.insert(k, (when, seq, record));
 }
 
-/// Whether queue `q` may get more leases under policy `p` (politeness aside): room under its
-/// `per_queue`, and under its limit.
 /// Gives the pages of the open's buffers, freed by now, back to the system: the
 /// checkpoint's bytes and ids, the walk of the queues in id order, the sorts of the index's
 /// fill. glibc's allocator keeps freed memory in its heap for the next allocations (and
@@ -3969,6 +3967,8 @@ fn give_back_freed_memory() {
     }
 }
 
+/// Whether queue `q` may get more leases under policy `p` (politeness aside): room under its
+/// `per_queue`, and under its limit.
 fn room(p: Policy, q: &Queue) -> bool {
     q.leased < p.per_queue
         && (p.limit == 0 || q.completed.saturating_add(u64::from(q.leased)) < p.limit)
