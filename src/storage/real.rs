@@ -176,6 +176,17 @@ static TOUCHED: AtomicU64 = AtomicU64::new(0);
 /// How many times the pages were given back.
 static GIVEN_BACK: AtomicU64 = AtomicU64::new(0);
 
+/// Reads of the mappings since the pages were last given back.
+static READS: AtomicU64 = AtomicU64::new(0);
+
+/// The fewest reads between two givings back. Reads that hop over more blocks than the bound
+/// holds, a few reads each (a hand-out of the last big queues of a crawl, each in a frame of
+/// its own, here and there in the runs), would give the pages back at nearly every call,
+/// and fault them in again at the next: once the bound is reached sooner than this, a read
+/// of a block not counted goes to the file instead (a copy from the page cache, no page
+/// mapped), until this many reads have passed.
+const MIN_READS: u64 = 1024;
+
 /// The size of a page.
 fn page_size() -> u64 {
     static SIZE: OnceLock<u64> = OnceLock::new();
@@ -219,9 +230,11 @@ impl Mapping {
         Some(m)
     }
 
-    /// Notes that a read touched `start..start + len` (not empty, within the mapping); gives
-    /// every mapping's pages back when the process holds [`MAPPED_BYTES`] of them.
-    fn touch(&self, start: usize, len: usize) {
+    /// Notes that a read touches `start..start + len` (not empty, within the mapping); gives
+    /// every mapping's pages back when the process holds [`MAPPED_BYTES`] of them and
+    /// [`MIN_READS`] reads have passed since the last time. False: the bound is reached
+    /// sooner, and the read must go to the file, not to the mapping.
+    fn touch(&self, start: usize, len: usize) -> bool {
         let g = granule();
         let at = self.map.as_ptr() as usize + start;
         let (first, last) = (
@@ -231,6 +244,7 @@ impl Mapping {
         let page = page_size() as usize;
         let base = self.map.as_ptr() as usize;
         let end = base + self.map.len().div_ceil(page) * page;
+        READS.fetch_add(1, Ordering::Relaxed);
         for b in first..=last {
             let bit = 1u64 << (b % 64);
             let word = &self.touched[b / 64];
@@ -242,6 +256,9 @@ impl Mapping {
                 // The pages go back before this read's block counts: given back first, the
                 // block would fill again at once, untouched as far as the count knows.
                 if TOUCHED.load(Ordering::Relaxed) + n >= MAPPED_BYTES {
+                    if READS.load(Ordering::Relaxed) < MIN_READS {
+                        return false;
+                    }
                     give_back();
                 }
                 if word.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
@@ -249,6 +266,7 @@ impl Mapping {
                 }
             }
         }
+        true
     }
 }
 
@@ -262,6 +280,7 @@ impl Mapping {
 fn give_back() {
     let all = MAPPINGS.lock().unwrap_or_else(PoisonError::into_inner);
     TOUCHED.store(0, Ordering::Relaxed);
+    READS.store(0, Ordering::Relaxed);
     let sweep = GIVEN_BACK.fetch_add(1, Ordering::Relaxed) % SWEEP == SWEEP - 1;
     let g = granule();
     for m in all.iter().filter_map(Weak::upgrade) {
@@ -314,11 +333,13 @@ impl StorageFile for MappedFile {
             if let Ok(start) = usize::try_from(offset) {
                 if start < m.map.len() {
                     let n = buf.len().min(m.map.len() - start);
-                    if n > 0 {
-                        m.touch(start, n);
-                        buf[..n].copy_from_slice(&m.map[start..start + n]);
+                    if n == 0 {
+                        return Ok(0);
                     }
-                    return Ok(n);
+                    if m.touch(start, n) {
+                        buf[..n].copy_from_slice(&m.map[start..start + n]);
+                        return Ok(n);
+                    }
                 }
             }
         }
@@ -332,10 +353,9 @@ impl StorageFile for MappedFile {
         let m = self.map.as_ref()?;
         let start = usize::try_from(offset).ok()?;
         let end = start.checked_add(len)?;
-        if end > m.map.len() || len == 0 {
+        if end > m.map.len() || len == 0 || !m.touch(start, len) {
             return None;
         }
-        m.touch(start, len);
         Some(&m.map[start..end])
     }
     fn write_all_at(&self, _buf: &[u8], _offset: u64) -> io::Result<()> {
@@ -469,10 +489,19 @@ impl Storage for DirStorage {
 mod tests {
     use super::*;
 
+    /// The tests of mappings share the process's count of mapped bytes and reads: one at a
+    /// time, so that each sees only its own.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// A file opened immutable reads what an ordinary open reads, at every offset and length,
     /// past its end too, and lends the bytes it holds in place; it refuses every change.
     #[test]
     fn a_mapped_file_reads_as_the_file_does() {
+        let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let st = DirStorage::open(dir.path()).unwrap();
         let bytes: Vec<u8> = (0..20_000u32).map(|i| (i * 7 % 251) as u8).collect();
@@ -523,6 +552,7 @@ mod tests {
     /// and every read after that still finds the file's bytes.
     #[test]
     fn mapped_pages_are_given_back_and_read_again() {
+        let _serial = serial();
         let dir = tempfile::tempdir().unwrap();
         let st = DirStorage::open(dir.path()).unwrap();
         let page = page_size();
@@ -556,8 +586,8 @@ mod tests {
 
     /// Writes a file of `len` bytes (cached by the system), maps it, reads one byte at each
     /// of `offsets` and checks it, and gives the most bytes the mapping held resident after
-    /// a read.
-    fn most_resident_over_reads(len: u64, offsets: impl Iterator<Item = u64>) -> u64 {
+    /// a read (looked at after every `every`-th read: a look reads `/proc/self/smaps`).
+    fn most_resident_over_reads(len: u64, offsets: impl Iterator<Item = u64>, every: usize) -> u64 {
         let dir = tempfile::tempdir().unwrap();
         let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         std::fs::write(dir.path().join("cached"), &bytes).unwrap();
@@ -566,11 +596,13 @@ mod tests {
         let addr = m.map.as_ptr() as usize;
         let mapped = MappedFile { file, map: Some(m) };
         let mut most = 0;
-        for at in offsets {
+        for (k, at) in offsets.enumerate() {
             let mut b = [0u8; 1];
             mapped.read_exact_at(&mut b, at).unwrap();
             assert_eq!(b[0], bytes[at as usize], "at {at}");
-            most = most.max(resident(addr));
+            if k % every == every - 1 {
+                most = most.max(resident(addr));
+            }
         }
         most
     }
@@ -581,8 +613,9 @@ mod tests {
     /// reached the whole file, 48 MiB).
     #[test]
     fn the_pages_mapped_around_a_read_count_against_the_bound() {
+        let _serial = serial();
         let len = 3 * MAPPED_BYTES;
-        let most = most_resident_over_reads(len, (0..len).step_by(64 << 10));
+        let most = most_resident_over_reads(len, (0..len).step_by(64 << 10), 1);
         assert!(
             most <= MAPPED_BYTES + granule() as u64,
             "{most} bytes resident, over {MAPPED_BYTES}"
@@ -595,6 +628,7 @@ mod tests {
     /// given back would pile up past it).
     #[test]
     fn pages_read_here_and_there_are_given_back_by_their_blocks() {
+        let _serial = serial();
         let len = 6 * MAPPED_BYTES;
         let before = GIVEN_BACK.load(Ordering::Relaxed);
         let mut x = 7u64;
@@ -604,8 +638,37 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             (x >> 11) % (len - 1)
         });
-        let most = most_resident_over_reads(len, here_and_there.take(400));
+        let reads = 5 * MIN_READS as usize;
+        let most = most_resident_over_reads(len, here_and_there.take(reads), 16);
         assert!(GIVEN_BACK.load(Ordering::Relaxed) >= before + 4);
+        assert!(
+            most <= MAPPED_BYTES + granule() as u64,
+            "{most} bytes resident, over {MAPPED_BYTES}"
+        );
+    }
+
+    /// Reads that hop over more blocks than the bound holds, one read in each at a time (a
+    /// hand-out of the last big queues of a crawl): the pages are given back once every
+    /// [`MIN_READS`] reads at most, not at nearly every read; the reads past the bound go to
+    /// the file, find its bytes, and map nothing more.
+    #[test]
+    fn reads_hopping_over_many_blocks_give_the_pages_back_once_in_many_reads() {
+        let _serial = serial();
+        let blocks = 6 * MAPPED_BYTES / granule() as u64;
+        let len = blocks * granule() as u64;
+        let before = GIVEN_BACK.load(Ordering::Relaxed);
+        let reads = 4096u64;
+        let hops = (0..reads).map(|k| (k % blocks) * granule() as u64 + k % 4096);
+        let most = most_resident_over_reads(len, hops, 16);
+        let given_back = GIVEN_BACK.load(Ordering::Relaxed) - before;
+        assert!(
+            given_back <= reads / MIN_READS + 1,
+            "given back {given_back} times in {reads} reads"
+        );
+        assert!(
+            given_back >= reads / MIN_READS - 1,
+            "given back {given_back} times"
+        );
         assert!(
             most <= MAPPED_BYTES + granule() as u64,
             "{most} bytes resident, over {MAPPED_BYTES}"
