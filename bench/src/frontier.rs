@@ -3,9 +3,12 @@
 //! journal commit).
 //!
 //! URLs `http://h<host>.example/<i>` over `--hosts` hosts (the host of URL `i` is a seeded
-//! hash of `i`), pushed in batches, flushed into their queues, then leased in batches of up to
-//! `--batch` queues (one URL of each: the default policy's one fetcher per host, delay 0) and
-//! completed as done in one call per batch, until nothing is left.
+//! hash of `i`), or the seeded synthetic crawl stream (`--stream SEED`: Zipf hosts, about 80 %
+//! repeats), or the lines of a file (`--input FILE`, e.g. a real BFS stream), pushed in
+//! batches, flushed into their queues, then leased in batches of up to `--batch` queues (one
+//! URL of each: the default policy's one fetcher per host, delay 0) and completed as done in
+//! one call per batch, until nothing is left. The push time counts the calls alone, not the
+//! making of their URLs.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -75,6 +78,221 @@ pub struct FrontierArgs {
     /// hand-outs and ends of leases, not only moves.
     #[arg(long, default_value_t = 0, requires = "reopen")]
     pub served: u64,
+    /// Pushes `--urls` URLs of the synthetic crawl stream of this seed (`gen`'s: Zipf hosts,
+    /// about 80 % repeats) instead of `--hosts` hosts.
+    #[arg(long, conflicts_with_all = ["input", "reopen", "interleaved"])]
+    pub stream: Option<u64>,
+    /// Pushes the lines of this file instead (every line, `--urls` ignored; a name ending in
+    /// `.xz` is read through `xz -dc`), e.g. a BFS stream of a real web graph.
+    #[arg(long, conflicts_with_all = ["reopen", "interleaved"])]
+    pub input: Option<PathBuf>,
+    /// Also appends the run's figures to this file as one JSON line (`frontier-table` reads
+    /// them).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// The URLs a run pushes, batch by batch.
+pub(crate) struct Urls {
+    from: From,
+    name: String,
+    pushes: u64,
+}
+
+enum From {
+    /// `http://h<host>.example/<i>` for `i` below `n`.
+    Hosts { next: u64, n: u64, hosts: u64 },
+    /// The synthetic crawl stream.
+    Stream(crate::stream::Feed),
+    /// A file's lines, read whole, and how many of them are distinct.
+    Lines {
+        text: Vec<u8>,
+        at: usize,
+        distinct: u64,
+    },
+}
+
+impl Urls {
+    /// The URLs `a` asks for.
+    pub(crate) fn of(a: &FrontierArgs) -> Result<Urls> {
+        if let Some(path) = &a.input {
+            return Urls::of_file(path);
+        }
+        if let Some(seed) = a.stream {
+            return Ok(Urls {
+                from: From::Stream(crate::stream::Feed::new(seed, a.urls)),
+                name: format!("synthetic seed {seed}, {} pushes", power_of_ten(a.urls)),
+                pushes: a.urls,
+            });
+        }
+        Ok(Urls {
+            from: From::Hosts {
+                next: 0,
+                n: a.urls,
+                hosts: a.hosts.max(1),
+            },
+            name: format!("uniform over {} hosts", a.hosts.max(1)),
+            pushes: a.urls,
+        })
+    }
+
+    /// Every line of the file at `path` (`.xz`: read through `xz -dc`).
+    pub(crate) fn of_file(path: &std::path::Path) -> Result<Urls> {
+        let text = if path.extension().is_some_and(|e| e == "xz") {
+            let out = std::process::Command::new("xz")
+                .arg("-dc")
+                .arg(path)
+                .output()?;
+            if !out.status.success() {
+                return Err(format!("xz -dc {}: {}", path.display(), out.status).into());
+            }
+            out.stdout
+        } else {
+            std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?
+        };
+        let (mut pushes, mut seen) = (0u64, std::collections::HashSet::new());
+        for line in crate::stream::lines(&text) {
+            if line.is_empty() || std::str::from_utf8(line).is_err() {
+                return Err(format!(
+                    "{}: line {} is empty or not UTF-8",
+                    path.display(),
+                    pushes + 1
+                )
+                .into());
+            }
+            seen.insert(line);
+            pushes += 1;
+        }
+        let distinct = seen.len() as u64;
+        drop(seen);
+        let name = path.file_name().map_or_else(String::new, |n| {
+            let n = n.to_string_lossy();
+            n.split('.').next().unwrap_or(&n).to_owned()
+        });
+        Ok(Urls {
+            from: From::Lines {
+                text,
+                at: 0,
+                distinct,
+            },
+            name,
+            pushes,
+        })
+    }
+
+    /// Fills `out` (cleared first) with the next `batch` URLs at most; false when none is
+    /// left.
+    pub(crate) fn fill(&mut self, out: &mut Vec<String>, batch: usize) -> bool {
+        out.clear();
+        match &mut self.from {
+            From::Hosts { next, n, hosts } => {
+                while out.len() < batch && *next < *n {
+                    out.push(url_of(*next, *hosts));
+                    *next += 1;
+                }
+            }
+            From::Stream(feed) => {
+                while out.len() < batch {
+                    let url = feed.next_url();
+                    if url.is_empty() {
+                        break;
+                    }
+                    out.push(String::from_utf8_lossy(url).into_owned());
+                }
+            }
+            From::Lines { text, at, .. } => {
+                while out.len() < batch && *at < text.len() {
+                    let rest = &text[*at..];
+                    let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+                    out.push(String::from_utf8_lossy(&rest[..end]).into_owned());
+                    *at += (end + 1).min(rest.len());
+                }
+            }
+        }
+        !out.is_empty()
+    }
+
+    /// URLs pushed in all.
+    pub(crate) fn pushes(&self) -> u64 {
+        self.pushes
+    }
+
+    /// The distinct URLs among them (of a stream: once all are pushed).
+    pub(crate) fn distinct(&self) -> u64 {
+        match &self.from {
+            From::Hosts { n, .. } => *n,
+            From::Stream(feed) => feed.stream().map_or(0, |s| s.new_urls()),
+            From::Lines { distinct, .. } => *distinct,
+        }
+    }
+
+    /// What they are, for the report.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// `n` as `10^k` when it is a power of ten, else its digits.
+fn power_of_ten(n: u64) -> String {
+    let mut k = 0;
+    let mut m = n;
+    while m >= 10 && m.is_multiple_of(10) {
+        m /= 10;
+        k += 1;
+    }
+    if m == 1 && k > 0 {
+        format!("10^{k}")
+    } else {
+        n.to_string()
+    }
+}
+
+/// The host of `url` as url-frontier and crivello key it: after `://`, up to `:`, `/`, `?`
+/// or `&`.
+pub(crate) fn host_of(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let end = rest.find([':', '/', '?', '&']).unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// One run's figures, as `--json` writes them.
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone)]
+pub(crate) struct Figures {
+    /// `crivello`, `in-memory` or `lsm`.
+    pub peer: String,
+    /// The URLs' source.
+    pub source: String,
+    pub pushes: u64,
+    pub distinct: u64,
+    pub queues: u64,
+    pub batch: usize,
+    pub threads: usize,
+    /// Seconds in the push calls.
+    pub push_s: f64,
+    /// Seconds of the flush into the queues (crivello; 0 for the others, whose push is their
+    /// queues').
+    pub flush_s: f64,
+    /// Seconds of lease + done.
+    pub lease_done_s: f64,
+    /// Lease calls that gave URLs.
+    pub calls: u64,
+    pub peak_rss_kib: u64,
+}
+
+impl Figures {
+    /// Appends them to `--json`'s file, if given.
+    pub(crate) fn save(&self, a: &FrontierArgs) -> Result<()> {
+        let Some(path) = &a.json else {
+            return Ok(());
+        };
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        writeln!(f, "{}", serde_json::to_string(self)?)?;
+        Ok(())
+    }
 }
 
 /// A frontier pushed and flushed into its queues, and the figures of both steps.
@@ -87,7 +305,7 @@ struct Built {
 }
 
 /// Pushes the URLs into a new frontier at `dir` and flushes them into their queues.
-fn build(a: &FrontierArgs, dir: &std::path::Path) -> Result<Built> {
+fn build(a: &FrontierArgs, source: &mut Urls, dir: &std::path::Path) -> Result<Built> {
     let f = Frontier::open(dir, Options::new())?;
     f.set_policy(
         "",
@@ -98,29 +316,23 @@ fn build(a: &FrontierArgs, dir: &std::path::Path) -> Result<Built> {
         },
     )?;
     let batch = a.batch.max(1);
-    let hosts = a.hosts.max(1);
 
-    let start = Instant::now();
+    let mut pushed = std::time::Duration::ZERO;
     let mut urls: Vec<String> = Vec::with_capacity(batch);
-    let mut i = 0;
-    while i < a.urls {
-        urls.clear();
-        while urls.len() < batch && i < a.urls {
-            urls.push(url_of(i, hosts));
-            i += 1;
-        }
+    while source.fill(&mut urls, batch) {
         let items: Vec<Discovered<'_>> =
             urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+        let start = Instant::now();
         if a.push_new {
             let new = f.push_new("", &items)?;
-            if new.iter().any(|n| !n) {
+            if a.input.is_none() && a.stream.is_none() && new.iter().any(|n| !n) {
                 return Err("a URL never pushed before was reported known".into());
             }
         } else {
             f.push("", &items)?;
         }
+        pushed += start.elapsed();
     }
-    let pushed = start.elapsed();
     let push_peak = take_peak_rss(None);
     let start = Instant::now();
     f.flush()?;
@@ -138,7 +350,7 @@ fn build(a: &FrontierArgs, dir: &std::path::Path) -> Result<Built> {
 /// Runs the frontier benchmark and prints its figures.
 pub fn run(a: &FrontierArgs) -> Result<()> {
     if let Some(dir) = &a.crash_in {
-        let built = build(a, dir)?;
+        let built = build(a, &mut Urls::of(a)?, dir)?;
         let mut served = 0;
         while served < a.served {
             let want = (a.served - served).min(a.batch.max(1) as u64) as usize;
@@ -167,13 +379,15 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
     if a.interleaved {
         return interleaved(a, &tmp.path().join("frontier"));
     }
+    let mut source = Urls::of(a)?;
+    take_peak_rss(None);
     let Built {
         f,
         pushed,
         flushed,
         push_peak,
         flush_peak,
-    } = build(a, &tmp.path().join("frontier"))?;
+    } = build(a, &mut source, &tmp.path().join("frontier"))?;
     let batch = a.batch.max(1);
     let queues = f.stats()?.queues;
 
@@ -245,17 +459,19 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
     let lease_peak = take_peak_rss(None);
     let stats = f.stats()?;
     f.close()?;
-    if served != a.urls || stats.done != a.urls {
+    let distinct = source.distinct();
+    if served != distinct || stats.done != distinct {
         return Err(format!(
-            "{} URLs pushed, {served} served, {} done",
-            a.urls, stats.done
+            "{distinct} distinct URLs pushed, {served} served, {} done",
+            stats.done
         )
         .into());
     }
     let rate = |n: u64, d: std::time::Duration| n as f64 / d.as_secs_f64();
+    let pushes = source.pushes();
     println!(
-        "frontier: {} URLs over {queues} queues, batches of {batch}, {} thread(s) leasing",
-        a.urls,
+        "frontier: {pushes} URLs ({}; {distinct} distinct) over {queues} queues, batches of {batch}, {} thread(s) leasing",
+        source.name(),
         a.threads.max(1)
     );
     println!(
@@ -266,12 +482,13 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
             "push (durable batches)  "
         },
         pushed.as_secs_f64(),
-        rate(a.urls, pushed)
+        rate(pushes, pushed)
     );
     println!(
-        "  flush into queues        {:>8.3} s  {:>12.0} URLs/s",
+        "  flush into queues        {:>8.3} s  {:>12.0} URLs/s  (push + flush {:.0} URLs/s)",
         flushed.as_secs_f64(),
-        rate(a.urls, flushed)
+        rate(pushes, flushed),
+        rate(pushes, pushed + flushed)
     );
     println!(
         "  lease + done             {:>8.3} s  {:>12.0} URLs/s  ({calls} lease calls, {calls} done calls)",
@@ -292,7 +509,21 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         mib(flush_peak),
         mib(lease_peak)
     );
-    Ok(())
+    Figures {
+        peer: "crivello".into(),
+        source: source.name().into(),
+        pushes,
+        distinct,
+        queues,
+        batch,
+        threads: a.threads.max(1),
+        push_s: pushed.as_secs_f64(),
+        flush_s: flushed.as_secs_f64(),
+        lease_done_s: drained.as_secs_f64(),
+        calls,
+        peak_rss_kib: push_peak.max(flush_peak).max(lease_peak),
+    }
+    .save(a)
 }
 
 /// `--reopen`: a child process builds the frontier and exits without closing it; then its
@@ -544,7 +775,7 @@ fn in_memory(a: &FrontierArgs) -> Result<()> {
     use std::cmp::Reverse;
     use std::collections::{BinaryHeap, HashMap, HashSet};
     let batch = a.batch.max(1);
-    let hosts = a.hosts.max(1);
+    let mut source = Urls::of(a)?;
     let now = || {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -555,24 +786,15 @@ fn in_memory(a: &FrontierArgs) -> Result<()> {
     let mut heap: BinaryHeap<Reverse<(u64, String)>> = BinaryHeap::new();
     take_peak_rss(None);
 
-    let start = Instant::now();
+    let mut pushed = std::time::Duration::ZERO;
     let mut urls: Vec<String> = Vec::with_capacity(batch);
-    let mut i = 0;
-    while i < a.urls {
-        urls.clear();
-        while urls.len() < batch && i < a.urls {
-            urls.push(url_of(i, hosts));
-            i += 1;
-        }
+    while source.fill(&mut urls, batch) {
+        let start = Instant::now();
         for u in &urls {
             if !seen.insert(u.clone()) {
                 continue;
             }
-            let host = u["http://".len()..]
-                .split('/')
-                .next()
-                .unwrap_or("")
-                .to_owned();
+            let host = host_of(u).to_owned();
             let q = queues.entry(host.clone()).or_default();
             q.urls.push_back(u.clone());
             if !q.scheduled && !q.out {
@@ -580,8 +802,8 @@ fn in_memory(a: &FrontierArgs) -> Result<()> {
                 heap.push(Reverse((0, host)));
             }
         }
+        pushed += start.elapsed();
     }
-    let pushed = start.elapsed();
     let push_peak = take_peak_rss(None);
 
     let start = Instant::now();
@@ -626,19 +848,25 @@ fn in_memory(a: &FrontierArgs) -> Result<()> {
     }
     let drained = start.elapsed();
     let lease_peak = take_peak_rss(None);
-    if served != a.urls {
-        return Err(format!("{} URLs pushed, {served} served", a.urls).into());
+    let distinct = source.distinct();
+    if served != distinct || seen.len() as u64 != distinct {
+        return Err(format!(
+            "{distinct} distinct URLs pushed, {} seen, {served} served",
+            seen.len()
+        )
+        .into());
     }
     let rate = |n: u64, d: std::time::Duration| n as f64 / d.as_secs_f64();
+    let pushes = source.pushes();
     println!(
-        "in-memory frontier: {} URLs over {} hosts, batches of {batch}",
-        a.urls,
+        "in-memory frontier: {pushes} URLs ({}; {distinct} distinct) over {} hosts, batches of {batch}",
+        source.name(),
         queues.len()
     );
     println!(
         "  push                     {:>8.3} s  {:>12.0} URLs/s",
         pushed.as_secs_f64(),
-        rate(a.urls, pushed)
+        rate(pushes, pushed)
     );
     println!(
         "  lease + done             {:>8.3} s  {:>12.0} URLs/s  ({calls} lease calls, {calls} done calls)",
@@ -652,5 +880,19 @@ fn in_memory(a: &FrontierArgs) -> Result<()> {
         mib(push_peak),
         mib(lease_peak)
     );
-    Ok(())
+    Figures {
+        peer: "in-memory".into(),
+        source: source.name().into(),
+        pushes,
+        distinct,
+        queues: queues.len() as u64,
+        batch,
+        threads: 1,
+        push_s: pushed.as_secs_f64(),
+        flush_s: 0.0,
+        lease_done_s: drained.as_secs_f64(),
+        calls,
+        peak_rss_kib: push_peak.max(lease_peak),
+    }
+    .save(a)
 }

@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use fjall::{Database, KeyspaceCreateOptions, PersistMode};
 
-use crate::frontier::{url_of, FrontierArgs};
+use crate::frontier::{host_of, Figures, FrontierArgs, Urls};
 use crate::peers::{dir_size, take_peak_rss};
 use crate::record::Result;
 
@@ -42,11 +42,6 @@ struct Queue {
 /// Escapes `_` as url-frontier does in its keys.
 fn escape(s: &str) -> String {
     s.replace('_', "%5F")
-}
-
-fn host_of(url: &str) -> &str {
-    url.split_once("://")
-        .map_or("", |(_, rest)| rest.split('/').next().unwrap_or(""))
 }
 
 fn now_ms() -> u64 {
@@ -69,22 +64,17 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         Some(PersistMode::SyncAll)
     };
     let batch = a.batch.max(1);
-    let hosts = a.hosts.max(1);
+    let mut source = Urls::of(a)?;
     let mut queues: Vec<Queue> = Vec::new();
     let mut by_name: HashMap<String, usize> = HashMap::new();
     let mut rotation: VecDeque<usize> = VecDeque::new();
     take_peak_rss(None);
 
     // Discovered URLs, in batches: existence check, then both keys in one write batch.
-    let start = Instant::now();
+    let mut pushed = std::time::Duration::ZERO;
     let mut urls: Vec<String> = Vec::with_capacity(batch);
-    let mut i = 0;
-    while i < a.urls {
-        urls.clear();
-        while urls.len() < batch && i < a.urls {
-            urls.push(url_of(i, hosts));
-            i += 1;
-        }
+    while source.fill(&mut urls, batch) {
+        let start = Instant::now();
         let date = format!("{:010}", now_ms() / 1000);
         let mut w = db.batch().durability(durability);
         let mut fresh: HashSet<&str> = HashSet::new();
@@ -112,8 +102,8 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
             queues[q].waiting += 1;
         }
         w.commit()?;
+        pushed += start.elapsed();
     }
-    let pushed = start.elapsed();
     let push_peak = take_peak_rss(None);
 
     // GetURLs of `batch` queues, one URL each, then their done items, until all are done.
@@ -180,24 +170,26 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
     let lease_peak = take_peak_rss(None);
     db.persist(PersistMode::SyncAll)?;
     let disk = dir_size(&db_dir);
-    if served != a.urls {
-        return Err(format!("{} URLs pushed, {served} served", a.urls).into());
+    let distinct = source.distinct();
+    if served != distinct {
+        return Err(format!("{distinct} distinct URLs pushed, {served} served").into());
     }
+    let pushes = source.pushes();
     let rate = |n: u64, d: std::time::Duration| n as f64 / d.as_secs_f64();
     println!(
-        "LSM frontier (url-frontier's scheme on fjall, {}): {} URLs over {} queues, batches of {batch}",
+        "LSM frontier (url-frontier's scheme on fjall, {}): {pushes} URLs ({}; {distinct} distinct) over {} queues, batches of {batch}",
         if a.unsynced {
             "batches not synced"
         } else {
             "every batch synced"
         },
-        a.urls,
+        source.name(),
         queues.len()
     );
     println!(
         "  push into queues         {:>8.3} s  {:>12.0} URLs/s",
         pushed.as_secs_f64(),
-        rate(a.urls, pushed)
+        rate(pushes, pushed)
     );
     println!(
         "  lease + done             {:>8.3} s  {:>12.0} URLs/s  ({calls} lease calls, {calls} done calls)",
@@ -212,5 +204,19 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         mib(lease_peak),
         disk as f64 / (1 << 20) as f64
     );
-    Ok(())
+    Figures {
+        peer: "lsm".into(),
+        source: source.name().into(),
+        pushes,
+        distinct,
+        queues: queues.len() as u64,
+        batch,
+        threads: 1,
+        push_s: pushed.as_secs_f64(),
+        flush_s: 0.0,
+        lease_done_s: drained.as_secs_f64(),
+        calls,
+        peak_rss_kib: push_peak.max(lease_peak),
+    }
+    .save(a)
 }

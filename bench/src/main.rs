@@ -7,7 +7,8 @@
 //! crivello-bench run  --input URLS.txt --expected DISTINCT.txt [--peers LIST] [--reps N]
 //! crivello-bench plot --input results.json --output performance-throughput.svg
 //! crivello-bench table --input results.json
-//! crivello-bench frontier [--urls N] [--hosts H] [--batch B] [--dir DIR] [--push-new]
+//! crivello-bench frontier [--urls N] [--hosts H | --stream SEED | --input FILE] [--batch B]
+//! crivello-bench frontier-table [--pushes N,...] [--inputs FILE,...] [--svg FILE]
 //! crivello-bench neardup [--stored N[,N...]] [--memory MIB] [--batch B] [--python PY]
 //! crivello-bench cluster [--urls N] [--hosts H] [--clients C] [--nodes 1,2,4] [--moves 3,7,15]
 //! crivello-bench assign [--hosts UKWA.tsv.xz] [--synthetic N] [--agents N,...] [--svg FILE]
@@ -24,6 +25,7 @@ mod cluster;
 mod compress;
 mod frontier;
 mod frontier_lsm;
+mod frontier_table;
 mod neardup;
 mod peers;
 mod plot;
@@ -67,6 +69,9 @@ enum Cmd {
     Run(RunArgs),
     /// Measures the frontier: durable push, flush into queues, lease + done, in one process.
     Frontier(frontier::FrontierArgs),
+    /// The frontier beside the in-memory frontier and the LSM one, on the synthetic crawl
+    /// stream and on files of URLs: a table of the ratios, and an SVG of them.
+    FrontierTable(frontier_table::FrontierTableArgs),
     /// Measures `crivello serve` over loopback beside the in-process frontier.
     Serve(serve::ServeArgs),
     /// Measures `crivello serve` nodes in a cluster: forwarding, aggregate rates.
@@ -235,6 +240,7 @@ fn main() -> ExitCode {
         Cmd::Bloom002 { input, expected } => bloom002(&input, expected),
         Cmd::Run(a) => run(&a),
         Cmd::Frontier(a) => frontier::run(&a),
+        Cmd::FrontierTable(a) => frontier_table::run(&a),
         Cmd::Serve(a) => serve::run(&a),
         Cmd::Cluster(a) => cluster::run(&a),
         Cmd::Neardup(a) => neardup::run(&a),
