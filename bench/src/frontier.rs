@@ -61,6 +61,10 @@ pub struct FrontierArgs {
     /// With `--lsm`: the write batches are not synced (as url-frontier's service runs).
     #[arg(long, requires = "lsm")]
     pub unsynced: bool,
+    /// With `--lsm`: the pushes only, no lease + done (its hand-outs of the synthetic
+    /// stream's 2·10^6 URLs at 10^7 pushes would take a quarter of an hour).
+    #[arg(long, requires = "lsm")]
+    pub push_only: bool,
     /// Instead of pushing everything then leasing: a crawler's loop, each round a push of
     /// `--batch` new URLs, a lease of up to `--batch` queues and the done of what it gave,
     /// then the rest drained; prints the longest call of each kind (moves and compactions

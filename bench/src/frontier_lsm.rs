@@ -110,6 +110,9 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
     let start = Instant::now();
     let (mut served, mut calls) = (0u64, 0u64);
     loop {
+        if a.push_only {
+            break;
+        }
         let t = now_ms();
         let now_s = format!("{:010}", t / 1000);
         let mut leased: Vec<(usize, Vec<u8>)> = Vec::with_capacity(batch);
@@ -171,8 +174,11 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
     db.persist(PersistMode::SyncAll)?;
     let disk = dir_size(&db_dir);
     let distinct = source.distinct();
-    if served != distinct {
-        return Err(format!("{distinct} distinct URLs pushed, {served} served").into());
+    let waiting: u64 = queues.iter().map(|q| q.waiting).sum();
+    if served + waiting != distinct || (served != distinct && !a.push_only) {
+        return Err(
+            format!("{distinct} distinct URLs pushed, {served} served, {waiting} waiting").into(),
+        );
     }
     let pushes = source.pushes();
     let rate = |n: u64, d: std::time::Duration| n as f64 / d.as_secs_f64();
@@ -191,11 +197,15 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         pushed.as_secs_f64(),
         rate(pushes, pushed)
     );
-    println!(
-        "  lease + done             {:>8.3} s  {:>12.0} URLs/s  ({calls} lease calls, {calls} done calls)",
-        drained.as_secs_f64(),
-        rate(served, drained)
-    );
+    if a.push_only {
+        println!("  lease + done             not run (--push-only)");
+    } else {
+        println!(
+            "  lease + done             {:>8.3} s  {:>12.0} URLs/s  ({calls} lease calls, {calls} done calls)",
+            drained.as_secs_f64(),
+            rate(served, drained)
+        );
+    }
     let mib = |k: u64| k as f64 / 1024.0;
     println!(
         "  peak RSS                 {:>8.1} MiB  (push {:.1}, lease + done {:.1}); on disk at the end {:.1} MiB",
@@ -214,7 +224,11 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         threads: 1,
         push_s: pushed.as_secs_f64(),
         flush_s: 0.0,
-        lease_done_s: drained.as_secs_f64(),
+        lease_done_s: if a.push_only {
+            0.0
+        } else {
+            drained.as_secs_f64()
+        },
         calls,
         peak_rss_kib: push_peak.max(lease_peak),
     }

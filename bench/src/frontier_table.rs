@@ -23,8 +23,9 @@ pub struct FrontierTableArgs {
     /// Queues per lease call, and URLs per push and per done call.
     #[arg(long, default_value_t = 1000)]
     pub batch: usize,
-    /// The LSM frontier runs only on sources of at most this many pushes (at about 80,000
-    /// pushes and 20,000 hand-outs a second, 10^7 pushes take a quarter of an hour).
+    /// The LSM frontier leases and completes only on sources of at most this many pushes; on
+    /// larger ones it pushes only (`--push-only`: its hand-outs of the synthetic stream's 2·10^6
+    /// URLs at 10^7 pushes would take a quarter of an hour).
     #[arg(long, value_parser = crate::parse_count, default_value = "2e6")]
     pub lsm_max: u64,
     /// crivello leases with `lease_batch` and ends leases by token (`frontier --tokens`).
@@ -39,6 +40,10 @@ pub struct FrontierTableArgs {
     /// Draws the figures of this run as SVG here.
     #[arg(long)]
     pub svg: Option<PathBuf>,
+    /// Runs nothing: prints and draws the figures `--json` holds (for each source and peer,
+    /// the last).
+    #[arg(long)]
+    pub from_json: bool,
 }
 
 /// A peer: its name in the figures, its flag to `frontier`, its legend, its colour.
@@ -49,8 +54,8 @@ type Peer = (
     (u8, u8, u8),
 );
 
-/// A figure drawn: its title, and how it is computed from a run's figures.
-type Metric = (&'static str, fn(&Figures) -> f64);
+/// A figure drawn: its title, and how it is computed from a run's figures (if it is).
+type Metric = (&'static str, fn(&Figures) -> Option<f64>);
 
 /// The peers, in the order of the table and the plot.
 const PEERS: [Peer; 3] = [
@@ -76,6 +81,19 @@ const PEERS: [Peer; 3] = [
 
 /// Runs every source with every peer, then prints and draws the figures.
 pub fn run(a: &FrontierTableArgs) -> Result<()> {
+    if a.from_json {
+        let mut figures: Vec<Figures> = Vec::new();
+        for line in std::fs::read_to_string(&a.json)?.lines() {
+            let f: Figures = serde_json::from_str(line)?;
+            figures.retain(|g| (&g.source, &g.peer) != (&f.source, &f.peer));
+            figures.push(f);
+        }
+        print_table(&figures);
+        if let Some(svg) = &a.svg {
+            draw(&figures, svg)?;
+        }
+        return Ok(());
+    }
     let exe = std::env::current_exe()?;
     let scratch = tempfile::NamedTempFile::new()?;
     let mut sources: Vec<(Vec<String>, u64)> = Vec::new();
@@ -97,11 +115,11 @@ pub fn run(a: &FrontierTableArgs) -> Result<()> {
     let mut figures: Vec<Figures> = Vec::new();
     for (args, pushes) in &sources {
         for (peer, flag, _, _) in PEERS {
-            if peer == "lsm" && *pushes > a.lsm_max {
-                continue;
-            }
             let mut c = Command::new(&exe);
             c.arg("frontier").args(args);
+            if peer == "lsm" && *pushes > a.lsm_max {
+                c.arg("--push-only");
+            }
             c.args(["--batch", &a.batch.to_string()]);
             c.arg("--json").arg(scratch.path());
             if let Some(dir) = &a.dir {
@@ -149,9 +167,9 @@ fn into_queues(f: &Figures) -> f64 {
     f.pushes as f64 / (f.push_s + f.flush_s)
 }
 
-/// URLs leased and done a second.
-fn handed_out(f: &Figures) -> f64 {
-    f.distinct as f64 / f.lease_done_s
+/// URLs leased and done a second; none for a run that pushed only.
+fn handed_out(f: &Figures) -> Option<f64> {
+    (f.lease_done_s > 0.0).then(|| f.distinct as f64 / f.lease_done_s)
 }
 
 /// The sources in the order first run.
@@ -187,7 +205,7 @@ fn print_table(figures: &[Figures]) {
             continue;
         };
         let push = |f: Option<&Figures>| f.map(into_queues);
-        let out = |f: Option<&Figures>| f.map(handed_out);
+        let out = |f: Option<&Figures>| f.and_then(handed_out);
         let rss = |f: Option<&Figures>| {
             f.map_or("–".into(), |f| {
                 format!("{:.1}", f.peak_rss_kib as f64 / 1024.0)
@@ -231,11 +249,13 @@ fn draw(figures: &[Figures], output: &Path) -> Result<()> {
     )?;
     let panels = root.split_evenly((1, 2));
     let metrics: [Metric; 2] = [
-        ("discovered URLs into queues a second", into_queues),
+        ("discovered URLs into queues a second", |f| {
+            Some(into_queues(f))
+        }),
         ("URLs leased and done a second", handed_out),
     ];
     for (panel, (title, metric)) in panels.iter().zip(metrics) {
-        let values: Vec<f64> = figures.iter().map(metric).collect();
+        let values: Vec<f64> = figures.iter().filter_map(metric).collect();
         // Room above the bars for the legend.
         let ymax = values.iter().cloned().fold(1.0, f64::max) * 40.0;
         let ymin = values.iter().cloned().fold(f64::MAX, f64::min) / 3.0;
@@ -272,7 +292,7 @@ fn draw(figures: &[Figures], output: &Path) -> Result<()> {
                     let f = figures.iter().find(|f| f.source == *s && f.peer == *peer)?;
                     let x0 = i as f64 + 0.1 + k as f64 * width;
                     Some(Rectangle::new(
-                        [(x0, ymin), (x0 + width * 0.9, metric(f))],
+                        [(x0, ymin), (x0 + width * 0.9, metric(f)?)],
                         color.filled(),
                     ))
                 })
