@@ -136,8 +136,10 @@ struct MappedFile {
 /// folio whole). Both stay within the aligned block of [`GRANULE`] bytes of address space
 /// around the fault, so the count is by such blocks: a read that touches a block not touched
 /// before counts the whole block. Once the mappings of the process have counted
-/// [`MAPPED_BYTES`], the pages are given back ([`give_back`]), so the process holds at most
-/// about that much of them, whatever the number and size of the files. (Counted by page, a
+/// [`MAPPED_BYTES`], the pages are given back ([`give_back`]; at most once every
+/// [`MIN_READS`] reads, the reads of blocks not counted going to the file meanwhile), so the
+/// process holds at most about that much of them, whatever the number and size of the
+/// files. (Counted by page, a
 /// hand-out of 10^5 queues held 42 MiB of them where the count said 16.)
 struct Mapping {
     map: memmap2::Mmap,
