@@ -499,6 +499,13 @@ impl Table {
             }
         }
         self.scratch = out;
+        // After a peak of queues that could not be packed (many leased at once), the map
+        // gives back the room the packings to come no longer need: they let it grow to the
+        // threshold, set from what stays hot ([`Table::make_room`]).
+        let need = self.limit.max(2 * self.hot.len());
+        if self.hot.capacity() > 4 * need {
+            self.hot.shrink_to(need);
+        }
     }
 
     /// Bytes held: the blocks, their room, and the hot queues (an estimate of the map's).
@@ -516,7 +523,7 @@ impl Table {
         self.hot.len()
     }
 
-    /// The hot queues the map has room for (it keeps the room of its peak).
+    /// The hot queues the map has room for.
     #[cfg(test)]
     pub(super) fn hot_room(&self) -> usize {
         self.hot.capacity()
@@ -934,6 +941,36 @@ mod tests {
         assert!(per_queue < 16.0, "{per_queue} bytes a queue");
         let q = t.get(77_777);
         assert_eq!((q.waiting, q.runs, q.heap_at), (1 + 77_777 % 13, 1, 0));
+    }
+
+    /// After a peak of queues that cannot be packed (10,000 leased at once), a packing gives
+    /// the map's room back once they can be, and every state comes back as it was.
+    #[test]
+    fn the_hot_map_gives_its_room_back_after_a_peak() {
+        let mut t = Table::with_limit(16);
+        let mut model = Vec::new();
+        for v in 0..20_000u64 {
+            let q = state(v * 7 + 1, false);
+            model.push(q.packed_copy());
+            t.push(q);
+        }
+        t.pack();
+        for i in 0..10_000u32 {
+            t.get_mut(i).leased = 1;
+        }
+        let peak = t.hot_room();
+        assert!(peak >= 10_000, "room for {peak}");
+        for i in 0..10_000u32 {
+            t.get_mut(i).leased = 0;
+        }
+        t.pack();
+        assert_eq!(t.hot(), 0);
+        assert!(
+            t.hot_room() <= peak / 8,
+            "room for {} after {peak}",
+            t.hot_room()
+        );
+        check(&t, &model);
     }
 
     proptest::proptest! {
