@@ -98,12 +98,12 @@ pub struct FrontierArgs {
 
 /// The URLs a run pushes, batch by batch.
 pub(crate) struct Urls {
-    from: From,
+    from: Origin,
     name: String,
     pushes: u64,
 }
 
-enum From {
+enum Origin {
     /// `http://h<host>.example/<i>` for `i` below `n`.
     Hosts { next: u64, n: u64, hosts: u64 },
     /// The synthetic crawl stream.
@@ -124,13 +124,13 @@ impl Urls {
         }
         if let Some(seed) = a.stream {
             return Ok(Urls {
-                from: From::Stream(crate::stream::Feed::new(seed, a.urls)),
+                from: Origin::Stream(crate::stream::Feed::new(seed, a.urls)),
                 name: format!("synthetic seed {seed}, {} pushes", power_of_ten(a.urls)),
                 pushes: a.urls,
             });
         }
         Ok(Urls {
-            from: From::Hosts {
+            from: Origin::Hosts {
                 next: 0,
                 n: a.urls,
                 hosts: a.hosts.max(1),
@@ -174,7 +174,7 @@ impl Urls {
             n.split('.').next().unwrap_or(&n).to_owned()
         });
         Ok(Urls {
-            from: From::Lines {
+            from: Origin::Lines {
                 text,
                 at: 0,
                 distinct,
@@ -189,13 +189,13 @@ impl Urls {
     pub(crate) fn fill(&mut self, out: &mut Vec<String>, batch: usize) -> bool {
         out.clear();
         match &mut self.from {
-            From::Hosts { next, n, hosts } => {
+            Origin::Hosts { next, n, hosts } => {
                 while out.len() < batch && *next < *n {
                     out.push(url_of(*next, *hosts));
                     *next += 1;
                 }
             }
-            From::Stream(feed) => {
+            Origin::Stream(feed) => {
                 while out.len() < batch {
                     let url = feed.next_url();
                     if url.is_empty() {
@@ -204,7 +204,7 @@ impl Urls {
                     out.push(String::from_utf8_lossy(url).into_owned());
                 }
             }
-            From::Lines { text, at, .. } => {
+            Origin::Lines { text, at, .. } => {
                 while out.len() < batch && *at < text.len() {
                     let rest = &text[*at..];
                     let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
@@ -224,9 +224,9 @@ impl Urls {
     /// The distinct URLs among them (of a stream: once all are pushed).
     pub(crate) fn distinct(&self) -> u64 {
         match &self.from {
-            From::Hosts { n, .. } => *n,
-            From::Stream(feed) => feed.stream().map_or(0, |s| s.new_urls()),
-            From::Lines { distinct, .. } => *distinct,
+            Origin::Hosts { n, .. } => *n,
+            Origin::Stream(feed) => feed.stream().map_or(0, |s| s.new_urls()),
+            Origin::Lines { distinct, .. } => *distinct,
         }
     }
 
