@@ -103,6 +103,7 @@ pub(crate) struct Urls {
     pushes: u64,
 }
 
+/// Where the URLs come from.
 enum Origin {
     /// `http://h<host>.example/<i>` for `i` below `n`.
     Hosts { next: u64, n: u64, hosts: u64 },
