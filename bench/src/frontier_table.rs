@@ -256,6 +256,9 @@ fn draw(figures: &[Figures], output: &Path) -> Result<()> {
     ];
     for (panel, (title, metric)) in panels.iter().zip(metrics) {
         let values: Vec<f64> = figures.iter().filter_map(metric).collect();
+        if values.is_empty() {
+            continue;
+        }
         // Room above the bars for the legend.
         let ymax = values.iter().cloned().fold(1.0, f64::max) * 40.0;
         let ymin = values.iter().cloned().fold(f64::MAX, f64::min) / 3.0;

@@ -186,7 +186,9 @@ static READS: AtomicU64 = AtomicU64::new(0);
 /// its own, here and there in the runs), would give the pages back at nearly every call,
 /// and fault them in again at the next: once the bound is reached sooner than this, a read
 /// of a block not counted goes to the file instead (a copy from the page cache, no page
-/// mapped), until this many reads have passed.
+/// mapped), until this many reads have passed. (A read the mapping refuses in place and then
+/// copies counts twice, and two threads may give back one after the other: the count only
+/// spaces the givings back, it bounds nothing.)
 const MIN_READS: u64 = 1024;
 
 /// The size of a page.
@@ -492,11 +494,13 @@ mod tests {
     use super::*;
 
     /// The tests of mappings share the process's count of mapped bytes and reads: one at a
-    /// time, so that each sees only its own.
+    /// time, each from counts set back to zero, so that each sees only its own.
     static SERIAL: Mutex<()> = Mutex::new(());
 
     fn serial() -> std::sync::MutexGuard<'static, ()> {
-        SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+        let guard = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+        give_back();
+        guard
     }
 
     /// A file opened immutable reads what an ordinary open reads, at every offset and length,
