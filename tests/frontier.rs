@@ -167,6 +167,28 @@ fn a_queue_is_served_as_soon_as_it_may_be_whatever_the_lease_calls_asked() {
     assert_eq!(urls(&f.lease_with(&req(None)).unwrap()), ["http://h/1"]);
 }
 
+/// Pushes 300 hosts and moves them in: their groups weigh J past its bound, and a checkpoint
+/// is written.
+fn write_a_checkpoint(f: &Frontier, disk: &SimDisk) {
+    let others: Vec<String> = (0..300).map(|i| format!("http://o{i}.test/")).collect();
+    push(f, &others.iter().map(String::as_str).collect::<Vec<_>>());
+    f.flush().unwrap();
+    assert!(disk.content("CHECKPOINT").is_some(), "{:?}", disk.files());
+}
+
+/// `f` reopened from the image a crash leaves (every write not synced lost) if `crash`, else
+/// after a clean close.
+fn reopen_after(f: Frontier, crash: bool, disk: &SimDisk, clock: &Arc<ManualClock>) -> Frontier {
+    if crash {
+        let img = disk.crash_image(crivello::storage::sim::CrashImage::DropAll);
+        drop(f);
+        Frontier::open_with(Arc::new(img), opts(), clock.clone()).expect("reopen")
+    } else {
+        f.close().unwrap();
+        open(disk, clock)
+    }
+}
+
 #[test]
 fn a_burst_half_done_keeps_its_fetch_time_across_a_close_and_a_crash() {
     // The ratio rule with two URLs of a host at once: after the burst's fetches took s' in
@@ -193,20 +215,9 @@ fn a_burst_half_done_keeps_its_fetch_time_across_a_close_and_a_crash() {
         assert_eq!(urls(&leased), ["http://h/1", "http://h/2"]);
         assert!(f.done(leased[0].token, 1_000).unwrap());
         if checkpoint {
-            // 300 hosts moved in weigh J past its bound: a checkpoint is written.
-            let others: Vec<String> = (0..300).map(|i| format!("http://o{i}.test/")).collect();
-            push(&f, &others.iter().map(String::as_str).collect::<Vec<_>>());
-            f.flush().unwrap();
-            assert!(disk.content("CHECKPOINT").is_some(), "{:?}", disk.files());
+            write_a_checkpoint(&f, &disk);
         }
-        let f = if crash {
-            let img = disk.crash_image(crivello::storage::sim::CrashImage::DropAll);
-            drop(f);
-            Frontier::open_with(Arc::new(img), opts(), clock.clone()).expect("reopen")
-        } else {
-            f.close().unwrap();
-            open(&disk, &clock)
-        };
+        let f = reopen_after(f, crash, &disk, &clock);
         assert!(f.done(leased[1].token, 1_500).unwrap());
         // 2.5 s of fetches at p = 0.5: 5 s from the end of the last one.
         let h = f.queues("", 0, 1000).unwrap();
@@ -236,19 +247,9 @@ fn a_queue_leased_in_a_checkpoint_with_room_left_is_served_at_once_after_a_reope
         push(&f, &["http://h/1", "http://h/2"]);
         let first = f.lease(10, Some(1), 3_600_000).unwrap();
         assert_eq!(urls(&first), ["http://h/1"]);
-        // 300 hosts moved in weigh J past its bound: a checkpoint holds the lease.
-        let others: Vec<String> = (0..300).map(|i| format!("http://o{i}.test/")).collect();
-        push(&f, &others.iter().map(String::as_str).collect::<Vec<_>>());
-        f.flush().unwrap();
-        assert!(disk.content("CHECKPOINT").is_some(), "{:?}", disk.files());
-        let f = if crash {
-            let img = disk.crash_image(crivello::storage::sim::CrashImage::DropAll);
-            drop(f);
-            Frontier::open_with(Arc::new(img), opts(), clock.clone()).expect("reopen")
-        } else {
-            f.close().unwrap();
-            open(&disk, &clock)
-        };
+        // A checkpoint holds the lease.
+        write_a_checkpoint(&f, &disk);
+        let f = reopen_after(f, crash, &disk, &clock);
         let key = crivello::LeaseRequest {
             key: Some(b"h".to_vec()),
             ..crivello::LeaseRequest::default()
