@@ -176,6 +176,23 @@ pub(crate) struct Records<'a> {
     newlines: crate::lines::Finder,
 }
 
+impl<'a> Records<'a> {
+    /// The records of `payload`, in the plain layout (each a 4-byte length and its bytes).
+    pub(crate) fn plain(payload: &'a [u8]) -> Records<'a> {
+        Records {
+            payload,
+            pos: 0,
+            lines: false,
+            newlines: crate::lines::Finder::default(),
+        }
+    }
+
+    /// Bytes of the payload passed over so far.
+    pub(crate) fn position(&self) -> usize {
+        self.pos
+    }
+}
+
 impl<'a> Iterator for Records<'a> {
     type Item = &'a [u8];
     fn next(&mut self) -> Option<&'a [u8]> {

@@ -277,6 +277,7 @@ impl Core {
         self.seats = None;
         committed?;
         self.recent = None;
+        self.ahead.clear();
         self.dir_cache = Vec::new();
         // Removing the files merged frees their blocks and cached pages, tens of ms for 32
         // runs: not under the lock.

@@ -5,6 +5,7 @@
 //! a record once its queue is known ([`Core::lease_in_queue`]), the queue known already
 //! instead of found again from the record.
 
+mod ahead;
 mod checkpoint;
 mod compaction;
 mod due;
@@ -346,6 +347,17 @@ pub(crate) struct Parts {
 }
 
 /// A record a hand-out takes from queue `queue`, to be leased once journaled.
+/// A queue's hand-out under way, for [`Core::serve`]: its next seq, the records taken and
+/// the most the call may take of it, its records waiting, its crawl, whether it skips any.
+struct Serving {
+    next: u64,
+    n: usize,
+    k: usize,
+    left_waiting: u64,
+    crawl: u32,
+    skips: bool,
+}
+
 struct Pick {
     seq: u64,
     queue: u32,
@@ -482,10 +494,15 @@ pub(crate) struct Core {
     /// Tests: the lease entries whose queue [`Core::lease_places`] found at the last open.
     #[cfg(test)]
     lease_places_found: u64,
+    /// Tests: the Q frames hand-outs read from their runs.
+    #[cfg(test)]
+    frames_read: u64,
     /// The payload of the last Q frame read by a hand-out, given back for the next one.
     frame_spare: Vec<u8>,
     /// The Q frame a hand-out read last (see [`Core::read_frame`]).
     recent: Option<Recent>,
+    /// Queues' records read ahead (see [`ahead`]).
+    ahead: ahead::Ahead,
     /// The directory block a hand-out decoded last in each run, by the run's index (see
     /// [`Run::group_cached`]).
     dir_cache: Vec<Option<super::qrun::DirBlock>>,
@@ -562,9 +579,12 @@ impl Core {
             hint: None,
             #[cfg(test)]
             lease_places_found: 0,
+            #[cfg(test)]
+            frames_read: 0,
             replaying_gen: None,
             frame_spare: Vec::new(),
             recent: None,
+            ahead: ahead::Ahead::default(),
             dir_cache: Vec::new(),
             versioned: false,
             serve_only: None,
@@ -2527,80 +2547,163 @@ impl Core {
         // Read once: the loop below changes neither (a queue with skips is hot, and its
         // skips are found in place).
         let (crawl, skips) = (q.crawl, !q.skips().is_empty());
+        let id = self.ids[i as usize];
         while n < k && left_waiting > 0 {
             let Some((slot, offset, start, left)) = self.position(i, next)? else {
                 break;
             };
+            let mut st = Serving {
+                next,
+                n,
+                k,
+                left_waiting,
+                crawl,
+                skips,
+            };
+            let run_id = self.runs[slot].id();
+            if self.ahead.find(i, (run_id, offset, start), id) {
+                // The records read ahead at an earlier hand-out: the frame is not read.
+                let e = self.ahead.get(i).expect("found");
+                let (here, size) = (e.count.min(left), e.size);
+                let run = &self.runs[slot];
+                let records = e.records().take(here as usize);
+                let passed = self.serve(i, run, offset, records, &mut st, out, taken)?;
+                self.ahead.advance(i, passed);
+                (next, n, left_waiting) = (st.next, st.n, st.left_waiting);
+                self.place_after(i, (slot, offset, size), (start, left), (here, passed))?;
+                continue;
+            }
             // Only the records the call may take are decoded (more are read if some are
-            // passed over).
+            // passed over), but for a queue whose group goes on in the frame: its records
+            // there are decoded to be kept for its next hand-outs, room allowing.
             let want = u32::try_from(k - n).unwrap_or(u32::MAX);
-            let end = u32::from(start).saturating_add(left.min(want));
+            let ahead = left > want.saturating_add(ahead::MIN_RECORDS)
+                && self.ahead.room(ahead::ENTRY_ROOM);
+            let end = u32::from(start).saturating_add(if ahead { left } else { left.min(want) });
             let (f, decoded) = self.read_frame(slot, offset, (start, end))?;
             let run = &self.runs[slot];
             let here = run.in_frame(&f, start, left)?;
             // The group's records in this frame that the window holds, and those passed.
             let held = here.min(decoded.saturating_sub(u32::from(start)));
-            let mut passed = 0u32;
-            for r in f.records_from(u32::from(start)).take(held as usize) {
-                let (seq, rec) = split(run.file(), offset, r)?;
-                if seq < next || (skips && self.queues.get(i).skips().binary_search(&seq).is_ok()) {
-                    passed += 1;
-                    continue;
+            let records = f.records_from(u32::from(start)).take(held as usize);
+            let passed = self.serve(i, run, offset, records, &mut st, out, taken)?;
+            (next, n, left_waiting) = (st.next, st.n, st.left_waiting);
+            if ahead
+                && passed + ahead::MIN_RECORDS <= here
+                && held == here
+                && f.layout != crate::frames::coded::Layout::Lines
+            {
+                let mut rest = f
+                    .records_from(u32::from(start) + passed)
+                    .take((here - passed) as usize);
+                let base = f.payload.as_ptr() as usize;
+                if let Some(first) = rest.next() {
+                    let from = first.as_ptr() as usize - base - 4;
+                    let last = rest.last().unwrap_or(first);
+                    let to = last.as_ptr() as usize - base + last.len();
+                    let start = u16::try_from(u32::from(start) + passed).unwrap_or(u16::MAX);
+                    self.ahead.keep(
+                        i,
+                        (run_id, offset, f.size(), start),
+                        id,
+                        &f.payload[from..to],
+                        here - passed,
+                    );
                 }
-                if n == k || left_waiting == 0 {
-                    // (`left_waiting` 0: the queue's count says it has no more; a damaged
-                    // run holds more.)
-                    break;
-                }
-                check_record(run.file(), offset, rec, self.ids[i as usize], crawl)?;
-                self.numbered(run, offset, seq)?;
-                if self.leases.contains(seq) || !taken.insert(seq) {
-                    return Err(run.file().corrupt(
-                        offset,
-                        Corruption::Invalid {
-                            field: "seq of a record",
-                            expected: "a seq no other record has",
-                            found: seq,
-                        },
-                    ));
-                }
-                out.push(Pick {
-                    seq,
-                    queue: i,
-                    record: rec.into(),
-                    listed: false,
-                });
-                next = seq + 1;
-                n += 1;
-                left_waiting -= 1;
-                passed += 1;
             }
-            // The queue's next record is the first not passed: in this frame, or the next.
-            let q = self.queues.get_mut(i);
-            q.at = if passed == here {
-                let left = left - here;
-                (left > 0).then(|| At::new((slot, offset + f.size(), 0, left)))
-            } else {
-                // A writer's frame holds fewer than 2^16 records: a place past a u16 is a
-                // damaged frame's (left where it was, the next pass would read the same
-                // records again, and again).
-                let at = u32::from(start) + passed;
-                let Ok(at) = u16::try_from(at) else {
-                    return Err(run.file().corrupt(
-                        offset,
-                        Corruption::OutOfRange {
-                            field: "records of a Q run's frame",
-                            found: u64::from(f.count),
-                            limit: 1 << 16,
-                        },
-                    ));
-                };
-                Some(At::new((slot, offset, at, left - passed)))
-            };
-            if q.at.is_none() {
-                q.runs &= !(1 << slot);
-            }
+            self.place_after(i, (slot, offset, f.size()), (start, left), (here, passed))?;
             self.keep_frame(slot, offset, decoded, f);
+        }
+        Ok(())
+    }
+
+    /// Serves queue `i`'s `records` of the frame at `offset` of `run` (its group's there,
+    /// from its place on) into `out`: passes over those before the queue's next seq or
+    /// skipped, takes the rest while the call may; returns how many it took or passed over.
+    #[allow(clippy::too_many_arguments)]
+    fn serve<'r>(
+        &self,
+        i: u32,
+        run: &Run,
+        offset: u64,
+        records: impl Iterator<Item = &'r [u8]>,
+        st: &mut Serving,
+        out: &mut Vec<Pick>,
+        taken: &mut CounterSet<u64>,
+    ) -> Result<u32> {
+        let mut passed = 0u32;
+        for r in records {
+            let (seq, rec) = split(run.file(), offset, r)?;
+            if seq < st.next || (st.skips && self.queues.get(i).skips().binary_search(&seq).is_ok())
+            {
+                passed += 1;
+                continue;
+            }
+            if st.n == st.k || st.left_waiting == 0 {
+                // (`left_waiting` 0: the queue's count says it has no more; a damaged
+                // run holds more.)
+                break;
+            }
+            check_record(run.file(), offset, rec, self.ids[i as usize], st.crawl)?;
+            self.numbered(run, offset, seq)?;
+            if self.leases.contains(seq) || !taken.insert(seq) {
+                return Err(run.file().corrupt(
+                    offset,
+                    Corruption::Invalid {
+                        field: "seq of a record",
+                        expected: "a seq no other record has",
+                        found: seq,
+                    },
+                ));
+            }
+            out.push(Pick {
+                seq,
+                queue: i,
+                record: rec.into(),
+                listed: false,
+            });
+            st.next = seq + 1;
+            st.n += 1;
+            st.left_waiting -= 1;
+            passed += 1;
+        }
+        Ok(passed)
+    }
+
+    /// Moves queue `i`'s place past the `passed` of the `here` records of its group in the
+    /// frame at (`slot`, `offset`) of `size` bytes, from record `start` on, `left` of the
+    /// group from there on: to the first not passed, in this frame or the next.
+    fn place_after(
+        &mut self,
+        i: u32,
+        (slot, offset, size): (usize, u64, u64),
+        (start, left): (u16, u32),
+        (here, passed): (u32, u32),
+    ) -> Result<()> {
+        let run = &self.runs[slot];
+        let q = self.queues.get_mut(i);
+        q.at = if passed == here {
+            let left = left - here;
+            (left > 0).then(|| At::new((slot, offset + size, 0, left)))
+        } else {
+            // A writer's frame holds fewer than 2^16 records: a place past a u16 is a
+            // damaged frame's (left where it was, the next pass would read the same
+            // records again, and again).
+            let at = u32::from(start) + passed;
+            let Ok(at) = u16::try_from(at) else {
+                return Err(run.file().corrupt(
+                    offset,
+                    Corruption::OutOfRange {
+                        field: "records of a Q run's frame",
+                        found: u64::from(at),
+                        limit: 1 << 16,
+                    },
+                ));
+            };
+            Some(At::new((slot, offset, at, left - passed)))
+        };
+        if q.at.is_none() {
+            q.runs &= !(1 << slot);
         }
         Ok(())
     }
@@ -2634,6 +2737,10 @@ impl Core {
         }
         let spare = std::mem::take(&mut self.frame_spare);
         let f = run.frame_window(offset, spare, (start, end))?;
+        #[cfg(test)]
+        {
+            self.frames_read += 1;
+        }
         let end = end.min(f.count);
         Ok((f, end))
     }
@@ -4170,6 +4277,49 @@ mod tests {
         for l in &again {
             assert!(leased.iter().all(|m| m.url != l.url));
         }
+    }
+
+    /// Hand-outs of one URL from each of several queues whose groups fill frames take a
+    /// queue's next records from those read ahead at its hand-out before, not from its
+    /// frame read and decoded again: each frame is read about once, and every URL comes out
+    /// once, in its queue's order.
+    #[test]
+    fn a_queues_records_read_ahead_serve_its_next_hand_outs() {
+        let f = inline_frontier();
+        // Three hosts of 200 URLs each, one after the other in the run: each group fills
+        // frames of its own (2 KiB, about 60 of these records).
+        push_urls(&f, 0..600, 3);
+        f.flush().unwrap();
+        let mut served: Vec<Vec<String>> = vec![Vec::new(); 3];
+        loop {
+            let leased = f.lease(3, Some(1), 60_000).unwrap();
+            if leased.is_empty() {
+                break;
+            }
+            // One of each host a call: their frames are read in turn.
+            assert_eq!(leased.len(), 3);
+            let done: Vec<(&[u8], u64)> = leased.iter().map(|l| (&l.url[..], 0)).collect();
+            assert!(f
+                .complete_urls("", &done, crate::queues::Completion::Done)
+                .unwrap()
+                .iter()
+                .all(|&e| e));
+            for l in &leased {
+                let url = String::from_utf8(l.url.clone()).unwrap();
+                let n: usize = url.rsplit('/').next().unwrap().parse().unwrap();
+                served[n % 3].push(url);
+            }
+        }
+        for (h, urls) in served.iter().enumerate() {
+            let expected: Vec<String> = (0..600)
+                .filter(|i| i % 3 == h)
+                .map(|i| format!("http://h{h}.test/{i}"))
+                .collect();
+            assert_eq!(urls, &expected, "host {h}'s URLs, once each, in order");
+        }
+        // 200 calls of three queues: without the records read ahead, 600 frames read.
+        let read = f.with(|c| Ok(c.frames_read)).unwrap();
+        assert!(read <= 40, "{read} frames read for 600 hand-outs");
     }
 
     /// A hand-out of one crawl pops the other crawls' due queues and passes over them: they
