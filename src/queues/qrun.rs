@@ -104,7 +104,13 @@ pub(crate) struct Group {
 pub(crate) struct DirBlock {
     run: u64,
     block: usize,
+    /// The entries decoded so far, in order.
     groups: Vec<Group>,
+    /// The block's entries as read (its checksum and count checked), where the decoding
+    /// stopped in them, and how many it decoded.
+    bytes: Vec<u8>,
+    pos: usize,
+    k: u32,
 }
 
 /// An entry of the in-memory index: the first queue of a directory block.
@@ -564,9 +570,12 @@ impl Run {
         Ok(None)
     }
 
-    /// [`Run::group`] through `cache`, the directory block decoded last (whole and checked):
+    /// [`Run::group`] through `cache`, the directory block read last and its entries
+    /// decoded so far (each checked, and the one after the queue found, as `group` does):
     /// hand-outs look queues up in the order of their ids as often as not (queues due at
-    /// once come in the order they were installed or served), each block then decoded once.
+    /// once come in the order they were installed or served, and a hand-out of many queues
+    /// reads them in the order of their ids), each block then read once and each entry
+    /// decoded once, no further than the last queue asked for.
     pub(crate) fn group_cached(
         &self,
         queue: u64,
@@ -580,21 +589,61 @@ impl Run {
             .as_ref()
             .is_some_and(|c| c.run == self.id && c.block == i);
         if !hit {
-            // The block decoded before gives its room.
-            let mut groups = cache.take().map(|c| c.groups).unwrap_or_default();
+            // The block read before gives its room.
+            let (mut groups, mut bytes) = cache
+                .take()
+                .map(|c| (c.groups, c.bytes))
+                .unwrap_or_default();
             groups.clear();
+            bytes.clear();
             let mut buf = [0u8; DIR_BLOCK_MAX];
-            let entries = self.read_block(i, &mut buf)?;
-            for g in self.entries(i, entries) {
-                groups.push(g?);
-            }
+            bytes.extend_from_slice(self.read_block(i, &mut buf)?);
             *cache = Some(DirBlock {
                 run: self.id,
                 block: i,
                 groups,
+                bytes,
+                pos: 0,
+                k: 0,
             });
         }
-        let groups = &cache.as_ref().expect("made above").groups;
+        let DirBlock {
+            groups,
+            bytes,
+            pos,
+            k,
+            ..
+        } = cache.as_mut().expect("made above");
+        if groups.last().is_none_or(|g| g.queue <= queue) {
+            let mut entries = Entries {
+                run: self,
+                block: i,
+                bytes,
+                pos: *pos,
+                k: *k,
+                prev: groups.last().copied(),
+            };
+            let mut damage = None;
+            for g in entries.by_ref() {
+                match g {
+                    Ok(g) => {
+                        groups.push(g);
+                        if g.queue > queue {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        damage = Some(e);
+                        break;
+                    }
+                }
+            }
+            (*pos, *k) = (entries.pos, entries.k);
+            if let Some(e) = damage {
+                *cache = None;
+                return Err(e);
+            }
+        }
         Ok(groups
             .binary_search_by_key(&queue, |g| g.queue)
             .ok()
@@ -1197,6 +1246,45 @@ mod tests {
                 assert_eq!(reopened.group(g.queue ^ 2).unwrap(), None);
             }
             assert_eq!(got, all);
+            lookups_through_the_cache_agree(&reopened, &groups);
+        }
+    }
+
+    /// Look-ups through [`Run::group_cached`] find what [`Run::group`] finds, whatever
+    /// their order: ascending (a hand-out's), descending, and mixed, with queues the run
+    /// lacks among them.
+    fn lookups_through_the_cache_agree(run: &Run, groups: &[Group]) {
+        let mut asked: Vec<u64> = groups
+            .iter()
+            .flat_map(|g| {
+                [
+                    g.queue,
+                    g.queue ^ 2,
+                    g.queue.wrapping_add(1),
+                    g.queue.wrapping_sub(1),
+                ]
+            })
+            .chain([0, u64::MAX])
+            .collect();
+        asked.sort_unstable();
+        let mut mixed = asked.clone();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for i in (1..mixed.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            mixed.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        let descending: Vec<u64> = asked.iter().rev().copied().collect();
+        for order in [&asked, &descending, &mixed] {
+            let mut cache = None;
+            for &q in order.iter() {
+                assert_eq!(
+                    run.group_cached(q, &mut cache).unwrap(),
+                    run.group(q).unwrap(),
+                    "queue {q}"
+                );
+            }
         }
     }
 
@@ -1233,11 +1321,35 @@ mod tests {
         );
         let edits = directory_edits(&disk, 9, &good);
         let tried = edits.len();
+        let queues: Vec<u64> = Run::open(&disk, 9)
+            .unwrap()
+            .groups()
+            .map(|g| g.unwrap().queue)
+            .collect();
         for (bit, bad) in edits {
             disk.set_content(&names::q(9), bad);
             match crate::check::check_run_file(&disk, 9) {
                 Err(e) => assert!(e.is_corruption(), "bit {bit}: {e}"),
                 Ok(()) => panic!("bit {bit} of the directory flipped: no damage found"),
+            }
+            // A hand-out's look-ups, in the order of the queues, through the block decoded
+            // so far: each finds what a look-up alone finds, damage included (one bit in
+            // seven, each in every byte of the directory in turn).
+            if bit % 7 != 0 {
+                continue;
+            }
+            if let Ok(run) = Run::open(&disk, 9) {
+                let mut cache = None;
+                for &q in &queues {
+                    let (cached, alone) = (run.group_cached(q, &mut cache), run.group(q));
+                    match (&cached, &alone) {
+                        (Ok(a), Ok(b)) => assert_eq!(a, b, "bit {bit}, queue {q}"),
+                        (Err(a), Err(b)) => assert!(a.is_corruption() && b.is_corruption()),
+                        _ => panic!(
+                            "bit {bit}, queue {q}: {cached:?} through the cache, {alone:?} alone"
+                        ),
+                    }
+                }
             }
         }
         assert!(tried > 1000, "{tried}");
