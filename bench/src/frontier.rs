@@ -397,6 +397,7 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
     let queues = f.stats()?.queues;
 
     let start = Instant::now();
+    let cpu = cpu_seconds();
     let (mut served, mut calls) = (0u64, 0u64);
     // The longest lease call and the longest done call of any thread.
     let longest = std::sync::Mutex::new((std::time::Duration::ZERO, std::time::Duration::ZERO));
@@ -461,6 +462,7 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         calls += c;
     }
     let drained = start.elapsed();
+    let cpu = cpu_seconds().since(cpu);
     let lease_peak = take_peak_rss(None);
     let stats = f.stats()?;
     f.close()?;
@@ -499,6 +501,10 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         "  lease + done             {:>8.3} s  {:>12.0} URLs/s  ({calls} lease calls, {calls} done calls)",
         drained.as_secs_f64(),
         rate(served, drained)
+    );
+    println!(
+        "  lease + done, processor  {:>8.3} s user, {:.3} s system (the process's, every thread)",
+        cpu.user, cpu.system
     );
     let (lease_max, done_max) = *longest.lock().map_err(|_| "a thread panicked")?;
     println!(
@@ -812,6 +818,7 @@ fn in_memory(a: &FrontierArgs) -> Result<()> {
     let push_peak = take_peak_rss(None);
 
     let start = Instant::now();
+    let cpu = cpu_seconds();
     let (mut served, mut calls) = (0u64, 0u64);
     let mut out: HashMap<String, String> = HashMap::new();
     loop {
@@ -852,6 +859,7 @@ fn in_memory(a: &FrontierArgs) -> Result<()> {
         calls += 1;
     }
     let drained = start.elapsed();
+    let cpu = cpu_seconds().since(cpu);
     let lease_peak = take_peak_rss(None);
     let distinct = source.distinct();
     if served != distinct || seen.len() as u64 != distinct {
@@ -878,6 +886,10 @@ fn in_memory(a: &FrontierArgs) -> Result<()> {
         drained.as_secs_f64(),
         rate(served, drained)
     );
+    println!(
+        "  lease + done, processor  {:>8.3} s user, {:.3} s system (the process's, every thread)",
+        cpu.user, cpu.system
+    );
     let mib = |k: u64| k as f64 / 1024.0;
     println!(
         "  peak RSS                 {:>8.1} MiB  (push {:.1}, lease + done {:.1})",
@@ -900,4 +912,37 @@ fn in_memory(a: &FrontierArgs) -> Result<()> {
         peak_rss_kib: push_peak.max(lease_peak),
     }
     .save(a)
+}
+
+/// Processor time of the process so far, in seconds.
+#[derive(Clone, Copy)]
+struct Cpu {
+    user: f64,
+    system: f64,
+}
+
+impl Cpu {
+    /// The time between `before` and this.
+    fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            user: self.user - before.user,
+            system: self.system - before.system,
+        }
+    }
+}
+
+/// The process's processor time (`getrusage`): on a machine whose speed drifts from one run
+/// to the next, beside the wall time.
+fn cpu_seconds() -> Cpu {
+    // SAFETY: `getrusage` fills the zeroed struct it is given and keeps no pointer to it.
+    let u = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Cpu {
+        user: s(u.ru_utime),
+        system: s(u.ru_stime),
+    }
 }
