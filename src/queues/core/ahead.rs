@@ -34,19 +34,25 @@ const SWEEP_EVERY: u64 = 1 << 16;
 
 /// One queue's records read ahead.
 pub(super) struct Entry {
-    /// The run's id, the frame's offset and size, and the frame's record the first kept
-    /// one is.
+    /// The run's id.
     pub(super) run: u64,
+    /// The frame's offset in the run.
     pub(super) offset: u64,
+    /// The frame's size, header included.
     pub(super) size: u64,
+    /// The frame's records.
+    pub(super) frame_count: u32,
+    /// The frame's record the first one kept is.
     pub(super) start: u16,
     /// The queue's id.
     pub(super) queue: u64,
-    /// The records, in the plain layout, from `pos` on.
+    /// The records, in the plain layout (those before `pos` taken).
     bytes: Box<[u8]>,
+    /// Where the first record not taken starts in `bytes`.
     pos: usize,
     /// How many records from `pos` on.
     pub(super) count: u32,
+    /// The table's look-ups when it was last used.
     touched: u64,
 }
 
@@ -56,15 +62,23 @@ impl Entry {
         crate::frames::Records::plain(&self.bytes[self.pos..])
     }
 
-    /// Drops the first `n` records (of `count`).
-    fn advance(&mut self, n: u32) {
+    /// Drops the first `n` records (of `count`); false if the first left would be past
+    /// the frame's 2^16th record (a damaged frame's: the entry is no use).
+    fn advance(&mut self, n: u32) -> bool {
+        let Some(start) = u16::try_from(n)
+            .ok()
+            .and_then(|n| self.start.checked_add(n))
+        else {
+            return false;
+        };
         let mut it = self.records();
         for _ in 0..n {
             it.next();
         }
         self.pos += it.position();
         self.count -= n;
-        self.start += n as u16;
+        self.start = start;
+        true
     }
 }
 
@@ -151,8 +165,7 @@ impl Ahead {
         let Some(e) = self.entries.get_mut(&place) else {
             return;
         };
-        if used < e.count {
-            e.advance(used);
+        if used < e.count && e.advance(used) {
             e.touched = self.clock;
             return;
         }
@@ -166,7 +179,7 @@ impl Ahead {
     pub(super) fn keep(
         &mut self,
         place: u32,
-        (run, offset, size, start): (u64, u64, u64, u16),
+        (run, offset, size, frame_count, start): (u64, u64, u64, u32, u16),
         queue: u64,
         records: &[u8],
         count: u32,
@@ -178,6 +191,7 @@ impl Ahead {
             run,
             offset,
             size,
+            frame_count,
             start,
             queue,
             bytes: records.into(),
@@ -223,20 +237,20 @@ mod tests {
     #[test]
     fn an_entry_is_found_only_at_its_place_and_gives_its_records_in_order() {
         let mut a = Ahead::default();
-        a.keep(7, (3, 100, 2048, 5), 42, &records(10, 6, 20), 6);
+        a.keep(7, (3, 100, 2048, 64, 5), 42, &records(10, 6, 20), 6);
         // Another run, frame, record or queue: not it, and it goes.
         assert!(!a.find(7, (3, 100, 6), 42));
         assert!(a.get(7).is_none());
         assert_eq!(a.bytes, 0);
-        a.keep(7, (3, 100, 2048, 5), 42, &records(10, 6, 20), 6);
+        a.keep(7, (3, 100, 2048, 64, 5), 42, &records(10, 6, 20), 6);
         assert!(!a.find(7, (3, 100, 5), 43));
-        a.keep(7, (3, 100, 2048, 5), 42, &records(10, 6, 20), 6);
+        a.keep(7, (3, 100, 2048, 64, 5), 42, &records(10, 6, 20), 6);
         assert!(a.find(7, (3, 100, 5), 42));
         assert_eq!(seqs(a.get(7).unwrap()), vec![10, 11, 12, 13, 14, 15]);
         // Two taken: the entry starts two records on.
         a.advance(7, 2);
         assert!(!a.find(7, (3, 100, 5), 42));
-        a.keep(7, (3, 100, 2048, 5), 42, &records(10, 6, 20), 6);
+        a.keep(7, (3, 100, 2048, 64, 5), 42, &records(10, 6, 20), 6);
         a.advance(7, 2);
         assert!(a.find(7, (3, 100, 7), 42));
         let e = a.get(7).unwrap();
@@ -244,6 +258,14 @@ mod tests {
         assert_eq!(seqs(e), vec![12, 13, 14, 15]);
         // The last taken: it goes, with its bytes.
         a.advance(7, 4);
+        assert!(a.get(7).is_none());
+        assert_eq!(a.bytes, 0);
+        // A place past the frame's 2^16th record (a damaged frame's): the entry goes.
+        a.keep(7, (3, 100, 2048, 70_000, u16::MAX - 1), 42, &records(10, 6, 20), 6);
+        assert!(a.find(7, (3, 100, u16::MAX - 1), 42));
+        a.advance(7, 1);
+        assert!(a.find(7, (3, 100, u16::MAX), 42));
+        a.advance(7, 1);
         assert!(a.get(7).is_none());
         assert_eq!(a.bytes, 0);
     }
@@ -255,7 +277,7 @@ mod tests {
         for place in 0..20 {
             a.keep(
                 place,
-                (1, u64::from(place) * 4096, 4096, 0),
+                (1, u64::from(place) * 4096, 4096, 64, 0),
                 9,
                 &records(0, 4, 100),
                 4,
@@ -271,7 +293,7 @@ mod tests {
             a.advance(1, 0);
         }
         // Room is short: the eight untouched go, and the new entry is kept.
-        a.keep(30, (1, 30 * 4096, 4096, 0), 9, &records(0, 4, 100), 4);
+        a.keep(30, (1, 30 * 4096, 4096, 64, 0), 9, &records(0, 4, 100), 4);
         let mut kept: Vec<u32> = a.entries.keys().copied().collect();
         kept.sort();
         assert_eq!(kept, vec![0, 1, 30]);

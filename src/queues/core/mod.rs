@@ -346,18 +346,22 @@ pub(crate) struct Parts {
     pub(crate) held: Vec<u32>,
 }
 
-/// A record a hand-out takes from queue `queue`, to be leased once journaled.
-/// A queue's hand-out under way, for [`Core::serve`]: its next seq, the records taken and
-/// the most the call may take of it, its records waiting, its crawl, whether it skips any.
+/// A queue's hand-out under way, for [`Core::serve`].
 struct Serving {
+    /// The queue's next seq.
     next: u64,
+    /// Records taken of it so far, and the most the call may take.
     n: usize,
     k: usize,
+    /// Its records waiting in the runs, less those taken.
     left_waiting: u64,
+    /// Its crawl.
     crawl: u32,
+    /// Whether it skips any of its records.
     skips: bool,
 }
 
+/// A record a hand-out takes from queue `queue`, to be leased once journaled.
 struct Pick {
     seq: u64,
     queue: u32,
@@ -2564,13 +2568,13 @@ impl Core {
             if self.ahead.find(i, (run_id, offset, start), id) {
                 // The records read ahead at an earlier hand-out: the frame is not read.
                 let e = self.ahead.get(i).expect("found");
-                let (here, size) = (e.count.min(left), e.size);
+                let (here, frame) = (e.count.min(left), (slot, offset, e.size, e.frame_count));
                 let run = &self.runs[slot];
                 let records = e.records().take(here as usize);
                 let passed = self.serve(i, run, offset, records, &mut st, out, taken)?;
-                self.ahead.advance(i, passed);
                 (next, n, left_waiting) = (st.next, st.n, st.left_waiting);
-                self.place_after(i, (slot, offset, size), (start, left), (here, passed))?;
+                self.place_after(i, frame, (start, left), (here, passed))?;
+                self.ahead.advance(i, passed);
                 continue;
             }
             // Only the records the call may take are decoded (more are read if some are
@@ -2601,17 +2605,20 @@ impl Core {
                     let from = first.as_ptr() as usize - base - 4;
                     let last = rest.last().unwrap_or(first);
                     let to = last.as_ptr() as usize - base + last.len();
-                    let start = u16::try_from(u32::from(start) + passed).unwrap_or(u16::MAX);
-                    self.ahead.keep(
-                        i,
-                        (run_id, offset, f.size(), start),
-                        id,
-                        &f.payload[from..to],
-                        here - passed,
-                    );
+                    // (A place past a u16 is a damaged frame's: `place_after` says so.)
+                    if let Ok(start) = u16::try_from(u32::from(start) + passed) {
+                        self.ahead.keep(
+                            i,
+                            (run_id, offset, f.size(), f.count, start),
+                            id,
+                            &f.payload[from..to],
+                            here - passed,
+                        );
+                    }
                 }
             }
-            self.place_after(i, (slot, offset, f.size()), (start, left), (here, passed))?;
+            let frame = (slot, offset, f.size(), f.count);
+            self.place_after(i, frame, (start, left), (here, passed))?;
             self.keep_frame(slot, offset, decoded, f);
         }
         Ok(())
@@ -2671,12 +2678,13 @@ impl Core {
     }
 
     /// Moves queue `i`'s place past the `passed` of the `here` records of its group in the
-    /// frame at (`slot`, `offset`) of `size` bytes, from record `start` on, `left` of the
-    /// group from there on: to the first not passed, in this frame or the next.
+    /// frame at (`slot`, `offset`) of `size` bytes and `count` records, from record `start`
+    /// on, `left` of the group from there on: to the first not passed, in this frame or the
+    /// next.
     fn place_after(
         &mut self,
         i: u32,
-        (slot, offset, size): (usize, u64, u64),
+        (slot, offset, size, count): (usize, u64, u64, u32),
         (start, left): (u16, u32),
         (here, passed): (u32, u32),
     ) -> Result<()> {
@@ -2695,7 +2703,7 @@ impl Core {
                     offset,
                     Corruption::OutOfRange {
                         field: "records of a Q run's frame",
-                        found: u64::from(at),
+                        found: u64::from(count),
                         limit: 1 << 16,
                     },
                 ));
