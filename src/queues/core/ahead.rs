@@ -261,7 +261,13 @@ mod tests {
         assert!(a.get(7).is_none());
         assert_eq!(a.bytes, 0);
         // A place past the frame's 2^16th record (a damaged frame's): the entry goes.
-        a.keep(7, (3, 100, 2048, 70_000, u16::MAX - 1), 42, &records(10, 6, 20), 6);
+        a.keep(
+            7,
+            (3, 100, 2048, 70_000, u16::MAX - 1),
+            42,
+            &records(10, 6, 20),
+            6,
+        );
         assert!(a.find(7, (3, 100, u16::MAX - 1), 42));
         a.advance(7, 1);
         assert!(a.find(7, (3, 100, u16::MAX), 42));
