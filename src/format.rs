@@ -11,8 +11,9 @@ pub const VERSION: u32 = 4;
 /// The format version of the manifest written by this build; versions 4, 5 and 8 to 11 are
 /// read too (9: F's frames may be coded; 10: a frontier's journal may hold archives and
 /// imports, and its A and F records the import flag; 11: its journal may hold receipts; 12:
-/// its Q runs may hold many queues per frame; all have version 8's layout).
-pub const MANIFEST_VERSION: u32 = 12;
+/// its Q runs may hold many queues per frame; 13: their frames may be compressed; all have
+/// version 8's layout).
+pub const MANIFEST_VERSION: u32 = 13;
 
 /// Magic of A (write-ahead log) files: `CRVA`.
 pub const MAGIC_A: u32 = u32::from_le_bytes(*b"CRVA");

@@ -16,12 +16,13 @@
 //!
 //! It is replaced atomically (`MANIFEST.tmp`, fsync, rename, fsync directory). A manifest of
 //! version 4 is read as of mode 0, one of version 5 as of no clean close recorded, and all
-//! are written back as version 12 at the next commit (versions 6 and 7 changed other files
-//! only: no manifest has them). Versions 9 to 12 have version 8's layout: 9 says that F's
+//! are written back as version 13 at the next commit (versions 6 and 7 changed other files
+//! only: no manifest has them). Versions 9 to 13 have version 8's layout: 9 says that F's
 //! frames may be coded (`src/frames/coded.rs`), which a build that writes version 8 cannot
 //! read; 10 that a frontier's journal may hold archives and imports, and its A and F records
 //! the import flag, which a build that writes version 9 cannot read; 11 that the journal may
-//! hold receipts; 12 that the Q runs may hold many queues per frame (`src/queues/qrun.rs`).
+//! hold receipts; 12 that the Q runs may hold many queues per frame (`src/queues/qrun.rs`);
+//! 13 that their frames may be compressed (layout 6 of `src/frames/coded.rs`).
 
 use crate::error::{Corruption, Error, Result};
 use crate::format::{seal, ByteReader, PutLe, MAGIC_M, MANIFEST_VERSION, VERSION};
@@ -188,7 +189,7 @@ impl Manifest {
                 at,
                 Corruption::Invalid {
                     field: "manifest version",
-                    expected: "4, 5, 8, 9, 10, 11 or 12 (versions 6 and 7 changed other files)",
+                    expected: "4, 5, 8 to 13 (versions 6 and 7 changed other files)",
                     found: u64::from(version),
                 },
             ));

@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crivello::internals::{
-    frontier_corruption_opts, frontier_outcome_in, frontier_store, judge_frontier_edit,
-    reseal_frontier, FrontierFile, Verdict,
+    compressed_frontier_store, frontier_corruption_opts, frontier_outcome, frontier_outcome_in,
+    frontier_store, judge_frontier_edit, reseal_frontier, FrontierFile, Verdict,
 };
 use crivello::queues::ManualClock;
 use crivello::storage::sim::{CrashImage, Rng};
@@ -81,6 +81,59 @@ fn every_flip_and_truncation_of_the_frontiers_files_is_caught_or_harmless() {
                 .iter()
                 .any(|((k, v, _), n)| *k == kind && *v == Verdict::Caught && *n > 0),
             "no damage of {kind:?} was caught: {tally:?}"
+        );
+    }
+}
+
+/// The same crawl with its Q runs compressed (frame layout 6): the same state, and every flip,
+/// truncation and zeroed sector of its runs is caught or harmless, as front-coded runs' are.
+#[test]
+fn damage_of_a_compressed_q_run_is_caught_or_harmless() {
+    let disk = compressed_frontier_store();
+    let (_, expected, _) = frontier_store();
+    assert_eq!(
+        frontier_outcome(&disk.crash_image(CrashImage::KillProcess)).unwrap(),
+        expected
+    );
+    let runs: Vec<String> = disk
+        .files()
+        .into_iter()
+        .filter(|f| FrontierFile::of(f) == Some(FrontierFile::Q))
+        .collect();
+    // Every run's first frame is compressed: magic FRZ1, layout 6.
+    for name in &runs {
+        let c = disk.content(name).unwrap();
+        assert_eq!((&c[20..24], c[48]), (&b"FRZ1"[..], 6), "{name}");
+    }
+    let mut rng = Rng::new(11);
+    let mut tally = BTreeMap::<(Verdict, &str), usize>::new();
+    for trial in 0..FLIPS_PER_KIND + TRUNCATIONS_PER_KIND + ZEROED_SECTORS_PER_KIND {
+        let name = &runs[rng.below(runs.len() as u64) as usize];
+        let img = disk.crash_image(CrashImage::KillProcess);
+        let mut c = img.content(name).unwrap();
+        let len = c.len() as u64;
+        let what = if trial < FLIPS_PER_KIND {
+            img.flip_bit(name, rng.below(len * 8));
+            "flip"
+        } else if trial < FLIPS_PER_KIND + TRUNCATIONS_PER_KIND {
+            c.truncate(rng.below(len) as usize);
+            img.set_content(name, c);
+            "truncate"
+        } else {
+            let start = rng.below(len.div_ceil(512)) as usize * 512;
+            let end = (start + 512).min(c.len());
+            c[start..end].iter_mut().for_each(|b| *b = 0);
+            img.set_content(name, c);
+            "zero"
+        };
+        let verdict = judge_frontier_edit(&img, name, what == "truncate", false);
+        *tally.entry((verdict, what)).or_default() += 1;
+    }
+    eprintln!("{tally:?}");
+    for what in ["flip", "truncate", "zero"] {
+        assert!(
+            tally.get(&(Verdict::Caught, what)).is_some_and(|&n| n > 0),
+            "no {what} of a compressed run caught: {tally:?}"
         );
     }
 }

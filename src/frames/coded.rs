@@ -10,6 +10,7 @@
 //! layout 3, front only: body := inner := count x front
 //! layout 4, head front: body := inner := count x ( head 8 bytes | front of the rest )
 //! layout 5, seq front:  body := inner := count x ( step varint64 | front of the rest )
+//! layout 6, seq front, compressed: body := zstd frame of inner;  inner := layout 5's
 //! front := shared varint | rest_len varint | rest
 //!   step:     the record's first 8 bytes, a u64 LE (a Q run's seq), as the zigzag of its
 //!             difference to the previous record's (wrapping; to 0 for the first), a LEB128
@@ -65,6 +66,8 @@ const HEAD: usize = 8;
 /// The layout byte of records of an 8-byte head coded as the step from the previous
 /// record's, then the rest front coded against the previous record's rest.
 const SEQ_FRONT: u8 = 5;
+/// The layout byte of [`SEQ_FRONT`]'s records, then compressed with zstd.
+const SEQ_FRONT_ZSTD: u8 = 6;
 
 /// What front coding alone does with the first 8 bytes of each record (when every record is
 /// longer).
@@ -131,6 +134,17 @@ impl Encoder {
         }
     }
 
+    /// A new encoder of records of an 8-byte seq coded as steps, then front coded, then
+    /// compressed (layout 6; layout 1 or 2 for a frame with a record of 8 bytes or fewer): for a
+    /// Q run whose frames are read fewer times than they are kept.
+    pub(crate) fn seq_front_compressed() -> std::io::Result<Encoder> {
+        Ok(Encoder {
+            zstd: Some(zstd::bulk::Compressor::new(LEVEL)?),
+            front: Vec::new(),
+            head: Head::Seq,
+        })
+    }
+
     /// Codes the records `raw` (the plain layout) into `out` after `keep` bytes (room for a
     /// frame's header): `out` then holds those and the coded payload.
     pub(crate) fn encode(
@@ -161,7 +175,11 @@ impl Encoder {
             out[at..at + 4].copy_from_slice(&inner.to_le_bytes());
             return Ok(());
         };
-        let layout = if lines(raw, &mut self.front) {
+        let layout = if self.head == Head::Seq && records(raw).all(|r| r.len() > HEAD) {
+            self.front.clear();
+            front_code_into(raw, &mut self.front, Head::Seq);
+            SEQ_FRONT_ZSTD
+        } else if lines(raw, &mut self.front) {
             LINES
         } else {
             front_code(raw, &mut self.front);
@@ -303,13 +321,13 @@ pub(crate) enum Layout {
 /// Decodes the coded payload in `payload` (a frame of `count` records) and leaves the
 /// records in its place, in the layout returned, with the index of the first record it holds;
 /// the buffers swap with the thread's, so a reader that gives its buffer back for the next
-/// frame allocates nothing. Of a frame front coded alone (layouts 3 to 5), whose records are
+/// frame allocates nothing. Of a frame front coded (layouts 2 to 6), whose records are
 /// decoded one after the other, only records `from` to `to` (exclusive) are left when they
 /// are not all: a hand-out that takes a queue's next records from a frame of many decodes
 /// no further, and keeps nothing of the records before them but what the next one shares
 /// (the returned index is then `from`). Every record up to `to` is checked as in a whole
-/// decode; what follows is not decoded (the crc covered it). Other layouts are decoded
-/// whole (index 0).
+/// decode; what follows is not decoded (the crc covered it; a compressed frame is
+/// decompressed whole, and its length checked). Lines are decoded whole (index 0).
 pub(crate) fn decode_window_in_place(
     payload: &mut Vec<u8>,
     count: u32,
@@ -357,8 +375,8 @@ pub(crate) fn decode(coded: &[u8], count: u32, out: &mut Vec<u8>) -> Result<Layo
     decode_window(coded, count, (0, count), out).map(|(layout, _)| layout)
 }
 
-/// [`decode`], of records `from` to `to` (`from <= to <= count`) of a frame front coded
-/// alone; returns the layout and the index of the first record in `out` (`from`, or 0 for a
+/// [`decode`], of records `from` to `to` (`from <= to <= count`) of a frame front coded;
+/// returns the layout and the index of the first record in `out` (`from`, or 0 for a
 /// frame decoded whole).
 fn decode_window(
     coded: &[u8],
@@ -393,11 +411,13 @@ fn decode_window(
         }
         // A step takes up to 10 bytes where the head took 8.
         SEQ_FRONT => inner_len <= raw_len + 4 * count && inner_len == coded.len() - CODED_HEAD,
+        SEQ_FRONT_ZSTD => inner_len <= raw_len + 4 * count,
         _ => {
             return Err(invalid(
                 "layout of a coded frame",
                 "1 (lines), 2 (front coded), 3 (front coded alone), 4 (an 8-byte head, then \
-                 front coded) or 5 (an 8-byte head coded as a step, then front coded)",
+                 front coded), 5 (an 8-byte head coded as a step, then front coded) or 6 (5, \
+                 then compressed)",
                 u64::from(layout),
             ))
         }
@@ -465,7 +485,16 @@ fn decode_window(
             check_lines(out, count)?;
             return Ok((Layout::Lines, 0));
         }
-        front_decode(&d.front, count as u32, raw_len, out, Head::None)?;
+        let head = if layout == SEQ_FRONT_ZSTD {
+            Head::Seq
+        } else {
+            Head::None
+        };
+        if to < count as u32 || from > 0 {
+            front_decode_window(&d.front, (from, to), raw_len, out, head)?;
+            return Ok((Layout::Plain, from));
+        }
+        front_decode(&d.front, count as u32, raw_len, out, head)?;
         Ok((Layout::Plain, 0))
     })
 }
@@ -908,6 +937,123 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Layout 6: layout 5's records compressed. They come back whole and in every window,
+    /// as layout 5's do, in fewer bytes; every length off, a cut, a zstd frame of more or
+    /// fewer bytes than stated and a bad record inside a valid zstd frame are corruption,
+    /// and no edit panics.
+    #[test]
+    fn seq_steps_compressed_come_back_and_bad_frames_are_corruption() {
+        let recs: Vec<Vec<u8>> = (0..300u64)
+            .map(|i| {
+                let mut r = (1000 + i * 3 - (i % 7)).to_le_bytes().to_vec();
+                let host = i / 40;
+                r.extend_from_slice(
+                    format!("\x01http://h{host}.example/section/{}/item-{i}.html", i % 5)
+                        .as_bytes(),
+                );
+                r
+            })
+            .collect();
+        let refs: Vec<&[u8]> = recs.iter().map(Vec::as_slice).collect();
+        let raw = plain(&refs);
+        let n = refs.len() as u32;
+        let (mut packed, mut steps, mut back) = (Vec::new(), Vec::new(), Vec::new());
+        let mut encoder = Encoder::seq_front_compressed().unwrap();
+        encoder.encode(&raw, &mut packed, 0).unwrap();
+        Encoder::front_only(Head::Seq)
+            .encode(&raw, &mut steps, 0)
+            .unwrap();
+        assert_eq!(packed[0], SEQ_FRONT_ZSTD);
+        assert!(
+            packed.len() * 2 < steps.len(),
+            "{} compressed against {} front coded",
+            packed.len(),
+            steps.len()
+        );
+        assert_eq!(decode(&packed, n, &mut back).unwrap(), Layout::Plain);
+        assert_eq!(back, raw);
+        for from in (0..=n).step_by(7) {
+            for to in (from..=n).step_by(11).chain([n]) {
+                let (layout, first) = decode_window(&packed, n, (from, to), &mut back).unwrap();
+                assert_eq!((layout, first), (Layout::Plain, from));
+                assert_eq!(
+                    back,
+                    plain(&refs[from as usize..to as usize]),
+                    "{from} to {to}"
+                );
+            }
+        }
+        // The encoder is used again, for a frame with a record of 8 bytes or fewer: lines.
+        let short = plain(&[b"12345678", b"http://a/"]);
+        encoder.encode(&short, &mut packed, 0).unwrap();
+        assert_eq!(packed[0], LINES);
+        let layout = decode(&packed, 2, &mut back).unwrap();
+        assert_eq!(to_plain(&back, layout), short);
+        encoder.encode(&raw, &mut packed, 0).unwrap();
+        assert_eq!(packed[0], SEQ_FRONT_ZSTD);
+        // Wrong counts, each length off by one, cuts.
+        assert!(decode(&packed, n - 1, &mut back).is_err());
+        assert!(decode(&packed, n + 1, &mut back).is_err());
+        for (at, delta) in [(1usize, 1i64), (1, -1), (5, 1), (5, -1)] {
+            let mut c = packed.clone();
+            let v = u32::from_le_bytes(c[at..at + 4].try_into().unwrap()) as i64 + delta;
+            c[at..at + 4].copy_from_slice(&(v as u32).to_le_bytes());
+            assert!(decode(&c, n, &mut back).is_err(), "field at {at} {delta:+}");
+        }
+        for cut in 0..packed.len() {
+            assert!(
+                decode(&packed[..cut], n, &mut back).is_err(),
+                "cut at {cut}"
+            );
+        }
+        // A zstd frame that holds more than the inner length stated, or less: the stated
+        // length taken down (and the plain length with it, to pass the first checks) or up.
+        let inner = u32::from_le_bytes(packed[5..9].try_into().unwrap());
+        for stated in [inner - 1, inner / 2, inner + 1, inner + 1000] {
+            let mut c = packed.clone();
+            c[5..9].copy_from_slice(&stated.to_le_bytes());
+            assert!(
+                decode(&c, n, &mut back).is_err(),
+                "inner stated as {stated}"
+            );
+            assert!(decode_window(&c, n, (3, 9), &mut back).is_err());
+        }
+        // A valid zstd frame around a record whose shared prefix is longer than the record
+        // before it: found by the front decoder, whole and in a window that reaches it.
+        // (The first step, 2,000 zigzagged, takes 2 bytes; the second, 2 zigzagged, one.)
+        let second = 2 + 1 + 1 + (refs[0].len() - HEAD) + 1;
+        let mut bad = steps[CODED_HEAD..].to_vec();
+        assert_eq!(
+            usize::from(bad[second]),
+            "\x01http://h0.example/section/".len(),
+            "the second record's shared prefix"
+        );
+        bad[second] = (refs[0].len() - HEAD + 1) as u8;
+        let mut c = packed[..CODED_HEAD].to_vec();
+        c.extend_from_slice(&zstd::bulk::compress(&bad, LEVEL).unwrap());
+        assert!(decode(&c, n, &mut back).is_err());
+        assert!(decode_window(&c, n, (0, 2), &mut back).is_err());
+        // Any bit changed: corruption or other records, never a panic. (A few bits of a zstd
+        // frame are never read, a flip of which changes nothing: the frame's crc finds those.)
+        let (mut caught, mut same) = (0, 0);
+        for at in 0..packed.len() {
+            for bit in 0..8 {
+                let mut c = packed.clone();
+                c[at] ^= 1 << bit;
+                match decode(&c, n, &mut back) {
+                    Ok(_) if back == raw => same += 1,
+                    Ok(_) => {}
+                    Err(_) => caught += 1,
+                }
+            }
+        }
+        assert!(same * 20 < packed.len() * 8, "{same} flips changed nothing");
+        assert!(
+            caught * 2 > packed.len() * 8,
+            "{caught} flips caught, {same} changed nothing"
+        );
     }
 
     #[test]

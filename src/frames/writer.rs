@@ -180,6 +180,16 @@ impl FrameWriter {
         self
     }
 
+    /// Writes data frames of records that start with an 8-byte seq coded as steps, front
+    /// coded and then compressed (layout 6 of `src/frames/coded.rs`): a Q run's frames, where
+    /// the bytes on disk count for more than the time of decoding them.
+    pub(crate) fn coded_seq_compressed(mut self) -> std::io::Result<FrameWriter> {
+        if super::coded::coding() {
+            self.coder = Some((Encoder::seq_front_compressed()?, Vec::new()));
+        }
+        Ok(self)
+    }
+
     /// Marks the file's contents as durable already (a clean close synced them): a sync
     /// before anything is written is then no fsync.
     pub(crate) fn assume_synced(mut self) -> FrameWriter {

@@ -376,9 +376,21 @@ impl Frontier {
     ) -> Result<Frontier> {
         let (max_runs, journal_bytes) = (opts.queue_runs, opts.journal_bytes);
         let (background, hot) = (opts.background, opts.hot_queues);
+        let coding = if opts.compress_queues {
+            qrun::RunCoding::Compressed
+        } else {
+            qrun::RunCoding::Front
+        };
         let max_url_len = opts.max_url_len;
         let sieve = Sieve::open_with(storage, opts)?;
-        let core = core::Core::open(sieve, clock, max_runs, journal_bytes, background, hot)?;
+        let core = core::Core::open(
+            sieve,
+            clock,
+            max_runs,
+            journal_bytes,
+            background,
+            (hot, coding),
+        )?;
         Ok(Frontier {
             core: Mutex::new(Some(core)),
             max_url_len,

@@ -76,13 +76,20 @@ pub fn frontier_store() -> (SimDisk, FrontierState, Vec<FrontierState>) {
 
 /// The crawl of [`frontier_store`]: its disk, and a crash image taken after each change.
 pub fn frontier_store_images() -> (SimDisk, Vec<SimDisk>) {
+    frontier_store_images_with(frontier_corruption_opts())
+}
+
+/// The crawl of [`frontier_store`] with its Q runs compressed
+/// ([`Options::compress_queues`]): the same states, in files of other bytes.
+pub fn compressed_frontier_store() -> SimDisk {
+    frontier_store_images_with(frontier_corruption_opts().compress_queues(true)).0
+}
+
+/// The crawl of [`frontier_store`], the frontier opened with `opts`.
+fn frontier_store_images_with(opts: Options) -> (SimDisk, Vec<SimDisk>) {
     let disk = SimDisk::new();
-    let f = Frontier::open_with(
-        Arc::new(disk.clone()),
-        frontier_corruption_opts(),
-        Arc::new(ManualClock::new(T0)),
-    )
-    .expect("create");
+    let f = Frontier::open_with(Arc::new(disk.clone()), opts, Arc::new(ManualClock::new(T0)))
+        .expect("create");
     let mut last = None;
     let mut history = vec![disk.crash_image(CrashImage::KillProcess)];
     for round in 0..12u32 {

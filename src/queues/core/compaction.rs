@@ -27,7 +27,7 @@
 //! caller's thread.
 
 use super::super::journal::Entry;
-use super::super::qrun::{check_record, Coverage, Run, RunWriter};
+use super::super::qrun::{check_record, Coverage, Run, RunCoding, RunWriter};
 use super::job::Job;
 use super::Core;
 use crate::error::{Error, Result};
@@ -141,9 +141,9 @@ impl Core {
         let id = self.next_run;
         self.next_run = id + 2;
         let stop = Arc::new(AtomicBool::new(false));
-        let halt = stop.clone();
+        let (halt, coding) = (stop.clone(), self.coding);
         let Ok(job) = Job::spawn("crivello-compact", (), move |()| {
-            merge(&*st, &runs, id, &consumed.by_id(), &halt)
+            merge(&*st, &runs, (id, coding), &consumed.by_id(), &halt)
         }) else {
             // No thread to be had: the merge runs here (the ids reserved stay unused).
             return self.compact_now();
@@ -227,7 +227,7 @@ impl Core {
         let m = merge(
             &**self.sieve.storage(),
             &self.runs,
-            id,
+            (id, self.coding),
             &consumed,
             &AtomicBool::new(false),
         )?;
@@ -297,7 +297,7 @@ impl Core {
 fn merge(
     st: &dyn Storage,
     runs: &[Run],
-    id: u64,
+    (id, coding): (u64, RunCoding),
     seen: &Consumed,
     stop: &AtomicBool,
 ) -> Result<Merged> {
@@ -373,7 +373,7 @@ fn merge(
                     if live && !crate::planted::active(crate::planted::Bug::NoArchive) {
                         let a = match &mut archive {
                             Some(a) => a,
-                            None => archive.insert(RunWriter::create(st, archive_id)?),
+                            None => archive.insert(RunWriter::create(st, archive_id, coding)?),
                         };
                         a.push(queue, g.crawl, seq, rec)?;
                     }
@@ -381,7 +381,7 @@ fn merge(
                 }
                 let w = match &mut writer {
                     Some(w) => w,
-                    None => writer.insert(RunWriter::create(st, id)?),
+                    None => writer.insert(RunWriter::create(st, id, coding)?),
                 };
                 w.push(queue, g.crawl, seq, rec)
             })?;
@@ -549,7 +549,7 @@ mod tests {
             let halt = stop.clone();
             let thread = std::thread::spawn(move || {
                 let _ = wait.recv();
-                super::merge(&*st, &runs, id, &consumed, &halt)
+                super::merge(&*st, &runs, (id, super::RunCoding::Front), &consumed, &halt)
             });
             c.compaction = Some(super::Compaction {
                 job: super::Job::of(thread),
@@ -593,9 +593,9 @@ mod tests {
 
     /// Q runs of version 4 (a frame per queue, as builds before version 12 wrote them) are
     /// read by this build beside its own: every URL is handed out once and each host's in the
-    /// order pushed; a merge of both kinds writes version 12, and the manifest says 12.
+    /// order pushed; a merge of both kinds writes version 13, and the manifest says 13.
     #[test]
-    fn runs_of_version_4_are_read_and_merged_into_version_12() {
+    fn runs_of_version_4_are_read_and_merged_into_version_13() {
         let disk = SimDisk::new();
         let clock = Arc::new(ManualClock::new(1_000));
         let opts = Options::new()
@@ -655,7 +655,7 @@ mod tests {
         for round in 3..6 {
             add(&f, round);
         }
-        assert_eq!(run_versions(&disk), [4, 4, 4, 12, 12, 12]);
+        assert_eq!(run_versions(&disk), [4, 4, 4, 13, 13, 13]);
         // A merge of all of them.
         f.with(|c| {
             c.max_runs = 2;
@@ -664,10 +664,13 @@ mod tests {
         .unwrap();
         add(&f, 6);
         let versions = run_versions(&disk);
-        assert!(versions.iter().all(|&v| v == 12), "{versions:?}");
+        assert!(versions.iter().all(|&v| v == 13), "{versions:?}");
         f.close().unwrap();
         let manifest = disk.content(crate::names::MANIFEST).unwrap();
-        assert_eq!(manifest[4..8], 12u32.to_le_bytes());
+        assert_eq!(
+            manifest[4..8],
+            crate::format::MANIFEST_VERSION.to_le_bytes()
+        );
 
         let f = open();
         lease_all(&f, usize::MAX);
@@ -729,7 +732,13 @@ mod tests {
                 .map(|&id| crate::queues::qrun::Run::open(disk, id))
                 .collect::<crate::Result<_>>()?;
             let stop = super::AtomicBool::new(false);
-            super::merge(disk, &runs, next, &consumed, &stop)
+            super::merge(
+                disk,
+                &runs,
+                (next, super::RunCoding::Front),
+                &consumed,
+                &stop,
+            )
         };
         assert!(merge(&disk).is_ok());
         let edits = crate::queues::qrun::directory_edits(&disk, ids[0], &good);

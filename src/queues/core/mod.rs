@@ -29,7 +29,7 @@ use super::clock::Clock;
 use super::commits::Commits;
 use super::journal::{Entry, ImportedQueue};
 use super::key::{default_key, queue_id};
-use super::qrun::{check_record, split, Run, RunWriter};
+use super::qrun::{check_record, split, Run, RunCoding, RunWriter};
 use super::{FrontierStats, LeasedBatch, Policy};
 use crate::error::{Corruption, Error, Result};
 use crate::frames::Frame;
@@ -485,6 +485,8 @@ pub(crate) struct Core {
     checkpoint_bytes: u64,
     /// Q runs are merged into one once they are this many.
     max_runs: usize,
+    /// How the Q runs this frontier writes code their frames.
+    coding: RunCoding,
     /// While J is replayed: the runs a later compaction removed (their files may be gone).
     replay_gone: Option<std::collections::HashSet<u64>>,
     /// While J is replayed: the queues in the order of their ids, which the reads of whole
@@ -526,7 +528,7 @@ impl Core {
         max_runs: usize,
         journal_bytes: u64,
         background: bool,
-        hot: usize,
+        (hot, coding): (usize, RunCoding),
     ) -> Result<Core> {
         if sieve.mode() == Mode::Sieve {
             return Err(sieve.wrong_mode());
@@ -593,6 +595,7 @@ impl Core {
             versioned: false,
             serve_only: None,
             max_runs,
+            coding,
         };
         // The checkpoint, decoded once (and checked whole), and its first generation of the
         // journal to replay.
@@ -3342,7 +3345,7 @@ impl Core {
             let id = self.next_run;
             let mut order: Vec<usize> = (0..batch.len()).collect();
             order.sort_unstable_by_key(|&k| (batch[k].0, batch[k].2));
-            let mut w = RunWriter::create(&*st, id)?;
+            let mut w = RunWriter::create(&*st, id, self.coding)?;
             for k in order {
                 let (q, crawl, s, rec) = &batch[k];
                 w.push(*q, *crawl, *s, rec)?;

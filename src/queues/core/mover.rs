@@ -14,7 +14,7 @@ use crate::frontier::Position;
 use crate::names;
 use crate::queues::journal::Entry;
 use crate::queues::key::{default_key, queue_id};
-use crate::queues::qrun::{Group, RunWriter};
+use crate::queues::qrun::{Group, RunCoding, RunWriter};
 use crate::record;
 use crate::storage::{Storage, StorageExt};
 
@@ -90,9 +90,14 @@ impl Batch {
     /// Sorts the records by queue and seq, and writes them as Q run `id`, durably, with its
     /// directory entry when `dir_sync` (always, but for a planted bug); returns what the
     /// install needs of the run.
-    fn write(mut self, st: &dyn Storage, id: u64, dir_sync: bool) -> Result<Written> {
+    fn write(
+        mut self,
+        st: &dyn Storage,
+        (id, coding): (u64, RunCoding),
+        dir_sync: bool,
+    ) -> Result<Written> {
         self.records.sort_unstable_by_key(|m| (m.queue, m.nth));
-        let mut w = RunWriter::create(st, id)?;
+        let mut w = RunWriter::create(st, id, coding)?;
         let (mut keys, mut key_ends) = (Vec::new(), Vec::new());
         let mut last = None;
         for m in &self.records {
@@ -145,10 +150,10 @@ impl Core {
         let st = self.sieve.storage().clone();
         if background && self.background {
             // If no thread can be had, the batch comes back and is written here.
-            let to = st.clone();
+            let (to, coding) = (st.clone(), self.coding);
             match Job::spawn("crivello-move", batch, move |batch: Batch| {
                 let unsynced = crate::planted::active(crate::planted::Bug::MoveUnsynced);
-                batch.write(&*to, id, !unsynced)
+                batch.write(&*to, (id, coding), !unsynced)
             }) {
                 Ok(job) => {
                     // The run's id is taken now: a merge begun before the run is installed
@@ -167,7 +172,7 @@ impl Core {
             }
         }
         let moved = batch
-            .write(&*st, id, true)
+            .write(&*st, (id, self.coding), true)
             .and_then(|w| self.install_move(id, f, next_seq, w));
         if moved.is_err() {
             self.poisoned = true;
