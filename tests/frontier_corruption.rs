@@ -28,6 +28,34 @@ const TRUNCATIONS_PER_KIND: usize = 100;
 /// Sectors (512 bytes, aligned) overwritten with zeros, as a torn or lost write leaves them.
 const ZEROED_SECTORS_PER_KIND: usize = 100;
 
+/// An image of `disk` with file `name` damaged as trial `trial` of a suite says: a bit
+/// flipped, a truncation, or a sector of 512 bytes zeroed (the whole file, if that sector
+/// was zero already); and which of the three.
+fn damaged(disk: &SimDisk, name: &str, trial: usize, rng: &mut Rng) -> (SimDisk, &'static str) {
+    let img = disk.crash_image(CrashImage::KillProcess);
+    let mut c = img.content(name).unwrap();
+    let len = c.len() as u64;
+    let what = if trial < FLIPS_PER_KIND {
+        img.flip_bit(name, rng.below(len * 8));
+        "flip"
+    } else if trial < FLIPS_PER_KIND + TRUNCATIONS_PER_KIND {
+        c.truncate(rng.below(len) as usize);
+        img.set_content(name, c);
+        "truncate"
+    } else {
+        let start = rng.below(len.div_ceil(512)) as usize * 512;
+        let end = (start + 512).min(c.len());
+        if c[start..end].iter().all(|&b| b == 0) {
+            c.iter_mut().for_each(|b| *b = 0);
+        } else {
+            c[start..end].iter_mut().for_each(|b| *b = 0);
+        }
+        img.set_content(name, c);
+        "zero"
+    };
+    (img, what)
+}
+
 #[test]
 fn every_flip_and_truncation_of_the_frontiers_files_is_caught_or_harmless() {
     let (disk, _, _) = frontier_store();
@@ -41,27 +69,7 @@ fn every_flip_and_truncation_of_the_frontiers_files_is_caught_or_harmless() {
             .collect();
         for trial in 0..FLIPS_PER_KIND + TRUNCATIONS_PER_KIND + ZEROED_SECTORS_PER_KIND {
             let name = candidates[rng.below(candidates.len() as u64) as usize];
-            let img = disk.crash_image(CrashImage::KillProcess);
-            let mut c = img.content(name).unwrap();
-            let len = c.len() as u64;
-            let what = if trial < FLIPS_PER_KIND {
-                img.flip_bit(name, rng.below(len * 8));
-                "flip"
-            } else if trial < FLIPS_PER_KIND + TRUNCATIONS_PER_KIND {
-                c.truncate(rng.below(len) as usize);
-                img.set_content(name, c);
-                "truncate"
-            } else {
-                let start = rng.below(len.div_ceil(512)) as usize * 512;
-                let end = (start + 512).min(c.len());
-                if c[start..end].iter().all(|&b| b == 0) {
-                    c.iter_mut().for_each(|b| *b = 0);
-                } else {
-                    c[start..end].iter_mut().for_each(|b| *b = 0);
-                }
-                img.set_content(name, c);
-                "zero"
-            };
+            let (img, what) = damaged(&disk, name, trial, &mut rng);
             let verdict = judge_frontier_edit(&img, name, what == "truncate", false);
             *tally.entry((kind, verdict, what)).or_default() += 1;
         }
@@ -109,23 +117,7 @@ fn damage_of_a_compressed_q_run_is_caught_or_harmless() {
     let mut tally = BTreeMap::<(Verdict, &str), usize>::new();
     for trial in 0..FLIPS_PER_KIND + TRUNCATIONS_PER_KIND + ZEROED_SECTORS_PER_KIND {
         let name = &runs[rng.below(runs.len() as u64) as usize];
-        let img = disk.crash_image(CrashImage::KillProcess);
-        let mut c = img.content(name).unwrap();
-        let len = c.len() as u64;
-        let what = if trial < FLIPS_PER_KIND {
-            img.flip_bit(name, rng.below(len * 8));
-            "flip"
-        } else if trial < FLIPS_PER_KIND + TRUNCATIONS_PER_KIND {
-            c.truncate(rng.below(len) as usize);
-            img.set_content(name, c);
-            "truncate"
-        } else {
-            let start = rng.below(len.div_ceil(512)) as usize * 512;
-            let end = (start + 512).min(c.len());
-            c[start..end].iter_mut().for_each(|b| *b = 0);
-            img.set_content(name, c);
-            "zero"
-        };
+        let (img, what) = damaged(&disk, name, trial, &mut rng);
         let verdict = judge_frontier_edit(&img, name, what == "truncate", false);
         *tally.entry((verdict, what)).or_default() += 1;
     }
