@@ -8,12 +8,12 @@ use crate::error::{Corruption, Error, Result};
 /// The format version of the files written by this build, but the manifest and the Q runs
 /// (see `docs/design.md`, "Format versions").
 pub const VERSION: u32 = 4;
-/// The format version of the manifest written by this build; versions 4, 5 and 8 to 11 are
+/// The format version of the manifest written by this build; versions 4, 5 and 8 to 13 are
 /// read too (9: F's frames may be coded; 10: a frontier's journal may hold archives and
 /// imports, and its A and F records the import flag; 11: its journal may hold receipts; 12:
 /// its Q runs may hold many queues per frame; 13: their frames may be compressed; all have
-/// version 8's layout).
-pub const MANIFEST_VERSION: u32 = 13;
+/// version 8's layout; 14 adds the queue coding field).
+pub const MANIFEST_VERSION: u32 = 14;
 
 /// Magic of A (write-ahead log) files: `CRVA`.
 pub const MAGIC_A: u32 = u32::from_le_bytes(*b"CRVA");

@@ -9,6 +9,7 @@
 //!           | mode u32                                  (version 5; 0 in version 4)
 //!           | clean_a_gen u64 | clean_a_end u64         (version 8 on; 0 before)
 //!           | clean_j_gen u64 | clean_j_end u64         where the last clean close left A and J
+//!           | queue_coding u32                          (version 14 on; 0 before)
 //!           | segments u32 | segments x (id u64 | sigs u64 | bytes u64)
 //!           | runs u32 | runs x (id u64 | gen u64 | skip u64 | records u64 | pairs u64)
 //!           | crc32 u32
@@ -16,13 +17,16 @@
 //!
 //! It is replaced atomically (`MANIFEST.tmp`, fsync, rename, fsync directory). A manifest of
 //! version 4 is read as of mode 0, one of version 5 as of no clean close recorded, and all
-//! are written back as version 13 at the next commit (versions 6 and 7 changed other files
+//! are written back as version 14 at the next commit (versions 6 and 7 changed other files
 //! only: no manifest has them). Versions 9 to 13 have version 8's layout: 9 says that F's
 //! frames may be coded (`src/frames/coded.rs`), which a build that writes version 8 cannot
 //! read; 10 that a frontier's journal may hold archives and imports, and its A and F records
 //! the import flag, which a build that writes version 9 cannot read; 11 that the journal may
 //! hold receipts; 12 that the Q runs may hold many queues per frame (`src/queues/qrun.rs`);
-//! 13 that their frames may be compressed (layout 6 of `src/frames/coded.rs`).
+//! 13 that their frames may be compressed (layout 6 of `src/frames/coded.rs`). Version 14
+//! adds `queue_coding` after the clean ends: how a frontier writes its Q runs, 0 front coded
+//! (`RunCoding::Front`), 1 compressed (`RunCoding::Compressed`); a manifest of an earlier
+//! version is read as of 0.
 
 use crate::error::{Corruption, Error, Result};
 use crate::format::{seal, ByteReader, PutLe, MAGIC_M, MANIFEST_VERSION, VERSION};
@@ -122,6 +126,9 @@ pub(crate) struct Manifest {
     pub clean_a: CleanEnd,
     /// Where the last clean close left the frontier's journal J (none for a plain sieve).
     pub clean_j: CleanEnd,
+    /// Whether the frontier writes its Q runs compressed (`Options::compress_queues`, kept
+    /// from the open that last chose); false for a plain sieve.
+    pub compress_queues: bool,
     /// Z's segments.
     pub segments: Vec<SegmentMeta>,
     /// Spilled batches not yet merged with Z, in push order.
@@ -160,6 +167,7 @@ impl Manifest {
         ] {
             b.put_u64(v);
         }
+        b.put_u32(u32::from(self.compress_queues));
         b.put_u32(self.segments.len() as u32);
         for s in &self.segments {
             b.put_u64(s.id);
@@ -189,7 +197,7 @@ impl Manifest {
                 at,
                 Corruption::Invalid {
                     field: "manifest version",
-                    expected: "4, 5, 8 to 13 (versions 6 and 7 changed other files)",
+                    expected: "4, 5, 8 to 14 (versions 6 and 7 changed other files)",
                     found: u64::from(version),
                 },
             ));
@@ -231,6 +239,24 @@ impl Manifest {
             clean_j.gen = c.u64_below("clean J generation", COUNTER_LIMIT)?;
             clean_j.end = c.u64_below("clean J end", COUNTER_LIMIT)?;
         }
+        let compress_queues = version >= 14 && {
+            let at = c.offset();
+            match c.u32()? {
+                0 => false,
+                1 => true,
+                code => {
+                    return Err(Error::corrupt(
+                        file,
+                        at,
+                        Corruption::Invalid {
+                            field: "queue coding",
+                            expected: "0 or 1",
+                            found: u64::from(code),
+                        },
+                    ))
+                }
+            }
+        };
         let at = c.offset();
         let n = c.u32()? as usize;
         if n.saturating_mul(24) > c.remaining() {
@@ -295,6 +321,7 @@ impl Manifest {
             mode,
             clean_a,
             clean_j,
+            compress_queues,
             segments,
             runs,
         })
@@ -359,6 +386,7 @@ mod tests {
             mode: Mode::Frontier,
             clean_a: CleanEnd { gen: 3, end: 4096 },
             clean_j: CleanEnd { gen: 1, end: 512 },
+            compress_queues: true,
             runs: vec![RunMeta {
                 id: 7,
                 gen: 3,
@@ -402,10 +430,34 @@ mod tests {
     }
 
     #[test]
-    fn manifests_of_versions_4_and_5_read_as_of_no_mode_and_no_clean_end() {
+    fn manifests_of_versions_4_to_13_read_as_of_no_mode_no_clean_end_and_no_coding() {
         let m = sample();
-        let v8 = m.encode();
+        let v14 = m.encode();
         let at = 8 + 13 * 8;
+        // Versions 8 to 13: no queue coding, read as front coded.
+        let coding = at + 4 + 32;
+        let mut v8 = v14[..coding].to_vec();
+        v8.extend_from_slice(&v14[coding + 4..v14.len() - 4]);
+        let no_coding = Manifest {
+            compress_queues: false,
+            ..m.clone()
+        };
+        for v in [8u32, 12, 13] {
+            v8[4..8].copy_from_slice(&v.to_le_bytes());
+            let mut old = v8.clone();
+            seal(&mut old);
+            assert_eq!(Manifest::decode(&old, MANIFEST).unwrap(), no_coding);
+        }
+        seal(&mut v8);
+        // A coding other than 0 or 1 is corruption.
+        let mut bad = v14[..v14.len() - 4].to_vec();
+        bad[coding..coding + 4].copy_from_slice(&2u32.to_le_bytes());
+        seal(&mut bad);
+        let e = Manifest::decode(&bad, MANIFEST).unwrap_err();
+        assert!(
+            e.is_corruption() && e.to_string().contains("queue coding"),
+            "{e}"
+        );
         // Version 5: no clean ends.
         let mut v5 = v8[..at + 4].to_vec();
         v5.extend_from_slice(&v8[at + 4 + 32..v8.len() - 4]);
@@ -415,7 +467,7 @@ mod tests {
         let no_clean = Manifest {
             clean_a: CleanEnd::default(),
             clean_j: CleanEnd::default(),
-            ..m.clone()
+            ..no_coding.clone()
         };
         assert_eq!(old, no_clean);
         // Version 4: no mode field either.
@@ -431,7 +483,7 @@ mod tests {
                 ..no_clean
             }
         );
-        let mut bad = v8[..v8.len() - 4].to_vec();
+        let mut bad = v14[..v14.len() - 4].to_vec();
         bad[at..at + 4].copy_from_slice(&3u32.to_le_bytes());
         seal(&mut bad);
         assert!(Manifest::decode(&bad, MANIFEST)
@@ -445,7 +497,7 @@ mod tests {
         assert!(e.to_string().contains("format version 3"), "{e}");
         // No manifest was ever written with version 6 or 7.
         for v in [6u32, 7] {
-            let mut odd = v8[..v8.len() - 4].to_vec();
+            let mut odd = v14[..v14.len() - 4].to_vec();
             odd[4..8].copy_from_slice(&v.to_le_bytes());
             seal(&mut odd);
             let e = Manifest::decode(&odd, MANIFEST).unwrap_err();

@@ -40,7 +40,7 @@ pub struct Options {
     pub(crate) queue_runs: usize,
     pub(crate) journal_bytes: u64,
     pub(crate) hot_queues: usize,
-    pub(crate) compress_queues: bool,
+    pub(crate) compress_queues: Option<bool>,
 }
 
 impl Default for Options {
@@ -59,7 +59,7 @@ impl Default for Options {
             queue_runs: 32,
             journal_bytes: 64 << 20,
             hot_queues: crate::queues::HOT_QUEUES,
-            compress_queues: false,
+            compress_queues: None,
         }
     }
 }
@@ -182,13 +182,17 @@ impl Options {
 
     /// Whether a frontier writes its Q runs (the URLs waiting in its queues) compressed:
     /// front coded, then zstd, in frames of 8 KiB of records, instead of front coded alone
-    /// in frames of 2 KiB (default off). Measured in `docs/performance.md` ("Compressed Q
-    /// runs"): 39 % of the URL bytes instead of 75 % on the synthetic crawl, 15 % instead of
-    /// 34 % on one site's, at about half the hand-outs a second (a hand-out decompresses a
-    /// whole frame). Applies to the runs this open writes, moves and compactions alike: a
-    /// store holds runs of both kinds, and every reader reads both.
+    /// in frames of 2 KiB. Measured in `docs/performance.md` ("Compressed Q runs"): 39 % of
+    /// the URL bytes instead of 75 % on the synthetic crawl, 15 % instead of 34 % on one
+    /// site's, at about half the hand-outs a second (a hand-out decompresses a whole frame).
+    ///
+    /// The choice is kept in the store: the open that makes it records it (in the manifest)
+    /// before it returns, and later opens that do not set it write as the store says (off
+    /// for a new store). It applies to the runs written from then on, by moves, compactions
+    /// and imports alike: a store may hold runs of both kinds, and every reader reads both.
+    /// A read-only open records nothing.
     pub fn compress_queues(mut self, on: bool) -> Options {
-        self.compress_queues = on;
+        self.compress_queues = Some(on);
         self
     }
 

@@ -1409,6 +1409,8 @@ fn crash_opts() -> Options {
 struct Acked {
     /// URLs whose push returned Ok.
     pushed: HashSet<String>,
+    /// Whether an open that chose compressed queues returned.
+    compressed: bool,
     /// URLs pushed, acknowledged or not.
     tried: HashSet<String>,
     /// Leases returned: URL and deadline.
@@ -1437,7 +1439,7 @@ fn workload_on(
     a: &mut Acked,
 ) -> Result<(), Error> {
     let opts = crash_opts().background_flush(background);
-    let f = Frontier::open_with(storage, opts, clock.clone())?;
+    let mut f = Frontier::open_with(storage.clone(), opts.clone(), clock.clone())?;
     let batch = |lo: u32, hi: u32| -> Vec<String> {
         (lo..hi)
             .map(|i| format!("http://h{}.test/{}", i % 5, i / 5))
@@ -1544,6 +1546,18 @@ fn workload_on(
                 .collect();
             f.update("", &items)?;
             a.done.extend(us);
+        }
+        if round == 4 {
+            // Reopened with compressed queues: the choice is committed before the open
+            // returns, and the runs written from here on (and the compactions of runs of
+            // both kinds) are compressed.
+            f.close()?;
+            f = Frontier::open_with(
+                storage.clone(),
+                opts.clone().compress_queues(true),
+                clock.clone(),
+            )?;
+            a.compressed = true;
         }
         if round == 5 {
             let of_h4: Vec<String> = a
@@ -1834,6 +1848,13 @@ fn crash_at_every_operation(background: bool) -> (u64, BTreeMap<String, usize>) 
             let clock = Arc::new(ManualClock::new(at_crash));
             let f = Frontier::open_with(Arc::new(img), crash_opts(), clock.clone())
                 .unwrap_or_else(|e| panic!("op {k}, {image:?}: reopen: {e}"));
+            // The choice of compressed queues is kept once an open that made it returned.
+            if a.compressed {
+                assert!(
+                    f.stats().unwrap().compressed,
+                    "op {k}, {image:?}: the queues' coding was forgotten"
+                );
+            }
             // No acknowledged lease is handed out again before its deadline.
             f.flush().unwrap();
             for l in f.lease(100, Some(10), 60_000).unwrap() {
@@ -3164,4 +3185,72 @@ fn queues_whose_ids_share_their_high_half_are_told_apart_at_an_open() {
         assert_eq!(served, want);
         f.close().unwrap();
     }
+}
+
+/// The choice of compressed Q runs is the store's: kept by later opens that do not make it,
+/// changed by one that does, never by a read-only open; the runs written either way, and
+/// their compactions together, hand out every URL once.
+#[test]
+fn the_choice_of_compressed_queues_is_kept_in_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = || opts().queue_runs(2);
+    let compressed = |f: &Frontier| f.stats().unwrap().compressed;
+    let f = Frontier::open(dir.path(), o()).unwrap();
+    assert!(!compressed(&f), "a new store writes front-coded runs");
+    f.close().unwrap();
+    let mut all = Vec::new();
+    let mut round = 0;
+    let mut add = |f: &Frontier| {
+        let us: Vec<String> = (0..50)
+            .map(|i| format!("http://h{}.test/{round}/{i}", i % 3))
+            .collect();
+        push(f, &us.iter().map(String::as_str).collect::<Vec<_>>());
+        f.flush().unwrap();
+        all.extend(us);
+        round += 1;
+    };
+    for (choice, expected) in [
+        (Some(true), true),
+        (None, true),
+        (Some(false), false),
+        (None, false),
+        (Some(true), true),
+    ] {
+        let opts = match choice {
+            Some(on) => o().compress_queues(on),
+            None => o(),
+        };
+        let f = Frontier::open(dir.path(), opts).unwrap();
+        assert_eq!(compressed(&f), expected, "{choice:?}");
+        add(&f);
+        f.close().unwrap();
+        // A read-only open that chooses otherwise writes nothing, the choice included.
+        let r = Frontier::open_read_only(dir.path(), o().compress_queues(!expected)).unwrap();
+        assert_eq!(compressed(&r), !expected);
+        drop(r);
+    }
+    let f = Frontier::open(dir.path(), o()).unwrap();
+    assert!(compressed(&f));
+    assert!(f.stats().unwrap().runs <= 3, "the runs were compacted");
+    f.set_policy(
+        "",
+        None,
+        Policy {
+            per_queue: 1000,
+            ..Policy::default()
+        },
+    )
+    .unwrap();
+    let mut served = Vec::new();
+    loop {
+        let got = f.lease(10, Some(1000), 60_000).unwrap();
+        if got.is_empty() {
+            break;
+        }
+        served.extend(urls(&got));
+    }
+    served.sort_unstable();
+    all.sort_unstable();
+    assert_eq!(served, all);
+    f.close().unwrap();
 }

@@ -210,3 +210,59 @@ fn push_reaches_default_after_default_was_deleted() {
     assert_eq!(f.counts("", None).unwrap().waiting, 2);
     f.close().unwrap();
 }
+
+/// The value of `key` in `stats --json`'s object.
+fn stat(d: &str, key: &str) -> u64 {
+    let (out, _) = expect(0, &["stats", d, "--json"], b"");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    v[key].as_u64().unwrap_or_else(|| panic!("{key} in {out}"))
+}
+
+#[test]
+fn compressed_queues_are_chosen_once_kept_in_the_directory_and_take_fewer_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (plain, packed) = (tmp.path().join("plain"), tmp.path().join("packed"));
+    let (plain, packed) = (plain.to_str().unwrap(), packed.to_str().unwrap());
+    // One site's URLs, much alike.
+    let urls: String = (0..3_000)
+        .map(|i| format!("http://www.example.edu/dept/{}/course-{i}.html\n", i % 40))
+        .collect();
+    expect(0, &["push", plain, "--crawl", "c"], urls.as_bytes());
+    // A push of DEFAULT's URLs with the flag makes the directory a frontier.
+    expect(0, &["push", packed, "--compress-queues"], urls.as_bytes());
+    // The first lease moves F into the queues: a Q run each.
+    for d in [plain, packed] {
+        let crawl = if d == plain { "c" } else { "DEFAULT" };
+        expect(0, &["lease", d, "--crawl", crawl, "-n", "1"], b"");
+    }
+    assert_eq!(stat(plain, "q_compressed"), 0);
+    assert_eq!(stat(packed, "q_compressed"), 1, "the choice is kept");
+    let (a, b) = (stat(plain, "bytes_q"), stat(packed, "bytes_q"));
+    assert!(b > 0 && b * 2 < a, "compressed {b} bytes against {a}");
+    // Later commands write as the directory says, until it is turned off.
+    expect(0, &["push", packed], b"http://www.example.edu/more\n");
+    assert_eq!(stat(packed, "q_compressed"), 1);
+    expect(0, &["push", packed, "--compress-queues=off"], b"");
+    assert_eq!(stat(packed, "q_compressed"), 0);
+    // Runs of both kinds are read: every URL comes out once.
+    expect(0, &["policy", packed, "--per-queue", "5000"], b"");
+    let (out, _) = expect(
+        0,
+        &["lease", packed, "-n", "10000", "--per-queue", "5000"],
+        b"",
+    );
+    let mut served: Vec<&str> = out.lines().collect();
+    served.sort_unstable();
+    served.dedup();
+    assert_eq!(served.len() + 1, 3_001, "{} served", served.len());
+    // A value other than on or off is a usage error, and a plain sieve refuses the flag.
+    let (_, err) = expect(2, &["push", packed, "--compress-queues=yes"], b"");
+    assert!(err.contains("possible values: on, off"), "{err}");
+    let sieve = tmp.path().join("sieve");
+    let sieve = sieve.to_str().unwrap();
+    expect(0, &["push", sieve], b"http://a.test/\n");
+    expect(0, &["flush", sieve], b"");
+    expect(0, &["pop", sieve], b"");
+    let (_, err) = expect(1, &["push", sieve, "--compress-queues"], b"");
+    assert!(err.contains("plain sieve"), "{err}");
+}

@@ -51,6 +51,8 @@ class FrontierStats(TypedDict):
     leased: int
     done: int
     runs: int
+    bytes_runs: int
+    compressed: bool
     paused: bool
 
 class Counts(TypedDict):
@@ -188,6 +190,7 @@ class Frontier:
         memory: Optional[Size] = None,
         max_url_len: Optional[int] = None,
         seed: Optional[int] = None,
+        compress_queues: Optional[bool] = None,
     ) -> None: ...
     def push(self, items: Iterable[Item], *, crawl: str = "") -> None:
         """Pushes discovered URLs; a URL already seen in the crawl changes nothing. If one

@@ -636,15 +636,19 @@ fn status_tuple<'py>(py: Python<'py>, st: UrlStatus) -> PyResult<Bound<'py, PyTu
 #[pymethods]
 impl Frontier {
     #[new]
-    #[pyo3(signature = (path, *, memory=None, max_url_len=None, seed=None))]
+    #[pyo3(signature = (path, *, memory=None, max_url_len=None, seed=None, compress_queues=None))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
         memory: Option<&Bound<'_, PyAny>>,
         max_url_len: Option<usize>,
         seed: Option<u64>,
+        compress_queues: Option<bool>,
     ) -> PyResult<Frontier> {
-        let opts = options(memory, max_url_len, seed)?;
+        let mut opts = options(memory, max_url_len, seed)?;
+        if let Some(on) = compress_queues {
+            opts = opts.compress_queues(on);
+        }
         let f = detached(py, || crivello::Frontier::open(&path, opts))?;
         Ok(Frontier {
             inner: RwLock::new(Some(f)),
@@ -913,6 +917,8 @@ impl Frontier {
         d.set_item("leased", st.leased)?;
         d.set_item("done", st.done)?;
         d.set_item("runs", st.runs)?;
+        d.set_item("bytes_runs", st.run_bytes)?;
+        d.set_item("compressed", st.compressed)?;
         d.set_item("paused", st.paused)?;
         Ok(d)
     }

@@ -95,6 +95,25 @@ def test_a_frontier_serves_hosts_politely_with_keys_metadata_and_leases(tmp_path
         assert f.stats()["waiting"] == 1
 
 
+def test_compressed_queues_are_kept_by_the_store(tmp_path: Path) -> None:
+    urls = [f"http://site.test/a/{i % 9}/page-{i}.html" for i in range(2000)]
+    sizes = {}
+    for compress in (False, True):
+        path = tmp_path / f"f{compress}"
+        with crivello.Frontier(path, compress_queues=compress) as f:
+            f.push(urls)
+            f.flush()
+            st = f.stats()
+            assert st["compressed"] is compress
+            sizes[compress] = st["bytes_runs"]
+        # Reopened without a choice: the store's is kept, and every URL is there.
+        with crivello.Frontier(path) as f:
+            assert f.stats()["compressed"] is compress
+            f.set_policy(crivello.Policy(per_queue=5000))
+            assert sorted(g.url for g in f.lease(5000, per_queue=5000)) == sorted(urls)
+    assert 0 < sizes[True] * 2 < sizes[False], sizes
+
+
 def test_push_new_says_which_urls_are_new_and_sync_false_waits_for_the_next_commit(
     tmp_path: Path,
 ) -> None:

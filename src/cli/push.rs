@@ -15,7 +15,9 @@ use crivello::{Discovered, Frontier, InvalidUrl, Mode, Options, Sieve};
 
 use super::progress::Progress;
 use super::stream::{sources, Line, LineReader};
-use super::{explained, open_frontier_with, open_sieve, parse_max_url_len, Common, CrawlArg};
+use super::{
+    explained, open_frontier_with, open_sieve, parse_max_url_len, Common, CrawlArg, QueueCodingArg,
+};
 
 /// The arguments of `push`.
 #[derive(Debug, Args)]
@@ -35,6 +37,9 @@ pub struct PushArgs {
     /// makes the directory a frontier.
     #[command(flatten)]
     pub crawl: CrawlArg,
+    /// How a frontier writes its queues.
+    #[command(flatten)]
+    pub coding: QueueCodingArg,
     /// The options of every subcommand.
     #[command(flatten)]
     pub common: Common,
@@ -52,7 +57,7 @@ pub fn run(args: PushArgs) -> Result<()> {
         .memory(args.common.memory)
         .max_url_len(args.max_url_len);
     let mut sieve = None;
-    if matches!(args.crawl.name(), "DEFAULT" | "") {
+    if matches!(args.crawl.name(), "DEFAULT" | "") && args.coding.compress_queues.is_none() {
         let s = open_sieve(&args.dir, opts.clone())?;
         if s.mode() == Mode::Frontier {
             s.close()?;
@@ -68,7 +73,7 @@ pub fn run(args: PushArgs) -> Result<()> {
         skipped
     } else {
         let mut sink = FrontierSink {
-            frontier: open_frontier_with(&args.dir, opts)?,
+            frontier: open_frontier_with(&args.dir, args.coding.apply(opts))?,
             crawl: args.crawl.name(),
             batch: Vec::with_capacity(FRONTIER_BATCH),
         };

@@ -44,6 +44,8 @@ A frontier (a directory `lease` has used) adds:
   leased         URLs leased
   done           URLs done
   q_runs         Q runs (files of queued URLs)
+  bytes_q        bytes on disk of the Q runs
+  q_compressed   1 if the Q runs are written compressed (--compress-queues), else 0
   paused         1 if hand-outs are paused, else 0";
 
 /// The arguments of `stats`.
@@ -86,6 +88,8 @@ pub fn run(args: StatsArgs) -> Result<()> {
             ("leased", fs.leased),
             ("done", fs.done),
             ("q_runs", fs.runs),
+            ("bytes_q", fs.run_bytes),
+            ("q_compressed", u64::from(fs.compressed)),
             ("paused", u64::from(fs.paused)),
         ]);
     }

@@ -314,6 +314,10 @@ pub struct FrontierStats {
     pub done: u64,
     /// Q runs.
     pub runs: u64,
+    /// Bytes of the Q runs' files (runs kept as archives of queues moved away not counted).
+    pub run_bytes: u64,
+    /// Whether the Q runs are written compressed ([`Options::compress_queues`]).
+    pub compressed: bool,
     /// Whether hand-outs are paused.
     pub paused: bool,
 }
@@ -376,11 +380,7 @@ impl Frontier {
     ) -> Result<Frontier> {
         let (max_runs, journal_bytes) = (opts.queue_runs, opts.journal_bytes);
         let (background, hot) = (opts.background, opts.hot_queues);
-        let coding = if opts.compress_queues {
-            qrun::RunCoding::Compressed
-        } else {
-            qrun::RunCoding::Front
-        };
+        let coding = opts.compress_queues;
         let max_url_len = opts.max_url_len;
         let sieve = Sieve::open_with(storage, opts)?;
         let core = core::Core::open(

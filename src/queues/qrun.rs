@@ -506,6 +506,11 @@ impl Run {
         self.index.iter().map(|e| u64::from(e.count)).sum()
     }
 
+    /// The length of its file.
+    pub(crate) fn bytes(&self) -> Result<u64> {
+        self.file.len()
+    }
+
     /// The run's id.
     pub(crate) fn id(&self) -> u64 {
         self.id

@@ -78,6 +78,23 @@ impl Sieve {
         Ok(())
     }
 
+    /// Records in the manifest whether the frontier writes its Q runs compressed, if it
+    /// says otherwise.
+    pub(crate) fn fix_queue_coding(&mut self, compressed: bool) -> Result<()> {
+        if self.manifest.compress_queues == compressed {
+            return Ok(());
+        }
+        let r = self.decide().and_then(|()| self.finish_inflight());
+        self.poison(r)?;
+        let mut m = self.manifest.clone();
+        m.commit += 1;
+        m.compress_queues = compressed;
+        let r = m.commit_to(&*self.storage);
+        self.poison(r)?;
+        self.manifest = m;
+        Ok(())
+    }
+
     /// Commits the manifest as it is, in this build's version: before a file that older
     /// versions cannot read is written, so that they refuse the store by its version.
     pub(crate) fn commit_version(&mut self) -> Result<()> {

@@ -520,6 +520,12 @@ impl Sieve {
         self.manifest.mode
     }
 
+    /// Whether the store's frontier writes its Q runs compressed, as the manifest records
+    /// ([`Options::compress_queues`]).
+    pub(crate) fn compress_queues(&self) -> bool {
+        self.manifest.compress_queues
+    }
+
     /// The storage.
     pub(crate) fn storage(&self) -> &Arc<dyn Storage> {
         &self.storage

@@ -1,11 +1,12 @@
 """The server's life: it creates its directory, refuses a second server on it, and stops
 cleanly on SIGINT and SIGTERM (exit 0) with everything acknowledged kept."""
 
+import json
 import signal
 import subprocess
 
 from conftest import BIN
-from helpers import discovered, put, stats
+from helpers import discovered, get, put, stats
 
 
 def test_start_lock_and_clean_stops(server_factory, tmp_path):
@@ -42,3 +43,38 @@ def test_a_bad_address_is_a_usage_error(tmp_path):
     )
     assert out.returncode == 1
     assert b"not an address" in out.stderr
+
+
+def stats_json(directory):
+    """`crivello stats --json` of a stopped server's directory."""
+    out = subprocess.run(
+        [BIN, "stats", str(directory), "--json"], capture_output=True, timeout=30, check=True
+    )
+    return json.loads(out.stdout)
+
+
+def test_compressed_queues_are_chosen_by_a_flag_and_kept(server_factory, tmp_path):
+    directory = tmp_path / "packed"
+    server = server_factory("--compress-queues", directory=directory)
+    pb = server.pb
+    urls = [f"http://packed.t/section/{i % 7}/page-{i}.html" for i in range(500)]
+    assert len(put(server, [discovered(pb, u, ident=u) for u in urls])) == 500
+    # The first GetURLs moves the URLs into the queues: a compressed Q run.
+    got = get(server, max_urls_per_queue=1, delay_requestable=60)
+    assert [i.url for i in got] == [urls[0]]
+    assert server.stop() == 0
+    before = stats_json(directory)
+    assert before["q_compressed"] == 1
+    assert before["bytes_q"] > 0
+    # Started again without the flag: the directory keeps the choice, every URL is there.
+    server.args = []
+    server.restart()
+    s = stats(server, key="packed.t")
+    assert (s.size, s.inProcess) == (500, 1)
+    assert server.stop() == 0
+    assert stats_json(directory)["q_compressed"] == 1
+    # --compress-queues=off turns it off.
+    server.args = ["--compress-queues=off"]
+    server.restart()
+    assert server.stop() == 0
+    assert stats_json(directory)["q_compressed"] == 0

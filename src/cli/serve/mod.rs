@@ -33,7 +33,7 @@ use crivello::Policy;
 use tokio::sync::watch;
 
 use self::log::{log, Level, Log};
-use super::{explained, open_frontier, Common};
+use super::{explained, open_frontier_with, Common, QueueCodingArg};
 
 /// The code generated from `proto/urlfrontier.proto`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -117,9 +117,20 @@ pub struct ServeArgs {
     /// its --peers entry. Required with --peers and --tls-cert.
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
+    /// How the frontier writes its queues.
+    #[command(flatten)]
+    pub coding: QueueCodingArg,
     /// The options of every subcommand.
     #[command(flatten)]
     pub common: Common,
+}
+
+impl ServeArgs {
+    /// The options the frontier is opened with.
+    fn frontier_options(&self) -> crivello::Options {
+        self.coding
+            .apply(crivello::Options::new().memory(self.common.memory))
+    }
 }
 
 /// Keeps glibc's allocator from holding memory the server freed (`docs/design.md`, Memory).
@@ -222,7 +233,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
              anyone who reaches it can read and change the frontier"
         );
     }
-    let frontier = Arc::new(open_frontier(&args.dir, args.common.memory)?);
+    let frontier = Arc::new(open_frontier_with(&args.dir, args.frontier_options())?);
     if let Some(k) = args.per_queue {
         let now = frontier.policy("", None)?;
         if now.per_queue != k {
@@ -455,7 +466,7 @@ fn leave(args: &ServeArgs, cluster: cluster::Cluster, log: Arc<Log>) -> Result<(
         Some(path) => Some(read_token(path)?),
         None => None,
     };
-    let frontier = Arc::new(open_frontier(&args.dir, args.common.memory)?);
+    let frontier = Arc::new(open_frontier_with(&args.dir, args.frontier_options())?);
     let cluster = Arc::new(cluster);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

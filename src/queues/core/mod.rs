@@ -521,18 +521,26 @@ pub(crate) struct Core {
 
 impl Core {
     /// Opens the frontier on `sieve`'s store: replays J, then, for a store used as a plain
-    /// sieve so far with no reader yet, queues F's bare URLs and fixes the mode.
+    /// sieve so far with no reader yet, queues F's bare URLs and fixes the mode. `coding`
+    /// says how its Q runs are to be written (`None`: as the manifest says), recorded in the
+    /// manifest before the open returns.
     pub(super) fn open(
         sieve: Sieve,
         clock: Arc<dyn Clock>,
         max_runs: usize,
         journal_bytes: u64,
         background: bool,
-        (hot, coding): (usize, RunCoding),
+        (hot, compress): (usize, Option<bool>),
     ) -> Result<Core> {
         if sieve.mode() == Mode::Sieve {
             return Err(sieve.wrong_mode());
         }
+        let compress = compress.unwrap_or_else(|| sieve.compress_queues());
+        let coding = if compress {
+            RunCoding::Compressed
+        } else {
+            RunCoding::Front
+        };
         let storage = sieve.storage().clone();
         let st = &*storage;
         let mut core = Core {
@@ -694,6 +702,7 @@ impl Core {
             }
             core.sieve.fix_mode(Mode::Frontier)?;
         }
+        core.sieve.fix_queue_coding(compress)?;
         let mut now = core.clock.now_ms();
         if crate::planted::active(crate::planted::Bug::ForgetLeases) {
             now = u64::MAX;
@@ -4000,6 +4009,10 @@ impl Core {
             .iter()
             .map(|q| q.waiting + (q.returned().len() + q.refetch().len()) as u64)
             .fold(0, u64::saturating_add);
+        let mut run_bytes = 0u64;
+        for r in &self.runs {
+            run_bytes = run_bytes.saturating_add(r.bytes()?);
+        }
         Ok(FrontierStats {
             queues: (self.queues.iter().zip(&self.ids))
                 .filter(|(q, &id)| self.listed(id, q))
@@ -4009,6 +4022,8 @@ impl Core {
             leased: self.leases.len() as u64,
             done: self.done,
             runs: self.runs.len() as u64,
+            run_bytes,
+            compressed: self.coding == RunCoding::Compressed,
             paused: self.paused,
         })
     }

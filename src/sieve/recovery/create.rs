@@ -48,6 +48,7 @@ pub(super) fn create(storage: &dyn Storage, opts: &Options) -> Result<Manifest> 
         mode: crate::manifest::Mode::Unset,
         clean_a: Default::default(),
         clean_j: Default::default(),
+        compress_queues: false,
         segments: Vec::new(),
         runs: Vec::new(),
     };
