@@ -140,7 +140,7 @@ pub mod internals {
         corruption_urls, decode, kind_of, reseal, FileKind,
     };
     pub use crate::testing::frontier::{
-        checkpoint_in_version, compressed_frontier_store, decode_frontier,
+        checkpoint_in_version, compressed_frontier_store, decode_frontier, decode_q_compressed,
         frontier_corruption_opts, frontier_ops, frontier_outcome, frontier_outcome_in,
         frontier_store, frontier_store_images, judge_frontier_edit, reseal_frontier, FrontierFile,
         FrontierState, Verdict, T0,

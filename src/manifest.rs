@@ -184,6 +184,26 @@ impl Manifest {
         b
     }
 
+    /// The manifest as a build of `version` (8 to this build's) wrote it: version 8's layout,
+    /// without the queue coding before version 14. For tests of older stores.
+    #[cfg(test)]
+    pub(crate) fn encode_as(&self, version: u32) -> Vec<u8> {
+        assert!(
+            (8..=MANIFEST_VERSION).contains(&version),
+            "version {version}"
+        );
+        let mut b = self.encode();
+        b.truncate(b.len() - 4);
+        b[4..8].copy_from_slice(&version.to_le_bytes());
+        if version < 14 {
+            // The queue coding follows the 13 counters, the mode and the 4 clean ends.
+            let coding = 8 + 13 * 8 + 4 + 32;
+            b.drain(coding..coding + 4);
+        }
+        seal(&mut b);
+        b
+    }
+
     /// Decodes and checks a manifest read from `file`. (Over 80 lines: one bounded read per
     /// field, in the file's order, as the layout above lists them.)
     pub(crate) fn decode(bytes: &[u8], file: &str) -> Result<Manifest> {

@@ -9,7 +9,7 @@ use std::path::Path;
 use crivello::internals::{random_input, target};
 use crivello::storage::sim::Rng;
 
-const TARGETS: [&str; 13] = [
+const TARGETS: [&str; 14] = [
     "decode_a",
     "decode_z",
     "decode_r",
@@ -19,6 +19,7 @@ const TARGETS: [&str; 13] = [
     "decode_j",
     "decode_checkpoint",
     "decode_q",
+    "decode_q_compressed",
     "ops",
     "frontier_ops",
     "crash_schedule",

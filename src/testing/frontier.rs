@@ -1,6 +1,6 @@
 //! The frontier's harnesses: a store with every file kind of the frontier (J, its checkpoint,
 //! Q runs), the outcome every edit of them must have, and the fuzz targets `decode_j`,
-//! `decode_checkpoint`, `decode_q` and `frontier_ops`.
+//! `decode_checkpoint`, `decode_q`, `decode_q_compressed` and `frontier_ops`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
@@ -330,6 +330,38 @@ pub fn decode_frontier(kind: FrontierFile, data: &[u8]) {
         changed,
         truncated_only,
     } = edit_one(disk, &candidates, data, |b| reseal_frontier(kind, b));
+    let verdict = judge_frontier_edit(&img, name, truncated_only, resealed && changed);
+    assert!(
+        changed || verdict == Verdict::Harmless,
+        "{name} unedited: {verdict:?}"
+    );
+}
+
+/// Fuzz target `decode_q_compressed`: [`decode_frontier`] of a Q run of the same crawl with
+/// its runs compressed ([`compressed_frontier_store`]: frame layout 6, zstd over front-coded
+/// records), judged against the same states. Resealed edits reach zstd's decoder and the
+/// front decoding of what it gives.
+pub fn decode_q_compressed(data: &[u8]) {
+    static STORE: OnceLock<(SimDisk, Vec<String>)> = OnceLock::new();
+    let (disk, files) = STORE.get_or_init(|| {
+        let disk = compressed_frontier_store();
+        let runs = disk
+            .files()
+            .into_iter()
+            .filter(|n| FrontierFile::of(n) == Some(FrontierFile::Q))
+            .collect();
+        (disk, runs)
+    });
+    let candidates: Vec<&String> = files.iter().collect();
+    let Edited {
+        img,
+        name,
+        resealed,
+        changed,
+        truncated_only,
+    } = edit_one(disk, &candidates, data, |b| {
+        reseal_frontier(FrontierFile::Q, b)
+    });
     let verdict = judge_frontier_edit(&img, name, truncated_only, resealed && changed);
     assert!(
         changed || verdict == Verdict::Harmless,

@@ -163,6 +163,7 @@ pub fn target(name: &str) -> Option<fn(&[u8])> {
         "decode_j" => |d| decode_frontier(FrontierFile::J, d),
         "decode_checkpoint" => |d| decode_frontier(FrontierFile::Checkpoint, d),
         "decode_q" => |d| decode_frontier(FrontierFile::Q, d),
+        "decode_q_compressed" => super::frontier::decode_q_compressed,
         "ops" => ops,
         "frontier_ops" => frontier_ops,
         "crash_schedule" => crash_schedule,

@@ -629,11 +629,9 @@ mod tests {
             .unwrap()
             .is_sound());
         // The manifest as the build before left it.
-        let mut m = disk.content(crate::names::MANIFEST).unwrap();
-        m[4..8].copy_from_slice(&11u32.to_le_bytes());
-        m.truncate(m.len() - 4);
-        crate::format::seal(&mut m);
-        disk.set_content(crate::names::MANIFEST, m);
+        let m = disk.content(crate::names::MANIFEST).unwrap();
+        let m = crate::manifest::Manifest::decode(&m, "M").unwrap();
+        disk.set_content(crate::names::MANIFEST, m.encode_as(11));
 
         let f = open();
         no_merge(&f);
