@@ -77,6 +77,9 @@ pub struct FrontierArgs {
     /// the service do.
     #[arg(long, conflicts_with_all = ["in_memory", "lsm", "reopen"])]
     pub tokens: bool,
+    /// Write the Q runs compressed (`Options::compress_queues`, `--compress-queues`).
+    #[arg(long, conflicts_with_all = ["in_memory", "lsm"])]
+    pub compress_queues: bool,
     /// With `--reopen`: the building process also leases and completes this many URLs (in
     /// calls of `--batch` queues) before it exits, so that the journal the open replays holds
     /// hand-outs and ends of leases, not only moves.
@@ -311,7 +314,7 @@ struct Built {
 
 /// Pushes the URLs into a new frontier at `dir` and flushes them into their queues.
 fn build(a: &FrontierArgs, source: &mut Urls, dir: &std::path::Path) -> Result<Built> {
-    let f = Frontier::open(dir, Options::new())?;
+    let f = Frontier::open(dir, Options::new().compress_queues(a.compress_queues))?;
     f.set_policy(
         "",
         None,
@@ -625,7 +628,7 @@ fn reopen(a: &FrontierArgs, dir: &std::path::Path) -> Result<()> {
 fn interleaved(a: &FrontierArgs, dir: &std::path::Path) -> Result<()> {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::Duration;
-    let f = Frontier::open(dir, Options::new())?;
+    let f = Frontier::open(dir, Options::new().compress_queues(a.compress_queues))?;
     f.set_policy(
         "",
         None,
