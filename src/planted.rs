@@ -87,12 +87,15 @@ pub enum Bug {
     /// `walk-trusts-guess`: an open that reads a run's groups in id order seats each group
     /// in the first queue whose id shares its high 32 bits, without checking the whole id.
     WalkTrustsGuess,
+    /// `coding-unrecorded`: an open that chooses how the Q runs are written uses the choice
+    /// without recording it in the manifest, so the next open writes as before.
+    CodingUnrecorded,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 27] = [
+    pub const ALL: [(Bug, &'static str); 28] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -120,6 +123,7 @@ impl Bug {
         (Bug::MoveUnsynced, "move-unsynced"),
         (Bug::CheckpointUnsynced, "checkpoint-unsynced"),
         (Bug::WalkTrustsGuess, "walk-trusts-guess"),
+        (Bug::CodingUnrecorded, "coding-unrecorded"),
     ];
 }
 

@@ -702,7 +702,9 @@ impl Core {
             }
             core.sieve.fix_mode(Mode::Frontier)?;
         }
-        core.sieve.fix_queue_coding(compress)?;
+        if !crate::planted::active(crate::planted::Bug::CodingUnrecorded) {
+            core.sieve.fix_queue_coding(compress)?;
+        }
         let mut now = core.clock.now_ms();
         if crate::planted::active(crate::planted::Bug::ForgetLeases) {
             now = u64::MAX;
