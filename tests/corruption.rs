@@ -156,3 +156,50 @@ fn flips_and_truncations(closed: bool) {
     }
     eprintln!("closed {closed}: {tally:?}");
 }
+
+/// A resealed manifest whose mode names the other mode is refused, by its mode or as damage
+/// `check` reports, and one whose queue coding is neither 0 nor 1 is corruption naming the
+/// field. (The fuzz regressions of
+/// `decode_manifest` reach bytes by position, which moves when the layout grows: this test
+/// reaches both fields at their offsets, whatever the file's length.)
+#[test]
+fn a_resealed_manifest_of_another_mode_or_coding_is_refused_by_name() {
+    use crivello::internals::{corruption_store, reseal};
+    let (disk, _) = corruption_store();
+    // magic, version, 13 counters: the mode; then 4 clean ends: the queue coding.
+    let (mode, coding) = (8 + 13 * 8, 8 + 13 * 8 + 4 + 32);
+    let original = disk.content("MANIFEST").unwrap();
+    assert_eq!(
+        original[mode..mode + 4],
+        1u32.to_le_bytes(),
+        "a plain sieve"
+    );
+    assert_eq!(
+        original[coding..coding + 4],
+        0u32.to_le_bytes(),
+        "front coded"
+    );
+    for (at, value) in [(mode, 2u8), (coding, 2), (coding, 1)] {
+        let img = disk.crash_image(CrashImage::KillProcess);
+        let mut m = original.clone();
+        m[at] = value;
+        reseal(FileKind::Manifest, &mut m);
+        img.set_content("MANIFEST", m);
+        let sound = || check_storage(Arc::new(img.clone())).is_ok_and(|r| r.is_sound());
+        match (at, value, outcome(&img)) {
+            // Read as a frontier's, the store's bare URLs in A are not records: damage, which
+            // `check` reports; or refused by its mode.
+            (_, _, Err(Error::WrongMode { .. })) if at == mode => {}
+            (_, _, Err(e @ Error::Corrupt { .. })) if at == mode => {
+                assert!(!sound(), "check missed what open found: {e}");
+            }
+            (_, 2, Err(e @ Error::Corrupt { .. })) if at == coding => {
+                assert!(e.to_string().contains("queue coding"), "{e}");
+                assert!(!sound(), "check missed it");
+            }
+            // A plain sieve that says its queues are compressed has none: nothing changes.
+            (_, 1, Ok(_)) if at == coding => {}
+            (at, value, other) => panic!("byte {at} set to {value}: {other:?}"),
+        }
+    }
+}

@@ -171,7 +171,7 @@ pub struct QueueCodingArg {
     /// Write the frontier's Q runs (the URLs waiting in its queues) compressed: front coded,
     /// then zstd. About half the bytes on disk, at about half the hand-outs a second. The
     /// choice is kept in the directory: later commands write as it says until
-    /// --compress-queues=off. Makes the directory a frontier.
+    /// --compress-queues=off. On, it makes the directory a frontier.
     #[arg(long, value_name = "on|off", num_args = 0..=1, require_equals = true,
           default_missing_value = "on", hide_possible_values = true,
           value_parser = clap::builder::TypedValueParser::map(

@@ -57,7 +57,8 @@ pub fn run(args: PushArgs) -> Result<()> {
         .memory(args.common.memory)
         .max_url_len(args.max_url_len);
     let mut sieve = None;
-    if matches!(args.crawl.name(), "DEFAULT" | "") && args.coding.compress_queues.is_none() {
+    // Compressed queues make a frontier; `--compress-queues=off` changes a frontier only.
+    if matches!(args.crawl.name(), "DEFAULT" | "") && args.coding.compress_queues != Some(true) {
         let s = open_sieve(&args.dir, opts.clone())?;
         if s.mode() == Mode::Frontier {
             s.close()?;

@@ -309,6 +309,7 @@ impl RunWriter {
         file.sync()?;
         let run = Run {
             file,
+            len: at + bytes.len() as u64,
             id: self.id,
             version: self.version,
             frames_end: index.first().map_or(index_offset, |e| e.offset),
@@ -344,6 +345,8 @@ fn encode_block(block: &[Group], out: &mut Vec<u8>) {
 #[derive(Clone)]
 pub(crate) struct Run {
     file: File,
+    /// The length of its file.
+    len: u64,
     id: u64,
     /// [`RUN_VERSION`], or [`RUN_VERSION_FIXED`] for a run written before it.
     version: u32,
@@ -483,6 +486,7 @@ impl Run {
         }
         Ok(Run {
             file,
+            len,
             id,
             version,
             frames_end: index.first().map_or(index_offset, |e| e.offset),
@@ -507,8 +511,8 @@ impl Run {
     }
 
     /// The length of its file.
-    pub(crate) fn bytes(&self) -> Result<u64> {
-        self.file.len()
+    pub(crate) fn bytes(&self) -> u64 {
+        self.len
     }
 
     /// The run's id.

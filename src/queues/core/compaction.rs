@@ -593,7 +593,8 @@ mod tests {
 
     /// Q runs of version 4 (a frame per queue, as builds before version 12 wrote them) are
     /// read by this build beside its own: every URL is handed out once and each host's in the
-    /// order pushed; a merge of both kinds writes version 13, and the manifest says 13.
+    /// order pushed; a merge of both kinds writes version 13, and the manifest says this build's
+    /// version.
     #[test]
     fn runs_of_version_4_are_read_and_merged_into_version_13() {
         let disk = SimDisk::new();

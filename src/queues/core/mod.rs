@@ -521,9 +521,9 @@ pub(crate) struct Core {
 
 impl Core {
     /// Opens the frontier on `sieve`'s store: replays J, then, for a store used as a plain
-    /// sieve so far with no reader yet, queues F's bare URLs and fixes the mode. `coding`
-    /// says how its Q runs are to be written (`None`: as the manifest says), recorded in the
-    /// manifest before the open returns.
+    /// sieve so far with no reader yet, queues F's bare URLs and fixes the mode. `compress`
+    /// says whether its Q runs are to be written compressed (`None`: as the manifest says),
+    /// recorded in the manifest before the open returns.
     pub(super) fn open(
         sieve: Sieve,
         clock: Arc<dyn Clock>,
@@ -4011,10 +4011,7 @@ impl Core {
             .iter()
             .map(|q| q.waiting + (q.returned().len() + q.refetch().len()) as u64)
             .fold(0, u64::saturating_add);
-        let mut run_bytes = 0u64;
-        for r in &self.runs {
-            run_bytes = run_bytes.saturating_add(r.bytes()?);
-        }
+        let run_bytes = (self.runs.iter().map(Run::bytes)).fold(0, u64::saturating_add);
         Ok(FrontierStats {
             queues: (self.queues.iter().zip(&self.ids))
                 .filter(|(q, &id)| self.listed(id, q))
