@@ -137,7 +137,7 @@ pub mod internals {
     pub use crate::testing::corpus;
     pub use crate::testing::corrupt::{
         corruption_opts, corruption_outcome, corruption_store, corruption_store_closed,
-        corruption_urls, decode, kind_of, reseal, FileKind,
+        corruption_urls, decode, kind_of, reseal, zero_a_sector, FileKind,
     };
     pub use crate::testing::frontier::{
         checkpoint_in_version, compressed_frontier_store, decode_frontier, decode_q_compressed,

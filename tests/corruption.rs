@@ -98,14 +98,7 @@ fn flips_and_truncations(closed: bool) {
                 "zero"
             } else {
                 let mut c = img.content(name).unwrap();
-                let start = rng.below(len.div_ceil(512)) as usize * 512;
-                let end = (start + 512).min(c.len());
-                if c[start..end].iter().all(|&b| b == 0) {
-                    // Already zero: nothing damaged; zero the whole file instead.
-                    c.iter_mut().for_each(|b| *b = 0);
-                } else {
-                    c[start..end].iter_mut().for_each(|b| *b = 0);
-                }
+                crivello::internals::zero_a_sector(&mut c, &mut rng);
                 img.set_content(name, c);
                 "zero"
             };

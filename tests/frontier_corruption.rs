@@ -43,13 +43,7 @@ fn damaged(disk: &SimDisk, name: &str, trial: usize, rng: &mut Rng) -> (SimDisk,
         img.set_content(name, c);
         "truncate"
     } else {
-        let start = rng.below(len.div_ceil(512)) as usize * 512;
-        let end = (start + 512).min(c.len());
-        if c[start..end].iter().all(|&b| b == 0) {
-            c.iter_mut().for_each(|b| *b = 0);
-        } else {
-            c[start..end].iter_mut().for_each(|b| *b = 0);
-        }
+        crivello::internals::zero_a_sector(&mut c, rng);
         img.set_content(name, c);
         "zero"
     };

@@ -9,7 +9,7 @@ use super::gate::Gate;
 use super::{wal, Sieve};
 use crate::buffer::Slot;
 use crate::error::{Error, Result};
-use crate::manifest::Mode;
+use crate::manifest::{Manifest, Mode};
 use crate::run::{Run, RunMeta};
 use crate::storage::File;
 
@@ -67,15 +67,7 @@ impl Sieve {
         if self.manifest.mode != Mode::Unset {
             return Err(self.wrong_mode());
         }
-        let r = self.decide().and_then(|()| self.finish_inflight());
-        self.poison(r)?;
-        let mut m = self.manifest.clone();
-        m.commit += 1;
-        m.mode = mode;
-        let r = m.commit_to(&*self.storage);
-        self.poison(r)?;
-        self.manifest = m;
-        Ok(())
+        self.commit_manifest_with(|m| m.mode = mode)
     }
 
     /// Records in the manifest whether the frontier writes its Q runs compressed, if it
@@ -84,24 +76,23 @@ impl Sieve {
         if self.manifest.compress_queues == compressed {
             return Ok(());
         }
-        let r = self.decide().and_then(|()| self.finish_inflight());
-        self.poison(r)?;
-        let mut m = self.manifest.clone();
-        m.commit += 1;
-        m.compress_queues = compressed;
-        let r = m.commit_to(&*self.storage);
-        self.poison(r)?;
-        self.manifest = m;
-        Ok(())
+        self.commit_manifest_with(|m| m.compress_queues = compressed)
     }
 
     /// Commits the manifest as it is, in this build's version: before a file that older
     /// versions cannot read is written, so that they refuse the store by its version.
     pub(crate) fn commit_version(&mut self) -> Result<()> {
+        self.commit_manifest_with(|_| ())
+    }
+
+    /// Commits the manifest changed by `change`, in this build's version, once no flush is
+    /// under way; a failure poisons the store.
+    fn commit_manifest_with(&mut self, change: impl FnOnce(&mut Manifest)) -> Result<()> {
         let r = self.decide().and_then(|()| self.finish_inflight());
         self.poison(r)?;
         let mut m = self.manifest.clone();
         m.commit += 1;
+        change(&mut m);
         let r = m.commit_to(&*self.storage);
         self.poison(r)?;
         self.manifest = m;

@@ -262,6 +262,18 @@ pub(crate) fn edit(b: &mut Vec<u8>, input: &mut Bytes<'_>) {
     }
 }
 
+/// Zeroes one aligned sector of 512 bytes of `bytes`, chosen by `rng`, as a torn or lost
+/// write leaves it; the whole file if that sector was zero already (nothing damaged else).
+pub fn zero_a_sector(bytes: &mut [u8], rng: &mut crate::storage::sim::Rng) {
+    let start = rng.below((bytes.len() as u64).div_ceil(512)) as usize * 512;
+    let end = (start + 512).min(bytes.len());
+    if bytes[start..end].iter().all(|&b| b == 0) {
+        bytes.iter_mut().for_each(|b| *b = 0);
+    } else {
+        bytes[start..end].iter_mut().for_each(|b| *b = 0);
+    }
+}
+
 /// A store with one file edited by a fuzz input ([`edit_one`]).
 pub(crate) struct Edited<'a> {
     /// The store, the file edited.

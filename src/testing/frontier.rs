@@ -319,6 +319,12 @@ pub fn judge_frontier_edit(
 /// the store was in before (its torn tail).
 pub fn decode_frontier(kind: FrontierFile, data: &[u8]) {
     let (disk, _, _, files) = shared();
+    edit_and_judge(disk, files, kind, data);
+}
+
+/// Edits one file of `kind` among `files` of `disk` as `data` says, and judges the outcome
+/// against the corruption store's states.
+fn edit_and_judge(disk: &SimDisk, files: &[String], kind: FrontierFile, data: &[u8]) {
     let candidates: Vec<&String> = files
         .iter()
         .filter(|f| FrontierFile::of(f) == Some(kind))
@@ -345,28 +351,10 @@ pub fn decode_q_compressed(data: &[u8]) {
     static STORE: OnceLock<(SimDisk, Vec<String>)> = OnceLock::new();
     let (disk, files) = STORE.get_or_init(|| {
         let disk = compressed_frontier_store();
-        let runs = disk
-            .files()
-            .into_iter()
-            .filter(|n| FrontierFile::of(n) == Some(FrontierFile::Q))
-            .collect();
-        (disk, runs)
+        let files = disk.files();
+        (disk, files)
     });
-    let candidates: Vec<&String> = files.iter().collect();
-    let Edited {
-        img,
-        name,
-        resealed,
-        changed,
-        truncated_only,
-    } = edit_one(disk, &candidates, data, |b| {
-        reseal_frontier(FrontierFile::Q, b)
-    });
-    let verdict = judge_frontier_edit(&img, name, truncated_only, resealed && changed);
-    assert!(
-        changed || verdict == Verdict::Harmless,
-        "{name} unedited: {verdict:?}"
-    );
+    edit_and_judge(disk, files, FrontierFile::Q, data);
 }
 
 /// What the light model of [`frontier_ops`] knows of a URL.
