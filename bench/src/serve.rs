@@ -56,6 +56,10 @@ pub struct ServeArgs {
     /// The directory to create the stores under (default: the system's temporary one).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Both frontiers write their Q runs compressed (`serve --compress-queues`,
+    /// `Options::compress_queues`).
+    #[arg(long)]
+    pub compress_queues: bool,
 }
 
 fn url(i: u64, hosts: u64) -> String {
@@ -92,6 +96,7 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         .arg("serve")
         .arg(tmp.path().join("served"))
         .args(["--addr", "127.0.0.1:0", "--quiet", "--memory", &a.memory])
+        .args(a.compress_queues.then_some("--compress-queues"))
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("start {}: {e}", a.bin.display()))?;
@@ -124,8 +129,16 @@ pub fn run(a: &ServeArgs) -> Result<()> {
     let local = in_process(a, &tmp.path().join("local"))?;
     let n = a.urls as f64;
     println!(
-        "crivello serve over loopback vs the in-process frontier: {} URLs per phase, {} hosts, {} clients, batches of {}",
-        a.urls, a.hosts, a.clients, a.batch
+        "crivello serve over loopback vs the in-process frontier: {} URLs per phase, {} hosts, {} clients, batches of {}{}",
+        a.urls,
+        a.hosts,
+        a.clients,
+        a.batch,
+        if a.compress_queues {
+            ", Q runs compressed"
+        } else {
+            ""
+        }
     );
     println!("  phase                        served (URLs/s)  in process (URLs/s)  ratio");
     for (name, s, l, count) in [
@@ -401,7 +414,12 @@ async fn remote(
 fn in_process(a: &ServeArgs, dir: &std::path::Path) -> Result<[Duration; 4]> {
     use crivello::{Discovered, Frontier, Known, LeaseRequest, Options, Policy};
     let memory = crivello_memory(&a.memory)?;
-    let f = Arc::new(Frontier::open(dir, Options::new().memory(memory))?);
+    let f = Arc::new(Frontier::open(
+        dir,
+        Options::new()
+            .memory(memory)
+            .compress_queues(a.compress_queues),
+    )?);
     f.set_policy("", None, Policy::default())?;
     let (n, hosts, clients, batch) = (a.urls, a.hosts, a.clients.max(1) as u64, a.batch.max(1));
     let phase = |from: u64, per: usize| -> Result<Duration> {

@@ -338,30 +338,10 @@ impl FrameWriter {
             ),
             None => None,
         };
-        let mut magic = MAGIC_FRAME;
-        // A frame past what a reader decodes (a record of more than 1 GiB) stays plain.
-        let codable = self.buf.len() - FRAME_HEADER <= super::coded::MAX_RAW;
-        if let (Some((encoder, out)), true) = (&mut self.coder, codable) {
-            encoder
-                .encode(&self.buf[FRAME_HEADER..], out, FRAME_HEADER)
-                .map_err(|e| self.file.io_error("write", e))?;
-            // The coded frame is written, if it is smaller (a frame of one short record is
-            // not); the plain buffer becomes the next one's output.
-            if out.len() < self.buf.len() {
-                std::mem::swap(&mut self.buf, out);
-                magic = MAGIC_CODED;
-            }
-        }
-        let payload_len = (self.buf.len() - FRAME_HEADER) as u32;
-        let (epoch, tag, count) = (self.epoch, self.tag, self.count);
-        let (head, payload) = self.buf.split_at_mut(FRAME_HEADER);
-        frame_header_with(head, magic, (epoch, tag), (payload_len, count), payload);
-        let frame_len = self.buf.len();
-        if self.mark {
-            push_mark(&mut self.buf, (epoch, tag));
-        }
-        let (at, end) = (self.end, self.end + frame_len as u64);
-        let hint = (end - self.clean >= WRITEBACK_EVERY).then_some((self.clean, end - self.clean));
+        let magic = self.code_here()?;
+        let mut frame = std::mem::take(&mut self.buf);
+        let (at, end, hint) = self.place(&mut frame, magic, self.count);
+        self.buf = frame;
         match (&mut self.behind, spare) {
             (Some(behind), Some(spare)) => {
                 let frame = std::mem::replace(&mut self.buf, spare);
@@ -388,13 +368,61 @@ impl FrameWriter {
                 }
             }
         }
+        self.placed(end, hint);
+        self.next_buffer();
+        Ok(())
+    }
+
+    /// Fills in the header of `frame` of `count` records (its payload after
+    /// [`FRAME_HEADER`] bytes of room for the header) and appends a tail mark if the writer
+    /// writes them. Returns where the frame goes, where it ends, and the range to hint for
+    /// writeback once it is written, if one is due.
+    fn place(&self, frame: &mut Vec<u8>, magic: u32, count: u32) -> (u64, u64, Option<(u64, u64)>) {
+        let payload_len = (frame.len() - FRAME_HEADER) as u32;
+        let (epoch, tag) = (self.epoch, self.tag);
+        let (head, payload) = frame.split_at_mut(FRAME_HEADER);
+        frame_header_with(head, magic, (epoch, tag), (payload_len, count), payload);
+        let frame_len = frame.len();
+        if self.mark {
+            push_mark(frame, (epoch, tag));
+        }
+        let (at, end) = (self.end, self.end + frame_len as u64);
+        let hint = (end - self.clean >= WRITEBACK_EVERY).then_some((self.clean, end - self.clean));
+        (at, end, hint)
+    }
+
+    /// Notes a frame placed by [`FrameWriter::place`] as written up to `end`, with its
+    /// writeback `hint` asked.
+    fn placed(&mut self, end: u64, hint: Option<(u64, u64)>) {
         self.end = end;
         self.frames_in_epoch = true;
         if hint.is_some() {
             self.clean = end;
         }
-        self.next_buffer();
-        Ok(())
+    }
+
+    /// Codes the buffered frame on this thread, if this writer codes its frames and the frame
+    /// is codable (a frame past what a reader decodes, a record of more than 1 GiB, stays
+    /// plain). The coded frame replaces the plain one in the buffer if it is smaller (a frame
+    /// of one short record is not), and the plain buffer becomes the next one's output.
+    /// Returns the frame's magic.
+    fn code_here(&mut self) -> Result<u32> {
+        let codable = self.codable();
+        if let (Some((encoder, out)), true) = (&mut self.coder, codable) {
+            encoder
+                .encode(&self.buf[FRAME_HEADER..], out, FRAME_HEADER)
+                .map_err(|e| self.file.io_error("write", e))?;
+            if out.len() < self.buf.len() {
+                std::mem::swap(&mut self.buf, out);
+                return Ok(MAGIC_CODED);
+            }
+        }
+        Ok(MAGIC_FRAME)
+    }
+
+    /// Whether the buffered frame may be coded: not past what a reader decodes.
+    fn codable(&self) -> bool {
+        self.buf.len() - FRAME_HEADER <= super::coded::MAX_RAW
     }
 
     /// Empties the buffer for the next frame's records (giving back room a large record
@@ -413,7 +441,7 @@ impl FrameWriter {
     /// thread codes those before, and queued behind them (or written, if none waits).
     fn frame_ahead(&mut self) -> Result<()> {
         self.settle_ahead(false)?;
-        let codable = self.buf.len() - FRAME_HEADER <= super::coded::MAX_RAW;
+        let codable = self.codable();
         let ahead = self.ahead.as_mut().expect("a coding thread");
         if codable && ahead.has_room() {
             let raw = std::mem::take(&mut self.buf);
@@ -424,16 +452,7 @@ impl FrameWriter {
             self.count = 0;
             return Ok(());
         }
-        let mut magic = MAGIC_FRAME;
-        if let (Some((encoder, out)), true) = (&mut self.coder, codable) {
-            encoder
-                .encode(&self.buf[FRAME_HEADER..], out, FRAME_HEADER)
-                .map_err(|e| self.file.io_error("write", e))?;
-            if out.len() < self.buf.len() {
-                std::mem::swap(&mut self.buf, out);
-                magic = MAGIC_CODED;
-            }
-        }
+        let magic = self.code_here()?;
         while self.ahead.as_ref().is_some_and(Ahead::is_full) {
             self.settle_one()?;
         }
@@ -497,25 +516,12 @@ impl FrameWriter {
     /// Writes the frame `frame` of `count` records (its payload after [`FRAME_HEADER`]
     /// bytes of room for the header) at the end, with a tail mark if the writer writes them.
     fn write_direct(&mut self, frame: &mut Vec<u8>, magic: u32, count: u32) -> Result<()> {
-        let payload_len = (frame.len() - FRAME_HEADER) as u32;
-        let (epoch, tag) = (self.epoch, self.tag);
-        let (head, payload) = frame.split_at_mut(FRAME_HEADER);
-        frame_header_with(head, magic, (epoch, tag), (payload_len, count), payload);
-        let frame_len = frame.len();
-        if self.mark {
-            push_mark(frame, (epoch, tag));
-        }
-        let (at, end) = (self.end, self.end + frame_len as u64);
-        let hint = (end - self.clean >= WRITEBACK_EVERY).then_some((self.clean, end - self.clean));
+        let (at, end, hint) = self.place(frame, magic, count);
         self.file.write_all_at(frame, at)?;
         if let Some((offset, len)) = hint {
             self.file.start_writeback(offset, len);
         }
-        self.end = end;
-        self.frames_in_epoch = true;
-        if hint.is_some() {
-            self.clean = end;
-        }
+        self.placed(end, hint);
         Ok(())
     }
 
