@@ -344,6 +344,12 @@ pub(crate) fn decode_window_in_place(
     })
 }
 
+/// Whether the coded payload `coded` is decompressed by zstd (layouts 1, 2 and 6), judged by
+/// its layout byte alone (the decoder checks the rest).
+pub(crate) fn is_compressed(coded: &[u8]) -> bool {
+    matches!(coded.first(), Some(&(LINES | FRONT | SEQ_FRONT_ZSTD)))
+}
+
 /// [`decode_window_in_place`], from `coded` into `out`.
 pub(crate) fn decode_window_into(
     coded: &[u8],

@@ -128,6 +128,9 @@ pub(crate) struct Frame {
     /// The index of the first record `payload` holds: 0 but in a frame read in a window
     /// ([`FrameReader::frame_window`]).
     pub first: u32,
+    /// Whether zstd decompressed it (coded layouts 1, 2 and 6): reading it again costs
+    /// several times what a front-coded frame's read does.
+    pub compressed: bool,
 }
 
 impl Frame {
@@ -267,6 +270,7 @@ mod tests {
             end: None,
             layout: coded::Layout::Lines,
             first: 0,
+            compressed: false,
         };
         for from in 0..=lines.len() + 2 {
             let got: Vec<&[u8]> = frame.records().skip(from).collect();

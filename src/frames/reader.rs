@@ -135,7 +135,7 @@ impl<'a> FrameReader<'a> {
             }));
         }
         let mut payload = spare;
-        let frame = |payload, end, layout, first| Frame {
+        let frame = |payload, end, layout, first, compressed| Frame {
             offset,
             epoch,
             count,
@@ -144,6 +144,7 @@ impl<'a> FrameReader<'a> {
             end,
             layout,
             first,
+            compressed,
         };
         let in_first = FRAME_HEADER + payload_len as usize <= first_len;
         if in_first && magic == MAGIC_CODED && count > 0 {
@@ -158,7 +159,8 @@ impl<'a> FrameReader<'a> {
             let (layout, first_record) =
                 coded::decode_window_into(coded_bytes, count, (from, to), &mut payload)
                     .map_err(FrameError::Invalid)?;
-            return Ok(frame(payload, None, layout, first_record));
+            let compressed = coded::is_compressed(coded_bytes);
+            return Ok(frame(payload, None, layout, first_record, compressed));
         }
         // Only the bytes the spare buffer lacks are zeroed first: the read fills them all.
         if payload.len() > payload_len as usize {
@@ -179,10 +181,17 @@ impl<'a> FrameReader<'a> {
         }
         if count == 0 && payload.len() == END_PAYLOAD {
             let records = u64::from_le_bytes(payload[..].try_into().expect("8 bytes"));
-            return Ok(frame(payload, Some(records), coded::Layout::Plain, 0));
+            return Ok(frame(
+                payload,
+                Some(records),
+                coded::Layout::Plain,
+                0,
+                false,
+            ));
         }
         // A valid checksum over a malformed payload is not a torn write: check the structure.
         let (mut layout, mut first_record) = (coded::Layout::Plain, 0);
+        let compressed = magic == MAGIC_CODED && coded::is_compressed(&payload);
         if magic == MAGIC_CODED {
             if count == 0 {
                 return Err(FrameError::Invalid(Corruption::Invalid {
@@ -198,7 +207,7 @@ impl<'a> FrameReader<'a> {
             // (A coded frame's decoder checked the records it decoded.)
             check_records(&payload, count).map_err(FrameError::Invalid)?;
         }
-        Ok(frame(payload, None, layout, first_record))
+        Ok(frame(payload, None, layout, first_record, compressed))
     }
 
     /// Looks for a valid frame of this log's tag starting anywhere after `from`; returns its

@@ -703,6 +703,17 @@ impl Run {
         })
     }
 
+    /// Tests: how many frames the run holds (each read whole).
+    #[cfg(test)]
+    pub(crate) fn frame_count(&self) -> u64 {
+        let (mut offset, mut n) = (HEADER_LEN, 0);
+        while offset < self.frames_end {
+            offset += self.frame_with(offset, Vec::new()).expect("a frame").size();
+            n += 1;
+        }
+        n
+    }
+
     /// Reads the frame at `offset` (a frame of a group) into `spare`, the payload of an
     /// earlier frame given back.
     pub(crate) fn frame_with(&self, offset: u64, spare: Vec<u8>) -> Result<Frame> {

@@ -23,8 +23,23 @@ pub(super) const AHEAD_BYTES: usize = 8 << 20;
 /// Room an entry is made only while this much is left: a frame's records decoded.
 pub(super) const ENTRY_ROOM: usize = 4 << 10;
 
-/// Records a queue keeps read ahead at least: fewer are not worth an entry.
+/// Records a queue keeps read ahead at least: fewer are not worth an entry, when the frame
+/// is front coded alone (its read costs little more than walking to the queue's records).
 pub(super) const MIN_RECORDS: u32 = 4;
+
+/// Records a queue keeps read ahead at least, of a frame `compressed` or not: one of a
+/// compressed frame, whose every read decompresses it whole; else [`MIN_RECORDS`].
+pub(super) fn least_records(compressed: bool) -> u32 {
+    if compressed {
+        1
+    } else {
+        MIN_RECORDS
+    }
+}
+
+/// Bytes an entry takes beside its records: the entry and its slot in the table, counted
+/// with the records against the table's room.
+const ENTRY_OVERHEAD: usize = std::mem::size_of::<Entry>() + std::mem::size_of::<u32>() + 8;
 
 /// An entry untouched for this many look-ups is dropped when room is short.
 const STALE_AFTER: u64 = 1 << 20;
@@ -57,6 +72,11 @@ pub(super) struct Entry {
 }
 
 impl Entry {
+    /// What the entry counts against the table's room: its records and [`ENTRY_OVERHEAD`].
+    fn weight(&self) -> usize {
+        self.bytes.len() + ENTRY_OVERHEAD
+    }
+
     /// The records kept, in order.
     pub(super) fn records(&self) -> crate::frames::Records<'_> {
         crate::frames::Records::plain(&self.bytes[self.pos..])
@@ -85,7 +105,8 @@ impl Entry {
 /// The entries, by queue place.
 pub(super) struct Ahead {
     entries: HashMap<u32, Entry, CounterHash>,
-    /// Bytes of the entries' records, and the most they may take.
+    /// Bytes of the entries (their records and [`ENTRY_OVERHEAD`] each), and the most they
+    /// may take.
     bytes: usize,
     most: usize,
     /// Look-ups so far, and at the last sweep.
@@ -126,7 +147,7 @@ impl Ahead {
         self.entries.retain(|_, e| {
             let keep = e.touched >= old;
             if !keep {
-                freed += e.bytes.len();
+                freed += e.weight();
             }
             keep
         });
@@ -149,7 +170,7 @@ impl Ahead {
         if e.run == run && e.offset == offset && e.start == start && e.queue == queue {
             return true;
         }
-        let len = e.bytes.len();
+        let len = e.weight();
         self.entries.remove(&place);
         self.bytes -= len;
         false
@@ -169,7 +190,7 @@ impl Ahead {
             e.touched = self.clock;
             return;
         }
-        let len = e.bytes.len();
+        let len = e.weight();
         self.entries.remove(&place);
         self.bytes -= len;
     }
@@ -184,7 +205,7 @@ impl Ahead {
         records: &[u8],
         count: u32,
     ) {
-        if !self.room(records.len()) {
+        if !self.room(records.len() + ENTRY_OVERHEAD) {
             return;
         }
         let e = Entry {
@@ -199,9 +220,9 @@ impl Ahead {
             count,
             touched: self.clock,
         };
-        self.bytes += e.bytes.len();
+        self.bytes += e.weight();
         if let Some(old) = self.entries.insert(place, e) {
-            self.bytes -= old.bytes.len();
+            self.bytes -= old.weight();
         }
     }
 
@@ -278,7 +299,7 @@ mod tests {
 
     #[test]
     fn entries_take_no_more_than_their_room_and_those_long_untouched_make_way() {
-        let one = records(0, 4, 100).len();
+        let one = records(0, 4, 100).len() + ENTRY_OVERHEAD;
         let mut a = Ahead::with_room(10 * one);
         for place in 0..20 {
             a.keep(

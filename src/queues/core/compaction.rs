@@ -276,7 +276,7 @@ impl Core {
         };
         self.seats = None;
         committed?;
-        self.recent = None;
+        self.recent = Vec::new();
         self.ahead.clear();
         self.dir_cache = Vec::new();
         // Removing the files merged frees their blocks and cached pages, tens of ms for 32

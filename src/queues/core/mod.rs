@@ -505,8 +505,12 @@ pub(crate) struct Core {
     frames_read: u64,
     /// The payload of the last Q frame read by a hand-out, given back for the next one.
     frame_spare: Vec<u8>,
-    /// The Q frame a hand-out read last (see [`Core::read_frame`]).
-    recent: Option<Recent>,
+    /// The Q frame a hand-out read last in each run, by the run's index (see
+    /// [`Core::read_frame`]).
+    recent: Vec<Option<Recent>>,
+    /// Whether that frame was compressed: the next frames likely are too (a store writes
+    /// its runs in one coding), and reading one again costs more than keeping a record.
+    reads_compressed: bool,
     /// Queues' records read ahead (see [`ahead`]).
     ahead: ahead::Ahead,
     /// The directory block a hand-out decoded last in each run, by the run's index (see
@@ -597,7 +601,8 @@ impl Core {
             frames_read: 0,
             replaying_gen: None,
             frame_spare: Vec::new(),
-            recent: None,
+            recent: Vec::new(),
+            reads_compressed: false,
             ahead: ahead::Ahead::default(),
             dir_cache: Vec::new(),
             versioned: false,
@@ -2593,10 +2598,16 @@ impl Core {
             }
             // Only the records the call may take are decoded (more are read if some are
             // passed over), but for a queue whose group goes on in the frame: its records
-            // there are decoded to be kept for its next hand-outs, room allowing.
+            // there are decoded to be kept for its next hand-outs, room allowing. Of a
+            // compressed frame, whose every read decompresses it whole, even one record
+            // left is worth keeping.
             let want = u32::try_from(k - n).unwrap_or(u32::MAX);
-            let ahead = left > want.saturating_add(ahead::MIN_RECORDS)
-                && self.ahead.room(ahead::ENTRY_ROOM);
+            let more = if self.reads_compressed {
+                0
+            } else {
+                ahead::MIN_RECORDS
+            };
+            let ahead = left > want.saturating_add(more) && self.ahead.room(ahead::ENTRY_ROOM);
             let end = u32::from(start).saturating_add(if ahead { left } else { left.min(want) });
             let (f, decoded) = self.read_frame(slot, offset, (start, end))?;
             let run = &self.runs[slot];
@@ -2607,7 +2618,7 @@ impl Core {
             let passed = self.serve(i, run, offset, records, &mut st, out, taken)?;
             (next, n, left_waiting) = (st.next, st.n, st.left_waiting);
             if ahead
-                && passed + ahead::MIN_RECORDS <= here
+                && passed + ahead::least_records(f.compressed) <= here
                 && held == here
                 && f.layout != crate::frames::coded::Layout::Lines
             {
@@ -2742,7 +2753,7 @@ impl Core {
     ) -> Result<(Frame, u32)> {
         let run = &self.runs[slot];
         let (start, mut end) = (u32::from(start), end);
-        if let Some(r) = self.recent.take() {
+        if let Some(r) = self.recent.get_mut(slot).and_then(Option::take) {
             let same = r.run == run.id() && r.offset == offset;
             if same && r.frame.first <= start && r.end >= end.min(r.frame.count) {
                 return Ok((r.frame, r.end));
@@ -2757,8 +2768,14 @@ impl Core {
                 self.frame_spare = r.frame.payload;
             }
         }
+        if self.reads_compressed {
+            // A compressed frame is decompressed whole at each read: its records are
+            // decoded to its end, for the frame's next queues.
+            end = u32::MAX;
+        }
         let spare = std::mem::take(&mut self.frame_spare);
         let f = run.frame_window(offset, spare, (start, end))?;
+        self.reads_compressed = f.compressed;
         #[cfg(test)]
         {
             self.frames_read += 1;
@@ -2767,9 +2784,23 @@ impl Core {
         Ok((f, end))
     }
 
-    /// Keeps `f`, its records decoded up to `end`, for the next [`Core::read_frame`].
+    /// Keeps `f`, its records decoded up to `end`, for the next [`Core::read_frame`] in its
+    /// run. Of the frames kept, one at most is larger than [`SPARE_MAX`] (a frame of a long
+    /// record): the others are about a frame's target each.
     fn keep_frame(&mut self, slot: usize, offset: u64, end: u32, f: Frame) {
-        self.recent = Some(Recent {
+        if self.recent.len() <= slot {
+            self.recent.resize_with(slot + 1, || None);
+        }
+        if f.payload.capacity() > SPARE_MAX {
+            for r in &mut self.recent {
+                if r.as_ref()
+                    .is_some_and(|r| r.frame.payload.capacity() > SPARE_MAX)
+                {
+                    *r = None;
+                }
+            }
+        }
+        self.recent[slot] = Some(Recent {
             run: self.runs[slot].id(),
             offset,
             end,
@@ -4345,6 +4376,83 @@ mod tests {
         // 200 calls of three queues: without the records read ahead, 600 frames read.
         let read = f.with(|c| Ok(c.frames_read)).unwrap();
         assert!(read <= 40, "{read} frames read for 600 hand-outs");
+    }
+
+    /// Hand-outs of one URL from each of many small queues of compressed runs (frames of
+    /// many queues, decompressed whole at each read) read each frame about once for each
+    /// turn that first reaches it: a frame is decoded whole and kept for the next queues,
+    /// one frame kept in each run (the queues of a turn are at different runs), and a queue
+    /// keeps even one record read ahead. Every URL comes out once, in its queue's order.
+    #[test]
+    fn compressed_frames_of_many_queues_are_read_about_once() {
+        let clock = std::sync::Arc::new(ManualClock::new(1_000));
+        let opts = crate::Options::new()
+            .seed(1)
+            .background_flush(false)
+            .frontier_low(0)
+            .compress_queues(true);
+        let disk = std::sync::Arc::new(crate::storage::SimDisk::new());
+        let f = Frontier::open_with(disk, opts, clock).unwrap();
+        let hosts = 400;
+        // A first run in which host h has 2 or 3 URLs (by its parity), then a second run
+        // of 3 each: from the third turn on, a turn takes some queues' URLs from the second
+        // run and the others' from the first.
+        let mut urls: Vec<Vec<String>> = vec![Vec::new(); hosts];
+        let mut n = 0;
+        for run in 0..2 {
+            let mut batch = Vec::new();
+            for round in 0..3 {
+                for (h, list) in urls.iter_mut().enumerate() {
+                    if run == 0 && round == 2 && h % 2 == 0 {
+                        continue;
+                    }
+                    let u = format!("http://h{h}.test/page-{n}.html");
+                    n += 1;
+                    list.push(u.clone());
+                    batch.push(u);
+                }
+            }
+            let items: Vec<Discovered<'_>> = batch
+                .iter()
+                .map(|u| Discovered::url(u.as_bytes()))
+                .collect();
+            f.push("", &items).unwrap();
+            f.flush().unwrap();
+            f.lease(0, Some(1), 60_000).unwrap();
+        }
+        assert_eq!(f.stats().unwrap().runs, 2);
+        let mut served: Vec<Vec<String>> = vec![Vec::new(); hosts];
+        loop {
+            let leased = f.lease(hosts, Some(1), 60_000).unwrap();
+            if leased.is_empty() {
+                break;
+            }
+            let done: Vec<(&[u8], u64)> = leased.iter().map(|l| (&l.url[..], 0)).collect();
+            assert!(f
+                .complete_urls("", &done, crate::queues::Completion::Done)
+                .unwrap()
+                .iter()
+                .all(|&e| e));
+            for l in &leased {
+                let url = String::from_utf8(l.url.clone()).unwrap();
+                let h: usize = url["http://h".len()..url.find('.').unwrap()]
+                    .parse()
+                    .unwrap();
+                served[h].push(url);
+            }
+        }
+        assert_eq!(served, urls, "every URL once, each host's in order");
+        let read = f.with(|c| Ok(c.frames_read)).unwrap();
+        let frames: u64 = f
+            .with(|c| Ok(c.runs.iter().map(|r| r.frame_count()).sum()))
+            .unwrap();
+        // Each frame is read once for the queues that reach it in one turn, and once more
+        // for those that reach it in the next (the second run's frames, from the third
+        // turn on); before, a frame was read again at every turn and twice in a turn.
+        assert!(
+            read <= 2 * frames,
+            "{read} frames read for {frames} frames, {n} URLs"
+        );
     }
 
     /// A hand-out of one crawl pops the other crawls' due queues and passes over them: they
