@@ -4255,13 +4255,18 @@ mod tests {
 
     /// A frontier on a simulated disk that merges on the caller's thread.
     fn inline_frontier() -> Frontier {
+        inline_frontier_with(|o| o)
+    }
+
+    /// [`inline_frontier`] with its options changed by `change`.
+    fn inline_frontier_with(change: impl FnOnce(crate::Options) -> crate::Options) -> Frontier {
         let clock = std::sync::Arc::new(ManualClock::new(1_000));
         let opts = crate::Options::new()
             .seed(1)
             .background_flush(false)
             .frontier_low(0);
         let disk = std::sync::Arc::new(crate::storage::SimDisk::new());
-        Frontier::open_with(disk, opts, clock).unwrap()
+        Frontier::open_with(disk, change(opts), clock).unwrap()
     }
 
     /// Pushes URL `i` of host `i % hosts` for each `i` of `range`.
@@ -4335,6 +4340,30 @@ mod tests {
         }
     }
 
+    /// Leases one URL of up to `queues` queues a call and ends each call's leases as done,
+    /// until nothing is due; returns the URLs of each call, in order.
+    fn one_of_each_queue(f: &Frontier, queues: usize) -> Vec<Vec<String>> {
+        let mut calls = Vec::new();
+        loop {
+            let leased = f.lease(queues, Some(1), 60_000).unwrap();
+            if leased.is_empty() {
+                return calls;
+            }
+            let done: Vec<(&[u8], u64)> = leased.iter().map(|l| (&l.url[..], 0)).collect();
+            assert!(f
+                .complete_urls("", &done, crate::queues::Completion::Done)
+                .unwrap()
+                .iter()
+                .all(|&e| e));
+            calls.push(
+                leased
+                    .into_iter()
+                    .map(|l| String::from_utf8(l.url).unwrap())
+                    .collect(),
+            );
+        }
+    }
+
     /// Hand-outs of one URL from each of several queues whose groups fill frames take a
     /// queue's next records from those read ahead at its hand-out before, not from its
     /// frame read and decoded again: each frame is read about once, and every URL comes out
@@ -4347,21 +4376,10 @@ mod tests {
         push_urls(&f, 0..600, 3);
         f.flush().unwrap();
         let mut served: Vec<Vec<String>> = vec![Vec::new(); 3];
-        loop {
-            let leased = f.lease(3, Some(1), 60_000).unwrap();
-            if leased.is_empty() {
-                break;
-            }
+        for call in one_of_each_queue(&f, 3) {
             // One of each host a call: their frames are read in turn.
-            assert_eq!(leased.len(), 3);
-            let done: Vec<(&[u8], u64)> = leased.iter().map(|l| (&l.url[..], 0)).collect();
-            assert!(f
-                .complete_urls("", &done, crate::queues::Completion::Done)
-                .unwrap()
-                .iter()
-                .all(|&e| e));
-            for l in &leased {
-                let url = String::from_utf8(l.url.clone()).unwrap();
+            assert_eq!(call.len(), 3);
+            for url in call {
                 let n: usize = url.rsplit('/').next().unwrap().parse().unwrap();
                 served[n % 3].push(url);
             }
@@ -4385,14 +4403,7 @@ mod tests {
     /// keeps even one record read ahead. Every URL comes out once, in its queue's order.
     #[test]
     fn compressed_frames_of_many_queues_are_read_about_once() {
-        let clock = std::sync::Arc::new(ManualClock::new(1_000));
-        let opts = crate::Options::new()
-            .seed(1)
-            .background_flush(false)
-            .frontier_low(0)
-            .compress_queues(true);
-        let disk = std::sync::Arc::new(crate::storage::SimDisk::new());
-        let f = Frontier::open_with(disk, opts, clock).unwrap();
+        let f = inline_frontier_with(|o| o.compress_queues(true));
         let hosts = 400;
         // A first run in which host h has 2 or 3 URLs (by its parity), then a second run
         // of 3 each: from the third turn on, a turn takes some queues' URLs from the second
@@ -4422,24 +4433,11 @@ mod tests {
         }
         assert_eq!(f.stats().unwrap().runs, 2);
         let mut served: Vec<Vec<String>> = vec![Vec::new(); hosts];
-        loop {
-            let leased = f.lease(hosts, Some(1), 60_000).unwrap();
-            if leased.is_empty() {
-                break;
-            }
-            let done: Vec<(&[u8], u64)> = leased.iter().map(|l| (&l.url[..], 0)).collect();
-            assert!(f
-                .complete_urls("", &done, crate::queues::Completion::Done)
-                .unwrap()
-                .iter()
-                .all(|&e| e));
-            for l in &leased {
-                let url = String::from_utf8(l.url.clone()).unwrap();
-                let h: usize = url["http://h".len()..url.find('.').unwrap()]
-                    .parse()
-                    .unwrap();
-                served[h].push(url);
-            }
+        for url in one_of_each_queue(&f, hosts).into_iter().flatten() {
+            let h: usize = url["http://h".len()..url.find('.').unwrap()]
+                .parse()
+                .unwrap();
+            served[h].push(url);
         }
         assert_eq!(served, urls, "every URL once, each host's in order");
         let read = f.with(|c| Ok(c.frames_read)).unwrap();
