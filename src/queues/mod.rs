@@ -51,9 +51,10 @@ mod handout;
 pub(crate) mod journal;
 pub mod key;
 pub(crate) mod qrun;
+mod turns;
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use handout::{Handout, LeasedBatch, LeasedRef};
@@ -344,6 +345,8 @@ pub struct Counts {
 /// answers once what it changed, and what it saw other threads change, is durable.
 pub struct Frontier {
     core: Mutex<Option<core::Core>>,
+    /// Turns at `core`'s lock for the threads it keeps waiting (`src/queues/turns.rs`).
+    turns: turns::Turns,
     /// The longest URL accepted (the sieve's option), for checks that need no lock.
     max_url_len: usize,
 }
@@ -393,13 +396,22 @@ impl Frontier {
         )?;
         Ok(Frontier {
             core: Mutex::new(Some(core)),
+            turns: turns::Turns::new(turns::PATIENCE),
             max_url_len,
         })
     }
 
+    /// Takes the frontier's lock, in turns that bound how long a thread waits.
     fn core(&self) -> Result<MutexGuard<'_, Option<core::Core>>> {
         // A thread that panicked while holding the lock left the state unknown.
-        self.core.lock().map_err(|_| Error::Poisoned)
+        self.turns.enter(
+            || match self.core.try_lock() {
+                Ok(held) => Some(Ok(held)),
+                Err(TryLockError::Poisoned(_)) => Some(Err(Error::Poisoned)),
+                Err(TryLockError::WouldBlock) => None,
+            },
+            || self.core.lock().map_err(|_| Error::Poisoned),
+        )
     }
 
     /// Runs `f` on the state under the lock, then, the lock let go, waits until J is durable
