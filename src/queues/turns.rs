@@ -3,7 +3,7 @@
 //! The frontier's state sits under one lock, the standard library's, which goes to whichever
 //! thread asks first once it is free. A thread that calls again at once takes it back before
 //! a waiting thread has woken: two threads leasing and completing back to back on two cores,
-//! one call waited 0.5–1.6 s for the lock while the other thread made hundreds of calls of
+//! one call waited 0.4–1.6 s for the lock while the other thread made hundreds of calls of
 //! about a millisecond. A lock handed to the longest waiter at every release bounds that
 //! wait, but leaves both threads idle while the waiter wakes, at every call: on the same
 //! machine, where a thread may take milliseconds to wake, that lost a third to three quarters
@@ -12,10 +12,11 @@
 //! The turns keep the fast lock and bound the wait. A thread that finds the lock taken takes
 //! a ticket, with the instant it began to wait, before it waits for the lock; a thread about
 //! to take the lock first lets every thread that has waited longer than the patience take it
-//! before it tries. The ticket's owner gives its ticket back once it holds the lock. A
-//! thread kept waiting therefore waits at most the patience, then the call under way and the
-//! calls of the threads that waited longer; while threads contend, the lock changes hands
-//! this way at most about once per patience, so the wake-ups cost little.
+//! before it tries. The ticket's owner gives its ticket back once it holds the lock (or if
+//! taking it panics). A thread kept waiting therefore waits about the patience, then the call
+//! under way and a call of each other thread already waiting for the lock (the lock itself
+//! serves its waiters in no set order); while threads contend, the lock changes hands this
+//! way about once per patience for each thread kept waiting, so the wake-ups cost little.
 //!
 //! Model-checked with loom: `RUSTFLAGS="--cfg loom" cargo test --release
 //! --no-default-features --lib loom`.
@@ -38,6 +39,23 @@ struct State {
     /// The tickets of the threads waiting for the lock, oldest first, with the instant each
     /// began to wait.
     waiting: VecDeque<(u64, Instant)>,
+}
+
+/// A thread's ticket, given back when dropped.
+struct Ticket<'a> {
+    turns: &'a Turns,
+    ticket: u64,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        let mut s = self.turns.state();
+        if let Some(at) = s.waiting.iter().position(|&(t, _)| t == self.ticket) {
+            s.waiting.remove(at);
+        }
+        drop(s);
+        self.turns.cv.notify_all();
+    }
 }
 
 /// Turns at a lock: see the module's documentation.
@@ -92,14 +110,13 @@ impl Turns {
             s.waiting.push_back((ticket, Instant::now()));
             ticket
         };
-        let held = take();
-        let mut s = self.state();
-        if let Some(at) = s.waiting.iter().position(|&(t, _)| t == ticket) {
-            s.waiting.remove(at);
-        }
-        drop(s);
-        self.cv.notify_all();
-        held
+        // The ticket goes back once the lock is held, or if `take` panics: a ticket left
+        // behind would hold every later thread back for ever.
+        let _ticket = Ticket {
+            turns: self,
+            ticket,
+        };
+        take()
     }
 
     /// How many threads wait for the lock with a ticket.
@@ -150,25 +167,47 @@ mod tests {
         assert_eq!(turns.waiting(), 0);
     }
 
-    /// Within the patience, the thread that let the lock go may take it again first.
+    /// Within the patience, a thread that finds the lock free takes it at once, whoever
+    /// holds a ticket.
     #[test]
-    fn within_the_patience_the_lock_is_not_handed_over() {
+    fn within_the_patience_a_free_lock_is_taken_at_once() {
         let turns = Arc::new(Turns::new(Duration::from_secs(3600)));
-        let lock = Arc::new(Mutex::new(Vec::new()));
-        let held = enter(&turns, &lock);
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        // A thread with a ticket: its `take` waits until the test releases it.
         let waiter = {
-            let (turns, lock) = (turns.clone(), lock.clone());
-            std::thread::spawn(move || enter(&turns, &lock).push("waiter"))
+            let turns = turns.clone();
+            std::thread::spawn(move || turns.enter(|| None, || wait.recv().unwrap()))
         };
         while turns.waiting() == 0 {
             std::thread::yield_now();
         }
-        drop(held);
-        // Taken back at once unless the waiter happened to wake first; either way this
-        // thread does not wait for it.
-        enter(&turns, &lock).push("holder again");
+        let (done, entered) = std::sync::mpsc::channel();
+        let other = {
+            let turns = turns.clone();
+            std::thread::spawn(move || {
+                turns.enter(|| Some(()), || unreachable!("the lock was free"));
+                done.send(()).unwrap();
+            })
+        };
+        let at_once = entered.recv_timeout(Duration::from_secs(20));
+        release.send(()).unwrap();
         waiter.join().unwrap();
-        assert_eq!(lock.lock().unwrap().len(), 2);
+        other.join().unwrap();
+        assert!(at_once.is_ok(), "a young ticket held another thread back");
+        assert_eq!(turns.waiting(), 0);
+    }
+
+    /// A thread whose wait for the lock panics gives its ticket back.
+    #[test]
+    fn a_ticket_goes_back_when_taking_the_lock_panics() {
+        let turns = Arc::new(Turns::new(Duration::ZERO));
+        let panicked = {
+            let turns = turns.clone();
+            std::thread::spawn(move || turns.enter(|| None, || -> () { panic!("taking failed") }))
+        };
+        assert!(panicked.join().is_err());
+        assert_eq!(turns.waiting(), 0);
+        turns.enter(|| Some(()), || unreachable!("the lock was free"));
     }
 }
 
