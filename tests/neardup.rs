@@ -56,6 +56,59 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// Ids repeated within a call and across calls: a repeat is skipped, and each new
+    /// document's nearest is the brute-force scan's over the documents stored before it.
+    #[test]
+    fn repeated_ids_are_skipped_and_the_rest_equal_a_brute_force_scan(
+        seed in any::<u64>(),
+        n in 1usize..400,
+        k in 0u32..=6,
+        picks in proptest::collection::vec(any::<u16>(), 400),
+        cuts in proptest::collection::vec(1usize..120, 1..8),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let fps = fingerprints(seed, n, k);
+        // About one document in three takes the id of an earlier one (maybe in its call).
+        let ids: Vec<Vec<u8>> = (0..n)
+            .map(|i| {
+                let p = picks[i] as usize;
+                let of = if i > 0 && p % 3 == 0 { p % i } else { i };
+                format!("doc-{of}").into_bytes()
+            })
+            .collect();
+        let mut store = Store::open(dir.path(), Options::new().memory(4 << 20)).unwrap();
+        let mut seen = std::collections::HashSet::new();
+        let mut stored: Vec<u64> = Vec::new();
+        let (mut at, mut c) = (0, 0);
+        while at < n {
+            let end = (at + cuts[c % cuts.len()]).min(n);
+            let batch: Vec<(&[u8], u64)> =
+                (at..end).map(|i| (ids[i].as_slice(), fps[i])).collect();
+            let out = store.insert(&batch, k).unwrap();
+            for (j, o) in out.iter().enumerate() {
+                let i = at + j;
+                if !seen.insert(ids[i].clone()) {
+                    prop_assert!(o.is_none(), "doc {} repeats an id", i);
+                    continue;
+                }
+                let o = o.as_ref().expect("a new id is stored");
+                prop_assert_eq!(o.doc, stored.len() as u64);
+                let want = brute(&stored, fps[i], k).first().copied();
+                let got = o.nearest.as_ref().map(|m| (m.doc, m.distance));
+                prop_assert_eq!(got, want, "doc {}", i);
+                stored.push(fps[i]);
+            }
+            at = end;
+            c += 1;
+        }
+        prop_assert_eq!(store.len(), stored.len() as u64);
+        prop_assert_eq!(store.stats().repeats, (n - stored.len()) as u64);
+        store.close().unwrap();
+    }
+}
+
 /// Batches of thousands of documents (the tables sorted by counting, the merges of several
 /// large segments) answer as the brute-force scan does, at k = 3 and at k = 5.
 #[test]

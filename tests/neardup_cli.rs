@@ -169,6 +169,63 @@ fn bad_input_names_file_and_line_and_stores_nothing_of_it() {
     assert!(out.is_empty() && err.contains("at most"), "{err}");
 }
 
+/// A refused line deep in a large input (the input is parsed in chunks on other threads,
+/// read ahead of the documents stored): the documents before it are stored and printed, none
+/// after it, in every chunk read ahead; the same input fixed then stores the rest.
+#[test]
+fn a_refused_line_deep_in_a_large_input_stops_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("store");
+    let n = 30_000;
+    let bad_at = 7_654;
+    // Unrelated texts of about 350 bytes (near-duplicates would make the search the test).
+    let line = |i: usize| {
+        let mut r = Rng::new(i as u64);
+        let words: Vec<String> = (0..20).map(|_| format!("{:x}", r.next_u64())).collect();
+        doc(&format!("d{i}"), &words.join(" "))
+    };
+    let mut bad = String::new();
+    for i in 0..n {
+        bad.push_str(&if i == bad_at {
+            "{oops\n".to_owned()
+        } else {
+            line(i)
+        });
+    }
+    assert!(bad.len() > 8 << 20, "more chunks than are read ahead");
+    let file = dir.path().join("in.jsonl");
+    std::fs::write(&file, &bad).unwrap();
+    let out = bin().arg("neardup").arg(&d).arg(&file).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}: line {}: not JSON",
+            file.display(),
+            bad_at + 1
+        )),
+        "{err}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let ids: Vec<&str> = stdout
+        .lines()
+        .map(|l| l.split('\t').next().unwrap())
+        .collect();
+    let want: Vec<String> = (0..bad_at).map(|i| format!("d{i}")).collect();
+    assert_eq!(ids, want);
+    let fixed: String = (0..n).map(line).collect();
+    std::fs::write(&file, &fixed).unwrap();
+    let out = bin().arg("neardup").arg(&d).arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let ids: Vec<&str> = stdout
+        .lines()
+        .map(|l| l.split('\t').next().unwrap())
+        .collect();
+    let want: Vec<String> = (bad_at..n).map(|i| format!("d{i}")).collect();
+    assert_eq!(ids, want);
+}
+
 /// A seeded input: `n` documents, a quarter of them near-duplicates of an earlier one, some
 /// ids repeated.
 fn input(n: usize) -> Vec<u8> {

@@ -4,9 +4,12 @@
 //! each document whose id is new, printing `ID<TAB>FINGERPRINT<TAB>MATCH<TAB>DISTANCE`. Lines
 //! are printed in batches, each after its documents are durable; the store then records that
 //! they were printed (durably at its next commit), and a run that finds documents stored but
-//! not recorded as printed (an earlier run was interrupted) prints their lines first.
+//! not recorded as printed (an earlier run was interrupted) prints their lines first. Two
+//! threads parse and fingerprint chunks of lines while the command's thread reads the input
+//! and stores the documents, in input order.
 
 use std::path::PathBuf;
+use std::sync::{mpsc, Arc};
 
 use anyhow::{Context as _, Result};
 use clap::Args;
@@ -22,6 +25,12 @@ const BATCH_DOCS: usize = 1 << 16;
 const BATCH_ID_BYTES: usize = 16 << 20;
 /// The longest input line: a text of [`MAX_TEXT`] bytes, with room for its JSON escapes.
 const MAX_LINE: usize = MAX_TEXT + (1 << 20);
+/// Threads that parse and fingerprint the input.
+const PARSERS: usize = 2;
+/// Input bytes of a chunk of lines handed to a parsing thread (or one longer line).
+const CHUNK_BYTES: usize = 1 << 20;
+/// Chunks handed to each parsing thread and not yet stored: queued, parsed, or waiting.
+const CHUNKS_AHEAD: usize = 2;
 
 /// The arguments of `neardup`.
 #[derive(Debug, Args)]
@@ -93,49 +102,86 @@ pub fn run(args: NeardupArgs) -> Result<()> {
     out.flush()?;
     store.set_reported(pending.end);
 
-    let mut fp = Fingerprinter::new();
     let mut batch: Vec<(String, u64)> = Vec::new();
     let mut batch_bytes = 0;
     let (mut new, mut repeats) = (0u64, 0u64);
-    let mut buf = Vec::new();
     let mut failure = None;
-    'inputs: for source in sources(&args.files) {
-        let mut reader = LineReader::open(source)?;
-        loop {
-            buf.clear();
-            let Some(l) = reader.read_line(&mut buf, MAX_LINE)? else {
-                break;
-            };
-            let doc = match l {
-                Line::TooLong => Err(format!("a line longer than {MAX_LINE} bytes")),
-                Line::Complete(_) => parse(&buf, &mut fp),
-            };
-            match doc {
-                Ok(d) => {
-                    batch_bytes += d.0.len();
-                    batch.push(d);
+    // Two threads parse and fingerprint chunks of lines, taken in turn, while this one reads
+    // the input and stores the documents, in input order.
+    std::thread::scope(|scope| -> Result<()> {
+        let mut to = Vec::new();
+        let mut from = Vec::new();
+        for _ in 0..PARSERS {
+            let (chunks, parse_rx) = mpsc::sync_channel::<Chunk>(CHUNKS_AHEAD);
+            let (parsed_tx, parsed) = mpsc::sync_channel::<Parsed>(CHUNKS_AHEAD);
+            std::thread::Builder::new()
+                .name("crivello-parse".into())
+                .spawn_scoped(scope, move || {
+                    let mut fp = Fingerprinter::new();
+                    for chunk in parse_rx {
+                        if parsed_tx.send(parse_chunk(&chunk, &mut fp)).is_err() {
+                            break;
+                        }
+                    }
+                })
+                .context("start a thread to parse the input")?;
+            to.push(chunks);
+            from.push(parsed);
+        }
+        let (mut sent, mut handled) = (0usize, 0usize);
+        // Takes the next chunk's documents into the batch, storing each full batch; false
+        // at a refused line (the documents before it are in the batch).
+        let mut next = |handled: &mut usize| -> Result<bool> {
+            let parsed = from[*handled % PARSERS]
+                .recv()
+                .context("a thread parsing the input stopped")?;
+            *handled += 1;
+            for d in parsed.docs {
+                batch_bytes += d.0.len();
+                batch.push(d);
+                if batch.len() >= BATCH_DOCS || batch_bytes >= BATCH_ID_BYTES {
+                    store_batch(
+                        &mut store,
+                        &mut out,
+                        &mut batch,
+                        args.k,
+                        &mut new,
+                        &mut repeats,
+                    )?;
+                    batch_bytes = 0;
                 }
-                Err(why) => {
-                    failure = Some(explained(
-                        format!("{}: line {}: {why}", reader.name(), reader.line_number()),
-                        "fix the input line; the documents before it were stored",
-                    ));
+            }
+            failure = parsed.refused;
+            Ok(failure.is_none())
+        };
+        // Whether a refused line was met (the chunks after it are not stored).
+        let mut refused = false;
+        'inputs: for source in sources(&args.files) {
+            let mut reader = LineReader::open(source)?;
+            let name: Arc<str> = reader.name().into();
+            while let Some(chunk) = read_chunk(&mut reader, &name)? {
+                if sent - handled == PARSERS * CHUNKS_AHEAD && !next(&mut handled)? {
+                    refused = true;
+                    break 'inputs;
+                }
+                let too_long = chunk.too_long;
+                to[sent % PARSERS]
+                    .send(chunk)
+                    .ok()
+                    .context("a thread parsing the input stopped")?;
+                sent += 1;
+                if too_long {
+                    // Refused: nothing after it is read.
                     break 'inputs;
                 }
             }
-            if batch.len() >= BATCH_DOCS || batch_bytes >= BATCH_ID_BYTES {
-                store_batch(
-                    &mut store,
-                    &mut out,
-                    &mut batch,
-                    args.k,
-                    &mut new,
-                    &mut repeats,
-                )?;
-                batch_bytes = 0;
-            }
         }
-    }
+        drop(to);
+        while !refused && handled < sent {
+            refused = !next(&mut handled)?;
+        }
+        Ok(())
+    })?;
     store_batch(
         &mut store,
         &mut out,
@@ -185,6 +231,86 @@ fn store_batch(
     }
     batch.clear();
     Ok(())
+}
+
+/// Lines of one input, for a parsing thread.
+struct Chunk {
+    /// The input's name in messages.
+    source: Arc<str>,
+    /// The number of its first line.
+    first_line: u64,
+    /// The lines without their newlines, one after the other, and where each ends.
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+    /// Whether a line longer than [`MAX_LINE`] follows the last one (the input is not read
+    /// past it).
+    too_long: bool,
+}
+
+/// A chunk parsed: the documents of its lines, in order, up to the first refused line, and
+/// why that one was refused.
+struct Parsed {
+    docs: Vec<(String, u64)>,
+    refused: Option<anyhow::Error>,
+}
+
+/// The next lines of `reader`: at least one, and more while they hold under
+/// [`CHUNK_BYTES`]; `None` at the end of the input.
+fn read_chunk(reader: &mut LineReader, source: &Arc<str>) -> Result<Option<Chunk>> {
+    let mut chunk = Chunk {
+        source: source.clone(),
+        first_line: reader.line_number() + 1,
+        bytes: Vec::new(),
+        ends: Vec::new(),
+        too_long: false,
+    };
+    while chunk.bytes.len() < CHUNK_BYTES {
+        let Some((line, how)) = reader.next_line(MAX_LINE)? else {
+            break;
+        };
+        if how == Line::TooLong {
+            chunk.too_long = true;
+            break;
+        }
+        chunk.bytes.extend_from_slice(line);
+        chunk.ends.push(chunk.bytes.len());
+    }
+    Ok((!chunk.ends.is_empty() || chunk.too_long).then_some(chunk))
+}
+
+/// Parses and fingerprints the lines of `chunk`, up to the first one refused.
+fn parse_chunk(chunk: &Chunk, fp: &mut Fingerprinter) -> Parsed {
+    let refusal = |i: usize, why: String| {
+        explained(
+            format!(
+                "{}: line {}: {why}",
+                chunk.source,
+                chunk.first_line + i as u64
+            ),
+            "fix the input line; the documents before it were stored",
+        )
+    };
+    let mut docs = Vec::with_capacity(chunk.ends.len());
+    let mut start = 0;
+    for (i, &end) in chunk.ends.iter().enumerate() {
+        match parse(&chunk.bytes[start..end], fp) {
+            Ok(d) => docs.push(d),
+            Err(why) => {
+                return Parsed {
+                    docs,
+                    refused: Some(refusal(i, why)),
+                }
+            }
+        }
+        start = end;
+    }
+    let refused = chunk.too_long.then(|| {
+        refusal(
+            chunk.ends.len(),
+            format!("a line longer than {MAX_LINE} bytes"),
+        )
+    });
+    Parsed { docs, refused }
 }
 
 /// Parses one input line into (id, fingerprint), or says why it is refused.

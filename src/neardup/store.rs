@@ -20,10 +20,12 @@ use crate::{Options, Sieve};
 const IDS: &str = "ids.";
 /// Segments beyond which the two newest are merged whatever their sizes.
 const MAX_SEGMENTS: usize = 40;
-/// Bytes of a batch per document beside its id, at the batch's peak (its search): the set of
-/// the batch's ids (a hash set of slices, up to 40), the list of ids and whether each is
-/// known (17), the new documents' places (8), the queries (16), the best matches (16), and a
-/// table's entries with the copy its counting sort makes (32).
+/// Bytes of a batch per document beside its id, bounding each of its phases (with the probes
+/// beside the last two): finding its repeats (the hash set of its ids, up to 40, and a flag,
+/// 41); the lookup in the sieve of ids and the search of the segments at once (the first
+/// occurrences' ids, fingerprints and nearest found, 48, and the sieve's lookup, 35, 83); the
+/// search among the batch (the new documents' places, the queries, the nearest found, and a
+/// table's entries with the copy its counting sort makes, 72). `docs/design.md`, "Memory".
 const BYTES_PER_DOC: usize = 136;
 /// Bytes per probe of a table (k ≤ 3: one probe per table, 4 ≤ k: 17), with the copy its
 /// counting sort makes.
@@ -262,44 +264,75 @@ impl Store {
         k: u32,
         out: &mut Vec<Option<Stored>>,
     ) -> Result<()> {
-        // 1. Which ids are new: not earlier in the batch, not in the sieve of ids.
+        // 1. Which ids are new: not earlier in the batch, not in the sieve of ids. 2. The
+        // nearest earlier document of each. The sieve of ids is asked on a thread of its own
+        // while the fingerprints of the batch's first occurrences are searched in the
+        // segments here (the search of one whose id the sieve knows is thrown away); the
+        // nearest among the batch's new documents comes after.
         let base = self.manifest.docs;
-        let mut seen: HashSet<&[u8]> = HashSet::with_capacity(docs.len());
-        let mut new = Vec::with_capacity(docs.len());
         let first_out = out.len();
-        let ids: Vec<&[u8]> = docs.iter().map(|d| d.0).collect();
-        let known = self.sieve.known_many(&ids)?;
-        for (i, &(id, _)) in docs.iter().enumerate() {
-            if known[i] || !seen.insert(id) {
-                out.push(None);
-                self.manifest.repeats += 1;
-                self.dirty = true;
-            } else {
+        let firsts: Vec<bool> = {
+            let mut seen: HashSet<&[u8]> = HashSet::with_capacity(docs.len());
+            docs.iter().map(|d| seen.insert(d.0)).collect()
+        };
+        let ids: Vec<&[u8]> = (docs.iter().zip(&firsts))
+            .filter(|(_, &first)| first)
+            .map(|(d, _)| d.0)
+            .collect();
+        // Every stored document is earlier than `base`, so each is a candidate.
+        let candidates: Vec<(u64, u64)> = (docs.iter().zip(&firsts))
+            .filter(|(_, &first)| first)
+            .map(|(d, _)| (d.1, base))
+            .collect();
+        let mut found = vec![(u32::MAX, u64::MAX); candidates.len()];
+        let known = lookup_while(&mut self.sieve, &ids, || {
+            search_segments(&self.segments, &candidates, k, &mut |slot, doc, d| {
+                let b = &mut found[slot as usize];
+                if (d, doc) < *b {
+                    *b = (d, doc);
+                }
+            })
+        })?;
+        drop(candidates);
+        let mut new = Vec::with_capacity(ids.len());
+        let mut best = Vec::with_capacity(ids.len());
+        // The first occurrences are the candidates, in order: `cand` counts them.
+        let mut cand = 0;
+        for (i, &(id, fp)) in docs.iter().enumerate() {
+            let is_new = firsts[i] && {
+                cand += 1;
+                !known[cand - 1]
+            };
+            if is_new {
                 new.push(i);
+                best.push(found[cand - 1]);
                 out.push(Some(Stored {
                     doc: base + new.len() as u64 - 1,
                     id: id.to_vec(),
-                    fingerprint: docs[i].1,
+                    fingerprint: fp,
                     nearest: None,
                 }));
+            } else {
+                out.push(None);
+                self.manifest.repeats += 1;
+                self.dirty = true;
             }
         }
+        drop((ids, found, known, firsts));
         if new.is_empty() {
             return Ok(());
         }
-        // 2. The nearest earlier document of each: in the segments, or earlier in the batch.
         let queries: Vec<(u64, u64)> = new
             .iter()
             .enumerate()
             .map(|(j, &i)| (docs[i].1, base + j as u64))
             .collect();
-        let mut best = vec![(u32::MAX, u64::MAX); queries.len()];
-        self.search(&queries, k, true, &mut |slot, doc, d| {
+        search_among(&queries, k, &mut |slot, doc, d| {
             let b = &mut best[slot as usize];
             if (d, doc) < *b {
                 *b = (d, doc);
             }
-        })?;
+        });
         // 3. Their ids, and D's records.
         for (j, &i) in new.iter().enumerate() {
             let (d, doc) = best[j];
@@ -396,46 +429,17 @@ impl Store {
         })
     }
 
-    /// Calls `on(slot, doc, distance)` for every stored document within `k` of a query
-    /// `(fingerprint, document)` and earlier than it: in the segments, and among the queries
-    /// themselves when `among` (a batch being stored).
-    fn search(
-        &mut self,
-        queries: &[(u64, u64)],
-        k: u32,
-        among: bool,
-        on: &mut impl FnMut(u32, u64, u32),
-    ) -> Result<()> {
-        let mut probes: Vec<Probe> = Vec::new();
-        let mut scratch = Scratch::default();
-        let mut entries = Vec::new();
-        for t in 0..TABLES {
-            search::probes(t, queries, k, &mut probes);
-            for seg in &self.segments {
-                for b in search::blocks(&probes, &seg.tables[t]) {
-                    let from = probes.partition_point(|p| p.key < seg.tables[t][b].first);
-                    seg.join_block(t, b, &probes[from..], k, &mut scratch, on)?;
-                }
-            }
-            if among {
-                entries.clear();
-                entries.extend(queries.iter().map(|&(fp, doc)| Entry { fp, doc }));
-                // In document order: a stable sort by key gives (key, document) order.
-                search::sort_by_key16(&mut entries, |e| key(e.fp, t));
-                search::join(&probes, &entries, t, k, on);
-            }
-        }
-        Ok(())
-    }
-
     /// Every stored document within `k` of `fingerprint`, nearest first (ties: earliest
     /// stored first), as (document, distance).
     pub fn query(&mut self, fingerprint: u64, k: u32) -> Result<Vec<(u64, u32)>> {
         check_k(k)?;
         let mut found = Vec::new();
-        self.search(&[(fingerprint, u64::MAX)], k, false, &mut |_, doc, d| {
-            found.push((d, doc))
-        })?;
+        search_segments(
+            &self.segments,
+            &[(fingerprint, u64::MAX)],
+            k,
+            &mut |_, doc, d| found.push((d, doc)),
+        )?;
         found.sort_unstable();
         found.dedup();
         Ok(found.into_iter().map(|(d, doc)| (doc, d)).collect())
@@ -580,6 +584,76 @@ impl Store {
 }
 
 /// Refuses a `k` over [`MAX_K`].
+/// Calls `on(slot, doc, distance)` for every document of `segments` within `k` of a query
+/// `(fingerprint, document)` and earlier than it.
+fn search_segments(
+    segments: &[Segment],
+    queries: &[(u64, u64)],
+    k: u32,
+    on: &mut impl FnMut(u32, u64, u32),
+) -> Result<()> {
+    let mut probes: Vec<Probe> = Vec::new();
+    let mut scratch = Scratch::default();
+    for t in 0..TABLES {
+        search::probes(t, queries, k, &mut probes);
+        for seg in segments {
+            for b in search::blocks(&probes, &seg.tables[t]) {
+                let from = probes.partition_point(|p| p.key < seg.tables[t][b].first);
+                seg.join_block(t, b, &probes[from..], k, &mut scratch, on)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Calls `on(slot, doc, distance)` for every pair of queries `(fingerprint, document)`
+/// within `k` of each other, `doc` the earlier one's document and `slot` the later one's.
+fn search_among(queries: &[(u64, u64)], k: u32, on: &mut impl FnMut(u32, u64, u32)) {
+    let mut probes: Vec<Probe> = Vec::new();
+    let mut entries = Vec::with_capacity(queries.len());
+    for t in 0..TABLES {
+        search::probes(t, queries, k, &mut probes);
+        entries.clear();
+        entries.extend(queries.iter().map(|&(fp, doc)| Entry { fp, doc }));
+        // In document order: a stable sort by key gives (key, document) order.
+        search::sort_by_key16(&mut entries, |e| key(e.fp, t));
+        search::join(&probes, &entries, t, k, on);
+    }
+}
+
+/// Looks `ids` up in the sieve of ids on a thread of its own while `work` runs on this one
+/// (both in turn on this one if the thread cannot be started); returns whether each id is
+/// known, once both are done, or the first error.
+fn lookup_while(
+    sieve: &mut Sieve,
+    ids: &[&[u8]],
+    work: impl FnOnce() -> Result<()>,
+) -> Result<Vec<bool>> {
+    // The sieve, for the thread; left here if it cannot be started.
+    let sieve = std::sync::Mutex::new(Some(sieve));
+    let take = || sieve.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let (worked, looked) = std::thread::scope(|scope| {
+        let other = std::thread::Builder::new()
+            .name("crivello-ids".into())
+            .spawn_scoped(scope, || take().map(|s| s.known_many(ids)));
+        let worked = work();
+        let looked = match other {
+            Ok(thread) => match thread.join() {
+                Ok(looked) => looked,
+                Err(panic) => std::panic::resume_unwind(panic),
+            },
+            Err(_) => None,
+        };
+        (worked, looked)
+    });
+    let known = match looked {
+        Some(known) => known,
+        None => take().expect("the thread did not start").known_many(ids),
+    };
+    worked?;
+    known
+}
+
 fn check_k(k: u32) -> Result<()> {
     if k > MAX_K {
         return Err(Error::InvalidOption {
