@@ -81,6 +81,7 @@ proptest! {
         let mut store = Store::open(dir.path(), Options::new().memory(4 << 20)).unwrap();
         let mut seen = std::collections::HashSet::new();
         let mut stored: Vec<u64> = Vec::new();
+        let mut stored_ids: Vec<Vec<u8>> = Vec::new();
         let (mut at, mut c) = (0, 0);
         while at < n {
             let end = (at + cuts[c % cuts.len()]).min(n);
@@ -98,7 +99,11 @@ proptest! {
                 let want = brute(&stored, fps[i], k).first().copied();
                 let got = o.nearest.as_ref().map(|m| (m.doc, m.distance));
                 prop_assert_eq!(got, want, "doc {}", i);
+                if let Some(m) = &o.nearest {
+                    prop_assert_eq!(&m.id, &stored_ids[m.doc as usize]);
+                }
                 stored.push(fps[i]);
+                stored_ids.push(ids[i].clone());
             }
             at = end;
             c += 1;
@@ -148,6 +153,55 @@ fn large_batches_and_merges_equal_a_brute_force_scan() {
         store.close().unwrap();
         assert_eq!(check(dir.path()).unwrap().docs, at as u64);
     }
+}
+
+/// Large batches (whose ids are looked up on a thread of their own while the segments are
+/// searched) with ids repeated within and across calls answer as the brute-force scan does.
+#[test]
+fn large_batches_with_repeated_ids_equal_a_brute_force_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n, k, seed) = (14_000, 3, 47u64);
+    let fps = fingerprints(seed, n, k);
+    let ids: Vec<Vec<u8>> = (0..n)
+        .map(|i| {
+            let r = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+            let of = if i > 0 && r % 3 == 0 {
+                r as usize % i
+            } else {
+                i
+            };
+            format!("doc-{of}").into_bytes()
+        })
+        .collect();
+    let mut store = Store::open(dir.path(), Options::new().memory(16 << 20)).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    let (mut stored, mut stored_ids): (Vec<u64>, Vec<Vec<u8>>) = (Vec::new(), Vec::new());
+    let mut at = 0;
+    for size in [6_000, 5_000, 3_000] {
+        let end = (at + size).min(n);
+        let batch: Vec<(&[u8], u64)> = (at..end).map(|i| (ids[i].as_slice(), fps[i])).collect();
+        let out = store.insert(&batch, k).unwrap();
+        for (j, o) in out.iter().enumerate() {
+            let i = at + j;
+            if !seen.insert(ids[i].clone()) {
+                assert!(o.is_none(), "doc {i} repeats an id");
+                continue;
+            }
+            let o = o.as_ref().expect("a new id is stored");
+            assert_eq!(o.doc, stored.len() as u64);
+            let want = brute(&stored, fps[i], k).first().copied();
+            let got = o.nearest.as_ref().map(|m| (m.doc, m.distance));
+            assert_eq!(got, want, "doc {i}");
+            if let Some(m) = &o.nearest {
+                assert_eq!(m.id, stored_ids[m.doc as usize], "doc {i}");
+            }
+            stored.push(fps[i]);
+            stored_ids.push(ids[i].clone());
+        }
+        at = end;
+    }
+    assert!(n - stored.len() > 1_000, "many repeats");
+    store.close().unwrap();
 }
 
 #[test]

@@ -226,6 +226,69 @@ fn a_refused_line_deep_in_a_large_input_stops_there() {
     assert_eq!(ids, want);
 }
 
+/// A refused line stops the command at once, before the input ends (a stream left open
+/// after it), and before any later input is opened: its message is the one given, not a
+/// later file's.
+#[test]
+fn a_refused_line_stops_the_command_before_the_input_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("store");
+    let mut child = bin()
+        .arg("neardup")
+        .arg(&d)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(
+            [doc("ok", PARAGRAPH), "{oops\n".to_owned()]
+                .concat()
+                .as_bytes(),
+        )
+        .unwrap();
+    stdin.flush().unwrap();
+    // The input stays open: the command must not wait for more of it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still waiting for input"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("line 2: not JSON"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok\t"));
+
+    let file = dir.path().join("in.jsonl");
+    let missing = dir.path().join("missing.jsonl");
+    std::fs::write(
+        &file,
+        [doc("a", "t"), "[1]\n".to_owned(), doc("b", "u")].concat(),
+    )
+    .unwrap();
+    let out = bin()
+        .arg("neardup")
+        .arg(dir.path().join("s2"))
+        .arg(&file)
+        .arg(&missing)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("{}: line 2: not a JSON object", file.display())),
+        "{err}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+}
+
 /// A seeded input: `n` documents, a quarter of them near-duplicates of an earlier one, some
 /// ids repeated.
 fn input(n: usize) -> Vec<u8> {

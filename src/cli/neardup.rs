@@ -8,7 +8,7 @@
 //! threads parse and fingerprint chunks of lines while the command's thread reads the input
 //! and stores the documents, in input order.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
 
 use anyhow::{Context as _, Result};
@@ -29,8 +29,9 @@ const MAX_LINE: usize = MAX_TEXT + (1 << 20);
 const PARSERS: usize = 2;
 /// Input bytes of a chunk of lines handed to a parsing thread (or one longer line).
 const CHUNK_BYTES: usize = 1 << 20;
-/// Chunks handed to each parsing thread and not yet stored: queued, parsed, or waiting.
-const CHUNKS_AHEAD: usize = 2;
+/// Room in a chunk for the line that takes it past [`CHUNK_BYTES`], so that a chunk of lines
+/// of usual lengths is allocated once.
+const CHUNK_SLACK: usize = 64 << 10;
 
 /// The arguments of `neardup`.
 #[derive(Debug, Args)]
@@ -105,83 +106,45 @@ pub fn run(args: NeardupArgs) -> Result<()> {
     let mut batch: Vec<(String, u64)> = Vec::new();
     let mut batch_bytes = 0;
     let (mut new, mut repeats) = (0u64, 0u64);
+    // A thread reads the input in chunks of lines, handed in turn to two threads that parse
+    // and fingerprint them; this one takes their documents in input order and stores them.
+    // At the end of the input the threads have ended, and are joined. At a refused line
+    // this one stops at once, without waiting for them: a thread left waiting (for input
+    // that may never come, or for room) ends with the process.
+    let parsed = start_parsing(&args.files)?;
     let mut failure = None;
-    // Two threads parse and fingerprint chunks of lines, taken in turn, while this one reads
-    // the input and stores the documents, in input order.
-    std::thread::scope(|scope| -> Result<()> {
-        let mut to = Vec::new();
-        let mut from = Vec::new();
-        for _ in 0..PARSERS {
-            let (chunks, parse_rx) = mpsc::sync_channel::<Chunk>(CHUNKS_AHEAD);
-            let (parsed_tx, parsed) = mpsc::sync_channel::<Parsed>(CHUNKS_AHEAD);
-            std::thread::Builder::new()
-                .name("crivello-parse".into())
-                .spawn_scoped(scope, move || {
-                    let mut fp = Fingerprinter::new();
-                    for chunk in parse_rx {
-                        if parsed_tx.send(parse_chunk(&chunk, &mut fp)).is_err() {
-                            break;
-                        }
-                    }
-                })
-                .context("start a thread to parse the input")?;
-            to.push(chunks);
-            from.push(parsed);
-        }
-        let (mut sent, mut handled) = (0usize, 0usize);
-        // Takes the next chunk's documents into the batch, storing each full batch; false
-        // at a refused line (the documents before it are in the batch).
-        let mut next = |handled: &mut usize| -> Result<bool> {
-            let parsed = from[*handled % PARSERS]
-                .recv()
-                .context("a thread parsing the input stopped")?;
-            *handled += 1;
-            for d in parsed.docs {
-                batch_bytes += d.0.len();
-                batch.push(d);
-                if batch.len() >= BATCH_DOCS || batch_bytes >= BATCH_ID_BYTES {
-                    store_batch(
-                        &mut store,
-                        &mut out,
-                        &mut batch,
-                        args.k,
-                        &mut new,
-                        &mut repeats,
-                    )?;
-                    batch_bytes = 0;
-                }
-            }
-            failure = parsed.refused;
-            Ok(failure.is_none())
+    let mut ended = None;
+    for n in 0.. {
+        let Ok(p) = parsed.from[n % PARSERS].recv() else {
+            ended = Some(n);
+            break;
         };
-        // Whether a refused line was met (the chunks after it are not stored).
-        let mut refused = false;
-        'inputs: for source in sources(&args.files) {
-            let mut reader = LineReader::open(source)?;
-            let name: Arc<str> = reader.name().into();
-            while let Some(chunk) = read_chunk(&mut reader, &name)? {
-                if sent - handled == PARSERS * CHUNKS_AHEAD && !next(&mut handled)? {
-                    refused = true;
-                    break 'inputs;
-                }
-                let too_long = chunk.too_long;
-                to[sent % PARSERS]
-                    .send(chunk)
-                    .ok()
-                    .context("a thread parsing the input stopped")?;
-                sent += 1;
-                if too_long {
-                    // Refused: nothing after it is read.
-                    break 'inputs;
-                }
+        for d in p.docs {
+            batch_bytes += d.0.len();
+            batch.push(d);
+            if batch.len() >= BATCH_DOCS || batch_bytes >= BATCH_ID_BYTES {
+                store_batch(
+                    &mut store,
+                    &mut out,
+                    &mut batch,
+                    args.k,
+                    &mut new,
+                    &mut repeats,
+                )?;
+                batch_bytes = 0;
             }
         }
-        drop(to);
-        while !refused && handled < sent {
-            refused = !next(&mut handled)?;
+        if p.refused.is_some() {
+            failure = p.refused;
+            break;
         }
-        Ok(())
-    })?;
+    }
+    match ended {
+        // The end of the input, every chunk taken, unless a thread failed.
+        Some(n) => parsed.check_ended(n)?,
+        // Stopped at a refused line: nothing more is taken.
+        None => drop(parsed),
+    }
     store_batch(
         &mut store,
         &mut out,
@@ -239,43 +202,163 @@ struct Chunk {
     source: Arc<str>,
     /// The number of its first line.
     first_line: u64,
-    /// The lines without their newlines, one after the other, and where each ends.
+    /// The lines without their newlines, one after the other.
     bytes: Vec<u8>,
+    /// Where each line ends in `bytes`.
     ends: Vec<usize>,
-    /// Whether a line longer than [`MAX_LINE`] follows the last one (the input is not read
-    /// past it).
+    /// Whether a line longer than [`MAX_LINE`] follows the last one (nothing after it is
+    /// read).
     too_long: bool,
 }
 
-/// A chunk parsed: the documents of its lines, in order, up to the first refused line, and
-/// why that one was refused.
+/// What the reading thread hands a parsing thread: lines, or the input's failure (nothing
+/// after it is read).
+enum Piece {
+    Lines(Chunk),
+    Failed(anyhow::Error),
+}
+
+/// A chunk parsed: the documents of its lines, in order, up to the first refused line.
 struct Parsed {
+    /// The documents: id and fingerprint.
     docs: Vec<(String, u64)>,
+    /// Why the line after them was refused, or the input failed; `None`: every line parsed.
     refused: Option<anyhow::Error>,
 }
 
-/// The next lines of `reader`: at least one, and more while they hold under
+/// The threads that read and parse the input.
+struct Parsing {
+    /// Each parsing thread's results: chunk `n`'s are the next of `from[n % PARSERS]`.
+    from: Vec<mpsc::Receiver<Parsed>>,
+    /// The reading thread and the parsing threads.
+    reader: std::thread::JoinHandle<()>,
+    parsers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Parsing {
+    /// Called when chunk `n`'s results end, which is the end of the input when the threads
+    /// ended well: the parsing thread of chunk `n` ended, so the reading thread did (its
+    /// chunks end when it does). Either one's panic is an error here, never a short input.
+    fn check_ended(self, n: usize) -> Result<()> {
+        let mut parsers = self.parsers;
+        let parser = parsers.swap_remove(n % PARSERS);
+        for (what, thread) in [("parse", parser), ("read", self.reader)] {
+            if thread.join().is_err() {
+                anyhow::bail!("the thread that {what}s the input failed");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Starts the thread that reads `files` (or standard input) in chunks and the [`PARSERS`]
+/// threads that parse them, chunk `n` going to thread `n % PARSERS`.
+fn start_parsing(files: &[PathBuf]) -> Result<Parsing> {
+    let mut to = Vec::with_capacity(PARSERS);
+    let mut from = Vec::with_capacity(PARSERS);
+    let mut parsers = Vec::with_capacity(PARSERS);
+    for _ in 0..PARSERS {
+        // A chunk is handed over when the thread takes it, and one parsed chunk may wait.
+        let (pieces, rx) = mpsc::sync_channel::<Piece>(0);
+        let (tx, parsed) = mpsc::sync_channel::<Parsed>(1);
+        let parser = std::thread::Builder::new()
+            .name("crivello-parse".into())
+            .spawn(move || {
+                let mut fp = Fingerprinter::new();
+                for piece in rx {
+                    let p = match piece {
+                        Piece::Lines(chunk) => parse_chunk(&chunk, &mut fp),
+                        Piece::Failed(e) => Parsed {
+                            docs: Vec::new(),
+                            refused: Some(e),
+                        },
+                    };
+                    if tx.send(p).is_err() {
+                        return;
+                    }
+                }
+            })
+            .context("start a thread to parse the input")?;
+        to.push(pieces);
+        from.push(parsed);
+        parsers.push(parser);
+    }
+    let files: Vec<Option<PathBuf>> = sources(files)
+        .into_iter()
+        .map(|s| s.map(Path::to_path_buf))
+        .collect();
+    let reader = std::thread::Builder::new()
+        .name("crivello-read".into())
+        .spawn(move || {
+            let mut n = 0;
+            // Hands `piece` to the next parsing thread; false when nothing more is taken.
+            let mut hand = |piece: Piece| {
+                let taken = to[n % PARSERS].send(piece).is_ok();
+                n += 1;
+                taken
+            };
+            for source in &files {
+                let mut reader = match LineReader::open(source.as_deref()) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        hand(Piece::Failed(e));
+                        return;
+                    }
+                };
+                let name: Arc<str> = reader.name().into();
+                loop {
+                    match read_chunk(&mut reader, &name) {
+                        Ok(Some(chunk)) => {
+                            let too_long = chunk.too_long;
+                            if !hand(Piece::Lines(chunk)) || too_long {
+                                return;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            hand(Piece::Failed(e));
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+        .context("start a thread to read the input")?;
+    Ok(Parsing {
+        from,
+        reader,
+        parsers,
+    })
+}
+
+/// The next lines of `reader`: one, then those read already while they hold under
 /// [`CHUNK_BYTES`]; `None` at the end of the input.
 fn read_chunk(reader: &mut LineReader, source: &Arc<str>) -> Result<Option<Chunk>> {
     let mut chunk = Chunk {
         source: source.clone(),
         first_line: reader.line_number() + 1,
-        bytes: Vec::new(),
+        bytes: Vec::with_capacity(CHUNK_BYTES + CHUNK_SLACK),
         ends: Vec::new(),
         too_long: false,
     };
-    while chunk.bytes.len() < CHUNK_BYTES {
-        let Some((line, how)) = reader.next_line(MAX_LINE)? else {
-            break;
-        };
-        if how == Line::TooLong {
-            chunk.too_long = true;
-            break;
+    match reader.next_line(MAX_LINE)? {
+        None => return Ok(None),
+        Some((_, Line::TooLong)) => chunk.too_long = true,
+        Some((line, Line::Complete(_))) => {
+            chunk.bytes.extend_from_slice(line);
+            chunk.ends.push(chunk.bytes.len());
+            // Then the lines read already: a chunk never waits for the input, so that a
+            // refused line is parsed as soon as it is read.
+            while chunk.bytes.len() < CHUNK_BYTES {
+                let Some(line) = reader.next_read_line(MAX_LINE) else {
+                    break;
+                };
+                chunk.bytes.extend_from_slice(line);
+                chunk.ends.push(chunk.bytes.len());
+            }
         }
-        chunk.bytes.extend_from_slice(line);
-        chunk.ends.push(chunk.bytes.len());
     }
-    Ok((!chunk.ends.is_empty() || chunk.too_long).then_some(chunk))
+    Ok(Some(chunk))
 }
 
 /// Parses and fingerprints the lines of `chunk`, up to the first one refused.

@@ -144,6 +144,20 @@ impl LineReader {
         Ok(Some((&self.buf[at..at + len], how)))
     }
 
+    /// The next line, as [`LineReader::next_line`] reads it, when it is whole in the bytes
+    /// read already; `None` (nothing read, nothing taken) when reading it would mean waiting
+    /// for the input.
+    pub fn next_read_line(&mut self, limit: usize) -> Option<&[u8]> {
+        let window = (self.end - self.start).min(limit);
+        let i = self
+            .newlines
+            .find(&self.buf[..self.end], self.start, self.start + window)?;
+        let at = self.start;
+        self.start = i + 1;
+        self.line += 1;
+        Some(&self.buf[at..i])
+    }
+
     /// Appends the next line to `buf`, as [`LineReader::next_line`] reads it.
     pub fn read_line(&mut self, buf: &mut Vec<u8>, limit: usize) -> Result<Option<Line>> {
         Ok(self.next_line(limit)?.map(|(line, how)| {
@@ -387,6 +401,36 @@ mod tests {
         assert_eq!(buf, b"xy");
         buf.clear();
         assert_eq!(r.read_line(&mut buf, 4).unwrap(), None);
+    }
+
+    /// A reader that hands out its bytes once, then fails: a read after them is a test
+    /// failure.
+    struct Once(Option<Vec<u8>>);
+
+    impl Read for Once {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let bytes = self.0.take().expect("no read past the bytes handed out");
+            buf[..bytes.len()].copy_from_slice(&bytes);
+            Ok(bytes.len())
+        }
+    }
+
+    #[test]
+    fn lines_read_already_are_taken_without_reading() {
+        let mut r = LineReader::new(
+            "test".into(),
+            Box::new(Once(Some(b"a\nbc\nd".to_vec()))),
+            64,
+        );
+        assert_eq!(r.next_read_line(100), None, "nothing read yet");
+        let (first, how) = r.next_line(100).unwrap().unwrap();
+        assert_eq!((first, how), (&b"a"[..], Line::Complete(2)));
+        assert_eq!(r.next_read_line(100), Some(&b"bc"[..]));
+        assert_eq!(r.line_number(), 2);
+        // "d" has no newline yet: taking it would mean reading again.
+        assert_eq!(r.next_read_line(100), None);
+        assert_eq!(r.next_read_line(1), None);
+        assert_eq!(r.line_number(), 2);
     }
 
     #[test]

@@ -27,6 +27,9 @@ const MAX_SEGMENTS: usize = 40;
 /// search among the batch (the new documents' places, the queries, the nearest found, and a
 /// table's entries with the copy its counting sort makes, 72). `docs/design.md`, "Memory".
 const BYTES_PER_DOC: usize = 136;
+/// First occurrences in a batch from which the sieve of ids is asked on a thread of its own
+/// while the segments are searched.
+const PARALLEL_MIN: usize = 4096;
 /// Bytes per probe of a table (k ≤ 3: one probe per table, 4 ≤ k: 17), with the copy its
 /// counting sort makes.
 const BYTES_PER_PROBE: usize = 48;
@@ -285,27 +288,34 @@ impl Store {
             .map(|(d, _)| (d.1, base))
             .collect();
         let mut found = vec![(u32::MAX, u64::MAX); candidates.len()];
-        let known = lookup_while(&mut self.sieve, &ids, || {
+        let mut search = || {
             search_segments(&self.segments, &candidates, k, &mut |slot, doc, d| {
                 let b = &mut found[slot as usize];
                 if (d, doc) < *b {
                     *b = (d, doc);
                 }
             })
-        })?;
+        };
+        let known = if candidates.len() < PARALLEL_MIN || self.segments.is_empty() {
+            // Too little to search for a thread to pay.
+            search()?;
+            self.sieve.known_many(&ids)?
+        } else {
+            lookup_while(&mut self.sieve, &ids, search)?
+        };
         drop(candidates);
         let mut new = Vec::with_capacity(ids.len());
         let mut best = Vec::with_capacity(ids.len());
-        // The first occurrences are the candidates, in order: `cand` counts them.
+        // The first occurrences are the candidates, in order: `cand` is the next one's.
         let mut cand = 0;
         for (i, &(id, fp)) in docs.iter().enumerate() {
-            let is_new = firsts[i] && {
+            let this = cand;
+            if firsts[i] {
                 cand += 1;
-                !known[cand - 1]
-            };
-            if is_new {
+            }
+            if firsts[i] && !known[this] {
                 new.push(i);
-                best.push(found[cand - 1]);
+                best.push(found[this]);
                 out.push(Some(Stored {
                     doc: base + new.len() as u64 - 1,
                     id: id.to_vec(),
@@ -583,7 +593,6 @@ impl Store {
     }
 }
 
-/// Refuses a `k` over [`MAX_K`].
 /// Calls `on(slot, doc, distance)` for every document of `segments` within `k` of a query
 /// `(fingerprint, document)` and earlier than it.
 fn search_segments(
@@ -623,7 +632,7 @@ fn search_among(queries: &[(u64, u64)], k: u32, on: &mut impl FnMut(u32, u64, u3
 
 /// Looks `ids` up in the sieve of ids on a thread of its own while `work` runs on this one
 /// (both in turn on this one if the thread cannot be started); returns whether each id is
-/// known, once both are done, or the first error.
+/// known once both are done, or an error: `work`'s if it failed, else the lookup's.
 fn lookup_while(
     sieve: &mut Sieve,
     ids: &[&[u8]],
@@ -654,6 +663,7 @@ fn lookup_while(
     known
 }
 
+/// Refuses a `k` over [`MAX_K`].
 fn check_k(k: u32) -> Result<()> {
     if k > MAX_K {
         return Err(Error::InvalidOption {
