@@ -121,16 +121,28 @@ def server_factory(api, tmp_path):
             s.proc.wait()
 
 
+# Every port free_ports handed out in this run: a node stopped for a while (a cluster
+# restarted with one node more) must never find its port given to another node.
+_GIVEN_PORTS = set()
+
+
 def free_ports(n):
-    """n loopback ports free at the moment."""
+    """n loopback ports free at the moment, none of them handed out before in this run."""
     import socket
 
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
+    socks, ports = [], []
+    try:
+        while len(ports) < n:
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            if port not in _GIVEN_PORTS:
+                ports.append(port)
+                _GIVEN_PORTS.add(port)
+    finally:
+        for s in socks:
+            s.close()
     return ports
 
 
