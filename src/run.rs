@@ -153,11 +153,12 @@ impl Run {
     pub fn read_block(&self, i: u64, out: &mut Vec<(u64, u32)>) -> Result<()> {
         out.clear();
         let offset = HEADER_LEN + i * FULL_BLOCK;
-        let count = if i + 1 == self.meta.blocks() && self.meta.pairs % RUN_BLOCK as u64 != 0 {
-            (self.meta.pairs % RUN_BLOCK as u64) as usize
-        } else {
-            RUN_BLOCK
-        };
+        let count =
+            if i + 1 == self.meta.blocks() && !self.meta.pairs.is_multiple_of(RUN_BLOCK as u64) {
+                (self.meta.pairs % RUN_BLOCK as u64) as usize
+            } else {
+                RUN_BLOCK
+            };
         let mut bytes = vec![0u8; 8 + count * PAIR];
         self.file.read_exact_at(&mut bytes, offset)?;
         let body = bytes.len() - 4;

@@ -1086,7 +1086,7 @@ mod model {
                         let refs: Vec<&str> = us.iter().map(String::as_str).collect();
                         // Half the batches say which URLs were new: exactly those the model
                         // had not seen.
-                        let reported = if us.len() % 2 == 0 {
+                        let reported = if us.len().is_multiple_of(2) {
                             let items: Vec<Discovered> =
                                 refs.iter().map(|u| Discovered::url(u.as_bytes())).collect();
                             Some(f.push_new("", &items).unwrap())

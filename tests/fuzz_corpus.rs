@@ -9,7 +9,7 @@ use std::path::Path;
 use crivello::internals::{random_input, target};
 use crivello::storage::sim::Rng;
 
-const TARGETS: [&str; 14] = [
+const TARGETS: [&str; 15] = [
     "decode_a",
     "decode_z",
     "decode_r",
@@ -23,6 +23,7 @@ const TARGETS: [&str; 14] = [
     "ops",
     "frontier_ops",
     "crash_schedule",
+    "fingerprint",
     "canary",
 ];
 

@@ -58,7 +58,7 @@ fn opts(lazy: bool) -> Options {
 /// each call returned Ok. Returns at `limit` pushes, after a clean close.
 fn workload(dir: &Path, start: u64, seed: u64, limit: u64, out: &mut impl Write) {
     let mut rng = Rng::new(seed);
-    let mut sieve = Sieve::open(dir, opts(seed % 2 == 0)).expect("open");
+    let mut sieve = Sieve::open(dir, opts(seed.is_multiple_of(2))).expect("open");
     writeln!(out, "@@ O").unwrap();
     out.flush().unwrap();
     let mut next_sync = start + 1 + rng.below(300);

@@ -74,7 +74,7 @@ proptest! {
         let ids: Vec<Vec<u8>> = (0..n)
             .map(|i| {
                 let p = picks[i] as usize;
-                let of = if i > 0 && p % 3 == 0 { p % i } else { i };
+                let of = if i > 0 && p.is_multiple_of(3) { p % i } else { i };
                 format!("doc-{of}").into_bytes()
             })
             .collect();
@@ -165,7 +165,7 @@ fn large_batches_with_repeated_ids_equal_a_brute_force_scan() {
     let ids: Vec<Vec<u8>> = (0..n)
         .map(|i| {
             let r = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
-            let of = if i > 0 && r % 3 == 0 {
+            let of = if i > 0 && r.is_multiple_of(3) {
                 r as usize % i
             } else {
                 i

@@ -166,7 +166,7 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let sig = if x % 5 == 0 { x % 7 } else { x };
+            let sig = if x.is_multiple_of(5) { x % 7 } else { x };
             s.push(Slot { sig, idx: i });
         }
         let mut expected = s.clone();

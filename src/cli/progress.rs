@@ -51,10 +51,10 @@ impl Progress {
     pub fn line(&mut self, bytes: usize, sieve: Option<&mut Sieve>) {
         self.lines += 1;
         self.bytes += bytes as u64;
-        if self.bar.is_none() || self.lines % REFRESH_LINES != 0 {
+        if self.bar.is_none() || !self.lines.is_multiple_of(REFRESH_LINES) {
             return;
         }
-        if self.lines % STATS_LINES == 0 {
+        if self.lines.is_multiple_of(STATS_LINES) {
             if let Some(sieve) = sieve {
                 self.flushes = sieve.stats().ok().map(|s| s.flushes);
             }

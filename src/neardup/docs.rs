@@ -140,7 +140,7 @@ impl Docs {
     ) -> Result<Docs> {
         let log = open_cut(storage, LOG, MAGIC_LOG, log_len, cut)?;
         let index = open_cut(storage, INDEX, MAGIC_INDEX, index_len, cut)?;
-        if (index_len - HEADER) % INDEX_ENTRY != 0 {
+        if !(index_len - HEADER).is_multiple_of(INDEX_ENTRY) {
             return Err(Error::corrupt(
                 INDEX,
                 index_len,

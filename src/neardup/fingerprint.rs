@@ -24,6 +24,9 @@
 
 use xxhash_rust::xxh3::xxh3_64;
 
+#[cfg(target_arch = "x86_64")]
+mod wide;
+
 /// Characters per feature (a character shingle). Chosen by measurement on the test corpus
 /// (`docs/performance.md`, "Near-duplicates").
 pub const SHINGLE: usize = 5;
@@ -40,15 +43,39 @@ const MAX_SHINGLE: usize = 16;
 const PLANES: usize = 32;
 
 /// Computes fingerprints, reusing its buffer from one text to the next.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct Fingerprinter {
     norm: Vec<u8>,
+    /// Whether the processor runs the AVX-512 loops (module `wide`).
+    wide: bool,
+}
+
+impl Default for Fingerprinter {
+    fn default() -> Fingerprinter {
+        Fingerprinter::new()
+    }
 }
 
 impl Fingerprinter {
-    /// A fingerprinter with an empty buffer.
+    /// A fingerprinter with an empty buffer, using AVX-512 where the processor has it.
     pub fn new() -> Fingerprinter {
-        Fingerprinter::default()
+        #[cfg(target_arch = "x86_64")]
+        let wide = wide::available();
+        #[cfg(not(target_arch = "x86_64"))]
+        let wide = false;
+        Fingerprinter {
+            norm: Vec::new(),
+            wide,
+        }
+    }
+
+    /// A fingerprinter that never uses AVX-512, for the tests that compare both ways.
+    #[doc(hidden)]
+    pub fn portable() -> Fingerprinter {
+        Fingerprinter {
+            norm: Vec::new(),
+            wide: false,
+        }
     }
 
     /// The fingerprint of `text`, or `None` when it is longer than [`MAX_TEXT`] bytes.
@@ -56,8 +83,8 @@ impl Fingerprinter {
         if text.len() > MAX_TEXT {
             return None;
         }
-        normalise(text, &mut self.norm);
-        Some(vote(&self.norm, SHINGLE))
+        normalise(text, &mut self.norm, self.wide);
+        Some(vote(&self.norm, SHINGLE, self.wide))
     }
 
     /// The fingerprint with features of `shingle` characters (1 to 16) instead of
@@ -68,8 +95,8 @@ impl Fingerprinter {
         if text.len() > MAX_TEXT {
             return None;
         }
-        normalise(text, &mut self.norm);
-        Some(vote(&self.norm, shingle))
+        normalise(text, &mut self.norm, self.wide);
+        Some(vote(&self.norm, shingle, self.wide))
     }
 
     /// The normalised text of the last fingerprint (step 1 above), for tests and tools.
@@ -90,8 +117,8 @@ pub fn distance(a: u64, b: u64) -> u32 {
     (a ^ b).count_ones()
 }
 
-/// Step 1: the normalised text of `text` into `out`.
-fn normalise(text: &str, out: &mut Vec<u8>) {
+/// Step 1: the normalised text of `text` into `out`, with the AVX-512 loop when `wide`.
+fn normalise(text: &str, out: &mut Vec<u8>, wide: bool) {
     out.clear();
     // Whether a space is owed before the next kept character.
     let mut gap = false;
@@ -100,7 +127,17 @@ fn normalise(text: &str, out: &mut Vec<u8>) {
     while i < bytes.len() {
         // ASCII characters up to the next other one, without a branch per character.
         let run;
-        (run, gap) = normalise_ascii(&bytes[i..], out, gap);
+        (run, gap) = if wide {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `wide` is only set when the processor has the instructions.
+            unsafe {
+                wide::normalise_ascii(&bytes[i..], out, gap)
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            unreachable!("AVX-512 outside x86_64")
+        } else {
+            normalise_ascii(&bytes[i..], out, gap)
+        };
         i += run;
         if i == bytes.len() {
             break;
@@ -219,8 +256,8 @@ fn feature_hash(f: &[u8]) -> u64 {
     }
 }
 
-/// Steps 2 to 4 over a normalised text.
-fn vote(norm: &[u8], shingle: usize) -> u64 {
+/// Steps 2 to 4 over a normalised text, with the AVX-512 loop when `wide`.
+fn vote(norm: &[u8], shingle: usize, wide: bool) -> u64 {
     if norm.is_empty() {
         return 0;
     }
@@ -229,7 +266,7 @@ fn vote(norm: &[u8], shingle: usize) -> u64 {
         // One feature, the whole text, whatever its characters.
         counters.add(feature_hash(norm));
     } else if shingle == SHINGLE {
-        vote5(norm, &mut counters);
+        vote5(norm, &mut counters, wide);
     } else if norm.is_ascii() {
         for w in norm.windows(shingle) {
             counters.add(xxh3_64(w));
@@ -284,10 +321,26 @@ fn utf8_len(b: u8) -> usize {
     }
 }
 
+/// How many bytes at the start of `bytes` are ASCII: sixteen at a time, then one at a time.
+fn ascii_prefix(bytes: &[u8]) -> usize {
+    let mut i = 0;
+    while let Some(chunk) = bytes.get(i..i + 16) {
+        let chunk: &[u8; 16] = chunk.try_into().expect("sixteen bytes");
+        if u128::from_le_bytes(*chunk) & 0x8080_8080_8080_8080_8080_8080_8080_8080 != 0 {
+            break;
+        }
+        i += 16;
+    }
+    i + bytes[i..]
+        .iter()
+        .position(|&b| b >= 0x80)
+        .unwrap_or(bytes.len() - i)
+}
+
 /// The features of a normalised text of more than [`SHINGLE`] bytes, characters of any
 /// size: the windows within runs of ASCII characters go sixteen at a time
 /// ([`vote_ascii5`]), those that hold a character of several bytes one at a time.
-fn vote5(norm: &[u8], counters: &mut Counters) {
+fn vote5(norm: &[u8], counters: &mut Counters, wide: bool) {
     if norm.len() <= 4 * SHINGLE {
         let chars = norm.iter().filter(|&&b| b & 0xC0 != 0x80).count();
         if chars <= SHINGLE {
@@ -299,12 +352,9 @@ fn vote5(norm: &[u8], counters: &mut Counters) {
     // `p` starts a run of ASCII bytes whose windows have not been counted.
     let mut p = 0;
     loop {
-        let q = p + norm[p..]
-            .iter()
-            .position(|&b| b >= 0x80)
-            .unwrap_or(norm.len() - p);
+        let q = p + ascii_prefix(&norm[p..]);
         if q - p >= SHINGLE {
-            vote_ascii5(&norm[p..q], counters);
+            vote_ascii5(&norm[p..q], counters, wide);
         }
         if q == norm.len() {
             return;
@@ -333,8 +383,15 @@ fn vote5(norm: &[u8], counters: &mut Counters) {
 }
 
 /// The features of an ASCII text of more than five bytes: each window of five bytes, hashed
-/// from two overlapping four-byte loads, sixteen at a time.
-fn vote_ascii5(norm: &[u8], counters: &mut Counters) {
+/// from two overlapping four-byte loads, sixteen at a time; eight to a vector when `wide`
+/// and the text has [`WIDE_WINDOWS`] windows or more.
+fn vote_ascii5(norm: &[u8], counters: &mut Counters, wide: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if wide && norm.len() - SHINGLE + 1 >= WIDE_WINDOWS {
+        // SAFETY: `wide` is only set when the processor has the instructions.
+        return unsafe { wide::vote_ascii5(norm, counters) };
+    }
+    let _ = wide;
     const _: () = assert!(SHINGLE == 5);
     let windows = norm.len() - SHINGLE + 1;
     // A window's first four bytes are the low half of the word loaded at its start, its last
@@ -357,6 +414,10 @@ fn vote_ascii5(norm: &[u8], counters: &mut Counters) {
     }
 }
 
+/// The fewest windows of a run of ASCII characters counted with AVX-512: the vectors count
+/// 128 windows at a time, wasted on fewer.
+const WIDE_WINDOWS: usize = 32;
+
 /// Full adder of three words, bit by bit: (carries, sums).
 #[inline(always)]
 fn csa(a: u64, b: u64, c: u64) -> (u64, u64) {
@@ -368,10 +429,11 @@ fn csa(a: u64, b: u64, c: u64) -> (u64, u64) {
 /// sixteen and summed with a carry-save tree (Harley and Seal's), which keeps the counters'
 /// low four bits in `ones`, `twos`, `fours` and `eights`; the sixteens are added to `planes`
 /// (plane `j` holding bit `j` of each counter's count of sixteens) by a ripple-carry addition
-/// of one word, once per sixteen features.
-#[derive(Default)]
+/// of one word, once per sixteen features. `units` holds counts added whole (plane `j` worth
+/// 2^j), from the AVX-512 loop.
 struct Counters {
     planes: [u64; PLANES],
+    units: [u64; PLANES + 4],
     ones: u64,
     twos: u64,
     fours: u64,
@@ -379,6 +441,22 @@ struct Counters {
     pending: [u64; 16],
     n: usize,
     features: u64,
+}
+
+impl Default for Counters {
+    fn default() -> Counters {
+        Counters {
+            planes: [0; PLANES],
+            units: [0; PLANES + 4],
+            ones: 0,
+            twos: 0,
+            fours: 0,
+            eights: 0,
+            pending: [0; 16],
+            n: 0,
+            features: 0,
+        }
+    }
 }
 
 impl Counters {
@@ -440,6 +518,9 @@ impl Counters {
         add_at(&mut total, 0, self.ones);
         for &h in &self.pending[..self.n] {
             add_at(&mut total, 0, h);
+        }
+        for (j, &w) in self.units.iter().enumerate() {
+            add_at(&mut total, j, w);
         }
         above_half(&total, self.features + self.n as u64)
     }
@@ -562,12 +643,14 @@ mod tests {
             "Ünïcödé täxt wïth äccents, and ASCII too: 123 456",
             "日本語のテキストも同じように扱われる",
         ];
-        let mut f = Fingerprinter::new();
-        for t in texts {
-            let fp = f.fingerprint(t).unwrap();
-            assert_eq!(f.normalised(), normalised_plain(t));
-            assert_eq!(fp, plain(f.normalised()), "{t:?}");
+        for mut f in [Fingerprinter::new(), Fingerprinter::portable()] {
+            for t in texts {
+                let fp = f.fingerprint(t).unwrap();
+                assert_eq!(f.normalised(), normalised_plain(t));
+                assert_eq!(fp, plain(f.normalised()), "{t:?}");
+            }
         }
+        let mut f = Fingerprinter::new();
         // Long texts (thousands of features, so counters past sixteen many times over), of
         // every length around the groups of sixteen, ASCII and not.
         let mut s = 0x2545_f491_4f6c_dd1du64;
@@ -610,6 +693,64 @@ mod tests {
         }
     }
 
+    /// The AVX-512 loops against the portable ones, on texts of every length up to a few
+    /// blocks, made of kept characters, separators and multi-byte characters in random runs
+    /// (so that runs and separators start and end everywhere around the blocks' ends).
+    #[test]
+    fn the_wide_loops_equal_the_portable_ones() {
+        let mut wide = Fingerprinter::new();
+        if !wide.wide {
+            eprintln!("skipped: this processor has no AVX-512 (the portable loops are tested)");
+            return;
+        }
+        let mut portable = Fingerprinter::portable();
+        let pieces = [
+            "a", "Z", "7", " ", ",", "<p>", "\n", "--", "é", "日", "İ", "😀", "ß", "\u{0}", "\t",
+        ];
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for round in 0..3000 {
+            let len = (next() % 400) as usize;
+            // Some texts all ASCII, some with a multi-byte character now and then, some dense.
+            let kinds = [9, 12, pieces.len()][round % 3];
+            let mut t = String::new();
+            while t.len() < len {
+                let run = (next() % 12) as usize + 1;
+                let piece = pieces[(next() % kinds as u64) as usize];
+                for _ in 0..run {
+                    t.push_str(piece);
+                }
+            }
+            let (a, b) = (
+                wide.fingerprint(&t).unwrap(),
+                portable.fingerprint(&t).unwrap(),
+            );
+            assert_eq!(wide.normalised(), portable.normalised(), "{t:?}");
+            assert_eq!(a, b, "{t:?}");
+        }
+        // Long ASCII text whose words cross every alignment of the 64-byte blocks.
+        let mut t = String::new();
+        for n in 0..5000 {
+            t.push_str(["alpha", "b", "gamma", "DELTA", "42"][n % 5]);
+            t.push_str([" ", ", ", "...", " \n "][next() as usize % 4]);
+            if n % 37 == 0 {
+                assert_eq!(
+                    wide.fingerprint(&t),
+                    portable.fingerprint(&t),
+                    "{} bytes",
+                    t.len()
+                );
+                assert_eq!(wide.normalised(), portable.normalised());
+                assert_eq!(wide.fingerprint(&t[1..]), portable.fingerprint(&t[1..]));
+            }
+        }
+    }
+
     #[test]
     fn pinned_fingerprints() {
         // Changing any of these changes every stored fingerprint: a new format version.
@@ -627,6 +768,8 @@ mod tests {
         for (t, fp) in pins {
             let got = fingerprint(t).unwrap();
             assert_eq!(got, fp, "{t:?}: {got:#018x}");
+            let got = Fingerprinter::portable().fingerprint(t).unwrap();
+            assert_eq!(got, fp, "portable, {t:?}: {got:#018x}");
         }
     }
 
@@ -634,7 +777,18 @@ mod tests {
     fn a_text_over_the_maximum_is_refused() {
         let big = "a".repeat(MAX_TEXT + 1);
         assert_eq!(fingerprint(&big), None);
-        assert!(fingerprint(&big[..MAX_TEXT]).is_some());
+        // The longest text, all of one character, fills the most planes of the counters.
+        let wide = fingerprint(&big[..MAX_TEXT]);
+        assert!(wide.is_some());
+        assert_eq!(
+            wide,
+            Fingerprinter::portable().fingerprint(&big[..MAX_TEXT])
+        );
+        let mixed: String = "ab1 ".repeat(MAX_TEXT / 4);
+        assert_eq!(
+            fingerprint(&mixed),
+            Fingerprinter::portable().fingerprint(&mixed)
+        );
     }
 
     #[test]

@@ -378,7 +378,7 @@ fn decode_block(bytes: &[u8], name: &str, e: IndexEntry, out: &mut Vec<u64>) -> 
             limit: 64,
         }));
     }
-    if payload_len % 8 != 0 {
+    if !payload_len.is_multiple_of(8) {
         return Err(corrupt(Corruption::Invalid {
             field: "block payload length",
             expected: "whole 64-bit words",

@@ -151,6 +151,31 @@ pub fn canary(data: &[u8]) {
     }
 }
 
+/// Fuzz target `fingerprint`: the fingerprint and the normalised text computed with the
+/// processor's AVX-512 loops equal the portable ones. Each byte below 0x80 is that ASCII
+/// character (controls included), each other byte one of a few characters of several bytes,
+/// letters and digits of other scripts among them, so that runs of ASCII start and end
+/// everywhere. Without AVX-512 both sides are the portable loops.
+pub fn fingerprint(data: &[u8]) {
+    const PIECES: [&str; 16] = [
+        "é", "日", "İ", "😀", "ß", "—", "\u{a0}", "ǅ", "ⅷ", "١", "Σ", "ﬁ", "\u{301}", "Ⓐ", "Ä",
+        "\u{2028}",
+    ];
+    let mut text = String::new();
+    for &b in data {
+        if b < 0x80 {
+            text.push(char::from(b));
+        } else {
+            text.push_str(PIECES[usize::from(b & 15)]);
+        }
+    }
+    let mut wide = crate::neardup::Fingerprinter::new();
+    let mut portable = crate::neardup::Fingerprinter::portable();
+    let (a, b) = (wide.fingerprint(&text), portable.fingerprint(&text));
+    assert_eq!(wide.normalised(), portable.normalised(), "{text:?}");
+    assert_eq!(a, b, "{text:?}");
+}
+
 /// Runs a fuzz target by name on one input (the corpus replay and the fuzz binaries).
 pub fn target(name: &str) -> Option<fn(&[u8])> {
     Some(match name {
@@ -167,6 +192,7 @@ pub fn target(name: &str) -> Option<fn(&[u8])> {
         "ops" => ops,
         "frontier_ops" => frontier_ops,
         "crash_schedule" => crash_schedule,
+        "fingerprint" => fingerprint,
         "canary" => canary,
         _ => return None,
     })

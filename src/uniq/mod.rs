@@ -334,7 +334,7 @@ impl Uniq {
         piece.end = end;
         self.stats.lines += 1;
         self.stats.bytes += bytes;
-        if self.stats.lines % PROGRESS_LINES == 0 {
+        if self.stats.lines.is_multiple_of(PROGRESS_LINES) {
             if let Some(f) = &mut self.progress {
                 f(&self.stats);
             }

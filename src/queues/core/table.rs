@@ -50,7 +50,7 @@ struct Block {
 impl Block {
     /// Notes that the coding of its `k`-th queue starts at `at`, if that queue is marked.
     fn mark(marks: &mut [u16; BLOCK / MARK - 1], k: usize, at: usize) {
-        if k % MARK == 0 && k > 0 {
+        if k.is_multiple_of(MARK) && k > 0 {
             marks[k / MARK - 1] = at as u16;
         }
     }
@@ -397,7 +397,7 @@ impl Table {
                 }
             }
             std::mem::swap(&mut block.bytes, &mut out);
-            if end as usize % BLOCK == 0 {
+            if (end as usize).is_multiple_of(BLOCK) {
                 block.bytes.shrink_to_fit();
             }
         }
@@ -833,7 +833,7 @@ mod tests {
 
     /// Queue state `v` makes (with leases or lists when `hot`).
     fn state(v: u64, hot: bool) -> Queue {
-        let at = (v % 3 == 0).then(|| {
+        let at = v.is_multiple_of(3).then(|| {
             At::new((
                 (v % 64) as usize,
                 pick(v.rotate_left(17)),
@@ -846,7 +846,7 @@ mod tests {
             key: KeyAt::from_parts(pick(v.rotate_left(9)) & ((1 << 40) - 1), v % (1 << 24)),
             next_seq: pick(v.rotate_left(13)),
             waiting: pick(v.rotate_left(21)),
-            lists: (hot && v % 2 == 0).then(Box::default),
+            lists: (hot && v.is_multiple_of(2)).then(Box::default),
             leased: if hot && v % 2 == 1 {
                 (v >> 40) as u32 | 1
             } else {
