@@ -180,7 +180,7 @@ pub(super) unsafe fn vote_ascii5(norm: &[u8], counters: &mut Counters) {
     let mut lanes = [0u64; 8];
     // Plane `j` of the lanes' counts of sixteens (bit-sliced as the counters' planes), of
     // which the first `top` were reached: a lane counts one window in eight, and a run has
-    // fewer than MAX_TEXT = 2^24 windows, so fewer than 2^17 sixteens.
+    // fewer than MAX_TEXT = 2^24 windows, so at most 2^17 sixteens (18 planes).
     let mut sixteens_planes = [zero; 18];
     let mut top = 0;
     while first < windows {
