@@ -17,6 +17,7 @@ use crate::buffer::Slot;
 use crate::error::{Corruption, Result};
 use crate::format::{crc, seal, ByteReader, PutLe, MAGIC_R, VERSION};
 use crate::names;
+use crate::segment::seek;
 use crate::storage::{File, Storage, StorageExt};
 
 /// Pairs per block.
@@ -254,9 +255,11 @@ impl Run {
             let Some(&(last, _)) = block.last() else {
                 continue;
             };
+            // The run is read block by block only when the signatures are many beside its
+            // blocks: galloping from the last place found.
             let mut at = 0;
             while i < sigs.len() && sigs[i] <= last {
-                at += block[at..].partition_point(|p| p.0 < sigs[i]);
+                at = seek(&block, at, sigs[i], |p| p.0);
                 found[i] |= block.get(at).is_some_and(|p| p.0 == sigs[i]);
                 i += 1;
             }
@@ -359,6 +362,19 @@ mod tests {
                 assert!(!run.contains(s + 1).unwrap());
             }
             assert!(!run.contains(0).unwrap() || pairs.first().is_some_and(|p| p.0 == 0));
+            // Sorted lookups, each signature and the one after it: as single ones.
+            let mut batch: Vec<u64> = pairs.iter().flat_map(|p| [p.0, p.0 + 1]).collect();
+            batch.extend([0, u64::MAX]);
+            batch.sort_unstable();
+            batch.dedup();
+            for every in [1, 3, 200] {
+                let some: Vec<u64> = batch.iter().copied().step_by(every).collect();
+                let mut found = vec![false; some.len()];
+                run.contains_sorted(&some, &mut found).unwrap();
+                for (&s, f) in some.iter().zip(found) {
+                    assert_eq!(f, run.contains(s).unwrap(), "{n} pairs, {s}");
+                }
+            }
         }
     }
 

@@ -213,8 +213,15 @@ impl Segment {
             }
             self.read_block(b, &mut block)?;
             let mut at = 0;
+            // Dense (16 places apart or fewer): galloping from the last place found;
+            // otherwise a binary search of the rest.
+            let dense = (end - i) * 16 >= block.len();
             for (s, f) in sigs[i..end].iter().zip(&mut found[i..end]) {
-                at += block[at..].partition_point(|&x| x < *s);
+                at = if dense {
+                    seek(&block, at, *s, |&x| x)
+                } else {
+                    at + block[at..].partition_point(|&x| x < *s)
+                };
                 *f |= block.get(at) == Some(s);
             }
             i = end;
@@ -231,6 +238,28 @@ impl Segment {
             pos: 0,
         }
     }
+}
+
+/// The first place at or after `from` in `block` (sorted by `key`) whose key is not below
+/// `s`: by galloping (1, 2, 4, … places past `from`), then a binary search within the last
+/// step. When the keys searched for are dense in the block (a few places apart), as for a
+/// large batch against a small run, this takes a few comparisons where a binary search of
+/// the rest of the block takes its logarithm, each a dependent load.
+#[inline]
+pub(crate) fn seek<T>(block: &[T], from: usize, s: u64, key: impl Fn(&T) -> u64) -> usize {
+    if block.get(from).is_none_or(|x| key(x) >= s) {
+        return from;
+    }
+    // The key at `lo` is below `s`.
+    let (mut lo, mut step) = (from, 1);
+    while let Some(x) = block.get(lo + step) {
+        if key(x) >= s {
+            return lo + 1 + block[lo + 1..lo + step].partition_point(|x| key(x) < s);
+        }
+        lo += step;
+        step *= 2;
+    }
+    lo + 1 + block[lo + 1..].partition_point(|x| key(x) < s)
 }
 
 /// Checks the header of segment `id`.
@@ -465,6 +494,48 @@ mod tests {
             for &s in v.iter().step_by(97) {
                 assert!(seg.contains(s).unwrap());
                 assert!(!seg.contains(s ^ 1).unwrap() || v.binary_search(&(s ^ 1)).is_ok());
+            }
+        }
+    }
+
+    #[test]
+    fn seek_finds_what_a_binary_search_finds() {
+        for len in [0usize, 1, 2, 3, 7, 8, 9, 100] {
+            // Keys 10, 20, …: each key, its neighbours and both ends searched from every place.
+            let block: Vec<(u64, u32)> = (1..=len as u64).map(|i| (10 * i, i as u32)).collect();
+            for from in 0..=len {
+                for s in 0..=10 * len as u64 + 11 {
+                    let want = from + block[from..].partition_point(|p| p.0 < s);
+                    assert_eq!(seek(&block, from, s, |p| p.0), want, "{len} {from} {s}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sorted_lookups_equal_single_ones_dense_and_sparse() {
+        let disk = SimDisk::new();
+        let v = sigs(5 * BLOCK_SIGS as u64 + 9, 11);
+        let mut w = SegmentWriter::create(&disk, 1, 0).unwrap();
+        for &s in &v {
+            w.push(s).unwrap();
+        }
+        let seg = Segment::open(&disk, w.finish().unwrap().meta()).unwrap();
+        // Every stored signature and its successor (dense: galloping), then one in 500
+        // (sparse: a binary search), then a few.
+        for step in [1, 500, 4000] {
+            let mut batch: Vec<u64> = v
+                .iter()
+                .step_by(step)
+                .flat_map(|&s| [s, s.wrapping_add(1)])
+                .collect();
+            batch.extend([0, u64::MAX]);
+            batch.sort_unstable();
+            batch.dedup();
+            let mut found = vec![false; batch.len()];
+            seg.contains_sorted(&batch, &mut found).unwrap();
+            for (s, f) in batch.iter().zip(found) {
+                assert_eq!(f, v.binary_search(s).is_ok(), "step {step}, {s:#x}");
             }
         }
     }
