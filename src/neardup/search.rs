@@ -194,7 +194,7 @@ pub(crate) fn join_runs(
 mod wide {
     use std::arch::x86_64::*;
 
-    use super::{key, rest, Probe, REST};
+    use super::{each_probe_of_run, rest, Probe, REST};
 
     /// Whether this processor has every instruction [`join_runs`] uses.
     pub(super) fn available() -> bool {
@@ -232,50 +232,65 @@ mod wide {
         // SAFETY: reads the 64 bytes of the array.
         let spread = unsafe { _mm512_loadu_si512(spread.as_ptr().cast()) };
         let high_six = 0xFCFC_FCFC_FCFC_FCFCu64;
-        let mut p = 0;
-        let mut at = 0usize;
-        for &(run_key, n) in runs {
-            while p < probes.len() && probes[p].key < run_key {
-                p += 1;
-            }
-            if p == probes.len() {
-                return;
-            }
-            let n = n as usize;
+        each_probe_of_run(probes, t, runs, k, |q, keys, room, at, n| {
             let run = &rests[at * REST..(at + n) * REST];
-            for q in probes[p..].iter().take_while(|q| q.key == run_key) {
-                let keys = (key(q.fp, t) ^ run_key).count_ones();
-                let Some(room) = k.checked_sub(keys) else {
-                    continue;
-                };
-                let r = _mm512_set1_epi64((rest(q.fp, t) << 16) as i64);
-                let room_v = _mm512_set1_epi64(i64::from(room));
-                let mut i = 0;
-                while i < n {
-                    let m = (n - i).min(8);
-                    let load = (1u64 << (m * REST)) - 1;
-                    // SAFETY: the masked load reads the `m * REST` bytes of entries
-                    // `i .. i + m`, within `run` (i + m <= n); the others are not read.
-                    let v =
-                        unsafe { _mm512_maskz_loadu_epi8(load, run.as_ptr().add(i * REST).cast()) };
-                    let lanes = _mm512_maskz_permutexvar_epi8(high_six, spread, v);
-                    let d = _mm512_popcnt_epi64(_mm512_xor_si512(lanes, r));
-                    let mut near = _mm512_cmple_epu64_mask(d, room_v) & ((1u16 << m) - 1) as u8;
-                    if near != 0 {
-                        let mut ds = [0u64; 8];
-                        // SAFETY: stores the 64 bytes of `ds`.
-                        unsafe { _mm512_storeu_si512(ds.as_mut_ptr().cast(), d) };
-                        while near != 0 {
-                            let j = near.trailing_zeros() as usize;
-                            near &= near - 1;
-                            hit(q.slot, q.doc, (at + i + j) as u32, keys + ds[j] as u32);
-                        }
+            let r = _mm512_set1_epi64((rest(q.fp, t) << 16) as i64);
+            let room_v = _mm512_set1_epi64(i64::from(room));
+            let mut i = 0;
+            while i < n {
+                let m = (n - i).min(8);
+                let load = (1u64 << (m * REST)) - 1;
+                // SAFETY: the masked load reads the `m * REST` bytes of entries
+                // `i .. i + m`, within `run` (i + m <= n); the others are not read.
+                let v = unsafe { _mm512_maskz_loadu_epi8(load, run.as_ptr().add(i * REST).cast()) };
+                let lanes = _mm512_maskz_permutexvar_epi8(high_six, spread, v);
+                let d = _mm512_popcnt_epi64(_mm512_xor_si512(lanes, r));
+                let mut near = _mm512_cmple_epu64_mask(d, room_v) & ((1u16 << m) - 1) as u8;
+                if near != 0 {
+                    let mut ds = [0u64; 8];
+                    // SAFETY: stores the 64 bytes of `ds`.
+                    unsafe { _mm512_storeu_si512(ds.as_mut_ptr().cast(), d) };
+                    while near != 0 {
+                        let j = near.trailing_zeros() as usize;
+                        near &= near - 1;
+                        hit(q.slot, q.doc, (at + i + j) as u32, keys + ds[j] as u32);
                     }
-                    i += 8;
                 }
+                i += 8;
             }
-            at += n;
+        });
+    }
+}
+
+/// The walk both loops of [`join_runs`] share: for each run of a key that probes ask for,
+/// each such probe whose own key differs from the run's in at most `k` bits (a probe of a key
+/// next to the query's own, for k ≥ 4, differs from its entries in the key's bits too), with
+/// those bits `keys`, the room left for the rest `k − keys`, and the run's first entry and
+/// length: `each(probe, keys, room, at, n)`.
+#[inline(always)]
+fn each_probe_of_run(
+    probes: &[Probe],
+    t: usize,
+    runs: &[(u32, u32)],
+    k: u32,
+    mut each: impl FnMut(&Probe, u32, u32, usize, usize),
+) {
+    let mut p = 0;
+    let mut at = 0usize;
+    for &(run_key, n) in runs {
+        while p < probes.len() && probes[p].key < run_key {
+            p += 1;
         }
+        if p == probes.len() {
+            return;
+        }
+        for q in probes[p..].iter().take_while(|q| q.key == run_key) {
+            let keys = (key(q.fp, t) ^ run_key).count_ones();
+            if let Some(room) = k.checked_sub(keys) {
+                each(q, keys, room, at, n as usize);
+            }
+        }
+        at += n as usize;
     }
 }
 
@@ -311,16 +326,7 @@ fn join_runs_portable(
     k: u32,
     hit: &mut impl FnMut(u32, u64, u32, u32),
 ) {
-    let mut p = 0;
-    let mut at = 0usize;
-    for &(run_key, n) in runs {
-        while p < probes.len() && probes[p].key < run_key {
-            p += 1;
-        }
-        if p == probes.len() {
-            return;
-        }
-        let n = n as usize;
+    each_probe_of_run(probes, t, runs, k, |q, keys, room, at, n| {
         // The run's fingerprints and the two bytes after its last, which its 8-byte load
         // reads: the next run's first entry, or, past the block's last entry, its checksum.
         let run = &rests[at * REST..(at + n) * REST + 2];
@@ -330,37 +336,28 @@ fn join_runs_portable(
             // length is `n * REST + 2` (checked by the slicing above); the read is unaligned.
             u64::from_le(unsafe { run.as_ptr().add(i * REST).cast::<u64>().read_unaligned() })
         };
-        for q in probes[p..].iter().take_while(|q| q.key == run_key) {
-            // A probe of a key next to the query's own (k ≥ 4) differs from its entries in
-            // the key's bits too.
-            let keys = (key(q.fp, t) ^ run_key).count_ones();
-            let Some(room) = k.checked_sub(keys) else {
-                continue;
-            };
-            // The query's rest in the top 48 bits, as each load's rest once shifted up.
-            let r = rest(q.fp, t) << 16;
-            let d = |i: usize| ((load(i) << 16) ^ r).count_ones();
-            let mut i = 0;
-            while i + 4 <= n {
-                let ds = [d(i), d(i + 1), d(i + 2), d(i + 3)];
-                if ds[0].min(ds[1]).min(ds[2].min(ds[3])) <= room {
-                    for (j, &dj) in ds.iter().enumerate() {
-                        if dj <= room {
-                            hit(q.slot, q.doc, (at + i + j) as u32, keys + dj);
-                        }
+        // The query's rest in the top 48 bits, as each load's rest once shifted up.
+        let r = rest(q.fp, t) << 16;
+        let d = |i: usize| ((load(i) << 16) ^ r).count_ones();
+        let mut i = 0;
+        while i + 4 <= n {
+            let ds = [d(i), d(i + 1), d(i + 2), d(i + 3)];
+            if ds[0].min(ds[1]).min(ds[2].min(ds[3])) <= room {
+                for (j, &dj) in ds.iter().enumerate() {
+                    if dj <= room {
+                        hit(q.slot, q.doc, (at + i + j) as u32, keys + dj);
                     }
                 }
-                i += 4;
             }
-            for i in i..n {
-                let di = d(i);
-                if di <= room {
-                    hit(q.slot, q.doc, (at + i) as u32, keys + di);
-                }
+            i += 4;
+        }
+        for i in i..n {
+            let di = d(i);
+            if di <= room {
+                hit(q.slot, q.doc, (at + i) as u32, keys + di);
             }
         }
-        at += n;
-    }
+    });
 }
 
 #[cfg(test)]
