@@ -194,7 +194,7 @@ pub(crate) fn join_runs(
 mod wide {
     use std::arch::x86_64::*;
 
-    use super::{each_probe_of_run, rest, Probe, REST};
+    use super::{each_run_of_probes, key, rest, Probe, REST};
 
     /// Whether this processor has every instruction [`join_runs`] uses.
     pub(super) fn available() -> bool {
@@ -207,9 +207,11 @@ mod wide {
     /// The portable `join_runs_portable`, eight entries at a time: a masked load of up to 48
     /// bytes of a run's rests (nothing past the run's last entry is read), one byte
     /// permutation putting entry `j`'s six bytes in the top six of lane `j` (the low two
-    /// zeroed, as the portable loads' shift does), an exclusive or with the probe's rest, a
-    /// population count and a comparison per lane; the lanes within `room`, in order, are
-    /// the hits, so the pairs come in the portable order.
+    /// zeroed, as the portable loads' shift does), then for each probe an exclusive or with
+    /// its rest, a population count and a comparison per lane. The probes of a run go four
+    /// at a time, so that one load and one permutation serve four probes; the last
+    /// `probes mod 4` one at a time. The same pairs as the portable loop: within each group
+    /// of eight entries, the four probes' hits in the probes' order, lanes in order.
     ///
     /// # Safety
     ///
@@ -232,48 +234,113 @@ mod wide {
         // SAFETY: reads the 64 bytes of the array.
         let spread = unsafe { _mm512_loadu_si512(spread.as_ptr().cast()) };
         let high_six = 0xFCFC_FCFC_FCFC_FCFCu64;
-        each_probe_of_run(probes, t, runs, k, |q, keys, room, at, n| {
+        // Entries `i .. i + m` of `run` (m = min(n − i, 8)) in lanes, and the lanes' mask.
+        let lanes = |run: &[u8], i: usize, n: usize| {
+            let m = (n - i).min(8);
+            let load = (1u64 << (m * REST)) - 1;
+            debug_assert!((i + m) * REST <= run.len());
+            // SAFETY: the masked load reads the `m * REST` bytes of entries `i .. i + m`,
+            // within `run` (i + m <= n, and `run` holds n entries); the others are not read.
+            let v = unsafe { _mm512_maskz_loadu_epi8(load, run.as_ptr().add(i * REST).cast()) };
+            (
+                _mm512_maskz_permutexvar_epi8(high_six, spread, v),
+                ((1u16 << m) - 1) as u8,
+            )
+        };
+        each_run_of_probes(probes, runs, |group, run_key, at, n| {
             let run = &rests[at * REST..(at + n) * REST];
-            let r = _mm512_set1_epi64((rest(q.fp, t) << 16) as i64);
-            let room_v = _mm512_set1_epi64(i64::from(room));
-            let mut i = 0;
-            while i < n {
-                let m = (n - i).min(8);
-                let load = (1u64 << (m * REST)) - 1;
-                // SAFETY: the masked load reads the `m * REST` bytes of entries
-                // `i .. i + m`, within `run` (i + m <= n); the others are not read.
-                let v = unsafe { _mm512_maskz_loadu_epi8(load, run.as_ptr().add(i * REST).cast()) };
-                let lanes = _mm512_maskz_permutexvar_epi8(high_six, spread, v);
-                let d = _mm512_popcnt_epi64(_mm512_xor_si512(lanes, r));
-                let mut near = _mm512_cmple_epu64_mask(d, room_v) & ((1u16 << m) - 1) as u8;
-                if near != 0 {
-                    let mut ds = [0u64; 8];
-                    // SAFETY: stores the 64 bytes of `ds`.
-                    unsafe { _mm512_storeu_si512(ds.as_mut_ptr().cast(), d) };
-                    while near != 0 {
-                        let j = near.trailing_zeros() as usize;
-                        near &= near - 1;
-                        hit(q.slot, q.doc, (at + i + j) as u32, keys + ds[j] as u32);
+            let mut quads = group.chunks_exact(4);
+            for quad in &mut quads {
+                // Each probe's rest, its room (and whether it has any: `live`), and the bits
+                // its own key differs from the run's.
+                let mut r = [_mm512_setzero_si512(); 4];
+                let mut room = [_mm512_setzero_si512(); 4];
+                let mut keys = [0u32; 4];
+                let mut live = [0u8; 4];
+                for (j, q) in quad.iter().enumerate() {
+                    keys[j] = (key(q.fp, t) ^ run_key).count_ones();
+                    if let Some(left) = k.checked_sub(keys[j]) {
+                        live[j] = 0xFF;
+                        room[j] = _mm512_set1_epi64(i64::from(left));
                     }
+                    r[j] = _mm512_set1_epi64((rest(q.fp, t) << 16) as i64);
                 }
-                i += 8;
+                let mut i = 0;
+                while i < n {
+                    let (v, valid) = lanes(run, i, n);
+                    let d0 = _mm512_popcnt_epi64(_mm512_xor_si512(v, r[0]));
+                    let d1 = _mm512_popcnt_epi64(_mm512_xor_si512(v, r[1]));
+                    let d2 = _mm512_popcnt_epi64(_mm512_xor_si512(v, r[2]));
+                    let d3 = _mm512_popcnt_epi64(_mm512_xor_si512(v, r[3]));
+                    let near = [
+                        _mm512_cmple_epu64_mask(d0, room[0]) & valid & live[0],
+                        _mm512_cmple_epu64_mask(d1, room[1]) & valid & live[1],
+                        _mm512_cmple_epu64_mask(d2, room[2]) & valid & live[2],
+                        _mm512_cmple_epu64_mask(d3, room[3]) & valid & live[3],
+                    ];
+                    if u32::from_le_bytes(near) != 0 {
+                        for (j, d) in [d0, d1, d2, d3].into_iter().enumerate() {
+                            emit(near[j], d, &quad[j], keys[j], at + i, hit);
+                        }
+                    }
+                    i += 8;
+                }
+            }
+            for q in quads.remainder() {
+                let keys = (key(q.fp, t) ^ run_key).count_ones();
+                let Some(left) = k.checked_sub(keys) else {
+                    continue;
+                };
+                let r = _mm512_set1_epi64((rest(q.fp, t) << 16) as i64);
+                let room = _mm512_set1_epi64(i64::from(left));
+                let mut i = 0;
+                while i < n {
+                    let (v, valid) = lanes(run, i, n);
+                    let d = _mm512_popcnt_epi64(_mm512_xor_si512(v, r));
+                    let near = _mm512_cmple_epu64_mask(d, room) & valid;
+                    if near != 0 {
+                        emit(near, d, q, keys, at + i, hit);
+                    }
+                    i += 8;
+                }
             }
         });
+    }
+
+    /// The hits of probe `q` among eight entries from `first`: the lanes of `near`, in
+    /// order, with their distances in `d` (plus the key's bits, `keys`).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn emit(
+        mut near: u8,
+        d: __m512i,
+        q: &Probe,
+        keys: u32,
+        first: usize,
+        hit: &mut impl FnMut(u32, u64, u32, u32),
+    ) {
+        if near == 0 {
+            return;
+        }
+        let mut ds = [0u64; 8];
+        // SAFETY: stores the 64 bytes of `ds` (an unaligned store).
+        unsafe { _mm512_storeu_si512(ds.as_mut_ptr().cast(), d) };
+        while near != 0 {
+            let j = near.trailing_zeros() as usize;
+            near &= near - 1;
+            hit(q.slot, q.doc, (first + j) as u32, keys + ds[j] as u32);
+        }
     }
 }
 
 /// The walk both loops of [`join_runs`] share: for each run of a key that probes ask for,
-/// each such probe whose own key differs from the run's in at most `k` bits (a probe of a key
-/// next to the query's own, for k ≥ 4, differs from its entries in the key's bits too), with
-/// those bits `keys`, the room left for the rest `k − keys`, and the run's first entry and
-/// length: `each(probe, keys, room, at, n)`.
+/// those probes (`group`, in their order), the run's key, its first entry and its length:
+/// `each(group, key, at, n)`.
 #[inline(always)]
-fn each_probe_of_run(
+fn each_run_of_probes(
     probes: &[Probe],
-    t: usize,
     runs: &[(u32, u32)],
-    k: u32,
-    mut each: impl FnMut(&Probe, u32, u32, usize, usize),
+    mut each: impl FnMut(&[Probe], u32, usize, usize),
 ) {
     let mut p = 0;
     let mut at = 0usize;
@@ -284,14 +351,38 @@ fn each_probe_of_run(
         if p == probes.len() {
             return;
         }
-        for q in probes[p..].iter().take_while(|q| q.key == run_key) {
-            let keys = (key(q.fp, t) ^ run_key).count_ones();
-            if let Some(room) = k.checked_sub(keys) {
-                each(q, keys, room, at, n as usize);
-            }
+        let mut end = p;
+        while end < probes.len() && probes[end].key == run_key {
+            end += 1;
         }
+        if end > p {
+            each(&probes[p..end], run_key, at, n as usize);
+        }
+        p = end;
         at += n as usize;
     }
+}
+
+/// [`each_run_of_probes`], one probe at a time: each probe whose own key differs from the
+/// run's in at most `k` bits (a probe of a key next to the query's own, for k ≥ 4, differs
+/// from its entries in the key's bits too), with those bits `keys`, the room left for the
+/// rest `k − keys`, and the run's first entry and length: `each(probe, keys, room, at, n)`.
+#[inline(always)]
+fn each_probe_of_run(
+    probes: &[Probe],
+    t: usize,
+    runs: &[(u32, u32)],
+    k: u32,
+    mut each: impl FnMut(&Probe, u32, u32, usize, usize),
+) {
+    each_run_of_probes(probes, runs, |group, run_key, at, n| {
+        for q in group {
+            let keys = (key(q.fp, t) ^ run_key).count_ones();
+            if let Some(room) = k.checked_sub(keys) {
+                each(q, keys, room, at, n);
+            }
+        }
+    });
 }
 
 /// [`join_runs`] compiled with the popcnt instruction.
@@ -366,9 +457,10 @@ mod tests {
     use crate::neardup::segment::{rest_at, unrest};
 
     /// `join_runs` finds exactly the pairs a scan of every (probe, entry) finds, with their
-    /// distances and in the scan's order: runs of every length from 1 to 9 (the four-at-a-time
-    /// loop and its remainder), neighbours planted at every distance up to 8 in every place
-    /// of both loops, every `k` and every table.
+    /// distances (the portable loop in the scan's order): runs of every length from 1 to 9 (the
+    /// four-at-a-time loop and its remainder), 1 to 12 probes per run (the vector loop's four
+    /// probes at a time and their remainder), neighbours planted at every distance up to 8
+    /// in every place of both loops, every `k` and every table.
     #[test]
     fn join_runs_finds_what_a_scan_finds() {
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
@@ -415,10 +507,12 @@ mod tests {
                 }
                 rests.extend_from_slice(&[0xAB; 4]);
                 // Probes whose keys are each run's key, or the key with one bit flipped.
+                // From 1 to 12 probes per run: groups of four and every remainder.
                 let mut ps: Vec<Probe> = Vec::new();
-                for (slot, &(fp, doc)) in queries.iter().enumerate() {
-                    for &(rk, _) in &runs {
-                        for flip in [0u32, 1 << (slot % 16)] {
+                for (ri, &(rk, _)) in runs.iter().enumerate() {
+                    for (slot, &(fp, doc)) in queries.iter().enumerate().take(1 + ri % 6) {
+                        let flips = [0u32, 1 << (slot % 16)];
+                        for &flip in &flips[..1 + (ri + slot) % 2] {
                             let qfp =
                                 (fp & !(0xFFFFu64 << (16 * t))) | u64::from(rk ^ flip) << (16 * t);
                             ps.push(Probe {
@@ -458,7 +552,13 @@ mod tests {
                     }
                     at += n as usize;
                 }
-                assert_eq!(found, scan, "table {t}, k {k}");
+                // The vector loop takes four probes per load: the same pairs, in another
+                // order.
+                let mut sorted = found.clone();
+                sorted.sort_unstable();
+                let mut want = scan.clone();
+                want.sort_unstable();
+                assert_eq!(sorted, want, "table {t}, k {k}");
                 assert_eq!(portable, scan, "portable, table {t}, k {k}");
                 // Where the hits lay: each of the four places of the four-at-a-time loop
                 // (0 to 3), or its remainder (4).
