@@ -154,8 +154,9 @@ impl Options {
     }
 
     /// Whether flushes run on a background thread while pushes continue, and A's frames are
-    /// written by a thread of their own (default), or everything runs on the caller's thread,
-    /// in a fixed order (as the crash tests need).
+    /// written by a thread of their own, and a near-duplicate store merges its segments on a
+    /// thread of its own while its batches go on (default), or everything runs on the
+    /// caller's thread, in a fixed order (as the crash tests need).
     pub fn background_flush(mut self, on: bool) -> Options {
         self.background = on;
         self

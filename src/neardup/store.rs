@@ -33,6 +33,10 @@ const PARALLEL_MIN: usize = 4096;
 /// Bytes per probe of a table (k ≤ 3: one probe per table, 4 ≤ k: 17), with the copy its
 /// counting sort makes.
 const BYTES_PER_PROBE: usize = 48;
+/// Bytes of the budget left out of the batches when merges run beside them: a merge's block
+/// per input (at most [`MAX_SEGMENTS`] + 1 of them, 64 KiB each, decoded) and its writer's
+/// buffer (1 MiB).
+const MERGE_RESERVE: usize = 4 << 20;
 
 /// The stored document nearest to another one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,7 +88,8 @@ pub struct Store {
     storage: Arc<dyn Storage>,
     manifest: Manifest,
     docs: Docs,
-    segments: Vec<Segment>,
+    /// The segments, oldest first (shared with a merge running beside the batches).
+    segments: Vec<Arc<Segment>>,
     sieve: Sieve,
     /// The budget of a batch (the sieve of ids has its own share).
     batch_budget: usize,
@@ -95,7 +100,43 @@ pub struct Store {
     /// The format version of the segments written ([`segment::SEGMENT_VERSION`]; the tests
     /// write version 1 too).
     segment_version: u32,
+    /// Whether merges run on a thread of their own while batches go on.
+    background: bool,
+    /// The merge running on its thread, if any. Before the lock: dropping the store waits
+    /// for it before the directory is unlocked.
+    merging: Option<Merging>,
     _lock: Box<dyn Any + Send + Sync>,
+}
+
+/// A merge on a thread of its own ([`Store::merge_if_due`]): it writes the merged segment
+/// (synced, the directory too); [`Store::finish_merge`] lists it in place of its inputs.
+struct Merging {
+    /// The ids of the inputs, oldest first: consecutive segments of the store.
+    inputs: Vec<u64>,
+    /// The thread; its result is the merged segment, not listed yet.
+    thread: Option<std::thread::JoinHandle<Result<Segment>>>,
+}
+
+impl Merging {
+    /// Waits for the thread: the merged segment, or why it was not written.
+    fn join(mut self) -> Result<Segment> {
+        let thread = self.thread.take().expect("joined once");
+        match thread.join() {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+impl Drop for Merging {
+    /// A store dropped without [`Store::close`] waits for its merge, so that nothing writes
+    /// in the directory once it is unlocked (the segment is not listed: the next open
+    /// removes it).
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -158,10 +199,14 @@ impl Store {
         let segments = manifest
             .segments
             .iter()
-            .map(|s| Segment::open(&*storage, s.id, s.first, s.docs, s.bytes))
+            .map(|s| Segment::open(&*storage, s.id, s.first, s.docs, s.bytes).map(Arc::new))
             .collect::<Result<Vec<_>>>()?;
         let sieve_memory = (opts.memory / 4).max(MIN_MEMORY);
-        let batch_budget = opts.memory.saturating_sub(sieve_memory).max(MIN_MEMORY);
+        let reserve = if opts.background { MERGE_RESERVE } else { 0 };
+        let batch_budget = (opts.memory.saturating_sub(sieve_memory))
+            .saturating_sub(reserve)
+            .max(MIN_MEMORY);
+        let background = opts.background;
         let sieve_opts = opts.clone().memory(sieve_memory).max_url_len(MAX_ID);
         let ids: Arc<dyn Storage> = Arc::new(Prefixed::new(storage.clone(), IDS));
         let sieve = Sieve::open_with(ids, sieve_opts)?;
@@ -175,6 +220,8 @@ impl Store {
             poisoned: false,
             dirty: false,
             segment_version: segment::SEGMENT_VERSION,
+            background,
+            merging: None,
             _lock: lock,
         };
         store.catch_up_sieve()?;
@@ -397,7 +444,7 @@ impl Store {
             docs: seg.docs,
             bytes: seg.bytes,
         });
-        self.segments.push(seg);
+        self.segments.push(Arc::new(seg));
         self.manifest.commit_to(&*self.storage)?;
         self.dirty = false;
         // 7. The ids to the sieve, durably (recorded in the manifest at the next commit).
@@ -419,24 +466,9 @@ impl Store {
         docs: u64,
         fill: impl FnMut(usize, &mut SegmentWriter) -> Result<()>,
     ) -> Result<Segment> {
-        let mut fill = fill;
         let id = self.manifest.next_id;
         self.manifest.next_id += 1;
-        let mut w = SegmentWriter::create(&*self.storage, id, first, docs, self.segment_version)?;
-        for t in 0..TABLES {
-            fill(t, &mut w)?;
-        }
-        let (file, bytes, tables) = w.finish()?;
-        self.storage.sync_directory()?;
-        Ok(Segment {
-            file,
-            id,
-            first,
-            docs,
-            bytes,
-            version: self.segment_version,
-            tables,
-        })
+        write_segment(&*self.storage, id, first, docs, self.segment_version, fill)
     }
 
     /// Every stored document within `k` of `fingerprint`, nearest first (ties: earliest
@@ -527,51 +559,130 @@ impl Store {
     /// Merges the newest segments when they hold at least half as many documents as the one
     /// before them, so that each segment holds at least twice the documents of all later
     /// ones: fewer than `log2(documents) + 1` segments, each document rewritten at most that
-    /// many times.
+    /// many times. With background flushes ([`Options::background_flush`], the default) the
+    /// merge runs on a thread of its own while the next batches go on, one merge at a time:
+    /// a merge that finished is listed first (a commit), and one that runs is waited for
+    /// only past [`MAX_SEGMENTS`] segments. Otherwise merges run here, one after the other.
     fn merge_if_due(&mut self) -> Result<()> {
-        loop {
-            let n = self.segments.len();
-            if n < 2 {
+        if let Some(m) = &self.merging {
+            let done = m.thread.as_ref().is_none_or(|t| t.is_finished());
+            if !done && self.segments.len() <= MAX_SEGMENTS {
                 return Ok(());
             }
-            let mut a = n - 1;
-            let mut acc = self.segments[a].docs;
-            while a > 0 && acc * 2 >= self.segments[a - 1].docs {
-                a -= 1;
-                acc += self.segments[a].docs;
-            }
-            if a == n - 1 && n <= MAX_SEGMENTS {
-                return Ok(());
-            }
-            let mut a = if a == n - 1 { n - 2 } else { a };
-            // A segment holds at most MAX_SEGMENT_DOCS documents: the oldest inputs stay out
-            // of a merge that would pass it (none is merged when the two newest would).
-            while a < n - 1
-                && self.segments[a..].iter().map(|s| s.docs).sum::<u64>() > MAX_SEGMENT_DOCS
-            {
-                a += 1;
-            }
-            if a == n - 1 {
-                return Ok(());
+            self.finish_merge()?;
+        }
+        while let Some(a) = self.due_merge() {
+            if self.background {
+                return self.start_merge(a);
             }
             self.merge(a)?;
         }
+        Ok(())
     }
 
-    /// Merges the segments from `a` on into one: a commit, then the old files are removed.
+    /// The first of the newest segments due to be merged (the policy of
+    /// [`Store::merge_if_due`]), if a merge is due.
+    fn due_merge(&self) -> Option<usize> {
+        let n = self.segments.len();
+        if n < 2 {
+            return None;
+        }
+        let mut a = n - 1;
+        let mut acc = self.segments[a].docs;
+        while a > 0 && acc * 2 >= self.segments[a - 1].docs {
+            a -= 1;
+            acc += self.segments[a].docs;
+        }
+        if a == n - 1 && n <= MAX_SEGMENTS {
+            return None;
+        }
+        let mut a = if a == n - 1 { n - 2 } else { a };
+        // A segment holds at most MAX_SEGMENT_DOCS documents: the oldest inputs stay out
+        // of a merge that would pass it (none is merged when the two newest would).
+        while a < n - 1 && self.segments[a..].iter().map(|s| s.docs).sum::<u64>() > MAX_SEGMENT_DOCS
+        {
+            a += 1;
+        }
+        (a < n - 1).then_some(a)
+    }
+
+    /// Merges the segments from `a` on into one, here: a commit, then the old files are
+    /// removed.
     fn merge(&mut self, a: usize) -> Result<()> {
         let first = self.segments[a].first;
         let docs: u64 = self.segments[a..].iter().map(|s| s.docs).sum();
-        let inputs: Vec<Segment> = self.segments.drain(a..).collect();
+        let inputs: Vec<Arc<Segment>> = self.segments[a..].to_vec();
         let seg = self.write_segment(first, docs, |t, w| merge_table(&inputs, t, w))?;
-        self.manifest.segments.truncate(a);
-        self.manifest.segments.push(SegmentRef {
+        self.list_merged(a, inputs.len(), seg)
+    }
+
+    /// Starts merging the segments from `a` on into one on a thread of its own; listed by
+    /// [`Store::finish_merge`]. If the thread cannot be started, merges here.
+    fn start_merge(&mut self, a: usize) -> Result<()> {
+        let first = self.segments[a].first;
+        let docs: u64 = self.segments[a..].iter().map(|s| s.docs).sum();
+        let inputs: Vec<Arc<Segment>> = self.segments[a..].to_vec();
+        let ids = inputs.iter().map(|s| s.id).collect();
+        let id = self.manifest.next_id;
+        let storage = self.storage.clone();
+        let version = self.segment_version;
+        let work = move || {
+            write_segment(&*storage, id, first, docs, version, |t, w| {
+                merge_table(&inputs, t, w)
+            })
+        };
+        match std::thread::Builder::new()
+            .name("crivello-merge".into())
+            .spawn(work)
+        {
+            Ok(thread) => {
+                // Committed with the next commit; a crash before it leaves the segment
+                // unlisted, and the next open removes it before the id is given again.
+                self.manifest.next_id += 1;
+                self.merging = Some(Merging {
+                    inputs: ids,
+                    thread: Some(thread),
+                });
+                Ok(())
+            }
+            Err(_) => self.merge(a),
+        }
+    }
+
+    /// Waits for the merge running on its thread, then lists its segment in place of its
+    /// inputs (a commit) and removes them. Its failure is this call's.
+    fn finish_merge(&mut self) -> Result<()> {
+        let Some(m) = self.merging.take() else {
+            return Ok(());
+        };
+        let inputs = m.inputs.clone();
+        let seg = m.join()?;
+        // The inputs are still consecutive segments: batches only add segments after them,
+        // and no other merge ran meanwhile.
+        let a = self
+            .segments
+            .iter()
+            .position(|s| s.id == inputs[0])
+            .expect("the inputs of a merge stay listed until it is finished");
+        debug_assert!(self.segments[a..]
+            .iter()
+            .map(|s| s.id)
+            .take(inputs.len())
+            .eq(inputs.iter().copied()));
+        self.list_merged(a, inputs.len(), seg)
+    }
+
+    /// Lists `seg`, the merge of the `n` segments from `a`, in their place: a commit, then
+    /// their files are removed.
+    fn list_merged(&mut self, a: usize, n: usize, seg: Segment) -> Result<()> {
+        let listed = SegmentRef {
             id: seg.id,
-            first,
-            docs,
+            first: seg.first,
+            docs: seg.docs,
             bytes: seg.bytes,
-        });
-        self.segments.push(seg);
+        };
+        self.manifest.segments.splice(a..a + n, [listed]);
+        let inputs: Vec<Arc<Segment>> = self.segments.splice(a..a + n, [Arc::new(seg)]).collect();
         self.manifest.commit_to(&*self.storage)?;
         self.dirty = false;
         for s in inputs {
@@ -586,6 +697,8 @@ impl Store {
     /// counters), closes the sieve of ids and releases the lock.
     pub fn close(mut self) -> Result<()> {
         self.writable()?;
+        let r = self.finish_merge();
+        self.poison(r)?;
         if self.dirty {
             self.manifest.commit_to(&*self.storage)?;
         }
@@ -593,10 +706,37 @@ impl Store {
     }
 }
 
+/// Writes segment `id` of `docs` documents from `first` in format `version`, its tables
+/// filled by `fill`, durably (file and directory synced).
+fn write_segment(
+    storage: &dyn Storage,
+    id: u64,
+    first: u64,
+    docs: u64,
+    version: u32,
+    mut fill: impl FnMut(usize, &mut SegmentWriter) -> Result<()>,
+) -> Result<Segment> {
+    let mut w = SegmentWriter::create(storage, id, first, docs, version)?;
+    for t in 0..TABLES {
+        fill(t, &mut w)?;
+    }
+    let (file, bytes, tables) = w.finish()?;
+    storage.sync_directory()?;
+    Ok(Segment {
+        file,
+        id,
+        first,
+        docs,
+        bytes,
+        version,
+        tables,
+    })
+}
+
 /// Calls `on(slot, doc, distance)` for every document of `segments` within `k` of a query
 /// `(fingerprint, document)` and earlier than it.
 fn search_segments(
-    segments: &[Segment],
+    segments: &[Arc<Segment>],
     queries: &[(u64, u64)],
     k: u32,
     on: &mut impl FnMut(u32, u64, u32),
@@ -704,7 +844,7 @@ fn create(storage: &dyn Storage) -> Result<Manifest> {
 /// consecutive ranges of documents, in order, so that among entries of one key those of an
 /// earlier input come first: the order is (key, input), and runs of entries of one input are
 /// copied up to the next input's head, without comparing entry by entry across inputs.
-fn merge_table(inputs: &[Segment], t: usize, w: &mut SegmentWriter) -> Result<()> {
+fn merge_table(inputs: &[Arc<Segment>], t: usize, w: &mut SegmentWriter) -> Result<()> {
     struct Cursor<'a> {
         seg: &'a Segment,
         block: usize,
@@ -906,6 +1046,52 @@ mod tests {
                 "document {i}"
             );
         }
+    }
+
+    /// Merges on a thread of their own while the batches go on: every answer is a scan's,
+    /// merges keep the segments few, `close` lists the merge that runs, and a store dropped
+    /// while one runs opens again, the merge's unlisted segment removed.
+    #[test]
+    fn merges_beside_the_batches_answer_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let fps = fingerprints(11, 24_000, 3);
+        let opts = Options::new().memory(4 << 20).background_flush(true);
+        let mut store = Store::open(dir.path(), opts.clone()).unwrap();
+        let mut started = 0;
+        for from in (0..16_000).step_by(400) {
+            insert(&mut store, &fps, from..from + 400);
+            started += usize::from(store.merging.is_some());
+        }
+        assert!(started > 0, "no merge ran beside a batch");
+        assert!(store.segments.len() <= 12, "{}", store.segments.len());
+        for i in (0..16_000).step_by(997) {
+            assert_eq!(
+                store.query(fps[i], 3).unwrap(),
+                brute(&fps[..16_000], fps[i], 3)
+            );
+        }
+        store.close().unwrap();
+        let mut store = Store::open(dir.path(), opts.clone()).unwrap();
+        assert!(store.merging.is_none());
+        insert(&mut store, &fps, 16_000..20_000);
+        // A merge started, then the store dropped without a close.
+        store.finish_merge().unwrap();
+        assert!(store.segments.len() >= 2);
+        store.start_merge(0).unwrap();
+        let id = store.manifest.next_id - 1;
+        drop(store);
+        assert!(
+            dir.path().join(segment::name(id)).exists(),
+            "the merge wrote"
+        );
+        let mut store = Store::open(dir.path(), opts).unwrap();
+        assert!(
+            !dir.path().join(segment::name(id)).exists(),
+            "unlisted: removed"
+        );
+        insert(&mut store, &fps, 20_000..24_000);
+        store.close().unwrap();
+        assert_eq!(check(dir.path()).unwrap().docs, 24_000);
     }
 
     /// A store whose segments are of version 1 (fingerprint and document side by side), and
