@@ -102,37 +102,83 @@ pub struct Store {
     segment_version: u32,
     /// Whether merges run on a thread of their own while batches go on.
     background: bool,
-    /// The merge running on its thread, if any. Before the lock: dropping the store waits
-    /// for it before the directory is unlocked.
+    /// The merge running on the merge thread, if any.
     merging: Option<Merging>,
+    /// The thread merges run on, started at the first. Before the lock: dropping the store
+    /// waits for its merge before the directory is unlocked.
+    merger: Option<Merger>,
     _lock: Box<dyn Any + Send + Sync>,
 }
 
-/// A merge on a thread of its own ([`Store::merge_if_due`]): it writes the merged segment
+/// What a merge's thread hands back: the merged segment (not listed yet) or why it was not
+/// written, or the panic that stopped it.
+type MergeResult = std::thread::Result<Result<Segment>>;
+
+/// A merge on the merge thread ([`Store::merge_if_due`]): it writes the merged segment
 /// (synced, the directory too); [`Store::finish_merge`] lists it in place of its inputs.
 struct Merging {
     /// The ids of the inputs, oldest first: consecutive segments of the store.
     inputs: Vec<u64>,
-    /// The thread; its result is the merged segment, not listed yet.
-    thread: Option<std::thread::JoinHandle<Result<Segment>>>,
+    /// Where its result comes.
+    result: std::sync::mpsc::Receiver<MergeResult>,
+    /// Its result, once it came.
+    done: Option<MergeResult>,
 }
 
 impl Merging {
-    /// Waits for the thread: the merged segment, or why it was not written.
+    /// Whether the merge has finished.
+    fn finished(&mut self) -> bool {
+        if self.done.is_none() {
+            self.done = self.result.try_recv().ok();
+        }
+        self.done.is_some()
+    }
+
+    /// Waits for the merge: the merged segment, or why it was not written.
     fn join(mut self) -> Result<Segment> {
-        let thread = self.thread.take().expect("joined once");
-        match thread.join() {
+        let done = match self.done.take() {
+            Some(done) => done,
+            None => self.result.recv().map_err(|_| Error::Poisoned)?,
+        };
+        match done {
             Ok(r) => r,
             Err(panic) => std::panic::resume_unwind(panic),
         }
     }
 }
 
-impl Drop for Merging {
-    /// A store dropped without [`Store::close`] waits for its merge, so that nothing writes
-    /// in the directory once it is unlocked (the segment is not listed: the next open
-    /// removes it).
+/// The thread merges run on, one after the other, kept for the store's life: one thread, so
+/// that its allocations stay in an arena of the allocator of its own (a thread started for
+/// each merge may take the arena the thread of the sieve of ids left, and then both grow to
+/// that thread's size).
+struct Merger {
+    jobs: Option<std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Merger {
+    /// Starts the thread.
+    fn start() -> std::io::Result<Merger> {
+        let (jobs, queue) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
+        let thread = std::thread::Builder::new()
+            .name("crivello-merge".into())
+            .spawn(move || {
+                for job in queue {
+                    job();
+                }
+            })?;
+        Ok(Merger {
+            jobs: Some(jobs),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Merger {
+    /// Waits for the merge that runs, if any: nothing writes in the directory once it is
+    /// unlocked (a merge not listed yet leaves its segment, which the next open removes).
     fn drop(&mut self) {
+        drop(self.jobs.take());
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -222,6 +268,7 @@ impl Store {
             segment_version: segment::SEGMENT_VERSION,
             background,
             merging: None,
+            merger: None,
             _lock: lock,
         };
         store.catch_up_sieve()?;
@@ -564,9 +611,8 @@ impl Store {
     /// a merge that finished is listed first (a commit), and one that runs is waited for
     /// only past [`MAX_SEGMENTS`] segments. Otherwise merges run here, one after the other.
     fn merge_if_due(&mut self) -> Result<()> {
-        if let Some(m) = &self.merging {
-            let done = m.thread.as_ref().is_none_or(|t| t.is_finished());
-            if !done && self.segments.len() <= MAX_SEGMENTS {
+        if let Some(m) = &mut self.merging {
+            if !m.finished() && self.segments.len() <= MAX_SEGMENTS {
                 return Ok(());
             }
             self.finish_merge()?;
@@ -616,9 +662,15 @@ impl Store {
         self.list_merged(a, inputs.len(), seg)
     }
 
-    /// Starts merging the segments from `a` on into one on a thread of its own; listed by
+    /// Starts merging the segments from `a` on into one on the merge thread; listed by
     /// [`Store::finish_merge`]. If the thread cannot be started, merges here.
     fn start_merge(&mut self, a: usize) -> Result<()> {
+        if self.merger.is_none() {
+            match Merger::start() {
+                Ok(m) => self.merger = Some(m),
+                Err(_) => return self.merge(a),
+            }
+        }
         let first = self.segments[a].first;
         let docs: u64 = self.segments[a..].iter().map(|s| s.docs).sum();
         let inputs: Vec<Arc<Segment>> = self.segments[a..].to_vec();
@@ -626,30 +678,36 @@ impl Store {
         let id = self.manifest.next_id;
         let storage = self.storage.clone();
         let version = self.segment_version;
-        let work = move || {
-            write_segment(&*storage, id, first, docs, version, |t, w| {
-                merge_table(&inputs, t, w)
-            })
-        };
-        match std::thread::Builder::new()
-            .name("crivello-merge".into())
-            .spawn(work)
-        {
-            Ok(thread) => {
-                // Committed with the next commit; a crash before it leaves the segment
-                // unlisted, and the next open removes it before the id is given again.
-                self.manifest.next_id += 1;
-                self.merging = Some(Merging {
-                    inputs: ids,
-                    thread: Some(thread),
-                });
-                Ok(())
-            }
-            Err(_) => self.merge(a),
+        let (send, result) = std::sync::mpsc::channel();
+        let job = Box::new(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                write_segment(&*storage, id, first, docs, version, |t, w| {
+                    merge_table(&inputs, t, w)
+                })
+            }));
+            // The inputs go before the result does: once it is received, only the store
+            // holds them, and removes their files.
+            drop(inputs);
+            let _ = send.send(r);
+        });
+        let jobs = self.merger.as_ref().and_then(|m| m.jobs.as_ref());
+        if jobs.is_none_or(|j| j.send(job).is_err()) {
+            // The thread is gone (it cannot be, but then): merge here.
+            self.merger = None;
+            return self.merge(a);
         }
+        // Committed with the next commit; a crash before it leaves the segment unlisted, and
+        // the next open removes it before the id is given again.
+        self.manifest.next_id += 1;
+        self.merging = Some(Merging {
+            inputs: ids,
+            result,
+            done: None,
+        });
+        Ok(())
     }
 
-    /// Waits for the merge running on its thread, then lists its segment in place of its
+    /// Waits for the merge running on the merge thread, then lists its segment in place of its
     /// inputs (a commit) and removes them. Its failure is this call's.
     fn finish_merge(&mut self) -> Result<()> {
         let Some(m) = self.merging.take() else {
