@@ -12,74 +12,128 @@ use super::Entry;
 /// The largest distance a search takes.
 pub const MAX_K: u32 = 7;
 
-/// A query's probe of one key of a table.
+/// A query's probe of one key of a table (16 bytes: a batch holds one per query and table
+/// for k ≤ 3, 17 above).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Probe {
     /// The key probed.
     pub key: u32,
-    /// The query's fingerprint.
-    pub fp: u64,
-    /// The query's document: only entries of earlier documents match it.
-    pub doc: u64,
     /// The query's index in its batch.
     pub slot: u32,
+    /// The query's fingerprint.
+    pub fp: u64,
 }
 
-/// The probes of `queries` (fingerprint, document) in table `t` for distance `k`, sorted by
-/// key, into `out`.
-pub(crate) fn probes(t: usize, queries: &[(u64, u64)], k: u32, out: &mut Vec<Probe>) {
+/// The probes of the queries `fps` in table `t` for distance `k`, sorted by key (stably:
+/// in query order within a key), into `out`: counted by key, then each put in its place,
+/// with no copy to sort (a comparison sort for fewer than 4,096).
+pub(crate) fn probes(t: usize, fps: &[u64], k: u32, out: &mut Vec<Probe>) {
+    const KEYS: usize = 1 << 16;
     out.clear();
     let radius = k / 4;
     debug_assert!(radius <= 1);
-    for (slot, &(fp, doc)) in queries.iter().enumerate() {
-        let own = key(fp, t);
-        let p = Probe {
-            key: own,
-            fp,
-            doc,
-            slot: slot as u32,
-        };
-        out.push(p);
-        if radius >= 1 {
-            for b in 0..16 {
-                out.push(Probe {
-                    key: own ^ 1 << b,
-                    ..p
-                });
-            }
-        }
-    }
-    sort_by_key16(out, |p| p.key);
-}
-
-/// Sorts `items` by a 16-bit key, stably: a counting sort (two passes over the items and one
-/// over the 65,536 counts) for batches large enough that the counts cost less than comparing,
-/// a comparison sort for smaller ones. Entries given in document order come out in (key,
-/// document) order, as a table holds them.
-pub(crate) fn sort_by_key16<T: Copy>(items: &mut Vec<T>, key: impl Fn(&T) -> u32) {
-    const KEYS: usize = 1 << 16;
-    if items.len() < KEYS / 16 {
-        items.sort_by_key(|x| key(x));
+    let flips: &[u32] = if radius >= 1 {
+        &[
+            0,
+            1,
+            1 << 1,
+            1 << 2,
+            1 << 3,
+            1 << 4,
+            1 << 5,
+            1 << 6,
+            1 << 7,
+            1 << 8,
+            1 << 9,
+            1 << 10,
+            1 << 11,
+            1 << 12,
+            1 << 13,
+            1 << 14,
+            1 << 15,
+        ]
+    } else {
+        &[0]
+    };
+    let n = fps.len() * flips.len();
+    if n < KEYS / 16 {
+        out.reserve(n);
+        each_probe(fps, t, flips, |p| out.push(p));
+        out.sort_by_key(|p| p.key);
         return;
     }
-    // starts[k]: where the items of key k go.
+    // starts[k]: where the probes of key k go.
     let mut starts = vec![0u32; KEYS];
-    for x in items.iter() {
-        starts[key(x) as usize] += 1;
+    each_probe(fps, t, flips, |p| starts[p.key as usize] += 1);
+    let mut at = 0u32;
+    for s in starts.iter_mut() {
+        let c = *s;
+        *s = at;
+        at += c;
+    }
+    out.resize(
+        n,
+        Probe {
+            key: 0,
+            slot: 0,
+            fp: 0,
+        },
+    );
+    each_probe(fps, t, flips, |p| {
+        let s = &mut starts[p.key as usize];
+        out[*s as usize] = p;
+        *s += 1;
+    });
+}
+
+/// Calls `f` with each probe of the queries `fps` in table `t`: the query's own key, flipped
+/// by each of `flips`, in query order.
+#[inline(always)]
+fn each_probe(fps: &[u64], t: usize, flips: &[u32], mut f: impl FnMut(Probe)) {
+    for (slot, &fp) in fps.iter().enumerate() {
+        let own = key(fp, t);
+        for &flip in flips {
+            f(Probe {
+                key: own ^ flip,
+                slot: slot as u32,
+                fp,
+            });
+        }
+    }
+}
+
+/// The entries of the documents `base + j` of fingerprints `fps[j]` in (key, document)
+/// order for table `t`, into `out`: counted by key, then each put in its place, with no copy
+/// to sort (a comparison sort, stable, for fewer than 4,096).
+pub(crate) fn entries_by_key(t: usize, fps: &[u64], base: u64, out: &mut Vec<Entry>) {
+    const KEYS: usize = 1 << 16;
+    out.clear();
+    let entry = |j: usize| Entry {
+        fp: fps[j],
+        doc: base + j as u64,
+    };
+    if fps.len() < KEYS / 16 {
+        out.extend((0..fps.len()).map(entry));
+        out.sort_by_key(|e| key(e.fp, t));
+        return;
+    }
+    // starts[k]: where the entries of key k go.
+    let mut starts = vec![0u32; KEYS];
+    for &fp in fps {
+        starts[key(fp, t) as usize] += 1;
     }
     let mut at = 0u32;
     for s in starts.iter_mut() {
-        let n = *s;
+        let c = *s;
         *s = at;
-        at += n;
+        at += c;
     }
-    let mut out = items.clone();
-    for x in items.iter() {
-        let s = &mut starts[key(x) as usize];
-        out[*s as usize] = *x;
+    out.resize(fps.len(), Entry { fp: 0, doc: 0 });
+    for (j, &fp) in fps.iter().enumerate() {
+        let s = &mut starts[key(fp, t) as usize];
+        out[*s as usize] = entry(j);
         *s += 1;
     }
-    *items = out;
 }
 
 /// The blocks of a table that hold a key some probe asks for.
@@ -94,22 +148,23 @@ pub(crate) fn blocks<'a>(
 }
 
 /// Calls `on(slot, doc, distance)` for every pair of a probe and an entry of table `t` with
-/// the same key, the entry's document earlier than the probe's, within distance `k`.
+/// the same key, the entry's document earlier than `before(slot)`, within distance `k`.
 /// `entries` are in (key, document) order, `probes` in key order.
 pub(crate) fn join(
     probes: &[Probe],
     entries: &[Entry],
     t: usize,
     k: u32,
+    before: impl Fn(u32) -> u64,
     on: &mut impl FnMut(u32, u64, u32),
 ) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("popcnt") {
         // SAFETY: the processor has the popcnt instruction (checked just above), the only
         // feature the function is compiled with beyond the target's.
-        return unsafe { join_popcnt(probes, entries, t, k, on) };
+        return unsafe { join_popcnt(probes, entries, t, k, before, on) };
     }
-    join_portable(probes, entries, t, k, on)
+    join_portable(probes, entries, t, k, before, on)
 }
 
 /// [`join`] compiled with the popcnt instruction: a distance is one instruction instead of
@@ -125,9 +180,10 @@ unsafe fn join_popcnt(
     entries: &[Entry],
     t: usize,
     k: u32,
+    before: impl Fn(u32) -> u64,
     on: &mut impl FnMut(u32, u64, u32),
 ) {
-    join_portable(probes, entries, t, k, on)
+    join_portable(probes, entries, t, k, before, on)
 }
 
 /// [`join`] for any processor.
@@ -137,6 +193,7 @@ fn join_portable(
     entries: &[Entry],
     t: usize,
     k: u32,
+    before: impl Fn(u32) -> u64,
     on: &mut impl FnMut(u32, u64, u32),
 ) {
     let mut p = 0;
@@ -153,15 +210,14 @@ fn join_portable(
                 break;
             }
             let d = (q.fp ^ e.fp).count_ones();
-            if d <= k && e.doc < q.doc {
+            if d <= k && e.doc < before(q.slot) {
                 on(q.slot, e.doc, d);
             }
         }
     }
 }
 
-/// Calls `hit(slot, before, at, distance)` for every pair of a probe (`slot` its query,
-/// `before` its document) and an entry of a block of table `t` (`at` its place in the block)
+/// Calls `hit(slot, at, distance)` for every pair of a probe (`slot` its query) and an entry of a block of table `t` (`at` its place in the block)
 /// with the same key within distance `k`: the block's entries as runs of one key, `runs`
 /// (key, entries) in key order, and their fingerprints less their keys, `rests`
 /// ([`rest_at`](super::segment::rest_at): an entry is as far from a probe as its rest from
@@ -173,7 +229,7 @@ pub(crate) fn join_runs(
     runs: &[(u32, u32)],
     rests: &[u8],
     k: u32,
-    hit: &mut impl FnMut(u32, u64, u32, u32),
+    hit: &mut impl FnMut(u32, u32, u32),
 ) {
     #[cfg(target_arch = "x86_64")]
     if wide::available() {
@@ -223,7 +279,7 @@ mod wide {
         runs: &[(u32, u32)],
         rests: &[u8],
         k: u32,
-        hit: &mut impl FnMut(u32, u64, u32, u32),
+        hit: &mut impl FnMut(u32, u32, u32),
     ) {
         const _: () = assert!(REST == 6);
         // Byte `b` of lane `j`: byte `b − 2` of entry `j`; bytes 0 and 1 are masked to 0.
@@ -317,7 +373,7 @@ mod wide {
         q: &Probe,
         keys: u32,
         first: usize,
-        hit: &mut impl FnMut(u32, u64, u32, u32),
+        hit: &mut impl FnMut(u32, u32, u32),
     ) {
         if near == 0 {
             return;
@@ -328,7 +384,7 @@ mod wide {
         while near != 0 {
             let j = near.trailing_zeros() as usize;
             near &= near - 1;
-            hit(q.slot, q.doc, (first + j) as u32, keys + ds[j] as u32);
+            hit(q.slot, (first + j) as u32, keys + ds[j] as u32);
         }
     }
 }
@@ -398,7 +454,7 @@ unsafe fn join_runs_popcnt(
     runs: &[(u32, u32)],
     rests: &[u8],
     k: u32,
-    hit: &mut impl FnMut(u32, u64, u32, u32),
+    hit: &mut impl FnMut(u32, u32, u32),
 ) {
     join_runs_portable(probes, t, runs, rests, k, hit)
 }
@@ -415,7 +471,7 @@ fn join_runs_portable(
     runs: &[(u32, u32)],
     rests: &[u8],
     k: u32,
-    hit: &mut impl FnMut(u32, u64, u32, u32),
+    hit: &mut impl FnMut(u32, u32, u32),
 ) {
     each_probe_of_run(probes, t, runs, k, |q, keys, room, at, n| {
         // The run's fingerprints and the two bytes after its last, which its 8-byte load
@@ -436,7 +492,7 @@ fn join_runs_portable(
             if ds[0].min(ds[1]).min(ds[2].min(ds[3])) <= room {
                 for (j, &dj) in ds.iter().enumerate() {
                     if dj <= room {
-                        hit(q.slot, q.doc, (at + i + j) as u32, keys + dj);
+                        hit(q.slot, (at + i + j) as u32, keys + dj);
                     }
                 }
             }
@@ -445,7 +501,7 @@ fn join_runs_portable(
         for i in i..n {
             let di = d(i);
             if di <= room {
-                hit(q.slot, q.doc, (at + i) as u32, keys + di);
+                hit(q.slot, (at + i) as u32, keys + di);
             }
         }
     });
@@ -455,6 +511,53 @@ fn join_runs_portable(
 mod tests {
     use super::*;
     use crate::neardup::segment::{rest_at, unrest};
+
+    /// The probes and the entries of a batch come sorted as a stable sort would leave them
+    /// (key, then query order), by the comparison sort of small batches and by the counting
+    /// of large ones, one probe per query and table at k ≤ 3 and 17 from k = 4.
+    #[test]
+    fn probes_and_entries_come_in_key_then_query_order() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for n in [0usize, 1, 100, 239, 240, 5_000] {
+            // Few distinct keys, so that keys repeat and the order within a key shows.
+            let fps: Vec<u64> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x & 0x0707_0707_0707_0707 | x >> 60 << 40
+                })
+                .collect();
+            for t in 0..4 {
+                for k in [3, 4] {
+                    let mut want: Vec<(u32, u32, u64)> = Vec::new();
+                    for (slot, &fp) in fps.iter().enumerate() {
+                        let own = key(fp, t);
+                        want.push((own, slot as u32, fp));
+                        if k >= 4 {
+                            want.extend((0..16).map(|b| (own ^ 1 << b, slot as u32, fp)));
+                        }
+                    }
+                    want.sort_by_key(|p| p.0);
+                    let mut got = Vec::new();
+                    probes(t, &fps, k, &mut got);
+                    let got: Vec<(u32, u32, u64)> =
+                        got.iter().map(|p| (p.key, p.slot, p.fp)).collect();
+                    assert_eq!(got, want, "n {n}, table {t}, k {k}");
+                }
+                let mut want: Vec<Entry> = (fps.iter().enumerate())
+                    .map(|(j, &fp)| Entry {
+                        fp,
+                        doc: 7 + j as u64,
+                    })
+                    .collect();
+                want.sort_by_key(|e| key(e.fp, t));
+                let mut got = Vec::new();
+                entries_by_key(t, &fps, 7, &mut got);
+                assert_eq!(got, want, "n {n}, table {t}");
+            }
+        }
+    }
 
     /// `join_runs` finds exactly the pairs a scan of every (probe, entry) finds, with their
     /// distances (the portable loop in the scan's order): runs of every length from 1 to 9 (the
@@ -475,13 +578,13 @@ mod tests {
             for k in 0..=MAX_K {
                 // Entries: runs of keys 10, 20, ..., each of 1 to 9 fingerprints, some of
                 // them near the queries.
-                let queries: Vec<(u64, u64)> = (0..6).map(|i| (rnd(), 1000 + i)).collect();
+                let queries: Vec<u64> = (0..6).map(|_| rnd()).collect();
                 let mut fps: Vec<(u32, u64)> = Vec::new();
                 for (r, len) in (1..=9).chain(1..=9).enumerate() {
                     let run_key = (r as u32 + 1) * 10;
                     for j in 0..len {
                         let base = if rnd() % 3 != 0 {
-                            queries[(r + j) % queries.len()].0
+                            queries[(r + j) % queries.len()]
                         } else {
                             rnd()
                         };
@@ -510,7 +613,7 @@ mod tests {
                 // From 1 to 12 probes per run: groups of four and every remainder.
                 let mut ps: Vec<Probe> = Vec::new();
                 for (ri, &(rk, _)) in runs.iter().enumerate() {
-                    for (slot, &(fp, doc)) in queries.iter().enumerate().take(1 + ri % 6) {
+                    for (slot, &fp) in queries.iter().enumerate().take(1 + ri % 6) {
                         let flips = [0u32, 1 << (slot % 16)];
                         for &flip in &flips[..1 + (ri + slot) % 2] {
                             let qfp =
@@ -518,7 +621,6 @@ mod tests {
                             ps.push(Probe {
                                 key: rk,
                                 fp: qfp,
-                                doc,
                                 slot: slot as u32,
                             });
                         }
@@ -526,13 +628,13 @@ mod tests {
                 }
                 ps.sort_by_key(|p| p.key);
                 let mut found = Vec::new();
-                join_runs(&ps, t, &runs, &rests, k, &mut |slot, doc, at, d| {
-                    found.push((slot, doc, at, d))
+                join_runs(&ps, t, &runs, &rests, k, &mut |slot, at, d| {
+                    found.push((slot, at, d))
                 });
                 // The portable loop too, where the processor runs a faster one.
                 let mut portable = Vec::new();
-                join_runs_portable(&ps, t, &runs, &rests, k, &mut |slot, doc, at, d| {
-                    portable.push((slot, doc, at, d))
+                join_runs_portable(&ps, t, &runs, &rests, k, &mut |slot, at, d| {
+                    portable.push((slot, at, d))
                 });
                 let mut scan = Vec::new();
                 let mut at = 0usize;
@@ -546,7 +648,7 @@ mod tests {
                             let fp = unrest(rest_at(&rests, i), rk, t);
                             let d = (fp ^ q.fp).count_ones();
                             if d <= k {
-                                scan.push((q.slot, q.doc, i as u32, d));
+                                scan.push((q.slot, i as u32, d));
                             }
                         }
                     }
@@ -562,7 +664,7 @@ mod tests {
                 assert_eq!(portable, scan, "portable, table {t}, k {k}");
                 // Where the hits lay: each of the four places of the four-at-a-time loop
                 // (0 to 3), or its remainder (4).
-                for &(_, _, i, _) in &scan {
+                for &(_, i, _) in &scan {
                     let (mut start, i) = (0usize, i as usize);
                     for &(_, n) in &runs {
                         let n = n as usize;

@@ -289,7 +289,7 @@ impl Segment {
     ) -> Result<()> {
         if self.version == 1 {
             self.read_block(t, b, &mut s.buf, &mut s.entries)?;
-            search::join(probes, &s.entries, t, k, on);
+            search::join(probes, &s.entries, t, k, |_| u64::MAX, on);
             return Ok(());
         }
         let info = self.tables[t][b];
@@ -301,17 +301,14 @@ impl Segment {
         // `on` as it is found: nothing is gathered, whatever the number of pairs.
         let (runs, docs_buf, docs) = (&s.runs, &mut s.docs_buf, &mut s.docs);
         let mut read: Option<Result<()>> = None;
-        search::join_runs(probes, t, runs, rests, k, &mut |slot, before, at, d| {
+        search::join_runs(probes, t, runs, rests, k, &mut |slot, at, d| {
             let ok = read.get_or_insert_with(|| {
                 docs_buf.resize((info.bytes(self.version) - head) as usize, 0);
                 self.file.read_exact_at(docs_buf, info.offset + head)?;
                 self.decode_docs(&info, info.offset + head, docs_buf, runs, docs)
             });
             if ok.is_ok() {
-                let doc = docs[at as usize];
-                if doc < before {
-                    on(slot, doc, d);
-                }
+                on(slot, docs[at as usize], d);
             }
         });
         read.unwrap_or(Ok(()))
@@ -973,13 +970,11 @@ mod tests {
             Probe {
                 key: 3,
                 fp: (3 * STEP) ^ 1 ^ (1 << 16),
-                doc: 1000,
                 slot: 0,
             },
             Probe {
                 key: 7,
                 fp: 7 * STEP,
-                doc: 17,
                 slot: 1,
             },
         ];
@@ -989,9 +984,9 @@ mod tests {
             found.push((slot, doc, d))
         })
         .unwrap();
-        // Probe 0 is 2 bits from document 16 and 3 from 17 (the top bit too); probe 1's
-        // document, 17, is before 24 and 25, its key's.
-        assert_eq!(found, vec![(0, 16, 2), (0, 17, 3)]);
+        // Probe 0 is 2 bits from document 16 and 3 from 17 (the top bit too); probe 1 is
+        // 0 bits from document 24 and 1 from 25, its key's.
+        assert_eq!(found, vec![(0, 16, 2), (0, 17, 3), (1, 24, 0), (1, 25, 1)]);
 
         let runs = 8;
         let rests = runs + 50 * RUN;
@@ -1006,7 +1001,6 @@ mod tests {
         let far = [Probe {
             key: 3,
             fp: (3 * STEP) ^ (0xFF << 32),
-            doc: 1000,
             slot: 0,
         }];
         let mut called = false;

@@ -20,19 +20,35 @@ use crate::{Options, Sieve};
 const IDS: &str = "ids.";
 /// Segments beyond which the two newest are merged whatever their sizes.
 const MAX_SEGMENTS: usize = 40;
-/// Bytes of a batch per document beside its id, bounding each of its phases (with the probes
-/// beside the last two): finding its repeats (the hash set of its ids, up to 40, and a flag,
-/// 41); the lookup in the sieve of ids and the search of the segments at once (the first
-/// occurrences' ids, fingerprints and nearest found, 48, and the sieve's lookup, 35, 83); the
-/// search among the batch (the new documents' places, the queries, the nearest found, and a
-/// table's entries with the copy its counting sort makes, 72). `docs/design.md`, "Memory".
-const BYTES_PER_DOC: usize = 136;
+/// Bytes of a batch per document beside its id and its probes, bounding each of its phases
+/// (`docs/design.md`, "Memory"): finding its repeats, 40 (the hash set of its ids, up to 39,
+/// and a flag); the lookup in the sieve of ids and the search of the segments at once, 40
+/// (the flag, the first occurrences' fingerprints and nearest found, 16, their signatures,
+/// 8, and the sieve's lookup beside them, 15: whether each is known, 1, the unknown ones'
+/// places sorted by signature, 4, their signatures in that order, 8, and two flags); the
+/// search among the batch and the writing of its segment, 36 (the new documents' places, 4,
+/// their fingerprints and nearest found, 16, and a table's entries, 16).
+const BYTES_PER_DOC: usize = 40;
 /// First occurrences in a batch from which the sieve of ids is asked on a thread of its own
 /// while the segments are searched.
 const PARALLEL_MIN: usize = 4096;
-/// Bytes per probe of a table (k ≤ 3: one probe per table, 4 ≤ k: 17), with the copy its
-/// counting sort makes.
-const BYTES_PER_PROBE: usize = 48;
+/// Bytes per probe of a table (k ≤ 3: one probe per table, 4 ≤ k: 17), sorted as they are
+/// made.
+const BYTES_PER_PROBE: usize = 16;
+/// A nearest found: the distance in the top 4 bits, the document in the low 60 (the least
+/// is the nearest, ties to the earliest document); [`NONE`] for none yet.
+fn pack(d: u32, doc: u64) -> u64 {
+    debug_assert!(d <= MAX_K && doc < MAX_DOCS);
+    u64::from(d) << 60 | doc
+}
+/// No nearest found.
+const NONE: u64 = u64::MAX;
+/// The most documents a store holds: a document number fits the 60 bits [`pack`] keeps.
+const MAX_DOCS: u64 = 1 << 60;
+/// The (distance, document) [`pack`] made, or None for [`NONE`].
+fn unpack(x: u64) -> Option<(u32, u64)> {
+    (x != NONE).then_some(((x >> 60) as u32, x & (MAX_DOCS - 1)))
+}
 /// Bytes of the budget left out of the batches when merges run beside them: a merge's block
 /// per input (at most [`MAX_SEGMENTS`] + 1 of them, 64 KiB each, decoded) and its writer's
 /// buffer (1 MiB).
@@ -333,6 +349,12 @@ impl Store {
         for (id, _) in docs {
             Store::validate_id(id)?;
         }
+        if self.manifest.docs.saturating_add(docs.len() as u64) >= MAX_DOCS {
+            return Err(Error::InvalidOption {
+                option: "documents",
+                reason: format!("a store holds fewer than 2^60 documents; this one holds {} and {} more were given", self.manifest.docs, docs.len()),
+            });
+        }
         let mut out = Vec::with_capacity(docs.len());
         let per_doc = BYTES_PER_DOC + BYTES_PER_PROBE * if k >= 4 { 17 } else { 1 };
         // A batch is one segment: at most MAX_SEGMENT_DOCS documents.
@@ -372,35 +394,34 @@ impl Store {
             let mut seen: HashSet<&[u8]> = HashSet::with_capacity(docs.len());
             docs.iter().map(|d| seen.insert(d.0)).collect()
         };
-        let ids: Vec<&[u8]> = (docs.iter().zip(&firsts))
-            .filter(|(_, &first)| first)
-            .map(|(d, _)| d.0)
+        // The first occurrences' fingerprints (the queries: every stored document is earlier
+        // than `base`) and their ids' signatures in the sieve of ids.
+        let fps: Vec<u64> = (docs.iter().enumerate())
+            .filter(|&(i, _)| firsts[i])
+            .map(|(_, d)| d.1)
             .collect();
-        // Every stored document is earlier than `base`, so each is a candidate.
-        let candidates: Vec<(u64, u64)> = (docs.iter().zip(&firsts))
-            .filter(|(_, &first)| first)
-            .map(|(d, _)| (d.1, base))
+        let sigs: Vec<u64> = (docs.iter().enumerate())
+            .filter(|&(i, _)| firsts[i])
+            .map(|(_, d)| self.sieve.signature_of(d.0))
             .collect();
-        let mut found = vec![(u32::MAX, u64::MAX); candidates.len()];
+        let mut found = vec![NONE; fps.len()];
         let mut search = || {
-            search_segments(&self.segments, &candidates, k, &mut |slot, doc, d| {
+            search_segments(&self.segments, &fps, k, &mut |slot, doc, d| {
                 let b = &mut found[slot as usize];
-                if (d, doc) < *b {
-                    *b = (d, doc);
-                }
+                *b = (*b).min(pack(d, doc));
             })
         };
-        let known = if candidates.len() < PARALLEL_MIN || self.segments.is_empty() {
+        let known = if fps.len() < PARALLEL_MIN || self.segments.is_empty() {
             // Too little to search for a thread to pay.
             search()?;
-            self.sieve.known_many(&ids)?
+            self.sieve.known_signatures(&sigs)?
         } else {
-            lookup_while(&mut self.sieve, &ids, search)?
+            lookup_while(&mut self.sieve, &sigs, search)?
         };
-        drop(candidates);
-        let mut new = Vec::with_capacity(ids.len());
-        let mut best = Vec::with_capacity(ids.len());
-        // The first occurrences are the candidates, in order: `cand` is the next one's.
+        drop((fps, sigs));
+        let mut new: Vec<u32> = Vec::with_capacity(known.len());
+        let mut best: Vec<u64> = Vec::with_capacity(known.len());
+        // The first occurrences are the queries, in order: `cand` is the next one's.
         let mut cand = 0;
         for (i, &(id, fp)) in docs.iter().enumerate() {
             let this = cand;
@@ -408,7 +429,7 @@ impl Store {
                 cand += 1;
             }
             if firsts[i] && !known[this] {
-                new.push(i);
+                new.push(i as u32);
                 best.push(found[this]);
                 out.push(Some(Stored {
                     doc: base + new.len() as u64 - 1,
@@ -422,38 +443,34 @@ impl Store {
                 self.dirty = true;
             }
         }
-        drop((ids, found, known, firsts));
+        drop((found, known, firsts));
         if new.is_empty() {
             return Ok(());
         }
-        let queries: Vec<(u64, u64)> = new
-            .iter()
-            .enumerate()
-            .map(|(j, &i)| (docs[i].1, base + j as u64))
-            .collect();
-        search_among(&queries, k, &mut |slot, doc, d| {
+        // The new documents' fingerprints; document `base + j` is the `j`-th.
+        let queries: Vec<u64> = new.iter().map(|&i| docs[i as usize].1).collect();
+        search_among(&queries, base, k, &mut |slot, doc, d| {
             let b = &mut best[slot as usize];
-            if (d, doc) < *b {
-                *b = (d, doc);
-            }
+            *b = (*b).min(pack(d, doc));
         });
         // 3. Their ids, and D's records.
         for (j, &i) in new.iter().enumerate() {
-            let (d, doc) = best[j];
-            let nearest = if d == u32::MAX {
-                None
-            } else {
-                let id = if doc >= base {
-                    docs[new[(doc - base) as usize]].0.to_vec()
-                } else {
-                    self.docs.record(doc)?.id
-                };
-                Some(Nearest {
-                    doc,
-                    id,
-                    distance: d,
-                })
+            let nearest = match unpack(best[j]) {
+                None => None,
+                Some((d, doc)) => {
+                    let id = if doc >= base {
+                        docs[new[(doc - base) as usize] as usize].0.to_vec()
+                    } else {
+                        self.docs.record(doc)?.id
+                    };
+                    Some(Nearest {
+                        doc,
+                        id,
+                        distance: d,
+                    })
+                }
             };
+            let i = i as usize;
             self.docs.append(
                 docs[i].1,
                 nearest.as_ref().map(|n| (n.doc, n.distance)),
@@ -465,19 +482,18 @@ impl Store {
         }
         if crate::planted::active(crate::planted::Bug::IdsBeforeCommit) {
             for &i in &new {
-                self.sieve.push(docs[i].0)?;
+                self.sieve.push(docs[i as usize].0)?;
             }
             self.sieve.sync()?;
         }
         // 4. D durable; 5. the batch's segment durable; 6. commit.
         self.docs.sync()?;
         let n = queries.len() as u64;
-        let entries: Vec<Entry> = queries.iter().map(|&(fp, doc)| Entry { fp, doc }).collect();
+        let mut sorted: Vec<Entry> = Vec::new();
         let seg = self.write_segment(base, n, |t, w| {
-            // In document order, so that a stable sort by key gives (key, document) order.
-            let mut sorted = entries.clone();
-            search::sort_by_key16(&mut sorted, |e| key(e.fp, t));
-            for e in sorted {
+            // In (key, document) order.
+            search::entries_by_key(t, &queries, base, &mut sorted);
+            for &e in &sorted {
                 w.push(t, e)?;
             }
             Ok(())
@@ -496,7 +512,7 @@ impl Store {
         self.dirty = false;
         // 7. The ids to the sieve, durably (recorded in the manifest at the next commit).
         for &i in &new {
-            self.sieve.push(docs[i].0)?;
+            self.sieve.push(docs[i as usize].0)?;
         }
         self.sieve.sync()?;
         self.manifest.in_sieve = self.manifest.docs;
@@ -523,12 +539,9 @@ impl Store {
     pub fn query(&mut self, fingerprint: u64, k: u32) -> Result<Vec<(u64, u32)>> {
         check_k(k)?;
         let mut found = Vec::new();
-        search_segments(
-            &self.segments,
-            &[(fingerprint, u64::MAX)],
-            k,
-            &mut |_, doc, d| found.push((d, doc)),
-        )?;
+        search_segments(&self.segments, &[fingerprint], k, &mut |_, doc, d| {
+            found.push((d, doc))
+        })?;
         found.sort_unstable();
         found.dedup();
         Ok(found.into_iter().map(|(d, doc)| (doc, d)).collect())
@@ -792,17 +805,17 @@ fn write_segment(
 }
 
 /// Calls `on(slot, doc, distance)` for every document of `segments` within `k` of a query
-/// `(fingerprint, document)` and earlier than it.
+/// `fps[slot]` (every stored document is earlier than every query).
 fn search_segments(
     segments: &[Arc<Segment>],
-    queries: &[(u64, u64)],
+    fps: &[u64],
     k: u32,
     on: &mut impl FnMut(u32, u64, u32),
 ) -> Result<()> {
     let mut probes: Vec<Probe> = Vec::new();
     let mut scratch = Scratch::default();
     for t in 0..TABLES {
-        search::probes(t, queries, k, &mut probes);
+        search::probes(t, fps, k, &mut probes);
         for seg in segments {
             for b in search::blocks(&probes, &seg.tables[t]) {
                 let from = probes.partition_point(|p| p.key < seg.tables[t][b].first);
@@ -813,27 +826,26 @@ fn search_segments(
     Ok(())
 }
 
-/// Calls `on(slot, doc, distance)` for every pair of queries `(fingerprint, document)`
-/// within `k` of each other, `doc` the earlier one's document and `slot` the later one's.
-fn search_among(queries: &[(u64, u64)], k: u32, on: &mut impl FnMut(u32, u64, u32)) {
+/// Calls `on(slot, doc, distance)` for every pair of new documents within `k` of each other,
+/// `fps[j]` the fingerprint of document `base + j`: `doc` the earlier one's document and
+/// `slot` the later one's place.
+fn search_among(fps: &[u64], base: u64, k: u32, on: &mut impl FnMut(u32, u64, u32)) {
     let mut probes: Vec<Probe> = Vec::new();
-    let mut entries = Vec::with_capacity(queries.len());
+    let mut entries = Vec::new();
     for t in 0..TABLES {
-        search::probes(t, queries, k, &mut probes);
-        entries.clear();
-        entries.extend(queries.iter().map(|&(fp, doc)| Entry { fp, doc }));
-        // In document order: a stable sort by key gives (key, document) order.
-        search::sort_by_key16(&mut entries, |e| key(e.fp, t));
-        search::join(&probes, &entries, t, k, on);
+        search::probes(t, fps, k, &mut probes);
+        search::entries_by_key(t, fps, base, &mut entries);
+        search::join(&probes, &entries, t, k, |slot| base + u64::from(slot), on);
     }
 }
 
-/// Looks `ids` up in the sieve of ids on a thread of its own while `work` runs on this one
-/// (both in turn on this one if the thread cannot be started); returns whether each id is
-/// known once both are done, or an error: `work`'s if it failed, else the lookup's.
+/// Looks the signatures `sigs` up in the sieve of ids on a thread of its own while `work`
+/// runs on this one (both in turn on this one if the thread cannot be started); returns
+/// whether each is known once both are done, or an error: `work`'s if it failed, else the
+/// lookup's.
 fn lookup_while(
     sieve: &mut Sieve,
-    ids: &[&[u8]],
+    sigs: &[u64],
     work: impl FnOnce() -> Result<()>,
 ) -> Result<Vec<bool>> {
     // The sieve, for the thread; left here if it cannot be started.
@@ -842,7 +854,7 @@ fn lookup_while(
     let (worked, looked) = std::thread::scope(|scope| {
         let other = std::thread::Builder::new()
             .name("crivello-ids".into())
-            .spawn_scoped(scope, || take().map(|s| s.known_many(ids)));
+            .spawn_scoped(scope, || take().map(|s| s.known_signatures(sigs)));
         let worked = work();
         let looked = match other {
             Ok(thread) => match thread.join() {
@@ -855,7 +867,9 @@ fn lookup_while(
     });
     let known = match looked {
         Some(known) => known,
-        None => take().expect("the thread did not start").known_many(ids),
+        None => take()
+            .expect("the thread did not start")
+            .known_signatures(sigs),
     };
     worked?;
     known

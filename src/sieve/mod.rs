@@ -424,9 +424,16 @@ impl Sieve {
         self.stored(sig)
     }
 
+    /// The signature of `url` in this sieve (its seed's), as [`Sieve::known_signatures`]
+    /// takes it.
+    pub(crate) fn signature_of(&self, url: &[u8]) -> u64 {
+        signature(url, self.manifest.seed)
+    }
+
     /// Whether each of `urls` was ever pushed, as [`Sieve::known`] finds it, for many at
     /// once: the signatures not in the cache of recent ones nor in S are sorted, and each
     /// block of a Z segment or R run is read once for all of them.
+    #[cfg(test)]
     pub(crate) fn known_many(&mut self, urls: &[&[u8]]) -> Result<Vec<bool>> {
         let seed = self.manifest.seed;
         let sigs: Vec<u64> = urls.iter().map(|u| signature(u, seed)).collect();
@@ -447,18 +454,19 @@ impl Sieve {
             .iter()
             .map(|&s| self.recent.contains(s) || index.contains(&s))
             .collect();
-        // The others, sorted (with their places), looked up in Z and in the runs.
-        let mut rest: Vec<(u64, u32)> = (0..sigs.len())
+        // The others' places, sorted by signature, and their signatures in that order (13
+        // bytes each with `found`), looked up in Z and in the runs.
+        let mut rest: Vec<u32> = (0..sigs.len())
             .filter(|&i| !known[i])
-            .map(|i| (sigs[i], i as u32))
+            .map(|i| i as u32)
             .collect();
         if rest.is_empty() {
             return Ok(known);
         }
-        rest.sort_unstable();
+        rest.sort_unstable_by_key(|&i| sigs[i as usize]);
         let r = self.finish_inflight();
         self.poison(r)?;
-        let sorted: Vec<u64> = rest.iter().map(|p| p.0).collect();
+        let sorted: Vec<u64> = rest.iter().map(|&i| sigs[i as usize]).collect();
         let mut found = vec![false; sorted.len()];
         for seg in &self.segments {
             seg.contains_sorted(&sorted, &mut found)?;
@@ -466,7 +474,7 @@ impl Sieve {
         for run in &self.runs {
             run.contains_sorted(&sorted, &mut found)?;
         }
-        for (&(_, i), f) in rest.iter().zip(found) {
+        for (&i, f) in rest.iter().zip(found) {
             known[i as usize] = f;
         }
         Ok(known)
