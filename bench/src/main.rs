@@ -26,6 +26,7 @@ mod compress;
 mod frontier;
 mod frontier_lsm;
 mod frontier_table;
+mod heap;
 mod neardup;
 mod peers;
 mod plot;
@@ -33,6 +34,10 @@ mod record;
 mod serve;
 mod stream;
 mod table;
+
+/// The allocator: the system's, counting the live heap when a bench asks ([`heap`]).
+#[global_allocator]
+static ALLOC: heap::Counting = heap::Counting;
 
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;

@@ -146,22 +146,38 @@ impl Iterator for Fingerprints {
 pub fn store_child(stored: u64, memory: usize, batch: u64, dir: Option<PathBuf>) -> Result<()> {
     let parent = dir.unwrap_or_else(std::env::temp_dir);
     let tmp = tempfile::tempdir_in(parent)?;
+    // The live heap (`heap`), counted from before the store opens. At each call: what is
+    // live before the bench makes its ids and documents is the store's (its standing
+    // structures); the most live during the call, less the bench's ids and documents and
+    // less the vector of results (allocated whole when the call starts), bounds the store's
+    // memory at its peak, with the ids it copies into the results.
+    crate::heap::start();
     let mut store = Store::open(tmp.path(), Options::new().memory(memory << 20))?;
     let mut fps = Fingerprints::new();
-    let mut ids: Vec<String> = Vec::new();
     let mut near = 0u64;
     let start = Instant::now();
     let mut at = 0u64;
     let mut progress = Instant::now();
+    let (mut store_max, mut call_peak, mut results_max) = (0usize, 0usize, 0usize);
     while at < stored {
         let n = batch.min(stored - at);
-        ids.clear();
-        ids.extend((at..at + n).map(|i| format!("d{i}")));
+        let standing = crate::heap::live();
+        let ids: Vec<String> = (at..at + n).map(|i| format!("d{i}")).collect();
         let docs: Vec<(&[u8], u64)> = ids
             .iter()
             .map(|id| (id.as_bytes(), fps.next().expect("endless")))
             .collect();
+        let before = crate::heap::live();
+        crate::heap::reset_peak();
         let out = store.insert(&docs, 3)?;
+        let (peak, after) = (crate::heap::peak(), crate::heap::live());
+        let vec = out.capacity() * std::mem::size_of::<Option<crivello::neardup::Stored>>();
+        let mine = (peak - (before - standing)).saturating_sub(vec);
+        if mine > store_max {
+            store_max = mine;
+            call_peak = peak - before;
+            results_max = after.saturating_sub(before);
+        }
         near += out.iter().flatten().filter(|s| s.nearest.is_some()).count() as u64;
         at += n;
         if progress.elapsed().as_secs() >= 10 {
@@ -183,6 +199,9 @@ pub fn store_child(stored: u64, memory: usize, batch: u64, dir: Option<PathBuf>)
         "segments": stats.segments,
         "disk_bytes": dir_size(tmp.path()),
         "peak_rss_kib": peak_rss_kib(),
+        "call_heap_peak_mib": call_peak as f64 / (1 << 20) as f64,
+        "call_results_mib": results_max as f64 / (1 << 20) as f64,
+        "store_heap_max_mib": store_max as f64 / (1 << 20) as f64,
     });
     println!("{out}");
     Ok(())
