@@ -21,8 +21,8 @@ const IDS: &str = "ids.";
 /// Segments beyond which the two newest are merged whatever their sizes.
 const MAX_SEGMENTS: usize = 40;
 /// Bytes of a batch per document beside its id and its probes, bounding each of its phases
-/// (`docs/design.md`, "Memory"): finding its repeats, 40 (the hash set of its ids, up to 39,
-/// and a flag); the lookup in the sieve of ids and the search of the segments at once, 40
+/// (`docs/design.md`, "Memory"): finding its repeats, 21 (the ids' signatures, 8, a hash
+/// table of places, up to 12, and a flag); the lookup in the sieve of ids and the search of the segments at once, 40
 /// (the flag, the first occurrences' fingerprints and nearest found, 16, their signatures,
 /// 8, and the sieve's lookup beside them, 15: whether each is known, 1, the unknown ones'
 /// places sorted by signature, 4, their signatures in that order, 8, and two flags); the
@@ -390,19 +390,36 @@ impl Store {
         // nearest among the batch's new documents comes after.
         let base = self.manifest.docs;
         let first_out = out.len();
+        // Each id's signature in the sieve of ids, which also hashes it in the table of the
+        // ids seen in the batch: the places of the first occurrences, compared by id.
+        let mut sigs: Vec<u64> = docs.iter().map(|d| self.sieve.signature_of(d.0)).collect();
         let firsts: Vec<bool> = {
-            let mut seen: HashSet<&[u8]> = HashSet::with_capacity(docs.len());
-            docs.iter().map(|d| seen.insert(d.0)).collect()
+            let mut seen: hashbrown::HashTable<u32> =
+                hashbrown::HashTable::with_capacity(docs.len());
+            (0..docs.len())
+                .map(|i| {
+                    let (id, sig) = (docs[i].0, sigs[i]);
+                    let same = |&j: &u32| docs[j as usize].0 == id;
+                    match seen.entry(sig, same, |&j| sigs[j as usize]) {
+                        hashbrown::hash_table::Entry::Occupied(_) => false,
+                        hashbrown::hash_table::Entry::Vacant(v) => {
+                            v.insert(i as u32);
+                            true
+                        }
+                    }
+                })
+                .collect()
         };
-        // The first occurrences' fingerprints (the queries: every stored document is earlier
-        // than `base`) and their ids' signatures in the sieve of ids.
+        // The first occurrences' signatures and fingerprints (the queries: every stored
+        // document is earlier than `base`), in order.
+        let mut place = 0;
+        sigs.retain(|_| {
+            place += 1;
+            firsts[place - 1]
+        });
         let fps: Vec<u64> = (docs.iter().enumerate())
             .filter(|&(i, _)| firsts[i])
             .map(|(_, d)| d.1)
-            .collect();
-        let sigs: Vec<u64> = (docs.iter().enumerate())
-            .filter(|&(i, _)| firsts[i])
-            .map(|(_, d)| self.sieve.signature_of(d.0))
             .collect();
         let mut found = vec![NONE; fps.len()];
         let mut search = || {
