@@ -104,6 +104,12 @@ enum Cmd {
         /// Where to make the store.
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// Each near-duplicate two bits off an earlier fingerprint drawn at random among up
+        /// to 2^20 kept (each new one replacing a random one once they are 2^20) rather than
+        /// the one before it, so that the nearest documents' ids are read from all over the
+        /// store's log.
+        #[arg(long)]
+        far: bool,
     },
     /// Draws pushes/s against pushes for every peer, from a results file, as SVG.
     Plot {
@@ -256,7 +262,8 @@ fn main() -> ExitCode {
             memory,
             batch,
             dir,
-        } => neardup::store_child(stored, memory, batch, dir),
+            far,
+        } => neardup::store_child(stored, memory, batch, dir, far),
         Cmd::Plot { input, output } => plot::plot(&input, &output),
         Cmd::Table { input } => record::load(&input).map(|rs| print!("{}", table::markdown(&rs))),
         Cmd::Peer {

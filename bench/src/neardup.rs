@@ -118,6 +118,24 @@ impl Fingerprints {
         Fingerprints(0x9e37_79b9_7f4a_7c15, 0)
     }
 
+    /// The next fingerprint, a near-duplicate being two bits off a random one of `ring`, which
+    /// keeps up to `keep` of them (each new one replacing a random one once it is full).
+    fn far(&mut self, ring: &mut Vec<u64>, keep: usize) -> u64 {
+        let fp = if !ring.is_empty() && self.rand().is_multiple_of(8) {
+            let r = self.rand();
+            ring[(r >> 8) as usize % ring.len()] ^ 0b11 << (r % 62)
+        } else {
+            self.rand()
+        };
+        if ring.len() < keep {
+            ring.push(fp);
+        } else {
+            let at = (self.rand() >> 8) as usize % keep;
+            ring[at] = fp;
+        }
+        fp
+    }
+
     fn rand(&mut self) -> u64 {
         let s = &mut self.0;
         *s ^= *s << 13;
@@ -143,7 +161,19 @@ impl Iterator for Fingerprints {
 
 /// Runs crivello's store alone (the hidden `neardup-store` subcommand): inserts `stored`
 /// synthetic fingerprints at k = 3 in batches, and prints one JSON line of figures.
-pub fn store_child(stored: u64, memory: usize, batch: u64, dir: Option<PathBuf>) -> Result<()> {
+///
+/// With `far`, each near-duplicate is two bits off an earlier fingerprint drawn at random
+/// among up to 2^20 kept (by the bench, outside the heap it counts) instead of the one before
+/// it.
+pub fn store_child(
+    stored: u64,
+    memory: usize,
+    batch: u64,
+    dir: Option<PathBuf>,
+    far: bool,
+) -> Result<()> {
+    const RING: usize = 1 << 20;
+    let mut ring: Vec<u64> = Vec::with_capacity(if far { RING } else { 0 });
     let parent = dir.unwrap_or_else(std::env::temp_dir);
     let tmp = tempfile::tempdir_in(parent)?;
     // The live heap (`heap`), counted from before the store opens. At each call: what is
@@ -165,7 +195,14 @@ pub fn store_child(stored: u64, memory: usize, batch: u64, dir: Option<PathBuf>)
         let ids: Vec<String> = (at..at + n).map(|i| format!("d{i}")).collect();
         let docs: Vec<(&[u8], u64)> = ids
             .iter()
-            .map(|id| (id.as_bytes(), fps.next().expect("endless")))
+            .map(|id| {
+                let fp = if far {
+                    fps.far(&mut ring, RING)
+                } else {
+                    fps.next().expect("endless")
+                };
+                (id.as_bytes(), fp)
+            })
             .collect();
         let before = crate::heap::live();
         crate::heap::reset_peak();

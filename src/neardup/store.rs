@@ -27,7 +27,8 @@ const MAX_SEGMENTS: usize = 40;
 /// 8, and the sieve's lookup beside them, 15: whether each is known, 1, the unknown ones'
 /// places sorted by signature, 4, their signatures in that order, 8, and two flags); the
 /// search among the batch and the writing of its segment, 36 (the new documents' places, 4,
-/// their fingerprints and nearest found, 16, and a table's entries, 16).
+/// their fingerprints and nearest found, 16, and a table's entries, 16, or in between the
+/// nearest documents stored before the batch with their places, 16).
 const BYTES_PER_DOC: usize = 40;
 /// First occurrences in a batch from which the sieve of ids is asked on a thread of its own
 /// while the segments are searched.
@@ -470,32 +471,35 @@ impl Store {
             let b = &mut best[slot as usize];
             *b = (*b).min(pack(d, doc));
         });
-        // 3. Their ids, and D's records.
-        for (j, &i) in new.iter().enumerate() {
-            let nearest = match unpack(best[j]) {
-                None => None,
-                Some((d, doc)) => {
-                    let id = if doc >= base {
-                        docs[new[(doc - base) as usize] as usize].0.to_vec()
-                    } else {
-                        self.docs.record(doc)?.id
-                    };
-                    Some(Nearest {
-                        doc,
-                        id,
-                        distance: d,
-                    })
-                }
-            };
-            let i = i as usize;
-            self.docs.append(
-                docs[i].1,
-                nearest.as_ref().map(|n| (n.doc, n.distance)),
-                docs[i].0,
-            )?;
-            if let Some(Some(s)) = out.get_mut(first_out + i) {
-                s.nearest = nearest;
+        // 3. Their ids, and D's records. The ids of the nearest documents stored before the
+        // batch are read from D in document order, so that each frame of D is read once.
+        let mut earlier: Vec<(u64, u32)> = (best.iter().enumerate())
+            .filter_map(|(j, &b)| {
+                unpack(b)
+                    .filter(|&(_, doc)| doc < base)
+                    .map(|(_, doc)| (doc, j as u32))
+            })
+            .collect();
+        earlier.sort_unstable();
+        for &(doc, j) in &earlier {
+            let id = self.docs.record(doc)?.id;
+            let distance = unpack(best[j as usize]).expect("found").0;
+            if let Some(Some(s)) = out.get_mut(first_out + new[j as usize] as usize) {
+                s.nearest = Some(Nearest { doc, id, distance });
             }
+        }
+        drop(earlier);
+        for (j, &i) in new.iter().enumerate() {
+            let i = i as usize;
+            let nearest = unpack(best[j]);
+            if let Some((distance, doc)) = nearest.filter(|&(_, doc)| doc >= base) {
+                let id = docs[new[(doc - base) as usize] as usize].0.to_vec();
+                if let Some(Some(s)) = out.get_mut(first_out + i) {
+                    s.nearest = Some(Nearest { doc, id, distance });
+                }
+            }
+            self.docs
+                .append(docs[i].1, nearest.map(|(d, doc)| (doc, d)), docs[i].0)?;
         }
         if crate::planted::active(crate::planted::Bug::IdsBeforeCommit) {
             for &i in &new {
