@@ -22,11 +22,11 @@ const IDS: &str = "ids.";
 const MAX_SEGMENTS: usize = 40;
 /// Bytes of a batch per document beside its id and its probes, bounding each of its phases
 /// (`docs/design.md`, "Memory"): finding its repeats, 21 (the ids' signatures, 8, a hash
-/// table of places, up to 12, and a flag); the lookup in the sieve of ids and the search of the segments at once, 40
-/// (the flag, the first occurrences' fingerprints and nearest found, 16, their signatures,
-/// 8, and the sieve's lookup beside them, 15: whether each is known, 1, the unknown ones'
-/// places sorted by signature, 4, their signatures in that order, 8, and two flags); the
-/// search among the batch and the writing of its segment, 36 (the new documents' places, 4,
+/// table of places, up to 12, and a flag); the lookup in the sieve of ids and the search of
+/// the segments at once, 40 (the flag, the first occurrences' fingerprints and nearest
+/// found, 16, their signatures, 8, and the sieve's lookup beside them, 15: whether each is
+/// known, 1, the unknown ones' places sorted by signature, 4, their signatures in that
+/// order, 8, and two flags); the search among the batch and the writing of its segment, 36 (the new documents' places, 4,
 /// their fingerprints and nearest found, 16, and a table's entries, 16, or in between the
 /// nearest documents stored before the batch with their places, 16).
 const BYTES_PER_DOC: usize = 40;
