@@ -32,29 +32,17 @@ pub(crate) fn probes(t: usize, fps: &[u64], k: u32, out: &mut Vec<Probe>) {
     out.clear();
     let radius = k / 4;
     debug_assert!(radius <= 1);
-    let flips: &[u32] = if radius >= 1 {
-        &[
-            0,
-            1,
-            1 << 1,
-            1 << 2,
-            1 << 3,
-            1 << 4,
-            1 << 5,
-            1 << 6,
-            1 << 7,
-            1 << 8,
-            1 << 9,
-            1 << 10,
-            1 << 11,
-            1 << 12,
-            1 << 13,
-            1 << 14,
-            1 << 15,
-        ]
-    } else {
-        &[0]
+    // The bits a probe's key differs from the query's own key by: none, or each of 16.
+    const FLIPS: [u32; 17] = {
+        let mut f = [0u32; 17];
+        let mut b = 0;
+        while b < 16 {
+            f[b + 1] = 1 << b;
+            b += 1;
+        }
+        f
     };
+    let flips: &[u32] = if radius >= 1 { &FLIPS } else { &FLIPS[..1] };
     let n = fps.len() * flips.len();
     if n < KEYS / 16 {
         out.reserve(n);
