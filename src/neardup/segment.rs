@@ -652,6 +652,7 @@ fn parse_footer(
 /// Writes a segment, table by table, each in (key, document) order.
 pub(crate) struct SegmentWriter {
     file: File,
+    id: u64,
     buf: Vec<u8>,
     /// Offset of the end of `buf` in the file.
     end: u64,
@@ -693,6 +694,7 @@ impl SegmentWriter {
         buf.put_u32(c);
         Ok(SegmentWriter {
             file,
+            id,
             buf,
             end: 0,
             tables: Default::default(),
@@ -783,9 +785,9 @@ impl SegmentWriter {
         Ok(())
     }
 
-    /// Writes the footer and the tail and fsyncs the file; returns the file, its length and
-    /// the blocks of each table.
-    pub(crate) fn finish(mut self) -> Result<(File, u64, [Vec<BlockInfo>; TABLES])> {
+    /// Writes the footer and the tail and fsyncs the file; returns the segment written (its
+    /// directory entry is the caller's to sync).
+    pub(crate) fn finish(mut self) -> Result<Segment> {
         self.end_table()?;
         debug_assert_eq!(self.written, self.docs * TABLES as u64);
         let footer_at = self.end + self.buf.len() as u64;
@@ -812,7 +814,15 @@ impl SegmentWriter {
         self.file.write_all_at(&self.buf, self.end)?;
         let bytes = self.end + self.buf.len() as u64;
         self.file.sync()?;
-        Ok((self.file, bytes, self.tables))
+        Ok(Segment {
+            file: self.file,
+            id: self.id,
+            first: self.first,
+            docs: self.docs,
+            bytes,
+            version: self.version,
+            tables: self.tables,
+        })
     }
 }
 
@@ -833,7 +843,7 @@ mod tests {
                 w.push(t, e).unwrap();
             }
         }
-        let (_, bytes, _) = w.finish().unwrap();
+        let bytes = w.finish().unwrap().bytes;
         Segment::open(storage, 1, 10, docs, bytes).unwrap()
     }
 

@@ -812,17 +812,9 @@ fn write_segment(
     for t in 0..TABLES {
         fill(t, &mut w)?;
     }
-    let (file, bytes, tables) = w.finish()?;
+    let seg = w.finish()?;
     storage.sync_directory()?;
-    Ok(Segment {
-        file,
-        id,
-        first,
-        docs,
-        bytes,
-        version,
-        tables,
-    })
+    Ok(seg)
 }
 
 /// Calls `on(slot, doc, distance)` for every document of `segments` within `k` of a query
