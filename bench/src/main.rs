@@ -98,7 +98,7 @@ enum Cmd {
         /// Memory budget, MiB.
         #[arg(long, default_value_t = 64)]
         memory: usize,
-        /// Documents per insert call.
+        /// Documents per insert call; 0: as many as one batch of the store takes.
         #[arg(long, value_parser = parse_count)]
         batch: u64,
         /// Where to make the store.

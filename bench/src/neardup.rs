@@ -31,7 +31,8 @@ pub struct NeardupArgs {
     /// crivello's memory budget, MiB.
     #[arg(long, default_value_t = 64)]
     pub memory: usize,
-    /// Documents per `Store::insert` call.
+    /// Documents per `Store::insert_with` call; 0: as many as one batch of the store takes
+    /// (`Store::batch_docs`).
     #[arg(long, value_parser = crate::parse_count, default_value = "1e5")]
     pub batch: u64,
     /// The Python with `simhash` and `datasketch` installed (`none`: no Python peer).
@@ -178,9 +179,8 @@ pub fn store_child(
     let tmp = tempfile::tempdir_in(parent)?;
     // The live heap (`heap`), counted from before the store opens. At each call: what is
     // live before the bench makes its ids and documents is the store's (its standing
-    // structures); the most live during the call, less the bench's ids and documents and
-    // less the vector of results (allocated whole when the call starts), bounds the store's
-    // memory at its peak, with the ids it copies into the results.
+    // structures); the most live during the call, less the bench's ids and documents, is the
+    // store's memory at its peak (the results are reported without copies).
     crate::heap::start();
     let mut store = Store::open(tmp.path(), Options::new().memory(memory << 20))?;
     let mut fps = Fingerprints::new();
@@ -188,9 +188,14 @@ pub fn store_child(
     let start = Instant::now();
     let mut at = 0u64;
     let mut progress = Instant::now();
-    let (mut store_max, mut call_peak, mut results_max) = (0usize, 0usize, 0usize);
+    let mut store_max = 0usize;
     while at < stored {
-        let n = batch.min(stored - at);
+        let call = if batch == 0 {
+            store.batch_docs(3) as u64
+        } else {
+            batch
+        };
+        let n = call.min(stored - at);
         let standing = crate::heap::live();
         let ids: Vec<String> = (at..at + n).map(|i| format!("d{i}")).collect();
         let docs: Vec<(&[u8], u64)> = ids
@@ -206,16 +211,11 @@ pub fn store_child(
             .collect();
         let before = crate::heap::live();
         crate::heap::reset_peak();
-        let out = store.insert(&docs, 3)?;
-        let (peak, after) = (crate::heap::peak(), crate::heap::live());
-        let vec = out.capacity() * std::mem::size_of::<Option<crivello::neardup::Stored>>();
-        let mine = (peak - (before - standing)).saturating_sub(vec);
-        if mine > store_max {
-            store_max = mine;
-            call_peak = peak - before;
-            results_max = after.saturating_sub(before);
-        }
-        near += out.iter().flatten().filter(|s| s.nearest.is_some()).count() as u64;
+        store.insert_with(&docs, 3, |_, s| {
+            near += u64::from(s.is_some_and(|s| s.nearest.is_some()));
+        })?;
+        let peak = crate::heap::peak();
+        store_max = store_max.max(peak - (before - standing));
         at += n;
         if progress.elapsed().as_secs() >= 10 {
             progress = Instant::now();
@@ -236,8 +236,6 @@ pub fn store_child(
         "segments": stats.segments,
         "disk_bytes": dir_size(tmp.path()),
         "peak_rss_kib": peak_rss_kib(),
-        "call_heap_peak_mib": call_peak as f64 / (1 << 20) as f64,
-        "call_results_mib": results_max as f64 / (1 << 20) as f64,
         "store_heap_max_mib": store_max as f64 / (1 << 20) as f64,
     });
     println!("{out}");
@@ -431,11 +429,15 @@ pub fn run(a: &NeardupArgs) -> Result<()> {
         }
         let r: serde_json::Value = serde_json::from_slice(&out.stdout)?;
         let docs_s = r["docs_s"].as_f64().unwrap_or(0.0);
+        let calls = match a.batch {
+            0 => "calls of one batch".to_owned(),
+            b => format!("calls of {b}"),
+        };
         println!(
-            "| crivello, {} MiB, batches of {} | {n} | {docs_s:.0} | | {} MiB ({} segments, {:.0} MB on disk) |",
+            "| crivello, {} MiB, {calls} | {n} | {docs_s:.0} | | {} MiB, the store's heap {:.1} MiB ({} segments, {:.0} MB on disk) |",
             a.memory,
-            a.batch,
             r["peak_rss_kib"].as_u64().unwrap_or(0) / 1024,
+            r["store_heap_max_mib"].as_f64().unwrap_or(0.0),
             r["segments"],
             r["disk_bytes"].as_f64().unwrap_or(0.0) / 1e6
         );

@@ -13,7 +13,7 @@ use std::sync::{mpsc, Arc};
 
 use anyhow::{Context as _, Result};
 use clap::Args;
-use crivello::neardup::{Fingerprinter, Store, Stored, MAX_ID, MAX_TEXT};
+use crivello::neardup::{Fingerprinter, Store, StoredRef, MAX_ID, MAX_TEXT};
 use crivello::Options;
 
 use super::stream::{sources, Line, LineReader, Output};
@@ -71,19 +71,17 @@ tab or a line break, or a text over 16 MiB stops the command (exit 1) with the f
 after the documents before it were stored and printed.";
 
 /// One line of output.
-fn line(out: &mut Output, s: &Stored) -> Result<()> {
-    let (m, d) = match &s.nearest {
-        Some(n) => (
-            String::from_utf8_lossy(&n.id).into_owned(),
-            n.distance.to_string(),
-        ),
-        None => ("-".to_owned(), "-".to_owned()),
-    };
-    out.text(&format!(
-        "{}\t{:016x}\t{m}\t{d}\n",
-        String::from_utf8_lossy(&s.id),
-        s.fingerprint
-    ))
+fn line(out: &mut Output, s: &StoredRef<'_>) -> Result<()> {
+    let id = String::from_utf8_lossy(s.id);
+    let fp = s.fingerprint;
+    match &s.nearest {
+        Some(n) => out.text(&format!(
+            "{id}\t{fp:016x}\t{}\t{}\n",
+            String::from_utf8_lossy(n.id),
+            n.distance
+        )),
+        None => out.text(&format!("{id}\t{fp:016x}\t-\t-\n")),
+    }
 }
 
 /// Runs `neardup`.
@@ -98,7 +96,7 @@ pub fn run(args: NeardupArgs) -> Result<()> {
     let pending = store.unreported();
     for doc in pending.clone() {
         let s = store.document(doc)?;
-        line(&mut out, &s)?;
+        line(&mut out, &s.as_stored_ref())?;
     }
     out.flush()?;
     store.set_reported(pending.end);
@@ -176,17 +174,23 @@ fn store_batch(
         return Ok(());
     }
     let docs: Vec<(&[u8], u64)> = batch.iter().map(|(id, fp)| (id.as_bytes(), *fp)).collect();
-    let stored = store.insert(&docs, k)?;
+    // The lines of each batch of the store as it is durable; after a failure to write, no
+    // more (the documents stored are printed by the next run, as unreported).
     let mut last = None;
-    for s in &stored {
-        match s {
-            Some(s) => {
-                line(out, s)?;
+    let mut failed = None;
+    store.insert_with(&docs, k, |_, s| match s {
+        Some(s) if failed.is_none() => match line(out, &s) {
+            Ok(()) => {
                 *new += 1;
                 last = Some(s.doc);
             }
-            None => *repeats += 1,
-        }
+            Err(e) => failed = Some(e),
+        },
+        Some(_) => {}
+        None => *repeats += 1,
+    })?;
+    if let Some(e) = failed {
+        return Err(e);
     }
     out.flush()?;
     if let Some(doc) = last {

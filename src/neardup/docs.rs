@@ -128,6 +128,11 @@ pub(crate) struct Docs {
 }
 
 impl Docs {
+    /// Bytes of its sparse index in memory.
+    pub(crate) fn index_memory(&self) -> usize {
+        self.frames.capacity() * std::mem::size_of::<FrameInfo>()
+    }
+
     /// Opens D and its index at the committed lengths (cutting anything past them when
     /// `cut`; `check` does not) and
     /// reads the index into memory; `docs` documents must be in it.

@@ -36,7 +36,9 @@ pub use docs::MAX_ID;
 pub use fingerprint::{distance, fingerprint, Fingerprinter, MAX_TEXT, SHINGLE};
 pub use manifest::NAME as MANIFEST_FILE;
 pub use search::MAX_K;
-pub use store::{check, check_storage, NearCheck, NearStats, Nearest, Store, Stored};
+pub use store::{
+    check, check_storage, NearCheck, NearStats, Nearest, NearestRef, Store, Stored, StoredRef,
+};
 
 /// The tables of a store: one per 16-bit block of the fingerprint.
 pub(crate) const TABLES: usize = 4;

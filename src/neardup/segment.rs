@@ -155,6 +155,12 @@ pub(crate) struct Segment {
 }
 
 impl Segment {
+    /// Bytes of its sparse index in memory.
+    pub(crate) fn index_memory(&self) -> usize {
+        let blocks: usize = self.tables.iter().map(Vec::capacity).sum();
+        blocks * std::mem::size_of::<BlockInfo>()
+    }
+
     /// Opens segment `id`, which the manifest says holds `docs` documents from `first` in
     /// `bytes` bytes: header, tail and footer are checked.
     pub(crate) fn open(

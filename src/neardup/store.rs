@@ -36,6 +36,12 @@ const PARALLEL_MIN: usize = 4096;
 /// Bytes per probe of a table (k ≤ 3: one probe per table, 4 ≤ k: 17), sorted as they are
 /// made.
 const BYTES_PER_PROBE: usize = 16;
+/// Bytes a new document of a batch may take in the buffer of the ids of the nearest
+/// documents stored before the batch, when the batch is reported: what the batch's other
+/// vectors leave of its bytes per document then (`docs/design.md`, "Memory").
+const NEAREST_ID_BYTES: usize = 28;
+/// A nearest document whose id was not read into the buffer of [`Store::report`].
+const UNREAD: u64 = u64::MAX;
 /// A nearest found: the distance in the top 4 bits, the document in the low 60 (the least
 /// is the nearest, ties to the earliest document); [`NONE`] for none yet.
 fn pack(d: u32, doc: u64) -> u64 {
@@ -54,6 +60,14 @@ fn unpack(x: u64) -> Option<(u32, u64)> {
 /// per input (at most [`MAX_SEGMENTS`] + 1 of them, 64 KiB each, decoded) and its writer's
 /// buffer (1 MiB).
 const MERGE_RESERVE: usize = 4 << 20;
+/// Bytes of the sieve of ids' quarter of the budget left to the buffers it holds beside its
+/// own budget (`docs/design.md`, "Memory" of the sieve): A's frame being filled and two
+/// being written, and a merge's or a spill's writer.
+const SIEVE_BESIDE: usize = 8 << 20;
+/// Bytes of the budget left to the buffers beside a batch: the segment writer's (1 MiB), a
+/// block read with its key runs and documents (208 KiB at most), the counting sorts' counts
+/// (256 KiB) and D's frame being filled and last frame read (128 KiB).
+const BESIDE: usize = 2 << 20;
 
 /// The stored document nearest to another one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +92,63 @@ pub struct Stored {
     /// The stored document nearest to it when it was stored, within the `k` of that call;
     /// ties go to the earliest stored.
     pub nearest: Option<Nearest>,
+}
+
+/// A stored document as [`Store::insert_with`] reports it, borrowing its ids: its own from
+/// the caller's documents, its nearest's from them or from the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredRef<'a> {
+    /// Its document number.
+    pub doc: u64,
+    /// Its id.
+    pub id: &'a [u8],
+    /// Its fingerprint.
+    pub fingerprint: u64,
+    /// The stored document nearest to it within `k`, ties to the earliest stored.
+    pub nearest: Option<NearestRef<'a>>,
+}
+
+/// The stored document nearest to another one, its id borrowed ([`StoredRef`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NearestRef<'a> {
+    /// Its document number.
+    pub doc: u64,
+    /// Its id.
+    pub id: &'a [u8],
+    /// The Hamming distance between the two fingerprints.
+    pub distance: u32,
+}
+
+impl StoredRef<'_> {
+    /// The same, its ids copied.
+    pub fn to_stored(&self) -> Stored {
+        Stored {
+            doc: self.doc,
+            id: self.id.to_vec(),
+            fingerprint: self.fingerprint,
+            nearest: self.nearest.map(|n| Nearest {
+                doc: n.doc,
+                id: n.id.to_vec(),
+                distance: n.distance,
+            }),
+        }
+    }
+}
+
+impl Stored {
+    /// The same, its ids borrowed.
+    pub fn as_stored_ref(&self) -> StoredRef<'_> {
+        StoredRef {
+            doc: self.doc,
+            id: &self.id,
+            fingerprint: self.fingerprint,
+            nearest: self.nearest.as_ref().map(|n| NearestRef {
+                doc: n.doc,
+                id: &n.id,
+                distance: n.distance,
+            }),
+        }
+    }
 }
 
 /// The counts and sizes of a store.
@@ -264,10 +335,11 @@ impl Store {
             .iter()
             .map(|s| Segment::open(&*storage, s.id, s.first, s.docs, s.bytes).map(Arc::new))
             .collect::<Result<Vec<_>>>()?;
-        let sieve_memory = (opts.memory / 4).max(MIN_MEMORY);
+        let quarter = (opts.memory / 4).max(MIN_MEMORY);
+        let sieve_memory = quarter.saturating_sub(SIEVE_BESIDE).max(MIN_MEMORY);
         let reserve = if opts.background { MERGE_RESERVE } else { 0 };
-        let batch_budget = (opts.memory.saturating_sub(sieve_memory))
-            .saturating_sub(reserve)
+        let batch_budget = (opts.memory.saturating_sub(quarter))
+            .saturating_sub(reserve + BESIDE)
             .max(MIN_MEMORY);
         let background = opts.background;
         let sieve_opts = opts.clone().memory(sieve_memory).max_url_len(MAX_ID);
@@ -343,8 +415,26 @@ impl Store {
     /// id was seen before (earlier in the call or in the store). Durable when this returns:
     /// the documents are committed in batches that fit the budget, each before the next.
     /// `k` is at most [`MAX_K`]; every id is checked ([`Store::validate_id`]) before anything
-    /// is stored.
+    /// is stored. The results are the caller's memory (about 80 bytes and the ids per
+    /// document): [`Store::insert_with`] reports them batch by batch, copying nothing.
     pub fn insert(&mut self, docs: &[(&[u8], u64)], k: u32) -> Result<Vec<Option<Stored>>> {
+        let mut out = Vec::with_capacity(docs.len());
+        self.insert_with(docs, k, |_, s| out.push(s.map(|s| s.to_stored())))?;
+        Ok(out)
+    }
+
+    /// Stores the documents as [`Store::insert`] does, and reports each to `each` with its
+    /// place in `docs`, in order, as soon as its batch is durable: `Some` with what was
+    /// stored, `None` for an id seen before. The ids are borrowed, from `docs` or from a
+    /// buffer of the batch, so that the results cost the caller nothing it does not keep.
+    /// After an error, the documents reported are stored, and those not reported may be
+    /// ([`Store::unreported`]).
+    pub fn insert_with(
+        &mut self,
+        docs: &[(&[u8], u64)],
+        k: u32,
+        mut each: impl FnMut(usize, Option<StoredRef<'_>>),
+    ) -> Result<()> {
         self.writable()?;
         check_k(k)?;
         for (id, _) in docs {
@@ -356,33 +446,44 @@ impl Store {
                 reason: format!("a store holds fewer than 2^60 documents; this one holds {} and {} more were given", self.manifest.docs, docs.len()),
             });
         }
-        let mut out = Vec::with_capacity(docs.len());
-        let per_doc = BYTES_PER_DOC + BYTES_PER_PROBE * if k >= 4 { 17 } else { 1 };
-        // A batch is one segment: at most MAX_SEGMENT_DOCS documents.
-        let max_docs = (self.batch_budget / per_doc).clamp(1, MAX_SEGMENT_DOCS as usize);
-        let max_bytes = (self.batch_budget / 4).max(MAX_ID);
         let mut start = 0;
         while start < docs.len() {
-            let mut end = start;
-            let mut bytes = 0;
-            while end < docs.len() && end - start < max_docs && bytes < max_bytes {
-                bytes += docs[end].0.len();
-                end += 1;
-            }
-            let r = self.insert_batch(&docs[start..end], k, &mut out);
+            let end = docs.len().min(start + self.batch_docs(k));
+            let r = self.insert_batch(&docs[start..end], k, &mut |i, s| each(start + i, s));
             self.poison(r)?;
             start = end;
         }
-        Ok(out)
+        Ok(())
     }
 
-    /// One batch of [`Store::insert`]: the steps of "Near-duplicates: a batch" in
+    /// The most documents the next batch of [`Store::insert`] takes at distance `k`: a call
+    /// of more is stored in several batches, each a search of every segment, so a caller
+    /// that can gather this many documents per call gets the fewest searches per document.
+    /// It is the batch's share of the budget, less the sparse indexes as they stand, over
+    /// the bytes a document takes (`docs/design.md`, "Memory"), and shrinks slowly as the
+    /// store grows.
+    pub fn batch_docs(&self, k: u32) -> usize {
+        let per_doc = BYTES_PER_DOC + BYTES_PER_PROBE * if k >= 4 { 17 } else { 1 };
+        // Past about 9·10^8 documents at 64 MiB the indexes leave no share: a batch is
+        // then MIN_MEMORY's worth (`docs/design.md`, "Memory").
+        let budget = (self.batch_budget.saturating_sub(self.index_memory())).max(MIN_MEMORY);
+        // A batch is one segment, of at most MAX_SEGMENT_DOCS documents.
+        (budget / per_doc).clamp(1, MAX_SEGMENT_DOCS as usize)
+    }
+
+    /// Bytes of the sparse indexes in memory: the segments' and D's.
+    fn index_memory(&self) -> usize {
+        let segments: usize = self.segments.iter().map(|s| s.index_memory()).sum();
+        segments + self.docs.index_memory()
+    }
+
+    /// One batch of [`Store::insert_with`]: the steps of "Near-duplicates: a batch" in
     /// `docs/design.md`.
     fn insert_batch(
         &mut self,
         docs: &[(&[u8], u64)],
         k: u32,
-        out: &mut Vec<Option<Stored>>,
+        each: &mut dyn FnMut(usize, Option<StoredRef<'_>>),
     ) -> Result<()> {
         // 1. Which ids are new: not earlier in the batch, not in the sieve of ids. 2. The
         // nearest earlier document of each. The sieve of ids is asked on a thread of its own
@@ -390,7 +491,6 @@ impl Store {
         // segments here (the search of one whose id the sieve knows is thrown away); the
         // nearest among the batch's new documents comes after.
         let base = self.manifest.docs;
-        let first_out = out.len();
         // Each id's signature in the sieve of ids, which also hashes it in the table of the
         // ids seen in the batch: the places of the first occurrences, compared by id.
         let mut sigs: Vec<u64> = docs.iter().map(|d| self.sieve.signature_of(d.0)).collect();
@@ -441,28 +541,22 @@ impl Store {
         let mut best: Vec<u64> = Vec::with_capacity(known.len());
         // The first occurrences are the queries, in order: `cand` is the next one's.
         let mut cand = 0;
-        for (i, &(id, fp)) in docs.iter().enumerate() {
+        for (i, &first) in firsts.iter().enumerate() {
             let this = cand;
-            if firsts[i] {
+            if first {
                 cand += 1;
             }
-            if firsts[i] && !known[this] {
+            if first && !known[this] {
                 new.push(i as u32);
                 best.push(found[this]);
-                out.push(Some(Stored {
-                    doc: base + new.len() as u64 - 1,
-                    id: id.to_vec(),
-                    fingerprint: fp,
-                    nearest: None,
-                }));
             } else {
-                out.push(None);
                 self.manifest.repeats += 1;
                 self.dirty = true;
             }
         }
         drop((found, known, firsts));
         if new.is_empty() {
+            (0..docs.len()).for_each(|i| each(i, None));
             return Ok(());
         }
         // The new documents' fingerprints; document `base + j` is the `j`-th.
@@ -471,35 +565,11 @@ impl Store {
             let b = &mut best[slot as usize];
             *b = (*b).min(pack(d, doc));
         });
-        // 3. Their ids, and D's records. The ids of the nearest documents stored before the
-        // batch are read from D in document order, so that each frame of D is read once.
-        let mut earlier: Vec<(u64, u32)> = (best.iter().enumerate())
-            .filter_map(|(j, &b)| {
-                unpack(b)
-                    .filter(|&(_, doc)| doc < base)
-                    .map(|(_, doc)| (doc, j as u32))
-            })
-            .collect();
-        earlier.sort_unstable();
-        for &(doc, j) in &earlier {
-            let id = self.docs.record(doc)?.id;
-            let distance = unpack(best[j as usize]).expect("found").0;
-            if let Some(Some(s)) = out.get_mut(first_out + new[j as usize] as usize) {
-                s.nearest = Some(Nearest { doc, id, distance });
-            }
-        }
-        drop(earlier);
+        // 3. D's records.
         for (j, &i) in new.iter().enumerate() {
-            let i = i as usize;
-            let nearest = unpack(best[j]);
-            if let Some((distance, doc)) = nearest.filter(|&(_, doc)| doc >= base) {
-                let id = docs[new[(doc - base) as usize] as usize].0.to_vec();
-                if let Some(Some(s)) = out.get_mut(first_out + i) {
-                    s.nearest = Some(Nearest { doc, id, distance });
-                }
-            }
+            let nearest = unpack(best[j]).map(|(d, doc)| (doc, d));
             self.docs
-                .append(docs[i].1, nearest.map(|(d, doc)| (doc, d)), docs[i].0)?;
+                .append(docs[i as usize].1, nearest, docs[i as usize].0)?;
         }
         if crate::planted::active(crate::planted::Bug::IdsBeforeCommit) {
             for &i in &new {
@@ -519,6 +589,7 @@ impl Store {
             }
             Ok(())
         })?;
+        drop((queries, sorted));
         self.manifest.docs += n;
         self.manifest.log_len = self.docs.log_len;
         self.manifest.index_len = self.docs.index_len;
@@ -538,8 +609,89 @@ impl Store {
         self.sieve.sync()?;
         self.manifest.in_sieve = self.manifest.docs;
         self.dirty = true;
-        // 8. A merge, when due.
+        // 8. The results, to the caller.
+        self.report(docs, base, &new, &best, each)?;
+        // 9. A merge, when due.
         self.merge_if_due()
+    }
+
+    /// Reports the documents of a batch stored from `base` (`new`: the places of the new
+    /// ones in `docs`, `best`: their nearest found, packed) to `each`, in order. The ids of
+    /// the nearest documents stored before the batch are read from D in document order, so
+    /// that each frame of D is read once, into a buffer of at most [`NEAREST_ID_BYTES`] a
+    /// new document; the ids past it are read one by one as they are reported.
+    fn report(
+        &mut self,
+        docs: &[(&[u8], u64)],
+        base: u64,
+        new: &[u32],
+        best: &[u64],
+        each: &mut dyn FnMut(usize, Option<StoredRef<'_>>),
+    ) -> Result<()> {
+        // (document, new document's number), then (where its id is in `ids`, number).
+        let mut earlier: Vec<(u64, u32)> = (best.iter().enumerate())
+            .filter_map(|(j, &b)| {
+                unpack(b)
+                    .filter(|&(_, doc)| doc < base)
+                    .map(|(_, doc)| (doc, j as u32))
+            })
+            .collect();
+        earlier.sort_unstable();
+        let cap = NEAREST_ID_BYTES * new.len();
+        let mut ids: Vec<u8> = Vec::new();
+        for e in &mut earlier {
+            let (doc, start) = (e.0, ids.len());
+            e.0 = UNREAD;
+            if start < cap {
+                let id = self.docs.record(doc)?.id;
+                ids.extend_from_slice(&id);
+                e.0 = (start as u64) << 17 | id.len() as u64;
+            }
+        }
+        earlier.sort_unstable_by_key(|e| e.1);
+        let mut at = 0;
+        let mut next_new = new.iter().enumerate().peekable();
+        for i in 0..docs.len() {
+            let Some((j, _)) = next_new.next_if(|&(_, &p)| p as usize == i) else {
+                each(i, None);
+                continue;
+            };
+            let (id, fingerprint) = docs[i];
+            let mut held = Vec::new();
+            let nearest = match unpack(best[j]) {
+                None => None,
+                Some((distance, doc)) if doc >= base => Some(NearestRef {
+                    doc,
+                    id: docs[new[(doc - base) as usize] as usize].0,
+                    distance,
+                }),
+                Some((distance, doc)) => {
+                    debug_assert_eq!(earlier[at].1 as usize, j);
+                    let place = earlier[at].0;
+                    at += 1;
+                    let id = if place == UNREAD {
+                        held = self.docs.record(doc)?.id;
+                        &held[..]
+                    } else {
+                        let start = (place >> 17) as usize;
+                        &ids[start..start + (place & ((1 << 17) - 1)) as usize]
+                    };
+                    Some(NearestRef { doc, id, distance })
+                }
+            };
+            let doc = base + j as u64;
+            each(
+                i,
+                Some(StoredRef {
+                    doc,
+                    id,
+                    fingerprint,
+                    nearest,
+                }),
+            );
+            drop(held);
+        }
+        Ok(())
     }
 
     /// Writes a new segment of `docs` documents from `first`, its tables filled by `fill`,
@@ -1131,6 +1283,72 @@ mod tests {
                 "document {i}"
             );
         }
+    }
+
+    /// `insert_with` reports what `insert` returns, in order, with every nearest id right:
+    /// ids of the batch, and ids of documents stored before it, read into the batch's buffer
+    /// while it has room and one by one past it (long ids of earlier documents, so that
+    /// most are past it), repeats within the call and of earlier calls reported as `None`.
+    #[test]
+    fn insert_with_reports_each_document_with_its_nearest_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let fps = fingerprints(5, 3_000, 3);
+        let mut store = Store::open(dir.path(), Options::new().memory(4 << 20)).unwrap();
+        let long = |i: usize| format!("{i:0>300}").into_bytes();
+        let ids: Vec<Vec<u8>> = (0..1_000).map(long).collect();
+        let docs: Vec<(&[u8], u64)> = ids
+            .iter()
+            .zip(&fps)
+            .map(|(id, &fp)| (&id[..], fp))
+            .collect();
+        store.insert(&docs, 3).unwrap();
+        // Copies of the first thousand under new short ids, then near-duplicates among
+        // themselves, and repeats.
+        let mut ids: Vec<Vec<u8>> = (0..1_000).map(|i| format!("c{i}").into_bytes()).collect();
+        ids.extend((1_000..2_000).map(|i| format!("d{i}").into_bytes()));
+        ids.push(b"c7".to_vec());
+        ids.push(long(3));
+        let mut fps2: Vec<u64> = fps[..1_000].iter().map(|fp| fp ^ 1).collect();
+        fps2.extend(&fps[1_000..2_000]);
+        fps2.extend([0, 0]);
+        let docs: Vec<(&[u8], u64)> = ids
+            .iter()
+            .zip(&fps2)
+            .map(|(id, &fp)| (&id[..], fp))
+            .collect();
+        let mut seen = Vec::new();
+        store
+            .insert_with(&docs, 3, |i, s| seen.push((i, s.map(|s| s.to_stored()))))
+            .unwrap();
+        assert_eq!(seen.len(), docs.len());
+        let all: Vec<u64> = fps[..1_000].iter().chain(&fps2[..2_000]).copied().collect();
+        for (at, (i, s)) in seen.into_iter().enumerate() {
+            assert_eq!(i, at, "in order");
+            if i >= 2_000 {
+                assert_eq!(s, None, "a repeat: {i}");
+                continue;
+            }
+            let s = s.expect("a new id");
+            assert_eq!(
+                (s.doc, &s.id[..], s.fingerprint),
+                (1_000 + i as u64, docs[i].0, docs[i].1)
+            );
+            let want = brute(&all[..1_000 + i], all[1_000 + i], 3).first().copied();
+            assert_eq!(
+                s.nearest.as_ref().map(|m| (m.doc, m.distance)),
+                want,
+                "document {i}"
+            );
+            if let Some(m) = s.nearest {
+                let stored = store.document(m.doc).unwrap();
+                assert_eq!(m.id, stored.id, "the nearest's id, document {i}");
+            }
+        }
+        let earlier = (0..1_000).filter(|&i| !brute(&fps[..1_000], fps2[i], 3).is_empty());
+        assert!(
+            earlier.count() > NEAREST_ID_BYTES * 1_000 / 300 * 2,
+            "past the buffer"
+        );
     }
 
     /// Merges on a thread of their own while the batches go on: every answer is a scan's,
