@@ -233,7 +233,7 @@ pub(crate) fn join_runs(
     join_runs_portable(probes, t, runs, rests, k, hit)
 }
 
-/// [`join_runs`] with AVX-512: a run's entries eight to a vector.
+/// [`join_runs`] with AVX-512: a run's entries sixteen to a vector.
 #[cfg(target_arch = "x86_64")]
 mod wide {
     use std::arch::x86_64::*;
@@ -248,14 +248,18 @@ mod wide {
             && is_x86_feature_detected!("avx512vpopcntdq")
     }
 
-    /// The portable `join_runs_portable`, eight entries at a time: a masked load of up to 48
-    /// bytes of a run's rests (nothing past the run's last entry is read), one byte
-    /// permutation putting entry `j`'s six bytes in the top six of lane `j` (the low two
-    /// zeroed, as the portable loads' shift does), then for each probe an exclusive or with
-    /// its rest, a population count and a comparison per lane. The probes of a run go four
-    /// at a time, so that one load and one permutation serve four probes; the last
-    /// `probes mod 4` one at a time. The same pairs as the portable loop: within each group
-    /// of eight entries, the four probes' hits in the probes' order, lanes in order.
+    /// The portable `join_runs_portable`, sixteen entries at a time, in two steps: a filter
+    /// on the top 32 bits of each entry's 48-bit rest, sixteen to a vector, then the whole
+    /// rest of each entry the filter lets through. Two masked loads of up to 96 bytes of a
+    /// run's rests (nothing past the run's last entry is read) and one byte permutation of
+    /// both put entry `j`'s top four bytes in lane `j`; then for each probe an exclusive or
+    /// with its rest's top 32 bits, a population count and a comparison per lane. An entry
+    /// within `k` of a probe is within `k` on any of its bits, so the filter lets every
+    /// such entry through (and, of random ones, about 1 in 780,000 at `k = 3` that are
+    /// not). The probes of a run go four at a time, so that the loads and the permutation
+    /// serve four probes; the last `probes mod 4` one at a time. The same pairs as the
+    /// portable loop: within each group of sixteen entries, the four probes' hits in the
+    /// probes' order, lanes in order.
     ///
     /// # Safety
     ///
@@ -270,64 +274,79 @@ mod wide {
         hit: &mut impl FnMut(u32, u32, u32),
     ) {
         const _: () = assert!(REST == 6);
-        // Byte `b` of lane `j`: byte `b − 2` of entry `j`; bytes 0 and 1 are masked to 0.
+        // Byte `b` of lane `j`: byte `b + 2` of entry `j`, of the 128 bytes of both loads.
         let spread: [u8; 64] = std::array::from_fn(|at| {
-            let (j, b) = (at / 8, at % 8);
-            (j * REST + b.saturating_sub(2)) as u8
+            let (j, b) = (at / 4, at % 4);
+            (j * REST + 2 + b) as u8
         });
         // SAFETY: reads the 64 bytes of the array.
         let spread = unsafe { _mm512_loadu_si512(spread.as_ptr().cast()) };
-        let high_six = 0xFCFC_FCFC_FCFC_FCFCu64;
-        // Entries `i .. i + m` of `run` (m = min(n − i, 8)) in lanes, and the lanes' mask.
+        // The top 32 bits of entries `i .. i + m` of `run` (m = min(n − i, 16)) in lanes,
+        // and the lanes' mask.
         let lanes = |run: &[u8], i: usize, n: usize| {
-            let m = (n - i).min(8);
-            let load = (1u64 << (m * REST)) - 1;
+            let m = (n - i).min(16);
+            let bytes = m * REST;
             debug_assert!((i + m) * REST <= run.len());
-            // SAFETY: the masked load reads the `m * REST` bytes of entries `i .. i + m`,
-            // within `run` (i + m <= n, and `run` holds n entries); the others are not read.
-            let v = unsafe { _mm512_maskz_loadu_epi8(load, run.as_ptr().add(i * REST).cast()) };
+            let low = if bytes >= 64 {
+                u64::MAX
+            } else {
+                (1u64 << bytes) - 1
+            };
+            let high = (1u64 << bytes.saturating_sub(64)) - 1;
+            let from = run.as_ptr().wrapping_add(i * REST);
+            // SAFETY: the masked loads read the `bytes` bytes of entries `i .. i + m`, within
+            // `run` (i + m <= n, and `run` holds n entries): the first 64 (or fewer) from
+            // `from`, the rest from `from + 64`; the others are not read. `from + 64` is
+            // within `run` or one past it when a byte is read from it, and otherwise not
+            // dereferenced.
+            let (a, b) = unsafe {
+                (
+                    _mm512_maskz_loadu_epi8(low, from.cast()),
+                    _mm512_maskz_loadu_epi8(high, from.wrapping_add(64).cast()),
+                )
+            };
             (
-                _mm512_maskz_permutexvar_epi8(high_six, spread, v),
-                ((1u16 << m) - 1) as u8,
+                _mm512_permutex2var_epi8(a, spread, b),
+                ((1u32 << m) - 1) as u16,
             )
         };
         each_run_of_probes(probes, runs, |group, run_key, at, n| {
             let run = &rests[at * REST..(at + n) * REST];
             let mut quads = group.chunks_exact(4);
             for quad in &mut quads {
-                // Each probe's rest, its room (and whether it has any: `live`), and the bits
-                // its own key differs from the run's.
+                // Each probe's rest's top 32 bits, its room (and whether it has any:
+                // `live`), and the bits its own key differs from the run's.
                 let mut r = [_mm512_setzero_si512(); 4];
                 let mut room = [_mm512_setzero_si512(); 4];
                 let mut keys = [0u32; 4];
-                let mut live = [0u8; 4];
+                let mut live = [0u16; 4];
                 for (j, q) in quad.iter().enumerate() {
                     keys[j] = (key(q.fp, t) ^ run_key).count_ones();
                     if let Some(left) = k.checked_sub(keys[j]) {
-                        live[j] = 0xFF;
-                        room[j] = _mm512_set1_epi64(i64::from(left));
+                        live[j] = 0xFFFF;
+                        room[j] = _mm512_set1_epi32(left as i32);
                     }
-                    r[j] = _mm512_set1_epi64((rest(q.fp, t) << 16) as i64);
+                    r[j] = _mm512_set1_epi32((rest(q.fp, t) >> 16) as u32 as i32);
                 }
                 let mut i = 0;
                 while i < n {
                     let (v, valid) = lanes(run, i, n);
-                    let d0 = _mm512_popcnt_epi64(_mm512_xor_si512(v, r[0]));
-                    let d1 = _mm512_popcnt_epi64(_mm512_xor_si512(v, r[1]));
-                    let d2 = _mm512_popcnt_epi64(_mm512_xor_si512(v, r[2]));
-                    let d3 = _mm512_popcnt_epi64(_mm512_xor_si512(v, r[3]));
+                    let d0 = _mm512_popcnt_epi32(_mm512_xor_si512(v, r[0]));
+                    let d1 = _mm512_popcnt_epi32(_mm512_xor_si512(v, r[1]));
+                    let d2 = _mm512_popcnt_epi32(_mm512_xor_si512(v, r[2]));
+                    let d3 = _mm512_popcnt_epi32(_mm512_xor_si512(v, r[3]));
                     let near = [
-                        _mm512_cmple_epu64_mask(d0, room[0]) & valid & live[0],
-                        _mm512_cmple_epu64_mask(d1, room[1]) & valid & live[1],
-                        _mm512_cmple_epu64_mask(d2, room[2]) & valid & live[2],
-                        _mm512_cmple_epu64_mask(d3, room[3]) & valid & live[3],
+                        _mm512_cmple_epu32_mask(d0, room[0]) & valid & live[0],
+                        _mm512_cmple_epu32_mask(d1, room[1]) & valid & live[1],
+                        _mm512_cmple_epu32_mask(d2, room[2]) & valid & live[2],
+                        _mm512_cmple_epu32_mask(d3, room[3]) & valid & live[3],
                     ];
-                    if u32::from_le_bytes(near) != 0 {
-                        for (j, d) in [d0, d1, d2, d3].into_iter().enumerate() {
-                            emit(near[j], d, &quad[j], keys[j], at + i, hit);
+                    if (near[0] | near[1] | near[2] | near[3]) != 0 {
+                        for j in 0..4 {
+                            emit(near[j], run, &quad[j], t, keys[j], k, at, i, hit);
                         }
                     }
-                    i += 8;
+                    i += 16;
                 }
             }
             for q in quads.remainder() {
@@ -335,44 +354,50 @@ mod wide {
                 let Some(left) = k.checked_sub(keys) else {
                     continue;
                 };
-                let r = _mm512_set1_epi64((rest(q.fp, t) << 16) as i64);
-                let room = _mm512_set1_epi64(i64::from(left));
+                let r = _mm512_set1_epi32((rest(q.fp, t) >> 16) as u32 as i32);
+                let room = _mm512_set1_epi32(left as i32);
                 let mut i = 0;
                 while i < n {
                     let (v, valid) = lanes(run, i, n);
-                    let d = _mm512_popcnt_epi64(_mm512_xor_si512(v, r));
-                    let near = _mm512_cmple_epu64_mask(d, room) & valid;
+                    let d = _mm512_popcnt_epi32(_mm512_xor_si512(v, r));
+                    let near = _mm512_cmple_epu32_mask(d, room) & valid;
                     if near != 0 {
-                        emit(near, d, q, keys, at + i, hit);
+                        emit(near, run, q, t, keys, k, at, i, hit);
                     }
-                    i += 8;
+                    i += 16;
                 }
             }
         });
     }
 
-    /// The hits of probe `q` among eight entries from `first`: the lanes of `near`, in
-    /// order, with their distances in `d` (plus the key's bits, `keys`).
+    /// The hits of probe `q` among the entries `i ..` of `run` (whose first entry is the
+    /// block's `at`) that the filter let through, the lanes of `near`, in order: each
+    /// whose whole rest is within the room `k − keys` of the probe's, with its distance
+    /// (plus the key's bits, `keys`).
     #[inline]
-    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
     fn emit(
-        mut near: u8,
-        d: __m512i,
+        mut near: u16,
+        run: &[u8],
         q: &Probe,
+        t: usize,
         keys: u32,
-        first: usize,
+        k: u32,
+        at: usize,
+        i: usize,
         hit: &mut impl FnMut(u32, u32, u32),
     ) {
-        if near == 0 {
-            return;
-        }
-        let mut ds = [0u64; 8];
-        // SAFETY: stores the 64 bytes of `ds` (an unaligned store).
-        unsafe { _mm512_storeu_si512(ds.as_mut_ptr().cast(), d) };
+        let r = rest(q.fp, t);
         while near != 0 {
             let j = near.trailing_zeros() as usize;
             near &= near - 1;
-            hit(q.slot, (first + j) as u32, keys + ds[j] as u32);
+            let e = &run[(i + j) * REST..(i + j + 1) * REST];
+            let mut b = [0u8; 8];
+            b[..REST].copy_from_slice(e);
+            let d = keys + (u64::from_le_bytes(b) ^ r).count_ones();
+            if d <= k {
+                hit(q.slot, (at + i + j) as u32, d);
+            }
         }
     }
 }
@@ -549,7 +574,8 @@ mod tests {
 
     /// `join_runs` finds exactly the pairs a scan of every (probe, entry) finds, with their
     /// distances (the portable loop in the scan's order): runs of every length from 1 to 9 (the
-    /// four-at-a-time loop and its remainder), 1 to 12 probes per run (the vector loop's four
+    /// four-at-a-time loop and its remainder) and of 15, 16, 17, 31 and 33 (the vector
+    /// loop's sixteen entries, across its two loads, and their remainder), 1 to 12 probes per run (the vector loop's four
     /// probes at a time and their remainder), neighbours planted at every distance up to 8
     /// in every place of both loops, every `k` and every table.
     #[test]
@@ -564,11 +590,11 @@ mod tests {
         let mut places = [false; 5];
         for t in 0..4 {
             for k in 0..=MAX_K {
-                // Entries: runs of keys 10, 20, ..., each of 1 to 9 fingerprints, some of
+                // Entries: runs of keys 10, 20, ..., each of 1 to 33 fingerprints, some of
                 // them near the queries.
                 let queries: Vec<u64> = (0..6).map(|_| rnd()).collect();
                 let mut fps: Vec<(u32, u64)> = Vec::new();
-                for (r, len) in (1..=9).chain(1..=9).enumerate() {
+                for (r, len) in (1..=9).chain(1..=9).chain([15, 16, 17, 31, 33]).enumerate() {
                     let run_key = (r as u32 + 1) * 10;
                     for j in 0..len {
                         let base = if rnd() % 3 != 0 {
