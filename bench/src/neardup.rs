@@ -181,6 +181,16 @@ pub fn store_child(
     // live before the bench makes its ids and documents is the store's (its standing
     // structures); the most live during the call, less the bench's ids and documents, is the
     // store's memory at its peak (the results are reported without copies).
+    // glibc's allocator bound as `crivello serve` bounds it (two arenas, a fixed mmap
+    // threshold of 256 KiB), so that the peak RSS is near what is allocated: by default
+    // glibc keeps the batches' freed vectors in its arenas (`bench/README.md`).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `mallopt` only sets the allocator's parameters; the store's threads are not
+    // started yet.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
+    }
     crate::heap::start();
     let mut store = Store::open(tmp.path(), Options::new().memory(memory << 20))?;
     let mut fps = Fingerprints::new();
@@ -188,7 +198,7 @@ pub fn store_child(
     let start = Instant::now();
     let mut at = 0u64;
     let mut progress = Instant::now();
-    let mut store_max = 0usize;
+    let (mut store_max, mut bench_max) = (0usize, 0usize);
     while at < stored {
         let call = if batch == 0 {
             store.batch_docs(3) as u64
@@ -216,6 +226,7 @@ pub fn store_child(
         })?;
         let peak = crate::heap::peak();
         store_max = store_max.max(peak - (before - standing));
+        bench_max = bench_max.max(before - standing);
         at += n;
         if progress.elapsed().as_secs() >= 10 {
             progress = Instant::now();
@@ -237,6 +248,7 @@ pub fn store_child(
         "disk_bytes": dir_size(tmp.path()),
         "peak_rss_kib": peak_rss_kib(),
         "store_heap_max_mib": store_max as f64 / (1 << 20) as f64,
+        "bench_heap_max_mib": bench_max as f64 / (1 << 20) as f64,
     });
     println!("{out}");
     Ok(())
@@ -478,14 +490,12 @@ pub fn run(a: &NeardupArgs) -> Result<()> {
         let (bytes, ids) = write_docs(&input, a.cli_docs)?;
         let store = tmp.path().join("store");
         let start = Instant::now();
-        let out = Command::new(cli)
-            .arg("neardup")
+        let mut cmd = Command::new(cli);
+        cmd.arg("neardup")
             .arg(&store)
             .arg(&input)
-            .args(["--memory", &format!("{}M", a.memory)])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .output()?;
+            .args(["--memory", &format!("{}M", a.memory)]);
+        let (out, rss_kib) = output_with_peak_rss(cmd)?;
         let secs = start.elapsed().as_secs_f64();
         if !out.status.success() {
             return Err(format!(
@@ -505,16 +515,17 @@ pub fn run(a: &NeardupArgs) -> Result<()> {
             .filter(|l| !l.is_empty() && !l.ends_with(b"\t-\t-"))
             .count();
         println!(
-            "\n`crivello neardup`, {} MiB: {} documents ({:.0} MB of JSON lines, {ids} new ids, {near} near-duplicates) in {secs:.2} s: {:.0} documents/s, {:.0} MB/s",
+            "\n`crivello neardup`, {} MiB: {} documents ({:.0} MB of JSON lines, {ids} new ids, {near} near-duplicates) in {secs:.2} s: {:.0} documents/s, {:.0} MB/s, peak RSS {} MiB",
             a.memory,
             a.cli_docs,
             bytes as f64 / 1e6,
             a.cli_docs as f64 / secs,
-            bytes as f64 / 1e6 / secs
+            bytes as f64 / 1e6 / secs,
+            rss_kib / 1024
         );
         report.insert(
             "cli".into(),
-            serde_json::json!({"docs": a.cli_docs, "bytes": bytes, "new": ids, "near": near, "secs": secs}),
+            serde_json::json!({"docs": a.cli_docs, "bytes": bytes, "new": ids, "near": near, "secs": secs, "peak_rss_kib": rss_kib}),
         );
     }
     if let Some(svg) = &a.svg {
@@ -617,4 +628,41 @@ fn plot(rows: &[serde_json::Value], memory: usize, output: &std::path::Path) -> 
         .draw()?;
     root.present()?;
     Ok(())
+}
+
+/// Runs `cmd` to its end, its standard output and error gathered, and returns them with its
+/// peak RSS in KiB (`wait4`'s, the command's alone).
+fn output_with_peak_rss(mut cmd: Command) -> Result<(std::process::Output, u64)> {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let gather = |mut from: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            from.read_to_end(&mut buf).map(|_| buf)
+        })
+    };
+    let stdout = gather(Box::new(child.stdout.take().expect("piped")));
+    let stderr = gather(Box::new(child.stderr.take().expect("piped")));
+    let mut status = 0;
+    // SAFETY: an all-zero `rusage` is a valid value of the plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, writing its status and usage into the two locals.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    let join = |t: std::thread::JoinHandle<std::io::Result<Vec<u8>>>| {
+        t.join().map_err(|_| "a thread reading the command failed")
+    };
+    let out = std::process::Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: join(stdout)??,
+        stderr: join(stderr)??,
+    };
+    Ok((out, usage.ru_maxrss as u64))
 }
