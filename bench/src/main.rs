@@ -89,6 +89,18 @@ enum Cmd {
     /// Candidate encodings of a frame (front coding, lz4, zstd, both): bytes per URL and
     /// speed, on files of URLs and the synthetic stream.
     Compress(compress::CompressArgs),
+    /// Runs a command with this process's standard input and outputs, waits for it, writes
+    /// its peak RSS in KiB to a file and exits with its code (used by `neardup`; as GNU
+    /// `time` does, from a small process: a child's peak counts the process it was spawned
+    /// from before it ran the command).
+    #[command(hide = true)]
+    PeakRss {
+        /// Where to write the peak RSS.
+        out: PathBuf,
+        /// The command and its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Runs crivello's near-duplicate store alone and prints its figures (used by `neardup`).
     #[command(hide = true)]
     NeardupStore {
@@ -264,6 +276,7 @@ fn main() -> ExitCode {
             dir,
             far,
         } => neardup::store_child(stored, memory, batch, dir, far),
+        Cmd::PeakRss { out, command } => neardup::peak_rss_child(&out, &command),
         Cmd::Plot { input, output } => plot::plot(&input, &output),
         Cmd::Table { input } => record::load(&input).map(|rs| print!("{}", table::markdown(&rs))),
         Cmd::Peer {

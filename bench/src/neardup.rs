@@ -631,23 +631,29 @@ fn plot(rows: &[serde_json::Value], memory: usize, output: &std::path::Path) -> 
 }
 
 /// Runs `cmd` to its end, its standard output and error gathered, and returns them with its
-/// peak RSS in KiB (`wait4`'s, the command's alone).
-fn output_with_peak_rss(mut cmd: Command) -> Result<(std::process::Output, u64)> {
-    use std::io::Read;
-    use std::os::unix::process::ExitStatusExt;
-    let mut child = cmd
+/// peak RSS in KiB, measured by this program's `peak-rss` in a process of its own: a child's
+/// peak (`wait4`'s) counts the process it was spawned from, here this one with its
+/// fingerprints, before it ran the command.
+fn output_with_peak_rss(cmd: Command) -> Result<(std::process::Output, u64)> {
+    let tmp = tempfile::NamedTempFile::new()?;
+    let out = Command::new(std::env::current_exe()?)
+        .arg("peak-rss")
+        .arg(tmp.path())
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()?;
-    let gather = |mut from: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            from.read_to_end(&mut buf).map(|_| buf)
-        })
-    };
-    let stdout = gather(Box::new(child.stdout.take().expect("piped")));
-    let stderr = gather(Box::new(child.stderr.take().expect("piped")));
+        .output()?;
+    let rss = std::fs::read_to_string(tmp.path())?
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    Ok((out, rss))
+}
+
+/// The `peak-rss` subcommand: runs `command` with this process's standard input and
+/// outputs, writes its peak RSS in KiB (`wait4`'s) to `out`, and exits with its code.
+pub fn peak_rss_child(out: &std::path::Path, command: &[std::ffi::OsString]) -> Result<()> {
+    let child = Command::new(&command[0]).args(&command[1..]).spawn()?;
     let mut status = 0;
     // SAFETY: an all-zero `rusage` is a valid value of the plain C struct.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -656,13 +662,11 @@ fn output_with_peak_rss(mut cmd: Command) -> Result<(std::process::Output, u64)>
     if pid < 0 {
         return Err(std::io::Error::last_os_error().into());
     }
-    let join = |t: std::thread::JoinHandle<std::io::Result<Vec<u8>>>| {
-        t.join().map_err(|_| "a thread reading the command failed")
+    std::fs::write(out, usage.ru_maxrss.to_string())?;
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
     };
-    let out = std::process::Output {
-        status: std::process::ExitStatus::from_raw(status),
-        stdout: join(stdout)??,
-        stderr: join(stderr)??,
-    };
-    Ok((out, usage.ru_maxrss as u64))
+    std::process::exit(code)
 }

@@ -628,24 +628,29 @@ impl Store {
         best: &[u64],
         each: &mut dyn FnMut(usize, Option<StoredRef<'_>>),
     ) -> Result<()> {
-        // (document, new document's number), then (where its id is in `ids`, number).
-        let mut earlier: Vec<(u64, u32)> = (best.iter().enumerate())
-            .filter_map(|(j, &b)| {
-                unpack(b)
-                    .filter(|&(_, doc)| doc < base)
-                    .map(|(_, doc)| (doc, j as u32))
-            })
-            .collect();
+        // (document, new document's number), then (where its id is in `ids`, number);
+        // allocated to its exact length.
+        let before = |b: &u64| unpack(*b).is_some_and(|(_, doc)| doc < base);
+        let mut earlier: Vec<(u64, u32)> =
+            Vec::with_capacity(best.iter().filter(|b| before(b)).count());
+        earlier.extend(
+            (best.iter().enumerate())
+                .filter(|(_, b)| before(b))
+                .map(|(j, &b)| (b & (MAX_DOCS - 1), j as u32)),
+        );
         earlier.sort_unstable();
         let cap = NEAREST_ID_BYTES * new.len();
-        let mut ids: Vec<u8> = Vec::new();
+        // Allocated whole (its share of the budget), so that growing it never holds more.
+        let mut ids: Vec<u8> = Vec::with_capacity(if earlier.is_empty() { 0 } else { cap });
         for e in &mut earlier {
             let (doc, start) = (e.0, ids.len());
             e.0 = UNREAD;
             if start < cap {
                 let id = self.docs.record(doc)?.id;
-                ids.extend_from_slice(&id);
-                e.0 = (start as u64) << 17 | id.len() as u64;
+                if start + id.len() <= cap {
+                    ids.extend_from_slice(&id);
+                    e.0 = (start as u64) << 17 | id.len() as u64;
+                }
             }
         }
         earlier.sort_unstable_by_key(|e| e.1);
