@@ -588,6 +588,10 @@ mod tests {
             state
         };
         let mut places = [false; 5];
+        // The lanes of the vector loop where hits lay (runs of 15 entries or more), and
+        // whether an entry was let through by its filter only to be refused whole.
+        let mut lanes = [false; 16];
+        let mut through = false;
         for t in 0..4 {
             for k in 0..=MAX_K {
                 // Entries: runs of keys 10, 20, ..., each of 1 to 33 fingerprints, some of
@@ -626,8 +630,12 @@ mod tests {
                 // Probes whose keys are each run's key, or the key with one bit flipped.
                 // From 1 to 12 probes per run: groups of four and every remainder.
                 let mut ps: Vec<Probe> = Vec::new();
+                let n_of = |ri: usize| runs[ri].1;
                 for (ri, &(rk, _)) in runs.iter().enumerate() {
-                    for (slot, &fp) in queries.iter().enumerate().take(1 + ri % 6) {
+                    // Runs of 15 entries or more: six queries, so that the vector loop
+                    // takes its four probes at a time there too.
+                    let many = if n_of(ri) >= 15 { 6 } else { 1 + ri % 6 };
+                    for (slot, &fp) in queries.iter().enumerate().take(many) {
                         let flips = [0u32, 1 << (slot % 16)];
                         for &flip in &flips[..1 + (ri + slot) % 2] {
                             let qfp =
@@ -663,6 +671,16 @@ mod tests {
                             let d = (fp ^ q.fp).count_ones();
                             if d <= k {
                                 scan.push((q.slot, i as u32, d));
+                                if n >= 15 {
+                                    lanes[(i - at) % 16] = true;
+                                }
+                            } else if n >= 15 {
+                                // Within `k` on the 32 bits the vector loop filters on,
+                                // not on the whole: the filter lets it through, and the
+                                // whole comparison refuses it.
+                                let keys = (key(q.fp, t) ^ rk).count_ones();
+                                let top = (rest(fp, t) ^ rest(q.fp, t)) >> 16;
+                                through |= keys + top.count_ones() <= k;
                             }
                         }
                     }
@@ -693,5 +711,10 @@ mod tests {
             }
         }
         assert_eq!(places, [true; 5], "hits in every place of the loops");
+        assert_eq!(lanes, [true; 16], "hits in every lane of the vector loop");
+        assert!(
+            through,
+            "an entry let through by the filter and refused whole"
+        );
     }
 }

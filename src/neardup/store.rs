@@ -36,10 +36,10 @@ const PARALLEL_MIN: usize = 4096;
 /// Bytes per probe of a table (k ≤ 3: one probe per table, 4 ≤ k: 17), sorted as they are
 /// made.
 const BYTES_PER_PROBE: usize = 16;
-/// Bytes a new document of a batch may take in the buffer of the ids of the nearest
-/// documents stored before the batch, when the batch is reported: what the batch's other
-/// vectors leave of its bytes per document then (`docs/design.md`, "Memory").
-const NEAREST_ID_BYTES: usize = 28;
+/// Bytes per document of a batch when it is reported (`docs/design.md`, "Memory"): the
+/// places and nearest found of its new documents, 12 each, the nearest documents stored
+/// before the batch with their places, 16 each, and the buffer of their ids, the rest.
+const REPORT_BYTES_PER_DOC: usize = BYTES_PER_DOC + BYTES_PER_PROBE;
 /// A nearest document whose id was not read into the buffer of [`Store::report`].
 const UNREAD: u64 = u64::MAX;
 /// A nearest found: the distance in the top 4 bits, the document in the low 60 (the least
@@ -618,8 +618,9 @@ impl Store {
     /// Reports the documents of a batch stored from `base` (`new`: the places of the new
     /// ones in `docs`, `best`: their nearest found, packed) to `each`, in order. The ids of
     /// the nearest documents stored before the batch are read from D in document order, so
-    /// that each frame of D is read once, into a buffer of at most [`NEAREST_ID_BYTES`] a
-    /// new document; the ids past it are read one by one as they are reported.
+    /// that each frame of D is read once, into a buffer of what the batch's
+    /// [`REPORT_BYTES_PER_DOC`] leave beside the other vectors; the ids that do not fit are
+    /// read one by one as they are reported.
     fn report(
         &mut self,
         docs: &[(&[u8], u64)],
@@ -639,7 +640,8 @@ impl Store {
                 .map(|(j, &b)| (b & (MAX_DOCS - 1), j as u32)),
         );
         earlier.sort_unstable();
-        let cap = NEAREST_ID_BYTES * new.len();
+        let cap =
+            (REPORT_BYTES_PER_DOC * docs.len()).saturating_sub(12 * new.len() + 16 * earlier.len());
         // Allocated whole (its share of the budget), so that growing it never holds more.
         let mut ids: Vec<u8> = Vec::with_capacity(if earlier.is_empty() { 0 } else { cap });
         for e in &mut earlier {
@@ -1290,16 +1292,17 @@ mod tests {
         }
     }
 
-    /// `insert_with` reports what `insert` returns, in order, with every nearest id right:
-    /// ids of the batch, and ids of documents stored before it, read into the batch's buffer
-    /// while it has room and one by one past it (long ids of earlier documents, so that
-    /// most are past it), repeats within the call and of earlier calls reported as `None`.
+    /// `insert_with` reports what `insert` returns, in order, with every nearest id right,
+    /// over a call of three batches: ids of the batch, ids of documents stored before it
+    /// (in an earlier call, or in an earlier batch of the same call) read into the batch's
+    /// buffer while they fit and one by one past it (ids of 2,000 bytes, so that most do
+    /// not fit), and repeats within the call and of an earlier call reported as `None`.
     #[test]
     fn insert_with_reports_each_document_with_its_nearest_ids() {
         let dir = tempfile::tempdir().unwrap();
-        let fps = fingerprints(5, 3_000, 3);
+        let fps = fingerprints(5, 41_000, 3);
         let mut store = Store::open(dir.path(), Options::new().memory(4 << 20)).unwrap();
-        let long = |i: usize| format!("{i:0>300}").into_bytes();
+        let long = |i: usize| format!("{i:0>2000}").into_bytes();
         let ids: Vec<Vec<u8>> = (0..1_000).map(long).collect();
         let docs: Vec<(&[u8], u64)> = ids
             .iter()
@@ -1307,52 +1310,72 @@ mod tests {
             .map(|(id, &fp)| (&id[..], fp))
             .collect();
         store.insert(&docs, 3).unwrap();
-        // Copies of the first thousand under new short ids, then near-duplicates among
-        // themselves, and repeats.
+        // Copies of the first thousand one bit off under new short ids, then documents
+        // near-duplicate among themselves, and repeats.
         let mut ids: Vec<Vec<u8>> = (0..1_000).map(|i| format!("c{i}").into_bytes()).collect();
-        ids.extend((1_000..2_000).map(|i| format!("d{i}").into_bytes()));
+        ids.extend((1_000..41_000).map(|i| format!("d{i}").into_bytes()));
         ids.push(b"c7".to_vec());
         ids.push(long(3));
         let mut fps2: Vec<u64> = fps[..1_000].iter().map(|fp| fp ^ 1).collect();
-        fps2.extend(&fps[1_000..2_000]);
+        fps2.extend(&fps[1_000..41_000]);
         fps2.extend([0, 0]);
         let docs: Vec<(&[u8], u64)> = ids
             .iter()
             .zip(&fps2)
             .map(|(id, &fp)| (&id[..], fp))
             .collect();
+        // The premises: three batches, and the first one's earlier ids past its buffer.
+        let batch = store.batch_docs(3);
+        assert!((docs.len() - 1) / batch == 2, "{batch} documents a batch");
+        assert!(
+            1_000 * 2_000 > REPORT_BYTES_PER_DOC * batch,
+            "the buffer would hold them all"
+        );
         let mut seen = Vec::new();
         store
             .insert_with(&docs, 3, |i, s| seen.push((i, s.map(|s| s.to_stored()))))
             .unwrap();
         assert_eq!(seen.len(), docs.len());
-        let all: Vec<u64> = fps[..1_000].iter().chain(&fps2[..2_000]).copied().collect();
+        let all: Vec<u64> = fps[..1_000]
+            .iter()
+            .chain(&fps2[..41_000])
+            .copied()
+            .collect();
+        let mut nearest_earlier = [0; 3];
         for (at, (i, s)) in seen.into_iter().enumerate() {
             assert_eq!(i, at, "in order");
-            if i >= 2_000 {
+            if i >= 41_000 {
                 assert_eq!(s, None, "a repeat: {i}");
                 continue;
             }
             let s = s.expect("a new id");
+            let doc = 1_000 + i as u64;
             assert_eq!(
                 (s.doc, &s.id[..], s.fingerprint),
-                (1_000 + i as u64, docs[i].0, docs[i].1)
+                (doc, docs[i].0, docs[i].1)
             );
-            let want = brute(&all[..1_000 + i], all[1_000 + i], 3).first().copied();
-            assert_eq!(
-                s.nearest.as_ref().map(|m| (m.doc, m.distance)),
-                want,
-                "document {i}"
-            );
+            if i < 1_000 || i % 11 == 0 {
+                let want = brute(&all[..doc as usize], all[doc as usize], 3)
+                    .first()
+                    .copied();
+                assert_eq!(
+                    s.nearest.as_ref().map(|m| (m.doc, m.distance)),
+                    want,
+                    "document {i}"
+                );
+            }
             if let Some(m) = s.nearest {
                 let stored = store.document(m.doc).unwrap();
                 assert_eq!(m.id, stored.id, "the nearest's id, document {i}");
+                // Stored before the document's batch.
+                if m.doc < 1_000 + (i / batch * batch) as u64 {
+                    nearest_earlier[i / batch] += 1;
+                }
             }
         }
-        let earlier = (0..1_000).filter(|&i| !brute(&fps[..1_000], fps2[i], 3).is_empty());
         assert!(
-            earlier.count() > NEAREST_ID_BYTES * 1_000 / 300 * 2,
-            "past the buffer"
+            nearest_earlier.iter().all(|&n| n > 0),
+            "{nearest_earlier:?}"
         );
     }
 
