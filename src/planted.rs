@@ -33,6 +33,10 @@ pub enum Bug {
     /// durably, before the batch's documents are committed, so a crash between the two makes
     /// a re-run skip documents that were never stored.
     IdsBeforeCommit,
+    /// `report-before-commit`: the near-duplicate store reports a batch's documents to
+    /// `insert_with`'s closure before they are durable, so a crash then loses documents whose
+    /// lines were printed.
+    ReportBeforeCommit,
     /// `no-clean-end`: a clean close does not record where A and J end, so damage or a cut
     /// in their last frames after a clean close reads as a torn tail.
     NoCleanEnd,
@@ -95,7 +99,7 @@ pub enum Bug {
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 28] = [
+    pub const ALL: [(Bug, &'static str); 29] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -106,6 +110,7 @@ impl Bug {
         (Bug::CursorBeforeQueues, "cursor-before-queues"),
         (Bug::CommitBeforePushes, "commit-before-pushes"),
         (Bug::IdsBeforeCommit, "ids-before-commit"),
+        (Bug::ReportBeforeCommit, "report-before-commit"),
         (Bug::NoCleanEnd, "no-clean-end"),
         (Bug::HandoffUnlogged, "handoff-unlogged"),
         (Bug::HandoffSkip, "handoff-skip"),

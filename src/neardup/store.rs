@@ -571,6 +571,10 @@ impl Store {
             self.docs
                 .append(docs[i as usize].1, nearest, docs[i as usize].0)?;
         }
+        let early = crate::planted::active(crate::planted::Bug::ReportBeforeCommit);
+        if early {
+            self.report(docs, base, &new, &best, each)?;
+        }
         if crate::planted::active(crate::planted::Bug::IdsBeforeCommit) {
             for &i in &new {
                 self.sieve.push(docs[i as usize].0)?;
@@ -610,7 +614,9 @@ impl Store {
         self.manifest.in_sieve = self.manifest.docs;
         self.dirty = true;
         // 8. The results, to the caller.
-        self.report(docs, base, &new, &best, each)?;
+        if !early {
+            self.report(docs, base, &new, &best, each)?;
+        }
         // 9. A merge, when due.
         self.merge_if_due()
     }
