@@ -34,6 +34,11 @@ pub(crate) fn merge_due(unmerged: u64, distinct: u64, runs: usize, max_runs: usi
     unmerged >= distinct || runs + 1 >= max_runs
 }
 
+/// Bytes of the bitmaps of new positions a merge keeps in memory for its runs (the batch's is
+/// always kept): a run whose bitmap still fits writes no scratch. 1 MiB is a bit for each
+/// record of three full runs at a budget of 64 MiB.
+const REGIONS_IN_MEMORY: u64 = 1 << 20;
+
 /// The new segment of a merge, created at its first signature (a merge whose output is
 /// empty creates no file and takes no id).
 struct MergeOut<'a> {
@@ -112,11 +117,27 @@ pub(crate) fn merge_signatures(
     let scratch = storage.create_file(SCRATCH)?;
     let mut regions = Vec::with_capacity(runs.len() + 1);
     let mut offset = 0u64;
-    let sizes = runs.iter().map(|r| r.meta().pairs);
-    for pairs in sizes.chain(std::iter::once(batch.len() as u64)) {
-        regions.push(Region::new(offset));
-        offset += 4 * pairs;
+    // The runs' positions in memory while their bitmaps fit [`REGIONS_IN_MEMORY`], in push
+    // order; the others in the scratch file.
+    let mut left = REGIONS_IN_MEMORY;
+    for r in runs {
+        let bitmap = r.meta().records.div_ceil(64) * 8;
+        if bitmap <= left {
+            left -= bitmap;
+            regions.push(Region::in_memory(r.meta().records));
+        } else {
+            regions.push(Region::new(offset));
+            offset += 4 * r.meta().pairs;
+        }
     }
+    // The batch's positions, always in memory: one bit per record up to its last pair's
+    // (at most a bit per slot of S, as the emission's bitmap of any source).
+    let records = batch
+        .iter()
+        .map(|p| u64::from(p.idx) + 1)
+        .max()
+        .unwrap_or(0);
+    regions.push(Region::in_memory(records));
 
     let max_sigs = segments.iter().map(|s| s.meta().sigs).sum::<u64>()
         + runs.iter().map(|r| r.meta().pairs).sum::<u64>()
@@ -231,7 +252,8 @@ mod tests {
             }
 
             let mut next_id = 1000;
-            let merged = merge_signatures(&disk, &mut next_id, &segments, &runs, batch).unwrap();
+            let mut merged =
+                merge_signatures(&disk, &mut next_id, &segments, &runs, batch).unwrap();
 
             let mut all: Vec<u64> = zs.iter().flatten().map(|&x| sig(x)).collect();
             all.extend(sources.iter().flatten().map(|p| p.sig));
@@ -252,7 +274,7 @@ mod tests {
                     .map(|p| u64::from(p.idx))
                     .collect();
                 want.sort_unstable();
-                let r = &merged.regions[i];
+                let r = &mut merged.regions[i];
                 let got: Vec<u64> = Positions::read(&merged.scratch, r, "source")
                     .unwrap()
                     .iter()

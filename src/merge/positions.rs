@@ -1,6 +1,9 @@
 //! The new positions of a merge: for each source (a run, or the batch), the positions of
 //! the signatures no input of Z holds, written to that source's region of the scratch file
-//! as the merge finds them (in signature order), and read back in position order.
+//! as the merge finds them (in signature order), and read back in position order. The
+//! batch's are marked in a bitmap in memory instead (one bit per record of the batch, a
+//! ninety-sixth of its 12-byte slots): a merge of the batch alone, as the last flush of a
+//! run of pushes is, then writes no scratch at all.
 //!
 //! The scratch file is not checksummed (it lives for one merge and is never trusted across
 //! a crash); what is read back is checked instead: every position below its source's size,
@@ -24,6 +27,9 @@ pub(crate) struct Region {
     /// the records emitted must add up to.
     pub sum: u64,
     buf: Vec<u8>,
+    /// For a region kept in memory, one bit per record of its source (instead of the
+    /// scratch file), and the first position given twice, if any.
+    marks: Option<(Vec<u64>, Option<u32>)>,
 }
 
 impl Region {
@@ -35,15 +41,44 @@ impl Region {
             end: 0,
             sum: 0,
             buf: Vec::new(),
+            marks: None,
+        }
+    }
+
+    /// An empty region kept in memory, for a source whose positions are below `records`.
+    pub(crate) fn in_memory(records: u64) -> Region {
+        Region {
+            marks: Some((vec![0; records.div_ceil(64) as usize], None)),
+            ..Region::new(0)
         }
     }
 
     /// Records that the signature `sig` at position `idx` of this region's source is new.
     pub(crate) fn add(&mut self, scratch: &File, sig: u64, idx: u32) -> Result<()> {
-        self.buf.extend_from_slice(&idx.to_le_bytes());
         self.count += 1;
         self.end = self.end.max(u64::from(idx) + 1);
         self.sum = self.sum.wrapping_add(check_term(sig, u64::from(idx)));
+        if let Some((bits, twice)) = &mut self.marks {
+            let (word, bit) = (idx as usize / 64, idx % 64);
+            if word >= bits.len() {
+                // Past the records the region was made for: a bug of the caller's, reported
+                // as the position out of range that it is.
+                return Err(scratch.corrupt(
+                    0,
+                    Corruption::OutOfRange {
+                        field: "new position",
+                        found: u64::from(idx),
+                        limit: 64 * bits.len() as u64,
+                    },
+                ));
+            }
+            if bits[word] >> bit & 1 == 1 {
+                twice.get_or_insert(idx);
+            }
+            bits[word] |= 1 << bit;
+            return Ok(());
+        }
+        self.buf.extend_from_slice(&idx.to_le_bytes());
         if self.buf.len() >= SCRATCH_BUFFER {
             self.write_buffer(scratch)?;
         }
@@ -91,9 +126,9 @@ pub(crate) enum Positions {
 }
 
 impl Positions {
-    /// Reads the positions of region `r` of the scratch file. A position repeated can only
-    /// come from a damaged run.
-    pub(crate) fn read(scratch: &File, r: &Region, source: &str) -> Result<Positions> {
+    /// Reads the positions of region `r` of the scratch file (or takes them from memory, for
+    /// a region kept there). A position repeated can only come from a damaged run.
+    pub(crate) fn read(scratch: &File, r: &mut Region, source: &str) -> Result<Positions> {
         let duplicate = |p: u64| {
             Error::corrupt(
                 source,
@@ -105,6 +140,13 @@ impl Positions {
                 },
             )
         };
+        if let Some((mut bits, twice)) = r.marks.take() {
+            if let Some(p) = twice {
+                return Err(duplicate(u64::from(p)));
+            }
+            bits.truncate(r.end.div_ceil(64) as usize);
+            return Ok(Positions::Marked(bits));
+        }
         let dense = r.end <= 32 * r.count;
         let mut marked = vec![
             0u64;
@@ -194,14 +236,66 @@ mod tests {
         let scratch = File::new(disk.create(crate::names::SCRATCH).unwrap(), "scratch");
         let bytes: Vec<u8> = positions.iter().flat_map(|p| p.to_le_bytes()).collect();
         scratch.write_all_at(&bytes, 0).unwrap();
-        let region = Region {
+        let mut region = Region {
             count: positions.len() as u64,
             end,
             ..Region::new(0)
         };
-        let new = Positions::read(&scratch, &region, "source")?;
+        let new = Positions::read(&scratch, &mut region, "source")?;
         let marked = matches!(new, Positions::Marked(_));
         Ok((marked, new.iter().collect()))
+    }
+
+    /// The batch's region, kept in memory: positions given in any order come out in order,
+    /// its check sum is the scratch region's, nothing is written to the scratch file, and a
+    /// position given twice or past the records is refused.
+    #[test]
+    fn a_region_in_memory_gives_its_positions_in_order_and_writes_nothing() {
+        let disk = SimDisk::new();
+        let scratch = File::new(disk.create(crate::names::SCRATCH).unwrap(), "scratch");
+        let given = [700u32, 3, 64, 63, 0, 129, 5000, 4999];
+        let mut mem = Region::in_memory(5001);
+        let mut file = Region::new(0);
+        for (i, &p) in given.iter().enumerate() {
+            mem.add(&scratch, i as u64 * 77, p).unwrap();
+        }
+        assert_eq!(
+            scratch.len().unwrap(),
+            0,
+            "the region in memory wrote the scratch"
+        );
+        for (i, &p) in given.iter().enumerate() {
+            file.add(&scratch, i as u64 * 77, p).unwrap();
+        }
+        file.finish(&scratch).unwrap();
+        assert_eq!(
+            (mem.count, mem.end, mem.sum),
+            (file.count, file.end, file.sum)
+        );
+        let mut want: Vec<u64> = given.iter().map(|&p| u64::from(p)).collect();
+        want.sort_unstable();
+        let got: Vec<u64> = Positions::read(&scratch, &mut mem, "batch")
+            .unwrap()
+            .iter()
+            .collect();
+        assert_eq!(got, want);
+        let from_file: Vec<u64> = Positions::read(&scratch, &mut file, "batch")
+            .unwrap()
+            .iter()
+            .collect();
+        assert_eq!(from_file, want);
+
+        let mut twice = Region::in_memory(100);
+        for p in [7, 9, 7] {
+            twice.add(&scratch, u64::from(p), p).unwrap();
+        }
+        let e = Positions::read(&scratch, &mut twice, "batch")
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("record index given twice"), "{e}");
+        let mut past = Region::in_memory(100);
+        let e = past.add(&scratch, 1, 128).err().unwrap();
+        assert!(e.to_string().contains("new position"), "{e}");
     }
 
     #[test]

@@ -194,13 +194,13 @@ fn merge(
     b: BatchSource<'_>,
     batch: &[Slot],
 ) -> Result<Option<Arc<Segment>>> {
-    let merged = merge_signatures(storage, &mut m.next_id, segments, runs, batch)?;
+    let mut merged = merge_signatures(storage, &mut m.next_id, segments, runs, batch)?;
 
     // Emit the new URLs in the order of their first appearance: source by source, and in
     // each by position.
     let mut next_id = m.next_id;
     let mut f = Appender::open(storage, m.frontier_end(), &mut next_id, m.flushes as u32)?;
-    for (i, r) in merged.regions.iter().enumerate() {
+    for (i, r) in merged.regions.iter_mut().enumerate() {
         if r.count == 0 {
             continue;
         }

@@ -89,11 +89,11 @@ impl Job {
             });
         }
         let run_files: Vec<Arc<Run>> = runs.iter().map(|r| r.run.clone()).collect();
-        let merged = merge_signatures(storage, &mut next_id, &segments, &run_files, &slots)?;
+        let mut merged = merge_signatures(storage, &mut next_id, &segments, &run_files, &slots)?;
         slots.clear();
         let mut printed = 0;
         let mut chunk = Vec::new();
-        for (i, r) in merged.regions.iter().enumerate() {
+        for (i, r) in merged.regions.iter_mut().enumerate() {
             if r.count == 0 {
                 continue;
             }
