@@ -100,6 +100,58 @@ fn a_sieve_opened_after_a_clean_close_and_left_untouched_writes_nothing() {
     s.close().unwrap();
 }
 
+/// A store closed with S exactly full (the push that filled it made no freeze yet) is
+/// reopened with S full, as the process left it: nothing spilled, nothing written; the next
+/// push freezes it, as it would have.
+#[test]
+fn a_sieve_closed_with_s_exactly_full_reopens_it_full_and_writes_nothing() {
+    let disk = SimDisk::new();
+    let all: Vec<Vec<u8>> = (0..200)
+        .map(|i| format!("http://full{}.test/{i}", i % 7).into_bytes())
+        .collect();
+    let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
+    for u in &all[..100] {
+        s.push(u).unwrap();
+    }
+    s.flush().unwrap();
+    let slots = s.stats().unwrap().slots;
+    assert_eq!(slots, 64);
+    for u in &all[100..164] {
+        s.push(u).unwrap();
+    }
+    assert_eq!(s.stats().unwrap().buffered, slots);
+    s.close().unwrap();
+    let before = contents(&disk);
+    let ops = disk.ops();
+    let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
+    let stats = s.stats().unwrap();
+    assert_eq!(
+        (stats.buffered, stats.runs),
+        (slots, 0),
+        "S not taken back full"
+    );
+    s.close().unwrap();
+    assert_eq!(disk.ops(), ops, "reopening a full S wrote");
+    assert_eq!(contents(&disk), before);
+    // The next push freezes it; everything comes out once, in order.
+    let mut s = Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
+    for u in &all[164..] {
+        s.push(u).unwrap();
+    }
+    s.flush().unwrap();
+    let mut out = Vec::new();
+    loop {
+        let b = s.frontier_next(100).unwrap();
+        if b.is_empty() {
+            break;
+        }
+        out.extend(b);
+    }
+    assert_eq!(out, emit_model(&all));
+    s.close().unwrap();
+    assert!(check_storage(Arc::new(disk.clone())).is_ok_and(|r| r.is_sound()));
+}
+
 #[test]
 fn a_frontier_opened_after_a_clean_close_and_left_untouched_writes_nothing() {
     let disk = SimDisk::new();

@@ -76,8 +76,13 @@ pub(super) fn replay(
             0
         };
         let sig = Signer::of(&state.m);
-        let (r, full, rest) = read_generation(st, g, last, skip, sig, slots)?;
+        let (r, mut full, mut rest) = read_generation(st, g, last, skip, sig, slots)?;
         r.check_clean(g, state.m.clean_a)?;
+        if full.len() == 1 && rest.sigs.is_empty() {
+            // Exactly one S of records: as the process left it, S full and not frozen yet
+            // (the next push freezes it), not a chunk the budget shrank under.
+            rest = full.pop().expect("one chunk");
+        }
         if last && !r.torn && !r.ended && full.is_empty() {
             // An open after a clean close writes nothing: the pushes not flushed go back
             // to S, as they were before the close.
