@@ -2,8 +2,9 @@
 //! the signatures no input of Z holds, written to that source's region of the scratch file
 //! as the merge finds them (in signature order), and read back in position order. The
 //! batch's are marked in a bitmap in memory instead (one bit per record of the batch, a
-//! ninety-sixth of its 12-byte slots): a merge of the batch alone, as the last flush of a
-//! run of pushes is, then writes no scratch at all.
+//! ninety-sixth of its 12-byte slots), and so are a run's while the runs' bitmaps fit the
+//! merge's allowance: a merge of the batch and a few runs, as the last flush of a run of
+//! pushes is, then writes no scratch at all.
 //!
 //! The scratch file is not checksummed (it lives for one merge and is never trusted across
 //! a crash); what is read back is checked instead: every position below its source's size,
@@ -27,9 +28,10 @@ pub(crate) struct Region {
     /// the records emitted must add up to.
     pub sum: u64,
     buf: Vec<u8>,
-    /// For a region kept in memory, one bit per record of its source (instead of the
-    /// scratch file), and the first position given twice, if any.
-    marks: Option<(Vec<u64>, Option<u32>)>,
+    /// For a region kept in memory (instead of the scratch file): one bit per record of its
+    /// source, and the first position given twice or past the records, if any, reported
+    /// when the positions are read.
+    marks: Option<Marks>,
 }
 
 impl Region {
@@ -48,7 +50,12 @@ impl Region {
     /// An empty region kept in memory, for a source whose positions are below `records`.
     pub(crate) fn in_memory(records: u64) -> Region {
         Region {
-            marks: Some((vec![0; records.div_ceil(64) as usize], None)),
+            marks: Some(Marks {
+                bits: vec![0; records.div_ceil(64) as usize],
+                records,
+                twice: None,
+                past: None,
+            }),
             ..Region::new(0)
         }
     }
@@ -58,24 +65,17 @@ impl Region {
         self.count += 1;
         self.end = self.end.max(u64::from(idx) + 1);
         self.sum = self.sum.wrapping_add(check_term(sig, u64::from(idx)));
-        if let Some((bits, twice)) = &mut self.marks {
+        if let Some(m) = &mut self.marks {
+            if u64::from(idx) >= m.records {
+                // Past the source's records: a damaged run, reported with its name.
+                m.past.get_or_insert(idx);
+                return Ok(());
+            }
             let (word, bit) = (idx as usize / 64, idx % 64);
-            if word >= bits.len() {
-                // Past the records the region was made for: a bug of the caller's, reported
-                // as the position out of range that it is.
-                return Err(scratch.corrupt(
-                    0,
-                    Corruption::OutOfRange {
-                        field: "new position",
-                        found: u64::from(idx),
-                        limit: 64 * bits.len() as u64,
-                    },
-                ));
+            if m.bits[word] >> bit & 1 == 1 {
+                m.twice.get_or_insert(idx);
             }
-            if bits[word] >> bit & 1 == 1 {
-                twice.get_or_insert(idx);
-            }
-            bits[word] |= 1 << bit;
+            m.bits[word] |= 1 << bit;
             return Ok(());
         }
         self.buf.extend_from_slice(&idx.to_le_bytes());
@@ -101,6 +101,18 @@ impl Region {
         self.buf = Vec::new();
         Ok(())
     }
+}
+
+/// The new positions of a region kept in memory.
+struct Marks {
+    /// One bit per record of the source.
+    bits: Vec<u64>,
+    /// The source's records.
+    records: u64,
+    /// The first position given twice, if any.
+    twice: Option<u32>,
+    /// The first position past the records, if any.
+    past: Option<u32>,
 }
 
 /// A region's checksum term for the new signature `sig` at position `idx`: mixed so that
@@ -140,12 +152,23 @@ impl Positions {
                 },
             )
         };
-        if let Some((mut bits, twice)) = r.marks.take() {
-            if let Some(p) = twice {
+        if let Some(mut m) = r.marks.take() {
+            if let Some(p) = m.past {
+                return Err(Error::corrupt(
+                    source,
+                    0,
+                    Corruption::OutOfRange {
+                        field: "record index",
+                        found: u64::from(p),
+                        limit: m.records,
+                    },
+                ));
+            }
+            if let Some(p) = m.twice {
                 return Err(duplicate(u64::from(p)));
             }
-            bits.truncate(r.end.div_ceil(64) as usize);
-            return Ok(Positions::Marked(bits));
+            m.bits.truncate(r.end.div_ceil(64) as usize);
+            return Ok(Positions::Marked(m.bits));
         }
         let dense = r.end <= 32 * r.count;
         let mut marked = vec![
@@ -294,8 +317,12 @@ mod tests {
             .unwrap();
         assert!(e.to_string().contains("record index given twice"), "{e}");
         let mut past = Region::in_memory(100);
-        let e = past.add(&scratch, 1, 128).err().unwrap();
-        assert!(e.to_string().contains("new position"), "{e}");
+        past.add(&scratch, 1, 100).unwrap();
+        let e = Positions::read(&scratch, &mut past, "r-run").err().unwrap();
+        assert!(
+            e.to_string().contains("record index") && e.to_string().contains("r-run"),
+            "{e}"
+        );
     }
 
     #[test]
