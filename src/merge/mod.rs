@@ -8,7 +8,8 @@
 //! merge reads and rewrites Z for at least as many new signatures as it holds.
 //!
 //! Z's side and the new side are each merged by a [`tree`] of losers, and joined two-way; the
-//! new positions go to the scratch file, source by source ([`positions`]).
+//! new positions are marked in memory (the batch's, and each run's while the runs' bitmaps
+//! fit [`REGIONS_IN_MEMORY`]) or go to the scratch file, source by source ([`positions`]).
 
 pub(crate) mod positions;
 pub(crate) mod tree;
@@ -65,10 +66,12 @@ impl MergeOut<'_> {
 }
 
 /// What a merge of signatures produced: the new Z segment (none when Z stays empty), and
-/// the new positions of every source in the scratch file.
+/// the new positions of every source.
 pub(crate) struct Merged {
     pub segment: Option<Arc<Segment>>,
-    pub scratch: File,
+    /// The merge created the scratch file [`SCRATCH`] (some run's positions did not fit in
+    /// memory): the caller removes it once the positions are read.
+    pub scratch: bool,
     /// One region per run, in push order, then one for the batch.
     pub regions: Vec<Region>,
 }
@@ -81,7 +84,6 @@ fn join(
     mut next_new: impl FnMut() -> Result<Option<Head>>,
     out: &mut MergeOut<'_>,
     regions: &mut [Region],
-    scratch: &File,
 ) -> Result<()> {
     let mut head = next_z()?;
     while let Some(p) = next_new()? {
@@ -93,7 +95,7 @@ fn join(
         if head == Some(p.sig) {
             head = next_z()?;
         } else {
-            regions[p.src].add(scratch, p.sig, p.idx)?;
+            regions[p.src].add(p.sig, p.idx)?;
         }
     }
     while let Some(s) = head {
@@ -106,7 +108,8 @@ fn join(
 /// Merges Z's `segments` with the `runs` (in push order) and the sorted `batch` (after
 /// them) into one new segment, numbered from `next_id`. A signature no segment holds is new,
 /// and its first occurrence is the one of the earliest source: its position goes to that
-/// source's region of the scratch file [`SCRATCH`].
+/// source's region, in memory or in the scratch file [`SCRATCH`] (created only for a run
+/// whose bitmap does not fit what is left of [`REGIONS_IN_MEMORY`]).
 pub(crate) fn merge_signatures(
     storage: &dyn Storage,
     next_id: &mut u64,
@@ -114,11 +117,11 @@ pub(crate) fn merge_signatures(
     runs: &[Arc<Run>],
     batch: &[Slot],
 ) -> Result<Merged> {
-    let scratch = storage.create_file(SCRATCH)?;
+    let mut scratch: Option<File> = None;
     let mut regions = Vec::with_capacity(runs.len() + 1);
     let mut offset = 0u64;
-    // The runs' positions in memory while their bitmaps fit [`REGIONS_IN_MEMORY`], in push
-    // order; the others in the scratch file.
+    // Each run's positions in memory if its bitmap fits what is left of
+    // [`REGIONS_IN_MEMORY`], in push order; the others in the scratch file.
     let mut left = REGIONS_IN_MEMORY;
     for r in runs {
         let bitmap = r.meta().records.div_ceil(64) * 8;
@@ -126,7 +129,11 @@ pub(crate) fn merge_signatures(
             left -= bitmap;
             regions.push(Region::in_memory(r.meta().records));
         } else {
-            regions.push(Region::new(offset));
+            let file = match &scratch {
+                Some(f) => f.clone(),
+                None => scratch.insert(storage.create_file(SCRATCH)?).clone(),
+            };
+            regions.push(Region::new(file, offset));
             offset += 4 * r.meta().pairs;
         }
     }
@@ -162,7 +169,7 @@ pub(crate) fn merge_signatures(
                 idx: p.idx,
             }))
         };
-        join(next_z, next_new, &mut out, &mut regions, &scratch)?;
+        join(next_z, next_new, &mut out, &mut regions)?;
     } else {
         // Each side merged by its own tournament. The new side's sources are the runs in push
         // order, then the batch, so a signature they share comes from the earliest. Z holds
@@ -172,10 +179,10 @@ pub(crate) fn merge_signatures(
         let fresh = fresh.chain(std::iter::once(Input::Batch(batch.iter())));
         let mut fresh = Merger::new(fresh.collect())?;
         let next_z = || z.next().map(|h| h.map(|h| h.sig));
-        join(next_z, || fresh.next(), &mut out, &mut regions, &scratch)?;
+        join(next_z, || fresh.next(), &mut out, &mut regions)?;
     }
     for r in &mut regions {
-        r.finish(&scratch)?;
+        r.finish()?;
     }
     let segment = match out.writer {
         Some(w) => Some(Arc::new(w.finish()?)),
@@ -183,7 +190,7 @@ pub(crate) fn merge_signatures(
     };
     Ok(Merged {
         segment,
-        scratch,
+        scratch: scratch.is_some(),
         regions,
     })
 }
@@ -206,11 +213,15 @@ mod tests {
     proptest::proptest! {
         /// The merge against a reference: every signature of every input once, in order, and
         /// each one no Z segment holds as new at its earliest source's position. Z has 0 to 3
-        /// segments (several go through the Z side's tournament), 0 to 5 runs wait.
+        /// segments (several go through the Z side's tournament), 0 to 5 runs wait. A run
+        /// marked `big` says it has 9·10^6 records (its few pairs among the first): its bitmap
+        /// passes [`REGIONS_IN_MEMORY`], so its positions go to the scratch file, which the
+        /// merge creates then and only then.
         #[test]
         fn a_merge_writes_every_signature_once_and_finds_each_new_one_at_its_first_source(
             zs in proptest::collection::vec(proptest::collection::btree_set(0u8..48, 0..30), 0..4),
             news in proptest::collection::vec(proptest::collection::vec(0u8..48, 0..40), 1..7),
+            big in proptest::collection::vec(proptest::bool::weighted(0.3), 6),
         ) {
             let disk = SimDisk::new();
             let mut segments = Vec::new();
@@ -244,7 +255,7 @@ mod tests {
                     id: 200 + i as u64,
                     gen: i as u64,
                     skip: 0,
-                    records: news[i].len() as u64,
+                    records: if big[i] { 9_000_000 } else { news[i].len() as u64 },
                     pairs: pairs.len() as u64,
                 };
                 crate::run::write(&disk, meta, pairs).unwrap();
@@ -254,6 +265,9 @@ mod tests {
             let mut next_id = 1000;
             let mut merged =
                 merge_signatures(&disk, &mut next_id, &segments, &runs, batch).unwrap();
+            let to_disk = big[..waiting.len()].iter().any(|&b| b);
+            proptest::prop_assert_eq!(merged.scratch, to_disk);
+            proptest::prop_assert_eq!(disk.files().iter().any(|f| f == SCRATCH), to_disk);
 
             let mut all: Vec<u64> = zs.iter().flatten().map(|&x| sig(x)).collect();
             all.extend(sources.iter().flatten().map(|p| p.sig));
@@ -275,7 +289,7 @@ mod tests {
                     .collect();
                 want.sort_unstable();
                 let r = &mut merged.regions[i];
-                let got: Vec<u64> = Positions::read(&merged.scratch, r, "source")
+                let got: Vec<u64> = Positions::read(r, "source")
                     .unwrap()
                     .iter()
                     .collect();

@@ -2,9 +2,9 @@
 //! the signatures no input of Z holds, written to that source's region of the scratch file
 //! as the merge finds them (in signature order), and read back in position order. The
 //! batch's are marked in a bitmap in memory instead (one bit per record of the batch, a
-//! ninety-sixth of its 12-byte slots), and so are a run's while the runs' bitmaps fit the
-//! merge's allowance: a merge of the batch and a few runs, as the last flush of a run of
-//! pushes is, then writes no scratch at all.
+//! ninety-sixth of its 12-byte slots), and so are those of each run whose bitmap fits what
+//! is left of the merge's allowance: a merge of the batch and a few runs, as the last flush
+//! of a run of pushes is, then creates no scratch file at all.
 //!
 //! The scratch file is not checksummed (it lives for one merge and is never trusted across
 //! a crash); what is read back is checked instead: every position below its source's size,
@@ -17,9 +17,8 @@ use crate::storage::File;
 const SCRATCH_BUFFER: usize = 4 << 10;
 
 /// The new positions of one source of a merge (a run, or the batch), buffered into its
-/// region of the scratch file.
+/// region of the scratch file, or marked in memory.
 pub(crate) struct Region {
-    offset: u64,
     /// New positions.
     pub count: u64,
     /// One past the highest position written.
@@ -27,78 +26,103 @@ pub(crate) struct Region {
     /// The wrapping sum of [`check_term`] over the new (signature, position) pairs: what
     /// the records emitted must add up to.
     pub sum: u64,
-    buf: Vec<u8>,
-    /// For a region kept in memory (instead of the scratch file): one bit per record of its
-    /// source, and the first position given twice or past the records, if any, reported
-    /// when the positions are read.
-    marks: Option<Marks>,
+    kept: Kept,
+}
+
+/// Where a region's positions are kept.
+enum Kept {
+    /// In the scratch file from `offset` on, the last ones in `buf` until it fills.
+    File {
+        scratch: File,
+        offset: u64,
+        buf: Vec<u8>,
+    },
+    /// In memory: one bit per record of the source, and the first position given twice or
+    /// past the records, if any, reported when the positions are read.
+    Memory(Marks),
 }
 
 impl Region {
-    /// An empty region starting at `offset` of the scratch file.
-    pub(crate) fn new(offset: u64) -> Region {
+    /// An empty region starting at `offset` of the file `scratch`.
+    pub(crate) fn new(scratch: File, offset: u64) -> Region {
         Region {
-            offset,
             count: 0,
             end: 0,
             sum: 0,
-            buf: Vec::new(),
-            marks: None,
+            kept: Kept::File {
+                scratch,
+                offset,
+                buf: Vec::new(),
+            },
         }
     }
 
     /// An empty region kept in memory, for a source whose positions are below `records`.
     pub(crate) fn in_memory(records: u64) -> Region {
         Region {
-            marks: Some(Marks {
+            count: 0,
+            end: 0,
+            sum: 0,
+            kept: Kept::Memory(Marks {
                 bits: vec![0; records.div_ceil(64) as usize],
                 records,
                 twice: None,
                 past: None,
             }),
-            ..Region::new(0)
         }
     }
 
     /// Records that the signature `sig` at position `idx` of this region's source is new.
-    pub(crate) fn add(&mut self, scratch: &File, sig: u64, idx: u32) -> Result<()> {
+    pub(crate) fn add(&mut self, sig: u64, idx: u32) -> Result<()> {
         self.count += 1;
         self.end = self.end.max(u64::from(idx) + 1);
         self.sum = self.sum.wrapping_add(check_term(sig, u64::from(idx)));
-        if let Some(m) = &mut self.marks {
-            if u64::from(idx) >= m.records {
-                // Past the source's records: a damaged run, reported with its name.
-                m.past.get_or_insert(idx);
-                return Ok(());
+        match &mut self.kept {
+            Kept::Memory(m) => {
+                if u64::from(idx) >= m.records {
+                    // Past the source's records: a damaged run, reported with its name.
+                    m.past.get_or_insert(idx);
+                    return Ok(());
+                }
+                let (word, bit) = (idx as usize / 64, idx % 64);
+                if m.bits[word] >> bit & 1 == 1 {
+                    m.twice.get_or_insert(idx);
+                }
+                m.bits[word] |= 1 << bit;
             }
-            let (word, bit) = (idx as usize / 64, idx % 64);
-            if m.bits[word] >> bit & 1 == 1 {
-                m.twice.get_or_insert(idx);
+            Kept::File { buf, .. } => {
+                buf.extend_from_slice(&idx.to_le_bytes());
+                if buf.len() >= SCRATCH_BUFFER {
+                    self.write_buffer()?;
+                }
             }
-            m.bits[word] |= 1 << bit;
-            return Ok(());
-        }
-        self.buf.extend_from_slice(&idx.to_le_bytes());
-        if self.buf.len() >= SCRATCH_BUFFER {
-            self.write_buffer(scratch)?;
         }
         Ok(())
     }
 
     /// Writes the positions buffered.
-    fn write_buffer(&mut self, scratch: &File) -> Result<()> {
-        if !self.buf.is_empty() {
-            let at = self.offset + 4 * self.count - self.buf.len() as u64;
-            scratch.write_all_at(&self.buf, at)?;
-            self.buf.clear();
+    fn write_buffer(&mut self) -> Result<()> {
+        if let Kept::File {
+            scratch,
+            offset,
+            buf,
+        } = &mut self.kept
+        {
+            if !buf.is_empty() {
+                let at = *offset + 4 * self.count - buf.len() as u64;
+                scratch.write_all_at(buf, at)?;
+                buf.clear();
+            }
         }
         Ok(())
     }
 
     /// Writes the positions still buffered and frees the buffer: the merge is over.
-    pub(crate) fn finish(&mut self, scratch: &File) -> Result<()> {
-        self.write_buffer(scratch)?;
-        self.buf = Vec::new();
+    pub(crate) fn finish(&mut self) -> Result<()> {
+        self.write_buffer()?;
+        if let Kept::File { buf, .. } = &mut self.kept {
+            *buf = Vec::new();
+        }
         Ok(())
     }
 }
@@ -138,9 +162,9 @@ pub(crate) enum Positions {
 }
 
 impl Positions {
-    /// Reads the positions of region `r` of the scratch file (or takes them from memory, for
-    /// a region kept there). A position repeated can only come from a damaged run.
-    pub(crate) fn read(scratch: &File, r: &mut Region, source: &str) -> Result<Positions> {
+    /// Reads the positions of region `r` from the scratch file (or takes them from memory,
+    /// for a region kept there). A position repeated can only come from a damaged run.
+    pub(crate) fn read(r: &mut Region, source: &str) -> Result<Positions> {
         let duplicate = |p: u64| {
             Error::corrupt(
                 source,
@@ -152,24 +176,30 @@ impl Positions {
                 },
             )
         };
-        if let Some(mut m) = r.marks.take() {
-            if let Some(p) = m.past {
-                return Err(Error::corrupt(
-                    source,
-                    0,
-                    Corruption::OutOfRange {
-                        field: "record index",
-                        found: u64::from(p),
-                        limit: m.records,
-                    },
-                ));
+        let (scratch, offset) = match &mut r.kept {
+            Kept::Memory(m) => {
+                if let Some(p) = m.past {
+                    return Err(Error::corrupt(
+                        source,
+                        0,
+                        Corruption::OutOfRange {
+                            field: "record index",
+                            found: u64::from(p),
+                            limit: m.records,
+                        },
+                    ));
+                }
+                if let Some(p) = m.twice {
+                    return Err(duplicate(u64::from(p)));
+                }
+                let mut bits = std::mem::take(&mut m.bits);
+                bits.truncate(r.end.div_ceil(64) as usize);
+                return Ok(Positions::Marked(bits));
             }
-            if let Some(p) = m.twice {
-                return Err(duplicate(u64::from(p)));
-            }
-            m.bits.truncate(r.end.div_ceil(64) as usize);
-            return Ok(Positions::Marked(m.bits));
-        }
+            Kept::File {
+                scratch, offset, ..
+            } => (&*scratch, *offset),
+        };
         let dense = r.end <= 32 * r.count;
         let mut marked = vec![
             0u64;
@@ -184,13 +214,13 @@ impl Positions {
         let mut done = 0u64;
         while done < r.count {
             let n = SCRATCH_READ.min(r.count - done) as usize;
-            scratch.read_exact_at(&mut buf[..4 * n], r.offset + 4 * done)?;
+            scratch.read_exact_at(&mut buf[..4 * n], offset + 4 * done)?;
             for c in buf[..4 * n].chunks_exact(4) {
                 let p = u32::from_le_bytes(c.try_into().expect("4 bytes"));
                 if u64::from(p) >= r.end {
                     // The scratch file is not checksummed: damaged between write and read.
                     return Err(scratch.corrupt(
-                        r.offset + 4 * done,
+                        offset + 4 * done,
                         Corruption::OutOfRange {
                             field: "new position",
                             found: u64::from(p),
@@ -262,9 +292,9 @@ mod tests {
         let mut region = Region {
             count: positions.len() as u64,
             end,
-            ..Region::new(0)
+            ..Region::new(scratch, 0)
         };
-        let new = Positions::read(&scratch, &mut region, "source")?;
+        let new = Positions::read(&mut region, "source")?;
         let marked = matches!(new, Positions::Marked(_));
         Ok((marked, new.iter().collect()))
     }
@@ -278,9 +308,9 @@ mod tests {
         let scratch = File::new(disk.create(crate::names::SCRATCH).unwrap(), "scratch");
         let given = [700u32, 3, 64, 63, 0, 129, 5000, 4999];
         let mut mem = Region::in_memory(5001);
-        let mut file = Region::new(0);
+        let mut file = Region::new(scratch.clone(), 0);
         for (i, &p) in given.iter().enumerate() {
-            mem.add(&scratch, i as u64 * 77, p).unwrap();
+            mem.add(i as u64 * 77, p).unwrap();
         }
         assert_eq!(
             scratch.len().unwrap(),
@@ -288,21 +318,18 @@ mod tests {
             "the region in memory wrote the scratch"
         );
         for (i, &p) in given.iter().enumerate() {
-            file.add(&scratch, i as u64 * 77, p).unwrap();
+            file.add(i as u64 * 77, p).unwrap();
         }
-        file.finish(&scratch).unwrap();
+        file.finish().unwrap();
         assert_eq!(
             (mem.count, mem.end, mem.sum),
             (file.count, file.end, file.sum)
         );
         let mut want: Vec<u64> = given.iter().map(|&p| u64::from(p)).collect();
         want.sort_unstable();
-        let got: Vec<u64> = Positions::read(&scratch, &mut mem, "batch")
-            .unwrap()
-            .iter()
-            .collect();
+        let got: Vec<u64> = Positions::read(&mut mem, "batch").unwrap().iter().collect();
         assert_eq!(got, want);
-        let from_file: Vec<u64> = Positions::read(&scratch, &mut file, "batch")
+        let from_file: Vec<u64> = Positions::read(&mut file, "batch")
             .unwrap()
             .iter()
             .collect();
@@ -310,15 +337,13 @@ mod tests {
 
         let mut twice = Region::in_memory(100);
         for p in [7, 9, 7] {
-            twice.add(&scratch, u64::from(p), p).unwrap();
+            twice.add(u64::from(p), p).unwrap();
         }
-        let e = Positions::read(&scratch, &mut twice, "batch")
-            .err()
-            .unwrap();
+        let e = Positions::read(&mut twice, "batch").err().unwrap();
         assert!(e.to_string().contains("record index given twice"), "{e}");
         let mut past = Region::in_memory(100);
-        past.add(&scratch, 1, 100).unwrap();
-        let e = Positions::read(&scratch, &mut past, "r-run").err().unwrap();
+        past.add(1, 100).unwrap();
+        let e = Positions::read(&mut past, "r-run").err().unwrap();
         assert!(
             e.to_string().contains("record index") && e.to_string().contains("r-run"),
             "{e}"

@@ -10,7 +10,8 @@
 //! A merge does steps 1 and 2, then:
 //! 3. merges Z's segments, the runs and the batch in signature order into one new Z
 //!    segment (fsync); a signature no input of Z holds is new, and its first occurrence is the
-//!    one of the earliest run: its position goes to the scratch file `merge.tmp`;
+//!    one of the earliest source: its position is marked in memory (the batch's, and each
+//!    run's whose bitmap fits what is left of 1 MiB) or goes to the scratch file `merge.tmp`;
 //! 4. appends the new URLs to F, run after run, in A's order (fsync); fsyncs the directory;
 //! 5. commits the manifest (no runs, the new segment): **the switch**;
 //! 6. removes the merged A generations, the runs, the superseded segments and the scratch.
@@ -102,8 +103,10 @@ pub(crate) fn run(job: FlushJob) -> Result<FlushDone> {
         wal: &b.wal,
         skip: b.skip,
     };
+    let mut scratch = false;
     if job.merge {
-        let seg = merge(storage, &mut m, &segments, &runs, source, &pairs)?;
+        let seg;
+        (seg, scratch) = merge(storage, &mut m, &segments, &runs, source, &pairs)?;
         segments = seg.into_iter().collect();
         runs.clear();
     } else if !pairs.is_empty() {
@@ -140,7 +143,9 @@ pub(crate) fn run(job: FlushJob) -> Result<FlushDone> {
                 job.reaper.remove(s.name());
             }
         }
-        // Now: the next merge creates it again.
+    }
+    if scratch {
+        // Now: the next merge that needs it creates it again.
         let _ = storage.remove(SCRATCH);
     }
     job.reaper.release((b.wal, job.runs, job.segments));
@@ -185,7 +190,7 @@ fn spill(
 
 /// Merges Z's `segments` with the `runs` (in push order) and the `batch` (after them) into
 /// one new segment, and appends the URLs no input of Z holds to F in push order. Returns the
-/// new segment (none when Z stays empty).
+/// new segment (none when Z stays empty), and whether the merge created the scratch file.
 fn merge(
     storage: &dyn Storage,
     m: &mut Manifest,
@@ -193,7 +198,7 @@ fn merge(
     runs: &[Arc<Run>],
     b: BatchSource<'_>,
     batch: &[Slot],
-) -> Result<Option<Arc<Segment>>> {
+) -> Result<(Option<Arc<Segment>>, bool)> {
     let mut merged = merge_signatures(storage, &mut m.next_id, segments, runs, batch)?;
 
     // Emit the new URLs in the order of their first appearance: source by source, and in
@@ -206,13 +211,13 @@ fn merge(
         }
         let (file, gen, skip, new) = match runs.get(i) {
             Some(run) => {
-                let new = Positions::read(&merged.scratch, r, run.name())?;
+                let new = Positions::read(r, run.name())?;
                 let meta = run.meta();
                 let file = storage.open_file(&names::a(meta.gen))?;
                 (file, meta.gen, meta.skip, new)
             }
             None => {
-                let new = Positions::read(&merged.scratch, r, b.wal.name())?;
+                let new = Positions::read(r, b.wal.name())?;
                 (b.wal.clone(), b.gen, b.skip, new)
             }
         };
@@ -223,5 +228,5 @@ fn merge(
     m.set_frontier_end(f.finish()?);
     m.next_id = next_id;
     storage.sync_directory()?;
-    Ok(merged.segment)
+    Ok((merged.segment, merged.scratch))
 }

@@ -101,7 +101,7 @@ impl Job {
                 Some(run) => (run.run.name(), &run.pieces[..]),
                 None => ("batch", &pieces[..]),
             };
-            let new = Positions::read(&merged.scratch, r, name)?;
+            let new = Positions::read(r, name)?;
             let sum = print(pieces, new.iter(), seed, max_line, &mut out, &mut chunk)?;
             if sum != r.sum {
                 // Lines printed are not the lines read, somewhere in this source.
@@ -117,7 +117,9 @@ impl Job {
         for s in &segments {
             let _ = storage.remove(s.name());
         }
-        let _ = storage.remove(crate::names::SCRATCH);
+        if merged.scratch {
+            let _ = storage.remove(crate::names::SCRATCH);
+        }
         Ok(Done {
             next_id,
             segments: merged.segment.into_iter().collect(),

@@ -9,9 +9,11 @@
 //! 4. open Z's segments (header, footer and sparse index are checked) and the runs (header
 //!    and length);
 //! 5. cut F's tail segment back to its committed length;
-//! 6. replay the live A generations in order through S ([`replay`]), spilling a run inline
-//!    whenever S fills and at the end of each generation; a torn tail is dropped and
-//!    counted; corruption of synced data is an error;
+//! 6. replay the live A generations in order through S ([`replay`]), spilling a run
+//!    whenever S fills past its slots and at the end of each generation but the newest
+//!    intact one not closed by an end frame, whose records (at most as many as S's slots)
+//!    go back into S; a torn tail is dropped and counted; corruption of synced data is an
+//!    error;
 //! 7. continue the newest A generation (its pushes not flushed back in S), or create the
 //!    next one.
 //!

@@ -23,8 +23,8 @@ pub(super) struct State {
     pub runs: Vec<Arc<Run>>,
 }
 
-/// The newest generation, intact and not closed by an end frame, with fewer records to
-/// flush than S holds: continued as it is, its records to flush back in S.
+/// The newest generation, intact and not closed by an end frame, with at most as many
+/// records to flush as S holds: continued as it is, its records to flush back in S.
 pub(super) struct Continued {
     pub gen: u64,
     pub file: File,
