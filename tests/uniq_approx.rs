@@ -174,8 +174,23 @@ fn verbose_reports_the_sizing_and_the_rate_and_bad_options_are_refused() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("two of them"));
+    // A sizing no machine serves (8.63 TiB for one line at 1e-300): a usage error, not an
+    // abort of the allocator.
+    let out = Command::new(BIN)
+        .args(["uniq", "--approx", "--expected", "1", "--fp-rate", "1e-300"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.starts_with("crivello: ")
+            && err.contains("cannot be allocated")
+            && err.lines().count() == 1,
+        "{err}"
+    );
     let out = Command::new(BIN)
         .args(["uniq", "--expected", "10"])
         .stdin(Stdio::null())

@@ -271,6 +271,32 @@ pub fn explained(what: impl Into<String>, todo: impl Into<String>) -> anyhow::Er
     })
 }
 
+/// A usage error found after the arguments were parsed (options that contradict each other,
+/// values the machine cannot serve): exit code 2, with what to do.
+#[derive(Debug)]
+pub struct Usage {
+    /// What went wrong.
+    pub what: String,
+    /// What to do.
+    pub todo: String,
+}
+
+impl fmt::Display for Usage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// Builds a [`Usage`] error.
+pub fn usage(what: impl Into<String>, todo: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Usage {
+        what: what.into(),
+        todo: todo.into(),
+    })
+}
+
 /// Damage found by `check` (exit code 3).
 #[derive(Debug)]
 pub struct Damage {
@@ -309,8 +335,17 @@ fn report(err: &anyhow::Error) -> ExitCode {
     if err.downcast_ref::<StdoutClosed>().is_some() {
         return ExitCode::SUCCESS;
     }
+    let usage = err.chain().any(|c| {
+        c.downcast_ref::<Usage>().is_some()
+            || matches!(
+                c.downcast_ref::<crivello::Error>(),
+                Some(crivello::Error::InvalidOption { .. })
+            )
+    });
     let code = if err.downcast_ref::<Damage>().is_some() {
         EXIT_DAMAGE
+    } else if usage {
+        EXIT_USAGE
     } else {
         EXIT_RUNTIME
     };
@@ -338,6 +373,9 @@ fn hint(err: &anyhow::Error) -> String {
     }
     for cause in err.chain() {
         if let Some(e) = cause.downcast_ref::<Explained>() {
+            return e.todo.clone();
+        }
+        if let Some(e) = cause.downcast_ref::<Usage>() {
             return e.todo.clone();
         }
         if let Some(d) = cause.downcast_ref::<Damage>() {

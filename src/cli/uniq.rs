@@ -22,7 +22,7 @@ use crivello::Options;
 
 use super::progress::Progress;
 use super::stream::{sources, Line, LineReader, Output, STDIN_NAME};
-use super::{explained, parse_max_line_length, Common, StdoutClosed};
+use super::{explained, parse_max_line_length, usage, Common, StdoutClosed};
 
 /// The exit code after Ctrl-C (128 + SIGINT, as shells report it).
 const EXIT_INTERRUPTED: i32 = 130;
@@ -262,7 +262,7 @@ fn approx(args: &UniqArgs) -> Result<()> {
     let memory_given = std::env::args_os().any(|a| a.to_string_lossy().starts_with("--memory"));
     let sizing =
         match (args.expected, args.fp_rate) {
-            (Some(_), Some(_)) if memory_given => return Err(explained(
+            (Some(_), Some(_)) if memory_given => return Err(usage(
                 "--memory, --expected and --fp-rate were all given: two of them size the filter",
                 "give --expected and --fp-rate, or --memory with one of them",
             )),
@@ -280,8 +280,21 @@ fn approx(args: &UniqArgs) -> Result<()> {
             sizing.expected
         );
     }
+    let Some(bloom) = Bloom::try_new(sizing) else {
+        return Err(usage(
+            format!(
+                "approximate uniq: the Bloom filter of {} this sizing asks for (k = {}, a \
+                 false-positive rate of {:.2e} at {} distinct lines) cannot be allocated",
+                indicatif::HumanBytes(sizing.bytes()),
+                sizing.k,
+                sizing.fp_rate,
+                sizing.expected
+            ),
+            "give a smaller --memory, or a larger --fp-rate or a smaller --expected",
+        ));
+    };
     let mut batch = Batch {
-        bloom: Bloom::new(sizing),
+        bloom,
         bytes: Vec::with_capacity(APPROX_BATCH * 128),
         lines: Vec::with_capacity(APPROX_BATCH),
         printed: 0,

@@ -197,9 +197,36 @@ pub struct Bloom {
 }
 
 impl Bloom {
-    /// An empty filter of `sizing` (its memory is allocated, zeroed, at once).
+    /// An empty filter of `sizing` (its memory is allocated, zeroed, at once). Aborts the
+    /// process if the memory cannot be had, as any allocation: see [`Bloom::try_new`].
     pub fn new(sizing: Sizing) -> Bloom {
         let words = vec![0; (sizing.bits / 64) as usize];
+        Bloom::with_words(words, sizing)
+    }
+
+    /// An empty filter of `sizing`, or `None` when its memory cannot be allocated (a sizing
+    /// larger than the address space or than the system lets the process have).
+    pub fn try_new(sizing: Sizing) -> Option<Bloom> {
+        let n = usize::try_from(sizing.bits / 64).ok()?;
+        if n == 0 {
+            return Some(Bloom::with_words(Vec::new(), sizing));
+        }
+        let layout = std::alloc::Layout::array::<u64>(n).ok()?;
+        // SAFETY: `layout` has a non-zero size (n > 0 words). Zeroed memory is a valid array
+        // of `n` u64s, and it was allocated by the global allocator with the layout of
+        // exactly `n` u64s, as `Vec<u64>` with capacity `n` requires of a buffer it takes
+        // over (and frees with that layout).
+        let words = unsafe {
+            let p = std::alloc::alloc_zeroed(layout).cast::<u64>();
+            if p.is_null() {
+                return None;
+            }
+            Vec::from_raw_parts(p, n, n)
+        };
+        Some(Bloom::with_words(words, sizing))
+    }
+
+    fn with_words(words: Vec<u64>, sizing: Sizing) -> Bloom {
         huge_pages(&words);
         Bloom {
             words,
