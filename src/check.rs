@@ -32,6 +32,11 @@ pub struct CheckReport {
     /// (the pushes were not acknowledged); the next open drops and counts them. Damage inside
     /// the last group commit looks the same and is reported here too.
     pub torn_tails: Vec<(String, u64)>,
+    /// Those of [`CheckReport::torn_tails`] that begin exactly where the last clean close
+    /// left their generation: every push acknowledged is before them, and they are either a
+    /// write a later session began and never acknowledged, or damage to bytes that hold no
+    /// push (the mark a close leaves after its seal).
+    pub torn_after_clean_end: Vec<String>,
     /// Damage found; empty when the sieve is sound.
     pub damage: Vec<Error>,
 }
@@ -115,6 +120,9 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
                 r.buffered += n;
                 if rep.ends_the_stream(Some(g) == last) {
                     r.torn_tails.push((names::a(g), rep.torn_bytes));
+                    if rep.torn && m.clean_a.of(g) == Some(rep.valid_end) {
+                        r.torn_after_clean_end.push(names::a(g));
+                    }
                 }
             }
             Err(e) => r.damage.push(e),
@@ -202,6 +210,9 @@ fn check_queues(st: &dyn Storage, clean: CleanEnd, r: &mut CheckReport) -> Resul
             Ok(rep) => {
                 if rep.ends_the_stream(Some(g) == last) {
                     r.torn_tails.push((names::j(g), rep.torn_bytes));
+                    if rep.torn && clean.of(g) == Some(rep.valid_end) {
+                        r.torn_after_clean_end.push(names::j(g));
+                    }
                 }
             }
             Err(e) => r.damage.push(e),

@@ -460,6 +460,31 @@ fn check_passes_a_store_whose_buffered_pushes_a_reopen_spilled() {
 }
 
 #[test]
+fn check_says_what_bytes_after_a_clean_close_are_when_they_are_not_a_frame() {
+    // After a clean close, the newest A file ends with the mark a close leaves after its seal:
+    // bytes that hold no push. Damaged, they read as a torn tail that begins exactly at the
+    // recorded clean end, and `check` says so instead of speaking of a crash.
+    let d = tmp();
+    let dir = d.path().join("s");
+    ok(&["push", arg(&dir)], b"http://a/\nhttp://b/\nhttp://c/\n");
+    let a = dir.join("a-0000000000000000.log");
+    let mut bytes = std::fs::read(&a).unwrap();
+    let at = bytes.len() - 9;
+    bytes[at] ^= 0x01;
+    std::fs::write(&a, &bytes).unwrap();
+    let report = String::from_utf8(ok(&["check", arg(&dir)], b"")).unwrap();
+    assert!(
+        report.starts_with("ok: ")
+            && report.contains("right after where the last clean close left it")
+            && !report.contains("torn tail"),
+        "{report}"
+    );
+    ok(&["flush", arg(&dir)], b"");
+    let popped = ok(&["pop", arg(&dir)], b"");
+    assert_eq!(popped, b"http://a/\nhttp://b/\nhttp://c/\n");
+}
+
+#[test]
 fn a_store_whose_generations_reuse_older_files_checks_sound_with_nothing_torn() {
     // At 1 MiB, S holds about 30,000 slots: each push below fills several generations of
     // URLs of varied lengths (one in four repeats an earlier one), and the later ones are

@@ -81,10 +81,19 @@ pub fn run(args: CheckArgs) -> Result<()> {
         report.buffered
     );
     for (file, bytes) in &report.torn_tails {
-        text.push_str(&format!(
-            "note: {file} ends in a torn tail of {bytes} bytes: pushes not acknowledged before \
-             a crash, which the next open drops\n"
-        ));
+        if report.torn_after_clean_end.contains(file) {
+            text.push_str(&format!(
+                "note: {file} ends in {bytes} bytes that are not a whole frame, right after \
+                 where the last clean close left it: a write begun later and never \
+                 acknowledged (a crash), or damage to bytes that hold no push; every \
+                 acknowledged push is before them, and the next open drops them\n"
+            ));
+        } else {
+            text.push_str(&format!(
+                "note: {file} ends in a torn tail of {bytes} bytes: pushes not acknowledged \
+                 before a crash, which the next open drops\n"
+            ));
+        }
     }
     let mut out = Output::new();
     out.text(&text)?;
