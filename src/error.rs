@@ -86,6 +86,26 @@ impl Error {
         }
     }
 
+    /// The same error, its file named as seen from a directory where the store's files
+    /// carry `prefix` (the sieve of ids inside a near-duplicate store).
+    pub(crate) fn under_prefix(self, prefix: &str) -> Error {
+        match self {
+            Error::Corrupt { file, offset, what } if !file.starts_with(prefix) => Error::Corrupt {
+                file: format!("{prefix}{file}"),
+                offset,
+                what,
+            },
+            Error::Io { op, file, source } if !file.is_empty() && !file.starts_with(prefix) => {
+                Error::Io {
+                    op,
+                    file: format!("{prefix}{file}"),
+                    source,
+                }
+            }
+            e => e,
+        }
+    }
+
     /// Builds a [`Error::Io`].
     pub(crate) fn io(op: &'static str, file: &str, source: io::Error) -> Error {
         Error::Io {

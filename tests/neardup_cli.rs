@@ -112,6 +112,17 @@ fn the_output_contract() {
     // k out of range is a usage error.
     let (code, _, err) = neardup(&d, &["-k", "7"], b"");
     assert_eq!(code, 2, "{err}");
+
+    // Damage in the sieve of ids is reported under the file's own name in the directory.
+    let cursor = d.join("ids.CURSOR");
+    let mut bytes = std::fs::read(&cursor).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x10;
+    std::fs::write(&cursor, &bytes).unwrap();
+    let check = bin().arg("check").arg(&d).output().unwrap();
+    let err = String::from_utf8_lossy(&check.stderr);
+    assert_eq!(check.status.code(), Some(3), "{err}");
+    assert!(err.contains("ids.CURSOR"), "{err}");
 }
 
 #[test]

@@ -18,6 +18,11 @@ use crate::{Options, Sieve};
 
 /// The prefix of the files of the sieve of document ids.
 const IDS: &str = "ids.";
+
+/// An error of the sieve of ids, its file named as in the store's directory.
+fn in_ids(e: Error) -> Error {
+    e.under_prefix(IDS)
+}
 /// Segments beyond which the two newest are merged whatever their sizes.
 const MAX_SEGMENTS: usize = 40;
 /// Bytes of a batch per document beside its id and its probes, bounding each of its phases
@@ -344,7 +349,7 @@ impl Store {
         let background = opts.background;
         let sieve_opts = opts.clone().memory(sieve_memory).max_url_len(MAX_ID);
         let ids: Arc<dyn Storage> = Arc::new(Prefixed::new(storage.clone(), IDS));
-        let sieve = Sieve::open_with(ids, sieve_opts)?;
+        let sieve = Sieve::open_with(ids, sieve_opts).map_err(in_ids)?;
         let mut store = Store {
             storage,
             manifest,
@@ -372,9 +377,9 @@ impl Store {
         }
         for doc in self.manifest.in_sieve..self.manifest.docs {
             let rec = self.docs.record(doc)?;
-            self.sieve.push(&rec.id)?;
+            self.sieve.push(&rec.id).map_err(in_ids)?;
         }
-        self.sieve.sync()?;
+        self.sieve.sync().map_err(in_ids)?;
         self.manifest.in_sieve = self.manifest.docs;
         self.manifest.commit_to(&*self.storage)
     }
@@ -532,9 +537,9 @@ impl Store {
         let known = if fps.len() < PARALLEL_MIN || self.segments.is_empty() {
             // Too little to search for a thread to pay.
             search()?;
-            self.sieve.known_signatures(&sigs)?
+            self.sieve.known_signatures(&sigs).map_err(in_ids)?
         } else {
-            lookup_while(&mut self.sieve, &sigs, search)?
+            lookup_while(&mut self.sieve, &sigs, search).map_err(in_ids)?
         };
         drop((fps, sigs));
         let mut new: Vec<u32> = Vec::with_capacity(known.len());
@@ -577,9 +582,9 @@ impl Store {
         }
         if crate::planted::active(crate::planted::Bug::IdsBeforeCommit) {
             for &i in &new {
-                self.sieve.push(docs[i as usize].0)?;
+                self.sieve.push(docs[i as usize].0).map_err(in_ids)?;
             }
-            self.sieve.sync()?;
+            self.sieve.sync().map_err(in_ids)?;
         }
         // 4. D durable; 5. the batch's segment durable; 6. commit.
         self.docs.sync()?;
@@ -608,9 +613,9 @@ impl Store {
         self.dirty = false;
         // 7. The ids to the sieve, durably (recorded in the manifest at the next commit).
         for &i in &new {
-            self.sieve.push(docs[i as usize].0)?;
+            self.sieve.push(docs[i as usize].0).map_err(in_ids)?;
         }
-        self.sieve.sync()?;
+        self.sieve.sync().map_err(in_ids)?;
         self.manifest.in_sieve = self.manifest.docs;
         self.dirty = true;
         // 8. The results, to the caller.
@@ -754,7 +759,7 @@ impl Store {
 
     /// Whether a document of this id was stored.
     pub fn contains_id(&mut self, id: &[u8]) -> Result<bool> {
-        self.sieve.known(id)
+        self.sieve.known(id).map_err(in_ids)
     }
 
     /// The number of documents stored.
@@ -959,7 +964,7 @@ impl Store {
         if self.dirty {
             self.manifest.commit_to(&*self.storage)?;
         }
-        self.sieve.close()
+        self.sieve.close().map_err(in_ids)
     }
 }
 
@@ -1259,9 +1264,9 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<NearCheck> {
         report.segments += 1;
     }
     let ids: Arc<dyn Storage> = Arc::new(Prefixed::new(storage, IDS));
-    let ids = crate::check_storage(ids)?;
+    let ids = crate::check_storage(ids).map_err(in_ids)?;
     if let Some(damage) = ids.damage.into_iter().next() {
-        return Err(damage);
+        return Err(in_ids(damage));
     }
     Ok(report)
 }
