@@ -281,3 +281,166 @@ fn compressed_queues_are_chosen_once_kept_in_the_directory_and_take_fewer_bytes(
     let (out, _) = expect(0, &["pop", off], b"");
     assert_eq!(out, "http://a.test/\n");
 }
+
+/// The crawl loop of the README, in a shell, over a small web of 5 hosts: `fetch` prints a
+/// page's links (and notes the fetch), each host has a delay of 30 ms. Every page reachable
+/// from the seeds is fetched exactly once, and the loop ends by itself.
+#[test]
+fn the_readmes_shell_crawl_loop_fetches_every_reachable_page_once() {
+    let have = |tool: &str| {
+        Command::new(tool)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok()
+    };
+    if !have("bash") || !have("awk") {
+        assert!(
+            std::env::var_os("CRIVELLO_REQUIRE_TOOLS").is_none(),
+            "bash or awk missing, and CRIVELLO_REQUIRE_TOOLS is set"
+        );
+        eprintln!("skipped: bash or awk missing");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // Page p of host h links p*2+1 and p*2+2 of its host and page p+1 of the next host;
+    // pages 0..40 exist. Seeds: page 0 of hosts 0 and 2.
+    let url = |h: u32, p: u32| format!("http://h{h}.test/{p}");
+    let mut links = String::new();
+    for h in 0..5 {
+        for p in 0..40 {
+            let out: Vec<String> = [(h, p * 2 + 1), (h, p * 2 + 2), ((h + 1) % 5, p + 1)]
+                .into_iter()
+                .filter(|&(_, q)| q < 40)
+                .map(|(g, q)| url(g, q))
+                .collect();
+            links.push_str(&format!("{} {}\n", url(h, p), out.join(" ")));
+        }
+    }
+    std::fs::write(tmp.path().join("links.txt"), links).unwrap();
+    std::fs::write(
+        tmp.path().join("seeds.txt"),
+        format!("{}\n{}\n", url(0, 0), url(2, 0)),
+    )
+    .unwrap();
+    let script = format!(
+        r#"set -e
+crivello() {{ "{bin}" "$@"; }}
+fetch() {{ echo "$1" >> fetched.log; awk -v u="$1" '$1 == u {{ for (i = 2; i <= NF; i++) print $i }}' links.txt; }}
+crivello push crawl seeds.txt
+crivello policy crawl --delay 30ms
+# The README's loop, as it is written there:
+while urls=$(crivello lease crawl -n 100 --wait) && [ -n "$urls" ]; do
+    for url in $urls; do
+        start=$(date +%s.%N)
+        fetch "$url" | crivello push crawl -q
+        printf '%s\t%s\n' "$url" "$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {{ print e - s }}')"
+    done > fetched.tsv
+    crivello done crawl fetched.tsv
+done
+"#,
+        bin = BIN
+    );
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the loop failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // What is reachable from the seeds.
+    let mut reach = std::collections::BTreeSet::new();
+    let mut todo = vec![(0u32, 0u32), (2, 0)];
+    while let Some((h, p)) = todo.pop() {
+        if p >= 40 || !reach.insert(url(h, p)) {
+            continue;
+        }
+        todo.extend([(h, p * 2 + 1), (h, p * 2 + 2), ((h + 1) % 5, p + 1)]);
+    }
+    let log = std::fs::read_to_string(tmp.path().join("fetched.log")).unwrap();
+    let fetched: Vec<&str> = log.lines().collect();
+    let once: std::collections::BTreeSet<String> = fetched.iter().map(|s| s.to_string()).collect();
+    assert_eq!(once.len(), fetched.len(), "a page was fetched twice");
+    assert_eq!(once, reach, "the pages fetched are not those reachable");
+    let d = tmp.path().join("crawl");
+    let (out, _) = expect(0, &["stats", d.to_str().unwrap(), "--json"], b"");
+    let st: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(st["done"], reach.len(), "{st}");
+}
+
+/// Nonsense values are usage errors (exit 2); a URL that holds a tab is ended by its line
+/// with the seconds after the last tab; a file given as the directory is named as one.
+#[test]
+fn nonsense_values_are_refused_and_a_url_with_a_tab_can_be_ended() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("f");
+    let d = d.to_str().unwrap();
+    expect(0, &["push", d], b"http://a.test/x\ty\n");
+    for args in [
+        &["lease", d, "--ttl", "0s"][..],
+        &["policy", d],
+        &["policy", d, "--key", "", "--delay", "1s"],
+        &["block", d, "", "--for", "1s"],
+    ] {
+        expect(2, args, b"");
+    }
+    let (out, _) = expect(0, &["lease", d], b"");
+    assert_eq!(out, "http://a.test/x\ty\n");
+    let (_, err) = expect(0, &["done", d], b"http://a.test/x\ty\t0.5\n");
+    assert!(!err.contains("not leased"), "{err}");
+    let (out, _) = expect(0, &["stats", d, "--json"], b"");
+    let st: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(st["done"], 1, "{st}");
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let (_, err) = expect(1, &["lease", file.to_str().unwrap()], b"");
+    assert!(err.contains("not a directory"), "{err}");
+}
+
+/// `lease --wait` leaves the directory free while it waits, and when it wakes to find another
+/// process holding it (a `push` still reading its input), it waits for that one too.
+#[test]
+fn lease_wait_waits_for_a_process_that_holds_the_directory_when_it_wakes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("w");
+    let d = d.to_str().unwrap();
+    expect(0, &["push", d], b"http://a.test/1\n");
+    expect(0, &["block", d, "a.test", "--for", "1s"], b"");
+    let lease = Command::new(BIN)
+        .args(["lease", d, "--wait"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // A push that holds the directory until its input ends, past the block's end.
+    let mut push = Command::new(BIN)
+        .args(["push", d, "-q"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = push.stdin.take().unwrap();
+    input.write_all(b"http://b.test/1\n").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    drop(input);
+    let pushed = push.wait_with_output().unwrap();
+    assert!(
+        pushed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    let out = lease.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = String::from_utf8_lossy(&out.stdout);
+    assert!(got.contains("http://a.test/1"), "{got}");
+}

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{ArgGroup, Args};
 
-use super::duration::parse_duration;
+use super::duration::{parse_duration, parse_key};
 use super::{open_frontier, require_sieve, Common, CrawlArg};
 
 /// The arguments of `block`.
@@ -16,6 +16,7 @@ pub struct BlockArgs {
     /// The frontier's directory.
     pub dir: PathBuf,
     /// The queue's key.
+    #[arg(value_parser = parse_key)]
     pub key: String,
     /// Until this instant, in seconds since the Unix epoch (0: unblock).
     #[arg(long, value_name = "UNIX_SECONDS")]

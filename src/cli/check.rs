@@ -89,8 +89,14 @@ pub fn run(args: CheckArgs) -> Result<()> {
                  acknowledged push is before them, and the next open drops them\n"
             ));
         } else {
+            // A's records are pushes; J's, the frontier's changes (leases, dones, ...).
+            let what = if file.starts_with("j-") {
+                "changes of the queues"
+            } else {
+                "pushes"
+            };
             text.push_str(&format!(
-                "note: {file} ends in a torn tail of {bytes} bytes: pushes not acknowledged \
+                "note: {file} ends in a torn tail of {bytes} bytes: {what} not acknowledged \
                  before a crash, which the next open drops\n"
             ));
         }

@@ -115,9 +115,11 @@ fn read_and_end(
     end(&mut batch)
 }
 
-/// A line `URL` or `URL<TAB>SECONDS`: the URL and the fetch's milliseconds.
+/// A line `URL` or `URL<TAB>SECONDS`: the URL and the fetch's milliseconds. The seconds are
+/// after the line's last tab, so that a URL holding a tab (`push` keeps URLs as they are) is
+/// ended by `URL<TAB>SECONDS`.
 fn parse_line(line: &[u8]) -> std::result::Result<(Vec<u8>, u64), &'static str> {
-    let (url, took) = match memchr::memchr(b'\t', line) {
+    let (url, took) = match memchr::memrchr(b'\t', line) {
         None => (line, 0),
         Some(i) => {
             let secs = std::str::from_utf8(&line[i + 1..])

@@ -24,6 +24,25 @@ pub fn parse_duration(text: &str) -> Result<u64, String> {
         .ok_or_else(|| "too large".to_owned())
 }
 
+/// Parses a duration that must be above zero (a lease's): see [`parse_duration`].
+pub fn parse_positive_duration(text: &str) -> Result<u64, String> {
+    match parse_duration(text)? {
+        0 => Err("a lease of no time would expire at once: give at least 1ms".to_owned()),
+        ms => Ok(ms),
+    }
+}
+
+/// Parses a queue's key: not empty (no URL has an empty host: a URL without one goes to the
+/// queue `_DEFAULT_`).
+pub fn parse_key(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Err(
+            "a queue's key is not empty (URLs without a host are in `_DEFAULT_`)".to_owned(),
+        );
+    }
+    Ok(text.to_owned())
+}
+
 /// Parses a ratio of the ratio rule: a number above 0 and at most 1; returns millionths.
 pub fn parse_ratio(text: &str) -> Result<u32, String> {
     let p: f64 = text
@@ -59,6 +78,10 @@ mod tests {
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(parse_positive_duration("1ms"), Ok(1));
+        assert!(parse_positive_duration("0s").is_err());
+        assert!(parse_key("").is_err());
+        assert_eq!(parse_key("a.test"), Ok("a.test".to_owned()));
         assert_eq!(parse_ratio("0.1"), Ok(100_000));
         assert_eq!(parse_ratio("1"), Ok(1_000_000));
         for bad in ["0", "-0.5", "1.5", "nan", "inf", "x", ""] {

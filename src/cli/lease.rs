@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::Args;
 use crivello::LeaseRequest;
 
-use super::duration::parse_duration;
+use super::duration::parse_positive_duration;
 use super::stream::Output;
 use super::{open_frontier, require_sieve, Common, CrawlArg};
 
@@ -24,7 +24,7 @@ pub struct LeaseArgs {
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
     pub per_queue: Option<u32>,
     /// How long each URL stays leased: a whole number with a unit ms, s, m or h.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration)]
     pub ttl: u64,
     /// When nothing is due, wait until something is (the directory is free meanwhile).
     #[arg(long)]
@@ -48,8 +48,18 @@ pub fn run(args: LeaseArgs) -> Result<()> {
         crawl: Some(args.crawl.name().to_owned()),
         key: None,
     };
+    let mut waited = false;
     loop {
-        let frontier = open_frontier(&args.dir, args.common.memory)?;
+        let frontier = match open_frontier(&args.dir, args.common.memory) {
+            Ok(f) => f,
+            // Waiting, the directory is free meanwhile: another process may hold it for a
+            // while (a `push` of the links found, a `done`); wait for it too.
+            Err(e) if waited && is_locked(&e) => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         // What `push` pushed is due too: merged and queued first.
         frontier.flush()?;
         let leased = frontier.lease_with(&req)?;
@@ -68,7 +78,18 @@ pub fn run(args: LeaseArgs) -> Result<()> {
             return Ok(());
         };
         sleep_until(next);
+        waited = true;
     }
+}
+
+/// Whether `e` says that another process holds the directory.
+fn is_locked(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<crivello::Error>(),
+            Some(crivello::Error::Locked { .. })
+        )
+    })
 }
 
 /// Sleeps until `ms` (milliseconds since the epoch), a second at most.

@@ -127,9 +127,9 @@ enum Command {
     Policy(policy::PolicyArgs),
     /// Hand out nothing of the queue KEY before an instant (Retry-After).
     Block(block::BlockArgs),
-    /// Stop handing out URLs (pushes and dones go on).
+    /// Stop handing out URLs, of every crawl (pushes and dones go on; --crawl changes nothing).
     Pause(pause::PauseArgs),
-    /// Hand out URLs again after a pause.
+    /// Hand out URLs again after a pause, of every crawl (--crawl changes nothing).
     Resume(pause::PauseArgs),
     /// List the queues: key, waiting, leased, done, next due, policy, blocked until.
     Queues(queues::QueuesArgs),
@@ -482,12 +482,20 @@ pub fn cannot_write(e: &crivello::Error) -> &'static str {
 pub fn opening(e: crivello::Error, what: &str, dir: &Path) -> anyhow::Error {
     if e.is_write_refused() && dir.join(crivello::MANIFEST_FILE).is_file() {
         let why = cannot_write(&e);
+        let fix = if why.contains("read-only") {
+            "remount the file system read-write"
+        } else {
+            "free some disk space"
+        };
+        let meanwhile = if what == "frontier" {
+            "`crivello stats`, `crivello check` and `crivello queues` work"
+        } else {
+            "`crivello stats` and `crivello check` work, and `crivello pop` prints what the \
+             frontier holds without consuming it"
+        };
         return anyhow::Error::new(e).context(Explained {
             what: format!("{what} {}: {why}", dir.display()),
-            todo: "free some disk space (or remount the file system read-write) and run the \
-                   command again; meanwhile `crivello stats` and `crivello check` work, and \
-                   `crivello pop` prints what the frontier holds without consuming it"
-                .into(),
+            todo: format!("{fix} and run the command again; meanwhile {meanwhile}"),
         });
     }
     match e {
@@ -502,8 +510,13 @@ pub fn opening(e: crivello::Error, what: &str, dir: &Path) -> anyhow::Error {
 /// not silently created; only `push` creates sieves.
 pub fn require_sieve(dir: &Path) -> anyhow::Result<()> {
     if !dir.is_dir() {
+        let what = if dir.exists() {
+            "not a directory"
+        } else {
+            "no such directory"
+        };
         return Err(explained(
-            format!("{}: no such directory", dir.display()),
+            format!("{}: {what}", dir.display()),
             "give the directory of an existing sieve (`crivello push DIR` creates one)",
         ));
     }

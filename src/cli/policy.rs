@@ -5,18 +5,24 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use clap::Args;
+use clap::{ArgGroup, Args};
 
-use super::duration::{parse_duration, parse_ratio};
+use super::duration::{parse_duration, parse_key, parse_ratio};
 use super::{open_frontier, require_sieve, Common, CrawlArg};
 
 /// The arguments of `policy`.
 #[derive(Debug, Args)]
+#[command(group(
+    ArgGroup::new("what")
+        .required(true)
+        .multiple(true)
+        .args(["delay", "ratio", "per_queue", "limit"])
+))]
 pub struct PolicyArgs {
     /// The frontier's directory.
     pub dir: PathBuf,
     /// The queue's key (default: the default policy of every queue without its own).
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "KEY", value_parser = parse_key)]
     pub key: Option<String>,
     /// Wait DURATION from the end of one fetch to the next hand-out (rule 1).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "ratio")]

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use crivello::{Policy, QueueInfo};
+use crivello::{Frontier, Options, Policy, QueueInfo};
 
 use super::stream::Output;
-use super::{open_frontier, require_sieve, Common, CrawlArg};
+use super::{open_frontier_read_only, opening, require_sieve, Common, CrawlArg};
 
 /// Queues read at a time.
 const PAGE: usize = 4096;
@@ -33,7 +33,14 @@ pub struct QueuesArgs {
 /// Runs `queues`.
 pub fn run(args: QueuesArgs) -> Result<()> {
     require_sieve(&args.dir)?;
-    let frontier = open_frontier(&args.dir, args.common.memory)?;
+    // On a full disk or a read-only file system, where an open that must recover cannot
+    // write, the queues are read through a read-only view (as `stats` reads them).
+    let opts = Options::new().memory(args.common.memory);
+    let frontier = match Frontier::open(&args.dir, opts.clone()) {
+        Ok(f) => f,
+        Err(e) if e.is_write_refused() => open_frontier_read_only(&args.dir, args.common.memory)?,
+        Err(e) => return Err(opening(e, "frontier", &args.dir)),
+    };
     let mut out = Output::new();
     let mut start = 0;
     loop {
