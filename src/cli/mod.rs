@@ -209,9 +209,15 @@ pub fn run() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            // Help and version go to stdout with code 0, usage errors to stderr with 2.
+            // Help and version go to stdout with code 0, usage errors to stderr with 2, as
+            // one line like every other error.
             let code = e.exit_code();
-            let _ = e.print();
+            if e.use_stderr() {
+                let line = format!("crivello: {}\n", usage_line(&e.render().to_string()));
+                let _ = std::io::stderr().write_all(line.as_bytes());
+            } else {
+                let _ = e.print();
+            }
             return ExitCode::from(u8::try_from(code).unwrap_or(EXIT_USAGE));
         }
     };
@@ -244,6 +250,29 @@ pub fn run() -> ExitCode {
         Ok(Err(e)) => report(&e),
         Err(_) => ExitCode::from(EXIT_RUNTIME),
     }
+}
+
+/// A usage error of the argument parser as one line: its message (the lines before its
+/// usage, joined), then what to do.
+fn usage_line(rendered: &str) -> String {
+    let mut what = String::new();
+    for line in rendered.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with("Usage:") || line.starts_with("For more") {
+            break;
+        }
+        if !what.is_empty() {
+            what.push(' ');
+        }
+        what.push_str(line.strip_prefix("error: ").unwrap_or(line));
+    }
+    let tip = rendered
+        .lines()
+        .map(str::trim)
+        .find_map(|l| l.strip_prefix("tip: "))
+        .map(|t| format!("{t}; "))
+        .unwrap_or_default();
+    format!("{what}: {tip}see `crivello --help`, or `crivello COMMAND --help`")
 }
 
 /// An error the CLI explains itself: what went wrong, and what to do about it.
@@ -408,7 +437,7 @@ fn library_hint(e: &crivello::Error) -> Option<&'static str> {
         E::InvalidUrl(_) => "fix the input line",
         E::InvalidOption { .. } => "change the option's value (see `crivello --help`)",
         E::Poisoned => "run the command again: reopening recovers what was durable",
-        E::NotASieve { .. } => "use the directory of a sieve, or a new or empty directory",
+        E::NotASieve { .. } => "give a directory this kind of command made, or a new or empty one",
         E::WrongMode {
             mode: crivello::Mode::Frontier,
             ..

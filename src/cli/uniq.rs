@@ -6,8 +6,8 @@
 //! where it is, standard input too when it is one; a pipe from a spool copy). The output
 //! streams: each merge prints its new lines while the input is still being read.
 //!
-//! The temporary directory is removed at exit: on success, on error, and on Ctrl-C (a
-//! handler removes it and exits with 130).
+//! The temporary directory is removed at exit: on success, on error, and on Ctrl-C, SIGTERM
+//! or SIGHUP (a handler removes it and exits with 130).
 
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
@@ -102,7 +102,8 @@ fn lock_temp_dir() -> std::sync::MutexGuard<'static, Option<PathBuf>> {
     TEMP_DIR.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The Ctrl-C handler: removes the temporary directory and exits with 130.
+/// The handler of Ctrl-C, SIGTERM and SIGHUP: removes the temporary directory and exits
+/// with 130.
 fn on_interrupt() {
     if let Some(dir) = lock_temp_dir().take() {
         // A flush may be creating files while the directory is removed: try again.

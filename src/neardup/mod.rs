@@ -27,7 +27,7 @@
 
 mod docs;
 pub mod fingerprint;
-mod manifest;
+pub(crate) mod manifest;
 mod search;
 mod segment;
 mod store;

@@ -13,12 +13,14 @@ use crate::storage::{durable, Storage, StorageExt};
 pub(super) fn create(storage: &dyn Storage, opts: &Options) -> Result<Manifest> {
     for n in storage.list_files()? {
         let Some(kind) = names::parse(&n) else {
+            let reason = if n == crate::neardup::manifest::NAME {
+                format!("the directory is a near-duplicate store (it holds {n:?}), not a sieve")
+            } else {
+                format!("the directory holds {n:?}, which is not a file of a sieve")
+            };
             return Err(Error::NotASieve {
                 dir: storage.describe(),
-                reason: format!(
-                    "the directory holds {n:?}, which is not a crivello file; use an empty or \
-                     new directory"
-                ),
+                reason,
             });
         };
         let interrupted_creation = matches!(
