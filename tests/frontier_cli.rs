@@ -444,3 +444,37 @@ fn lease_wait_waits_for_a_process_that_holds_the_directory_when_it_wakes() {
     let got = String::from_utf8_lossy(&out.stdout);
     assert!(got.contains("http://a.test/1"), "{got}");
 }
+
+/// A host that is not UTF-8: `queues` prints its key's bytes as they are, and that field
+/// given back to `block` blocks that queue, not a new one.
+#[test]
+fn a_key_that_is_not_utf8_goes_from_queues_back_to_block() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("k");
+    let d = d.to_str().unwrap();
+    expect(0, &["push", d], b"http://h\xff\xfe.test/1\n");
+    expect(0, &["lease", d, "--ttl", "1ms"], b"");
+    let out = run(&["queues", d], b"");
+    let key = out.stdout.split(|&b| b == b'\t').next().unwrap().to_vec();
+    assert_eq!(key, b"h\xff\xfe.test");
+    let status = Command::new(BIN)
+        .arg("block")
+        .arg(d)
+        .arg(std::ffi::OsStr::from_bytes(&key))
+        .args(["--for", "1h"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = run(&["queues", d], b"");
+    assert_eq!(
+        out.stdout
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .count(),
+        1
+    );
+    assert!(!out.stdout.ends_with(b"\t-\n"), "not blocked");
+    let (leased, _) = expect(0, &["lease", d], b"");
+    assert_eq!(leased, "", "the blocked queue handed out a URL");
+}

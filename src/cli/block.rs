@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{ArgGroup, Args};
 
-use super::duration::{parse_duration, parse_key};
+use super::duration::{key_parser, parse_duration};
 use super::{open_frontier, require_sieve, Common, CrawlArg};
 
 /// The arguments of `block`.
@@ -16,8 +16,8 @@ pub struct BlockArgs {
     /// The frontier's directory.
     pub dir: PathBuf,
     /// The queue's key.
-    #[arg(value_parser = parse_key)]
-    pub key: String,
+    #[arg(value_parser = key_parser())]
+    pub key: std::ffi::OsString,
     /// Until this instant, in seconds since the Unix epoch (0: unblock).
     #[arg(long, value_name = "UNIX_SECONDS")]
     pub until: Option<u64>,
@@ -42,6 +42,6 @@ pub fn run(args: BlockArgs) -> Result<()> {
         (None, Some(d)) => now.saturating_add(d),
         (None, None) => unreachable!("clap requires one"),
     };
-    frontier.block(args.crawl.name(), args.key.as_bytes(), until)?;
+    frontier.block(args.crawl.name(), args.key.as_encoded_bytes(), until)?;
     Ok(frontier.close()?)
 }

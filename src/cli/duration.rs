@@ -32,15 +32,17 @@ pub fn parse_positive_duration(text: &str) -> Result<u64, String> {
     }
 }
 
-/// Parses a queue's key: not empty (no URL has an empty host: a URL without one goes to the
-/// queue `_DEFAULT_`).
-pub fn parse_key(text: &str) -> Result<String, String> {
-    if text.is_empty() {
-        return Err(
-            "a queue's key is not empty (URLs without a host are in `_DEFAULT_`)".to_owned(),
-        );
-    }
-    Ok(text.to_owned())
+/// The parser of a queue's key given as an argument: its bytes as they are (a key holds
+/// the bytes of a URL's host, which need not be UTF-8), not empty.
+pub fn key_parser() -> impl clap::builder::TypedValueParser<Value = std::ffi::OsString> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::OsStringValueParser::new().try_map(|s| {
+        if s.is_empty() {
+            Err("a queue's key is not empty (URLs without a host are in `_DEFAULT_`)")
+        } else {
+            Ok(s)
+        }
+    })
 }
 
 /// Parses a ratio of the ratio rule: a number above 0 and at most 1; returns millionths.
@@ -80,8 +82,6 @@ mod tests {
         }
         assert_eq!(parse_positive_duration("1ms"), Ok(1));
         assert!(parse_positive_duration("0s").is_err());
-        assert!(parse_key("").is_err());
-        assert_eq!(parse_key("a.test"), Ok("a.test".to_owned()));
         assert_eq!(parse_ratio("0.1"), Ok(100_000));
         assert_eq!(parse_ratio("1"), Ok(1_000_000));
         for bad in ["0", "-0.5", "1.5", "nan", "inf", "x", ""] {

@@ -402,8 +402,17 @@ fn parse_chunk(chunk: &Chunk, fp: &mut Fingerprinter) -> Parsed {
 
 /// Parses one input line into (id, fingerprint), or says why it is refused.
 fn parse(line: &[u8], fp: &mut Fingerprinter) -> std::result::Result<(String, u64), String> {
-    let value: serde_json::Value =
-        serde_json::from_slice(line).map_err(|e| format!("not JSON: {e}"))?;
+    let value: serde_json::Value = serde_json::from_slice(line).map_err(|e| {
+        // The parser's own position is within the line: said as a column, not as a
+        // "line 1" that would contradict the input's line number.
+        let what = e.to_string();
+        let what = what.split(" at line ").next().unwrap_or(&what).to_owned();
+        if line.is_empty() {
+            "an empty line, not a JSON object".to_owned()
+        } else {
+            format!("not JSON: {what} (at byte {} of the line)", e.column())
+        }
+    })?;
     let obj = value
         .as_object()
         .ok_or("not a JSON object with a string \"id\" and a string \"text\"")?;

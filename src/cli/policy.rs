@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{ArgGroup, Args};
 
-use super::duration::{parse_duration, parse_key, parse_ratio};
+use super::duration::{key_parser, parse_duration, parse_ratio};
 use super::{open_frontier, require_sieve, Common, CrawlArg};
 
 /// The arguments of `policy`.
@@ -22,8 +22,8 @@ pub struct PolicyArgs {
     /// The frontier's directory.
     pub dir: PathBuf,
     /// The queue's key (default: the default policy of every queue without its own).
-    #[arg(long, value_name = "KEY", value_parser = parse_key)]
-    pub key: Option<String>,
+    #[arg(long, value_name = "KEY", value_parser = key_parser())]
+    pub key: Option<std::ffi::OsString>,
     /// Wait DURATION from the end of one fetch to the next hand-out (rule 1).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "ratio")]
     pub delay: Option<u64>,
@@ -48,7 +48,7 @@ pub struct PolicyArgs {
 pub fn run(args: PolicyArgs) -> Result<()> {
     require_sieve(&args.dir)?;
     let frontier = open_frontier(&args.dir, args.common.memory)?;
-    let key = args.key.as_deref().map(str::as_bytes);
+    let key = args.key.as_deref().map(std::ffi::OsStr::as_encoded_bytes);
     let crawl = args.crawl.name();
     let mut p = frontier.policy(crawl, key)?;
     if let Some(d) = args.delay {

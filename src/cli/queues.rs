@@ -46,8 +46,11 @@ pub fn run(args: QueuesArgs) -> Result<()> {
     loop {
         let page = frontier.queues(args.crawl.name(), start, PAGE)?;
         for q in &page {
-            let line = if args.json { json(q) } else { row(q) };
-            out.line(line.as_bytes())?;
+            if args.json {
+                out.line(json(q).as_bytes())?;
+            } else {
+                out.line(&row(q))?;
+            }
         }
         if page.len() < PAGE {
             break;
@@ -69,20 +72,25 @@ fn policy_text(p: &Policy) -> String {
     format!("{rule} per-queue={} limit={}", p.per_queue, p.limit)
 }
 
-/// A tab-separated row: key, waiting, leased, done, next due (ms since the epoch, "-" if
-/// nothing may be served), policy ("default" if none of its own), blocked until (ms since
-/// the epoch, "-" if not blocked).
-fn row(q: &QueueInfo) -> String {
-    format!(
-        "{}\t{}\t{}\t{}\t{}\t{}\t{}",
-        String::from_utf8_lossy(&q.key),
-        q.waiting,
-        q.leased,
-        q.done,
-        q.next_due_ms.map_or("-".to_owned(), |d| d.to_string()),
-        q.policy.as_ref().map_or("default".to_owned(), policy_text),
-        q.blocked_until_ms.map_or("-".to_owned(), |b| b.to_string()),
-    )
+/// A tab-separated row: key (its bytes as they are, so that it can be given back to `block`
+/// and `policy --key`), waiting, leased, done, next due (ms since the epoch, "-" if nothing
+/// may be served), policy ("default" if none of its own), blocked until (ms since the epoch,
+/// "-" if not blocked).
+fn row(q: &QueueInfo) -> Vec<u8> {
+    let mut line = q.key.clone();
+    line.extend_from_slice(
+        format!(
+            "\t{}\t{}\t{}\t{}\t{}\t{}",
+            q.waiting,
+            q.leased,
+            q.done,
+            q.next_due_ms.map_or("-".to_owned(), |d| d.to_string()),
+            q.policy.as_ref().map_or("default".to_owned(), policy_text),
+            q.blocked_until_ms.map_or("-".to_owned(), |b| b.to_string()),
+        )
+        .as_bytes(),
+    );
+    line
 }
 
 /// One JSON object.
