@@ -430,7 +430,12 @@ fn on_a_full_then_read_only_file_system_stats_check_and_pop_still_work() {
             "No space left on device"
         };
         assert!(err.contains(what), "{err}");
-        assert!(err.contains("free some disk space"), "{err}");
+        let fix = if read_only {
+            "remount the file system read-write"
+        } else {
+            "free some disk space"
+        };
+        assert!(err.contains(fix), "{err}");
         // What pop and flush tried to write before they failed (a recovery's first steps)
         // is taken up again by the next open.
         before = files(&store);
