@@ -284,6 +284,12 @@ fn a_directory_holding_other_files_is_not_taken_over() {
         std::fs::read(dir.path().join("notes.txt")).unwrap(),
         b"mine"
     );
+    // Left as it was: not even a lock file was made in it.
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["notes.txt"]);
 }
 
 #[derive(Debug, Clone)]

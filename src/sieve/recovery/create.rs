@@ -7,21 +7,42 @@ use crate::names::{self, FileName};
 use crate::options::Options;
 use crate::storage::{durable, Storage, StorageExt};
 
+/// Refuses a directory that holds a file no sieve makes (checked again by [`create`], and
+/// first by the open before it makes its lock file there, so that a refused directory is
+/// left as it was).
+pub(super) fn refuse_foreign(storage: &dyn Storage) -> Result<()> {
+    match storage
+        .list_files()?
+        .into_iter()
+        .find(|n| names::parse(n).is_none())
+    {
+        Some(n) => Err(foreign(storage, &n)),
+        None => Ok(()),
+    }
+}
+
+/// The refusal of a directory that holds `n`, which no sieve makes.
+fn foreign(storage: &dyn Storage, n: &str) -> Error {
+    let reason = if n == crate::neardup::manifest::NAME {
+        format!("the directory is a near-duplicate store (it holds {n:?}), not a sieve")
+    } else {
+        format!("the directory holds {n:?}, which is not a file of a sieve")
+    };
+    Error::NotASieve {
+        dir: storage.describe(),
+        reason,
+    }
+}
+
 /// Creates a new sieve: F's first segment and the cursor, then the manifest (the commit).
 /// A directory holding other files is refused; one holding what an interrupted creation
 /// leaves is created again.
 pub(super) fn create(storage: &dyn Storage, opts: &Options) -> Result<Manifest> {
+    refuse_foreign(storage)?;
     for n in storage.list_files()? {
         let Some(kind) = names::parse(&n) else {
-            let reason = if n == crate::neardup::manifest::NAME {
-                format!("the directory is a near-duplicate store (it holds {n:?}), not a sieve")
-            } else {
-                format!("the directory holds {n:?}, which is not a file of a sieve")
-            };
-            return Err(Error::NotASieve {
-                dir: storage.describe(),
-                reason,
-            });
+            // (Refused above; listed again, a file another program made meanwhile.)
+            return Err(foreign(storage, &n));
         };
         let interrupted_creation = matches!(
             kind,

@@ -40,7 +40,11 @@ use crate::storage::{Storage, StorageExt};
 pub(crate) fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
     let slots = opts.validate()?;
     let st = &*storage;
-    // 1.
+    // 1. (A directory of other files, with no sieve in it, is refused before the lock
+    // file is made in it.)
+    if !st.list_files()?.iter().any(|n| n == crate::names::MANIFEST) {
+        create::refuse_foreign(st)?;
+    }
     let lock = st.lock_exclusive()?;
     let m = match Manifest::load(st)? {
         Some(m) => m,
