@@ -210,9 +210,10 @@ pub fn run() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             // Help and version go to stdout with code 0, usage errors to stderr with 2, as
-            // one line like every other error.
+            // one line like every other error (but the help `crivello` alone prints).
             let code = e.exit_code();
-            if e.use_stderr() {
+            let help = e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand;
+            if e.use_stderr() && !help {
                 let line = format!("crivello: {}\n", usage_line(&e.render().to_string()));
                 let _ = std::io::stderr().write_all(line.as_bytes());
             } else {
