@@ -302,18 +302,13 @@ pub fn explained(what: impl Into<String>, todo: impl Into<String>) -> anyhow::Er
 }
 
 /// A usage error found after the arguments were parsed (options that contradict each other,
-/// values the machine cannot serve): exit code 2, with what to do.
+/// values the machine cannot serve): an [`Explained`] error that exits with code 2.
 #[derive(Debug)]
-pub struct Usage {
-    /// What went wrong.
-    pub what: String,
-    /// What to do.
-    pub todo: String,
-}
+pub struct Usage(pub Explained);
 
 impl fmt::Display for Usage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.what)
+        self.0.fmt(f)
     }
 }
 
@@ -321,10 +316,10 @@ impl std::error::Error for Usage {}
 
 /// Builds a [`Usage`] error.
 pub fn usage(what: impl Into<String>, todo: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(Usage {
+    anyhow::Error::new(Usage(Explained {
         what: what.into(),
         todo: todo.into(),
-    })
+    }))
 }
 
 /// Damage found by `check` (exit code 3).
@@ -405,7 +400,7 @@ fn hint(err: &anyhow::Error) -> String {
         if let Some(e) = cause.downcast_ref::<Explained>() {
             return e.todo.clone();
         }
-        if let Some(e) = cause.downcast_ref::<Usage>() {
+        if let Some(Usage(e)) = cause.downcast_ref::<Usage>() {
             return e.todo.clone();
         }
         if let Some(d) = cause.downcast_ref::<Damage>() {
