@@ -41,6 +41,7 @@ pub struct Options {
     pub(crate) journal_bytes: u64,
     pub(crate) hot_queues: usize,
     pub(crate) compress_queues: Option<bool>,
+    pub(crate) merge_positions: u64,
 }
 
 impl Default for Options {
@@ -60,6 +61,7 @@ impl Default for Options {
             journal_bytes: 64 << 20,
             hot_queues: crate::queues::HOT_QUEUES,
             compress_queues: None,
+            merge_positions: crate::merge::REGIONS_IN_MEMORY,
         }
     }
 }
@@ -142,6 +144,15 @@ impl Options {
     #[doc(hidden)]
     pub fn hot_queues(mut self, n: usize) -> Options {
         self.hot_queues = n.max(1);
+        self
+    }
+
+    /// Test only: a merge keeps the new positions of the runs it reads in bitmaps of at most
+    /// `bytes` in all (default 1 MiB), the others in its scratch file `merge.tmp`; 0 sends
+    /// every run's to the file, so that tests of a few URLs go through it.
+    #[doc(hidden)]
+    pub fn merge_positions_in_memory(mut self, bytes: u64) -> Options {
+        self.merge_positions = bytes;
         self
     }
 

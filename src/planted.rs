@@ -94,12 +94,16 @@ pub enum Bug {
     /// `coding-unrecorded`: an open that chooses how the Q runs are written uses the choice
     /// without recording it in the manifest, so the next open writes as before.
     CodingUnrecorded,
+    /// `scratch-shifted`: a merge writes each buffer of a run's new positions to its scratch
+    /// file where the next buffer belongs, so the positions it reads back are not those it
+    /// found.
+    ScratchShifted,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 29] = [
+    pub const ALL: [(Bug, &'static str); 30] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -129,6 +133,7 @@ impl Bug {
         (Bug::CheckpointUnsynced, "checkpoint-unsynced"),
         (Bug::WalkTrustsGuess, "walk-trusts-guess"),
         (Bug::CodingUnrecorded, "coding-unrecorded"),
+        (Bug::ScratchShifted, "scratch-shifted"),
     ];
 }
 

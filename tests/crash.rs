@@ -246,6 +246,34 @@ fn spills_then_a_merge_of_the_runs_are_safe() {
     enumerate("spills and merge", 1, &steps);
 }
 
+/// Whether a run created a merge's scratch file (the runs' new positions written to disk).
+fn wrote_scratch(disk: &SimDisk) -> bool {
+    disk.trace()
+        .iter()
+        .any(|op| matches!(op, crivello::storage::sim::Op::Create(name) if name == "merge.tmp"))
+}
+
+#[test]
+fn a_merge_whose_runs_positions_go_to_the_scratch_file_is_safe() {
+    // As above, with no room in memory for the runs' new positions: every merge of runs
+    // writes them to `merge.tmp` and reads them back, so a crash at each of those operations,
+    // and a scratch file left behind by one, are reopened.
+    let opts = opts(2).merge_positions_in_memory(0);
+    let steps = eight_pushes_then([
+        Sync,
+        push("http://g/"),
+        push("http://c/"),
+        Close,
+        push("http://h/"),
+        Flush,
+        Pop(4),
+    ]);
+    let clean = SimDisk::new();
+    run(&clean, &opts, &steps);
+    assert!(wrote_scratch(&clean), "no merge wrote the scratch file");
+    enumerate_with("positions in the scratch file", &opts, &steps);
+}
+
 #[test]
 fn generations_written_over_superseded_ones_are_safe() {
     // Three slots per buffer and a sync after every push: each generation holds three
@@ -382,6 +410,19 @@ fn an_io_error_at_any_operation_poisons_and_loses_nothing_acknowledged() {
 }
 
 #[test]
+fn an_io_error_with_positions_in_the_scratch_file_loses_nothing_acknowledged() {
+    let opts = opts(2).merge_positions_in_memory(0);
+    let clean = SimDisk::new();
+    run(&clean, &opts, &fault_steps());
+    assert!(wrote_scratch(&clean), "no merge wrote the scratch file");
+    write_faults(
+        "I/O errors, positions in the scratch file",
+        &opts,
+        &fault_steps(),
+    );
+}
+
+#[test]
 fn an_io_error_with_the_cache_of_recent_signatures_loses_nothing_acknowledged() {
     // The cache drops the repeats of a, so their records are taken back from A.
     write_faults(
@@ -473,10 +514,20 @@ fn a_read_error_at_any_read_loses_nothing_acknowledged() {
     for (name, opts) in [
         ("read errors", opts(2)),
         ("read errors, recent cache", opts(2).recent_cache(64)),
+        (
+            "read errors, positions in the scratch file",
+            opts(2).merge_positions_in_memory(0),
+        ),
     ] {
         let steps = fault_steps();
         let clean = SimDisk::new();
         let want = run(&clean, &opts, &steps);
+        if name.ends_with("scratch file") {
+            assert!(
+                wrote_scratch(&clean),
+                "{name}: no merge wrote the scratch file"
+            );
+        }
         let total = clean.reads();
         assert!(total > 20, "{name}: only {total} reads");
         let mut runs = 0usize;

@@ -38,7 +38,7 @@ pub(crate) fn merge_due(unmerged: u64, distinct: u64, runs: usize, max_runs: usi
 /// Bytes of the bitmaps of new positions a merge keeps in memory for its runs (the batch's is
 /// always kept): a run whose bitmap still fits writes no scratch. 1 MiB is a bit for each
 /// record of three full runs at a budget of 64 MiB.
-const REGIONS_IN_MEMORY: u64 = 1 << 20;
+pub(crate) const REGIONS_IN_MEMORY: u64 = 1 << 20;
 
 /// The new segment of a merge, created at its first signature (a merge whose output is
 /// empty creates no file and takes no id).
@@ -109,20 +109,22 @@ fn join(
 /// them) into one new segment, numbered from `next_id`. A signature no segment holds is new,
 /// and its first occurrence is the one of the earliest source: its position goes to that
 /// source's region, in memory or in the scratch file [`SCRATCH`] (created only for a run
-/// whose bitmap does not fit what is left of [`REGIONS_IN_MEMORY`]).
+/// whose bitmap does not fit what is left of `in_memory` bytes, [`REGIONS_IN_MEMORY`] but in
+/// tests).
 pub(crate) fn merge_signatures(
     storage: &dyn Storage,
     next_id: &mut u64,
     segments: &[Arc<Segment>],
     runs: &[Arc<Run>],
     batch: &[Slot],
+    in_memory: u64,
 ) -> Result<Merged> {
     let mut scratch: Option<File> = None;
     let mut regions = Vec::with_capacity(runs.len() + 1);
     let mut offset = 0u64;
-    // Each run's positions in memory if its bitmap fits what is left of
-    // [`REGIONS_IN_MEMORY`], in push order; the others in the scratch file.
-    let mut left = REGIONS_IN_MEMORY;
+    // Each run's positions in memory if its bitmap fits what is left of `in_memory`, in push
+    // order; the others in the scratch file.
+    let mut left = in_memory;
     for r in runs {
         let bitmap = r.meta().records.div_ceil(64) * 8;
         if bitmap <= left {
@@ -264,7 +266,7 @@ mod tests {
 
             let mut next_id = 1000;
             let mut merged =
-                merge_signatures(&disk, &mut next_id, &segments, &runs, batch).unwrap();
+                merge_signatures(&disk, &mut next_id, &segments, &runs, batch, REGIONS_IN_MEMORY).unwrap();
             let to_disk = big[..waiting.len()].iter().any(|&b| b);
             proptest::prop_assert_eq!(merged.scratch, to_disk);
             proptest::prop_assert_eq!(disk.files().iter().any(|f| f == SCRATCH), to_disk);

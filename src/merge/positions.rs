@@ -109,7 +109,10 @@ impl Region {
         } = &mut self.kept
         {
             if !buf.is_empty() {
-                let at = *offset + 4 * self.count - buf.len() as u64;
+                let mut at = *offset + 4 * self.count - buf.len() as u64;
+                if crate::planted::active(crate::planted::Bug::ScratchShifted) {
+                    at += buf.len() as u64;
+                }
                 scratch.write_all_at(buf, at)?;
                 buf.clear();
             }

@@ -60,6 +60,9 @@ pub(crate) struct FlushJob {
     pub gate: Arc<Gate>,
     /// Removes the files the flush supersedes.
     pub reaper: Arc<Reaper>,
+    /// The bytes of the runs' bitmaps of new positions a merge keeps in memory
+    /// (`Options::merge_positions_in_memory`).
+    pub positions_in_memory: u64,
 }
 
 /// Records and bytes of A dropped as torn tails by a recovery.
@@ -106,7 +109,14 @@ pub(crate) fn run(job: FlushJob) -> Result<FlushDone> {
     let mut scratch = false;
     if job.merge {
         let seg;
-        (seg, scratch) = merge(storage, &mut m, &segments, &runs, source, &pairs)?;
+        (seg, scratch) = merge(
+            storage,
+            &mut m,
+            (&segments, &runs),
+            source,
+            &pairs,
+            job.positions_in_memory,
+        )?;
         segments = seg.into_iter().collect();
         runs.clear();
     } else if !pairs.is_empty() {
@@ -194,12 +204,12 @@ fn spill(
 fn merge(
     storage: &dyn Storage,
     m: &mut Manifest,
-    segments: &[Arc<Segment>],
-    runs: &[Arc<Run>],
+    (segments, runs): (&[Arc<Segment>], &[Arc<Run>]),
     b: BatchSource<'_>,
     batch: &[Slot],
+    in_memory: u64,
 ) -> Result<(Option<Arc<Segment>>, bool)> {
-    let mut merged = merge_signatures(storage, &mut m.next_id, segments, runs, batch)?;
+    let mut merged = merge_signatures(storage, &mut m.next_id, segments, runs, batch, in_memory)?;
 
     // Emit the new URLs in the order of their first appearance: source by source, and in
     // each by position.

@@ -343,6 +343,7 @@ impl Sieve {
             torn: Torn::default(),
             gate: gate.clone(),
             reaper: self.reaper.clone(),
+            positions_in_memory: self.opts.merge_positions,
         };
         if self.opts.background {
             let handle = std::thread::Builder::new()

@@ -89,7 +89,14 @@ impl Job {
             });
         }
         let run_files: Vec<Arc<Run>> = runs.iter().map(|r| r.run.clone()).collect();
-        let mut merged = merge_signatures(storage, &mut next_id, &segments, &run_files, &slots)?;
+        let mut merged = merge_signatures(
+            storage,
+            &mut next_id,
+            &segments,
+            &run_files,
+            &slots,
+            crate::merge::REGIONS_IN_MEMORY,
+        )?;
         slots.clear();
         let mut printed = 0;
         let mut chunk = Vec::new();

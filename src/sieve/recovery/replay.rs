@@ -247,6 +247,8 @@ fn spill(storage: &Arc<dyn Storage>, state: State, mut batch: Batch, torn: Torn)
         gate: Arc::new(Gate::default()),
         // Inline: recovery waits for its spills, which remove nothing.
         reaper: Arc::new(Reaper::new(storage.clone(), false)),
+        // A spill: no merge.
+        positions_in_memory: crate::merge::REGIONS_IN_MEMORY,
     };
     let done = flush::run(job)?;
     Ok(State {
