@@ -514,6 +514,66 @@ fn checkpoints_of_versions_4_6_7_9_10_and_11_are_read() {
     f.close().unwrap();
 }
 
+/// Leases every due queue and ends each lease at once, up to `rounds` times or until a URL
+/// of `host` is handed out; returns whether it was. `wait` lets a flush on the sieve's thread
+/// end between rounds.
+fn serve_until(f: &Frontier, host: &str, rounds: usize, wait: bool) -> bool {
+    for _ in 0..rounds {
+        let got = f.lease(100, None, 30_000).unwrap();
+        let found = got.iter().any(|l| l.key == host.as_bytes());
+        for l in &got {
+            assert!(f.done(l.token, 1).unwrap());
+        }
+        if found {
+            return true;
+        }
+        if wait {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    false
+}
+
+#[test]
+fn urls_found_while_other_queues_wait_are_served_within_about_a_second() {
+    // Three hosts with many URLs each: the front is never empty, so no hand-out flushes the
+    // sieve for that. A new host pushed meanwhile is served once a hand-out that found fewer
+    // queues due than it could serve has flushed it; the next such flush comes a second
+    // (of the frontier's clock) after the one before.
+    for background in [false, true] {
+        let disk = SimDisk::new();
+        let clock = Arc::new(ManualClock::new(1_000));
+        let o = opts().slots(4096).background_flush(background);
+        let f = Frontier::open_with(Arc::new(disk.clone()), o, clock.clone()).unwrap();
+        let old: Vec<String> = (0..300)
+            .map(|i| format!("http://{}.com/{}", ["a", "b", "c"][i % 3], i))
+            .collect();
+        push(&f, &old.iter().map(String::as_str).collect::<Vec<_>>());
+        f.flush().unwrap();
+        assert_eq!(f.lease(100, None, 30_000).unwrap().len(), 3);
+        clock.advance(31_000);
+        push(&f, &["http://d.com/1"]);
+        assert!(
+            serve_until(&f, "d.com", 50, background),
+            "background {background}: d.com not served"
+        );
+        // The next flush of that kind waits a second: e.com is not served before.
+        push(&f, &["http://e.com/1"]);
+        assert!(
+            !serve_until(&f, "e.com", 10, background),
+            "background {background}: e.com served within the second"
+        );
+        clock.advance(1_000);
+        assert!(
+            serve_until(&f, "e.com", 50, background),
+            "background {background}: e.com not served after the second"
+        );
+        let st = f.stats().unwrap();
+        assert!(st.waiting > 0, "the front ran dry: the test proves nothing");
+        f.close().unwrap();
+    }
+}
+
 #[test]
 fn the_delay_runs_from_the_end_of_a_fetch_and_leases_expire_back_in_their_place() {
     let disk = SimDisk::new();
@@ -541,8 +601,19 @@ fn the_delay_runs_from_the_end_of_a_fetch_and_leases_expire_back_in_their_place(
     clock.advance(1);
     let l = f.lease(10, None, 5_000).unwrap();
     assert_eq!(urls(&l), ["http://h/2"]);
-    // Its lease expires: it goes back in its place, before /3.
+    // Its lease expires: it goes back in its place, before /3, and the delay runs from the
+    // deadline, as from the end of a fetch (a fetcher that died does not shorten it).
     clock.advance(5_000);
+    assert!(
+        f.lease(10, None, 5_000).unwrap().is_empty(),
+        "within the delay after an expiry"
+    );
+    clock.advance(1_999);
+    assert!(
+        f.lease(10, None, 5_000).unwrap().is_empty(),
+        "within the delay after an expiry"
+    );
+    clock.advance(1);
     let again = f.lease(10, None, 5_000).unwrap();
     assert_eq!(urls(&again), ["http://h/2"]);
     assert!(!f.done(l[0].token, 1).unwrap() || again[0].token == l[0].token);
@@ -1031,17 +1102,29 @@ mod model {
             gone.len() as u64
         }
 
+        /// Ends the leases whose deadline has passed, in deadline order: each fetch ended at
+        /// its deadline, after 0 ms, and the politeness runs from there.
         fn expire(&mut self, now: u64) {
+            let p = self.policy;
             for h in self.hosts.values_mut() {
-                let gone: Vec<usize> = h
+                let mut gone: Vec<(u64, usize)> = h
                     .leased
                     .iter()
                     .filter(|(_, (_, d))| *d <= now)
-                    .map(|(i, _)| *i)
+                    .map(|(i, (_, d))| (*d, *i))
                     .collect();
-                for i in gone {
+                gone.sort_unstable();
+                for (deadline, i) in gone {
                     h.leased.remove(&i);
                     h.returned.insert(i);
+                    let mut wait = p.delay_ms;
+                    if p.ratio_ppm > 0 && h.leased.is_empty() {
+                        wait = wait.max(h.burst * 1_000_000 / p.ratio_ppm as u64);
+                    }
+                    if h.leased.is_empty() {
+                        h.burst = 0;
+                    }
+                    h.due = h.due.max(deadline + wait);
                 }
             }
         }

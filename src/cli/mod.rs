@@ -453,6 +453,8 @@ fn io_hint(e: &std::io::Error) -> &'static str {
         K::NotFound => "check that the path exists",
         K::PermissionDenied => "check the permissions of the path",
         K::AlreadyExists => "remove the path or choose another",
+        K::AddrInUse => "another program listens there: stop it, or give another --addr",
+        K::AddrNotAvailable => "give an address of this machine with --addr",
         _ if e.raw_os_error() == Some(ENOSPC) => "free some disk space and run the command again",
         _ if e.raw_os_error() == Some(EROFS) => {
             "the file system is read-only: remount it read-write and run the command again"

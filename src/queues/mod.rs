@@ -912,8 +912,10 @@ impl Frontier {
     }
 
     /// The names of the crawls, sorted: each one pushed to (or given a policy or a block) and
-    /// not deleted since, and `DEFAULT` when it has queues.
+    /// not deleted since, and `DEFAULT` when it has queues. Flushes first, so that what was
+    /// pushed to `DEFAULT` is in its queues.
     pub fn crawls(&self) -> Result<Vec<String>> {
+        self.flush()?;
         self.with(|c| {
             Ok(c.crawls()
                 .into_iter()

@@ -354,6 +354,12 @@ impl Sieve {
         Ok(true)
     }
 
+    /// Whether URLs pushed are not merged yet: in S, in spilled runs, or a push that the
+    /// cache of recent signatures has not decided.
+    pub(crate) fn holds_unflushed(&self) -> bool {
+        !self.s.is_empty() || !self.runs.is_empty() || self.undecided.is_some()
+    }
+
     /// Whether a job runs on the flush thread and has not ended (its outcome not yet
     /// applied: the next call that polls it does).
     pub(crate) fn flush_thread_busy(&self) -> bool {

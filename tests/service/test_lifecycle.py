@@ -45,6 +45,25 @@ def test_a_bad_address_is_a_usage_error(tmp_path):
     assert b"not an address" in out.stderr
 
 
+def test_an_address_in_use_is_named_and_leaves_the_directory_as_it_was(
+    server_factory, tmp_path
+):
+    server = server_factory()
+    other = tmp_path / "other"
+    out = subprocess.run(
+        [BIN, "serve", str(other), "--addr", server.addr],
+        capture_output=True,
+        timeout=30,
+    )
+    assert out.returncode == 1
+    lines = out.stderr.decode().splitlines()
+    assert len(lines) == 1, lines
+    assert f"listen on {server.addr}" in lines[0]
+    assert "another program listens there" in lines[0]
+    assert not other.exists()
+    assert server.stop(signal.SIGTERM) == 0
+
+
 def stats_json(directory):
     """`crivello stats --json` of a stopped server's directory."""
     out = subprocess.run(

@@ -141,3 +141,50 @@ def test_set_active(server):
         server.stub.SetActive(pb.Active(state=True))
     assert server.stub.GetActive(pb.Local()).state is True
     assert [g.url for g in get(server, key="paused.com", crawl="DEFAULT")] == ["http://paused.com/1"]
+
+
+def test_an_expired_lease_waits_for_the_delay_from_its_expiry(server):
+    # A fetcher that never reports: the URL comes back when its lease expires, and the
+    # queue's delay runs from that instant, as from the end of a fetch.
+    pb = server.pb
+    put(server, [discovered(pb, "http://gone.com/0")])
+    server.stub.SetDelay(pb.QueueDelayParams(key="gone.com", delay_requestable=2))
+    times = []
+    stop = time.time() + 12
+    while len(times) < 3 and time.time() < stop:
+        got = get(server, key="gone.com", crawl="DEFAULT", delay_requestable=1)
+        if got:
+            assert [g.url for g in got] == ["http://gone.com/0"]
+            times.append(time.monotonic())
+        time.sleep(0.02)
+    assert len(times) == 3, times
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    # Lease of 1 s, then the delay of 2 s from its expiry.
+    assert all(g >= 2.95 for g in gaps), gaps
+
+
+def test_hosts_found_while_the_others_keep_serving_are_served_soon(server):
+    # A crawler's loop on three hosts whose queues never run dry: each round leases what is
+    # due, reports it done and, on the same stream, a URL of a new host it found. The new
+    # hosts are handed out within a few seconds, not once the others are exhausted. (A crawl
+    # of its own: the other tests' queues are not in it.)
+    pb = server.pb
+    c = "busy"
+    put(server, [discovered(pb, f"http://{h}.busy/{i}", crawl=c) for i in range(400) for h in "abc"])
+    new = {}
+    served = {}
+    start = time.monotonic()
+    while time.monotonic() - start < 20 and (len(new) < 10 or len(served) < len(new)):
+        got = get(server, max_queues=100, delay_requestable=30, crawl=c)
+        for g in got:
+            if g.url in new:
+                served[g.url] = time.monotonic() - new[g.url]
+        items = [known(pb, g.url, 0, crawl=c) for g in got]
+        if len(new) < 10:
+            url = f"http://new{len(new)}.busy/1"
+            new[url] = time.monotonic()
+            items.append(discovered(pb, url, crawl=c))
+        put(server, items)
+        time.sleep(0.05)
+    assert len(served) == 10 and max(served.values()) < 5, served
+    assert stats(server, crawl=c).size > 0, "the others ran dry: the test proves nothing"

@@ -182,6 +182,26 @@ pub(super) struct FrontFlush {
     done: bool,
 }
 
+/// Where the flushes that hand-outs ask for while some queue still waits stand (see
+/// [`Core::demand_flush`]), by the frontier's clock.
+#[derive(Debug, Default, Clone, Copy)]
+struct DemandFlush {
+    /// When the one under way began.
+    started: Option<u64>,
+    /// The first instant the next may begin.
+    next_at: u64,
+}
+
+/// The least time between two flushes that hand-outs ask for while some queue still waits:
+/// the URLs pushed since wait at most about this long for a hand-out to find them, while
+/// the flushes cost little.
+const DEMAND_GAP_MS: u64 = 1_000;
+
+/// The least time between two such flushes, in times the last one took (from its start to
+/// the first hand-out that found it ended): they take at most about a tenth of the
+/// frontier's time, however large the sieve's Z, which each of them reads and writes whole.
+const DEMAND_FACTOR: u64 = 10;
+
 /// A queue's records out of its runs, and the seqs its runs hold that it passes.
 #[derive(Default)]
 struct Lists {
@@ -417,6 +437,8 @@ pub(crate) struct Core {
     /// Blocked queues: not served before the instant.
     blocks: HashMap<u64, u64>,
     paused: bool,
+    /// The flushes hand-outs ask for while the front is not empty ([`Core::demand_flush`]).
+    demand: DemandFlush,
     /// The queues' states, by place (packed: `src/queues/core/table.rs`).
     queues: table::Table,
     /// The queues' ids, at their places: apart from their state, so that the look-ups in
@@ -574,6 +596,7 @@ impl Core {
             policies: HashMap::new(),
             blocks: HashMap::new(),
             paused: false,
+            demand: DemandFlush::default(),
             queues: table::Table::with_limit(hot),
             ids: Vec::new(),
             index: QueueIndex::default(),
@@ -1755,6 +1778,24 @@ impl Core {
             )
         })?;
         let i = lease.queue;
+        self.fetch_ended(i, at, took);
+        let q = self.queues.get_mut(i);
+        match end {
+            End::Done => q.completed = q.completed.saturating_add(1),
+            End::Retry => q.insert_returned(seq, lease.record),
+            End::Refetch(when) => {
+                let rec = record.map_or(lease.record, Into::into);
+                insert_refetch(q, when, seq, rec);
+            }
+        }
+        self.schedule(i);
+        Ok(())
+    }
+
+    /// One lease of queue `i` ends at `at`, after a fetch of `took` milliseconds (an expiry:
+    /// at the deadline, after 0): the queue holds one lease less, and its next hand-out waits
+    /// for the politeness of the lecture notes' §2.7.
+    fn fetch_ended(&mut self, i: u32, at: u64, took: u64) {
         let p = self.policy(self.ids[i as usize]);
         let burst = self.burst(i).saturating_add(took);
         let q = self.queues.get_mut(i);
@@ -1767,17 +1808,7 @@ impl Core {
             wait = wait.max(burst.saturating_mul(1_000_000) / u64::from(p.ratio_ppm));
         }
         q.due = q.due.max(at.saturating_add(wait));
-        match end {
-            End::Done => q.completed = q.completed.saturating_add(1),
-            End::Retry => q.insert_returned(seq, lease.record),
-            End::Refetch(when) => {
-                let rec = record.map_or(lease.record, Into::into);
-                insert_refetch(q, when, seq, rec);
-            }
-        }
         self.set_burst(i, if ends { 0 } else { burst });
-        self.schedule(i);
-        Ok(())
     }
 
     /// Milliseconds the fetches of queue `i`'s current burst took.
@@ -1952,9 +1983,13 @@ impl Core {
                 continue;
             }
             let lease = self.leases.remove(seq).expect("present");
-            let q = self.queues.get_mut(lease.queue);
-            q.leased -= 1;
-            q.insert_returned(seq, lease.record);
+            // The fetch's end is not known: the politeness delay runs from the deadline, so
+            // that a fetcher that died, or one too slow, does not make its host served again
+            // sooner than one that reported.
+            self.fetch_ended(lease.queue, deadline, 0);
+            self.queues
+                .get_mut(lease.queue)
+                .insert_returned(seq, lease.record);
             self.schedule(lease.queue);
         }
     }
@@ -2257,6 +2292,16 @@ impl Core {
         // records below would only leave the sieve poisoned).
         self.sieve.poll_flush()?;
         let now = self.clock.now_ms();
+        if let Some(start) = self.demand.started {
+            if !self.sieve.flush_thread_busy() {
+                let took = now.saturating_sub(start);
+                let gap = took.saturating_mul(DEMAND_FACTOR).max(DEMAND_GAP_MS);
+                self.demand = DemandFlush {
+                    started: None,
+                    next_at: start.saturating_add(gap),
+                };
+            }
+        }
         self.poll_compaction()?;
         self.expire(now);
         if crate::planted::active(crate::planted::Bug::MoveUnderLock) {
@@ -2462,7 +2507,35 @@ impl Core {
         for i in popped {
             self.schedule(i);
         }
+        if first && served.len() < max_queues && planned < req.max_urls {
+            self.demand_flush(now)?;
+        }
         Ok(Ok(out))
+    }
+
+    /// A hand-out found fewer queues due than it could serve, while the sieve holds URLs
+    /// pushed since its last flush: they may be of new queues, or of queues that ran dry,
+    /// which a flush only moves into the queues. The front not being empty, nothing flushed
+    /// them before (an empty front does, and waits for it: [`Core::lease`]); without this, a
+    /// crawl whose queues never all run dry would serve the hosts it found first, and none
+    /// found since, until S fills. So the flush begins here, on the sieve's thread, and this
+    /// hand-out does not wait for it: the next ones move F into the queues as ever, once it
+    /// ended. At most one at a time, and each [`DEMAND_GAP_MS`] after the last, or
+    /// [`DEMAND_FACTOR`] times as long as the last took, whichever is longer (each merges Z
+    /// whole).
+    fn demand_flush(&mut self, now: u64) -> Result<()> {
+        if self.paused
+            || self.demand.started.is_some()
+            || now < self.demand.next_at
+            || self.sieve_busy()
+            || !self.sieve.holds_unflushed()
+        {
+            return Ok(());
+        }
+        let mut ticket = None;
+        self.sieve.flush_step(&mut ticket)?;
+        self.demand.started = Some(now);
+        Ok(())
     }
 
     /// Puts the queues a hand-out in parts held out of the heap back in it (its end).
