@@ -17,7 +17,7 @@
 //!
 //! It is replaced atomically (`MANIFEST.tmp`, fsync, rename, fsync directory). A manifest of
 //! version 4 is read as of mode 0, one of version 5 as of no clean close recorded, and all
-//! are written back as version 14 at the next commit (versions 6 and 7 changed other files
+//! are written back as version 15 at the next commit (versions 6 and 7 changed other files
 //! only: no manifest has them). Versions 9 to 13 have version 8's layout: 9 says that F's
 //! frames may be coded (`src/frames/coded.rs`), which a build that writes version 8 cannot
 //! read; 10 that a frontier's journal may hold archives and imports, and its A and F records
@@ -26,7 +26,9 @@
 //! 13 that their frames may be compressed (layout 6 of `src/frames/coded.rs`). Version 14
 //! adds `queue_coding` after the clean ends: how a frontier writes its Q runs, 0 front coded
 //! (`RunCoding::Front`), 1 compressed (`RunCoding::Compressed`); a manifest of an earlier
-//! version is read as of 0.
+//! version is read as of 0. Version 15 has version 14's layout and says that a frontier's
+//! journal may hold policies with their instant (entry 19), which a build that writes
+//! version 14 cannot read.
 
 use crate::error::{Corruption, Error, Result};
 use crate::format::{seal, ByteReader, PutLe, MAGIC_M, MANIFEST_VERSION, VERSION};
@@ -217,7 +219,7 @@ impl Manifest {
                 at,
                 Corruption::Invalid {
                     field: "manifest version",
-                    expected: "4, 5, 8 to 14 (versions 6 and 7 changed other files)",
+                    expected: "4, 5, 8 to 15 (versions 6 and 7 changed other files)",
                     found: u64::from(version),
                 },
             ));

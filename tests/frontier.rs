@@ -1396,6 +1396,8 @@ mod model {
                             limit: l as u64,
                         };
                         f.set_policy("", None, p).unwrap();
+                        // The leases expired by now end under the policy before.
+                        m.expire(now);
                         m.policy = p;
                     }
                     Op::Block(h, d) => {

@@ -21,7 +21,8 @@ use super::{open_frontier, require_sieve, Common, CrawlArg};
 pub struct PolicyArgs {
     /// The frontier's directory.
     pub dir: PathBuf,
-    /// The queue's key (default: the default policy of every queue without its own).
+    /// The queue's key (default: the default policy of every queue without its own, in every
+    /// crawl).
     #[arg(long, value_name = "KEY", value_parser = key_parser())]
     pub key: Option<std::ffi::OsString>,
     /// Wait DURATION from the end of one fetch to the next hand-out (rule 1).

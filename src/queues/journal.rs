@@ -76,11 +76,14 @@ pub(crate) enum Entry<'a> {
     Done { seq: u64, at: u64, took: u64 },
     /// The lease of `seq` ended: back in its queue, in its place.
     Retry { seq: u64, at: u64, took: u64 },
-    /// The policy of a queue of `crawl` (`key`), or the default one.
+    /// The policy of a queue of `crawl` (`key`), or the default one; set at `at` (entry 19),
+    /// when the leases expired by then are returned first, under the policy before it (None:
+    /// entry 5, of a build before, which returned them at the next entry with an instant).
     Policy {
         crawl: u32,
         key: Option<&'a [u8]>,
         policy: super::Policy,
+        at: Option<u64>,
     },
     /// Queue `key` of `crawl` gets nothing before `until` (0: unblocked).
     Block {
@@ -200,9 +203,20 @@ impl Entry<'_> {
                 out.put_u64(*at);
                 out.put_u64(*took);
             }
-            Entry::Policy { crawl, key, policy } => {
-                out.push(5);
+            Entry::Policy {
+                crawl,
+                key,
+                policy,
+                at,
+            } => {
+                match at {
+                    None => out.push(5),
+                    Some(_) => out.push(19),
+                }
                 out.put_u32(*crawl);
+                if let Some(at) = at {
+                    out.put_u64(*at);
+                }
                 out.put_u64(policy.delay_ms);
                 out.put_u32(policy.ratio_ppm);
                 out.put_u32(policy.per_queue);
@@ -407,15 +421,21 @@ impl Entry<'_> {
                     Entry::Retry { seq, at, took }
                 }
             }
-            5 => {
+            k @ (5 | 19) => {
                 let crawl = r.u32()?;
+                let at = if k == 19 { Some(r.u64()?) } else { None };
                 let policy = r.policy()?;
                 let key = match r.u8()? {
                     0 => None,
                     1 => Some(r.rest()),
                     found => return Err(invalid("policy's key flag", "0 or 1", found.into())),
                 };
-                Entry::Policy { crawl, key, policy }
+                Entry::Policy {
+                    crawl,
+                    key,
+                    policy,
+                    at,
+                }
             }
             9 => Entry::Block {
                 crawl: r.u32()?,
@@ -738,11 +758,25 @@ mod tests {
                     per_queue: 2,
                     limit: 7,
                 },
+                at: Some(1_234),
             },
             Entry::Policy {
                 crawl: 0,
                 key: None,
                 policy: crate::queues::Policy::default(),
+                at: Some(5),
+            },
+            Entry::Policy {
+                crawl: 2,
+                key: Some(b"b.com"),
+                policy: crate::queues::Policy::default(),
+                at: None,
+            },
+            Entry::Policy {
+                crawl: 0,
+                key: None,
+                policy: crate::queues::Policy::default(),
+                at: None,
             },
             Entry::Block {
                 crawl: 1,

@@ -1001,7 +1001,17 @@ impl Core {
                 self.expire(*at);
                 self.apply_known(*seq, *at, *when, *fresh, record)?;
             }
-            Entry::Policy { crawl, key, policy } => {
+            Entry::Policy {
+                crawl,
+                key,
+                policy,
+                at,
+            } => {
+                // The leases expired by then were returned under the policy before: their
+                // queues' delays run from their deadlines by it (`Core::fetch_ended`).
+                if let Some(at) = at {
+                    self.expire(*at);
+                }
                 match key {
                     None => self.default_policy = *policy,
                     Some(k) => {
@@ -3078,10 +3088,13 @@ impl Core {
     pub(super) fn set_policy(&mut self, crawl: &[u8], key: Option<&[u8]>, p: Policy) -> Result<()> {
         validate_policy(&p)?;
         let id = self.crawl_id(crawl)?;
+        // Entry 19: a build before version 15 cannot read it.
+        self.commit_version()?;
         self.commit(&[Entry::Policy {
             crawl: id,
             key,
             policy: p,
+            at: Some(self.clock.now_ms()),
         }])
     }
 
@@ -4350,6 +4363,51 @@ mod tests {
         let items: Vec<Discovered<'_>> =
             urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
         f.push("", &items).unwrap();
+    }
+
+    /// A store whose manifest says version 14 (as the build before entry 19 left it) opens,
+    /// and its manifest says 15 before J holds a policy with its instant, so that a build
+    /// before refuses the store by its version rather than meeting an entry it cannot read.
+    #[test]
+    fn a_policy_commits_the_manifest_as_version_15_first() {
+        let disk = crate::storage::SimDisk::new();
+        let clock = std::sync::Arc::new(ManualClock::new(1_000));
+        let opts = crate::Options::new()
+            .seed(1)
+            .background_flush(false)
+            .frontier_low(0);
+        let open = || {
+            Frontier::open_with(
+                std::sync::Arc::new(disk.clone()),
+                opts.clone(),
+                clock.clone(),
+            )
+            .unwrap()
+        };
+        let f = open();
+        push_urls(&f, 0..10, 2);
+        f.flush().unwrap();
+        f.close().unwrap();
+        let version = || disk.content(crate::names::MANIFEST).unwrap()[4..8].to_vec();
+        let m = crate::manifest::Manifest::decode(
+            &disk.content(crate::names::MANIFEST).unwrap(),
+            "MANIFEST",
+        )
+        .unwrap();
+        disk.set_content(crate::names::MANIFEST, m.encode_as(14));
+        assert_eq!(version(), 14u32.to_le_bytes());
+        let f = open();
+        let p = crate::Policy {
+            delay_ms: 5,
+            ..crate::Policy::default()
+        };
+        f.set_policy("", Some(b"h0.test"), p).unwrap();
+        assert_eq!(version(), 15u32.to_le_bytes());
+        drop(f);
+        // After a crash, the entry replays.
+        let f = open();
+        assert_eq!(f.policy("", Some(b"h0.test")).unwrap(), p);
+        f.close().unwrap();
     }
 
     #[test]
