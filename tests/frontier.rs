@@ -514,6 +514,41 @@ fn checkpoints_of_versions_4_6_7_9_10_and_11_are_read() {
     f.close().unwrap();
 }
 
+#[test]
+fn a_urls_status_is_found_in_its_hosts_queue_when_asked_with_another_key() {
+    use crivello::UrlStatus;
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let f = open(&disk, &clock);
+    let own = Discovered {
+        key: Some(b"kk"),
+        ..Discovered::url(b"http://x.com/own")
+    };
+    f.push("", &[Discovered::url(b"http://x.com/1"), own])
+        .unwrap();
+    // Pushed with its host's key, asked with another: found in the host's queue.
+    for key in [None, Some(&b"x.com"[..]), Some(&b"other"[..])] {
+        assert_eq!(
+            f.status("", key, b"http://x.com/1").unwrap(),
+            UrlStatus::Waiting
+        );
+    }
+    // Pushed with a key of its own: found with that key; asked with another, it is known
+    // and in neither queue asked, which reads as done (the sieve keeps no URL's queue).
+    assert_eq!(
+        f.status("", Some(b"kk"), b"http://x.com/own").unwrap(),
+        UrlStatus::Waiting
+    );
+    assert_eq!(
+        f.status("", None, b"http://x.com/own").unwrap(),
+        UrlStatus::Done
+    );
+    assert_eq!(
+        f.status("", None, b"http://x.com/never").unwrap(),
+        UrlStatus::Unknown
+    );
+}
+
 /// Leases every due queue and ends each lease at once, up to `rounds` times or until a URL
 /// of `host` is handed out; returns whether it was. `wait` lets a flush on the sieve's thread
 /// end between rounds.

@@ -770,7 +770,10 @@ impl Frontier {
     }
 
     /// What the frontier knows of `url` of `crawl`, in the queue `key` (None: the URL's
-    /// default key). Flushes first, so that what was pushed is known.
+    /// default key), or else in the queue of its default key. Flushes first, so that what
+    /// was pushed is known. A URL known to the crawl that neither queue holds is
+    /// [`UrlStatus::Done`]: the frontier keeps a signature of each URL, not its queue, so a
+    /// URL pushed with a key of its own must be asked with that key.
     pub fn status(&self, crawl: &str, key: Option<&[u8]>, url: &[u8]) -> Result<UrlStatus> {
         let crawl = crawl_name(crawl);
         self.flush()?;

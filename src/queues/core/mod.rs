@@ -3715,8 +3715,17 @@ impl Core {
                 until_ms: l.deadline,
             });
         }
-        let qid = queue_id(id, key.unwrap_or_else(|| default_key(url)));
-        if let Some(i) = self.place(qid) {
+        // The queue asked, then, if that is another, the URL's host's: a key given wrongly,
+        // or the default key where the URL was pushed with its host's, still finds it.
+        let host = default_key(url);
+        let mut keys = vec![key.unwrap_or(host)];
+        if keys[0] != host {
+            keys.push(host);
+        }
+        for k in keys {
+            let Some(i) = self.place(queue_id(id, k)) else {
+                continue;
+            };
             let q = &*self.queues.get(i);
             let same = |rec: &[u8]| record::decode(rec).is_ok_and(|r| r.url == url);
             if let Some(r) = q.refetch().iter().find(|r| same(&r.2)) {
@@ -3727,6 +3736,8 @@ impl Core {
                 return Ok(UrlStatus::Waiting);
             }
         }
+        // Known, and in neither queue: done (the sieve keeps a signature of each URL, not
+        // its queue; a URL pushed with a key of its own, asked with another, reads so too).
         if self.sieve.contains_signature(sig)? {
             Ok(UrlStatus::Done)
         } else {
