@@ -80,7 +80,8 @@ class Sieve:
     in bounded memory, across crashes.
 
     Opens (or creates) the store in the directory `path`, which one handle at a time may use
-    (else `LockedError`). A push is durable once a later `sync`, `flush` or `close` returns.
+    (else `LockedError`); a store used as a frontier is refused (`WrongModeError`: open it
+    with `Frontier`). A push is durable once a later `sync`, `flush` or `close` returns.
     A context manager: `with` closes it. Safe to share between threads.
     """
 

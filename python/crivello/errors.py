@@ -68,6 +68,11 @@ class StorageError(Error, OSError):
     """An operation of the file system failed (`filename` and `errno` say which and why).
     After a failed write or fsync, the store is poisoned: open it again."""
 
+    def __str__(self) -> str:
+        # The library's message, which names the operation, the file and the cause
+        # (OSError's own would print its errno and a strerror the library does not set).
+        return str(self.args[0]) if self.args else super().__str__()
+
 
 class ClosedError(Error, ValueError):
     """The handle was closed."""

@@ -83,6 +83,10 @@ _OURS = (TOKEN_META, PARENT_META)
 
 DEFAULT_LEASE = 180.0
 
+#: The most identities of requests completed after their lease ended that the scheduler
+#: remembers, to complete their next hand-out at once rather than fetch them again.
+MAX_LATE = 10_000
+
 #: Seconds between two flushes of new requests into the queues while the downloader has room
 #: for more requests than the queues can give.
 FLUSH_UNDERFED = 0.05
@@ -212,11 +216,14 @@ class DupeFilter(RFPDupeFilter):
 class _Live:
     """A request handed out and not yet completed."""
 
-    __slots__ = ("identity", "request", "scraping", "ranks", "ended")
+    __slots__ = ("identity", "request", "scraping", "ranks", "ended", "lease")
 
-    def __init__(self, identity: str, request: Request) -> None:
+    def __init__(self, identity: str, request: Request, lease: int) -> None:
         self.identity = identity
         self.request = request
+        # The token its completion ends: the lease it was handed out under, or the one the
+        # frontier handed it out under again while it was still in flight here.
+        self.lease = lease
         # Its output ended (or it was replaced): completed once the engine is done with it.
         self.ended = False
         # Its callback or errback was called: requests that carry its token are its outputs.
@@ -390,6 +397,10 @@ class Scheduler:
             dupefilter.scheduler = self
         self._ready: Deque[Any] = deque()
         self._live: Dict[int, _Live] = {}
+        # The live requests by identity, and the identities completed after their lease
+        # had ended (at most MAX_LATE of them): the frontier may hand either out again.
+        self._live_ids: Dict[str, int] = {}
+        self._late: Dict[str, None] = {}
         self._to_complete: List[int] = []
         self._completing: Set[int] = set()
         self._unflushed = False
@@ -403,16 +414,26 @@ class Scheduler:
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
         settings = crawler.settings
         path = _setting_dir(settings)
+
+        def number(name: str, default: Any, kind: Callable[..., Any]) -> Any:
+            try:
+                return kind(name, default)
+            except (TypeError, ValueError) as e:
+                raise SettingError(f"{name}={settings.get(name)!r}: not a number ({e})") from e
+
+        lease = number("CRIVELLO_LEASE", DEFAULT_LEASE, settings.getfloat)
+        delay = number("DOWNLOAD_DELAY", 0.0, settings.getfloat)
+        per_host = number("CRIVELLO_PER_HOST", 1, settings.getint)
         dupefilter = build_from_crawler(load_object(settings["DUPEFILTER_CLASS"]), crawler)
         return cls(
             crawler,
             dupefilter,
             path,
             memory=settings.get("CRIVELLO_MEMORY", "64M"),
-            lease=settings.getfloat("CRIVELLO_LEASE", DEFAULT_LEASE),
+            lease=lease,
             crawl=settings.get("CRIVELLO_CRAWL"),
-            delay=settings.getfloat("DOWNLOAD_DELAY"),
-            per_host=settings.getint("CRIVELLO_PER_HOST", 1),
+            delay=delay,
+            per_host=per_host,
             batch=settings.getint("CONCURRENT_REQUESTS", 16),
             stats=crawler.stats,
         )
@@ -444,6 +465,15 @@ class Scheduler:
             )
         if not self.filtering:
             self.df.open()
+            if released or counts["waiting"] or counts["done"]:
+                logger.warning(
+                    "Resuming crawl %(crawl)s with DUPEFILTER_CLASS %(filter)s, which is not "
+                    "crivello.scrapy.DupeFilter: the requests it lets through are taken as "
+                    "they come, so pages completed before may be fetched again if that "
+                    "filter forgot them (Scrapy's own keeps them in memory only).",
+                    {"crawl": self.crawl, "filter": type(self.df).__qualname__},
+                    extra={"spider": spider},
+                )
 
     def close(self, reason: str) -> None:
         try:
@@ -562,6 +592,8 @@ class Scheduler:
         self._flushed_at = time.monotonic()
 
     def _load(self, lease: Any) -> Optional[Request]:
+        if self._again(lease):
+            return None
         try:
             d = pickle.loads(lease.metadata)
             request = request_from_dict(d, spider=self.spider)
@@ -580,13 +612,40 @@ class Scheduler:
             return None
         token = lease.token
         request.meta[TOKEN_META] = token
-        self._live[token] = _Live(lease.url, request)
+        self._live[token] = _Live(lease.url, request, token)
+        self._live_ids[lease.url] = token
         from scrapy.http.request import NO_CALLBACK
 
         if request.callback is not NO_CALLBACK:
             request.callback = _Completing(self, token, request.callback, False)
         request.errback = _Completing(self, token, request.errback, True)
         return request
+
+    def _again(self, lease: Any) -> bool:
+        """Whether `lease` hands out again a request this process holds or has completed:
+        its lease ended while it was in flight (a download or a callback longer than
+        ``CRIVELLO_LEASE``), and the frontier, which counts it lost, served it again. It is
+        not fetched twice: a request still in flight takes the new lease, which its
+        completion ends; one completed since is completed again at once."""
+        key = self._live_ids.get(lease.url)
+        if key is not None:
+            live = self._live[key]
+            live.lease = lease.token
+            logger.warning(
+                "The lease of %(request)s ended while it was in flight: it holds a new one. "
+                "Raise CRIVELLO_LEASE (now %(lease)s s) above the longest a request takes, "
+                "its download (DOWNLOAD_TIMEOUT) and its callback included.",
+                {"request": live.request, "lease": self.lease_seconds},
+                extra={"spider": self.spider},
+            )
+            if self.stats is not None:
+                self.stats.inc_value("crivello/lease_renewed")
+            return True
+        if lease.url in self._late:
+            del self._late[lease.url]
+            self.frontier.done(lease)
+            return True
+        return False
 
     def _wake_when_due(self) -> None:
         """Makes the engine ask again when the next queue is due: it asks only after a
@@ -672,16 +731,30 @@ class Scheduler:
         if not self._to_complete:
             return
         tokens, self._to_complete = self._to_complete, []
+        leases = [self._live[t].lease if t in self._live else t for t in tokens]
         # One commit: it syncs the pushes made before it (the requests' outputs) first.
-        ended = self.frontier.complete(tokens)
+        ended = self.frontier.complete(leases)
         for t, was_leased in zip(tokens, ended):
             live = self._live.pop(t, None)
             self._completing.discard(t)
+            if live is not None and self._live_ids.get(live.identity) == t:
+                del self._live_ids[live.identity]
             if not was_leased and live is not None:
+                # Its lease ended and the frontier has it back: the next hand-out of it is
+                # completed at once, unless this process is gone by then.
+                if len(self._late) >= MAX_LATE:
+                    self._late.pop(next(iter(self._late)))
+                self._late[live.identity] = None
+                # The hand-out already leased and not yet loaded.
+                again = [x for x in self._ready if x.url == live.identity]
+                for x in again:
+                    self._ready.remove(x)
+                    self.frontier.done(x)
+                    self._late.pop(live.identity, None)
                 logger.warning(
-                    "The lease of %(request)s ended before its work did: it may have been "
-                    "handed out again. Raise CRIVELLO_LEASE (now %(lease)s s) above the "
-                    "longest a request takes, its download and its callback included.",
+                    "The lease of %(request)s ended before its work did. Raise "
+                    "CRIVELLO_LEASE (now %(lease)s s) above the longest a request takes, "
+                    "its download (DOWNLOAD_TIMEOUT) and its callback included.",
                     {"request": live.request, "lease": self.lease_seconds},
                     extra={"spider": self.spider},
                 )

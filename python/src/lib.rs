@@ -122,12 +122,16 @@ fn to_text<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Bound<'py, PyAny>> {
 
 /// Seconds as milliseconds; a negative or non-finite number is refused.
 fn millis(seconds: f64, what: &str) -> PyResult<u64> {
-    if !seconds.is_finite() || seconds < 0.0 {
+    // 2^53 ms, about 285,000 years: above it a number is a mistake (a date in
+    // milliseconds given as seconds, say), and would not come back as it was given.
+    const MOST: f64 = 9_007_199_254_740_992.0;
+    if !seconds.is_finite() || seconds < 0.0 || seconds * 1000.0 > MOST {
         return Err(PyValueError::new_err(format!(
-            "{what} must be a finite number of seconds, at least 0, not {seconds}"
+            "{what} must be a finite number of seconds from 0 to {}, not {seconds}",
+            MOST / 1000.0
         )));
     }
-    Ok((seconds * 1000.0).round().min(u64::MAX as f64) as u64)
+    Ok((seconds * 1000.0).round() as u64)
 }
 
 fn seconds(ms: u64) -> f64 {
@@ -145,6 +149,12 @@ fn now_ms() -> u64 {
 fn size(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
     if let Ok(n) = obj.extract::<usize>() {
         return Ok(n);
+    }
+    if let Ok(n) = obj.extract::<i128>() {
+        return Err(PyValueError::new_err(format!(
+            "{what} must be a number of bytes from 0 to {}, not {n}",
+            usize::MAX
+        )));
     }
     let text: String = obj.extract().map_err(|_| {
         PyTypeError::new_err(format!("{what} must be an int or a str like \"64M\""))
@@ -219,7 +229,18 @@ impl Sieve {
         seed: Option<u64>,
     ) -> PyResult<Sieve> {
         let opts = options(memory, max_url_len, seed)?;
-        let sieve = detached(py, || crivello::Sieve::open(&path, opts))?;
+        let sieve = detached(py, || {
+            let sieve = crivello::Sieve::open(&path, opts)?;
+            // A plain sieve's pushes into a frontier's store would join its first crawl's
+            // queues as URLs: refused here, before anything is pushed.
+            if sieve.mode() == crivello::Mode::Frontier {
+                return Err(crivello::Error::WrongMode {
+                    dir: path.display().to_string(),
+                    mode: crivello::Mode::Frontier,
+                });
+            }
+            Ok(sieve)
+        })?;
         Ok(Sieve {
             inner: Mutex::new(Some(sieve)),
         })
@@ -553,6 +574,14 @@ fn discovered<'a>(items: &'a [Item<'_>]) -> Vec<Discovered<'a>> {
 fn token(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
     if let Ok(l) = obj.cast::<Leased>() {
         return Ok(l.get().token);
+    }
+    if let Ok(n) = obj.extract::<i128>() {
+        return u64::try_from(n).map_err(|_| {
+            PyValueError::new_err(format!(
+                "a lease's token is from 0 to {}, not {n}",
+                u64::MAX
+            ))
+        });
     }
     obj.extract::<u64>()
         .map_err(|_| PyTypeError::new_err("a lease is a Leased or its token (an int)"))

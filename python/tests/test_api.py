@@ -163,6 +163,10 @@ def test_each_error_is_its_own_class_with_the_librarys_message(tmp_path: Path) -
             f.push("http://a.test/")  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="seconds"):
             f.lease(ttl=-1)
+        with pytest.raises(ValueError, match="seconds from 0"):
+            crivello.Policy(delay=1e300)
+        with pytest.raises(ValueError, match="token is from 0"):
+            f.done(-1)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="how"):
             f.complete([1], how="later")  # type: ignore[arg-type]
         # A second handle on the same directory: locked.
@@ -176,10 +180,21 @@ def test_each_error_is_its_own_class_with_the_librarys_message(tmp_path: Path) -
         s.pop()
     with pytest.raises(crivello.WrongModeError, match="plain sieve"):
         crivello.Frontier(tmp_path / "s")
+    with pytest.raises(crivello.WrongModeError, match="used as a frontier"):
+        crivello.Sieve(path)
     with pytest.raises(ValueError, match="memory"):
         crivello.Sieve(tmp_path / "x", memory="lots")
     with pytest.raises(crivello.InvalidOptionError):
         crivello.Sieve(tmp_path / "x", memory=1000)
+    with pytest.raises(ValueError, match="number of bytes"):
+        crivello.Sieve(tmp_path / "x", memory=-1)
+    # A file system error: the library's message, and OSError's fields.
+    (tmp_path / "a-file").write_text("not a directory")
+    with pytest.raises(crivello.StorageError) as se:
+        crivello.Sieve(tmp_path / "a-file")
+    assert isinstance(se.value, OSError)
+    assert "not a directory" in str(se.value) and "None" not in str(se.value), str(se.value)
+    assert se.value.filename is not None and "a-file" in se.value.filename
     # A closed handle refuses calls; closing twice is fine.
     f = crivello.Frontier(path)
     f.close()

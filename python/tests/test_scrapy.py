@@ -199,6 +199,26 @@ def test_the_duplicate_filter_alone_keeps_scrapys_semantics(site: Site, tmp_path
     assert [p for _, _, p in site.fetches[before:]] == [site.pages[0]]
 
 
+def test_a_request_longer_than_its_lease_is_fetched_once(tmp_path: Path) -> None:
+    # Every download takes 1.5 s, the lease 1 s: the frontier counts each request lost while
+    # it is in flight and hands it out again; the scheduler gives the new lease to the
+    # request it holds instead of fetching it twice, and its completion ends that lease.
+    site = Site(pages=12, hosts=3, latency=1.5)
+    try:
+        opts = settings(tmp_path / "store", CRIVELLO_LEASE=1, DOWNLOAD_TIMEOUT=10, **CRIVELLO)
+        rc, log, _ = crawl(site, opts, timeout=120)
+        assert rc == 0, log[-3000:]
+        counts = site.count()
+        assert set(counts) == set(site.pages), f"missing {set(site.pages) - set(counts)}"
+        assert max(counts.values()) == 1, {p: c for p, c in counts.items() if c > 1}
+        assert "ended while it was in flight: it holds a new one" in log, log[-3000:]
+        with crivello.Frontier(tmp_path / "store") as f:
+            c = f.counts("follow")
+            assert (c["done"], c["waiting"], c["leased"]) == (len(site.pages), 0, 0)
+    finally:
+        site.close()
+
+
 def test_bad_settings_stop_the_crawl_at_start_with_what_to_do(site: Site, tmp_path: Path) -> None:
     opts = settings(tmp_path / "store", **CRIVELLO)
     del opts["CRIVELLO_DIR"]
@@ -216,6 +236,17 @@ def test_bad_settings_stop_the_crawl_at_start_with_what_to_do(site: Site, tmp_pa
         s.pop()
     rc, log, _ = crawl(site, settings(tmp_path / "plain", **CRIVELLO))
     assert "give each use its own directory" in log, log[-3000:]
+    # The filter alone on the scheduler's frontier: refused before any request is pushed.
+    with crivello.Frontier(tmp_path / "frontier") as f:
+        f.push(["http://a.test/"])
+    alone = {"DUPEFILTER_CLASS": CRIVELLO["DUPEFILTER_CLASS"]}
+    rc, log, _ = crawl(site, settings(tmp_path / "frontier", **alone))
+    assert "give each use its own directory" in log, log[-3000:]
+    with crivello.Frontier(tmp_path / "frontier") as f:
+        f.flush()
+        assert f.counts()["waiting"] == 1
+    rc, log, _ = crawl(site, settings(tmp_path / "l", CRIVELLO_LEASE="abc", **CRIVELLO))
+    assert "CRIVELLO_LEASE='abc': not a number" in log, log[-3000:]
     rc, log, _ = crawl(site, settings(tmp_path / "m", CRIVELLO_MEMORY="lots", **CRIVELLO))
     assert "CRIVELLO_MEMORY='lots'" in log, log[-3000:]
     assert len(site.fetches) == 0
