@@ -610,6 +610,46 @@ fn urls_found_while_other_queues_wait_are_served_within_about_a_second() {
 }
 
 #[test]
+fn a_hand_out_in_parts_that_serves_fewer_queues_than_asked_flushes_for_hosts_found_since() {
+    // 200 hosts due, hand-outs of up to 1,000 queues in parts of 10: every part fills, and
+    // the hand-out ends having served fewer queues than it asked for, which begins the
+    // flush, so a host pushed meanwhile is served by a later hand-out.
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let f = Frontier::open_with(Arc::new(disk.clone()), opts().slots(4096), clock.clone()).unwrap();
+    let old: Vec<String> = (0..1000)
+        .map(|i| format!("http://h{}.parts/{}", i % 200, i))
+        .collect();
+    push(&f, &old.iter().map(String::as_str).collect::<Vec<_>>());
+    f.flush().unwrap();
+    let all = |f: &Frontier| {
+        let mut h = crivello::Handout::new(crivello::LeaseRequest {
+            max_queues: 1000,
+            ttl_ms: 30_000,
+            ..Default::default()
+        });
+        let mut got = Vec::new();
+        while !h.is_finished() {
+            got.extend(f.lease_part(&mut h, 10).unwrap().to_leased());
+        }
+        got
+    };
+    assert_eq!(all(&f).len(), 200);
+    clock.advance(31_000);
+    push(&f, &["http://new.parts/1"]);
+    let mut served = false;
+    for _ in 0..3 {
+        let got = all(&f);
+        served |= got.iter().any(|l| l.key == b"new.parts");
+        for l in &got {
+            assert!(f.done(l.token, 1).unwrap());
+        }
+    }
+    assert!(served, "the new host was not served");
+    assert!(f.stats().unwrap().waiting > 0);
+}
+
+#[test]
 fn the_delay_runs_from_the_end_of_a_fetch_and_leases_expire_back_in_their_place() {
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(10_000));

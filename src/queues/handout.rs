@@ -148,6 +148,9 @@ impl LeasedBatch {
 #[derive(Debug, Clone)]
 pub struct Handout {
     pub(super) req: LeaseRequest,
+    /// The queues the request asked for (its `max_queues` before the first part bounds it
+    /// by the queues there are).
+    pub(super) asked: usize,
     /// The queues served so far, and those held out of the heap meanwhile.
     pub(super) part: super::core::Parts,
     /// URLs handed out so far.
@@ -162,6 +165,7 @@ impl Handout {
     /// A hand-out of what `req` asks, in parts.
     pub fn new(req: LeaseRequest) -> Handout {
         Handout {
+            asked: req.max_queues,
             req,
             part: Default::default(),
             urls: 0,

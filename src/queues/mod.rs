@@ -682,6 +682,11 @@ impl Frontier {
             {
                 h.finished = true;
                 c.reschedule(&mut h.part.held);
+                if h.part.served.len() < h.asked && h.urls < h.req.max_urls {
+                    // Fewer queues due than the request asked for: the sieve's new URLs
+                    // may bring more (`Core::demand_flush`).
+                    c.demand_flush()?;
+                }
             }
             Ok(Ok(batch))
         }

@@ -233,9 +233,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
              anyone who reaches it can read and change the frontier"
         );
     }
-    // Bound before the store is opened: an address in use leaves the directory as it was.
-    let listener =
-        std::net::TcpListener::bind(addr).with_context(|| format!("listen on {addr}"))?;
     let frontier = Arc::new(open_frontier_with(&args.dir, args.frontier_options())?);
     if let Some(k) = args.per_queue {
         let now = frontier.policy("", None)?;
@@ -256,6 +253,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .thread_name("crivello-serve")
         .build()
         .context("start the service's threads")?;
+    let listener =
+        std::net::TcpListener::bind(addr).with_context(|| format!("listen on {addr}"))?;
     listener.set_nonblocking(true)?;
     let local = listener.local_addr()?;
     let committer = commit::Committer::start(frontier.clone(), log.clone())?;

@@ -2517,15 +2517,16 @@ impl Core {
         for i in popped {
             self.schedule(i);
         }
-        if first && served.len() < max_queues && planned < req.max_urls {
-            self.demand_flush(now)?;
+        // (A hand-out in parts asks once it ended: `Frontier::lease_part`.)
+        if part.is_none() && served.len() < max_queues && planned < req.max_urls {
+            self.demand_flush()?;
         }
         Ok(Ok(out))
     }
 
-    /// A hand-out found fewer queues due than it could serve, while the sieve holds URLs
-    /// pushed since its last flush: they may be of new queues, or of queues that ran dry,
-    /// which a flush only moves into the queues. The front not being empty, nothing flushed
+    /// A hand-out (or one in parts, once it ended) found fewer queues due than it could
+    /// serve, while the sieve holds URLs pushed since its last flush: they may be of new queues, or of queues
+    /// that ran dry, which a flush only moves into the queues. The front not being empty, nothing flushed
     /// them before (an empty front does, and waits for it: [`Core::lease`]); without this, a
     /// crawl whose queues never all run dry would serve the hosts it found first, and none
     /// found since, until S fills. So the flush begins here, on the sieve's thread, and this
@@ -2533,7 +2534,8 @@ impl Core {
     /// ended. At most one at a time, and each [`DEMAND_GAP_MS`] after the last, or
     /// [`DEMAND_FACTOR`] times as long as the last took, whichever is longer (each merges Z
     /// whole).
-    fn demand_flush(&mut self, now: u64) -> Result<()> {
+    pub(super) fn demand_flush(&mut self) -> Result<()> {
+        let now = self.clock.now_ms();
         if self.paused
             || self.demand.started.is_some()
             || now < self.demand.next_at
