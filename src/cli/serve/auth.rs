@@ -6,15 +6,19 @@ use tonic::{Request, Status};
 /// Checks the bearer token of each call (none configured: every call passes).
 #[derive(Clone)]
 pub struct Bearer {
-    /// `Bearer TOKEN`, as the metadata must read.
+    /// The token the metadata must carry after `Bearer `.
     expected: Option<Vec<u8>>,
 }
+
+/// The scheme before the token, matched without regard to case, as HTTP's schemes are
+/// (RFC 7235, section 2.1).
+const SCHEME: &[u8] = b"bearer ";
 
 impl Bearer {
     /// The check of `token`, or none.
     pub fn new(token: Option<String>) -> Bearer {
         Bearer {
-            expected: token.map(|t| format!("Bearer {t}").into_bytes()),
+            expected: token.map(String::into_bytes),
         }
     }
 }
@@ -29,7 +33,9 @@ impl Interceptor for Bearer {
             .get("authorization")
             .map(|v| v.as_bytes())
             .unwrap_or_default();
-        if same(given, expected) {
+        let scheme =
+            given.len() >= SCHEME.len() && given[..SCHEME.len()].eq_ignore_ascii_case(SCHEME);
+        if scheme && same(&given[SCHEME.len()..], expected) {
             Ok(request)
         } else {
             Err(Status::unauthenticated(
@@ -58,13 +64,17 @@ mod tests {
             }
             r
         };
-        assert!(b.call(with(Some("Bearer s3cret"))).is_ok());
+        for good in ["Bearer s3cret", "bearer s3cret", "BEARER s3cret"] {
+            assert!(b.call(with(Some(good))).is_ok(), "{good}");
+        }
         for bad in [
             None,
             Some("Bearer s3cre"),
             Some("Bearer s3cret2"),
+            Some("Bearer S3cret"),
             Some("s3cret"),
-            Some("bearer s3cret"),
+            Some("Bearers3cret"),
+            Some("Basic s3cret"),
         ] {
             let e = b.call(with(bad)).unwrap_err();
             assert_eq!(e.code(), tonic::Code::Unauthenticated, "{bad:?}");
