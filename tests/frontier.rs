@@ -650,6 +650,44 @@ fn a_hand_out_in_parts_that_serves_fewer_queues_than_asked_flushes_for_hosts_fou
 }
 
 #[test]
+fn a_lease_that_expired_and_was_handed_out_again_replays_as_it_ran() {
+    // Two fetchers on one host under the ratio rule: one ends after 5 ms, the other's lease
+    // expires (the burst ends there, after 0 ms), its URL is handed out again and ends after
+    // 1 ms: the host waits 1 ms / 0.5. A crash then: the replay meets the second hand-out
+    // of a URL whose lease it still holds, and must end the first lease as the call did.
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(10_000));
+    let f = open(&disk, &clock);
+    let p = Policy {
+        ratio_ppm: 500_000,
+        per_queue: 2,
+        ..Policy::default()
+    };
+    f.set_policy("", None, p).unwrap();
+    push(&f, &["http://h/1", "http://h/2", "http://h/3"]);
+    let l = f.lease(10, None, 1_000).unwrap();
+    assert_eq!(urls(&l), ["http://h/1", "http://h/2"]);
+    assert!(f.done(l[1].token, 5).unwrap());
+    clock.advance(1_000);
+    // The burst's 5 ms, over 0.5, from the expiry.
+    assert!(f.lease(10, None, 1_000).unwrap().is_empty());
+    clock.advance(10);
+    let again = f.lease(10, None, 1_000).unwrap();
+    assert_eq!(urls(&again), ["http://h/1", "http://h/3"]);
+    assert!(f.done(again[0].token, 1).unwrap());
+    assert!(f.done(again[1].token, 1).unwrap());
+    push(&f, &["http://h/4"]);
+    f.flush().unwrap();
+    let before = f.queues("", 0, 10).unwrap();
+    drop(f);
+    let f = open(
+        &disk.crash_image(crivello::storage::sim::CrashImage::KillProcess),
+        &clock,
+    );
+    assert_eq!(f.queues("", 0, 10).unwrap(), before);
+}
+
+#[test]
 fn the_delay_runs_from_the_end_of_a_fetch_and_leases_expire_back_in_their_place() {
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(10_000));

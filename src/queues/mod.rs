@@ -685,7 +685,7 @@ impl Frontier {
                 if h.part.served.len() < h.asked && h.urls < h.req.max_urls {
                     // Fewer queues due than the request asked for: the sieve's new URLs
                     // may bring more (`Core::demand_flush`).
-                    c.demand_flush()?;
+                    c.demand_flush();
                 }
             }
             Ok(Ok(batch))
@@ -717,7 +717,9 @@ impl Frontier {
 
     /// The first instant something may be handed out: a queue due (now, if it is due
     /// already), or a lease expiring (None: nothing waits that may be served, and nothing is
-    /// leased). Exact: a queue emptied or a lease ended since counts no more.
+    /// leased). A queue emptied or a lease ended since counts no more. A lease's expiry is
+    /// counted as its deadline, when its record goes back to its queue; the queue's delay
+    /// runs from there, so a call then may find the queue due a delay later (and says so).
     pub fn next_due_ms(&self) -> Result<Option<u64>> {
         self.with(|c| Ok(c.next_due()))
     }

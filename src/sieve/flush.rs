@@ -80,6 +80,8 @@ pub(crate) struct FlushDone {
     /// The batch's buffer, emptied: the next buffer of S, whose pages are already the
     /// process's (a new one would fault them in again at every flush).
     pub spare: Vec<Slot>,
+    /// When it ended, where it ran.
+    pub ended: std::time::Instant,
 }
 
 /// Runs a flush job to its commit (the steps of the module's documentation).
@@ -165,6 +167,7 @@ pub(crate) fn run(job: FlushJob) -> Result<FlushDone> {
         segments,
         runs,
         spare: pairs,
+        ended: std::time::Instant::now(),
     })
 }
 

@@ -115,6 +115,8 @@ pub struct Sieve {
     /// are committed when it ends (until then, orphans that recovery removes: their A
     /// generations are after the manifest's A position, so recovery replays them).
     spilled_beside_merge: Vec<Arc<Run>>,
+    /// When the last flush applied ended, where it ran.
+    last_flush_end: Option<std::time::Instant>,
     poisoned: bool,
     /// The consumer's durable position in F.
     cursor: Position,
@@ -352,6 +354,11 @@ impl Sieve {
         let r = self.commit_absorbed();
         self.poison(r)?;
         Ok(true)
+    }
+
+    /// When the last flush whose outcome was applied ended, where it ran.
+    pub(crate) fn last_flush_end(&self) -> Option<std::time::Instant> {
+        self.last_flush_end
     }
 
     /// Whether URLs pushed are not merged yet: in S, in spilled runs, or a push that the

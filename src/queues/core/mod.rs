@@ -183,13 +183,16 @@ pub(super) struct FrontFlush {
 }
 
 /// Where the flushes that hand-outs ask for while some queue still waits stand (see
-/// [`Core::demand_flush`]), by the frontier's clock.
+/// [`Core::demand_flush`]).
 #[derive(Debug, Default, Clone, Copy)]
 struct DemandFlush {
-    /// When the one under way began.
-    started: Option<u64>,
-    /// The first instant the next may begin.
+    /// When the one under way began: by the frontier's clock, and by the system's (its
+    /// length is the sieve's job's, measured where it ran).
+    started: Option<(u64, std::time::Instant)>,
+    /// The first instant the next may begin, by the frontier's clock.
     next_at: u64,
+    /// The gap `next_at` was set from.
+    gap: u64,
 }
 
 /// The least time between two flushes that hand-outs ask for while some queue still waits:
@@ -439,6 +442,8 @@ pub(crate) struct Core {
     paused: bool,
     /// The flushes hand-outs ask for while the front is not empty ([`Core::demand_flush`]).
     demand: DemandFlush,
+    /// The error of such a flush that failed to begin, for the next hand-out to return.
+    demand_error: Option<Error>,
     /// The queues' states, by place (packed: `src/queues/core/table.rs`).
     queues: table::Table,
     /// The queues' ids, at their places: apart from their state, so that the look-ups in
@@ -597,6 +602,7 @@ impl Core {
             blocks: HashMap::new(),
             paused: false,
             demand: DemandFlush::default(),
+            demand_error: None,
             queues: table::Table::with_limit(hot),
             ids: Vec::new(),
             index: QueueIndex::default(),
@@ -1607,9 +1613,15 @@ impl Core {
         let corrupt = |what| Error::corrupt(&names::j(g), 0, what);
         let (qid, crawl, sig) = self.locate(record).map_err(corrupt)?;
         self.next_token = self.next_token.max(token + 1);
-        if self.leases.renew(seq, token, deadline) {
-            // Handed out again after its lease expired.
+        if let Some((i, old)) = self.leases.get(seq).map(|l| (l.queue, l.deadline)) {
+            // Handed out again after its lease expired (a replay: the call that handed it
+            // out returned it first). The expiry's politeness as that call ran it
+            // (`Core::expire`), then the new lease.
+            self.fetch_ended(i, old, 0);
+            self.queues.get_mut(i).leased += 1;
+            self.leases.renew(seq, token, deadline);
             self.push_expiry(deadline, seq);
+            self.schedule(i);
             return Ok(());
         }
         let replaying = self.replay_gone.is_some();
@@ -2302,15 +2314,27 @@ impl Core {
         // records below would only leave the sieve poisoned).
         self.sieve.poll_flush()?;
         let now = self.clock.now_ms();
-        if let Some(start) = self.demand.started {
+        if let Some((start, began)) = self.demand.started {
             if !self.sieve.flush_thread_busy() {
-                let took = now.saturating_sub(start);
+                // How long the job ran, from its start to its end where it ran (not to this
+                // call, which may come long after).
+                let took = self.sieve.last_flush_end().map_or(0, |end| {
+                    let ms = end.saturating_duration_since(began).as_millis();
+                    u64::try_from(ms).unwrap_or(u64::MAX)
+                });
                 let gap = took.saturating_mul(DEMAND_FACTOR).max(DEMAND_GAP_MS);
                 self.demand = DemandFlush {
                     started: None,
                     next_at: start.saturating_add(gap),
+                    gap,
                 };
             }
+        }
+        if let Some(e) = self.demand_error.take() {
+            // The flush an earlier hand-out began failed to start; that hand-out was
+            // answered, and this call says so.
+            self.poisoned = true;
+            return Err(e);
         }
         self.poll_compaction()?;
         self.expire(now);
@@ -2519,7 +2543,7 @@ impl Core {
         }
         // (A hand-out in parts asks once it ended: `Frontier::lease_part`.)
         if part.is_none() && served.len() < max_queues && planned < req.max_urls {
-            self.demand_flush()?;
+            self.demand_flush();
         }
         Ok(Ok(out))
     }
@@ -2534,20 +2558,28 @@ impl Core {
     /// ended. At most one at a time, and each [`DEMAND_GAP_MS`] after the last, or
     /// [`DEMAND_FACTOR`] times as long as the last took, whichever is longer (each merges Z
     /// whole).
-    pub(super) fn demand_flush(&mut self) -> Result<()> {
+    pub(super) fn demand_flush(&mut self) {
         let now = self.clock.now_ms();
+        // (A clock set back by more than the gap does not hold it back.)
+        let waits = now < self.demand.next_at
+            && self.demand.next_at - now <= self.demand.gap.max(DEMAND_GAP_MS);
         if self.paused
             || self.demand.started.is_some()
-            || now < self.demand.next_at
+            || waits
             || self.sieve_busy()
             || !self.sieve.holds_unflushed()
+            || self.demand_error.is_some()
         {
-            return Ok(());
+            return;
         }
+        let began = std::time::Instant::now();
         let mut ticket = None;
-        self.sieve.flush_step(&mut ticket)?;
-        self.demand.started = Some(now);
-        Ok(())
+        match self.sieve.flush_step(&mut ticket) {
+            Ok(_) => self.demand.started = Some((now, began)),
+            // The hand-out that asked is answered: its leases are journaled. The sieve
+            // refuses writes from now on, and the next hand-out returns this error.
+            Err(e) => self.demand_error = Some(e),
+        }
     }
 
     /// Puts the queues a hand-out in parts held out of the heap back in it (its end).

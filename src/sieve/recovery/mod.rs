@@ -107,6 +107,7 @@ pub(crate) fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         jobs_started: 0,
         jobs_applied: 0,
         spilled_beside_merge: Vec::new(),
+        last_flush_end: None,
         poisoned: false,
         cursor,
         reader: frontier::Reader::new(cursor),
