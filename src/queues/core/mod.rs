@@ -200,9 +200,9 @@ struct DemandFlush {
 /// the flushes cost little.
 const DEMAND_GAP_MS: u64 = 1_000;
 
-/// The least time between two such flushes, in times the last one took (from its start to
-/// the first hand-out that found it ended): they take at most about a tenth of the
-/// frontier's time, however large the sieve's Z, which each of them reads and writes whole.
+/// The least time between two such flushes, in times the last one took (the sieve's job,
+/// timed where it ran): they take at most about a tenth of the frontier's time, however
+/// large the sieve's Z, which each of them reads and writes whole.
 const DEMAND_FACTOR: u64 = 10;
 
 /// A queue's records out of its runs, and the seqs its runs hold that it passes.
@@ -2549,9 +2549,10 @@ impl Core {
     }
 
     /// A hand-out (or one in parts, once it ended) found fewer queues due than it could
-    /// serve, while the sieve holds URLs pushed since its last flush: they may be of new queues, or of queues
-    /// that ran dry, which a flush only moves into the queues. The front not being empty, nothing flushed
-    /// them before (an empty front does, and waits for it: [`Core::lease`]); without this, a
+    /// serve, while the sieve holds URLs pushed since its last flush: they may be of new
+    /// queues, or of queues that ran dry, which a flush only moves into the queues. The
+    /// front not being empty, nothing flushed them before (an empty front does, and waits
+    /// for it: [`Core::lease`]); without this, a
     /// crawl whose queues never all run dry would serve the hosts it found first, and none
     /// found since, until S fills. So the flush begins here, on the sieve's thread, and this
     /// hand-out does not wait for it: the next ones move F into the queues as ever, once it
