@@ -230,11 +230,10 @@ fn eight_pushes_then(rest: impl IntoIterator<Item = Step>) -> Vec<Step> {
     EIGHT_PUSHES.into_iter().map(push).chain(rest).collect()
 }
 
-#[test]
-fn spills_then_a_merge_of_the_runs_are_safe() {
-    // One slot per buffer: every push is a flush, a merge while the runs are smaller than Z
-    // and a spill otherwise; reopening replays into runs; the final flush merges them all.
-    let steps = eight_pushes_then([
+/// Eight pushes, a sync, two more, a close, one more, a flush and pops: spills, recovery
+/// into runs, and a final flush that merges them all.
+fn spills_and_merge_steps() -> Vec<Step> {
+    eight_pushes_then([
         Sync,
         push("http://g/"),
         push("http://c/"),
@@ -242,7 +241,14 @@ fn spills_then_a_merge_of_the_runs_are_safe() {
         push("http://h/"),
         Flush,
         Pop(4),
-    ]);
+    ])
+}
+
+#[test]
+fn spills_then_a_merge_of_the_runs_are_safe() {
+    // One slot per buffer: every push is a flush, a merge while the runs are smaller than Z
+    // and a spill otherwise; reopening replays into runs; the final flush merges them all.
+    let steps = spills_and_merge_steps();
     enumerate("spills and merge", 1, &steps);
 }
 
@@ -259,15 +265,7 @@ fn a_merge_whose_runs_positions_go_to_the_scratch_file_is_safe() {
     // writes them to `merge.tmp` and reads them back, so a crash at each of those operations,
     // and a scratch file left behind by one, are reopened.
     let opts = opts(2).merge_positions_in_memory(0);
-    let steps = eight_pushes_then([
-        Sync,
-        push("http://g/"),
-        push("http://c/"),
-        Close,
-        push("http://h/"),
-        Flush,
-        Pop(4),
-    ]);
+    let steps = spills_and_merge_steps();
     let clean = SimDisk::new();
     run(&clean, &opts, &steps);
     assert!(wrote_scratch(&clean), "no merge wrote the scratch file");

@@ -1162,6 +1162,20 @@ mod model {
     }
 
     impl Host {
+        /// A lease ended at `at` (already out of `leased`) after a fetch of `took` ms: the
+        /// delay from then, and the ratio rule over the burst once its last lease ended.
+        fn fetch_ended(&mut self, p: Policy, at: u64, took: u64) {
+            self.burst += took;
+            let mut wait = p.delay_ms;
+            if p.ratio_ppm > 0 && self.leased.is_empty() {
+                wait = wait.max(self.burst * 1_000_000 / p.ratio_ppm as u64);
+            }
+            if self.leased.is_empty() {
+                self.burst = 0;
+            }
+            self.due = self.due.max(at + wait);
+        }
+
         /// The next index to serve at `now`, as the frontier's order says.
         fn next_at(&self, now: u64) -> Option<usize> {
             if let Some(&i) = self.returned.first() {
@@ -1230,14 +1244,7 @@ mod model {
                 for (deadline, i) in gone {
                     h.leased.remove(&i);
                     h.returned.insert(i);
-                    let mut wait = p.delay_ms;
-                    if p.ratio_ppm > 0 && h.leased.is_empty() {
-                        wait = wait.max(h.burst * 1_000_000 / p.ratio_ppm as u64);
-                    }
-                    if h.leased.is_empty() {
-                        h.burst = 0;
-                    }
-                    h.due = h.due.max(deadline + wait);
+                    h.fetch_ended(p, deadline, 0);
                 }
             }
         }
@@ -1429,16 +1436,7 @@ mod model {
                                 }
                                 _ => unreachable!(),
                             }
-                            h.burst += took;
-                            let p = m.policy;
-                            let mut wait = p.delay_ms;
-                            if p.ratio_ppm > 0 && h.leased.is_empty() {
-                                wait = wait.max(h.burst * 1_000_000 / p.ratio_ppm as u64);
-                            }
-                            if h.leased.is_empty() {
-                                h.burst = 0;
-                            }
-                            h.due = h.due.max(now + wait);
+                            h.fetch_ended(m.policy, now, took);
                         }
                     }
                     Op::Known(hn, pn, after) => {
@@ -1463,14 +1461,7 @@ mod model {
                         let r = h.refetch.iter().find(|(_, _, j)| *j == i).copied();
                         let held = if h.leased.remove(&i).is_some() {
                             // The fetch ended now, after 0 ms.
-                            let mut wait = p.delay_ms;
-                            if p.ratio_ppm > 0 && h.leased.is_empty() {
-                                wait = wait.max(h.burst * 1_000_000 / p.ratio_ppm as u64);
-                            }
-                            if h.leased.is_empty() {
-                                h.burst = 0;
-                            }
-                            h.due = h.due.max(now + wait);
+                            h.fetch_ended(p, now, 0);
                             true
                         } else if h.returned.remove(&i) {
                             true

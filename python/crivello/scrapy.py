@@ -631,13 +631,7 @@ class Scheduler:
         if key is not None:
             live = self._live[key]
             live.lease = lease.token
-            logger.warning(
-                "The lease of %(request)s ended while it was in flight: it holds a new one. "
-                "Raise CRIVELLO_LEASE (now %(lease)s s) above the longest a request takes, "
-                "its download (DOWNLOAD_TIMEOUT) and its callback included.",
-                {"request": live.request, "lease": self.lease_seconds},
-                extra={"spider": self.spider},
-            )
+            self._warn_lease(live, "ended while it was in flight: it holds a new one")
             if self.stats is not None:
                 self.stats.inc_value("crivello/lease_renewed")
             return True
@@ -751,13 +745,16 @@ class Scheduler:
                     self._ready.remove(x)
                     self.frontier.done(x)
                     self._late.pop(live.identity, None)
-                logger.warning(
-                    "The lease of %(request)s ended before its work did. Raise "
-                    "CRIVELLO_LEASE (now %(lease)s s) above the longest a request takes, "
-                    "its download (DOWNLOAD_TIMEOUT) and its callback included.",
-                    {"request": live.request, "lease": self.lease_seconds},
-                    extra={"spider": self.spider},
-                )
+                self._warn_lease(live, "ended before its work did")
+
+    def _warn_lease(self, live: _Live, what: str) -> None:
+        logger.warning(
+            "The lease of %(request)s %(what)s. Raise CRIVELLO_LEASE (now %(lease)s s) above "
+            "the longest a request takes, its download (DOWNLOAD_TIMEOUT) and its callback "
+            "included.",
+            {"request": live.request, "what": what, "lease": self.lease_seconds},
+            extra={"spider": self.spider},
+        )
 
     # Identities.
 
