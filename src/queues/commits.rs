@@ -43,6 +43,9 @@ struct State<F> {
     syncing: bool,
     /// A sync failed: nothing more is acknowledged.
     failed: bool,
+    /// Threads waiting on the condition variable: a sync that ends wakes them only if there
+    /// are any (a wake is a system call, and most commits have no one waiting).
+    waiters: u32,
     /// The file of J's newest generation.
     file: Option<F>,
 }
@@ -62,6 +65,7 @@ impl<F: Durable> Commits<F> {
                 durable: 0,
                 syncing: false,
                 failed: false,
+                waiters: 0,
                 file: None,
             }),
             cv: Condvar::new(),
@@ -70,6 +74,22 @@ impl<F: Durable> Commits<F> {
 
     fn lock(&self) -> Guard<'_, F> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits for the end of the sync under way, counted among the waiters.
+    fn sleep<'a>(&'a self, mut s: Guard<'a, F>) -> Guard<'a, F> {
+        s.waiters += 1;
+        let mut s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        s.waiters -= 1;
+        s
+    }
+
+    /// Under the state's lock, at the end of a sync: wakes the waiters, if any. One that
+    /// counted itself did so under this lock before it slept, so none is missed.
+    fn wake(&self, s: &Guard<'_, F>) {
+        if s.waiters > 0 {
+            self.cv.notify_all();
+        }
     }
 
     /// Under the frontier's lock: J's writer has written up to `written` (the count) in
@@ -88,7 +108,7 @@ impl<F: Durable> Commits<F> {
     pub(crate) fn sync_now(&self, file: &F, written: u64) -> io::Result<()> {
         let mut s = self.lock();
         while s.syncing && !s.failed {
-            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+            s = self.sleep(s);
         }
         if s.failed {
             return Err(failed());
@@ -105,7 +125,7 @@ impl<F: Durable> Commits<F> {
             }
             Err(_) => s.failed = true,
         }
-        self.cv.notify_all();
+        self.wake(&s);
         synced
     }
 
@@ -132,7 +152,7 @@ impl<F: Durable> Commits<F> {
                 return Ok(());
             }
             if s.syncing {
-                s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+                s = self.sleep(s);
                 continue;
             }
             let Some(file) = s.file.clone() else {
@@ -150,7 +170,7 @@ impl<F: Durable> Commits<F> {
                 Ok(()) => s.durable = s.durable.max(upto),
                 Err(_) => s.failed = true,
             }
-            self.cv.notify_all();
+            self.wake(&s);
             synced?;
         }
     }
