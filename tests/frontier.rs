@@ -1614,6 +1614,9 @@ struct Acked {
     deleted: HashSet<String>,
     /// URLs of a known update to done (acknowledged or not).
     knowing: HashSet<String>,
+    /// Whether a hand-out served a host pushed since the sieve's last flush without a flush
+    /// asked for: the flush a hand-out begins while other queues still serve ran.
+    on_demand: bool,
 }
 
 /// A workload of every frontier operation on `storage`; stops at the first error, as a
@@ -1690,6 +1693,31 @@ fn workload_on(
                 a.done.insert(u);
                 // The done's commit made the pushes before it durable first.
                 a.pushed.extend(pending);
+            }
+        }
+        if round == 2 {
+            // A host found while the other queues still serve: a hand-out that serves fewer
+            // queues than it asks for begins a flush of the sieve (on its thread, in the
+            // background), and a later hand-out moves its output into the queues and serves
+            // the new host, with no flush asked for. Its operations are crash points too.
+            push(&f, vec!["http://n.test/found".to_owned()], a)?;
+            // (Past the least gap between two such flushes: crawl `b`'s hand-outs ask too.)
+            clock.advance(1_000);
+            for _ in 0..20_000 {
+                for l in f.lease(20, None, 5_000)? {
+                    let u = String::from_utf8(l.url.clone()).unwrap();
+                    a.on_demand |= u.starts_with("http://n.test/");
+                    a.leased.insert(u.clone(), l.deadline_ms);
+                    if l.crawl == b"b" {
+                        held_b.push((l.token, u));
+                    } else {
+                        held.push((l.token, u));
+                    }
+                }
+                if a.on_demand {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(100));
             }
         }
         if round == 1 {
@@ -1985,6 +2013,7 @@ fn crash_at_every_operation(background: bool) -> (u64, BTreeMap<String, usize>) 
     let mut a = Acked::default();
     let clock = Arc::new(ManualClock::new(start));
     workload_on(Arc::new(clean.clone()), background, &clock, &mut a).expect("a clean run");
+    assert!(a.on_demand, "no hand-out began a flush of its own");
     let total = clean.ops();
     assert!(total > 100, "{total} operations");
     // The workload compacts Q runs and writes checkpoints: the crash points cover them.
