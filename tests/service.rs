@@ -106,3 +106,105 @@ fn a_closed_stdout_does_not_stop_the_server() {
     };
     assert!(status.success(), "{status}");
 }
+
+#[allow(clippy::all, missing_docs)]
+mod pb {
+    tonic::include_proto!("urlfrontier");
+}
+
+/// A server on a free port of loopback, stopped (SIGTERM) when dropped.
+struct Served {
+    child: std::process::Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Served {
+    fn start() -> Served {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_crivello"))
+            .arg("serve")
+            .arg(dir.path().join("store"))
+            .args(["--addr", "127.0.0.1:0", "--log-level", "warn"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("no address: {line:?}"))
+            .to_owned();
+        Served {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fast client's long `PutURLs` stream of small items, whose acknowledgements it reads
+/// only later, stops its own stream for a while (backpressure) and loses nothing: HTTP/2
+/// does not close the connection for the many small frames the server holds unread
+/// meanwhile (with HTTP/2's default windows it did: GOAWAY, "too_many_data_frames"), and
+/// another call on the same connection is answered (with those windows, the stream held the
+/// whole connection's window and the call waited for ever).
+#[test]
+fn a_fast_stream_of_small_items_read_late_keeps_its_connection() {
+    use pb::url_frontier_client::UrlFrontierClient;
+    let served = Served::start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", served.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut client = UrlFrontierClient::new(channel.clone());
+        let n = 1_000_000;
+        let items = tokio_stream::iter((0..n).map(|i| pb::UrlItem {
+            item: Some(pb::url_item::Item::Discovered(pb::DiscoveredUrlItem {
+                info: Some(pb::UrlInfo {
+                    url: format!("http://h{}.test/{i}", i % 1000),
+                    ..Default::default()
+                }),
+            })),
+            ..Default::default()
+        }));
+        let mut acks = client.put_ur_ls(items).await.unwrap().into_inner();
+        // Busy elsewhere: the acknowledgements wait, and so does the stream.
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        let stats = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            UrlFrontierClient::new(channel).get_stats(pb::QueueWithinCrawlParams::default()),
+        )
+        .await
+        .expect("another call on the connection was not answered in 20 s");
+        assert!(stats.is_ok(), "another call on the connection: {stats:?}");
+        let mut ok = 0;
+        while let Some(ack) = acks.message().await.unwrap_or_else(|e| {
+            panic!("the stream failed after {ok} acknowledgements: {e}");
+        }) {
+            assert_eq!(ack.status, pb::ack_message::Status::Ok as i32);
+            ok += 1;
+        }
+        assert_eq!(ok, n);
+    });
+}
