@@ -4,6 +4,7 @@ whose owner changed, with everything they carry (waiting URLs in order, leases a
 deadlines, done URLs, blocks), kill -9 of a node during the move included; nothing is lost,
 nothing is served twice, a URL seen before is still known, and each host lives on one node."""
 
+import os
 import random
 import subprocess
 import time
@@ -355,6 +356,67 @@ def test_a_node_lost_for_good_leaves_with_lost_and_its_hand_offs_reach_the_new_o
     served = served_by_each(Nodes(nodes))
     everything = [u for got in served.values() for u in got]
     want = [u for u in urls if u not in on_n2] + extra
+    assert sorted(everything) == sorted(want), "each URL acknowledged and not on n2 served once"
+
+
+def test_a_lost_node_whose_store_comes_back_is_refused_and_takes_nothing_back(api, cluster_factory):
+    """Node n2 dies, and the other two restart without it and with --lost n2; its store is
+    not gone after all, and is started with their list (a node that leaves). Its queues are
+    out of date: the others refuse them (while they run with --lost n2, and once restarted
+    without it, the move over), it stops with a message, and every URL the cluster
+    acknowledged since is still served once; no node is left moving."""
+    c = cluster_factory(3)
+    pb = c[0].pb
+    # Each node learns that no move is under way (a node new to the cluster asks, and
+    # keeps the file `handoff/new` until it knows).
+    deadline = time.time() + 30
+    while any(os.path.exists(os.path.join(n.dir, "handoff", "new")) for n in c.nodes):
+        assert time.time() < deadline, "the nodes did not settle"
+        time.sleep(0.1)
+    urls = hosts_urls(40, 2, tag="r")
+    assert all(s == "OK" for _, s in put(c[0], [discovered(pb, u) for u in urls]))
+    where = owners(c.nodes)
+    on_n2 = [u for u in urls if where[host_of(u)] == 2]
+    assert on_n2
+    c[2].kill()
+    peers = ",".join(p for p in c.peers.split(",") if not p.startswith("n2="))
+    for n in c.nodes[:2]:
+        assert n.stop() == 0, n.log()
+
+    def restart(*args):
+        nodes = [
+            Server(api, n.dir, "--node", name, "--peers", peers, *args, listen=False)
+            for name, n in zip(c.names[:2], c.nodes[:2])
+        ]
+        wait_moved(nodes)
+        return nodes
+
+    def comes_back(nodes):
+        back = subprocess.run(
+            [BIN, "serve", c[2].dir, "--node", "n2", "--peers", peers],
+            capture_output=True, timeout=60,
+        )
+        assert back.returncode == 1, back.stderr
+        assert b"out of date" in back.stderr, back.stderr
+        assert all(node_stats(n).counts.get("moving", 0) == 0 for n in nodes)
+        return back.stderr
+
+    nodes = restart("--lost", "n2")
+    # Acknowledged after the loss: new URLs of n2's hosts, now owned by n0 and n1.
+    new = sorted({f"http://{host_of(u)}/after-the-loss" for u in on_n2})
+    acks = put(nodes[0], [discovered(pb, u, ident=u) for u in new])
+    assert all(s == "OK" for _, s in acks), acks
+    assert b"named lost" in comes_back(nodes)
+    for n in nodes:
+        assert n.stop() == 0, n.log()
+    nodes = restart()
+    assert b"is over on this node" in comes_back(nodes)
+    # A delete waits for no move.
+    nodes[0].stub.DeleteQueue(pb.QueueWithinCrawlParams(key="no-such-queue.example"))
+    c.nodes = nodes
+    served = served_by_each(Nodes(nodes))
+    everything = [u for got in served.values() for u in got]
+    want = [u for u in urls if u not in on_n2] + new
     assert sorted(everything) == sorted(want), "each URL acknowledged and not on n2 served once"
 
 

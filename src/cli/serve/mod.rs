@@ -511,7 +511,10 @@ fn leave(args: &ServeArgs, cluster: cluster::Cluster, log: Arc<Log>) -> Result<(
         );
         let recorded = previous.1;
         let m = tokio::task::block_in_place(|| moves.begin(&previous.0, recorded))?;
-        moves.send_all(&m, &peers).await;
+        moves.send_all(&m, &peers).await.context(
+            "this node's queues were refused: it leaves the cluster with nothing moved from now \
+             on, and its store is kept as it is",
+        )?;
         anyhow::Ok(())
     })?;
     runtime.shutdown_timeout(Duration::from_secs(5));

@@ -373,7 +373,10 @@ impl Moves {
         let Some(m) = self.current() else {
             return;
         };
-        self.send_all(&m, &peers).await;
+        if let Err(e) = self.send_all(&m, &peers).await {
+            log!(self.log, Error, "moving queues: {e:#}");
+            return;
+        }
         m.sent.store(true, Ordering::SeqCst);
         let moves = self.clone();
         let r = tokio::task::spawn_blocking(move || moves.finish_if_done()).await;
@@ -383,12 +386,14 @@ impl Moves {
     }
 
     /// Sends every queue another node owns and tells every node, repeating what fails until
-    /// it succeeds.
-    pub async fn send_all(&self, m: &Arc<Move>, peers: &Peers) {
+    /// it succeeds; an error only when a node refuses this node's queues for good (they were
+    /// given up for lost).
+    pub async fn send_all(&self, m: &Arc<Move>, peers: &Peers) -> anyhow::Result<()> {
         let mut backoff = Duration::from_millis(100);
         loop {
             match self.send_once(m, peers).await {
-                Ok(()) => return,
+                Ok(()) => return Ok(()),
+                Err(e) if e.downcast_ref::<Refused>().is_some() => return Err(e),
                 Err(e) => {
                     log!(self.log, Warn, "moving queues: {e}; trying again");
                     tokio::time::sleep(backoff).await;
@@ -473,9 +478,10 @@ impl Moves {
                     let n = queues.len();
                     let request = request(queues.iter().map(queue_of).collect(), false);
                     let mut client = peers.cluster_client(owner);
-                    client.import(peers.request(request)).await.map_err(|s| {
-                        anyhow::anyhow!("node {}: {}", peers.name(owner), s.message())
-                    })?;
+                    client
+                        .import(peers.request(request))
+                        .await
+                        .map_err(|s| refusal(peers.name(owner), &s))?;
                     // Durable on the owner: let them go here.
                     let frontier = self.frontier.clone();
                     tokio::task::spawn_blocking(move || {
@@ -503,7 +509,7 @@ impl Moves {
                 .cluster_client(i)
                 .import(peers.request(request))
                 .await
-                .map_err(|s| anyhow::anyhow!("node {}: {}", peers.name(i), s.message()))?;
+                .map_err(|s| refusal(peers.name(i), &s))?;
         }
         log!(
             self.log,
@@ -652,6 +658,17 @@ impl Moves {
 
     /// Imports queues another node sends (`Import`), or records that it is done.
     async fn import(self: &Arc<Self>, from: &str, r: cpb::ImportRequest) -> Result<u64, Status> {
+        if self
+            .lost
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .any(|n| n == from)
+        {
+            return Err(Status::aborted(format!(
+                "node {from} was named lost (--lost) when this node started: {OUT_OF_DATE}"
+            )));
+        }
         let m = match self.current() {
             Some(m) if m.previous.canonical == r.previous => m,
             Some(m) => {
@@ -662,14 +679,28 @@ impl Moves {
             }
             // A done repeated after this node finished the move.
             None if r.done && r.queues.is_empty() => return Ok(0),
-            // A new node that did not know of the move yet.
-            None => {
+            // A node that joined the cluster before the move began (or a new node that
+            // met one of another list): it did not know of the move yet.
+            None if self.fresh.load(Ordering::Acquire)
+                || self.unsettled.load(Ordering::Acquire) =>
+            {
                 tokio::task::block_in_place(|| self.join(&r.previous, false))
                     .map_err(|e| Status::failed_precondition(format!("{e:#}")))?;
                 self.current()
                     .ok_or_else(|| Status::internal("the move ended at once"))?
             }
+            // Every node of a move starts it before it serves, and ends it only once every
+            // node not lost told it that it was done: queues of a move it is not in can only
+            // come from a node it did not wait for, whose queues were given up for lost.
+            None => {
+                return Err(Status::aborted(format!(
+                    "node {from} sends queues of the move from the list \"{}\", which is over \
+                     on this node or never ran here: {OUT_OF_DATE}",
+                    r.previous
+                )))
+            }
         };
+
         let known = m.previous.assignment.names().iter().any(|n| n == from)
             || self.cluster.nodes.iter().any(|n| n.name == from);
         if !known {
@@ -736,6 +767,33 @@ impl Moves {
             log!(self.log, Info, "imported {n} queues from node {from}");
         }
         Ok(n)
+    }
+}
+
+/// What a node that refuses queues of a move for good says of them.
+const OUT_OF_DATE: &str = "its queues are out of date (a node named lost with --lost whose \
+     store came back?) and are not taken; remove that node's directory";
+
+/// A node refused this node's queues for good: they were given up for lost.
+#[derive(Debug)]
+struct Refused(String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// The error of an `Import` that node `name` answered with `s`: [`Refused`] when it refuses
+/// the queues for good (ABORTED), which ends the sending.
+fn refusal(name: &str, s: &Status) -> anyhow::Error {
+    let text = format!("node {name}: {}", s.message());
+    if s.code() == tonic::Code::Aborted {
+        anyhow::Error::new(Refused(text))
+    } else {
+        anyhow::anyhow!(text)
     }
 }
 
