@@ -845,6 +845,42 @@ fn leases_found_at_open_are_released_at_once_and_a_batch_of_completions_is_one_s
     );
 }
 
+/// A queue held back to the end of time (a block until `u64::MAX`, a fetch said to take
+/// `u64::MAX` ms under the ratio rule) still waits: the next instant due says so, rather than
+/// nothing (as if nothing waited), and an unblock serves it at once.
+#[test]
+fn a_queue_held_back_to_the_end_of_time_is_still_due_then() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(50_000));
+    let f = open(&disk, &clock);
+    push(
+        &f,
+        &["http://a.test/1", "http://a.test/2", "http://b.test/1"],
+    );
+    f.flush().unwrap();
+    f.block("", b"b.test", u64::MAX).unwrap();
+    f.set_policy(
+        "",
+        Some(b"a.test"),
+        Policy {
+            ratio_ppm: 1,
+            ..Policy::default()
+        },
+    )
+    .unwrap();
+    let l = f.lease(10, None, 9_000).unwrap();
+    assert_eq!(urls(&l), ["http://a.test/1"]);
+    assert!(f.done(l[0].token, u64::MAX).unwrap());
+    assert_eq!(f.next_due_ms().unwrap(), Some(u64::MAX - 1));
+    assert!(f.lease(10, None, 9_000).unwrap().is_empty());
+    f.block("", b"b.test", 0).unwrap();
+    assert_eq!(f.next_due_ms().unwrap(), Some(50_000));
+    assert_eq!(
+        urls(&f.lease(10, None, 9_000).unwrap()),
+        ["http://b.test/1"]
+    );
+}
+
 #[test]
 fn the_next_instant_due_is_exact_once_leases_end_and_queues_empty() {
     let disk = SimDisk::new();

@@ -402,6 +402,105 @@ fn nonsense_values_are_refused_and_a_url_with_a_tab_can_be_ended() {
     assert!(err.contains("not a directory"), "{err}");
 }
 
+/// A fetch said to take ages, or a block past the year 9999, would hold a queue back for
+/// ever: they are refused, naming the line or the option; what a queue holds back for years
+/// still waits, and `lease --wait` waits for it rather than ending as if nothing waited.
+#[test]
+fn a_queue_held_back_for_years_still_waits_and_absurd_times_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("f");
+    let d = d.to_str().unwrap();
+    expect(0, &["push", d], b"http://a.test/1\nhttp://a.test/2\n");
+    expect(0, &["policy", d, "--ratio", "0.000001"], b"");
+    let (out, _) = expect(0, &["lease", d, "-n", "1"], b"");
+    assert_eq!(out, "http://a.test/1\n");
+    for took in ["1e300", "18446744073709551616", "31536001"] {
+        let line = format!("http://a.test/1\t{took}\n");
+        let (_, err) = expect(1, &["done", d], line.as_bytes());
+        assert!(
+            err.contains("line 1") && err.contains("more than a year"),
+            "{err}"
+        );
+    }
+    for until in ["18446744073709552", "253402300800"] {
+        let (_, err) = expect(2, &["block", d, "b.test", "--until", until], b"");
+        assert!(err.contains("--until"), "{err}");
+    }
+    expect(0, &["block", d, "b.test", "--until", "253402300799"], b"");
+    // A fetch of a day under a ratio of a millionth: the next in about 2,700 years.
+    expect(0, &["done", d], b"http://a.test/1\t86400\n");
+    let (out, _) = expect(0, &["stats", d, "--json"], b"");
+    let st: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (st["waiting"].as_u64(), st["done"].as_u64()),
+        (Some(1), Some(1)),
+        "{st}"
+    );
+    let mut wait = Command::new(BIN)
+        .args(["lease", d, "--wait"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let ended = wait.try_wait().unwrap();
+    let _ = wait.kill();
+    let out = wait.wait_with_output().unwrap();
+    assert!(
+        ended.is_none(),
+        "lease --wait ended while a URL waits: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+}
+
+/// `lease --wait` started while another process holds the directory (a `push` still
+/// reading) waits for it, as it waits for the next URL due.
+#[test]
+fn lease_wait_started_while_another_process_holds_the_directory_waits_for_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("w");
+    let d = d.to_str().unwrap();
+    expect(0, &["push", d], b"http://a.test/1\n");
+    expect(0, &["lease", d, "-n", "0"], b"");
+    let mut push = Command::new(BIN)
+        .args(["push", d, "-q"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = push.stdin.take().unwrap();
+    input.write_all(b"http://b.test/1\n").unwrap();
+    input.flush().unwrap();
+    // The push holds the directory from its start.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut lease = Command::new(BIN)
+        .args(["lease", d, "--wait"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    assert!(
+        lease.try_wait().unwrap().is_none(),
+        "lease --wait did not wait for the lock"
+    );
+    drop(input);
+    let pushed = push.wait_with_output().unwrap();
+    assert!(
+        pushed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    let out = lease.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("http://a.test/1"));
+}
+
 /// `lease --wait` leaves the directory free while it waits, and when it wakes to find another
 /// process holding it (a `push` still reading its input), it waits for that one too.
 #[test]

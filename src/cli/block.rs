@@ -18,8 +18,9 @@ pub struct BlockArgs {
     /// The queue's key.
     #[arg(value_parser = key_parser())]
     pub key: std::ffi::OsString,
-    /// Until this instant, in seconds since the Unix epoch (0: unblock).
-    #[arg(long, value_name = "UNIX_SECONDS")]
+    /// Until this instant, in seconds since the Unix epoch (0: unblock), at most the end of
+    /// the year 9999 (253402300799).
+    #[arg(long, value_name = "UNIX_SECONDS", value_parser = clap::value_parser!(u64).range(..=LAST_INSTANT_S))]
     pub until: Option<u64>,
     /// For this long from now (a whole number with a unit ms, s, m or h).
     #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration)]
@@ -31,6 +32,9 @@ pub struct BlockArgs {
     #[command(flatten)]
     pub common: Common,
 }
+
+/// The last instant `--until` takes: 9999-12-31 23:59:59 UTC.
+const LAST_INSTANT_S: u64 = 253_402_300_799;
 
 /// Runs `block`.
 pub fn run(args: BlockArgs) -> Result<()> {

@@ -15,7 +15,7 @@ use crivello::Completion;
 
 use super::duration::parse_duration;
 use super::stream::{sources, Line, LineReader};
-use super::{explained, open_frontier, require_sieve, Common, CrawlArg};
+use super::{close_after_durable_work, explained, open_frontier, require_sieve, Common, CrawlArg};
 
 /// Lines ended in one durable step.
 const BATCH: usize = 4096;
@@ -56,7 +56,7 @@ pub fn run(args: DoneArgs) -> Result<()> {
     let crawl = args.crawl.name();
     let mut not_leased = 0u64;
     read_and_end(&args, &frontier, crawl, how, &mut not_leased)?;
-    frontier.close()?;
+    close_after_durable_work(frontier, "the leases are ended");
     if not_leased > 0 && !args.common.quiet {
         let urls = if not_leased == 1 {
             "URL was"
@@ -115,6 +115,9 @@ fn read_and_end(
     end(&mut batch)
 }
 
+/// The longest fetch a line may give, in seconds: a year.
+const MAX_FETCH_S: f64 = 365.0 * 86_400.0;
+
 /// A line `URL` or `URL<TAB>SECONDS`: the URL and the fetch's milliseconds. The seconds are
 /// after the line's last tab, so that a URL holding a tab (`push` keeps URLs as they are) is
 /// ended by `URL<TAB>SECONDS`.
@@ -127,6 +130,11 @@ fn parse_line(line: &[u8]) -> std::result::Result<(Vec<u8>, u64), &'static str> 
                 .and_then(|s| s.trim().parse::<f64>().ok())
                 .filter(|s| s.is_finite() && *s >= 0.0)
                 .ok_or("the time after the tab is not a number of seconds")?;
+            // (The ratio rule waits in proportion: a fetch said to take ages would hold its
+            // queue back for ever.)
+            if secs > MAX_FETCH_S {
+                return Err("the time after the tab is more than a year: give how many seconds the fetch took");
+            }
             (&line[..i], (secs * 1000.0).round() as u64)
         }
     };

@@ -10,7 +10,7 @@ use crivello::LeaseRequest;
 
 use super::duration::parse_positive_duration;
 use super::stream::Output;
-use super::{open_frontier, require_sieve, Common, CrawlArg};
+use super::{close_after_durable_work, open_frontier, require_sieve, Common, CrawlArg};
 
 /// The arguments of `lease`.
 #[derive(Debug, Args)]
@@ -53,8 +53,9 @@ pub fn run(args: LeaseArgs) -> Result<()> {
         let frontier = match open_frontier(&args.dir, args.common.memory) {
             Ok(f) => f,
             // Waiting, the directory is free meanwhile: another process may hold it for a
-            // while (a `push` of the links found, a `done`); wait for it too.
-            Err(e) if waited && is_locked(&e) => {
+            // while (a `push` of the links found, a `done`, another `lease --wait`); wait for
+            // it too, at the start as well.
+            Err(e) if (waited || args.wait) && is_locked(&e) => {
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 continue;
             }
@@ -69,7 +70,8 @@ pub fn run(args: LeaseArgs) -> Result<()> {
                 out.line(&l.url)?;
             }
             out.flush()?;
-            return Ok(frontier.close()?);
+            close_after_durable_work(frontier, "the URLs printed are leased");
+            return Ok(());
         }
         // Nothing due: wait for the next instant something may be, the directory released.
         let next = frontier.next_due_ms()?;

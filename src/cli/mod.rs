@@ -473,6 +473,19 @@ pub fn open_frontier_with(dir: &Path, opts: Options) -> anyhow::Result<Frontier>
     Frontier::open(dir, opts).map_err(|e| opening(e, "frontier", dir))
 }
 
+/// Closes a frontier whose command's work is durable already (leases printed, dones ended,
+/// a listing printed): a close that fails (a full disk, say, where the manifest's record of
+/// a clean end cannot be written) only warns, since nothing of the work is lost; the next
+/// command that writes recovers the store as after a crash.
+pub fn close_after_durable_work(frontier: Frontier, done: &str) {
+    if let Err(e) = frontier.close() {
+        eprintln!(
+            "crivello: warning: {done}, but closing the store failed: {e}; the next command \
+             that writes recovers it (free some disk space first if it is full)"
+        );
+    }
+}
+
 /// Opens the frontier in `dir` as a read-only view ([`Frontier::open_read_only`]).
 pub fn open_frontier_read_only(dir: &Path, memory: usize) -> anyhow::Result<Frontier> {
     Frontier::open_read_only(dir, Options::new().memory(memory))

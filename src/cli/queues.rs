@@ -9,7 +9,9 @@ use clap::Args;
 use crivello::{Frontier, Options, Policy, QueueInfo};
 
 use super::stream::Output;
-use super::{open_frontier_read_only, opening, require_sieve, Common, CrawlArg};
+use super::{
+    close_after_durable_work, open_frontier_read_only, opening, require_sieve, Common, CrawlArg,
+};
 
 /// Queues read at a time.
 const PAGE: usize = 4096;
@@ -59,7 +61,8 @@ pub fn run(args: QueuesArgs) -> Result<()> {
     }
     out.flush()?;
     let _ = std::io::stdout().flush();
-    Ok(frontier.close()?)
+    close_after_durable_work(frontier, "the queues are listed");
+    Ok(())
 }
 
 /// The policy as `delay=2000ms per-queue=1 limit=0`, or `ratio=0.1 ...`.

@@ -195,6 +195,10 @@ struct DemandFlush {
     gap: u64,
 }
 
+/// The last instant a queue is due at: `u64::MAX` marks a queue out of the scheduler's
+/// heap.
+const LAST_DUE: u64 = u64::MAX - 1;
+
 /// The least time between two flushes that hand-outs ask for while some queue still waits:
 /// the URLs pushed since wait at most about this long for a hand-out to find them, while
 /// the flushes cost little.
@@ -345,11 +349,18 @@ impl Queue {
     /// [`Core::schedule`]'s change of the state, under `policy` and blocked until
     /// `blocked`: its heap entry, if it needs one earlier than it has, as (instant, its
     /// crawl if it had none).
+    /// The first instant the queue may be served, blocked until `blocked`: at most
+    /// [`LAST_DUE`], so that a queue held back to the end of time is still in the heap (it
+    /// waits, and `next_due` says until when, rather than nothing).
+    fn ready_at(&self, blocked: u64) -> u64 {
+        self.due.max(blocked).max(self.available()).min(LAST_DUE)
+    }
+
     fn schedule(&mut self, policy: Policy, blocked: u64) -> Option<(u64, Option<u32>)> {
         if !self.has_waiting() || !room(policy, self) {
             return None;
         }
-        let at = self.due.max(blocked).max(self.available());
+        let at = self.ready_at(blocked);
         (at < self.heap_at).then(|| {
             let new = self.heap_at == u64::MAX;
             self.heap_at = at;
@@ -1547,8 +1558,7 @@ impl Core {
     /// The first instant queue `q` may be served: its due instant, its block, and its first
     /// record's availability.
     fn ready_at(&self, id: u64, q: &Queue) -> u64 {
-        let blocked = self.blocks.get(&id).copied().unwrap_or(0);
-        q.due.max(blocked).max(q.available())
+        q.ready_at(self.blocks.get(&id).copied().unwrap_or(0))
     }
 
     /// Puts queue `i` in the scheduler's heap if it may be served (now or later), or moves
