@@ -245,3 +245,39 @@ fn memory_stays_fixed_on_an_endless_pipe() {
         "peak RSS {peak_mib:.1} MiB for a 16 MiB filter"
     );
 }
+
+/// A line longer than `--max-line-length` stops the command, naming it, after the lines
+/// before it are printed (each distinct one once, in order).
+#[test]
+fn the_lines_before_one_too_long_are_printed_before_it_stops() {
+    let mut input: Vec<u8> = (0..10_000)
+        .flat_map(|i| format!("{}\n", i % 7_000).into_bytes())
+        .collect();
+    input.extend_from_slice(b"12345678901234567890\nafter\n");
+    let mut child = Command::new(BIN)
+        .args(["uniq", "--approx", "--max-line-length", "10"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    let data = input.clone();
+    let writer = std::thread::spawn(move || drop(pipe.write_all(&data)));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("line 10001"), "{err}");
+    let before = &input[..input.len() - b"12345678901234567890\nafter\n".len()];
+    let printed: Vec<Vec<u8>> = out
+        .stdout
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    let want = exact(before);
+    assert!(is_subsequence(&printed, &want), "not a subsequence");
+    // With the default sizing, nearly every distinct line (7,000) gets through.
+    assert!(printed.len() > 6_900, "{} lines printed", printed.len());
+}

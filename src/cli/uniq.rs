@@ -308,6 +308,10 @@ fn approx(args: &UniqArgs) -> Result<()> {
         // A line and its "\n": a longer read without "\n" is a line too long.
         while let Some((line, how)) = input.next_line(args.max_line_length + 1)? {
             let Line::Complete(n) = how else {
+                // The lines before it are printed first: the output is the filter's for the
+                // input up to that line, and a rerun from it goes on from there.
+                batch.drain(&mut out)?;
+                out.flush()?;
                 return Err(explained(
                     format!(
                         "{}: line {}: longer than the maximum of {} bytes",
@@ -315,7 +319,7 @@ fn approx(args: &UniqArgs) -> Result<()> {
                         input.line_number(),
                         args.max_line_length
                     ),
-                    "raise --max-line-length (at most 1G - 1)",
+                    "raise --max-line-length (at most 1G - 1); the lines before it are printed",
                 ));
             };
             read += 1;
