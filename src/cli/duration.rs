@@ -38,7 +38,7 @@ pub fn key_parser() -> impl clap::builder::TypedValueParser<Value = std::ffi::Os
     use clap::builder::TypedValueParser as _;
     clap::builder::OsStringValueParser::new().try_map(|s| {
         if s.is_empty() {
-            Err("a queue's key is not empty (URLs without a host are in `_DEFAULT_`)")
+            Err("a queue's key is not empty (URLs whose key would be empty are in `_DEFAULT_`)")
         } else {
             Ok(s)
         }
