@@ -81,3 +81,15 @@ def test_get_urls_by_crawl(server):
     # Every crawl's (the other tests' URLs of DEFAULT too), but not what C1 has in transit.
     mine = [(g.url, g.crawlID) for g in rest if g.crawlID in ("C1", "C2")]
     assert mine == [("http://two.t/", "C2")]
+
+
+def test_a_urls_status_asked_with_another_key_is_found_in_its_hosts_queue(server):
+    """GetURLStatus looks in the queue of the key given and in the URL's host's queue: a
+    waiting URL asked with another key is found (with its queue's key), not NOT_FOUND."""
+    pb = server.pb
+    put(server, [discovered(pb, "http://st.t/1"), discovered(pb, "http://st.t/2")])
+    for key in ["", "st.t", "some-other-key"]:
+        item = server.stub.GetURLStatus(pb.URLStatusRequest(url="http://st.t/2", key=key))
+        assert item.known.info.url == "http://st.t/2"
+        assert item.known.info.key == "st.t"
+        assert item.known.refetchable_from_date > 0, "waiting: due from a date"

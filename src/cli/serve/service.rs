@@ -1260,15 +1260,23 @@ impl UrlFrontier for Service {
                         status,
                     })),
                     _ => {
+                        // In the queue of the key given, or else (as `status` looked) in
+                        // the queue of the URL's host.
+                        let host = crivello::queues::key::default_key(url.as_bytes()).to_vec();
                         let mut held = None;
-                        f.urls(&c, Some(&key), |h| {
-                            if h.url == url.as_bytes() {
-                                held = Some(h);
-                                false
-                            } else {
-                                true
+                        for k in [&key, &host] {
+                            f.urls(&c, Some(k), |h| {
+                                if h.url == url.as_bytes() {
+                                    held = Some(h);
+                                    false
+                                } else {
+                                    true
+                                }
+                            })?;
+                            if held.is_some() || host == key {
+                                break;
                             }
-                        })?;
+                        }
                         Ok(held)
                     }
                 }
