@@ -3538,3 +3538,47 @@ fn the_choice_of_compressed_queues_is_kept_in_the_store() {
     assert_eq!(served, all);
     f.close().unwrap();
 }
+
+/// A caller that only reads counts (`flush_for_reading`, what the service's GetStats and
+/// ListQueues call) does not merge Z again right after a costly merge: what was pushed since
+/// waits for the spacing (a second, or ten times the merge's length), then the next read
+/// merges it. A small store's merges are cheap and every read flushes (the other tests).
+#[test]
+fn counts_read_right_after_a_costly_merge_do_not_merge_z_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Frontier::open(dir.path(), Options::new()).unwrap();
+    let n = 1_000_000u64;
+    let urls: Vec<String> = (0..n)
+        .map(|i| format!("http://h{}.test/{i}", i % 1000))
+        .collect();
+    for chunk in urls.chunks(10_000) {
+        let items: Vec<Discovered<'_>> = chunk
+            .iter()
+            .map(|u| Discovered::url(u.as_bytes()))
+            .collect();
+        f.push("", &items).unwrap();
+    }
+    // A merge of a million signatures: tens of milliseconds at least.
+    f.flush().unwrap();
+    assert_eq!(f.counts("", None).unwrap().waiting, n);
+    push(&f, &["http://new.test/1"]);
+    f.flush_for_reading().unwrap();
+    assert_eq!(
+        f.counts("", None).unwrap().waiting,
+        n,
+        "a read right after a costly merge merged again"
+    );
+    let start = std::time::Instant::now();
+    loop {
+        f.flush_for_reading().unwrap();
+        if f.counts("", None).unwrap().waiting == n + 1 {
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(120),
+            "the pushed URL never reached its queue"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    f.close().unwrap();
+}

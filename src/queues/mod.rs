@@ -551,6 +551,19 @@ impl Frontier {
         }
     }
 
+    /// Flushes as [`Frontier::flush`] does, for a caller that reads counts or lists queues
+    /// (a monitor's poll), unless the sieve's last merge was costly (20 ms or more) and ended
+    /// recently: less than a second ago, or ten times as long as it took. Then it returns at
+    /// once, and what was pushed since that merge may not be in its queues yet: on a large
+    /// store the counts lag the pushes by that long at most, rather than each poll merging Z
+    /// whole (every call of a small store flushes).
+    pub fn flush_for_reading(&self) -> Result<()> {
+        if self.with(|c| Ok(c.merged_recently()))? {
+            return Ok(());
+        }
+        self.flush()
+    }
+
     /// Hands out the next URLs of up to `max_queues` queues that are due now, up to
     /// `per_queue` of each (and at most what the queue's policy leaves room for), leased for
     /// `ttl_ms` milliseconds. The leases are durable when this returns.
@@ -922,10 +935,11 @@ impl Frontier {
     }
 
     /// The names of the crawls, sorted: each one pushed to (or given a policy or a block) and
-    /// not deleted since, and `DEFAULT` when it has queues. Flushes first, so that what was
-    /// pushed to `DEFAULT` is in its queues.
+    /// not deleted since, and `DEFAULT` when it has queues. Flushes first
+    /// ([`Frontier::flush_for_reading`]), so that what was pushed to `DEFAULT` is in its
+    /// queues.
     pub fn crawls(&self) -> Result<Vec<String>> {
-        self.flush()?;
+        self.flush_for_reading()?;
         self.with(|c| {
             Ok(c.crawls()
                 .into_iter()

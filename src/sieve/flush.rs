@@ -82,10 +82,13 @@ pub(crate) struct FlushDone {
     pub spare: Vec<Slot>,
     /// When it ended, where it ran.
     pub ended: std::time::Instant,
+    /// When it began, where it ran, if it was a merge.
+    pub merge_began: Option<std::time::Instant>,
 }
 
 /// Runs a flush job to its commit (the steps of the module's documentation).
 pub(crate) fn run(job: FlushJob) -> Result<FlushDone> {
+    let began = std::time::Instant::now();
     // 1. The batch's generation is durable: `sync` may acknowledge its pushes.
     let guard = GateGuard(job.gate.clone());
     let b = job.batch;
@@ -168,6 +171,7 @@ pub(crate) fn run(job: FlushJob) -> Result<FlushDone> {
         runs,
         spare: pairs,
         ended: std::time::Instant::now(),
+        merge_began: job.merge.then_some(began),
     })
 }
 

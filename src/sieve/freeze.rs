@@ -156,6 +156,9 @@ impl Sieve {
 
     pub(super) fn apply(&mut self, done: FlushDone) {
         self.last_flush_end = Some(done.ended);
+        if let Some(began) = done.merge_began {
+            self.last_merge = Some((began, done.ended));
+        }
         self.manifest = done.manifest;
         // A flush of an empty S hands back an empty buffer: the spare kept stays.
         if done.spare.capacity() >= self.next_s.capacity() {

@@ -117,6 +117,8 @@ pub struct Sieve {
     spilled_beside_merge: Vec<Arc<Run>>,
     /// When the last flush applied ended, where it ran.
     last_flush_end: Option<std::time::Instant>,
+    /// When the last merge applied began and ended, where it ran.
+    last_merge: Option<(std::time::Instant, std::time::Instant)>,
     poisoned: bool,
     /// The consumer's durable position in F.
     cursor: Position,
@@ -359,6 +361,11 @@ impl Sieve {
     /// When the last flush whose outcome was applied ended, where it ran.
     pub(crate) fn last_flush_end(&self) -> Option<std::time::Instant> {
         self.last_flush_end
+    }
+
+    /// When the last merge whose outcome was applied began and ended, where it ran.
+    pub(crate) fn last_merge(&self) -> Option<(std::time::Instant, std::time::Instant)> {
+        self.last_merge
     }
 
     /// Whether URLs pushed are not merged yet: in S, in spilled runs, or a push that the

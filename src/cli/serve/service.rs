@@ -773,8 +773,9 @@ impl Service {
     ) -> Result<Vec<String>, Status> {
         let all = self
             .call("ListQueues", move |f| {
-                // What was acknowledged is in its queue first.
-                f.flush()?;
+                // What was acknowledged is in its queue first (on a large store, what was
+                // acknowledged since the last merge may take a second or so).
+                f.flush_for_reading()?;
                 f.queues(&crawl, 0, usize::MAX)
             })
             .await?;
@@ -794,7 +795,7 @@ impl Service {
         let name = crawl_name(&crawl);
         let c = self
             .call("GetStats", move |f| {
-                f.flush()?;
+                f.flush_for_reading()?;
                 f.counts(&crawl, key.as_deref().map(str::as_bytes))
             })
             .await?;

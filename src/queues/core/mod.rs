@@ -195,6 +195,12 @@ struct DemandFlush {
     gap: u64,
 }
 
+/// A merge that takes this long or longer is not run again for a caller that only reads
+/// counts before the spacing of [`Core::merged_recently`]: a monitor polling the counts every
+/// few milliseconds would otherwise merge Z whole at each poll. One that takes less is cheap
+/// enough to run at every call, so that a small store's counts are always exact.
+const COSTLY_MERGE: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// The last instant a queue is due at: `u64::MAX` marks a queue out of the scheduler's
 /// heap.
 const LAST_DUE: u64 = u64::MAX - 1;
@@ -2591,6 +2597,20 @@ impl Core {
             // refuses writes from now on, and the next hand-out returns this error.
             Err(e) => self.demand_error = Some(e),
         }
+    }
+
+    /// Whether a flush for a caller that reads counts may be skipped: the sieve's last merge
+    /// took at least [`COSTLY_MERGE`] and ended less than [`DEMAND_GAP_MS`] ago, or
+    /// [`DEMAND_FACTOR`] times as long as it took (the spacing of the flushes hand-outs ask
+    /// for), by the system's clock where it ran.
+    pub(super) fn merged_recently(&self) -> bool {
+        let Some((began, ended)) = self.sieve.last_merge() else {
+            return false;
+        };
+        let took = ended.saturating_duration_since(began);
+        let gap =
+            (took * DEMAND_FACTOR as u32).max(std::time::Duration::from_millis(DEMAND_GAP_MS));
+        took >= COSTLY_MERGE && ended.elapsed() < gap
     }
 
     /// Puts the queues a hand-out in parts held out of the heap back in it (its end).

@@ -108,6 +108,7 @@ pub(crate) fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
         jobs_applied: 0,
         spilled_beside_merge: Vec::new(),
         last_flush_end: None,
+        last_merge: None,
         poisoned: false,
         cursor,
         reader: frontier::Reader::new(cursor),
