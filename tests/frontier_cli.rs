@@ -454,6 +454,32 @@ fn a_queue_held_back_for_years_still_waits_and_absurd_times_are_refused() {
     assert!(out.stdout.is_empty());
 }
 
+/// A hand-out that gives nothing for a reason of the store's says so on stderr: hand-outs
+/// paused, or a crawl with no queues (a name mistyped); `-q` says nothing.
+#[test]
+fn an_empty_lease_says_when_hand_outs_are_paused_or_the_crawl_is_unknown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("p");
+    let d = d.to_str().unwrap();
+    expect(0, &["push", d], b"http://a.test/1\n");
+    let (out, err) = expect(0, &["lease", d, "--crawl", "NOPE"], b"");
+    assert!(out.is_empty());
+    assert!(
+        err.contains("NOPE has no queues") && err.contains("DEFAULT"),
+        "{err}"
+    );
+    expect(0, &["pause", d], b"");
+    let (out, err) = expect(0, &["lease", d], b"");
+    assert!(out.is_empty());
+    assert!(err.contains("paused") && err.contains("resume"), "{err}");
+    let (_, err) = expect(0, &["lease", d, "-q"], b"");
+    assert!(err.is_empty(), "{err}");
+    expect(0, &["resume", d], b"");
+    let (out, err) = expect(0, &["lease", d], b"");
+    assert_eq!(out, "http://a.test/1\n");
+    assert!(err.is_empty(), "{err}");
+}
+
 /// `lease --wait` started while another process holds the directory (a `push` still
 /// reading) waits for it, as it waits for the next URL due.
 #[test]

@@ -49,6 +49,7 @@ pub fn run(args: LeaseArgs) -> Result<()> {
         key: None,
     };
     let mut waited = false;
+    let mut noted = false;
     loop {
         let frontier = match open_frontier(&args.dir, args.common.memory) {
             Ok(f) => f,
@@ -64,6 +65,13 @@ pub fn run(args: LeaseArgs) -> Result<()> {
         // What `push` pushed is due too: merged and queued first.
         frontier.flush()?;
         let leased = frontier.lease_with(&req)?;
+        if leased.is_empty() && !noted && !args.common.quiet {
+            // Why nothing came, when it is not the queues' politeness: said once.
+            if let Some(why) = why_nothing(&frontier, args.crawl.name())? {
+                eprintln!("crivello: {why}");
+            }
+            noted = true;
+        }
         if !leased.is_empty() || !args.wait {
             let mut out = Output::new();
             for l in &leased {
@@ -82,6 +90,29 @@ pub fn run(args: LeaseArgs) -> Result<()> {
         sleep_until(next);
         waited = true;
     }
+}
+
+/// A note for a hand-out that gave nothing for a reason of the store's, not the queues':
+/// hand-outs are paused, or the crawl has no queue (a name mistyped?).
+fn why_nothing(frontier: &crivello::Frontier, crawl: &str) -> Result<Option<String>> {
+    if frontier.stats()?.paused {
+        return Ok(Some(
+            "hand-outs are paused (crivello pause): `crivello resume DIR` resumes them".to_owned(),
+        ));
+    }
+    let crawls = frontier.crawls()?;
+    let name = if crawl.is_empty() { "DEFAULT" } else { crawl };
+    if !crawls.iter().any(|c| c == name) {
+        let known = if crawls.is_empty() {
+            "none yet".to_owned()
+        } else {
+            crawls.join(", ")
+        };
+        return Ok(Some(format!(
+            "the crawl {name} has no queues (the crawls: {known}): is its name right?"
+        )));
+    }
+    Ok(None)
 }
 
 /// Whether `e` says that another process holds the directory.
