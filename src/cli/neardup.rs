@@ -394,7 +394,11 @@ fn parse_chunk(chunk: &Chunk, fp: &mut Fingerprinter) -> Parsed {
     let refused = chunk.too_long.then(|| {
         refusal(
             chunk.ends.len(),
-            format!("a line longer than {MAX_LINE} bytes"),
+            format!(
+                "a line longer than {MAX_LINE} bytes (17 MiB: a text of 16 MiB and its JSON \
+                 escapes; each \\u escape counts 6 bytes: write the text as UTF-8, e.g. \
+                 json.dumps(..., ensure_ascii=False))"
+            ),
         )
     });
     Parsed { docs, refused }
