@@ -638,6 +638,8 @@ class Scheduler:
         if lease.url in self._late:
             del self._late[lease.url]
             self.frontier.done(lease)
+            if self.stats is not None:
+                self.stats.inc_value("crivello/completed_late")
             return True
         return False
 

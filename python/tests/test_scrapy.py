@@ -45,19 +45,30 @@ def settings(store: Path, **extra: object) -> Dict[str, str]:
     return s
 
 
-def command(site: Site, opts: Dict[str, str], spider: str = SPIDER) -> List[str]:
+def command(
+    site: Site, opts: Dict[str, str], spider: str = SPIDER, args: Sequence[str] = ()
+) -> List[str]:
     cmd = [sys.executable, "-m", "scrapy", "runspider", spider, "-a", f"start={site.url(site.pages[0])}"]
+    for a in args:
+        cmd += ["-a", a]
     for k, v in opts.items():
         cmd += ["-s", f"{k}={v}"]
     return cmd
 
 
 def crawl(
-    site: Site, opts: Dict[str, str], timeout: float = 120, spider: str = SPIDER
+    site: Site,
+    opts: Dict[str, str],
+    timeout: float = 120,
+    spider: str = SPIDER,
+    args: Sequence[str] = (),
 ) -> Tuple[int, str, int]:
     """Runs a crawl to its end: exit status, log, peak RSS in KiB."""
     p = subprocess.Popen(
-        command(site, opts, spider), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        command(site, opts, spider, args),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         _, log = p.communicate(timeout=timeout)
@@ -212,6 +223,32 @@ def test_a_request_longer_than_its_lease_is_fetched_once(tmp_path: Path) -> None
         assert set(counts) == set(site.pages), f"missing {set(site.pages) - set(counts)}"
         assert max(counts.values()) == 1, {p: c for p, c in counts.items() if c > 1}
         assert "ended while it was in flight: it holds a new one" in log, log[-3000:]
+        with crivello.Frontier(tmp_path / "store") as f:
+            c = f.counts("follow")
+            assert (c["done"], c["waiting"], c["leased"]) == (len(site.pages), 0, 0)
+    finally:
+        site.close()
+
+
+def test_a_request_completed_after_its_lease_ended_is_not_fetched_again(tmp_path: Path) -> None:
+    # Each callback works 1.5 s (blocking), the lease lasts 1 s, and each host waits 1 s
+    # after a fetch (from a lease's expiry too): every request's lease ends during its
+    # callback, its completion finds it no longer leased, and the frontier, which has it
+    # back, hands it out again after the delay; the scheduler completes that hand-out at
+    # once instead of fetching the page again.
+    site = Site(pages=6, hosts=2, latency=0.001)
+    try:
+        opts = settings(
+            tmp_path / "store", CRIVELLO_LEASE=1, DOWNLOAD_DELAY=1, **CRIVELLO
+        )
+        rc, log, _ = crawl(site, opts, timeout=180, args=["think=1.5"])
+        assert rc == 0, log[-3000:]
+        counts = site.count()
+        assert set(counts) == set(site.pages), f"missing {set(site.pages) - set(counts)}"
+        assert max(counts.values()) == 1, {p: c for p, c in counts.items() if c > 1}
+        assert "ended before its work did" in log, log[-3000:]
+        # Handed out again once completed: completed at once (the stats Scrapy logs).
+        assert "'crivello/completed_late'" in log, log[-3000:]
         with crivello.Frontier(tmp_path / "store") as f:
             c = f.counts("follow")
             assert (c["done"], c["waiting"], c["leased"]) == (len(site.pages), 0, 0)
