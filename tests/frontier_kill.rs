@@ -39,7 +39,8 @@ fn url(i: u64) -> String {
     format!("http://h{}.kill.test/{i}", i % 37)
 }
 
-/// The child's crawl: rounds of a push of 20 new URLs, a lease, and the end of each lease
+/// The child's crawl: rounds of a push of 20 new URLs, a lease (of more queues than there
+/// are hosts), and the end of each lease
 /// (done, or now and then a retry), printing `@@ T a b` before and `@@ P a b` after pushing
 /// URLs a..b, `@@ L url deadline` for each lease, `@@ D url` after a done, `@@ r url` before
 /// and `@@ R url` after a retry.
@@ -56,7 +57,10 @@ fn child(dir: &Path, cycle: u64, out: &mut impl Write) {
         let items: Vec<Discovered<'_>> = us.iter().map(|u| Discovered::url(u.as_bytes())).collect();
         f.push("", &items).expect("push");
         writeln!(out, "@@ P {a} {b}").unwrap();
-        let leased = f.lease(10, None, TTL).expect("lease");
+        // More queues asked for than there are hosts: each hand-out serves fewer than it
+        // asks, so it begins a flush of the sieve on the sieve's thread while the pushes
+        // since the last one wait in S (at most one a second): kills land in those too.
+        let leased = f.lease(40, None, TTL).expect("lease");
         for l in &leased {
             writeln!(
                 out,
