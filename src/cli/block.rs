@@ -20,7 +20,7 @@ pub struct BlockArgs {
     pub key: std::ffi::OsString,
     /// Until this instant, in seconds since the Unix epoch (0: unblock), at most the end of
     /// the year 9999 (253402300799).
-    #[arg(long, value_name = "UNIX_SECONDS", value_parser = clap::value_parser!(u64).range(..=LAST_INSTANT_S))]
+    #[arg(long, value_name = "UNIX_SECONDS", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(..=LAST_INSTANT_S))]
     pub until: Option<u64>,
     /// For this long from now (a whole number with a unit ms, s, m or h).
     #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration)]

@@ -54,6 +54,10 @@ pub fn parse_ratio(text: &str) -> Result<u32, String> {
     if !(p > 0.0 && p <= 1.0) {
         return Err(format!("{p} is not above 0 and at most 1"));
     }
+    // Kept in millionths: a finer P would be changed without a word.
+    if p < 0.000_000_5 {
+        return Err(format!("{p} is below 0.000001, the finest ratio kept"));
+    }
     Ok(((p * 1e6).round() as u32).max(1))
 }
 
@@ -63,6 +67,9 @@ mod tests {
 
     #[test]
     fn durations_and_ratios_parse_and_nonsense_is_refused() {
+        assert_eq!(parse_ratio("0.000001"), Ok(1));
+        assert!(parse_ratio("1e-7").unwrap_err().contains("finest"));
+        assert!(parse_ratio("-0.5").is_err());
         assert_eq!(parse_duration("250ms"), Ok(250));
         assert_eq!(parse_duration("2s"), Ok(2_000));
         assert_eq!(parse_duration("5m"), Ok(300_000));

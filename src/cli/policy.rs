@@ -29,7 +29,7 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "ratio")]
     pub delay: Option<u64>,
     /// After fetches that took s' in all, wait s'/P (rule 2): P above 0 and at most 1.
-    #[arg(long, value_name = "P", value_parser = parse_ratio)]
+    #[arg(long, value_name = "P", value_parser = parse_ratio, allow_negative_numbers = true)]
     pub ratio: Option<u32>,
     /// At most K URLs of the queue leased at once (1: never two fetchers on one host).
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
