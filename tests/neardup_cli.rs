@@ -431,3 +431,20 @@ fn kill_9_cycles_skip_no_line_and_store_nothing_twice() {
     );
     eprintln!("{kills} of {cycles} runs killed before their end");
 }
+
+/// The sieve's and the frontier's commands given a near-duplicate store say what it is and
+/// what reads it, rather than offering to make a sieve there.
+#[test]
+fn a_near_duplicate_store_given_to_a_sieves_command_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("store");
+    let (code, _, err) = neardup(&d, &[], doc("a", "some text").as_bytes());
+    assert_eq!(code, 0, "{err}");
+    for cmd in ["lease", "pop", "queues", "flush"] {
+        let out = bin().arg(cmd).arg(&d).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{cmd}: {err}");
+        assert!(err.contains("a near-duplicate store"), "{cmd}: {err}");
+        assert!(!err.contains("creates one"), "{cmd}: {err}");
+    }
+}

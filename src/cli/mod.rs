@@ -565,6 +565,13 @@ pub fn require_sieve(dir: &Path) -> anyhow::Result<()> {
         .try_exists()
         .with_context(|| format!("look for {}", manifest.display()))?;
     if !exists {
+        if dir.join(NEARDUP_FILE).exists() {
+            return Err(explained(
+                format!("{}: a near-duplicate store, not a sieve", dir.display()),
+                "`crivello neardup DIR` adds to it and `stats` and `check` read it; give a \
+                 sieve's directory here",
+            ));
+        }
         return Err(explained(
             format!(
                 "{}: no sieve in this directory (no {})",
@@ -576,6 +583,9 @@ pub fn require_sieve(dir: &Path) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The file that marks a near-duplicate store (`crivello neardup`).
+const NEARDUP_FILE: &str = "NEARDUP";
 
 #[cfg(test)]
 mod tests {
