@@ -480,6 +480,16 @@ fn an_empty_lease_says_when_hand_outs_are_paused_or_the_crawl_is_unknown() {
     assert!(err.is_empty(), "{err}");
 }
 
+/// Whether a process holds a lock on `file` (Linux's `/proc/locks`, by the file's inode).
+fn held(file: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(file) else {
+        return false;
+    };
+    let ino = format!(":{} ", meta.ino());
+    std::fs::read_to_string("/proc/locks").is_ok_and(|l| l.lines().any(|x| x.contains(&ino)))
+}
+
 /// `lease --wait` started while another process holds the directory (a `push` still
 /// reading) waits for it, as it waits for the next URL due.
 #[test]
@@ -498,8 +508,19 @@ fn lease_wait_started_while_another_process_holds_the_directory_waits_for_it() {
     let mut input = push.stdin.take().unwrap();
     input.write_all(b"http://b.test/1\n").unwrap();
     input.flush().unwrap();
-    // The push holds the directory from its start.
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Until the push holds the directory (its lock, as the kernel lists it: a probe that
+    // took the lock itself could make the push fail).
+    let start = std::time::Instant::now();
+    loop {
+        if held(&std::path::Path::new(d).join("LOCK")) {
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "never locked"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let mut lease = Command::new(BIN)
         .args(["lease", d, "--wait"])
         .stdout(Stdio::piped())
@@ -519,11 +540,9 @@ fn lease_wait_started_while_another_process_holds_the_directory_waits_for_it() {
         String::from_utf8_lossy(&pushed.stderr)
     );
     let out = lease.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("held by another process"), "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("http://a.test/1"));
 }
 

@@ -39,13 +39,19 @@ const LAST_INSTANT_S: u64 = 253_402_300_799;
 /// Runs `block`.
 pub fn run(args: BlockArgs) -> Result<()> {
     require_sieve(&args.dir)?;
-    let frontier = open_frontier(&args.dir, args.common.memory)?;
     let now = crivello::queues::Clock::now_ms(&crivello::queues::SystemClock);
     let until = match (args.until, args.for_) {
         (Some(s), _) => s.saturating_mul(1000),
-        (None, Some(d)) => now.saturating_add(d),
+        (None, Some(d)) if now.saturating_add(d) <= LAST_INSTANT_S * 1000 => now + d,
+        (None, Some(_)) => {
+            return Err(super::explained(
+                "--for: past the end of the year 9999",
+                "give a shorter duration",
+            ))
+        }
         (None, None) => unreachable!("clap requires one"),
     };
+    let frontier = open_frontier(&args.dir, args.common.memory)?;
     frontier.block(args.crawl.name(), args.key.as_encoded_bytes(), until)?;
     Ok(frontier.close()?)
 }

@@ -50,6 +50,7 @@ pub fn run(args: LeaseArgs) -> Result<()> {
     };
     let mut waited = false;
     let mut noted = false;
+    let mut told_locked = false;
     loop {
         let frontier = match open_frontier(&args.dir, args.common.memory) {
             Ok(f) => f,
@@ -57,6 +58,14 @@ pub fn run(args: LeaseArgs) -> Result<()> {
             // while (a `push` of the links found, a `done`, another `lease --wait`); wait for
             // it too, at the start as well.
             Err(e) if (waited || args.wait) && is_locked(&e) => {
+                if !told_locked && !args.common.quiet {
+                    eprintln!(
+                        "crivello: {} is held by another process (a `serve` holds it for good): \
+                         waiting for it",
+                        args.dir.display()
+                    );
+                    told_locked = true;
+                }
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 continue;
             }

@@ -552,16 +552,24 @@ impl Frontier {
     }
 
     /// Flushes as [`Frontier::flush`] does, for a caller that reads counts or lists queues
-    /// (a monitor's poll), unless the sieve's last merge was costly (20 ms or more) and ended
-    /// recently: less than a second ago, or ten times as long as it took. Then it returns at
-    /// once, and what was pushed since that merge may not be in its queues yet: on a large
-    /// store the counts lag the pushes by that long at most, rather than each poll merging Z
-    /// whole (every call of a small store flushes).
+    /// (a monitor's poll), unless the sieve's Z is large (a million signatures or more: each
+    /// merge reads and writes it whole) and its last merge ended recently: less than a second
+    /// ago, or ten times as long as it took. Then it returns at once, and what was pushed
+    /// since that merge may not be in its queues yet: on a large store the counts lag the
+    /// pushes by that long at most, rather than each poll merging Z whole (every call on a
+    /// smaller store flushes).
     pub fn flush_for_reading(&self) -> Result<()> {
         if self.with(|c| Ok(c.merged_recently()))? {
             return Ok(());
         }
         self.flush()
+    }
+
+    /// How many flushes hand-outs began while other queues still served (the flushes they
+    /// ask for) since the open: for tests that must know one ran.
+    #[doc(hidden)]
+    pub fn demand_flushes(&self) -> Result<u64> {
+        self.with(|c| Ok(c.demand_flushes()))
     }
 
     /// Hands out the next URLs of up to `max_queues` queues that are due now, up to
@@ -935,9 +943,10 @@ impl Frontier {
     }
 
     /// The names of the crawls, sorted: each one pushed to (or given a policy or a block) and
-    /// not deleted since, and `DEFAULT` when it has queues. Flushes first
-    /// ([`Frontier::flush_for_reading`]), so that what was pushed to `DEFAULT` is in its
-    /// queues.
+    /// not deleted since, and `DEFAULT` when it has queues. Flushes first as
+    /// [`Frontier::flush_for_reading`] does, so that what was pushed to `DEFAULT` is in its
+    /// queues (on a large store, what was pushed since the last merge may wait for the
+    /// next).
     pub fn crawls(&self) -> Result<Vec<String>> {
         self.flush_for_reading()?;
         self.with(|c| {

@@ -363,6 +363,11 @@ impl Sieve {
         self.last_flush_end
     }
 
+    /// The signatures Z holds: what a merge reads and writes again whole.
+    pub(crate) fn z_signatures(&self) -> u64 {
+        self.manifest.segments.iter().map(|s| s.sigs).sum()
+    }
+
     /// When the last merge whose outcome was applied began and ended, where it ran.
     pub(crate) fn last_merge(&self) -> Option<(std::time::Instant, std::time::Instant)> {
         self.last_merge

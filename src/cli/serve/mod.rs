@@ -58,12 +58,12 @@ const IN_FLIGHT_BYTES: usize = 32 << 20;
 
 /// HTTP/2's flow-control window of each stream the server receives: bytes a client may send
 /// on one stream beyond what the server has read.
-const STREAM_WINDOW: u32 = 64 << 10;
+const STREAM_WINDOW: u32 = 256 << 10;
 
 /// HTTP/2's flow-control window of each connection the server receives: bytes a client may
 /// send on all its streams beyond what the server has read. Half of it is what the small
 /// frames held unread may cost before HTTP/2 closes the connection.
-const CONNECTION_WINDOW: u32 = 16 << 20;
+const CONNECTION_WINDOW: u32 = 32 << 20;
 
 /// How long a stop waits for calls in flight before it closes the frontier anyway.
 const STOP_GRACE: Duration = Duration::from_secs(20);
@@ -385,10 +385,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
         // whose jobs are all under way, or whose client does not read its acknowledgements,
         // stops reading for a while: with the default windows (1 MiB each), the frames of
         // one stream's window cost twice that, and a fast client's stream lost its
-        // connection with every other call on it. A stream's window of 64 KiB holds frames
-        // of 820 KB of cost at most for the smallest items (19 bytes), 132 KB for items of 85
-        // bytes; a connection's window of 16 MiB gives 8 MiB: ten streams of the smallest
-        // items stopped at once, sixty of the common ones.
+        // connection with every other call on it. A stream's window of 256 KiB holds frames
+        // of 3.3 MB of cost at most for the smallest items (19 bytes), 530 KB for items of
+        // 85 bytes; a connection's window of 32 MiB gives 16 MiB: five streams of the
+        // smallest items stopped at once, thirty of the common ones. (A smaller stream window
+        // would slow a distant client's, or another node's, stream: one window a round
+        // trip.)
         let mut builder = tonic::transport::Server::builder()
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW);

@@ -677,18 +677,21 @@ impl Moves {
                     r.previous, m.previous.canonical
                 )))
             }
-            // A done repeated after this node finished the move.
-            None if r.done && r.queues.is_empty() => return Ok(0),
-            // A node that joined the cluster before the move began (or a new node that
-            // met one of another list): it did not know of the move yet.
+            // A node new to the cluster that has not learnt yet whether a move is under way
+            // (or that met a node of another list): it did not know of the move, and joins
+            // it, its first done notice included (answered without joining, it would wait
+            // for that node for ever once it joins).
             None if self.fresh.load(Ordering::Acquire)
-                || self.unsettled.load(Ordering::Acquire) =>
+                || self.unsettled.load(Ordering::Acquire)
+                || !self.learnt.load(Ordering::Acquire) =>
             {
                 tokio::task::block_in_place(|| self.join(&r.previous, false))
                     .map_err(|e| Status::failed_precondition(format!("{e:#}")))?;
                 self.current()
                     .ok_or_else(|| Status::internal("the move ended at once"))?
             }
+            // A done repeated after this node finished the move.
+            None if r.done && r.queues.is_empty() => return Ok(0),
             // Every node of a move starts it before it serves, and ends it only once every
             // node not lost told it that it was done: queues of a move it is not in can only
             // come from a node it did not wait for, whose queues were given up for lost.

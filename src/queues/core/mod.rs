@@ -193,13 +193,16 @@ struct DemandFlush {
     next_at: u64,
     /// The gap `next_at` was set from.
     gap: u64,
+    /// How many began since the open (for tests).
+    begun: u64,
 }
 
-/// A merge that takes this long or longer is not run again for a caller that only reads
-/// counts before the spacing of [`Core::merged_recently`]: a monitor polling the counts every
-/// few milliseconds would otherwise merge Z whole at each poll. One that takes less is cheap
-/// enough to run at every call, so that a small store's counts are always exact.
-const COSTLY_MERGE: std::time::Duration = std::time::Duration::from_millis(20);
+/// A Z of this many signatures (8 MB) or more is not merged again for a caller that only
+/// reads counts before the spacing of [`Core::merged_recently`]: a monitor polling the counts
+/// every few milliseconds would otherwise merge Z whole at each poll. A smaller Z is cheap
+/// to merge at every call (what a merge costs beyond it is its syncs, the same for any
+/// size), so that a small store's counts are always exact.
+const COSTLY_Z: u64 = 1_000_000;
 
 /// The last instant a queue is due at: `u64::MAX` marks a queue out of the scheduler's
 /// heap.
@@ -352,9 +355,6 @@ impl Queue {
         }
     }
 
-    /// [`Core::schedule`]'s change of the state, under `policy` and blocked until
-    /// `blocked`: its heap entry, if it needs one earlier than it has, as (instant, its
-    /// crawl if it had none).
     /// The first instant the queue may be served, blocked until `blocked`: at most
     /// [`LAST_DUE`], so that a queue held back to the end of time is still in the heap (it
     /// waits, and `next_due` says until when, rather than nothing).
@@ -362,6 +362,9 @@ impl Queue {
         self.due.max(blocked).max(self.available()).min(LAST_DUE)
     }
 
+    /// [`Core::schedule`]'s change of the state, under `policy` and blocked until
+    /// `blocked`: its heap entry, if it needs one earlier than it has, as (instant, its
+    /// crawl if it had none).
     fn schedule(&mut self, policy: Policy, blocked: u64) -> Option<(u64, Option<u32>)> {
         if !self.has_waiting() || !room(policy, self) {
             return None;
@@ -2343,6 +2346,7 @@ impl Core {
                     started: None,
                     next_at: start.saturating_add(gap),
                     gap,
+                    begun: self.demand.begun,
                 };
             }
         }
@@ -2592,25 +2596,36 @@ impl Core {
         let began = std::time::Instant::now();
         let mut ticket = None;
         match self.sieve.flush_step(&mut ticket) {
-            Ok(_) => self.demand.started = Some((now, began)),
+            Ok(_) => {
+                self.demand.started = Some((now, began));
+                self.demand.begun += 1;
+            }
             // The hand-out that asked is answered: its leases are journaled. The sieve
             // refuses writes from now on, and the next hand-out returns this error.
             Err(e) => self.demand_error = Some(e),
         }
     }
 
-    /// Whether a flush for a caller that reads counts may be skipped: the sieve's last merge
-    /// took at least [`COSTLY_MERGE`] and ended less than [`DEMAND_GAP_MS`] ago, or
-    /// [`DEMAND_FACTOR`] times as long as it took (the spacing of the flushes hand-outs ask
-    /// for), by the system's clock where it ran.
+    /// Whether a flush for a caller that reads counts may be skipped: Z holds at least
+    /// [`COSTLY_Z`] signatures, and the sieve's last merge ended less than [`DEMAND_GAP_MS`]
+    /// ago, or [`DEMAND_FACTOR`] times as long as it took (the spacing of the flushes
+    /// hand-outs ask for), by the system's clock where it ran.
     pub(super) fn merged_recently(&self) -> bool {
+        if self.sieve.z_signatures() < COSTLY_Z {
+            return false;
+        }
         let Some((began, ended)) = self.sieve.last_merge() else {
             return false;
         };
         let took = ended.saturating_duration_since(began);
         let gap =
             (took * DEMAND_FACTOR as u32).max(std::time::Duration::from_millis(DEMAND_GAP_MS));
-        took >= COSTLY_MERGE && ended.elapsed() < gap
+        ended.elapsed() < gap
+    }
+
+    /// How many flushes hand-outs began while other queues still served, since the open.
+    pub(super) fn demand_flushes(&self) -> u64 {
+        self.demand.begun
     }
 
     /// Puts the queues a hand-out in parts held out of the heap back in it (its end).
