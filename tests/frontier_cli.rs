@@ -10,15 +10,20 @@ use std::process::{Command, Output, Stdio};
 /// The binary under test.
 const BIN: &str = env!("CARGO_BIN_EXE_crivello");
 
-/// Runs the binary with `args` in `dir`'s parent, feeding `stdin`.
-fn run(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(BIN)
+/// Starts the binary with `args`, its standard input, output and error piped.
+fn spawn(args: &[&str]) -> std::process::Child {
+    Command::new(BIN)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn crivello");
+        .expect("spawn crivello")
+}
+
+/// Runs the binary with `args` in `dir`'s parent, feeding `stdin`.
+fn run(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = spawn(args);
     let mut pipe = child.stdin.take().unwrap();
     let input = stdin.to_vec();
     let writer = std::thread::spawn(move || drop(pipe.write_all(&input)));
@@ -436,12 +441,7 @@ fn a_queue_held_back_for_years_still_waits_and_absurd_times_are_refused() {
         (Some(1), Some(1)),
         "{st}"
     );
-    let mut wait = Command::new(BIN)
-        .args(["lease", d, "--wait"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut wait = spawn(&["lease", d, "--wait"]);
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let ended = wait.try_wait().unwrap();
     let _ = wait.kill();
@@ -499,12 +499,7 @@ fn lease_wait_started_while_another_process_holds_the_directory_waits_for_it() {
     let d = d.to_str().unwrap();
     expect(0, &["push", d], b"http://a.test/1\n");
     expect(0, &["lease", d, "-n", "0"], b"");
-    let mut push = Command::new(BIN)
-        .args(["push", d, "-q"])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut push = spawn(&["push", d, "-q"]);
     let mut input = push.stdin.take().unwrap();
     input.write_all(b"http://b.test/1\n").unwrap();
     input.flush().unwrap();
@@ -521,12 +516,7 @@ fn lease_wait_started_while_another_process_holds_the_directory_waits_for_it() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let mut lease = Command::new(BIN)
-        .args(["lease", d, "--wait"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut lease = spawn(&["lease", d, "--wait"]);
     std::thread::sleep(std::time::Duration::from_millis(700));
     assert!(
         lease.try_wait().unwrap().is_none(),
@@ -555,20 +545,10 @@ fn lease_wait_waits_for_a_process_that_holds_the_directory_when_it_wakes() {
     let d = d.to_str().unwrap();
     expect(0, &["push", d], b"http://a.test/1\n");
     expect(0, &["block", d, "a.test", "--for", "1s"], b"");
-    let lease = Command::new(BIN)
-        .args(["lease", d, "--wait"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let lease = spawn(&["lease", d, "--wait"]);
     std::thread::sleep(std::time::Duration::from_millis(300));
     // A push that holds the directory until its input ends, past the block's end.
-    let mut push = Command::new(BIN)
-        .args(["push", d, "-q"])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut push = spawn(&["push", d, "-q"]);
     let mut input = push.stdin.take().unwrap();
     input.write_all(b"http://b.test/1\n").unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1500));

@@ -52,6 +52,14 @@ fn the_drop_rate_is_within_20_percent_of_the_theory() {
 
 /// Runs `crivello uniq --approx ARGS` on `input`; returns stdout and stderr.
 fn approx(args: &[&str], input: &[u8]) -> (Vec<u8>, String) {
+    let out = run_approx(args, input);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{args:?}: {err}");
+    (out.stdout, err)
+}
+
+/// `crivello uniq --approx ARGS` fed `input`, whatever its exit.
+fn run_approx(args: &[&str], input: &[u8]) -> std::process::Output {
     let mut child = Command::new(BIN)
         .arg("uniq")
         .arg("--approx")
@@ -66,9 +74,7 @@ fn approx(args: &[&str], input: &[u8]) -> (Vec<u8>, String) {
     let writer = std::thread::spawn(move || drop(pipe.write_all(&data)));
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{args:?}: {err}");
-    (out.stdout, err)
+    out
 }
 
 /// The exact dedup of `input`'s lines, in first-appearance order.
@@ -256,18 +262,7 @@ fn the_lines_before_one_too_long_are_printed_before_it_stops() {
     // New lines last: the ones a batch not yet printed holds when the long line comes.
     input.extend((0..101).flat_map(|i| format!("new{i}\n").into_bytes()));
     input.extend_from_slice(b"12345678901234567890\nafter\n");
-    let mut child = Command::new(BIN)
-        .args(["uniq", "--approx", "--max-line-length", "10"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut pipe = child.stdin.take().unwrap();
-    let data = input.clone();
-    let writer = std::thread::spawn(move || drop(pipe.write_all(&data)));
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap();
+    let out = run_approx(&["--max-line-length", "10"], &input);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("line 10102"), "{err}");
