@@ -1033,6 +1033,53 @@ fn a_store_is_a_plain_sieve_or_a_frontier_never_both() {
     f.close().unwrap();
     let mut s = Sieve::open(dir.path(), Options::new()).unwrap();
     assert!(matches!(s.frontier_next(1), Err(Error::WrongMode { .. })));
+
+    // A commit of nothing fixes a plain sieve too (a duplicate filter's store, which pushes
+    // and never pops): a frontier refuses it instead of taking its lines for URLs.
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Sieve::open(dir.path(), Options::new()).unwrap();
+    assert!(s.push_new(b"a3f1c2d4e5").unwrap());
+    s.frontier_commit().unwrap();
+    s.close().unwrap();
+    match Frontier::open(dir.path(), Options::new()) {
+        Err(Error::WrongMode { .. }) => {}
+        other => panic!("{:?}", other.err()),
+    }
+}
+
+/// The default policy is the store's: naming a crawl with it makes no crawl. A policy or a
+/// block of a key longer than a queue's key may be is refused, as a push with it is.
+#[test]
+fn policies_and_blocks_take_only_keys_a_push_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Frontier::open(dir.path(), Options::new()).unwrap();
+    let p = Policy {
+        delay_ms: 5,
+        ..f.policy("", None).unwrap()
+    };
+    f.set_policy("elsewhere", None, p).unwrap();
+    assert_eq!(f.policy("", None).unwrap(), p);
+    assert!(f.crawls().unwrap().is_empty(), "{:?}", f.crawls());
+    let long = vec![b'k'; 256];
+    for r in [
+        f.set_policy("", Some(&long), p),
+        f.block("", &long, 1),
+        f.push(
+            "",
+            &[Discovered {
+                key: Some(&long),
+                ..Discovered::url(b"http://a.test/")
+            }],
+        ),
+    ] {
+        assert!(matches!(r, Err(Error::InvalidOption { .. })), "{r:?}");
+    }
+    f.set_policy("", Some(&long[..255]), p).unwrap();
+    f.block("", &long[..255], 1).unwrap();
+    f.close().unwrap();
+    let f = Frontier::open(dir.path(), Options::new()).unwrap();
+    assert_eq!(f.policy("", Some(&long[..255])).unwrap(), p);
+    assert_eq!(f.crawls().unwrap(), vec!["DEFAULT".to_string()]);
 }
 
 /// A hand-out in parts serves what one call serves, in the same order, each queue by one

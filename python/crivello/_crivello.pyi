@@ -106,9 +106,11 @@ class Sieve:
     def flush(self) -> None:
         """Merges every push so far: the new URLs join the output. Durable when it returns."""
     def peek(self, max: int = 1000) -> List[str]:
-        """The next URLs of the output, without consuming them (`commit` does)."""
+        """The next URLs of the output after those peeked before, without consuming them:
+        `commit` does, and until then a reopen gives them again."""
     def commit(self) -> None:
-        """Consumes, durably, every URL `peek` gave."""
+        """Consumes, durably, every URL `peek` gave. The first commit (even of nothing)
+        fixes the store as a plain sieve: a `Frontier` then refuses it."""
     def pop(self, max: int = 1000) -> List[str]:
         """`peek` then `commit`: the next URLs of the output, at most `max`, consumed."""
     def stats(self) -> SieveStats:
@@ -217,9 +219,11 @@ class Frontier:
         key: Optional[Text] = None,
     ) -> List[Leased]:
         """Hands out up to `max_urls` URLs of queues that may be served now, leased for
-        `ttl` seconds. Durable when it returns."""
+        `ttl` seconds, of `crawl` only (None: every crawl; with `key`, DEFAULT). Durable when
+        it returns."""
     def done(self, lease: Lease, *, took: float = 0.0) -> bool:
-        """Ends a lease: the URL is done. False when it was not leased."""
+        """Ends a lease: the URL is done. False when it was not leased (a `Leased` of
+        another store is not a lease of this one)."""
     def refetch(self, lease: Lease, at: float, *, took: float = 0.0) -> bool:
         """Ends a lease: done, and served again once the instant `at` has passed."""
     def retry(self, lease: Lease, *, took: float = 0.0) -> bool:
@@ -246,18 +250,27 @@ class Frontier:
         """Pauses the hand-outs, durably."""
     def resume(self) -> None:
         """Resumes the hand-outs."""
-    def queues(self, crawl: str = "", *, start: int = 0, max: int = 1000) -> List[QueueInfo]:
-        """The queues of `crawl`, in key order from the `start`-th, at most `max`."""
+    def queues(
+        self, crawl: str = "", *, start: int = 0, max: int = 1000, flush: bool = True
+    ) -> List[QueueInfo]:
+        """The queues of `crawl`, in key order from the `start`-th, at most `max`. Flushes
+        first (see `counts`)."""
     def status(
         self, url: Text, *, crawl: str = "", key: Optional[Text] = None
     ) -> Tuple[State, Optional[float]]:
-        """What the frontier knows of `url`: (state, instant of "leased" or "refetch")."""
-    def stats(self) -> FrontierStats:
-        """Counts of the whole frontier."""
-    def counts(self, crawl: str = "", key: Optional[Text] = None) -> Counts:
-        """Counts of a crawl, or of one of its queues."""
-    def next_due(self) -> Optional[float]:
-        """The first instant something may be handed out, or a lease expires."""
+        """What the frontier knows of `url`: (state, instant of "leased" or "refetch").
+        Looked for in the queue `key` (None: the URL's default key), then in that of its
+        default key: a URL pushed with a key of its own must be asked with it, else it
+        reads as "done". Flushes first (a merge, when URLs were pushed since)."""
+    def stats(self, *, flush: bool = True) -> FrontierStats:
+        """Counts of the whole frontier. Flushes first (see `counts`)."""
+    def counts(self, crawl: str = "", key: Optional[Text] = None, *, flush: bool = True) -> Counts:
+        """Counts of a crawl, or of one of its queues. Flushes first, so that what was
+        pushed is counted (on a store of a million URLs or more, at most about once a
+        second); `flush=False` counts what the last flush brought, without waiting."""
+    def next_due(self, *, flush: bool = True) -> Optional[float]:
+        """The first instant something may be handed out, or a lease expires. Flushes
+        first (see `counts`)."""
     def crawls(self) -> List[str]:
         """The names of the crawls, sorted."""
     def delete_queue(self, key: Text, *, crawl: str = "") -> int:

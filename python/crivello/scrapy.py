@@ -186,6 +186,9 @@ class DupeFilter(RFPDupeFilter):
         if self.scheduler is None and self.sieve is None:
             assert self.store_path is not None
             self.sieve = _open_store(Sieve, self.store_path, self.memory)
+            # Fixes the store as a plain sieve: the scheduler, given this directory by
+            # mistake, then refuses it, instead of taking the fingerprints for URLs.
+            self.sieve.commit()
 
     def request_seen(self, request: Request) -> bool:
         fp = self.fingerprint_of(request)
@@ -448,7 +451,7 @@ class Scheduler:
         if self.frontier.policy(self.crawl) != policy:
             self.frontier.set_policy(policy, crawl=self.crawl)
         released = self.frontier.release(self.crawl)
-        counts = self.frontier.counts(self.crawl)
+        counts = self.frontier.counts(self.crawl, flush=False)
         if released or counts["waiting"]:
             logger.info(
                 "Resuming crawl %(crawl)s from %(dir)s: %(waiting)d requests waiting "
@@ -489,8 +492,9 @@ class Scheduler:
         if self._ready or self._unflushed or self._to_complete or self._live:
             return True
         # The engine asks only when it has nothing else to do: a count of this crawl's
-        # queues (another crawl's in the same store do not keep this one open).
-        counts = self.frontier.counts(self.crawl)
+        # queues (another crawl's in the same store do not keep this one open). The
+        # scheduler flushes on its own terms (_fill).
+        counts = self.frontier.counts(self.crawl, flush=False)
         return bool(counts["waiting"] or counts["leased"])
 
     def __len__(self) -> int:
@@ -498,7 +502,7 @@ class Scheduler:
         # flushes what waits (Scrapy itself asks has_pending_requests, not the length).
         if self._unflushed:
             self._flush_pushes()
-        counts = self.frontier.counts(self.crawl)
+        counts = self.frontier.counts(self.crawl, flush=False)
         return int(counts["waiting"]) + len(self._ready)
 
     def enqueue_request(self, request: Request) -> bool:
@@ -578,7 +582,7 @@ class Scheduler:
             # (a crawl fanning out over new hosts would otherwise wait for them).
             now = time.monotonic()
             interval = 1.0 if len(self._live) >= self.batch else FLUSH_UNDERFED
-            if now - self._flushed_at >= interval or self.frontier.next_due() is None:
+            if now - self._flushed_at >= interval or self.frontier.next_due(flush=False) is None:
                 self._flush_pushes()
                 leased = self.frontier.lease(
                     self.batch, ttl=self.lease_seconds, crawl=self.crawl
@@ -646,7 +650,7 @@ class Scheduler:
     def _wake_when_due(self) -> None:
         """Makes the engine ask again when the next queue is due: it asks only after a
         download ends, or every few seconds."""
-        due = self.frontier.next_due()
+        due = self.frontier.next_due(flush=False)
         if due is None:
             return
         from twisted.internet import reactor

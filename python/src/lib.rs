@@ -52,8 +52,17 @@ fn to_py(py: Python<'_>, err: crivello::Error) -> PyErr {
         crivello::Error::Io { .. } => "StorageError",
         _ => "Error",
     };
+    let message = match &err {
+        // The library's message speaks of processes; a handle of this process holds a lock
+        // as well.
+        crivello::Error::Locked { dir } => format!(
+            "{dir} is locked: another handle is using it, in this process or another; close \
+             it first"
+        ),
+        _ => err.to_string(),
+    };
     let made = (|| -> PyResult<PyErr> {
-        let value = error_class(py, class)?.call1((err.to_string(),))?;
+        let value = error_class(py, class)?.call1((message,))?;
         match &err {
             crivello::Error::Corrupt { file, offset, .. } => {
                 value.setattr("file", file)?;
@@ -66,6 +75,9 @@ fn to_py(py: Python<'_>, err: crivello::Error) -> PyErr {
             crivello::Error::Io { file, source, .. } => {
                 value.setattr("filename", file)?;
                 value.setattr("errno", source.raw_os_error())?;
+                if source.raw_os_error().is_some() {
+                    value.setattr("strerror", source.to_string())?;
+                }
             }
             _ => {}
         }
@@ -87,6 +99,30 @@ fn closed(py: Python<'_>, what: &str) -> PyErr {
         Ok(class) => PyErr::from_type(class, format!("the {what} is closed")),
         Err(e) => e,
     }
+}
+
+/// Refuses a handle in a process forked from the one that opened it (`fork`, or a
+/// `multiprocessing` pool started with it). The child has a copy of the handle's memory but
+/// none of its threads, and shares its files and its lock with the parent: used there, the
+/// handle would write the parent's store behind its back (a URL leased in both), or wait for
+/// threads that do not exist.
+fn not_forked(py: Python<'_>, what: &str, opened_by: u32) -> PyResult<()> {
+    let here = std::process::id();
+    if here == opened_by {
+        return Ok(());
+    }
+    Err(match error_class(py, "ClosedError") {
+        Ok(class) => PyErr::from_type(
+            class,
+            format!(
+                "the {what} was opened by process {opened_by}, and this process ({here}) is a \
+                 fork of it: a handle cannot be used across fork(); open the store in this \
+                 process once the other has closed it (a multiprocessing pool: the \"spawn\" \
+                 start method and a store per worker)"
+            ),
+        ),
+        Err(e) => e,
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -195,6 +231,29 @@ fn options(
 #[pyclass(frozen, module = "crivello")]
 struct Sieve {
     inner: Mutex<Option<crivello::Sieve>>,
+    /// The process that opened it (see [`not_forked`]).
+    pid: u32,
+}
+
+impl Drop for Sieve {
+    /// A handle dropped without `close` (collected, or left at exit) is closed, as a Python
+    /// file is: what was pushed becomes durable. In a forked process the handle is the
+    /// parent's: it is let go without touching the store (its threads are not here).
+    fn drop(&mut self) {
+        let taken = match self.inner.get_mut() {
+            Ok(s) => s.take(),
+            Err(poisoned) => {
+                // A panic left its state unknown: dropped without a close (see `close`).
+                drop(poisoned.into_inner().take());
+                None
+            }
+        };
+        if std::process::id() != self.pid {
+            std::mem::forget(taken);
+        } else if let Some(s) = taken {
+            let _ = s.close();
+        }
+    }
 }
 
 impl Sieve {
@@ -203,6 +262,7 @@ impl Sieve {
         py: Python<'_>,
         f: impl FnOnce(&mut crivello::Sieve) -> crivello::Result<T> + Send,
     ) -> PyResult<T> {
+        not_forked(py, "sieve", self.pid)?;
         // A thread that panicked while holding the lock left the sieve's state unknown: it is
         // poisoned, as the library's frontier is.
         let r = py.detach(|| match self.inner.lock() {
@@ -243,6 +303,7 @@ impl Sieve {
         })?;
         Ok(Sieve {
             inner: Mutex::new(Some(sieve)),
+            pid: std::process::id(),
         })
     }
 
@@ -284,15 +345,16 @@ impl Sieve {
         self.with(py, crivello::Sieve::flush)
     }
 
-    /// The next URLs of the output, at most `max`, without consuming them: a `commit` does,
-    /// and until then a reopen gives them again.
+    /// The next URLs of the output after those peeked before, at most `max`, without
+    /// consuming them: a `commit` does, and until then a reopen gives them again.
     #[pyo3(signature = (max=1000))]
     fn peek<'py>(&self, py: Python<'py>, max: usize) -> PyResult<Bound<'py, PyList>> {
         let urls = self.with(py, |s| s.frontier_next(max))?;
         texts_list(py, &urls)
     }
 
-    /// Consumes, durably, every URL `peek` gave.
+    /// Consumes, durably, every URL `peek` gave. The first commit (even of nothing) fixes
+    /// the store as a plain sieve: a `Frontier` then refuses it.
     fn commit(&self, py: Python<'_>) -> PyResult<()> {
         self.with(py, crivello::Sieve::frontier_commit)
     }
@@ -327,8 +389,13 @@ impl Sieve {
         Ok(d)
     }
 
-    /// Syncs and closes; later calls raise `ClosedError`. Closing twice does nothing.
+    /// Syncs and closes; later calls raise `ClosedError`. Closing twice does nothing. In a
+    /// process forked from the one that opened it, lets the handle go without touching the
+    /// store.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if std::process::id() != self.pid {
+            return Ok(());
+        }
         let taken = py.detach(|| match self.inner.lock() {
             Ok(mut guard) => Ok(guard.take()),
             // A panic left its state unknown: dropped without a close, which would write it;
@@ -345,8 +412,9 @@ impl Sieve {
         }
     }
 
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        slf.get().with(slf.py(), |_| Ok(()))?;
+        Ok(slf)
     }
 
     #[pyo3(signature = (*_exc))]
@@ -359,6 +427,11 @@ impl Sieve {
 /// The items of an iterable of URLs, as bytes objects kept alive while the library reads
 /// them.
 fn collect_texts<'py>(urls: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    if urls.is_instance_of::<PyString>() || urls.is_instance_of::<PyBytes>() {
+        return Err(PyTypeError::new_err(
+            "push_many takes an iterable of URLs: push one URL with push, or wrap it in a list",
+        ));
+    }
     let mut objs = Vec::with_capacity(urls.len().unwrap_or(0));
     for u in urls.try_iter()? {
         objs.push(text_bytes(&u?, "a URL")?);
@@ -458,21 +531,43 @@ impl Policy {
     #[new]
     #[pyo3(signature = (*, delay=0.0, ratio=0.0, per_queue=1, limit=0))]
     fn new(delay: f64, ratio: f64, per_queue: u32, limit: u64) -> PyResult<Policy> {
-        millis(delay, "delay")?;
+        // Kept as the store keeps them, in whole milliseconds and millionths: the policy
+        // read back equals the one set.
+        let delay_ms = millis(delay, "delay")?;
         if !ratio.is_finite() || !(0.0..=1.0).contains(&ratio) {
             return Err(PyValueError::new_err(format!(
                 "ratio must be between 0 and 1, not {ratio}"
             )));
         }
+        let ratio_ppm = (ratio * 1e6).round() as u32;
+        if ratio > 0.0 && ratio_ppm == 0 {
+            // Rounded to 0, it would turn the rule off, the opposite of a long wait.
+            return Err(PyValueError::new_err(format!(
+                "ratio must be 0 (off) or at least one millionth (0.000001), not {ratio}"
+            )));
+        }
         if per_queue == 0 {
             return Err(PyValueError::new_err("per_queue must be at least 1"));
         }
-        Ok(Policy {
-            delay,
-            ratio,
+        Ok(Policy::from_lib(LibPolicy {
+            delay_ms,
+            ratio_ppm,
             per_queue,
             limit,
-        })
+        }))
+    }
+
+    fn __hash__(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (
+            self.delay.to_bits(),
+            self.ratio.to_bits(),
+            self.per_queue,
+            self.limit,
+        )
+            .hash(&mut h);
+        h.finish()
     }
 
     fn __repr__(&self) -> String {
@@ -570,6 +665,40 @@ fn discovered<'a>(items: &'a [Item<'_>]) -> Vec<Discovered<'a>> {
         .collect()
 }
 
+/// A lease to end: its token, and for a `Leased` its crawl and URL, which the lease of that
+/// token must have (see [`ends`]).
+struct LeaseRef {
+    token: u64,
+    of: Option<(String, Vec<u8>)>,
+}
+
+fn lease_ref(obj: &Bound<'_, PyAny>) -> PyResult<LeaseRef> {
+    if let Ok(l) = obj.cast::<Leased>() {
+        let l = l.get();
+        return Ok(LeaseRef {
+            token: l.token,
+            of: Some((
+                String::from_utf8_lossy(&l.crawl).into_owned(),
+                l.url.clone(),
+            )),
+        });
+    }
+    Ok(LeaseRef {
+        token: token(obj)?,
+        of: None,
+    })
+}
+
+/// Whether the lease `r` names is a lease of `f`: tokens count from 1 in every store, so
+/// a `Leased` of another frontier (or of an earlier store in the same directory) could
+/// name a lease of this one; its URL must be the one this token leased.
+fn ends(f: &crivello::Frontier, r: &LeaseRef) -> crivello::Result<bool> {
+    match &r.of {
+        Some((crawl, url)) => Ok(f.lease_of(crawl, url)? == Some(r.token)),
+        None => Ok(true),
+    }
+}
+
 /// A lease's token: a `Leased` or an `int`.
 fn token(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
     if let Ok(l) = obj.cast::<Leased>() {
@@ -596,8 +725,10 @@ fn optional_key<'py>(key: Option<&Bound<'py, PyAny>>) -> PyResult<Option<Bound<'
 /// A durable frontier: per-host queues over the sieve, with politeness and leases that
 /// survive crashes.
 ///
-/// `Frontier(path, *, memory="64M", max_url_len=65536, seed=None)` opens (or creates) the
-/// store in the directory `path`, which one handle at a time may use (else `LockedError`).
+/// `Frontier(path, *, memory="64M", max_url_len=65536, seed=None, compress_queues=None)`
+/// opens (or creates) the store in the directory `path`, which one handle at a time may use
+/// (else `LockedError`); `seed` counts only when the store is created, `compress_queues`
+/// (None: as the store was) is kept by the store.
 /// Every call that changes something is durable when it returns, but `push_new` with
 /// `sync=False`. URLs go through the sieve of their crawl (`""` is `"DEFAULT"`); each queue
 /// is served in first-appearance order. A context manager: `with` closes it. Safe to share
@@ -605,6 +736,24 @@ fn optional_key<'py>(key: Option<&Bound<'py, PyAny>>) -> PyResult<Option<Bound<'
 #[pyclass(frozen, module = "crivello")]
 struct Frontier {
     inner: RwLock<Option<crivello::Frontier>>,
+    /// The process that opened it (see [`not_forked`]).
+    pid: u32,
+}
+
+impl Drop for Frontier {
+    /// As [`Sieve`]'s: closed when dropped without `close`; let go in a forked process.
+    fn drop(&mut self) {
+        let taken = self
+            .inner
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if std::process::id() != self.pid {
+            std::mem::forget(taken);
+        } else if let Some(f) = taken {
+            let _ = f.close();
+        }
+    }
 }
 
 impl Frontier {
@@ -613,6 +762,7 @@ impl Frontier {
         py: Python<'_>,
         f: impl FnOnce(&crivello::Frontier) -> crivello::Result<T> + Send,
     ) -> PyResult<T> {
+        not_forked(py, "frontier", self.pid)?;
         let r = py.detach(|| {
             let guard = self.inner.read().unwrap_or_else(PoisonError::into_inner);
             guard.as_ref().map(f)
@@ -681,11 +831,13 @@ impl Frontier {
         let f = detached(py, || crivello::Frontier::open(&path, opts))?;
         Ok(Frontier {
             inner: RwLock::new(Some(f)),
+            pid: std::process::id(),
         })
     }
 
     /// Pushes discovered URLs of `crawl`. An item is a URL (`str` or `bytes`), or a tuple
-    /// `(url, key)` or `(url, key, metadata)`: `key` `None` is the URL's host; `metadata`
+    /// `(url, key)` or `(url, key, metadata)`: `key` `None` is the URL's default key (its
+    /// host as written: the text after `://` up to `:`, `/`, `?` or `&`); `metadata`
     /// bytes are handed out with the URL. A URL already seen in the crawl changes nothing.
     /// If one item is invalid, none is pushed. Durable when it returns.
     #[pyo3(signature = (items, *, crawl=""))]
@@ -730,7 +882,8 @@ impl Frontier {
 
     /// Hands out up to `max_urls` URLs of queues that may be served now, leased for `ttl`
     /// seconds: at most `max_queues` queues, `per_queue` URLs of each (and what its policy
-    /// leaves room for), of `crawl` only (None: every crawl), of the queue `key` only.
+    /// leaves room for), of `crawl` only (None: every crawl; with `key`, DEFAULT), of the
+    /// queue `key` only.
     /// Durable when it returns.
     #[pyo3(signature = (max_urls=100, *, max_queues=None, per_queue=None, ttl=30.0, crawl=None, key=None))]
     #[allow(clippy::too_many_arguments)]
@@ -744,6 +897,11 @@ impl Frontier {
         crawl: Option<String>,
         key: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
+        if per_queue == Some(0) {
+            return Err(PyValueError::new_err(
+                "per_queue must be at least 1 (None: the queue's policy)",
+            ));
+        }
         let key = optional_key(key)?;
         let req = LeaseRequest {
             max_urls,
@@ -762,8 +920,8 @@ impl Frontier {
     /// lease expired, or it ended before). Durable when it returns.
     #[pyo3(signature = (lease, *, took=0.0))]
     fn done(&self, py: Python<'_>, lease: &Bound<'_, PyAny>, took: f64) -> PyResult<bool> {
-        let (t, took) = (token(lease)?, millis(took, "took")?);
-        self.with(py, |f| f.done(t, took))
+        let (r, took) = (lease_ref(lease)?, millis(took, "took")?);
+        self.with(py, |f| Ok(ends(f, &r)? && f.done(r.token, took)?))
     }
 
     /// Ends a lease: done, and served again once the instant `at` (seconds since the epoch)
@@ -776,16 +934,16 @@ impl Frontier {
         at: f64,
         took: f64,
     ) -> PyResult<bool> {
-        let (t, at, took) = (token(lease)?, millis(at, "at")?, millis(took, "took")?);
-        self.with(py, |f| f.refetch(t, took, at))
+        let (r, at, took) = (lease_ref(lease)?, millis(at, "at")?, millis(took, "took")?);
+        self.with(py, |f| Ok(ends(f, &r)? && f.refetch(r.token, took, at)?))
     }
 
     /// Ends a lease: the URL goes back to its queue, in its place, and the queue's delay
     /// applies. Returns False when it was not leased.
     #[pyo3(signature = (lease, *, took=0.0))]
     fn retry(&self, py: Python<'_>, lease: &Bound<'_, PyAny>, took: f64) -> PyResult<bool> {
-        let (t, took) = (token(lease)?, millis(took, "took")?);
-        self.with(py, |f| f.retry(t, took))
+        let (r, took) = (lease_ref(lease)?, millis(took, "took")?);
+        self.with(py, |f| Ok(ends(f, &r)? && f.retry(r.token, took)?))
     }
 
     /// Ends many leases in one durable step, each as `how` says: "done", "retry", or
@@ -818,11 +976,29 @@ impl Frontier {
             }
         };
         let took = millis(took, "took")?;
-        let mut items = Vec::new();
+        let mut refs = Vec::new();
         for l in leases.try_iter()? {
-            items.push((token(&l?)?, took, how));
+            refs.push(lease_ref(&l?)?);
         }
-        self.with(py, |f| f.complete(&items))
+        self.with(py, |f| {
+            // A `Leased` of another store is not ended (nor sent: a token of this store
+            // may be its own).
+            let mut mine = Vec::with_capacity(refs.len());
+            for r in &refs {
+                mine.push(ends(f, r)?);
+            }
+            let items: Vec<(u64, u64, Completion)> = refs
+                .iter()
+                .zip(&mine)
+                .filter(|(_, m)| **m)
+                .map(|(r, _)| (r.token, took, how))
+                .collect();
+            let mut ended = f.complete(&items)?.into_iter();
+            Ok(mine
+                .iter()
+                .map(|m| *m && ended.next().unwrap_or(false))
+                .collect())
+        })
     }
 
     /// Returns every URL leased in `crawl` (None: every crawl) to its queue, in its place:
@@ -891,16 +1067,22 @@ impl Frontier {
 
     /// The queues of `crawl`, in key order from the `start`-th, at most `max`: dicts of key,
     /// waiting, leased, done, next_due (seconds since the epoch, or None), policy (or None),
-    /// blocked_until (or None).
-    #[pyo3(signature = (crawl="", *, start=0, max=1000))]
+    /// blocked_until (or None). Flushes first (see `counts`), unless `flush=False`.
+    #[pyo3(signature = (crawl="", *, start=0, max=1000, flush=true))]
     fn queues<'py>(
         &self,
         py: Python<'py>,
         crawl: &str,
         start: usize,
         max: usize,
+        flush: bool,
     ) -> PyResult<Bound<'py, PyList>> {
-        let qs = self.with(py, |f| f.queues(crawl, start, max))?;
+        let qs = self.with(py, |f| {
+            if flush {
+                f.flush_for_reading()?;
+            }
+            f.queues(crawl, start, max)
+        })?;
         let list = PyList::empty(py);
         for q in qs {
             let d = PyDict::new(py);
@@ -918,7 +1100,11 @@ impl Frontier {
 
     /// What the frontier knows of `url` of `crawl`: a tuple (state, instant) where state is
     /// "unknown", "waiting", "leased" (until the instant), "done" or "refetch" (at the
-    /// instant), instants in seconds since the epoch (None for the others).
+    /// instant), instants in seconds since the epoch (None for the others). The URL is
+    /// looked for in the queue `key` (None: its default key), then in that of its default
+    /// key: a URL pushed with a key of its own must be asked with it, else it reads as
+    /// "done" (the frontier keeps a signature of each URL, not its queue). Flushes first: a
+    /// merge, when URLs were pushed since the last one.
     #[pyo3(signature = (url, *, crawl="", key=None))]
     fn status<'py>(
         &self,
@@ -936,9 +1122,16 @@ impl Frontier {
     }
 
     /// Counts of the whole frontier, as a dict: queues, queues_waiting, waiting, leased,
-    /// done, runs, paused.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let st = self.with(py, crivello::Frontier::stats)?;
+    /// done, runs, bytes_runs, compressed, paused. Flushes first (see `counts`), unless
+    /// `flush=False`.
+    #[pyo3(signature = (*, flush=true))]
+    fn stats<'py>(&self, py: Python<'py>, flush: bool) -> PyResult<Bound<'py, PyDict>> {
+        let st = self.with(py, |f| {
+            if flush {
+                f.flush_for_reading()?;
+            }
+            f.stats()
+        })?;
         let d = PyDict::new(py);
         d.set_item("queues", st.queues)?;
         d.set_item("queues_waiting", st.queues_waiting)?;
@@ -953,17 +1146,26 @@ impl Frontier {
     }
 
     /// Counts of `crawl`, or of its queue `key`, as a dict: queues, queues_waiting,
-    /// queues_due, waiting, leased, done.
-    #[pyo3(signature = (crawl="", key=None))]
+    /// queues_due, waiting, leased, done. Flushes first, so that what was pushed is counted
+    /// (a store of a million URLs or more flushes at most about once a second for these
+    /// reads: what was pushed since may be counted a little later); `flush=False` counts
+    /// what the last flush brought, without waiting.
+    #[pyo3(signature = (crawl="", key=None, *, flush=true))]
     fn counts<'py>(
         &self,
         py: Python<'py>,
         crawl: &str,
         key: Option<&Bound<'py, PyAny>>,
+        flush: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let key = optional_key(key)?;
         let key = key.as_ref().map(|k| k.as_bytes());
-        let c = self.with(py, |f| f.counts(crawl, key))?;
+        let c = self.with(py, |f| {
+            if flush {
+                f.flush_for_reading()?;
+            }
+            f.counts(crawl, key)
+        })?;
         let d = PyDict::new(py);
         d.set_item("queues", c.queues)?;
         d.set_item("queues_waiting", c.queues_waiting)?;
@@ -975,9 +1177,17 @@ impl Frontier {
     }
 
     /// The first instant (seconds since the epoch) something may be handed out, or a lease
-    /// expires; None when nothing waits and nothing is leased.
-    fn next_due(&self, py: Python<'_>) -> PyResult<Option<f64>> {
-        Ok(self.with(py, crivello::Frontier::next_due_ms)?.map(seconds))
+    /// expires; None when nothing waits and nothing is leased. Flushes first (see `counts`),
+    /// unless `flush=False`: then what was pushed since the last flush is not seen.
+    #[pyo3(signature = (*, flush=true))]
+    fn next_due(&self, py: Python<'_>, flush: bool) -> PyResult<Option<f64>> {
+        let due = self.with(py, |f| {
+            if flush {
+                f.flush_for_reading()?;
+            }
+            f.next_due_ms()
+        })?;
+        Ok(due.map(seconds))
     }
 
     /// The names of the crawls, sorted.
@@ -1001,8 +1211,12 @@ impl Frontier {
     }
 
     /// Syncs and closes; later calls raise `ClosedError`. Closing twice does nothing. Waits
-    /// for the calls of other threads in progress.
+    /// for the calls of other threads in progress. In a process forked from the one that
+    /// opened it, lets the handle go without touching the store.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if std::process::id() != self.pid {
+            return Ok(());
+        }
         let taken = py.detach(|| {
             self.inner
                 .write()
@@ -1015,8 +1229,9 @@ impl Frontier {
         }
     }
 
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        slf.get().with(slf.py(), |_| Ok(()))?;
+        Ok(slf)
     }
 
     #[pyo3(signature = (*_exc))]

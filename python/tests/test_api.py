@@ -323,3 +323,131 @@ def test_the_package_type_checks_with_mypy(tmp_path: Path) -> None:
         [sys.executable, "-m", "mypy", "--strict", str(bad)], capture_output=True, text=True, env=env
     )
     assert wrong.returncode == 1 and "lease" in wrong.stdout, wrong.stdout
+
+
+def test_a_handle_in_a_forked_process_is_refused_and_the_parent_keeps_its_store(
+    tmp_path: Path,
+) -> None:
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork here")
+    f = crivello.Frontier(tmp_path / "f")
+    s = crivello.Sieve(tmp_path / "s")
+    f.push(["http://a.test/1"])
+    s.push("http://a.test/1")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: every call refused, then an exit with the handles alive
+        os.close(r)
+        said = []
+        for call in (lambda: f.lease(), lambda: f.push(["http://b.test/"]), lambda: s.push("x")):
+            try:
+                call()
+                said.append("served")
+            except crivello.ClosedError as e:
+                said.append("refused" if "fork" in str(e) else str(e))
+        f.close()  # lets the handle go: nothing of the parent's store is touched
+        os.write(w, ",".join(said).encode())
+        os._exit(0)
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    said = os.read(r, 4096).decode()
+    os.close(r)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert said == "refused,refused,refused", said
+    # The parent's handles work on, and the URL is leased once, here.
+    assert [l.url for l in f.lease()] == ["http://a.test/1"]
+    assert f.lease() == []
+    f.close()
+    s.close()
+    with crivello.Frontier(tmp_path / "f") as f2:
+        assert f2.status("http://a.test/1")[0] == "leased"
+        assert f2.counts()["waiting"] == 0
+    # A child that exits with live handles (a sys.exit, its objects collected) ends
+    # cleanly too (it aborted before: the handle's threads are not in the child).
+    code = (
+        "import os, sys, crivello\n"
+        f"f = crivello.Frontier({str(tmp_path / 'g')!r})\n"
+        f"s = crivello.Sieve({str(tmp_path / 'h')!r})\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    sys.exit(0)\n"
+        "_, st = os.waitpid(pid, 0)\n"
+        "f.close()\n"
+        "s.close()\n"
+        "print(st)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "0", out.stdout + out.stderr
+
+
+def test_a_lease_of_another_frontier_ends_nothing_here(tmp_path: Path) -> None:
+    with crivello.Frontier(tmp_path / "a") as a, crivello.Frontier(tmp_path / "b") as b:
+        a.push(["http://a.test/page"])
+        b.push(["http://b.test/other"])
+        (la,) = a.lease()
+        (lb,) = b.lease()
+        assert la.token == lb.token  # each store counts its own
+        assert not b.done(la)
+        assert not b.retry(la) and not b.refetch(la, crivello.now() + 60)
+        assert b.complete([la, lb]) == [False, True]
+        assert b.status("http://b.test/other")[0] == "done"
+        assert a.status("http://a.test/page")[0] == "leased"
+        assert a.done(la.token)  # a token alone is taken as this store's
+
+
+def test_policies_are_kept_as_the_store_keeps_them(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="one millionth"):
+        crivello.Policy(ratio=4e-7)
+    p = crivello.Policy(delay=1.23456, ratio=0.5000004)
+    assert (p.delay, p.ratio) == (1.235, 0.5)
+    assert len({p, crivello.Policy(delay=1.235, ratio=0.5)}) == 1
+    with crivello.Frontier(tmp_path / "f") as f:
+        f.set_policy(p, key="a.test")
+        assert f.policy(key="a.test") == p
+        with pytest.raises(ValueError, match="per_queue"):
+            f.lease(per_queue=0)
+        with pytest.raises(crivello.InvalidOptionError, match="255"):
+            f.set_policy(p, key="k" * 300)
+        with pytest.raises(crivello.InvalidOptionError, match="255"):
+            f.block("k" * 300, crivello.now() + 60)
+
+
+def test_counts_and_the_next_due_instant_see_what_was_just_pushed(tmp_path: Path) -> None:
+    with crivello.Frontier(tmp_path / "f") as f:
+        f.push(["http://held.test/1"])
+        f.flush()
+        f.block("held.test", crivello.now() + 100)
+        f.push(["http://a.test/"])
+        assert f.counts()["waiting"] == 2
+        assert f.stats()["waiting"] == 2
+        assert [q["key"] for q in f.queues()] == ["a.test", "held.test"]
+        due = f.next_due()
+        assert due is not None and due <= crivello.now() + 1
+
+
+def test_misuses_are_refused_with_what_to_do(tmp_path: Path) -> None:
+    with crivello.Sieve(tmp_path / "s") as s:
+        with pytest.raises(TypeError, match="iterable of URLs"):
+            s.push_many("http://a.test/")
+    s2 = crivello.Sieve(tmp_path / "s2")
+    s2.close()
+    with pytest.raises(crivello.ClosedError):
+        with s2:
+            pass
+    # A sieve committed before it gave anything (the duplicate filter's store) is a plain
+    # sieve for good: a frontier refuses it instead of taking its lines for URLs.
+    with crivello.Sieve(tmp_path / "fp") as s:
+        assert s.push_new("a3f1c2d4e5")
+        s.commit()
+    with pytest.raises(crivello.WrongModeError, match="plain sieve"):
+        crivello.Frontier(tmp_path / "fp")
+    # A handle dropped without close is closed: what it pushed is durable.
+    s3 = crivello.Sieve(tmp_path / "s3")
+    s3.push("http://dropped.test/")
+    del s3
+    import gc
+
+    gc.collect()
+    with crivello.Sieve(tmp_path / "s3") as s:
+        s.flush()
+        assert s.pop() == ["http://dropped.test/"]

@@ -780,6 +780,7 @@ impl Frontier {
     /// Sets the policy of the queue `key` of `crawl`, or (`key` None) the default of every
     /// queue without a policy of its own. Durable when this returns.
     pub fn set_policy(&self, crawl: &str, key: Option<&[u8]>, policy: Policy) -> Result<()> {
+        validate_key(key)?;
         let crawl = crawl_name(crawl);
         self.with(|c| c.set_policy(crawl, key, policy))
     }
@@ -787,6 +788,7 @@ impl Frontier {
     /// Blocks the queue `key` of `crawl` until `until_ms` (milliseconds since the epoch; 0
     /// unblocks it): nothing of it is handed out before (HTTP 429 or 503, Retry-After).
     pub fn block(&self, crawl: &str, key: &[u8], until_ms: u64) -> Result<()> {
+        validate_key(Some(key))?;
         let crawl = crawl_name(crawl);
         self.with(|c| c.block(crawl, key, until_ms))
     }

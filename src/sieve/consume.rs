@@ -110,14 +110,17 @@ impl Sieve {
     }
 
     /// Makes the read position durable: the URLs read so far will not be returned again,
-    /// even after a crash. Frontier segments fully consumed are deleted.
+    /// even after a crash. Frontier segments fully consumed are deleted. The first commit
+    /// fixes the store as a plain sieve, whether or not it consumes anything: the store
+    /// can no longer be opened as a [`crate::Frontier`] (whose open would take every URL
+    /// not consumed into its queues).
     pub fn frontier_commit(&mut self) -> Result<()> {
         self.writable()?;
+        self.fix_mode(Mode::Sieve)?;
         let read = self.reader.position();
         if read == self.cursor {
             return Ok(());
         }
-        self.fix_mode(Mode::Sieve)?;
         self.commit_read()
     }
 

@@ -3167,7 +3167,11 @@ impl Core {
     /// Sets the policy of queue `key` of `crawl`, or the default (`key` None).
     pub(super) fn set_policy(&mut self, crawl: &[u8], key: Option<&[u8]>, p: Policy) -> Result<()> {
         validate_policy(&p)?;
-        let id = self.crawl_id(crawl)?;
+        // The default is the store's, whatever the crawl named: naming one does not make it.
+        let id = match key {
+            Some(_) => self.crawl_id(crawl)?,
+            None => 0,
+        };
         // Entry 19: a build before version 15 cannot read it.
         self.commit_version()?;
         self.commit(&[Entry::Policy {
