@@ -48,6 +48,19 @@ impl CheckReport {
     }
 }
 
+/// Whether `dir` holds a store's files without its manifest: the manifest was lost (its
+/// removal, or damage of the directory), and the store is damaged rather than absent. The
+/// files an interrupted creation leaves, before its manifest was ever written, do not count.
+pub fn manifest_lost(dir: impl AsRef<Path>) -> bool {
+    let names = std::fs::read_dir(dir.as_ref())
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    crate::sieve::manifest_lost(names)
+}
+
 /// Verifies the sieve in `dir`. Takes the lock (fails with [`Error::Locked`] while another
 /// process uses the directory) and writes nothing.
 pub fn check(dir: impl AsRef<Path>) -> Result<CheckReport> {
@@ -68,6 +81,13 @@ pub fn check_storage(storage: Arc<dyn Storage>) -> Result<CheckReport> {
     let mut r = CheckReport::default();
     let m = match Manifest::load(st) {
         Ok(Some(m)) => m,
+        Ok(None) if crate::sieve::manifest_lost(st.list_files()?) => {
+            return Err(Error::corrupt(
+                crate::names::MANIFEST,
+                0,
+                crate::error::Corruption::Missing,
+            ))
+        }
         Ok(None) => {
             return Err(Error::NotASieve {
                 dir: st.describe(),

@@ -264,7 +264,10 @@ impl fmt::Display for Corruption {
                     "signatures out of order: {previous:#018x} then {got:#018x}"
                 )
             }
-            Corruption::Missing => write!(f, "file referenced by the manifest is missing"),
+            Corruption::Missing => write!(
+                f,
+                "missing: the store refers to this file (by its manifest, checkpoint or journal)"
+            ),
             Corruption::Mismatch {
                 field,
                 expected,

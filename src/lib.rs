@@ -116,7 +116,7 @@ pub mod assign;
 // Harnesses of the tests and fuzz targets.
 mod testing;
 
-pub use check::{check, check_storage, CheckReport};
+pub use check::{check, check_storage, manifest_lost, CheckReport};
 pub use error::{Corruption, Error, InvalidUrl, Result};
 pub use manifest::Mode;
 pub use names::MANIFEST as MANIFEST_FILE;

@@ -398,6 +398,33 @@ fn stats_prints_every_key_as_text_or_json_and_refuses_a_missing_directory() {
     contains_all(&err, &["no sieve"]);
 }
 
+#[test]
+fn a_store_whose_manifest_was_removed_is_damaged_not_absent() {
+    // Before, `check`, `stats` and `pop` said there was no sieve there and that `push`
+    // creates one, while `push` said the manifest was missing.
+    let d = tmp();
+    let dir = d.path().join("s");
+    ok(&["push", arg(&dir)], b"http://a/\nhttp://b/\n");
+    ok(&["flush", arg(&dir)], b"");
+    std::fs::remove_file(dir.join("MANIFEST")).unwrap();
+    // `check` finds damage (exit 3); the others fail on it (exit 1), as on any damage.
+    for (cmd, code) in [
+        ("check", 3),
+        ("stats", 1),
+        ("pop", 1),
+        ("flush", 1),
+        ("push", 1),
+    ] {
+        let err = fails(code, &[cmd, arg(&dir)], b"");
+        contains_all(&err, &["MANIFEST", "missing", "restore it from a backup"]);
+        assert!(!err.contains("creates one"), "{cmd}: {err}");
+    }
+    assert!(
+        !dir.join("MANIFEST").exists(),
+        "a command made a new store over the old"
+    );
+}
+
 /// A sieve of 3000 URLs pushed and flushed in `parent`/sieve.
 fn flushed_sieve(parent: &Path) -> PathBuf {
     let dir = parent.join("sieve");
@@ -480,6 +507,25 @@ fn check_says_what_bytes_after_a_clean_close_are_when_they_are_not_a_frame() {
     ok(&["flush", arg(&dir)], b"");
     let popped = ok(&["pop", arg(&dir)], b"");
     assert_eq!(popped, b"http://a/\nhttp://b/\nhttp://c/\n");
+
+    // More than the close's mark after the clean end: frames a later process wrote and never
+    // closed (it crashed), torn or damaged. The note does not say they held nothing.
+    let dir = d.path().join("t");
+    ok(&["push", arg(&dir)], b"http://a/\nhttp://b/\nhttp://c/\n");
+    let a = dir.join("a-0000000000000000.log");
+    let mut bytes = std::fs::read(&a).unwrap();
+    let at = bytes.len() - 9;
+    bytes[at] ^= 0x01;
+    bytes.extend_from_slice(&[0x5a; 100]);
+    std::fs::write(&a, &bytes).unwrap();
+    let report = String::from_utf8(ok(&["check", arg(&dir)], b"")).unwrap();
+    assert!(
+        report.starts_with("ok: ")
+            && report.contains("132 bytes that are not whole frames")
+            && report.contains("by a process that never closed")
+            && report.contains("pushes are lost"),
+        "{report}"
+    );
 }
 
 #[test]

@@ -191,6 +191,44 @@ fn damage_of_a_mapped_q_run_is_caught_or_harmless() {
     }
 }
 
+/// A file of the frontier removed (an operator's `rm`, a lost directory entry): the open and
+/// `check` name it as missing, never a state with its contents silently gone. Before, a store
+/// whose `CHECKPOINT` was removed opened as an empty frontier (J's first generation left,
+/// holding nothing) and `check` said ok; the next open removed the Q runs as unreferenced.
+#[test]
+fn a_removed_file_of_the_frontier_is_named_missing() {
+    let (disk, _, _) = checkpoint_of_store();
+    let expected = frontier_outcome(&disk.crash_image(CrashImage::KillProcess)).unwrap();
+    let files = disk.files();
+    let mut seen = BTreeMap::<FrontierFile, usize>::new();
+    for name in &files {
+        let Some(kind) = FrontierFile::of(name) else {
+            continue;
+        };
+        let img = disk.crash_image(CrashImage::KillProcess);
+        img.delete(name);
+        match frontier_outcome(&img) {
+            Err(Error::Corrupt { file, .. }) if file == *name => {
+                assert!(!sound(&img), "{name} removed: check said sound");
+                *seen.entry(kind).or_default() += 1;
+            }
+            // A file nothing refers to any more (a run a compaction replaced, whose removal
+            // the crash came before): its loss changes nothing.
+            Ok(state) if state == expected => {}
+            other => panic!(
+                "{name} removed: {:?}",
+                other.map(|(done, q)| (done, q.len()))
+            ),
+        }
+    }
+    for kind in FrontierFile::ALL {
+        assert!(
+            seen.get(&kind).is_some_and(|&n| n > 0),
+            "no {kind:?} in {files:?}"
+        );
+    }
+}
+
 /// The frontier store of the fuzz targets, its checkpoint's name and bytes.
 fn checkpoint_of_store() -> (SimDisk, String, Vec<u8>) {
     let (crawled, _, _) = frontier_store();

@@ -448,3 +448,23 @@ fn a_near_duplicate_store_given_to_a_sieves_command_is_named() {
         assert!(!err.contains("creates one"), "{cmd}: {err}");
     }
 }
+
+/// A near-duplicate store whose marker file was removed is damaged, not a directory to
+/// make a sieve in: `check` finds the damage (exit 3), the other commands name it (exit 1).
+#[test]
+fn a_near_duplicate_store_without_its_marker_is_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("store");
+    let (code, _, err) = neardup(&d, &[], doc("a", "some text").as_bytes());
+    assert_eq!(code, 0, "{err}");
+    std::fs::remove_file(d.join(crivello::neardup::MANIFEST_FILE)).unwrap();
+    for (cmd, code) in [("check", 3), ("stats", 1), ("pop", 1)] {
+        let out = bin().arg(cmd).arg(&d).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{cmd}: {err}");
+        assert!(
+            err.contains("NEARDUP") && err.contains("missing") && !err.contains("creates one"),
+            "{cmd}: {err}"
+        );
+    }
+}

@@ -25,6 +25,9 @@ pub struct CheckArgs {
     pub common: Common,
 }
 
+/// Bytes of the mark a clean close leaves after its last frame (a frame header and 4 bytes).
+const CLOSE_MARK: u64 = 32;
+
 /// Runs `check`.
 pub fn run(args: CheckArgs) -> Result<()> {
     let damaged = |source: anyhow::Error| {
@@ -51,7 +54,14 @@ pub fn run(args: CheckArgs) -> Result<()> {
         out.text(&text)?;
         return out.flush();
     }
-    require_sieve(&args.dir)?;
+    if let Err(e) = require_sieve(&args.dir) {
+        // A store whose manifest was lost: damage found, as any other.
+        let corrupt = e.chain().any(|c| {
+            c.downcast_ref::<crivello::Error>()
+                .is_some_and(crivello::Error::is_corruption)
+        });
+        return Err(if corrupt { damaged(e) } else { e });
+    }
     let progress = Progress::new("check", args.common.quiet);
     progress.waiting("check");
     // The library's verifier: it takes the lock and writes nothing.
@@ -81,7 +91,19 @@ pub fn run(args: CheckArgs) -> Result<()> {
         report.buffered
     );
     for (file, bytes) in &report.torn_tails {
-        if report.torn_after_clean_end.contains(file) {
+        // A's records are pushes; J's, the frontier's changes (leases, dones, ...).
+        let what = if file.starts_with("j-") {
+            "changes of the queues"
+        } else {
+            "pushes"
+        };
+        // A clean close leaves a tail mark of 32 bytes at its end: more than that after it
+        // was written by a later process, which did not close.
+        if report.torn_after_clean_end.contains(file) && *bytes > CLOSE_MARK {
+            text.push_str(&format!(
+                "note: {file} ends in {bytes} bytes that are not whole frames, written after                  the last clean close by a process that never closed (a crash): most likely a                  write the crash tore, never acknowledged; if instead they are damaged frames                  that process had acknowledged, their {what} are lost. The next open drops                  them\n"
+            ));
+        } else if report.torn_after_clean_end.contains(file) {
             text.push_str(&format!(
                 "note: {file} ends in {bytes} bytes that are not a whole frame, right after \
                  where the last clean close left it: a write begun later and never \
@@ -89,12 +111,6 @@ pub fn run(args: CheckArgs) -> Result<()> {
                  acknowledged push is before them, and the next open drops them\n"
             ));
         } else {
-            // A's records are pushes; J's, the frontier's changes (leases, dones, ...).
-            let what = if file.starts_with("j-") {
-                "changes of the queues"
-            } else {
-                "pushes"
-            };
             text.push_str(&format!(
                 "note: {file} ends in a torn tail of {bytes} bytes: {what} not acknowledged \
                  before a crash, which the next open drops\n"

@@ -572,6 +572,23 @@ pub fn require_sieve(dir: &Path) -> anyhow::Result<()> {
                  sieve's directory here",
             ));
         }
+        // The marker of a store whose other files are there was lost: damage, not a
+        // directory to create a store in.
+        let lost = if crivello::neardup::marker_lost(dir) {
+            Some(crivello::neardup::MANIFEST_FILE)
+        } else if crivello::manifest_lost(dir) {
+            Some(crivello::MANIFEST_FILE)
+        } else {
+            None
+        };
+        if let Some(file) = lost {
+            let e = crivello::Error::Corrupt {
+                file: file.to_owned(),
+                offset: 0,
+                what: crivello::Corruption::Missing,
+            };
+            return Err(anyhow::Error::new(e).context(format!("store {}", dir.display())));
+        }
         return Err(explained(
             format!(
                 "{}: no sieve in this directory (no {})",

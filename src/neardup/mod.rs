@@ -35,6 +35,16 @@ mod store;
 pub use docs::MAX_ID;
 pub use fingerprint::{distance, fingerprint, Fingerprinter, MAX_TEXT, SHINGLE};
 pub use manifest::NAME as MANIFEST_FILE;
+
+/// Whether `dir` holds a near-duplicate store's files without the [`MANIFEST_FILE`] that
+/// marks it: the store is damaged (its marker removed), not absent.
+pub fn marker_lost(dir: impl AsRef<std::path::Path>) -> bool {
+    let dir = dir.as_ref();
+    !dir.join(MANIFEST_FILE).exists()
+        && [docs::LOG, docs::INDEX]
+            .iter()
+            .any(|name| dir.join(name).exists())
+}
 pub use search::MAX_K;
 pub use store::{
     check, check_storage, NearCheck, NearStats, Nearest, NearestRef, Store, Stored, StoredRef,

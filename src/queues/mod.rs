@@ -366,10 +366,10 @@ impl Frontier {
     pub fn open_read_only(dir: impl AsRef<Path>, opts: Options) -> Result<Frontier> {
         let dir = dir.as_ref();
         if !dir.join(crate::names::MANIFEST).is_file() {
-            return Err(Error::NotASieve {
-                dir: dir.display().to_string(),
-                reason: "no MANIFEST: not a crivello store".into(),
-            });
+            return Err(crate::sieve::no_manifest(
+                dir,
+                "no MANIFEST: not a crivello store",
+            ));
         }
         let storage = crate::storage::read_only_view(dir)?;
         Frontier::open_with(storage, opts, Arc::new(SystemClock))

@@ -35,6 +35,7 @@ use crate::signature::signature;
 use crate::storage::{DirStorage, Storage};
 
 use freeze::InFlight;
+pub(crate) use recovery::{manifest_lost, no_manifest};
 pub use stats::Stats;
 
 /// How the signature of an A record is computed: a plain sieve's records are URLs, a
@@ -145,10 +146,7 @@ impl Sieve {
     pub fn open_read_only(dir: impl AsRef<Path>, opts: Options) -> Result<Sieve> {
         let dir = dir.as_ref();
         if !dir.join(crate::names::MANIFEST).is_file() {
-            return Err(Error::NotASieve {
-                dir: dir.display().to_string(),
-                reason: "no MANIFEST: not a crivello sieve".into(),
-            });
+            return Err(no_manifest(dir, "no MANIFEST: not a crivello sieve"));
         }
         Sieve::open_with(crate::storage::read_only_view(dir)?, opts)
     }

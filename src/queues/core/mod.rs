@@ -682,6 +682,14 @@ impl Core {
         if from > 0 && gens.first() != Some(&from) {
             return Err(Error::corrupt(&names::j(from), 0, Corruption::Missing));
         }
+        if image.is_none() && gens.first().is_some_and(|&g| g > 0) {
+            // Generations below the newest are removed only once a checkpoint covers them:
+            // without one, J starts at generation 0 (a spare kept after a checkpoint is its
+            // old generation, whole). A first generation above 0 means a checkpoint was
+            // there: replayed without it, the state would be J's newest entries alone, and
+            // every queue and lease before them lost.
+            return Err(Error::corrupt(names::CHECKPOINT, 0, Corruption::Missing));
+        }
         let clean = core.sieve.clean_journal();
         wal::check_clean_present(J, from, &gens, clean)?;
         let (journal, newest, entries) = match gens.first() {

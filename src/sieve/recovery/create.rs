@@ -34,6 +34,38 @@ fn foreign(storage: &dyn Storage, n: &str) -> Error {
     }
 }
 
+/// Whether files of these names are a store's without its manifest: a store's files other
+/// than those an interrupted creation leaves (whose manifest never was) mean it was lost.
+pub(crate) fn manifest_lost(names: impl IntoIterator<Item = String>) -> bool {
+    names.into_iter().any(|n| {
+        names::parse(&n).is_some_and(|kind| {
+            !matches!(
+                kind,
+                FileName::Temp | FileName::Cursor | FileName::Lock | FileName::F(0)
+            )
+        })
+    })
+}
+
+/// The error of a directory without a manifest, read by a command that only reads: the
+/// manifest's loss when the store's other files are there (as an open that would create the
+/// store finds it), else not a store.
+pub(crate) fn no_manifest(dir: &std::path::Path, reason: &str) -> Error {
+    let names = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    if manifest_lost(names) {
+        return Error::corrupt(names::MANIFEST, 0, Corruption::Missing);
+    }
+    Error::NotASieve {
+        dir: dir.display().to_string(),
+        reason: reason.into(),
+    }
+}
+
 /// Creates a new sieve: F's first segment and the cursor, then the manifest (the commit).
 /// A directory holding other files is refused; one holding what an interrupted creation
 /// leaves is created again.

@@ -22,6 +22,8 @@
 mod create;
 mod replay;
 
+pub(crate) use create::{manifest_lost, no_manifest};
+
 use std::sync::Arc;
 
 use super::reaper::Reaper;
