@@ -20,13 +20,15 @@ def test_bad_items_fail_and_change_nothing_else(server):
             discovered(pb, "http://good.bad/3"),
         ],
     )
+    # SKIPPED, as url-frontier's API says of an item that should not be resent ("there is
+    # something inherently wrong with it"); FAIL would have the client send it again.
     assert acks == [
         ("http://good.bad/1", "OK"),
-        ("empty", "FAIL"),
-        ("long", "FAIL"),
-        ("long key", "FAIL"),
-        ("no item", "FAIL"),
-        ("empty known", "FAIL"),
+        ("empty", "SKIPPED"),
+        ("long", "SKIPPED"),
+        ("long key", "SKIPPED"),
+        ("no item", "SKIPPED"),
+        ("empty known", "SKIPPED"),
         ("http://good.bad/3", "OK"),
     ]
     assert stats(server, key="good.bad").size == 2
@@ -97,3 +99,25 @@ def test_oversized_messages_are_resource_exhausted(server):
     assert stats(server, key="before.bad").size == 1
     assert stats(server, key="big.bad").size == 0
     assert server.stub.GetActive(pb.Local()).state is True
+
+
+def test_an_item_a_default_client_could_not_receive_is_skipped(server):
+    """An item of 5 MiB (metadata) fits the server's 16 MiB messages, but handed out it
+    would not reach a client of gRPC's default 4 MiB limit (StormCrawler's): its GetURLs
+    stream ended at it every time, and the URLs leased with it in that call never reached
+    the client. It is refused (SKIPPED) and changes nothing; an item just under the bound
+    is stored and handed out whole to a default client."""
+    pb = server.pb
+    channel = grpc.insecure_channel(server.addr, options=[("grpc.max_send_message_length", 64 << 20)])
+    stub = server.rpc.URLFrontierStub(channel)
+    big = discovered(pb, "http://big.bad/1", metadata={"m": ["y" * (5 << 20)]}, ident="big")
+    near = discovered(pb, "http://near.bad/1", metadata={"m": ["z" * 3_900_000]}, ident="near")
+    acks = [(a.ID, pb.AckMessage.Status.Name(a.status)) for a in stub.PutURLs(iter([big, near]))]
+    channel.close()
+    assert acks == [("big", "SKIPPED"), ("near", "OK")]
+    assert stats(server, key="big.bad").size == 0
+    # The default client (4 MiB) receives it.
+    default = server.rpc.URLFrontierStub(grpc.insecure_channel(server.addr))
+    got = list(default.GetURLs(pb.GetParams(max_urls_per_queue=1, key="near.bad")))
+    assert [u.url for u in got] == ["http://near.bad/1"]
+    assert len(got[0].metadata["m"].values[0]) == 3_900_000

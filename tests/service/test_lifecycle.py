@@ -94,3 +94,52 @@ def test_compressed_queues_are_chosen_by_a_flag_and_kept(server_factory, tmp_pat
     server.restart()
     assert server.stop() == 0
     assert stats_json(directory)["q_compressed"] == 0
+
+
+def test_a_stream_still_sending_when_the_server_stops_ends_unavailable(server):
+    """A PutURLs stream the client is still writing to when the server stops ends with
+    UNAVAILABLE, after the acknowledgements of what was taken: the client learns that what it
+    sent after them was not read (an OK end said everything was), and every item
+    acknowledged is kept."""
+    import threading
+    import time
+
+    import grpc
+
+    pb = server.pb
+    sending = threading.Event()
+    sending.set()
+
+    def items():
+        i = 0
+        while sending.is_set():
+            yield discovered(pb, f"http://open.t/{i}", ident=str(i))
+            i += 1
+            time.sleep(0.01)
+
+    acks, ends = [], []
+
+    def read():
+        try:
+            for a in server.stub.PutURLs(items()):
+                acks.append(a.ID)
+            ends.append("OK")
+        except grpc.RpcError as e:
+            ends.append(e.code())
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    deadline = time.monotonic() + 20
+    while len(acks) < 5 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(acks) >= 5, acks
+    # The signal alone (the fixture's stop closes the client's channel first).
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=30) == 0
+    reader.join(20)
+    sending.clear()
+    assert ends == [grpc.StatusCode.UNAVAILABLE], ends
+    server.channel.close()
+    server.stderr.close()
+    server.restart()
+    assert stats(server, key="open.t").size >= len(acks)

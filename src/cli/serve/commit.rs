@@ -83,8 +83,12 @@ pub enum Outcome {
     Seen,
     /// A known URL: updated.
     Updated,
-    /// The frontier failed (the reason is in the log): nothing is acknowledged.
+    /// The frontier failed (the reason is in the log): nothing is acknowledged; the item
+    /// may be sent again.
     Failed,
+    /// The item is invalid (the reason is in the log): nothing changed, and sending it again
+    /// changes nothing either.
+    Refused,
 }
 
 /// Ops of one stream, with where their outcomes go.

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// How much the log says, from the most to the least.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Level {
-    /// Every call.
+    /// Every hand-out (GetURLs) and every commit of items.
     Trace,
     /// Every stream and batch.
     Debug,

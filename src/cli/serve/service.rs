@@ -184,6 +184,13 @@ impl Service {
                     }, if !ended => {
                         log!(log, Debug, "a stream ends: the server stops");
                         ended = true;
+                        // What the client sends from here is not read: it must learn so,
+                        // and send it again to the server when it is back (an OK end of the
+                        // stream would say that everything was taken).
+                        failed = Some(Status::unavailable(
+                            "the server is stopping: items after the last acknowledgement \
+                             were not read; send them again once it is back",
+                        ));
                     }
                     m = inbound.message(), if !ended && !full => match m {
                         Ok(Some(m)) => {
@@ -389,7 +396,9 @@ fn ack_status(o: Outcome) -> pb::ack_message::Status {
     use pb::ack_message::Status as S;
     match o {
         Outcome::New | Outcome::Updated => S::Ok,
-        Outcome::Seen => S::Skipped,
+        // url-frontier: SKIPPED, "the URL should not be resent, e.g. there is something
+        // inherently wrong with it"; FAIL, "the input could be resent".
+        Outcome::Seen | Outcome::Refused => S::Skipped,
         Outcome::Failed => S::Fail,
     }
 }
@@ -438,6 +447,11 @@ pub(super) fn status_of(log: &Log, what: &str, e: &crivello::Error) -> Status {
     }
 }
 
+/// The most bytes an item's URL, key, crawl and metadata may take, encoded: handed out with
+/// the rest of a `URLInfo`, it fits the 4 MiB (4,194,304 bytes) a gRPC client receives by
+/// default.
+pub const MAX_ITEM: usize = 4_000_000;
+
 /// A discovered or known URL item as the op to commit, or its refusal.
 pub fn item_slot(
     frontier: &Frontier,
@@ -448,12 +462,25 @@ pub fn item_slot(
 ) -> Slot {
     let Some(info) = info else {
         log!(log, Warn, "refused an item without a URL");
-        return Slot::Ready(Outcome::Failed);
+        return Slot::Ready(Outcome::Refused);
     };
     let key = non_empty(&info.key).map(str::to_owned);
     if let Some(why) = refusal(frontier, &info.url, key.as_deref()) {
         log!(log, Warn, "refused {:?}: {why}", truncated(&info.url));
-        return Slot::Ready(Outcome::Failed);
+        return Slot::Ready(Outcome::Refused);
+    }
+    let size = prost::Message::encoded_len(&info);
+    if size > MAX_ITEM {
+        // Handed out, it would not reach a client of the default message limit (4 MiB in
+        // gRPC's libraries, StormCrawler's included), and its hand-out would end the stream
+        // that carries it, every time.
+        log!(
+            log,
+            Warn,
+            "refused {:?}: its URL, key and metadata take {size} bytes, over {MAX_ITEM}",
+            truncated(&info.url)
+        );
+        return Slot::Ready(Outcome::Refused);
     }
     let created = if created == 0 { now_s() } else { created };
     let meta = meta::encode(info.metadata, created);
@@ -712,7 +739,7 @@ fn refuse_after(unit: &Unit, slots: &mut [Slot], refused: bool, read_refused: &m
             },
             _,
         )] if refused || *read_refused => slots[0] = Slot::Ready(Outcome::Failed),
-        [Slot::Ready(Outcome::Failed)] => {
+        [Slot::Ready(Outcome::Failed | Outcome::Refused)] => {
             *read_refused |= unit.id.parse::<u64>().is_ok_and(|n| n >> TAG_BITS >= 1);
         }
         _ => {}
@@ -1503,7 +1530,7 @@ mod tests {
     }
 
     fn refused(slots: &[Slot]) -> bool {
-        matches!(slots, [Slot::Ready(Outcome::Failed)])
+        matches!(slots, [Slot::Ready(Outcome::Failed | Outcome::Refused)])
     }
 
     /// An invalid numbered item refuses the numbered items read after it, not those read
@@ -1520,7 +1547,7 @@ mod tests {
             Unit {
                 id: n(2).to_string(),
             },
-            vec![Slot::Ready(Outcome::Failed)],
+            vec![Slot::Ready(Outcome::Refused)],
         );
         refuse_after(&unit, &mut invalid, false, &mut read_refused);
         assert!(read_refused);
