@@ -170,6 +170,20 @@ fn millis(seconds: f64, what: &str) -> PyResult<u64> {
     Ok((seconds * 1000.0).round() as u64)
 }
 
+/// An `int` argument from 0 to `max`, or a `ValueError` naming it (Python's own conversion
+/// raises an `OverflowError` that does not say which argument).
+fn count(n: i128, what: &str, max: u64) -> PyResult<u64> {
+    u64::try_from(n)
+        .ok()
+        .filter(|&v| v <= max)
+        .ok_or_else(|| PyValueError::new_err(format!("{what} must be from 0 to {max}, not {n}")))
+}
+
+/// [`count`] as a `usize`.
+fn count_usize(n: i128, what: &str) -> PyResult<usize> {
+    Ok(count(n, what, usize::MAX as u64)? as usize)
+}
+
 fn seconds(ms: u64) -> f64 {
     ms as f64 / 1000.0
 }
@@ -202,18 +216,18 @@ fn size(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
 
 fn options(
     memory: Option<&Bound<'_, PyAny>>,
-    max_url_len: Option<usize>,
-    seed: Option<u64>,
+    max_url_len: Option<i128>,
+    seed: Option<i128>,
 ) -> PyResult<Options> {
     let mut opts = Options::new();
     if let Some(m) = memory {
         opts = opts.memory(size(m, "memory")?);
     }
     if let Some(n) = max_url_len {
-        opts = opts.max_url_len(n);
+        opts = opts.max_url_len(count_usize(n, "max_url_len")?);
     }
     if let Some(s) = seed {
-        opts = opts.seed(s);
+        opts = opts.seed(count(s, "seed", u64::MAX)?);
     }
     Ok(opts)
 }
@@ -285,8 +299,8 @@ impl Sieve {
         py: Python<'_>,
         path: PathBuf,
         memory: Option<&Bound<'_, PyAny>>,
-        max_url_len: Option<usize>,
-        seed: Option<u64>,
+        max_url_len: Option<i128>,
+        seed: Option<i128>,
     ) -> PyResult<Sieve> {
         let opts = options(memory, max_url_len, seed)?;
         let sieve = detached(py, || {
@@ -348,7 +362,8 @@ impl Sieve {
     /// The next URLs of the output after those peeked before, at most `max`, without
     /// consuming them: a `commit` does, and until then a reopen gives them again.
     #[pyo3(signature = (max=1000))]
-    fn peek<'py>(&self, py: Python<'py>, max: usize) -> PyResult<Bound<'py, PyList>> {
+    fn peek<'py>(&self, py: Python<'py>, max: i128) -> PyResult<Bound<'py, PyList>> {
+        let max = count_usize(max, "max")?;
         let urls = self.with(py, |s| s.frontier_next(max))?;
         texts_list(py, &urls)
     }
@@ -361,7 +376,8 @@ impl Sieve {
 
     /// `peek` then `commit`: the next URLs of the output, at most `max`, consumed.
     #[pyo3(signature = (max=1000))]
-    fn pop<'py>(&self, py: Python<'py>, max: usize) -> PyResult<Bound<'py, PyList>> {
+    fn pop<'py>(&self, py: Python<'py>, max: i128) -> PyResult<Bound<'py, PyList>> {
+        let max = count_usize(max, "max")?;
         let urls = self.with(py, |s| {
             let urls = s.frontier_next(max)?;
             s.frontier_commit()?;
@@ -530,7 +546,9 @@ struct Policy {
 impl Policy {
     #[new]
     #[pyo3(signature = (*, delay=0.0, ratio=0.0, per_queue=1, limit=0))]
-    fn new(delay: f64, ratio: f64, per_queue: u32, limit: u64) -> PyResult<Policy> {
+    fn new(delay: f64, ratio: f64, per_queue: i128, limit: i128) -> PyResult<Policy> {
+        let per_queue = count(per_queue, "per_queue", u64::from(u32::MAX))? as u32;
+        let limit = count(limit, "limit", u64::MAX)?;
         // Kept as the store keeps them, in whole milliseconds and millionths: the policy
         // read back equals the one set.
         let delay_ms = millis(delay, "delay")?;
@@ -820,8 +838,8 @@ impl Frontier {
         py: Python<'_>,
         path: PathBuf,
         memory: Option<&Bound<'_, PyAny>>,
-        max_url_len: Option<usize>,
-        seed: Option<u64>,
+        max_url_len: Option<i128>,
+        seed: Option<i128>,
         compress_queues: Option<bool>,
     ) -> PyResult<Frontier> {
         let mut opts = options(memory, max_url_len, seed)?;
@@ -890,13 +908,20 @@ impl Frontier {
     fn lease<'py>(
         &self,
         py: Python<'py>,
-        max_urls: usize,
-        max_queues: Option<usize>,
-        per_queue: Option<u32>,
+        max_urls: i128,
+        max_queues: Option<i128>,
+        per_queue: Option<i128>,
         ttl: f64,
         crawl: Option<String>,
         key: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
+        let max_urls = count_usize(max_urls, "max_urls")?;
+        let max_queues = max_queues
+            .map(|n| count_usize(n, "max_queues"))
+            .transpose()?;
+        let per_queue = per_queue
+            .map(|n| count(n, "per_queue", u64::from(u32::MAX)).map(|n| n as u32))
+            .transpose()?;
         if per_queue == Some(0) {
             return Err(PyValueError::new_err(
                 "per_queue must be at least 1 (None: the queue's policy)",
@@ -1073,10 +1098,11 @@ impl Frontier {
         &self,
         py: Python<'py>,
         crawl: &str,
-        start: usize,
-        max: usize,
+        start: i128,
+        max: i128,
         flush: bool,
     ) -> PyResult<Bound<'py, PyList>> {
+        let (start, max) = (count_usize(start, "start")?, count_usize(max, "max")?);
         let qs = self.with(py, |f| {
             if flush {
                 f.flush_for_reading()?;

@@ -429,6 +429,26 @@ def test_misuses_are_refused_with_what_to_do(tmp_path: Path) -> None:
     with crivello.Sieve(tmp_path / "s") as s:
         with pytest.raises(TypeError, match="iterable of URLs"):
             s.push_many("http://a.test/")
+        with pytest.raises(ValueError, match="max must be from 0"):
+            s.peek(-1)
+    # A negative count names its argument (Python's conversion raised an OverflowError
+    # that did not).
+    with pytest.raises(ValueError, match="max_url_len must be from 0"):
+        crivello.Sieve(tmp_path / "n", max_url_len=-1)
+    with pytest.raises(ValueError, match="per_queue must be from 0"):
+        crivello.Policy(per_queue=-1)
+    with pytest.raises(ValueError, match="limit must be from 0"):
+        crivello.Policy(limit=2**64)
+    with crivello.Frontier(tmp_path / "nf") as f:
+        for kwargs, name in (
+            ({"max_urls": -1}, "max_urls"),
+            ({"max_queues": -5}, "max_queues"),
+            ({"per_queue": -1}, "per_queue"),
+        ):
+            with pytest.raises(ValueError, match=f"{name} must be from 0"):
+                f.lease(**kwargs)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="start must be from 0"):
+            f.queues(start=-1)
     s2 = crivello.Sieve(tmp_path / "s2")
     s2.close()
     with pytest.raises(crivello.ClosedError):
