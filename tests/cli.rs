@@ -358,6 +358,10 @@ fn a_locked_directory_is_refused_clearly() {
     let err = fails(1, &["push", arg(&dir)], b"http://a/\n");
     contains_all(&err, &["locked", "another crivello process is using"]);
     fails(1, &["check", arg(&dir)], b"");
+    // `stats` too: it read the files while another process replaced them, and took the race
+    // for damage ("restore it from a backup") now and then.
+    let err = fails(1, &["stats", arg(&dir)], b"");
+    contains_all(&err, &["locked"]);
     held.close().unwrap();
     ok(&["push", arg(&dir)], b"http://a/\n");
 }
@@ -783,4 +787,34 @@ fn the_readme_shows_the_crate_example_and_every_stats_key() {
             "README does not document stats key {key}"
         );
     }
+}
+
+#[test]
+fn a_bad_input_late_in_the_list_stops_the_command_before_anything_is_printed_or_stored() {
+    // Before, `uniq a missing` printed a's lines (or some of them) and then failed, and
+    // `push` made the store and pushed a's lines before it failed.
+    let d = tmp();
+    let a = d.path().join("a");
+    std::fs::write(&a, b"http://a/\nhttp://b/\n").unwrap();
+    let missing = d.path().join("missing");
+    let store = d.path().join("s");
+    for args in [
+        vec!["uniq", arg(&a), arg(&missing)],
+        vec!["uniq", "--approx", arg(&a), arg(&missing)],
+        vec!["push", arg(&store), arg(&a), arg(&missing)],
+    ] {
+        let out = run(&args, b"");
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}: printed before failing");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("cannot open"),
+            "{args:?}"
+        );
+    }
+    assert!(
+        !store.exists(),
+        "push made a store for input it could not read"
+    );
+    let err = fails(1, &["uniq", arg(&a), arg(d.path())], b"");
+    contains_all(&err, &["a directory"]);
 }

@@ -288,7 +288,6 @@ fn a_refused_line_stops_the_command_before_the_input_ends() {
         .arg("neardup")
         .arg(dir.path().join("s2"))
         .arg(&file)
-        .arg(&missing)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -298,6 +297,18 @@ fn a_refused_line_stops_the_command_before_the_input_ends() {
         "{err}"
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+    // A file that does not open stops the command before anything is read or stored.
+    let out = bin()
+        .arg("neardup")
+        .arg(dir.path().join("s3"))
+        .arg(&file)
+        .arg(&missing)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot open"), "{err}");
+    assert!(out.stdout.is_empty() && !dir.path().join("s3").exists());
 }
 
 /// A seeded input: `n` documents, a quarter of them near-duplicates of an earlier one, some

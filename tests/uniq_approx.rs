@@ -283,3 +283,39 @@ fn the_lines_before_one_too_long_are_printed_before_it_stops() {
         assert!(printed.contains(&line), "new{i} was not printed");
     }
 }
+
+/// Each line is printed once it is read: a pipe that stays open (`tail -f`) sees its lines
+/// before the input ends. Before, they waited until 256 KiB of output had gathered.
+#[cfg(feature = "cli")]
+#[test]
+fn each_line_of_an_open_pipe_is_printed_before_the_input_ends() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_crivello"))
+        .args(["uniq", "--approx", "-q"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut line = String::new();
+        while out.read_line(&mut line).unwrap() > 0 {
+            tx.send(std::mem::take(&mut line)).unwrap();
+        }
+    });
+    for (i, l) in ["first\n", "first\n", "second\n"].iter().enumerate() {
+        stdin.write_all(l.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        if i != 1 {
+            let got = rx
+                .recv_timeout(std::time::Duration::from_secs(10))
+                .expect("a line read is printed while the input stays open");
+            assert_eq!(got, *l);
+        }
+    }
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    reader.join().unwrap();
+    assert!(rx.try_recv().is_err(), "the repeat was printed");
+}

@@ -46,6 +46,8 @@ pub struct DoneArgs {
 /// Runs `done`.
 pub fn run(args: DoneArgs) -> Result<()> {
     require_sieve(&args.dir)?;
+    // Every input named opens, before any lease ends.
+    super::stream::sources(&args.files)?;
     let frontier = open_frontier(&args.dir, args.common.memory)?;
     let now = crivello::queues::Clock::now_ms(&crivello::queues::SystemClock);
     let how = match (args.retry, args.refetch_after) {
@@ -86,7 +88,7 @@ fn read_and_end(
         Ok(())
     };
     let mut buf = Vec::new();
-    for source in sources(&args.files) {
+    for source in sources(&args.files)? {
         let mut input = LineReader::open(source)?;
         loop {
             buf.clear();

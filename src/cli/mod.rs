@@ -106,8 +106,10 @@ enum Command {
     ///
     /// The output is byte-identical to `LC_ALL=C awk '!seen[$0]++'`: lines are split at
     /// "\n" only (a "\r" is part of the line), empty lines are lines, any byte is allowed,
-    /// and every output line ends with "\n". Memory stays within --memory: the lines seen go
-    /// to a temporary sieve in --tmp-dir, removed at exit.
+    /// and every output line ends with "\n". Memory is bounded by --memory (the sieve's
+    /// buffers; the process adds its threads' and the longest line's): the lines seen go to a
+    /// temporary sieve in --tmp-dir, removed at exit. A file named is read twice (the second
+    /// pass prints): it must not change meanwhile; pipe a changing input in.
     Uniq(uniq::UniqArgs),
     /// Print the counts and sizes of the sieve in DIR.
     #[command(after_help = stats::KEYS_HELP)]
@@ -414,6 +416,14 @@ fn hint(err: &anyhow::Error) -> String {
             if let Some(h) = library_hint(e) {
                 return h.to_owned();
             }
+        }
+        if let Some(crivello::uniq::Error::InputChanged { .. }) =
+            cause.downcast_ref::<crivello::uniq::Error>()
+        {
+            return "`uniq` reads a file named twice (its second pass prints): give a file \
+                    that does not change while it runs, or pipe it in (`cat FILE | crivello \
+                    uniq`)"
+                .to_owned();
         }
         if let Some(e) = cause.downcast_ref::<std::io::Error>() {
             return io_hint(e).to_owned();

@@ -86,6 +86,8 @@ fn line(out: &mut Output, s: &StoredRef<'_>) -> Result<()> {
 
 /// Runs `neardup`.
 pub fn run(args: NeardupArgs) -> Result<()> {
+    // Every input named opens, before the store is made or changed.
+    sources(&args.files)?;
     let opts = Options::new().memory(args.common.memory);
     let mut store = Store::open(&args.dir, opts).map_err(|e| match e {
         crivello::Error::Locked { .. } | crivello::Error::NotASieve { .. } => anyhow::Error::new(e),
@@ -287,7 +289,7 @@ fn start_parsing(files: &[PathBuf]) -> Result<Parsing> {
         from.push(parsed);
         parsers.push(parser);
     }
-    let files: Vec<Option<PathBuf>> = sources(files)
+    let files: Vec<Option<PathBuf>> = sources(files)?
         .into_iter()
         .map(|s| s.map(Path::to_path_buf))
         .collect();

@@ -50,6 +50,8 @@ const FRONTIER_BATCH: usize = 4096;
 
 /// Runs `push`.
 pub fn run(args: PushArgs) -> Result<()> {
+    // Every input named opens, before a store is made or changed.
+    super::stream::sources(&args.files)?;
     let mut progress = Progress::new("push", args.common.quiet);
     // DEFAULT's URLs go to the sieve directly, unless the store is a frontier already:
     // there the frontier says which crawl DEFAULT is (a new one once DEFAULT was deleted).
@@ -162,7 +164,7 @@ fn push_lines(args: &PushArgs, progress: &mut Progress, sink: &mut dyn Sink) -> 
     let mut skipped = 0u64;
     // A URL and its "\r\n": a longer read without "\n" is a line too long.
     let limit = args.max_url_len + 2;
-    for source in sources(&args.files) {
+    for source in sources(&args.files)? {
         let mut input = LineReader::open(source)?;
         loop {
             let Some((mut buf, line)) = input.next_line(limit)? else {

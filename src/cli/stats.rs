@@ -15,7 +15,8 @@ use super::{open_sieve_read_only, require_sieve, Common};
 pub const KEYS_HELP: &str = "\
 Keys (the same in the text and the JSON output; every value is an unsigned integer):
   pushed         URLs pushed, duplicates included
-  buffered       URLs pushed since the last flush
+  buffered       URLs pushed since the last flush that the cache of recent URLs did not
+                 find (a repeat it finds is not written again)
   distinct       distinct URLs merged (signatures in Z)
   emitted        URLs ever appended to the frontier
   consumed       URLs popped from the frontier (durable cursor)

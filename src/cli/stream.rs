@@ -30,15 +30,30 @@ pub fn stop() -> crivello::Error {
 }
 
 /// The inputs named on the command line, in order: `None` is standard input, read when no
-/// file is named and for each "-".
-pub fn sources(files: &[PathBuf]) -> Vec<Option<&Path>> {
+/// file is named and for each "-". Each file named must open and not be a directory, checked
+/// here, before anything is read: a bad name late in the list stops the command before it
+/// prints or stores anything, not after the earlier files.
+pub fn sources(files: &[PathBuf]) -> Result<Vec<Option<&Path>>> {
     if files.is_empty() {
-        return vec![None];
+        return Ok(vec![None]);
     }
-    files
+    let all: Vec<Option<&Path>> = files
         .iter()
         .map(|f| (f.as_os_str() != "-").then_some(f.as_path()))
-        .collect()
+        .collect();
+    for path in all.iter().flatten() {
+        let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        let meta = file
+            .metadata()
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        if meta.is_dir() {
+            return Err(super::explained(
+                format!("cannot read {}: a directory", path.display()),
+                "give the files to read (a directory's files are not read)",
+            ));
+        }
+    }
+    Ok(all)
 }
 
 /// How a line read by [`LineReader::read_line`] ended.
@@ -142,6 +157,18 @@ impl LineReader {
             };
         self.line += 1;
         Ok(Some((&self.buf[at..at + len], how)))
+    }
+
+    /// Whether the next line (or the end of the input) is in the bytes read already: else
+    /// [`LineReader::next_line`] reads on, and may wait for the input.
+    pub fn holds_next(&mut self, limit: usize) -> bool {
+        let window = (self.end - self.start).min(limit);
+        self.eof
+            || window == limit
+            || self
+                .newlines
+                .find(&self.buf[..self.end], self.start, self.start + window)
+                .is_some()
     }
 
     /// The next line, as [`LineReader::next_line`] reads it, when it is whole in the bytes
@@ -435,8 +462,8 @@ mod tests {
 
     #[test]
     fn dash_and_no_file_mean_standard_input() {
-        assert_eq!(sources(&[]), [None]);
+        assert_eq!(sources(&[]).unwrap(), [None]);
         let files = [PathBuf::from("a"), PathBuf::from("-")];
-        assert_eq!(sources(&files), [Some(Path::new("a")), None]);
+        assert_eq!(sources(&files).unwrap_err().to_string(), "cannot open a");
     }
 }

@@ -135,7 +135,7 @@ fn dedup(args: &UniqArgs, dir: &Path) -> Result<()> {
             .unwrap_or_else(|e| e.into_inner())
             .set(s.lines, s.bytes, Some(s.flushes))
     });
-    for source in sources(&args.files) {
+    for source in sources(&args.files)? {
         let input = match source {
             Some(path) => Input::path(path),
             None => {
@@ -303,10 +303,20 @@ fn approx(args: &UniqArgs) -> Result<()> {
     let mut progress = Progress::new("uniq", args.common.quiet);
     let mut out = Output::new();
     let mut read = 0u64;
-    for source in sources(&args.files) {
+    for source in sources(&args.files)? {
         let mut input = LineReader::open(source)?;
         // A line and its "\n": a longer read without "\n" is a line too long.
-        while let Some((line, how)) = input.next_line(args.max_line_length + 1)? {
+        let limit = args.max_line_length + 1;
+        loop {
+            if !input.holds_next(limit) {
+                // Reading on may wait for the input (a pipe, `tail -f`): the lines found so
+                // far go out first, so that each is printed once it is read.
+                batch.drain(&mut out)?;
+                out.flush()?;
+            }
+            let Some((line, how)) = input.next_line(limit)? else {
+                break;
+            };
             let Line::Complete(n) = how else {
                 // The lines before it are printed first: the output is the filter's for the
                 // input up to that line, and a rerun from it goes on from there.
