@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
+import math
 import pickle
 import time
 from collections import deque
@@ -166,17 +167,21 @@ class DupeFilter(RFPDupeFilter):
         self.memory = memory
         self.sieve: Optional[Sieve] = None
         self.scheduler: Optional[Scheduler] = None
+        # Whether Scrapy's scheduler keeps its queue on disk (JOBDIR).
+        self.jobdir = False
         self._synced = time.monotonic()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DupeFilter:
         settings = crawler.settings
-        return cls(
+        df = cls(
             _setting_dir(settings),
             settings.getbool("DUPEFILTER_DEBUG"),
             fingerprinter=crawler.request_fingerprinter,
             memory=settings.get("CRIVELLO_MEMORY", "64M"),
         )
+        df.jobdir = bool(settings.get("JOBDIR"))
+        return df
 
     def fingerprint_of(self, request: Request) -> str:
         """The request's fingerprint, as hexadecimal text."""
@@ -189,6 +194,17 @@ class DupeFilter(RFPDupeFilter):
             # Fixes the store as a plain sieve: the scheduler, given this directory by
             # mistake, then refuses it, instead of taking the fingerprints for URLs.
             self.sieve.commit()
+            seen = self.sieve.stats()["pushed"]
+            if seen and not self.jobdir:
+                logger.warning(
+                    "The duplicate filter's store %(dir)s remembers requests of an earlier "
+                    "run: they are filtered now. Scrapy's scheduler without JOBDIR kept none "
+                    "of that run's pending requests, so those it had not fetched will not be "
+                    "fetched by this run. Resume a stopped crawl with "
+                    "SCHEDULER = 'crivello.scrapy.Scheduler' (or set JOBDIR too), or give "
+                    "a new CRIVELLO_DIR to crawl again.",
+                    {"dir": self.store_path},
+                )
 
     def request_seen(self, request: Request) -> bool:
         fp = self.fingerprint_of(request)
@@ -381,11 +397,19 @@ class Scheduler:
         self.path = path
         self.memory = memory
         self.lease_seconds = float(lease)
-        if self.lease_seconds <= 0:
-            raise SettingError(f"CRIVELLO_LEASE={lease!r}: a number of seconds above 0")
+        # The frontier keeps whole milliseconds: a lease below one would end as it begins,
+        # and every request would be handed out again and again.
+        if not math.isfinite(self.lease_seconds) or self.lease_seconds < 0.001:
+            raise SettingError(
+                f"CRIVELLO_LEASE={lease!r}: a finite number of seconds, at least 0.001 "
+                "(above the longest a request takes, retries included)"
+            )
         self.crawl_setting = crawl
         self.crawl = ""
-        self.delay = float(delay)
+        # Scrapy takes a negative delay as none.
+        self.delay = max(0.0, float(delay))
+        if not math.isfinite(self.delay):
+            raise SettingError(f"DOWNLOAD_DELAY={delay!r}: a finite number of seconds")
         if per_host < 1:
             raise SettingError(f"CRIVELLO_PER_HOST={per_host!r}: at least 1")
         self.per_host = per_host

@@ -284,6 +284,11 @@ def test_bad_settings_stop_the_crawl_at_start_with_what_to_do(site: Site, tmp_pa
         assert f.counts()["waiting"] == 1
     rc, log, _ = crawl(site, settings(tmp_path / "l", CRIVELLO_LEASE="abc", **CRIVELLO))
     assert "CRIVELLO_LEASE='abc': not a number" in log, log[-3000:]
+    # Not finite, or a lease that ends as it begins: before, the crawl started, then failed
+    # every 5 s (nan) or handed the same requests out thousands of times (1e-9).
+    for lease in ("nan", "1e-9"):
+        rc, log, _ = crawl(site, settings(tmp_path / "l", CRIVELLO_LEASE=lease, **CRIVELLO))
+        assert "at least 0.001" in log, log[-3000:]
     rc, log, _ = crawl(site, settings(tmp_path / "m", CRIVELLO_MEMORY="lots", **CRIVELLO))
     assert "CRIVELLO_MEMORY='lots'" in log, log[-3000:]
     assert len(site.fetches) == 0
