@@ -417,6 +417,8 @@ class Scheduler:
         self.stats = stats
         self.spider: Any = None
         self.frontier: Frontier = None  # type: ignore[assignment]
+        # The store's failure that stopped the crawl, if one did.
+        self._failed: Optional[BaseException] = None
         # The frontier filters when the duplicate filter is ours; another one filters
         # first, and the frontier then takes every request it lets through.
         self.filtering = isinstance(dupefilter, DupeFilter)
@@ -513,6 +515,8 @@ class Scheduler:
             self.df.close(reason)
 
     def has_pending_requests(self) -> bool:
+        if self._failed is not None:
+            return False
         if self._ready or self._unflushed or self._to_complete or self._live:
             return True
         # The engine asks only when it has nothing else to do: a count of this crawl's
@@ -579,6 +583,25 @@ class Scheduler:
         return new
 
     def next_request(self) -> Optional[Request]:
+        if self._failed is not None:
+            return None
+        try:
+            return self._next_request()
+        except (errors.StorageError, errors.PoisonedError, errors.CorruptError) as e:
+            # The store cannot take more (a full disk, say): what was acknowledged is durable,
+            # and the crawl stops with the reason, instead of failing every call for good.
+            self._failed = e
+            logger.error(
+                "The frontier in %(dir)s failed: %(error)s. The crawl stops; what it had "
+                "completed is kept: fix the cause and run the same command again to resume.",
+                {"dir": self.path, "error": e},
+                extra={"spider": self.spider},
+            )
+            if self.crawler.engine is not None and self.spider is not None:
+                self.crawler.engine.close_spider(self.spider, "crivello_store_failed")
+            return None
+
+    def _next_request(self) -> Optional[Request]:
         self._flush_completions()
         if not self._ready:
             self._fill()

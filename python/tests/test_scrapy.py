@@ -383,3 +383,32 @@ def test_requests_keep_their_callback_and_errback_by_name(tmp_path: Path) -> Non
     assert back.callback is None
     with pytest.raises(ValueError, match="cannot store the request <GET http://a.example/w>"):
         sched._serialise(scrapy.Request("http://a.example/w", callback=lambda r: None))
+
+
+def test_a_failed_store_stops_the_crawl_with_its_reason(tmp_path: Path) -> None:
+    """A store that cannot take more (a full disk: a StorageError, then PoisonedError at every
+    call) closed the spider never: the crawl logged a traceback every 5 s until killed. Now
+    the first failure closes it with its reason, and nothing is pending after it."""
+    from crivello.scrapy import Scheduler
+
+    class Engine:
+        def __init__(self) -> None:
+            self.closed: list = []
+
+        def close_spider(self, spider: object, reason: str) -> None:
+            self.closed.append(reason)
+
+    class Crawler:
+        engine = Engine()
+
+    class Failing:
+        def lease(self, *a: object, **k: object) -> list:
+            raise crivello.PoisonedError("the frontier is poisoned")
+
+    s = Scheduler(Crawler(), None, str(tmp_path / "store"))  # type: ignore[arg-type]
+    s.spider = object()
+    s.frontier = Failing()  # type: ignore[assignment]
+    assert s.next_request() is None
+    assert Crawler.engine.closed == ["crivello_store_failed"]
+    assert not s.has_pending_requests()
+    assert s.next_request() is None and Crawler.engine.closed == ["crivello_store_failed"]
