@@ -817,4 +817,22 @@ fn a_bad_input_late_in_the_list_stops_the_command_before_anything_is_printed_or_
     );
     let err = fails(1, &["uniq", arg(&a), arg(d.path())], b"");
     contains_all(&err, &["a directory"]);
+    // A named pipe is looked at, not opened, before the reading: opened and closed then, it
+    // made the command wait for a writer, whose writes then found no reader.
+    let fifo = d.path().join("fifo");
+    if std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        let path = fifo.clone();
+        let writer = std::thread::spawn(move || {
+            std::fs::write(&path, b"x\ny\nx\n").unwrap();
+        });
+        assert_eq!(
+            ok(&["uniq", arg(&a), arg(&fifo)], b""),
+            b"http://a/\nhttp://b/\nx\ny\n"
+        );
+        writer.join().unwrap();
+    }
 }

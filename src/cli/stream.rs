@@ -42,10 +42,13 @@ pub fn sources(files: &[PathBuf]) -> Result<Vec<Option<&Path>>> {
         .map(|f| (f.as_os_str() != "-").then_some(f.as_path()))
         .collect();
     for path in all.iter().flatten() {
-        let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        let meta = file
-            .metadata()
-            .with_context(|| format!("cannot open {}", path.display()))?;
+        // Looked at without opening: opening a named pipe would wait for its writer, and
+        // closing it again would leave the writer's next write without a reader.
+        let meta =
+            std::fs::metadata(path).with_context(|| format!("cannot open {}", path.display()))?;
+        if meta.is_file() {
+            File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        }
         if meta.is_dir() {
             return Err(super::explained(
                 format!("cannot read {}: a directory", path.display()),
