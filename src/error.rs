@@ -264,10 +264,7 @@ impl fmt::Display for Corruption {
                     "signatures out of order: {previous:#018x} then {got:#018x}"
                 )
             }
-            Corruption::Missing => write!(
-                f,
-                "missing: the store refers to this file (by its manifest, checkpoint or journal)"
-            ),
+            Corruption::Missing => write!(f, "missing: the store needs this file"),
             Corruption::Mismatch {
                 field,
                 expected,

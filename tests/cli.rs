@@ -358,10 +358,6 @@ fn a_locked_directory_is_refused_clearly() {
     let err = fails(1, &["push", arg(&dir)], b"http://a/\n");
     contains_all(&err, &["locked", "another crivello process is using"]);
     fails(1, &["check", arg(&dir)], b"");
-    // `stats` too: it read the files while another process replaced them, and took the race
-    // for damage ("restore it from a backup") now and then.
-    let err = fails(1, &["stats", arg(&dir)], b"");
-    contains_all(&err, &["locked"]);
     held.close().unwrap();
     ok(&["push", arg(&dir)], b"http://a/\n");
 }
@@ -526,8 +522,9 @@ fn check_says_what_bytes_after_a_clean_close_are_when_they_are_not_a_frame() {
     assert!(
         report.starts_with("ok: ")
             && report.contains("132 bytes that are not whole frames")
-            && report.contains("by a process that never closed")
-            && report.contains("pushes are lost"),
+            && report.contains("a later process wrote and never closed")
+            && report.contains("pushes are lost")
+            && !report.contains("  "),
         "{report}"
     );
 }
@@ -835,4 +832,35 @@ fn a_bad_input_late_in_the_list_stops_the_command_before_anything_is_printed_or_
         );
         writer.join().unwrap();
     }
+}
+
+#[test]
+fn stats_of_a_store_another_process_writes_never_reports_damage() {
+    // `stats` takes no lock (it never keeps a writer out): it may read files a writer is
+    // replacing. Before, about one call in a hundred then failed ("remove MANIFEST.tmp",
+    // or a missing A generation: "restore it from a backup"); a failure now is read again.
+    let d = tmp();
+    let input = d.path().join("in");
+    let mut lines = Vec::with_capacity(40 << 20);
+    for i in 0..1_000_000u64 {
+        lines
+            .extend_from_slice(format!("http://h{}.test/p/{i}\n", (i * 7919) % 100_003).as_bytes());
+    }
+    std::fs::write(&input, &lines).unwrap();
+    let dir = d.path().join("s");
+    ok(&["push", arg(&dir), "--memory", "1M"], b"http://first/\n");
+    let mut push = Command::new(BIN)
+        .args(["push", arg(&dir), "--memory", "1M", "-q"])
+        .args(std::iter::repeat_n(&input, 10))
+        .spawn()
+        .unwrap();
+    let mut reads = 0;
+    while push.try_wait().unwrap().is_none() && reads < 400 {
+        let out = run(&["stats", arg(&dir), "--json"], b"");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "stats failed while a push ran: {err}");
+        reads += 1;
+    }
+    assert!(push.wait().unwrap().success());
+    assert!(reads > 20, "{reads} reads while the push ran");
 }

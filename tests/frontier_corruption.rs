@@ -229,6 +229,44 @@ fn a_removed_file_of_the_frontier_is_named_missing() {
     }
 }
 
+/// A frontier that never wrote a checkpoint nor closed, whose only journal generation is
+/// removed: its Q runs are named as unreferenced no more, J is missing. Before, the open made
+/// an empty J and removed the runs.
+#[test]
+fn a_frontier_without_its_journal_or_checkpoint_is_refused() {
+    let disk = SimDisk::new();
+    let f = Frontier::open_with(
+        Arc::new(disk.clone()),
+        frontier_corruption_opts().journal_bytes(1 << 30),
+        Arc::new(ManualClock::new(crivello::internals::T0)),
+    )
+    .unwrap();
+    f.push("", &[crivello::Discovered::url(b"http://a.test/1")])
+        .unwrap();
+    f.flush().unwrap();
+    assert_eq!(f.lease(10, None, 60_000).unwrap().len(), 1);
+    let img = disk.crash_image(CrashImage::KillProcess);
+    drop(f);
+    let files = img.files();
+    assert!(files
+        .iter()
+        .any(|n| FrontierFile::of(n) == Some(FrontierFile::Q)));
+    assert!(!files
+        .iter()
+        .any(|n| FrontierFile::of(n) == Some(FrontierFile::Checkpoint)));
+    for n in files
+        .iter()
+        .filter(|n| FrontierFile::of(n) == Some(FrontierFile::J))
+    {
+        img.delete(n);
+    }
+    assert!(!sound(&img), "check said sound");
+    match frontier_outcome(&img) {
+        Err(Error::Corrupt { file, .. }) if file.starts_with("j-") => {}
+        other => panic!("{:?}", other.map(|(done, q)| (done, q.len()))),
+    }
+}
+
 /// The frontier store of the fuzz targets, its checkpoint's name and bytes.
 fn checkpoint_of_store() -> (SimDisk, String, Vec<u8>) {
     let (crawled, _, _) = frontier_store();

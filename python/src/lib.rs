@@ -116,9 +116,10 @@ fn not_forked(py: Python<'_>, what: &str, opened_by: u32) -> PyResult<()> {
             class,
             format!(
                 "the {what} was opened by process {opened_by}, and this process ({here}) is a \
-                 fork of it: a handle cannot be used across fork(); open the store in this \
-                 process once the other has closed it (a multiprocessing pool: the \"spawn\" \
-                 start method and a store per worker)"
+                 fork of it: a handle cannot be used across fork() (and this process holds \
+                 the store's lock until it exits); give each worker process a store of its \
+                 own, opened there (a multiprocessing pool: the \"spawn\" start method), or \
+                 share one handle between threads"
             ),
         ),
         Err(e) => e,

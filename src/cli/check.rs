@@ -101,7 +101,11 @@ pub fn run(args: CheckArgs) -> Result<()> {
         // was written by a later process, which did not close.
         if report.torn_after_clean_end.contains(file) && *bytes > CLOSE_MARK {
             text.push_str(&format!(
-                "note: {file} ends in {bytes} bytes that are not whole frames, written after                  the last clean close by a process that never closed (a crash): most likely a                  write the crash tore, never acknowledged; if instead they are damaged frames                  that process had acknowledged, their {what} are lost. The next open drops                  them\n"
+                "note: {file} ends in {bytes} bytes that are not whole frames after where the \
+                 last clean close left it: most likely frames a later process wrote and never \
+                 closed (a crash tore the last), or, in a reused file, an older generation's \
+                 bytes; if instead they are damaged frames that process had acknowledged, \
+                 their {what} are lost. The next open drops them\n"
             ));
         } else if report.torn_after_clean_end.contains(file) {
             text.push_str(&format!(

@@ -68,8 +68,44 @@ pub fn run(args: StatsArgs) -> Result<()> {
         return print(&args, &neardup_fields(&args)?);
     }
     require_sieve(&args.dir)?;
-    // Read-only views: `stats` writes nothing, and works on a full disk and on a read-only
-    // file system.
+    // Another process may write the store meanwhile (a server, a push): `stats` takes no
+    // lock, so that it never keeps a writer out, and its files may change while it reads
+    // them. A failure then is read again, a few times, and never reported as damage.
+    let mut tries = 0;
+    let all = loop {
+        match gather(&args) {
+            Ok(all) => break all,
+            Err(e) if written_by_another(&args.dir) => {
+                tries += 1;
+                if tries == READS_UNDER_WRITER {
+                    return Err(e.context(super::Explained {
+                        what: format!(
+                            "stats {}: another process writes the store, and its files \
+                             changed while they were read",
+                            args.dir.display()
+                        ),
+                        todo: "run `crivello stats` again".into(),
+                    }));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    print(&args, &all)
+}
+
+/// How many times `stats` reads a store that another process writes before it gives up.
+const READS_UNDER_WRITER: u32 = 20;
+
+/// Whether another process holds the store's lock (a writer).
+fn written_by_another(dir: &std::path::Path) -> bool {
+    std::fs::File::open(dir.join("LOCK")).is_ok_and(|f| f.try_lock_shared().is_err())
+}
+
+/// The fields of the store in `dir`, from read-only views: `stats` writes nothing, and
+/// works on a full disk and on a read-only file system.
+fn gather(args: &StatsArgs) -> Result<Vec<(&'static str, u64)>> {
     let mut sieve = open_sieve_read_only(&args.dir, Options::new().memory(args.common.memory))?;
     let stats = sieve.stats()?;
     let frontier = sieve.mode() == crivello::Mode::Frontier;
@@ -94,7 +130,7 @@ pub fn run(args: StatsArgs) -> Result<()> {
             ("paused", u64::from(fs.paused)),
         ]);
     }
-    print(&args, &all)
+    Ok(all)
 }
 
 /// The fields of a near-duplicate store (`crivello neardup`), and the pushes and distinct

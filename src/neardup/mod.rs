@@ -37,13 +37,18 @@ pub use fingerprint::{distance, fingerprint, Fingerprinter, MAX_TEXT, SHINGLE};
 pub use manifest::NAME as MANIFEST_FILE;
 
 /// Whether `dir` holds a near-duplicate store's files without the [`MANIFEST_FILE`] that
-/// marks it: the store is damaged (its marker removed), not absent.
+/// marks it: the store is damaged (its marker removed), not absent. An interrupted creation
+/// leaves the log of documents and its index before the marker: a segment of fingerprints,
+/// written once documents were stored, says the store was made.
 pub fn marker_lost(dir: impl AsRef<std::path::Path>) -> bool {
     let dir = dir.as_ref();
-    !dir.join(MANIFEST_FILE).exists()
-        && [docs::LOG, docs::INDEX]
-            .iter()
-            .any(|name| dir.join(name).exists())
+    if dir.join(MANIFEST_FILE).exists() {
+        return false;
+    }
+    std::fs::read_dir(dir).is_ok_and(|d| {
+        d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .any(|n| n.starts_with("n-") && n.ends_with(".seg"))
+    })
 }
 pub use search::MAX_K;
 pub use store::{

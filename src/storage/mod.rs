@@ -181,12 +181,11 @@ impl<S: Storage> Storage for Unsynced<S> {
 
 /// A view of the store in `dir` that reads its files and never writes to it: every change
 /// stays in memory and is forgotten with the view (see [`overlay`]). The directory is opened
-/// read-only, so the view works on a full disk and on a read-only file system. The view
-/// holds the directory's lock ([`Error::Locked`](crate::Error::Locked) while another
-/// process writes the store): without it, a reader listed the files while a writer replaced
-/// them, and took the race for damage.
+/// read-only, so the view works on a full disk and on a read-only file system. It takes no
+/// lock: a reader never keeps a writer out (`crivello stats` of a running server's store),
+/// and a reader of a store another process writes may find its files changing under it
+/// (the command line's `stats` reads again then).
 pub(crate) fn read_only_view(dir: &std::path::Path) -> crate::Result<Arc<dyn Storage>> {
     let base: Arc<dyn Storage> = Arc::new(DirStorage::open_store_read_only(dir)?);
-    let lock = base.lock_exclusive()?;
-    Ok(Arc::new(overlay::Overlay::locked(base, lock)))
+    Ok(Arc::new(overlay::Overlay::new(base)))
 }

@@ -20,8 +20,6 @@ pub(crate) struct Overlay {
     base: Arc<dyn Storage>,
     /// Files the view changed: `None` when removed.
     changed: Mutex<HashMap<String, Option<Arc<OverlayFile>>>>,
-    /// The directory's lock, when the view holds it ([`Overlay::locked`]).
-    _lock: Option<Box<dyn Any + Send + Sync>>,
 }
 
 impl std::fmt::Debug for Overlay {
@@ -36,16 +34,6 @@ impl Overlay {
         Overlay {
             base,
             changed: Mutex::new(HashMap::new()),
-            _lock: None,
-        }
-    }
-
-    /// A view of `base` that holds `lock`, the directory's, for as long as it lives: readers
-    /// through it see no other process's files change under them.
-    pub(crate) fn locked(base: Arc<dyn Storage>, lock: Box<dyn Any + Send + Sync>) -> Overlay {
-        Overlay {
-            _lock: Some(lock),
-            ..Overlay::new(base)
         }
     }
 

@@ -580,7 +580,8 @@ impl Interceptor for Check {
             None => {
                 if let Some(from) = request.metadata().get(FROM) {
                     return Err(Status::failed_precondition(format!(
-                        "node {} forwarded a call to a node that runs alone (no --peers):                          restart every node with one --peers list",
+                        "node {} forwarded a call to a node that runs alone (no --peers): restart every node \
+                         with one --peers list",
                         from.to_str().unwrap_or("?")
                     )));
                 }

@@ -668,7 +668,9 @@ impl Core {
         let image = bytes.as_deref().map(checkpoint::decode).transpose()?;
         let from = image.as_ref().map_or(0, checkpoint::Image::j_gen);
         let mut gens: Vec<u64> = Vec::new();
+        let mut runs_on_disk = false;
         for n in st.list_files()? {
+            runs_on_disk |= matches!(names::parse(&n), Some(FileName::Q(_)));
             if let Some(FileName::J(g)) = names::parse(&n) {
                 if g < from {
                     // Replaced by the checkpoint: a crash came before their removal.
@@ -689,6 +691,12 @@ impl Core {
             // there: replayed without it, the state would be J's newest entries alone, and
             // every queue and lease before them lost.
             return Err(Error::corrupt(names::CHECKPOINT, 0, Corruption::Missing));
+        }
+        if image.is_none() && gens.is_empty() && runs_on_disk {
+            // A Q run is installed by an entry of J, which exists from the frontier's first
+            // open on: runs with neither J nor a checkpoint mean J was lost (recreated
+            // empty, the runs would be removed as unreferenced).
+            return Err(Error::corrupt(&names::j(0), 0, Corruption::Missing));
         }
         let clean = core.sieve.clean_journal();
         wal::check_clean_present(J, from, &gens, clean)?;
