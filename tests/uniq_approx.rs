@@ -197,6 +197,27 @@ fn verbose_reports_the_sizing_and_the_rate_and_bad_options_are_refused() {
             && err.lines().count() == 1,
         "{err}"
     );
+    // A rate no filter of the given size reaches, even for one line (the hash functions are
+    // at most 24): refused, not run at a rate it never promised.
+    for args in [
+        &["--fp-rate", "1e-300"][..],
+        &["--memory", "8M", "--fp-rate", "1e-200"],
+        &["--expected", "1000000000000", "--fp-rate", "1e-300"],
+    ] {
+        let out = Command::new(BIN)
+            .args(["uniq", "--approx"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("no Bloom filter reaches a false-positive rate of 1.00e-")
+                && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    }
     let out = Command::new(BIN)
         .args(["uniq", "--expected", "10"])
         .stdin(Stdio::null())

@@ -271,6 +271,29 @@ fn approx(args: &UniqArgs) -> Result<()> {
             (Some(n), None) => Sizing::for_memory_and_expected(layout, args.common.memory, n),
             (None, p) => Sizing::for_memory_and_rate(layout, args.common.memory, p.unwrap_or(0.01)),
         };
+    // A rate no filter of this size reaches (its hash functions are at most MAX_K, so even
+    // one line leaves a rate above it): refused rather than run at a rate it never promised.
+    if let Some(p) = args.fp_rate.filter(|&p| sizing.fp_rate > p * (1.0 + 1e-9)) {
+        let why = if args.expected.is_some() {
+            format!("for {} distinct lines", sizing.expected)
+        } else {
+            format!(
+                "in {} (its lowest rate, for one line, is {:.2e})",
+                indicatif::HumanBytes(sizing.bytes()),
+                sizing.fp_rate
+            )
+        };
+        return Err(usage(
+            format!(
+                "approximate uniq: no Bloom filter reaches a false-positive rate of {p:.2e} {why}"
+            ),
+            if memory_given || args.expected.is_none() {
+                "give a larger --fp-rate, or a larger --memory"
+            } else {
+                "give a larger --fp-rate or a smaller --expected"
+            },
+        ));
+    }
     if args.verbose {
         eprintln!(
             "crivello: approximate uniq: a Bloom filter of {} ({layout:?} layout), k = {}: a \
@@ -291,7 +314,11 @@ fn approx(args: &UniqArgs) -> Result<()> {
                 sizing.fp_rate,
                 sizing.expected
             ),
-            "give a smaller --memory, or a larger --fp-rate or a smaller --expected",
+            if memory_given {
+                "give a smaller --memory"
+            } else {
+                "give a larger --fp-rate or a smaller --expected"
+            },
         ));
     };
     let mut batch = Batch {
