@@ -881,6 +881,68 @@ fn a_queue_held_back_to_the_end_of_time_is_still_due_then() {
     );
 }
 
+/// A policy changed while a queue waits after a fetch cuts the wait to what the new policy
+/// allows (its delay from the change; the ratio rule's wait scaled by the ratios), never
+/// lengthens it, and the cut holds across a reopen: a mistyped hour-long delay does not
+/// strand the hosts that ended a fetch under it.
+#[test]
+fn a_policy_changed_during_a_wait_cuts_it_to_the_new_policy() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(50_000));
+    let f = open(&disk, &clock);
+    let delay = |ms| Policy {
+        delay_ms: ms,
+        ..Policy::default()
+    };
+    let ratio = |ppm| Policy {
+        ratio_ppm: ppm,
+        ..Policy::default()
+    };
+    push(
+        &f,
+        &[
+            "http://a.test/1",
+            "http://a.test/2",
+            "http://b.test/1",
+            "http://b.test/2",
+            "http://c.test/1",
+            "http://c.test/2",
+        ],
+    );
+    f.flush().unwrap();
+    f.set_policy("", None, delay(3_600_000)).unwrap();
+    f.set_policy("", Some(b"c.test"), ratio(1_000)).unwrap();
+    let l = f.lease(10, None, 9_000).unwrap();
+    assert_eq!(l.len(), 3);
+    for x in &l {
+        // c.test's fetch took 2 s: 2,000 s at a ratio of 0.001.
+        assert!(f.done(x.token, 2_000).unwrap());
+    }
+    assert_eq!(f.next_due_ms().unwrap(), Some(50_000 + 2_000_000));
+    // A longer default lengthens no wait begun; a shorter one cuts a.test's and b.test's.
+    clock.set(60_000);
+    f.set_policy("", None, delay(7_200_000)).unwrap();
+    assert_eq!(f.next_due_ms().unwrap(), Some(50_000 + 2_000_000));
+    f.set_policy("", None, delay(1_000)).unwrap();
+    assert_eq!(f.next_due_ms().unwrap(), Some(61_000));
+    clock.set(61_000);
+    let l = f.lease(10, None, 9_000).unwrap();
+    assert_eq!(urls(&l), ["http://a.test/2", "http://b.test/2"]);
+    // c.test's own ratio, raised a thousandfold: the 1,989 s left become 1.989 s.
+    f.set_policy("", Some(b"c.test"), ratio(1_000_000)).unwrap();
+    assert_eq!(f.next_due_ms().unwrap(), Some(61_000 + 1_989));
+    // The cuts are in the journal: a reopen keeps them.
+    drop(f);
+    let f = open(&disk, &clock);
+    clock.set(62_988);
+    assert!(f.lease(10, None, 9_000).unwrap().is_empty());
+    clock.set(62_989);
+    assert_eq!(
+        urls(&f.lease(10, None, 9_000).unwrap()),
+        ["http://c.test/2"]
+    );
+}
+
 #[test]
 fn the_next_instant_due_is_exact_once_leases_end_and_queues_empty() {
     let disk = SimDisk::new();
@@ -1585,6 +1647,18 @@ mod model {
                         f.set_policy("", None, p).unwrap();
                         // The leases expired by now end under the policy before.
                         m.expire(now);
+                        // The waits begun are cut to what the new policy allows: its delay
+                        // from now, the ratio rule's wait scaled by the ratios (kept whole
+                        // when the old policy had none).
+                        for h in m.hosts.values_mut() {
+                            let left = h.due.saturating_sub(now);
+                            let ratio_part = match (m.policy.ratio_ppm, p.ratio_ppm) {
+                                (_, 0) => 0,
+                                (0, _) => left,
+                                (o, n) => left * u64::from(o) / u64::from(n),
+                            };
+                            h.due = h.due.min(now + p.delay_ms.max(ratio_part));
+                        }
                         m.policy = p;
                     }
                     Op::Block(h, d) => {

@@ -778,7 +778,10 @@ impl Frontier {
     }
 
     /// Sets the policy of the queue `key` of `crawl`, or (`key` None) the default of every
-    /// queue without a policy of its own. Durable when this returns.
+    /// queue without a policy of its own. Durable when this returns. A queue waiting after
+    /// a fetch waits no longer than the new policy allows from now (its delay; under the
+    /// ratio rule the wait left, scaled by the ratios); a longer wait applies from the next
+    /// fetch on.
     pub fn set_policy(&self, crawl: &str, key: Option<&[u8]>, policy: Policy) -> Result<()> {
         validate_key(key)?;
         let crawl = crawl_name(crawl);

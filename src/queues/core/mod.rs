@@ -1055,13 +1055,26 @@ impl Core {
                     self.expire(*at);
                 }
                 match key {
-                    None => self.default_policy = *policy,
+                    None => {
+                        let old = std::mem::replace(&mut self.default_policy, *policy);
+                        if let Some(at) = at {
+                            for i in 0..self.queues.len() as u32 {
+                                if !self.policies.contains_key(&self.ids[i as usize]) {
+                                    self.shorten_wait(i, old, *policy, *at);
+                                }
+                            }
+                        }
+                    }
                     Some(k) => {
                         // The queue exists from its policy on (so that deleting its crawl
                         // finds the policy).
                         let id = queue_id(*crawl, k);
-                        self.queue(id, *crawl, k);
+                        let i = self.queue(id, *crawl, k);
+                        let old = self.policy(id);
                         self.policies.insert(id, *policy);
+                        if let Some(at) = at {
+                            self.shorten_wait(i, old, *policy, *at);
+                        }
                     }
                 }
                 for i in 0..self.queues.len() {
@@ -1866,6 +1879,30 @@ impl Core {
         }
         q.due = q.due.max(at.saturating_add(wait));
         self.set_burst(i, if ends { 0 } else { burst });
+    }
+
+    /// Shortens the wait queue `i` began under policy `old` to what policy `new`, set at
+    /// `at`, allows: at most its delay (rule 1) from `at`, or, for the ratio rule, the wait
+    /// left scaled by the ratios (when `old` had no ratio rule, the fetch's time is unknown
+    /// and that part of the wait is kept). Never longer: a wait begun ends by the policy it
+    /// began under or sooner, and since the fetch ended at or before `at`, the new delay
+    /// still holds from its end.
+    fn shorten_wait(&mut self, i: u32, old: Policy, new: Policy, at: u64) {
+        let left = self.queues.get(i).due.saturating_sub(at);
+        if left == 0 {
+            return;
+        }
+        let ratio_part = match (old.ratio_ppm, new.ratio_ppm) {
+            (_, 0) => 0,
+            (0, _) => left,
+            (o, n) => {
+                u64::try_from(u128::from(left) * u128::from(o) / u128::from(n)).unwrap_or(u64::MAX)
+            }
+        };
+        let wait = left.min(new.delay_ms.max(ratio_part));
+        if wait < left {
+            self.queues.update(i, |q| q.due = at + wait);
+        }
     }
 
     /// Milliseconds the fetches of queue `i`'s current burst took.
