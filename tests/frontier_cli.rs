@@ -391,9 +391,28 @@ fn nonsense_values_are_refused_and_a_url_with_a_tab_can_be_ended() {
         &["policy", d],
         &["policy", d, "--key", "", "--delay", "1s"],
         &["block", d, "", "--for", "1s"],
+        // Past 100 years: a typing error, for every option that takes a duration.
+        &["block", d, "a.test", "--for", "99999999999h"],
+        &["policy", d, "--delay", "876001h"],
+        &["lease", d, "--ttl", "99999999999h"],
+        &["done", d, "--refetch-after", "99999999999h"],
     ] {
         expect(2, args, b"");
     }
+    // A done line longer than --max-url-len allows is named, whatever it holds; a negative
+    // time says so.
+    let mut long = vec![b'x'; (64 << 10) + 100];
+    long.push(b'\n');
+    let (_, err) = expect(1, &["done", d], &long);
+    assert!(
+        err.contains("line 1: longer than --max-url-len (65536 bytes)"),
+        "{err}"
+    );
+    let (_, err) = expect(1, &["done", d], b"http://a.test/x\t-1\n");
+    assert!(
+        err.contains("line 1: the time after the tab is negative"),
+        "{err}"
+    );
     let (out, _) = expect(0, &["lease", d], b"");
     assert_eq!(out, "http://a.test/x\ty\n");
     let (_, err) = expect(0, &["done", d], b"http://a.test/x\ty\t0.5\n");

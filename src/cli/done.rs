@@ -11,16 +11,19 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use crivello::Completion;
+use crivello::{Completion, Options};
 
 use super::duration::parse_duration;
 use super::stream::{sources, Line, LineReader};
-use super::{close_after_durable_work, explained, open_frontier, require_sieve, Common, CrawlArg};
+use super::{
+    close_after_durable_work, explained, open_frontier, parse_max_url_len, require_sieve, Common,
+    CrawlArg,
+};
 
 /// Lines ended in one durable step.
 const BATCH: usize = 4096;
-/// The longest line read.
-const MAX_LINE: usize = 1 << 30;
+/// A line's bytes besides its URL, at most: a tab, the seconds, "\r\n".
+const LINE_EXTRA: usize = 64;
 
 /// The arguments of `done`.
 #[derive(Debug, Args)]
@@ -35,6 +38,10 @@ pub struct DoneArgs {
     /// Put the URLs back in their queues now (the delay applies) instead of ending them.
     #[arg(long)]
     pub retry: bool,
+    /// The longest URL of a line, in bytes (units as for --memory; at most 1G): give the
+    /// `push`'s --max-url-len when it was raised. A longer line is an error.
+    #[arg(long, value_name = "SIZE", default_value_t = Options::DEFAULT_MAX_URL_LEN, value_parser = parse_max_url_len)]
+    pub max_url_len: usize,
     /// The crawl.
     #[command(flatten)]
     pub crawl: CrawlArg,
@@ -88,21 +95,38 @@ fn read_and_end(
         Ok(())
     };
     let mut buf = Vec::new();
+    let limit = args.max_url_len + LINE_EXTRA;
     for source in sources(&args.files)? {
         let mut input = LineReader::open(source)?;
         loop {
             buf.clear();
-            let Some(line) = input.read_line(&mut buf, MAX_LINE)? else {
+            let Some(line) = input.read_line(&mut buf, limit)? else {
                 break;
             };
             if let Line::TooLong = line {
                 end(&mut batch)?;
-                return Err(bad_line(&input, "longer than 1 GiB"));
+                return Err(bad_line(
+                    &input,
+                    &format!(
+                        "longer than --max-url-len ({} bytes) allows",
+                        args.max_url_len
+                    ),
+                ));
             }
             if buf.last() == Some(&b'\r') {
                 buf.pop();
             }
             match parse_line(&buf) {
+                Ok((url, _)) if url.len() > args.max_url_len => {
+                    end(&mut batch)?;
+                    return Err(bad_line(
+                        &input,
+                        &format!(
+                            "the URL is longer than --max-url-len ({} bytes)",
+                            args.max_url_len
+                        ),
+                    ));
+                }
                 Ok(item) => batch.push(item),
                 Err(why) => {
                     end(&mut batch)?;
@@ -130,8 +154,11 @@ fn parse_line(line: &[u8]) -> std::result::Result<(Vec<u8>, u64), &'static str> 
             let secs = std::str::from_utf8(&line[i + 1..])
                 .ok()
                 .and_then(|s| s.trim().parse::<f64>().ok())
-                .filter(|s| s.is_finite() && *s >= 0.0)
+                .filter(|s| s.is_finite())
                 .ok_or("the time after the tab is not a number of seconds")?;
+            if secs < 0.0 {
+                return Err("the time after the tab is negative");
+            }
             // (The ratio rule waits in proportion: a fetch said to take ages would hold its
             // queue back for ever.)
             if secs > MAX_FETCH_S {
@@ -174,5 +201,9 @@ mod tests {
         ] {
             assert!(parse_line(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(
+            parse_line(b"http://a/\t-1"),
+            Err("the time after the tab is negative")
+        );
     }
 }

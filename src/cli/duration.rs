@@ -21,8 +21,13 @@ pub fn parse_duration(text: &str) -> Result<u64, String> {
         .parse::<u64>()
         .ok()
         .and_then(|n| n.checked_mul(ms))
-        .ok_or_else(|| "too large".to_owned())
+        .filter(|&ms| ms <= LONGEST_MS)
+        .ok_or_else(|| "too large: at most 876000h (100 years)".to_owned())
 }
+
+/// The longest duration taken: 100 years. A delay, a lease or a refetch longer than that is a
+/// typing error, and one past the year 9999 would not be kept as an instant.
+pub const LONGEST_MS: u64 = 876_000 * 3_600_000;
 
 /// Parses a duration that must be above zero (a lease's): see [`parse_duration`].
 pub fn parse_positive_duration(text: &str) -> Result<u64, String> {
@@ -52,11 +57,14 @@ pub fn parse_ratio(text: &str) -> Result<u32, String> {
         .parse()
         .map_err(|_| "expected a number above 0 and at most 1, like 0.1".to_owned())?;
     if !(p > 0.0 && p <= 1.0) {
-        return Err(format!("{p} is not above 0 and at most 1"));
+        return Err(format!("{} is not above 0 and at most 1", text.trim()));
     }
     // Kept in millionths: a finer P would be changed without a word.
     if p < 0.000_000_5 {
-        return Err(format!("{p} is below 0.000001, the finest ratio kept"));
+        return Err(format!(
+            "{} is below 0.000001, the finest ratio kept",
+            text.trim()
+        ));
     }
     Ok(((p * 1e6).round() as u32).max(1))
 }
@@ -84,9 +92,15 @@ mod tests {
             "2d",
             "1 s",
             "99999999999999999999h",
+            "99999999999h",
+            "876001h",
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(parse_duration("876000h"), Ok(LONGEST_MS));
+        assert!(parse_ratio("1e-300")
+            .unwrap_err()
+            .starts_with("1e-300 is below"));
         assert_eq!(parse_positive_duration("1ms"), Ok(1));
         assert!(parse_positive_duration("0s").is_err());
         assert_eq!(parse_ratio("0.1"), Ok(100_000));

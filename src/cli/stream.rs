@@ -132,12 +132,18 @@ impl LineReader {
     /// last line without "\n" is a line. Returns `None` at the end of the input. Memory
     /// stays bounded by the buffer and `limit` however long the line.
     pub fn next_line(&mut self, limit: usize) -> Result<Option<(&[u8], Line)>> {
+        // The bytes after `start` known to hold no newline: a line longer than one read is
+        // searched on from there, not again from its start at each read.
+        let mut scanned = 0;
         let (at, len, how) = loop {
             let avail = self.end - self.start;
             let window = avail.min(limit);
-            let found = self
-                .newlines
-                .find(&self.buf[..self.end], self.start, self.start + window);
+            let found = self.newlines.find(
+                &self.buf[..self.end],
+                self.start + scanned,
+                self.start + window,
+            );
+            scanned = window;
             if let Some(i) = found {
                 let i = i - self.start;
                 break (self.start, i, Line::Complete(i + 1));
