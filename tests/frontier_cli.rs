@@ -287,6 +287,18 @@ fn compressed_queues_are_chosen_once_kept_in_the_directory_and_take_fewer_bytes(
     assert_eq!(out, "http://a.test/\n");
 }
 
+/// The README's crawl loop: its code block from `crivello push crawl seeds.txt` on.
+fn readme_loop() -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme
+        .find("```sh\ncrivello push crawl seeds.txt\n")
+        .expect("the README's crawl loop")
+        + "```sh\n".len();
+    let len = readme[start..].find("```").unwrap();
+    readme[start..start + len].to_owned()
+}
+
 /// The crawl loop of the README, in a shell, over a small web of 5 hosts: `fetch` prints a
 /// page's links (and notes the fetch), each host has a delay of 30 ms. Every page reachable
 /// from the seeds is fetched exactly once, and the loop ends by itself.
@@ -329,23 +341,17 @@ fn the_readmes_shell_crawl_loop_fetches_every_reachable_page_once() {
         format!("{}\n{}\n", url(0, 0), url(2, 0)),
     )
     .unwrap();
+    let readme = readme_loop();
+    let (push, rest) = readme.split_once('\n').unwrap();
     let script = format!(
         r#"set -e
 crivello() {{ "{bin}" "$@"; }}
 fetch() {{ echo "$1" >> fetched.log; awk -v u="$1" '$1 == u {{ for (i = 2; i <= NF; i++) print $i }}' links.txt; }}
-crivello push crawl seeds.txt
+# The README's loop, as it is written there, with a delay set after its first push:
+{push}
 crivello policy crawl --delay 30ms
-# The README's loop, as it is written there:
-while urls=$(crivello lease crawl -n 100 --wait) && [ -n "$urls" ]; do
-    for url in $urls; do
-        start=$(date +%s.%N)
-        fetch "$url" | crivello push crawl -q
-        printf '%s\t%s\n' "$url" "$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {{ print e - s }}')"
-    done > fetched.tsv
-    crivello done crawl fetched.tsv
-done
-"#,
-        bin = BIN
+{rest}"#,
+        bin = BIN,
     );
     let out = Command::new("bash")
         .arg("-c")
@@ -620,4 +626,107 @@ fn a_key_that_is_not_utf8_goes_from_queues_back_to_block() {
     assert!(!out.stdout.ends_with(b"\t-\n"), "not blocked");
     let (leased, _) = expect(0, &["lease", d], b"");
     assert_eq!(leased, "", "the blocked queue handed out a URL");
+}
+
+/// Processor time (user and system) of process `pid` so far, in clock ticks (Linux).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command's closing parenthesis: state is the first, utime the 12th.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// A `lease --wait` of one crawl waits for that crawl's queues only (it looked at every
+/// crawl's, and with another crawl's URL due it went round a hundred times a second), and the
+/// commands a crawl loop runs beside it wait for the lock it takes a moment each second
+/// (pushes failed as locked); a crawl whose URLs wait behind their limit ends the wait with a
+/// note, and a pause is waited out.
+#[test]
+fn lease_wait_of_one_crawl_waits_for_its_own_and_the_commands_beside_it_wait_for_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("w");
+    let d = d.to_str().unwrap();
+    expect(
+        0,
+        &["push", d, "--crawl", "Y"],
+        b"http://a.test/1\nhttp://a.test/2\n",
+    );
+    expect(0, &["policy", d, "--delay", "1h"], b"");
+    let (out, _) = expect(0, &["lease", d, "--crawl", "Y"], b"");
+    expect(0, &["done", d, "--crawl", "Y"], out.as_bytes());
+    let mut wait = spawn(&["lease", d, "--wait", "--crawl", "Y", "-q"]);
+    // URLs of the default crawl, due at once, one command each.
+    for i in 0..60 {
+        let line = format!("http://x{i}.test/\n");
+        expect(0, &["push", d, "-q"], line.as_bytes());
+    }
+    let before = cpu_ticks(wait.id());
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let spent = cpu_ticks(wait.id()) - before;
+    let ended = wait.try_wait().unwrap();
+    let _ = wait.kill();
+    let _ = wait.wait();
+    assert!(ended.is_none(), "lease --wait of crawl Y ended");
+    // Two seconds of waiting are two looks at the queues: far below a second of processor
+    // time (100 ticks), which a wait that went round every 10 ms took.
+    assert!(spent < 50, "lease --wait spent {spent} ticks in 2 s");
+    // The default crawl: 60 hosts due, then a queue at its limit.
+    let (out, _) = expect(0, &["lease", d], b"");
+    assert_eq!(out.lines().count(), 60);
+    expect(0, &["done", d], out.as_bytes());
+    expect(
+        0,
+        &["push", d],
+        b"http://z.test/1\nhttp://z.test/2\nhttp://z.test/3\n",
+    );
+    expect(
+        0,
+        &[
+            "policy", d, "--key", "z.test", "--limit", "1", "--delay", "0s",
+        ],
+        b"",
+    );
+    let (out, _) = expect(0, &["lease", d], b"");
+    assert_eq!(out, "http://z.test/1\n");
+    expect(0, &["done", d], out.as_bytes());
+    let (out, err) = expect(0, &["lease", d, "--wait"], b"");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("2 URLs wait in queues that reached their limit"),
+        "{err}"
+    );
+    // Paused, `lease --wait` waits for the resume.
+    expect(0, &["policy", d, "--key", "z.test", "--limit", "0"], b"");
+    expect(0, &["pause", d], b"");
+    let wait = spawn(&["lease", d, "--wait"]);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    expect(0, &["resume", d], b"");
+    let out = wait.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "http://z.test/2\n");
+}
+
+/// `queues` and `flush` show what `push` pushed into a frontier: `queues` merges it first,
+/// as `lease` does, and `flush` of a frontier moves it into its queues.
+#[test]
+fn queues_and_flush_show_the_urls_pushed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("w");
+    let d = d.to_str().unwrap();
+    expect(
+        0,
+        &["push", d, "--crawl", "X"],
+        b"http://a.test/1\nhttp://b.test/1\n",
+    );
+    let (out, _) = expect(0, &["queues", d, "--crawl", "X"], b"");
+    assert_eq!(out.lines().count(), 2, "{out}");
+    expect(0, &["push", d, "--crawl", "X"], b"http://c.test/1\n");
+    expect(0, &["flush", d], b"");
+    let (out, _) = expect(0, &["stats", d, "--json"], b"");
+    let st: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (st["waiting"].as_u64(), st["queues"].as_u64()),
+        (Some(3), Some(3)),
+        "{st}"
+    );
 }

@@ -6,11 +6,11 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use crivello::LeaseRequest;
+use crivello::{LeaseRequest, Options};
 
 use super::duration::parse_positive_duration;
 use super::stream::Output;
-use super::{close_after_durable_work, open_frontier, require_sieve, Common, CrawlArg};
+use super::{close_after_durable_work, open_frontier, opening, require_sieve, Common, CrawlArg};
 
 /// The arguments of `lease`.
 #[derive(Debug, Args)]
@@ -52,7 +52,14 @@ pub fn run(args: LeaseArgs) -> Result<()> {
     let mut noted = false;
     let mut told_locked = false;
     loop {
-        let frontier = match open_frontier(&args.dir, args.common.memory) {
+        // Waiting, the loop below waits for the lock itself, and says so.
+        let open = if waited || args.wait {
+            crivello::Frontier::open(&args.dir, Options::new().memory(args.common.memory))
+                .map_err(|e| opening(e, "frontier", &args.dir))
+        } else {
+            open_frontier(&args.dir, args.common.memory)
+        };
+        let frontier = match open {
             Ok(f) => f,
             // Waiting, the directory is free meanwhile: another process may hold it for a
             // while (a `push` of the links found, a `done`, another `lease --wait`); wait for
@@ -60,8 +67,8 @@ pub fn run(args: LeaseArgs) -> Result<()> {
             Err(e) if (waited || args.wait) && is_locked(&e) => {
                 if !told_locked && !args.common.quiet {
                     eprintln!(
-                        "crivello: {} is held by another process (a `serve` holds it for good): \
-                         waiting for it",
+                        "crivello: {} is held by another process (a `push` or `done` for a \
+                         moment, a `serve` until it stops): waiting for it",
                         args.dir.display()
                     );
                     told_locked = true;
@@ -91,11 +98,27 @@ pub fn run(args: LeaseArgs) -> Result<()> {
             return Ok(());
         }
         // Nothing due: wait for the next instant something may be, the directory released.
-        let next = frontier.next_due_ms()?;
-        frontier.close()?;
+        // Paused: waiting for `resume` (said once, above), a second at a time.
+        let next = match frontier.stats()?.paused {
+            true => Some(crivello::queues::Clock::now_ms(&crivello::queues::SystemClock) + 1_000),
+            false => frontier.next_due_ms_of(args.crawl.name())?,
+        };
         let Some(next) = next else {
+            // Nothing of the crawl will be due: URLs that still wait are in queues at their
+            // limit.
+            let waiting = frontier.counts(args.crawl.name(), None)?.waiting;
+            frontier.close()?;
+            if waiting > 0 && !args.common.quiet {
+                eprintln!(
+                    "crivello: {waiting} URL{} wait{} in queues that reached their limit \
+                     (`policy --limit`): none of them will be handed out",
+                    if waiting == 1 { "" } else { "s" },
+                    if waiting == 1 { "s" } else { "" },
+                );
+            }
             return Ok(());
         };
+        frontier.close()?;
         sleep_until(next);
         waited = true;
     }

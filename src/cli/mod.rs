@@ -94,7 +94,8 @@ enum Command {
     /// read is durable. New URLs reach the frontier when a flush merges them: automatically
     /// when the memory buffer fills and a merge is due, or with `crivello flush`.
     Push(push::PushArgs),
-    /// Flush now: the new URLs pushed so far become available to `pop`.
+    /// Flush now: the new URLs pushed so far become available to `pop` (in a frontier: they
+    /// wait in their queues, and `queues` and `stats` count them).
     Flush(flush::FlushArgs),
     /// Print up to N frontier URLs (default: all) in order, then durably advance the cursor.
     ///
@@ -480,7 +481,26 @@ pub fn open_frontier(dir: &Path, memory: usize) -> anyhow::Result<Frontier> {
 
 /// Opens the frontier in `dir` with options.
 pub fn open_frontier_with(dir: &Path, opts: Options) -> anyhow::Result<Frontier> {
-    Frontier::open(dir, opts).map_err(|e| opening(e, "frontier", dir))
+    waiting_for_lock(|| Frontier::open(dir, opts.clone())).map_err(|e| opening(e, "frontier", dir))
+}
+
+/// How long an open waits for another process that holds the directory: the commands of a
+/// crawl loop hold it for a moment each (a `lease --wait` looks at the queues every second),
+/// so two of them meeting wait rather than fail; a `push` of minutes, or a `serve`, still
+/// makes the open fail as locked, after this wait.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Calls `open` until it does not fail as locked, for [`LOCK_WAIT`] at most.
+pub fn waiting_for_lock<T>(mut open: impl FnMut() -> crivello::Result<T>) -> crivello::Result<T> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match open() {
+            Err(crivello::Error::Locked { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => return r,
+        }
+    }
 }
 
 /// Closes a frontier whose command's work is durable already (leases printed, dones ended,
@@ -504,7 +524,7 @@ pub fn open_frontier_read_only(dir: &Path, memory: usize) -> anyhow::Result<Fron
 
 /// Opens (or creates) the sieve in `dir`.
 pub fn open_sieve(dir: &Path, opts: Options) -> anyhow::Result<Sieve> {
-    Sieve::open(dir, opts).map_err(|e| opening(e, "sieve", dir))
+    waiting_for_lock(|| Sieve::open(dir, opts.clone())).map_err(|e| opening(e, "sieve", dir))
 }
 
 /// Opens the sieve in `dir` as a read-only view ([`Sieve::open_read_only`]).

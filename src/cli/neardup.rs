@@ -89,10 +89,14 @@ pub fn run(args: NeardupArgs) -> Result<()> {
     // Every input named opens, before the store is made or changed.
     sources(&args.files)?;
     let opts = Options::new().memory(args.common.memory);
-    let mut store = Store::open(&args.dir, opts).map_err(|e| match e {
-        crivello::Error::Locked { .. } | crivello::Error::NotASieve { .. } => anyhow::Error::new(e),
-        e => anyhow::Error::new(e).context(format!("near-duplicate store {}", args.dir.display())),
-    })?;
+    let mut store =
+        super::waiting_for_lock(|| Store::open(&args.dir, opts.clone())).map_err(|e| match e {
+            crivello::Error::Locked { .. } | crivello::Error::NotASieve { .. } => {
+                anyhow::Error::new(e)
+            }
+            e => anyhow::Error::new(e)
+                .context(format!("near-duplicate store {}", args.dir.display())),
+        })?;
     let mut out = Output::new();
     // Lines of an interrupted run, stored but not recorded as printed.
     let pending = store.unreported();

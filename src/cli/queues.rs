@@ -38,8 +38,26 @@ pub fn run(args: QueuesArgs) -> Result<()> {
     // On a full disk or a read-only file system, where an open that must recover cannot
     // write, the queues are read through a read-only view (as `stats` reads them).
     let opts = Options::new().memory(args.common.memory);
-    let frontier = match Frontier::open(&args.dir, opts.clone()) {
-        Ok(f) => f,
+    let frontier = match super::waiting_for_lock(|| Frontier::open(&args.dir, opts.clone())) {
+        // What `push` pushed is listed too: merged and queued first (as `lease` does).
+        Ok(f) => match f.flush() {
+            Ok(()) => f,
+            Err(e) if e.is_write_refused() => {
+                drop(f);
+                if !args.common.quiet {
+                    eprintln!(
+                        "crivello: warning: the URLs pushed since the last merge are not listed: \
+                         merging them needs to write, and {}",
+                        match super::cannot_write(&e) {
+                            ro if ro.contains("read-only") => ro,
+                            _ => "the disk is full",
+                        }
+                    );
+                }
+                open_frontier_read_only(&args.dir, args.common.memory)?
+            }
+            Err(e) => return Err(opening(e, "frontier", &args.dir)),
+        },
         Err(e) if e.is_write_refused() => open_frontier_read_only(&args.dir, args.common.memory)?,
         Err(e) => return Err(opening(e, "frontier", &args.dir)),
     };

@@ -20,7 +20,8 @@ Keys (the same in the text and the JSON output; every value is an unsigned integ
   distinct       distinct URLs merged (signatures in Z)
   emitted        URLs ever appended to the frontier
   consumed       URLs popped from the frontier (durable cursor)
-  pending        URLs in the frontier not yet popped
+  pending        URLs in the frontier not yet popped (in a frontier: new URLs not yet in
+                 their queues, which `lease`, `queues` and `flush` move there)
   unmerged       URLs pushed and spilled to runs, waiting for a merge with Z
   runs           runs waiting for a merge
   flushes        flushes committed (spills and merges)

@@ -574,7 +574,10 @@ impl Frontier {
 
     /// Hands out the next URLs of up to `max_queues` queues that are due now, up to
     /// `per_queue` of each (and at most what the queue's policy leaves room for), leased for
-    /// `ttl_ms` milliseconds. The leases are durable when this returns.
+    /// `ttl_ms` milliseconds. The leases are durable when this returns. URLs pushed are
+    /// handed out once a flush moved them into their queues: a full buffer, a
+    /// [`Frontier::flush`], or a hand-out that finds no queue due (it flushes first) or
+    /// fewer than it asked for (it begins a flush, at most once a second).
     pub fn lease(
         &self,
         max_queues: usize,
@@ -745,6 +748,15 @@ impl Frontier {
         self.with(|c| Ok(c.next_due()))
     }
 
+    /// [`Frontier::next_due_ms`] for the queues and leases of `crawl` alone (a hand-out of
+    /// one crawl waits for its own): None when nothing of it waits that may be served and
+    /// nothing of it is leased. It looks at every queue: for a caller that waits, not for
+    /// each hand-out.
+    pub fn next_due_ms_of(&self, crawl: &str) -> Result<Option<u64>> {
+        let crawl = crawl_name(crawl);
+        self.with(|c| Ok(c.next_due_of(crawl)))
+    }
+
     /// The policy in force for the queue `key` of `crawl` (its own or the default), or the
     /// default (`key` None).
     pub fn policy(&self, crawl: &str, key: Option<&[u8]>) -> Result<Policy> {
@@ -797,6 +809,8 @@ impl Frontier {
     }
 
     /// The queues of `crawl`, in the order of their keys, from the `start`-th: at most `max`.
+    /// URLs pushed are counted once a flush moved them into their queues (a full buffer,
+    /// [`Frontier::flush`], or [`Frontier::flush_for_reading`] first).
     pub fn queues(&self, crawl: &str, start: usize, max: usize) -> Result<Vec<QueueInfo>> {
         let crawl = crawl_name(crawl);
         self.with(|c| c.queues(crawl, start, max))
@@ -962,7 +976,8 @@ impl Frontier {
         })
     }
 
-    /// The counts of `crawl`, or (`key` given) of its queue `key`.
+    /// The counts of `crawl`, or (`key` given) of its queue `key`. URLs pushed are counted once a flush moved them into their queues (a full buffer,
+    /// [`Frontier::flush`], or [`Frontier::flush_for_reading`] first).
     pub fn counts(&self, crawl: &str, key: Option<&[u8]>) -> Result<Counts> {
         let crawl = crawl_name(crawl);
         self.with(|c| Ok(c.counts(crawl, key)))
@@ -973,7 +988,8 @@ impl Frontier {
         self.with(|c| c.set_paused(on))
     }
 
-    /// Counts.
+    /// Counts. URLs pushed are counted once a flush moved them into their queues (a full buffer,
+    /// [`Frontier::flush`], or [`Frontier::flush_for_reading`] first).
     pub fn stats(&self) -> Result<FrontierStats> {
         self.with(core::Core::stats)
     }

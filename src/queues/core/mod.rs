@@ -3141,6 +3141,28 @@ impl Core {
     }
 
     /// The first instant a queue may be served (None: nothing waits).
+    /// [`Core::next_due`] of the queues and leases of crawl `crawl` alone (None: it has
+    /// none); a pass over every queue.
+    pub(super) fn next_due_of(&mut self, crawl: &[u8]) -> Option<u64> {
+        let any = self.next_due()?;
+        let &id = self.crawls.get(crawl)?;
+        let now = self.clock.now_ms();
+        let mut first: Option<u64> = self.moving.as_ref().map(|_| any);
+        let mut at = |t: u64| first = Some(first.map_or(t, |f| f.min(t)));
+        for i in 0..self.queues.len() as u32 {
+            let (qid, q) = (self.ids[i as usize], &*self.queues.get(i));
+            if q.crawl == id && q.has_waiting() && self.has_room(qid, q) {
+                at(self.ready_at(qid, q).max(now));
+            }
+        }
+        for l in self.leases.iter() {
+            if l.crawl == id {
+                at(l.deadline);
+            }
+        }
+        first
+    }
+
     pub(super) fn next_due(&mut self) -> Option<u64> {
         let _ = self.poll_move();
         let now = self.clock.now_ms();
