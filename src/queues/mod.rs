@@ -576,7 +576,7 @@ impl Frontier {
     /// `per_queue` of each (and at most what the queue's policy leaves room for), leased for
     /// `ttl_ms` milliseconds. The leases are durable when this returns. URLs pushed are
     /// handed out once a flush moved them into their queues: a full buffer, a
-    /// [`Frontier::flush`], or a hand-out that finds no queue due (it flushes first) or
+    /// [`Frontier::flush`], or a hand-out that finds no queue with URLs waiting (it flushes first) or
     /// fewer than it asked for (it begins a flush, at most once a second).
     pub fn lease(
         &self,
