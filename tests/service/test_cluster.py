@@ -526,3 +526,25 @@ def test_forwarded_known_items_apply_once_and_each_start_numbers_anew(cluster_fa
             time.sleep(0.1)
     assert acks == [(number, pb.AckMessage.Status.OK)]
     assert status_of(owner, u[0]) == ("known", 0), "a repeat applied after a restart"
+
+
+def test_a_store_started_under_another_nodes_name_is_refused(cluster_factory):
+    # A node's store records whose it is at its first start: started as another node of the
+    # list, it would serve (or, under a name the list does not hold, send away) what the
+    # other node's store holds, and the URLs put through it would be lost to both.
+    c = cluster_factory(3)
+    pb = c[0].pb
+    urls = hosts_urls(30, 2, tag="w")
+    assert all(s == "OK" for _, s in put(c[0], [discovered(pb, u) for u in urls]))
+    assert c[0].stop() == 0
+    err = start_fails(c[0].dir, "--node", "n1", "--peers", c.peers)
+    assert "is the store of node n0, not of node n1" in err, err
+    assert "--node n0" in err, err
+    # A name the list does not hold: refused too, and the store keeps its records.
+    err = start_fails(c[0].dir, "--node", "x", "--peers", c.peers)
+    assert "is the store of node n0, not of node x" in err, err
+    c[0].restart()
+    deadline = time.time() + 30
+    while c[0].stub.CountURLs(pb.CountUrlParams()).value < len(urls) and time.time() < deadline:
+        time.sleep(0.1)
+    assert c[0].stub.CountURLs(pb.CountUrlParams()).value == len(urls)

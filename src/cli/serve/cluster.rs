@@ -185,6 +185,35 @@ pub fn settled(handoff: &std::path::Path) -> Result<()> {
     }
 }
 
+/// The file, in `DIR/handoff/`, that names the node whose store this is: written at its
+/// first start as a node, so that a store started under another node's name (which would
+/// serve, or send away, what the other node's store holds) is refused.
+const NODE_FILE: &str = "node";
+
+/// Refuses to start the store in `dir` as node `name` when it is another node's store.
+pub fn check_name(dir: &std::path::Path, name: &str) -> Result<()> {
+    match read_trimmed(&dir.join("handoff").join(NODE_FILE))? {
+        Some(own) if own != name => Err(explained(
+            format!(
+                "{} is the store of node {own}, not of node {name}",
+                dir.display()
+            ),
+            format!("start it with --node {own}, or give node {name} its own directory"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Records that the store in `dir` is node `name`'s, once (the caller holds its lock and has
+/// called [`check_name`]).
+pub fn record_name(dir: &std::path::Path, name: &str) -> Result<()> {
+    let path = dir.join("handoff").join(NODE_FILE);
+    if read_trimmed(&path)?.is_none() {
+        write_durably(&path, &format!("{name}\n"))?;
+    }
+    Ok(())
+}
+
 /// The file, in `DIR/handoff/`, that holds the list of nodes before the move under way, if
 /// one is (`super::moves`).
 pub const MOVE_FILE: &str = "move";

@@ -189,14 +189,19 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 AssignMethod::Permutation => Method::Permutation,
             };
             let listed = cluster::parse_peers(peers)?.iter().any(|n| &n.name == node);
+            cluster::check_name(&args.dir, node)?;
             if !listed {
                 let leaving = cluster::Cluster::leaving(node, peers, method)?;
                 if cluster::served_as(&args.dir, node)? {
                     return leave(&args, leaving, log);
                 }
                 if cluster::left_under(&args.dir, &leaving.canonical)? {
-                    // Again, in case a crash came between its two steps.
+                    // Again, in case a crash came between its two steps; under the store's
+                    // lock, as every change of it.
+                    let frontier = open_frontier_with(&args.dir, args.frontier_options())?;
+                    cluster::check_name(&args.dir, node)?;
                     cluster::left(&args.dir, &leaving.canonical)?;
+                    close(Arc::new(frontier))?;
                     log!(
                         log,
                         Info,
@@ -255,6 +260,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 },
             )?;
         }
+    }
+    if let Some(c) = &cluster {
+        // Under the lock: named again, then recorded at its first start as a node.
+        cluster::check_name(&args.dir, &c.this().name)?;
+        cluster::record_name(&args.dir, &c.this().name)?;
     }
     let start = cluster::check_start(&args.dir, cluster.as_deref(), &frontier, &args.lost)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -490,6 +500,7 @@ fn leave(args: &ServeArgs, cluster: cluster::Cluster, log: Arc<Log>) -> Result<(
         None => None,
     };
     let frontier = Arc::new(open_frontier_with(&args.dir, args.frontier_options())?);
+    cluster::check_name(&args.dir, &cluster.this().name)?;
     let cluster = Arc::new(cluster);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
