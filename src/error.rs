@@ -42,9 +42,13 @@ pub enum Error {
         /// Why it is refused.
         reason: String,
     },
-    /// An earlier I/O error (fsync failure included) left the in-memory state unknown: the
-    /// sieve refuses further writes until it is reopened from what is durable.
-    #[error("the sieve refuses writes after an earlier I/O error; reopen it to recover")]
+    /// An earlier I/O error (fsync failure included), or a panic of a thread while it
+    /// changed the store, left the in-memory state unknown: the store refuses further calls
+    /// until it is reopened from what is durable.
+    #[error(
+        "the store stopped after an earlier I/O error (or a thread's panic while it changed \
+         the store); reopen it to recover"
+    )]
     Poisoned,
     /// The directory exists but holds no sieve, or a sieve of an unknown format version.
     #[error("{dir}: {reason}")]

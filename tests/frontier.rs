@@ -3713,3 +3713,54 @@ fn counts_read_right_after_a_costly_merge_do_not_merge_z_again() {
     }
     f.close().unwrap();
 }
+
+/// A panic in a callback a visit runs under the frontier's lock reaches the caller and
+/// leaves the frontier usable by every thread (it was refused, as poisoned, until reopened);
+/// bounds that would lease for no time or hand out nothing, an empty key and an overlong
+/// crawl name are refused, naming the option.
+#[test]
+fn a_panicking_visit_leaves_the_frontier_usable_and_absurd_calls_are_refused() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(50_000));
+    let f = open(&disk, &clock);
+    push(&f, &["http://a.test/1", "http://b.test/1"]);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        f.urls("", None, |_| panic!("a bug of the caller's"))
+            .unwrap();
+    }));
+    assert!(caught.is_err(), "the panic did not reach the caller");
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        f.export(|_, _| true, |_| panic!("a bug of the caller's"))
+            .unwrap();
+    }));
+    assert!(caught.is_err(), "the panic did not reach the caller");
+    assert_eq!(f.stats().unwrap().waiting, 2);
+    let option = |e: Error| match e {
+        Error::InvalidOption { option, .. } => option,
+        e => panic!("{e}"),
+    };
+    assert_eq!(option(f.lease(10, None, 0).unwrap_err()), "ttl_ms");
+    assert_eq!(
+        option(f.lease(10, Some(0), 1_000).unwrap_err()),
+        "per_queue"
+    );
+    let empty = [Discovered {
+        key: Some(b""),
+        ..Discovered::url(b"http://c.test/1")
+    }];
+    assert_eq!(option(f.push("", &empty).unwrap_err()), "key");
+    assert_eq!(option(f.block("", b"", 60_000).unwrap_err()), "key");
+    let long = "c".repeat(1025);
+    assert_eq!(
+        option(
+            f.push(&long, &[Discovered::url(b"http://c.test/1")])
+                .unwrap_err()
+        ),
+        "crawl"
+    );
+    f.push(&"c".repeat(1024), &[Discovered::url(b"http://c.test/1")])
+        .unwrap();
+    f.flush().unwrap();
+    assert_eq!(f.lease(10, None, 1_000).unwrap().len(), 3);
+    f.close().unwrap();
+}

@@ -165,10 +165,10 @@ pub struct LeaseRequest {
     pub max_urls: usize,
     /// Queues, at most.
     pub max_queues: usize,
-    /// URLs of one queue, at most (and at most what its policy leaves room for); None: what
-    /// its policy leaves room for.
+    /// URLs of one queue, at most (and at most what its policy leaves room for; at least 1);
+    /// None: what its policy leaves room for.
     pub per_queue: Option<u32>,
-    /// The lease's length, in milliseconds.
+    /// The lease's length, in milliseconds (at least 1).
     pub ttl_ms: u64,
     /// Only this crawl's queues (`""` is `DEFAULT`); None: every crawl's.
     pub crawl: Option<String>,
@@ -349,6 +349,36 @@ pub struct Frontier {
     turns: turns::Turns,
     /// The longest URL accepted (the sieve's option), for checks that need no lock.
     max_url_len: usize,
+}
+
+/// A panic of a caller's callback that runs under the frontier's lock ([`Frontier::urls`],
+/// [`Frontier::export`]): caught there, so that the visit stops and the lock is let go as
+/// after a normal return (the visits change nothing: the frontier stays usable by every
+/// thread), then raised again in the caller's thread.
+#[derive(Default)]
+struct Unwound(Option<Box<dyn std::any::Any + Send>>);
+
+impl Unwound {
+    /// Runs `f` unless a call before panicked; None when one did, or `f` does.
+    fn call<T>(&mut self, f: impl FnOnce() -> T) -> Option<T> {
+        if self.0.is_some() {
+            return None;
+        }
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            Ok(t) => Some(t),
+            Err(payload) => {
+                self.0 = Some(payload);
+                None
+            }
+        }
+    }
+
+    /// Raises the panic caught, if any.
+    fn resume(self) {
+        if let Some(payload) = self.0 {
+            std::panic::resume_unwind(payload);
+        }
+    }
 }
 
 impl Frontier {
@@ -599,6 +629,8 @@ impl Frontier {
 
     /// [`Frontier::lease_with`], the URLs in one buffer rather than four allocations each.
     pub fn lease_batch(&self, req: &LeaseRequest) -> Result<LeasedBatch> {
+        validate_request(req)?;
+        validate_key(req.key.as_deref())?;
         let mut flush = core::FrontFlush::default();
         loop {
             match self.with(|c| c.lease(req, None, true, &mut flush))? {
@@ -842,16 +874,20 @@ impl Frontier {
     ) -> Result<()> {
         let crawl = crawl_name(crawl);
         self.flush()?;
-        self.with(|c| {
+        let mut unwound = Unwound::default();
+        let r = self.with(|c| {
             c.visit_held(crawl, key, &mut |r, status| {
-                f(HeldUrl {
+                let held = HeldUrl {
                     key: r.key.unwrap_or_else(|| key::default_key(r.url)).to_vec(),
                     url: r.url.to_vec(),
                     metadata: r.meta.to_vec(),
                     status,
-                })
+                };
+                unwound.call(|| f(held)).unwrap_or(false)
             })
-        })
+        });
+        unwound.resume();
+        r
     }
 
     /// Refuses (with the error [`Frontier::push`] would return) a URL or key that a push
@@ -884,7 +920,23 @@ impl Frontier {
         mut select: impl FnMut(&str, &[u8]) -> bool,
         mut visit: impl FnMut(QueueExport) -> Result<()>,
     ) -> Result<u64> {
-        self.with(|c| c.export(&mut select, &mut visit))
+        let unwound = std::cell::RefCell::new(Unwound::default());
+        let r = self.with(|c| {
+            c.export(
+                &mut |crawl, key| {
+                    (unwound.borrow_mut())
+                        .call(|| select(crawl, key))
+                        .unwrap_or(false)
+                },
+                &mut |q| {
+                    (unwound.borrow_mut())
+                        .call(|| visit(q))
+                        .unwrap_or(Err(Error::Poisoned))
+                },
+            )
+        });
+        unwound.into_inner().resume();
+        r
     }
 
     /// [`Frontier::export`] of the queues `queues` (crawl, key), found by their keys: those
@@ -894,7 +946,14 @@ impl Frontier {
         queues: &[(&str, &[u8])],
         mut visit: impl FnMut(QueueExport) -> Result<()>,
     ) -> Result<u64> {
-        self.with(|c| c.export_queues(queues, &mut visit))
+        let mut unwound = Unwound::default();
+        let r = self.with(|c| {
+            c.export_queues(queues, &mut |q| {
+                unwound.call(|| visit(q)).unwrap_or(Err(Error::Poisoned))
+            })
+        });
+        unwound.resume();
+        r
     }
 
     /// Imports queues another frontier exported ([`Frontier::export`]) under the transfer
@@ -1027,13 +1086,44 @@ fn crawl_name(crawl: &str) -> &[u8] {
     }
 }
 
-/// Refuses a key longer than [`key::MAX_KEY_LEN`].
+/// The longest name of a crawl, in bytes (a crawl named by a longer one is not made).
+pub const MAX_CRAWL_LEN: usize = 1024;
+
+/// Refuses a key longer than [`key::MAX_KEY_LEN`], or empty (None is the URL's own key: a
+/// URL whose own key would be empty goes to `_DEFAULT_`, [`key::default_key`]).
 fn validate_key(key: Option<&[u8]>) -> Result<()> {
-    if key.is_some_and(|k| k.len() > key::MAX_KEY_LEN) {
-        return Err(Error::InvalidOption {
-            option: "key",
-            reason: format!("longer than {} bytes", key::MAX_KEY_LEN),
-        });
-    }
-    Ok(())
+    let reason = match key {
+        Some(k) if k.len() > key::MAX_KEY_LEN => {
+            format!("longer than {} bytes", key::MAX_KEY_LEN)
+        }
+        Some([]) => "empty: give None for the URL's own key (its host)".to_owned(),
+        _ => return Ok(()),
+    };
+    Err(Error::InvalidOption {
+        option: "key",
+        reason,
+    })
+}
+
+/// Refuses a hand-out's bounds that would lease nothing or lease for no time.
+fn validate_request(req: &LeaseRequest) -> Result<()> {
+    let (option, reason) = if req.ttl_ms == 0 {
+        (
+            "ttl_ms",
+            "a lease of no time expires as it is made, and its URL could be handed out again at \
+             once: give at least 1 ms",
+        )
+    } else if req.per_queue == Some(0) {
+        (
+            "per_queue",
+            "0 URLs of each queue hands out nothing: give at least 1, or None for what the \
+             queue's policy allows",
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidOption {
+        option,
+        reason: reason.to_owned(),
+    })
 }

@@ -2293,6 +2293,12 @@ impl Core {
         if let Some(&id) = self.crawls.get(name) {
             return Ok(id);
         }
+        if name.len() > super::MAX_CRAWL_LEN {
+            return Err(Error::InvalidOption {
+                option: "crawl",
+                reason: format!("a crawl's name is at most {} bytes", super::MAX_CRAWL_LEN),
+            });
+        }
         let id = self.next_crawl;
         self.commit(&[Entry::Crawl { id, name }])?;
         Ok(id)
