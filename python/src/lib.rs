@@ -929,11 +929,18 @@ impl Frontier {
             ));
         }
         let key = optional_key(key)?;
+        let ttl_ms = millis(ttl, "ttl")?;
+        if ttl_ms == 0 {
+            return Err(PyValueError::new_err(format!(
+                "ttl must be at least 0.001 seconds (a lease of no time expires as it is made), \
+                 not {ttl}"
+            )));
+        }
         let req = LeaseRequest {
             max_urls,
             max_queues: max_queues.unwrap_or(usize::MAX),
             per_queue,
-            ttl_ms: millis(ttl, "ttl")?,
+            ttl_ms,
             crawl,
             key: key.map(|k| k.as_bytes().to_vec()),
         };

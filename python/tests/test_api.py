@@ -163,6 +163,10 @@ def test_each_error_is_its_own_class_with_the_librarys_message(tmp_path: Path) -
             f.push("http://a.test/")  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="seconds"):
             f.lease(ttl=-1)
+        with pytest.raises(ValueError, match="at least 0.001 seconds"):
+            f.lease(ttl=0)
+        with pytest.raises(crivello.InvalidOptionError, match="empty"):
+            f.push([("http://a.test/", "")])
         with pytest.raises(ValueError, match="seconds from 0"):
             crivello.Policy(delay=1e300)
         with pytest.raises(ValueError, match="token is from 0"):
