@@ -3764,3 +3764,17 @@ fn a_panicking_visit_leaves_the_frontier_usable_and_absurd_calls_are_refused() {
     assert_eq!(f.lease(10, None, 1_000).unwrap().len(), 3);
     f.close().unwrap();
 }
+
+/// A frontier in a directory runs on the clock it was opened with.
+#[test]
+fn a_frontier_in_a_directory_runs_on_the_clock_given() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let f = Frontier::open_with_clock(tmp.path(), opts(), clock.clone()).unwrap();
+    push(&f, &["http://a.test/1"]);
+    let l = f.lease(1, None, 5_000).unwrap();
+    assert_eq!(l[0].deadline_ms, 6_000);
+    clock.set(6_000);
+    assert_eq!(urls(&f.lease(1, None, 5_000).unwrap()), ["http://a.test/1"]);
+    f.close().unwrap();
+}

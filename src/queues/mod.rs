@@ -386,8 +386,18 @@ impl Frontier {
     /// system's clock. A store used as a plain sieve is refused ([`Error::WrongMode`]); a new
     /// one, or one only pushed to, becomes a frontier.
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Frontier> {
+        Frontier::open_with_clock(dir, opts, Arc::new(SystemClock))
+    }
+
+    /// [`Frontier::open`] with another clock: a [`ManualClock`] drives delays, deadlines and
+    /// blocks in tests.
+    pub fn open_with_clock(
+        dir: impl AsRef<Path>,
+        opts: Options,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Frontier> {
         let storage = DirStorage::open_store(dir.as_ref())?;
-        Frontier::open_with(Arc::new(storage), opts, Arc::new(SystemClock))
+        Frontier::open_with(Arc::new(storage), opts, clock)
     }
 
     /// Opens the existing frontier in `dir` without ever writing to the directory, as
