@@ -116,8 +116,10 @@ pub fn run(args: CheckArgs) -> Result<()> {
             ));
         } else {
             text.push_str(&format!(
-                "note: {file} ends in a torn tail of {bytes} bytes: {what} not acknowledged \
-                 before a crash, which the next open drops\n"
+                "note: {file} ends in a torn tail of {bytes} bytes: most likely {what} \
+                 being written at a crash and never acknowledged; damage to the last \
+                 commit before the crash would look the same, and its {what} would be lost. \
+                 The next open drops them\n"
             ));
         }
     }
