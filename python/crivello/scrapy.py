@@ -132,11 +132,13 @@ def _open_store(kind: Callable[..., Any], path: str, memory: Any) -> Any:
 
 
 def _slot_of(request: Request) -> str:
-    """The download slot of a request, as Scrapy's downloader computes it by default."""
+    """The download slot of a request, as Scrapy's downloader computes it by default. The
+    requests without one (`file:` and `data:` URLs: Scrapy's slot "") share the frontier's
+    queue `_DEFAULT_`, as they share Scrapy's slot (a key is never empty)."""
     slot = request.meta.get("download_slot")
-    if slot is not None:
+    if slot is not None and str(slot):
         return str(slot)
-    return urlparse_cached(request).hostname or ""
+    return urlparse_cached(request).hostname or "_DEFAULT_"
 
 
 class DupeFilter(RFPDupeFilter):

@@ -412,3 +412,32 @@ def test_a_failed_store_stops_the_crawl_with_its_reason(tmp_path: Path) -> None:
     assert Crawler.engine.closed == ["crivello_store_failed"]
     assert not s.has_pending_requests()
     assert s.next_request() is None and Crawler.engine.closed == ["crivello_store_failed"]
+
+
+def test_a_request_without_a_host_is_scheduled(tmp_path: Path) -> None:
+    # A `file:` request has no host, and so no download slot: its queue is the frontier's
+    # default one (a key is never empty), and it is handed out as any other.
+    from scrapy.utils.test import get_crawler
+
+    from crivello.scrapy import Scheduler
+
+    class LocalSpider(scrapy.Spider):  # type: ignore[misc,name-defined]
+        name = "local"
+
+    crawler = get_crawler(
+        LocalSpider,
+        {
+            "SCHEDULER": "crivello.scrapy.Scheduler",
+            "DUPEFILTER_CLASS": "crivello.scrapy.DupeFilter",
+            "CRIVELLO_DIR": str(tmp_path / "store"),
+        },
+    )
+    spider = LocalSpider()
+    sched = Scheduler.from_crawler(crawler)
+    sched.open(spider)
+    assert sched.enqueue_request(scrapy.Request((tmp_path / "page.html").as_uri()))
+    assert sched.enqueue_request(scrapy.Request("data:,hello"))
+    # One queue, one request of it at a time (the policy's), the other waiting behind it.
+    leased = sched.frontier.lease(crawl=sched.crawl)
+    assert [lease.key for lease in leased] == ["_DEFAULT_"]
+    assert sched.frontier.counts(sched.crawl)["waiting"] == 1

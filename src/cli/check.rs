@@ -65,7 +65,7 @@ pub fn run(args: CheckArgs) -> Result<()> {
     let progress = Progress::new("check", args.common.quiet);
     progress.waiting("check");
     // The library's verifier: it takes the lock and writes nothing.
-    let verified = crivello::check(&args.dir);
+    let verified = super::waiting_for_lock(|| crivello::check(&args.dir));
     progress.finish();
     let report = match verified {
         Ok(report) => report,

@@ -98,9 +98,15 @@ pub fn run(args: LeaseArgs) -> Result<()> {
             return Ok(());
         }
         // Nothing due: wait for the next instant something may be, the directory released.
-        // Paused: waiting for `resume` (said once, above), a second at a time.
+        // Paused: waiting for `resume` (said once, above), a second at a time, while the
+        // crawl holds URLs.
         let next = match frontier.stats()?.paused {
-            true => Some(crivello::queues::Clock::now_ms(&crivello::queues::SystemClock) + 1_000),
+            true => {
+                let c = frontier.counts(args.crawl.name(), None)?;
+                (c.waiting + c.leased > 0).then(|| {
+                    crivello::queues::Clock::now_ms(&crivello::queues::SystemClock) + 1_000
+                })
+            }
             false => frontier.next_due_ms_of(args.crawl.name())?,
         };
         let Some(next) = next else {

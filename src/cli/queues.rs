@@ -56,7 +56,12 @@ pub fn run(args: QueuesArgs) -> Result<()> {
                 }
                 open_frontier_read_only(&args.dir, args.common.memory)?
             }
-            Err(e) => return Err(opening(e, "frontier", &args.dir)),
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                    "merge the URLs pushed into the queues of {}",
+                    args.dir.display()
+                )))
+            }
         },
         Err(e) if e.is_write_refused() => open_frontier_read_only(&args.dir, args.common.memory)?,
         Err(e) => return Err(opening(e, "frontier", &args.dir)),

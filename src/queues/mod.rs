@@ -616,8 +616,8 @@ impl Frontier {
     /// `per_queue` of each (and at most what the queue's policy leaves room for), leased for
     /// `ttl_ms` milliseconds. The leases are durable when this returns. URLs pushed are
     /// handed out once a flush moved them into their queues: a full buffer, a
-    /// [`Frontier::flush`], or a hand-out that finds no queue with URLs waiting (it flushes first) or
-    /// fewer than it asked for (it begins a flush, at most once a second).
+    /// [`Frontier::flush`], or a hand-out that finds no queue with URLs waiting (it flushes
+    /// first) or fewer than it asked for (it begins a flush, at most once a second).
     pub fn lease(
         &self,
         max_queues: usize,
@@ -695,6 +695,8 @@ impl Frontier {
         if h.finished {
             return Ok(LeasedBatch::default());
         }
+        validate_request(&h.req)?;
+        validate_key(h.req.key.as_deref())?;
         loop {
             match self.with(|c| self.part_step(c, h, max_queues))? {
                 Ok(batch) => return Ok(batch),
@@ -851,6 +853,7 @@ impl Frontier {
     }
 
     /// The queues of `crawl`, in the order of their keys, from the `start`-th: at most `max`.
+    ///
     /// URLs pushed are counted once a flush moved them into their queues (a full buffer,
     /// [`Frontier::flush`], or [`Frontier::flush_for_reading`] first).
     pub fn queues(&self, crawl: &str, start: usize, max: usize) -> Result<Vec<QueueInfo>> {
@@ -1045,7 +1048,9 @@ impl Frontier {
         })
     }
 
-    /// The counts of `crawl`, or (`key` given) of its queue `key`. URLs pushed are counted once a flush moved them into their queues (a full buffer,
+    /// The counts of `crawl`, or (`key` given) of its queue `key`.
+    ///
+    /// URLs pushed are counted once a flush moved them into their queues (a full buffer,
     /// [`Frontier::flush`], or [`Frontier::flush_for_reading`] first).
     pub fn counts(&self, crawl: &str, key: Option<&[u8]>) -> Result<Counts> {
         let crawl = crawl_name(crawl);
@@ -1057,7 +1062,9 @@ impl Frontier {
         self.with(|c| c.set_paused(on))
     }
 
-    /// Counts. URLs pushed are counted once a flush moved them into their queues (a full buffer,
+    /// Counts.
+    ///
+    /// URLs pushed are counted once a flush moved them into their queues (a full buffer,
     /// [`Frontier::flush`], or [`Frontier::flush_for_reading`] first).
     pub fn stats(&self) -> Result<FrontierStats> {
         self.with(core::Core::stats)

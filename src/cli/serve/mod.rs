@@ -200,6 +200,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
                     // lock, as every change of it.
                     let frontier = open_frontier_with(&args.dir, args.frontier_options())?;
                     cluster::check_name(&args.dir, node)?;
+                    if !cluster::left_under(&args.dir, &leaving.canonical)? {
+                        return Err(explained(
+                            format!("{}: its node list changed meanwhile", args.dir.display()),
+                            "start it again",
+                        ));
+                    }
                     cluster::left(&args.dir, &leaving.canonical)?;
                     close(Arc::new(frontier))?;
                     log!(
@@ -248,6 +254,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
         );
     }
     let frontier = Arc::new(open_frontier_with(&args.dir, args.frontier_options())?);
+    if let Some(c) = &cluster {
+        // Under the lock, before anything changes: named again, then recorded at its first
+        // start as a node.
+        cluster::check_name(&args.dir, &c.this().name)?;
+        cluster::record_name(&args.dir, &c.this().name)?;
+    }
     if let Some(k) = args.per_queue {
         let now = frontier.policy("", None)?;
         if now.per_queue != k {
@@ -260,11 +272,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 },
             )?;
         }
-    }
-    if let Some(c) = &cluster {
-        // Under the lock: named again, then recorded at its first start as a node.
-        cluster::check_name(&args.dir, &c.this().name)?;
-        cluster::record_name(&args.dir, &c.this().name)?;
     }
     let start = cluster::check_start(&args.dir, cluster.as_deref(), &frontier, &args.lost)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

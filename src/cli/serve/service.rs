@@ -465,6 +465,17 @@ pub fn item_slot(
         return Slot::Ready(Outcome::Refused);
     };
     let key = non_empty(&info.key).map(str::to_owned);
+    if info.crawl_id.len() > crivello::queues::MAX_CRAWL_LEN {
+        log!(
+            log,
+            Warn,
+            "refused {:?}: its crawl's name takes {} bytes, over {}",
+            truncated(&info.url),
+            info.crawl_id.len(),
+            crivello::queues::MAX_CRAWL_LEN
+        );
+        return Slot::Ready(Outcome::Refused);
+    }
     if let Some(why) = refusal(frontier, &info.url, key.as_deref()) {
         log!(log, Warn, "refused {:?}: {why}", truncated(&info.url));
         return Slot::Ready(Outcome::Refused);

@@ -2288,16 +2288,23 @@ impl Core {
         super::validate_key(key)
     }
 
-    /// The id of crawl `name`, given a new one (durably) if it has none.
+    /// The id of crawl `name`, given a new one (durably) if it has none; a new name over
+    /// [`super::MAX_CRAWL_LEN`] bytes is refused.
     fn crawl_id(&mut self, name: &[u8]) -> Result<u32> {
-        if let Some(&id) = self.crawls.get(name) {
-            return Ok(id);
-        }
-        if name.len() > super::MAX_CRAWL_LEN {
+        if !self.crawls.contains_key(name) && name.len() > super::MAX_CRAWL_LEN {
             return Err(Error::InvalidOption {
                 option: "crawl",
                 reason: format!("a crawl's name is at most {} bytes", super::MAX_CRAWL_LEN),
             });
+        }
+        self.crawl_id_any(name)
+    }
+
+    /// [`Core::crawl_id`] of a name of any length: a queue imported from another frontier
+    /// keeps the crawl it had there (one made by a build before the bound included).
+    fn crawl_id_any(&mut self, name: &[u8]) -> Result<u32> {
+        if let Some(&id) = self.crawls.get(name) {
+            return Ok(id);
         }
         let id = self.next_crawl;
         self.commit(&[Entry::Crawl { id, name }])?;
@@ -3146,7 +3153,6 @@ impl Core {
         Ok(out)
     }
 
-    /// The first instant a queue may be served (None: nothing waits).
     /// [`Core::next_due`] of the queues and leases of crawl `crawl` alone (None: it has
     /// none); a pass over every queue.
     pub(super) fn next_due_of(&mut self, crawl: &[u8]) -> Option<u64> {
@@ -3169,6 +3175,7 @@ impl Core {
         first
     }
 
+    /// The first instant a queue may be served (None: nothing waits).
     pub(super) fn next_due(&mut self) -> Option<u64> {
         let _ = self.poll_move();
         let now = self.clock.now_ms();
@@ -3542,7 +3549,7 @@ impl Core {
         }
         let crawls = images
             .iter()
-            .map(|im| self.crawl_id(super::crawl_name(&im.crawl)))
+            .map(|im| self.crawl_id_any(super::crawl_name(&im.crawl)))
             .collect::<Result<Vec<u32>>>()?;
         // The queues received under this transfer before stay as they are here (they may
         // have been served since): a sender that did not learn the outcome sends them again.
