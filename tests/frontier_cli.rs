@@ -394,7 +394,6 @@ fn nonsense_values_are_refused_and_a_url_with_a_tab_can_be_ended() {
     expect(0, &["push", d], b"http://a.test/x\ty\n");
     for args in [
         &["lease", d, "--ttl", "0s"][..],
-        &["policy", d],
         &["policy", d, "--key", "", "--delay", "1s"],
         &["block", d, "", "--for", "1s"],
         // Past 100 years: a typing error, for every option that takes a duration.
@@ -419,6 +418,18 @@ fn nonsense_values_are_refused_and_a_url_with_a_tab_can_be_ended() {
         err.contains("line 1: the time after the tab is negative"),
         "{err}"
     );
+    // `policy` with nothing to set prints the policy in force, the default's or a key's.
+    let (out, _) = expect(0, &["policy", d], b"");
+    assert_eq!(out, "delay=0ms per-queue=1 limit=0\n");
+    expect(
+        0,
+        &[
+            "policy", d, "--key", "b.test", "--ratio", "0.5", "--limit", "7",
+        ],
+        b"",
+    );
+    let (out, _) = expect(0, &["policy", d, "--key", "b.test"], b"");
+    assert_eq!(out, "ratio=0.5 per-queue=1 limit=7\n");
     let (out, _) = expect(0, &["lease", d], b"");
     assert_eq!(out, "http://a.test/x\ty\n");
     let (_, err) = expect(0, &["done", d], b"http://a.test/x\ty\t0.5\n");

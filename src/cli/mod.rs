@@ -126,7 +126,8 @@ enum Command {
     /// End the leases of URLs: done, served again after a while, or back in their queue.
     Done(done::DoneArgs),
     /// Set the politeness of one queue (--key) or the default: the delay after a fetch or
-    /// the ratio rule, URLs of a queue leased at once, and a limit of URLs done.
+    /// the ratio rule, URLs of a queue leased at once, and a limit of URLs done. With none of
+    /// them, print the policy in force.
     Policy(policy::PolicyArgs),
     /// Hand out nothing of the queue KEY before an instant (Retry-After).
     Block(block::BlockArgs),

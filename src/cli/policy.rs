@@ -1,6 +1,7 @@
 //! `crivello policy DIR [--key KEY] [--delay DURATION | --ratio P] [--per-queue K]
 //! [--limit N]`: set the politeness of one queue, or the default of every queue that has no
-//! policy of its own. What is not given keeps its value.
+//! policy of its own. What is not given keeps its value; with none of them, print the policy
+//! in force.
 
 use std::path::PathBuf;
 
@@ -8,13 +9,13 @@ use anyhow::Result;
 use clap::{ArgGroup, Args};
 
 use super::duration::{key_parser, parse_duration, parse_ratio};
-use super::{open_frontier, require_sieve, Common, CrawlArg};
+use super::stream::Output;
+use super::{open_frontier, open_frontier_read_only, require_sieve, Common, CrawlArg};
 
 /// The arguments of `policy`.
 #[derive(Debug, Args)]
 #[command(group(
     ArgGroup::new("what")
-        .required(true)
         .multiple(true)
         .args(["delay", "ratio", "per_queue", "limit"])
 ))]
@@ -48,9 +49,21 @@ pub struct PolicyArgs {
 /// Runs `policy`.
 pub fn run(args: PolicyArgs) -> Result<()> {
     require_sieve(&args.dir)?;
-    let frontier = open_frontier(&args.dir, args.common.memory)?;
     let key = args.key.as_deref().map(std::ffi::OsStr::as_encoded_bytes);
     let crawl = args.crawl.name();
+    let given = [args.delay.is_some(), args.ratio.is_some()]
+        .into_iter()
+        .chain([args.per_queue.is_some(), args.limit.is_some()])
+        .any(|g| g);
+    if !given {
+        // The policy in force, read without the lock and without writing (as `stats` reads).
+        let frontier = open_frontier_read_only(&args.dir, args.common.memory)?;
+        let text = super::queues::policy_text(&frontier.policy(crawl, key)?);
+        let mut out = Output::new();
+        out.line(text.as_bytes())?;
+        return out.flush();
+    }
+    let frontier = open_frontier(&args.dir, args.common.memory)?;
     let mut p = frontier.policy(crawl, key)?;
     if let Some(d) = args.delay {
         p.delay_ms = d;

@@ -89,7 +89,7 @@ pub fn run(args: QueuesArgs) -> Result<()> {
 }
 
 /// The policy as `delay=2000ms per-queue=1 limit=0`, or `ratio=0.1 ...`.
-fn policy_text(p: &Policy) -> String {
+pub(super) fn policy_text(p: &Policy) -> String {
     let rule = if p.ratio_ppm > 0 {
         format!("ratio={}", f64::from(p.ratio_ppm) / 1e6)
     } else {
