@@ -184,11 +184,7 @@ fn verbose_reports_the_sizing_and_the_rate_and_bad_options_are_refused() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("two of them"));
     // A sizing no machine serves (8.63 TiB for one line at 1e-300): a usage error, not an
     // abort of the allocator.
-    let out = Command::new(BIN)
-        .args(["uniq", "--approx", "--expected", "1", "--fp-rate", "1e-300"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = run_approx(&["--expected", "1", "--fp-rate", "1e-300"], b"");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
@@ -204,12 +200,7 @@ fn verbose_reports_the_sizing_and_the_rate_and_bad_options_are_refused() {
         &["--memory", "8M", "--fp-rate", "1e-200"],
         &["--expected", "1000000000000", "--fp-rate", "1e-300"],
     ] {
-        let out = Command::new(BIN)
-            .args(["uniq", "--approx"])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+        let out = run_approx(args, b"");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(

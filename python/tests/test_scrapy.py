@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import pytest
 
@@ -335,13 +335,28 @@ def test_a_callback_may_return_one_request_or_a_list(site: Site, tmp_path: Path)
         assert (c["waiting"], c["leased"]) == (0, 0) and c["done"] == len(counts)
 
 
+def _scheduler(spider_class: type, tmp_path: Path) -> Any:
+    """crivello's scheduler for a crawler of `spider_class`, its store in `tmp_path`, not
+    opened."""
+    from scrapy.utils.test import get_crawler
+
+    from crivello.scrapy import Scheduler
+
+    crawler = get_crawler(
+        spider_class,
+        {
+            "SCHEDULER": "crivello.scrapy.Scheduler",
+            "DUPEFILTER_CLASS": "crivello.scrapy.DupeFilter",
+            "CRIVELLO_DIR": str(tmp_path / "store"),
+        },
+    )
+    return Scheduler.from_crawler(crawler)
+
+
 def test_requests_keep_their_callback_and_errback_by_name(tmp_path: Path) -> None:
     import pickle
 
     from scrapy.utils.request import request_from_dict
-    from scrapy.utils.test import get_crawler
-
-    from crivello.scrapy import Scheduler
 
     class NamedSpider(scrapy.Spider):  # type: ignore[misc,name-defined]
         name = "named"
@@ -352,17 +367,9 @@ def test_requests_keep_their_callback_and_errback_by_name(tmp_path: Path) -> Non
         def on_error(self, failure: object) -> None:
             pass
 
-    crawler = get_crawler(
-        NamedSpider,
-        {
-            "SCHEDULER": "crivello.scrapy.Scheduler",
-            "DUPEFILTER_CLASS": "crivello.scrapy.DupeFilter",
-            "CRIVELLO_DIR": str(tmp_path / "store"),
-        },
-    )
     spider = NamedSpider()
     other = NamedSpider()
-    sched = Scheduler.from_crawler(crawler)
+    sched = _scheduler(NamedSpider, tmp_path)
     sched.spider = spider
     for _ in range(2):  # the second time from what was remembered
         req = scrapy.Request(
@@ -417,23 +424,11 @@ def test_a_failed_store_stops_the_crawl_with_its_reason(tmp_path: Path) -> None:
 def test_a_request_without_a_host_is_scheduled(tmp_path: Path) -> None:
     # A `file:` request has no host, and so no download slot: its queue is the frontier's
     # default one (a key is never empty), and it is handed out as any other.
-    from scrapy.utils.test import get_crawler
-
-    from crivello.scrapy import Scheduler
-
     class LocalSpider(scrapy.Spider):  # type: ignore[misc,name-defined]
         name = "local"
 
-    crawler = get_crawler(
-        LocalSpider,
-        {
-            "SCHEDULER": "crivello.scrapy.Scheduler",
-            "DUPEFILTER_CLASS": "crivello.scrapy.DupeFilter",
-            "CRIVELLO_DIR": str(tmp_path / "store"),
-        },
-    )
     spider = LocalSpider()
-    sched = Scheduler.from_crawler(crawler)
+    sched = _scheduler(LocalSpider, tmp_path)
     sched.open(spider)
     assert sched.enqueue_request(scrapy.Request((tmp_path / "page.html").as_uri()))
     assert sched.enqueue_request(scrapy.Request("data:,hello"))
