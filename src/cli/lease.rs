@@ -98,16 +98,13 @@ pub fn run(args: LeaseArgs) -> Result<()> {
             return Ok(());
         }
         // Nothing due: wait for the next instant something may be, the directory released.
-        // Paused: waiting for `resume` (said once, above), a second at a time, while the
-        // crawl holds URLs.
+        // Paused: waiting for `resume` (said once, above) while the crawl holds URLs.
         let next = match frontier.stats()?.paused {
             true => {
                 let c = frontier.counts(args.crawl.name(), None)?;
-                (c.waiting + c.leased > 0).then(|| {
-                    crivello::queues::Clock::now_ms(&crivello::queues::SystemClock) + 1_000
-                })
+                (c.waiting + c.leased > 0).then_some(Wake::Changed)
             }
-            false => frontier.next_due_ms_of(args.crawl.name())?,
+            false => frontier.next_due_ms_of(args.crawl.name())?.map(Wake::At),
         };
         let Some(next) = next else {
             // Nothing of the crawl will be due: URLs that still wait are in queues at their
@@ -124,10 +121,73 @@ pub fn run(args: LeaseArgs) -> Result<()> {
             }
             return Ok(());
         };
+        // Taken under the lock: what this wait saw, which only another process can change.
+        let seen = files_state(&args.dir);
         frontier.close()?;
-        sleep_until(next);
+        wait_for(&args.dir, next, seen.as_deref());
         waited = true;
     }
+}
+
+/// What a waiting `lease --wait` looks at again.
+#[derive(Clone, Copy, Debug)]
+enum Wake {
+    /// The instant (ms since the epoch) the crawl's next URL may be due or a lease of it
+    /// ends, or when the store changes before.
+    At(u64),
+    /// When the store changes (a `resume`, while hand-outs are paused).
+    Changed,
+}
+
+/// How often a wait looks at the store's files for another process's change.
+const LOOK_MS: u64 = 100;
+/// A wait opens the store again at least this often, whatever its files look like (a change
+/// that left every length and time as they were, on a file system of coarse times).
+const REOPEN_MS: u64 = 60_000;
+
+/// Sleeps until `next`, or until the store's files are no longer as `seen` (another process
+/// pushed, ended leases, set a policy, resumed...): opening the store again (its checkpoint
+/// read, its journal replayed) only when something may be due, not every second.
+fn wait_for(dir: &std::path::Path, next: Wake, seen: Option<&[FileState]>) {
+    let now = || crivello::queues::Clock::now_ms(&crivello::queues::SystemClock);
+    let start = now();
+    loop {
+        let t = now();
+        let left = match next {
+            Wake::At(at) if t >= at => return,
+            Wake::At(at) => at - t,
+            Wake::Changed => LOOK_MS,
+        };
+        std::thread::sleep(std::time::Duration::from_millis(left.clamp(10, LOOK_MS)));
+        if matches!(next, Wake::At(at) if now() >= at) || now().saturating_sub(start) >= REOPEN_MS {
+            return;
+        }
+        match (seen, files_state(dir)) {
+            (Some(seen), Some(state)) if state == seen => {}
+            _ => return,
+        }
+    }
+}
+
+/// A file of the store as a wait compares it: name, length, modification time.
+type FileState = (std::ffi::OsString, u64, Option<std::time::SystemTime>);
+
+/// The store's files but its lock, sorted by name (None: the directory could not be read,
+/// and the store is opened again). A change of the frontier by another process appends to
+/// or replaces one of them at least.
+fn files_state(dir: &std::path::Path) -> Option<Vec<FileState>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).ok()? {
+        let entry = entry.ok()?;
+        let name = entry.file_name();
+        if name == "LOCK" {
+            continue;
+        }
+        let meta = entry.metadata().ok()?;
+        files.push((name, meta.len(), meta.modified().ok()));
+    }
+    files.sort();
+    Some(files)
 }
 
 /// A note for a hand-out that gave nothing for a reason of the store's, not the queues':
@@ -161,11 +221,4 @@ fn is_locked(e: &anyhow::Error) -> bool {
             Some(crivello::Error::Locked { .. })
         )
     })
-}
-
-/// Sleeps until `ms` (milliseconds since the epoch), a second at most.
-fn sleep_until(ms: u64) {
-    let now = crivello::queues::Clock::now_ms(&crivello::queues::SystemClock);
-    let wait = ms.saturating_sub(now).clamp(10, 1_000);
-    std::thread::sleep(std::time::Duration::from_millis(wait));
 }
