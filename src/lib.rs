@@ -123,7 +123,8 @@ pub use names::MANIFEST as MANIFEST_FILE;
 pub use options::{parse_size, Options, SyncPolicy};
 pub use queues::{
     Completion, Counts, Discovered, Frontier, FrontierStats, Handout, HeldUrl, Known, LeaseRequest,
-    Leased, LeasedBatch, LeasedRef, MovedUrl, Policy, QueueExport, QueueInfo, UrlStatus,
+    Leased, LeasedBatch, LeasedRef, MovedUrl, Policy, PolicyFields, QueueExport, QueueInfo,
+    UrlStatus,
 };
 pub use sieve::{Sieve, Stats};
 pub use signature::signature;

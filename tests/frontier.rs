@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crivello::queues::{key::default_key, ManualClock};
 use crivello::storage::SimDisk;
-use crivello::{Discovered, Error, Frontier, Options, Policy, Sieve};
+use crivello::{Discovered, Error, Frontier, Options, Policy, PolicyFields, Sieve};
 
 fn opts() -> Options {
     Options::new()
@@ -941,6 +941,105 @@ fn a_policy_changed_during_a_wait_cuts_it_to_the_new_policy() {
         urls(&f.lease(10, None, 9_000).unwrap()),
         ["http://c.test/2"]
     );
+}
+
+/// A queue given some fields of a policy (`change_policy`: url-frontier's SetDelay and
+/// SetCrawlLimit on a key, `policy --key K --delay D`) follows the default in the others as
+/// it changes, across a crash (the journal's entries) and a close (the checkpoint); a whole
+/// policy (`set_policy`) gives it every field. Before, a key's delay froze the default's
+/// limit and per-queue as they were at that instant.
+#[test]
+fn a_queue_given_some_fields_follows_the_default_in_the_others() {
+    for crash in [true, false] {
+        let disk = SimDisk::new();
+        let clock = Arc::new(ManualClock::new(50_000));
+        let f = open(&disk, &clock);
+        let all: Vec<String> = ["a.test", "b.test", "c.test"]
+            .iter()
+            .flat_map(|h| (1..=6).map(move |i| format!("http://{h}/{i}")))
+            .collect();
+        push(&f, &all.iter().map(String::as_str).collect::<Vec<_>>());
+        f.flush().unwrap();
+        let delay = PolicyFields {
+            delay_ms: Some(0),
+            ratio_ppm: Some(0),
+            ..PolicyFields::default()
+        };
+        f.change_policy("", Some(b"a.test"), delay).unwrap();
+        let whole = Policy {
+            delay_ms: 0,
+            ..Policy::default()
+        };
+        f.set_policy("", Some(b"b.test"), whole).unwrap();
+        // The default changes after: a limit of 2 URLs, 2 at once, a delay of 10 s.
+        let later = PolicyFields {
+            limit: Some(2),
+            per_queue: Some(2),
+            delay_ms: Some(10_000),
+            ratio_ppm: Some(0),
+        };
+        f.change_policy("", None, later).unwrap();
+        let f = reopen_after(f, crash, &disk, &clock);
+        let a = f.policy("", Some(b"a.test")).unwrap();
+        assert_eq!(
+            (a.delay_ms, a.per_queue, a.limit),
+            (0, 2, 2),
+            "crash {crash}"
+        );
+        let b = f.policy("", Some(b"b.test")).unwrap();
+        assert_eq!(b, whole, "crash {crash}");
+        let c = f.policy("", Some(b"c.test")).unwrap();
+        assert_eq!((c.delay_ms, c.per_queue, c.limit), (10_000, 2, 2));
+        // a.test: two at once, no delay, two in all; b.test: one at a time, no limit;
+        // c.test: two at once, then 10 s.
+        let mut served = std::collections::BTreeMap::<String, usize>::new();
+        for _ in 0..8 {
+            for l in f.lease(10, None, 60_000).unwrap() {
+                let host = String::from_utf8(l.key.clone()).unwrap();
+                *served.entry(host).or_default() += 1;
+                assert!(f.done(l.token, 1).unwrap());
+            }
+        }
+        let got: Vec<(&str, usize)> = served.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(
+            got,
+            [("a.test", 2), ("b.test", 6), ("c.test", 2)],
+            "crash {crash}"
+        );
+        // The queues list the policy in force for the queues with fields of their own.
+        let q = f.queues("", 0, 10).unwrap();
+        assert_eq!(q[0].policy, Some(a));
+        assert_eq!(q[1].policy, Some(whole));
+        assert_eq!(q[2].policy, None);
+        // A field set again on a.test keeps its others as they were: its own delay, the
+        // default's per-queue and limit.
+        let limit = PolicyFields {
+            limit: Some(5),
+            ..PolicyFields::default()
+        };
+        f.change_policy("", Some(b"a.test"), limit).unwrap();
+        let a = f.policy("", Some(b"a.test")).unwrap();
+        assert_eq!((a.delay_ms, a.per_queue, a.limit), (0, 2, 5));
+        // The values that stand for a field not given are refused.
+        for bad in [
+            PolicyFields {
+                per_queue: Some(u32::MAX),
+                ..PolicyFields::default()
+            },
+            PolicyFields {
+                limit: Some(u64::MAX),
+                ..PolicyFields::default()
+            },
+            PolicyFields {
+                delay_ms: Some(u64::MAX),
+                ..PolicyFields::default()
+            },
+        ] {
+            let e = f.change_policy("", Some(b"a.test"), bad).unwrap_err();
+            assert!(matches!(e, Error::InvalidOption { .. }), "{e}");
+        }
+        f.close().unwrap();
+    }
 }
 
 #[test]

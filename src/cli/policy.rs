@@ -64,21 +64,21 @@ pub fn run(args: PolicyArgs) -> Result<()> {
         return out.flush();
     }
     let frontier = open_frontier(&args.dir, args.common.memory)?;
-    let mut p = frontier.policy(crawl, key)?;
+    // The fields given (a delay turns the ratio rule off, a ratio the delay); a queue's
+    // others stay its own, or follow the default's.
+    let mut fields = crivello::PolicyFields {
+        per_queue: args.per_queue,
+        limit: args.limit,
+        ..Default::default()
+    };
     if let Some(d) = args.delay {
-        p.delay_ms = d;
-        p.ratio_ppm = 0;
+        fields.delay_ms = Some(d);
+        fields.ratio_ppm = Some(0);
     }
     if let Some(r) = args.ratio {
-        p.ratio_ppm = r;
-        p.delay_ms = 0;
+        fields.ratio_ppm = Some(r);
+        fields.delay_ms = Some(0);
     }
-    if let Some(k) = args.per_queue {
-        p.per_queue = k;
-    }
-    if let Some(n) = args.limit {
-        p.limit = n;
-    }
-    frontier.set_policy(crawl, key, p)?;
+    frontier.change_policy(crawl, key, fields)?;
     Ok(frontier.close()?)
 }

@@ -700,10 +700,11 @@ impl<'a> Fields<'a> {
         if policy.per_queue == 0 {
             return Err(invalid("policy's per_queue", "at least 1", 0));
         }
-        if policy.ratio_ppm > 1_000_000 {
+        // u32::MAX: a field a queue's own policy follows the default in (version 16 on).
+        if policy.ratio_ppm > 1_000_000 && policy.ratio_ppm != u32::MAX {
             return Err(invalid(
                 "policy's ratio",
-                "at most 1,000,000 millionths",
+                "at most 1,000,000 millionths (or 4294967295: the default's)",
                 policy.ratio_ppm.into(),
             ));
         }

@@ -158,6 +158,82 @@ impl Default for Policy {
     }
 }
 
+/// Some fields of a policy ([`Frontier::change_policy`]): each one given replaces the one
+/// set, the others stay as they are. The fields a queue's own policy was not given follow the
+/// default's, as it changes; [`Frontier::set_policy`] gives a queue every field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PolicyFields {
+    /// [`Policy::delay_ms`] (at most `u64::MAX - 1`).
+    pub delay_ms: Option<u64>,
+    /// [`Policy::ratio_ppm`].
+    pub ratio_ppm: Option<u32>,
+    /// [`Policy::per_queue`] (1 to `u32::MAX - 1`).
+    pub per_queue: Option<u32>,
+    /// [`Policy::limit`] (at most `u64::MAX - 1`).
+    pub limit: Option<u64>,
+}
+
+impl PolicyFields {
+    /// Every field of `p`.
+    pub fn all(p: Policy) -> PolicyFields {
+        PolicyFields {
+            delay_ms: Some(p.delay_ms),
+            ratio_ppm: Some(p.ratio_ppm),
+            per_queue: Some(p.per_queue),
+            limit: Some(p.limit),
+        }
+    }
+
+    /// The fields as the store keeps a queue's own policy: a field not given at its type's
+    /// largest value, which follows the default's (`Policy::resolve`).
+    pub(crate) fn stored(self) -> Policy {
+        Policy {
+            delay_ms: self.delay_ms.unwrap_or(u64::MAX),
+            ratio_ppm: self.ratio_ppm.unwrap_or(u32::MAX),
+            per_queue: self.per_queue.unwrap_or(u32::MAX),
+            limit: self.limit.unwrap_or(u64::MAX),
+        }
+    }
+
+    /// The fields of a queue's own policy as the store keeps it (`PolicyFields::stored`).
+    pub(crate) fn of_stored(p: Policy) -> PolicyFields {
+        PolicyFields {
+            delay_ms: (p.delay_ms != u64::MAX).then_some(p.delay_ms),
+            ratio_ppm: (p.ratio_ppm != u32::MAX).then_some(p.ratio_ppm),
+            per_queue: (p.per_queue != u32::MAX).then_some(p.per_queue),
+            limit: (p.limit != u64::MAX).then_some(p.limit),
+        }
+    }
+
+    /// `base` with the fields given here in place of its own.
+    pub fn over(self, base: Policy) -> Policy {
+        Policy {
+            delay_ms: self.delay_ms.unwrap_or(base.delay_ms),
+            ratio_ppm: self.ratio_ppm.unwrap_or(base.ratio_ppm),
+            per_queue: self.per_queue.unwrap_or(base.per_queue),
+            limit: self.limit.unwrap_or(base.limit),
+        }
+    }
+
+    /// These fields, then those of `later` over them.
+    pub fn then(self, later: PolicyFields) -> PolicyFields {
+        PolicyFields {
+            delay_ms: later.delay_ms.or(self.delay_ms),
+            ratio_ppm: later.ratio_ppm.or(self.ratio_ppm),
+            per_queue: later.per_queue.or(self.per_queue),
+            limit: later.limit.or(self.limit),
+        }
+    }
+}
+
+impl Policy {
+    /// The policy in force for a queue whose own policy the store keeps as `own` (fields
+    /// at their type's largest value follow `default`'s).
+    pub(crate) fn resolve(own: Policy, default: Policy) -> Policy {
+        PolicyFields::of_stored(own).over(default)
+    }
+}
+
 /// The bounds of a hand-out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRequest {
@@ -215,7 +291,8 @@ pub struct QueueInfo {
     /// now); None when nothing of it may be (nothing waits, or its leases or limit leave no
     /// room).
     pub next_due_ms: Option<u64>,
-    /// Its own policy, if it has one.
+    /// The policy in force for it, if it has a policy of its own (some fields set for it,
+    /// the others the default's).
     pub policy: Option<Policy>,
     /// The instant it is blocked until, if it is.
     pub blocked_until_ms: Option<u64>,
@@ -277,8 +354,9 @@ pub struct QueueExport {
     pub crawl: String,
     /// The queue's key.
     pub key: Vec<u8>,
-    /// The queue's own policy, if it has one.
-    pub policy: Option<Policy>,
+    /// The fields of the queue's own policy, if it has one (the others follow the default of
+    /// the frontier it is in).
+    pub policy: Option<PolicyFields>,
     /// Nothing of it is handed out before this instant (0: not blocked).
     pub blocked_until_ms: u64,
     /// URLs of it done (its crawl limit counts them).
@@ -833,8 +911,9 @@ impl Frontier {
         self.with(|c| Ok(c.token_of(crawl, url)))
     }
 
-    /// Sets the policy of the queue `key` of `crawl`, or (`key` None) the default of every
-    /// queue without a policy of its own. Durable when this returns. A queue waiting after
+    /// Sets the policy of the queue `key` of `crawl`, every field (to set some and let the
+    /// others follow the default: [`Frontier::change_policy`]), or (`key` None) the default,
+    /// which the queues follow in the fields they have not set. Durable when this returns. A queue waiting after
     /// a fetch waits no longer than the new policy allows from now (its delay; under the
     /// ratio rule the wait left, scaled by the ratios); a longer wait applies from the next
     /// fetch on.
@@ -842,6 +921,20 @@ impl Frontier {
         validate_key(key)?;
         let crawl = crawl_name(crawl);
         self.with(|c| c.set_policy(crawl, key, policy))
+    }
+
+    /// Changes the fields given in `fields` of the policy of the queue `key` of `crawl` (its
+    /// other fields stay its own, or follow the default's), or (`key` None) of the default.
+    /// Durable when this returns; a waiting queue's wait is cut as by [`Frontier::set_policy`].
+    pub fn change_policy(
+        &self,
+        crawl: &str,
+        key: Option<&[u8]>,
+        fields: PolicyFields,
+    ) -> Result<()> {
+        validate_key(key)?;
+        let crawl = crawl_name(crawl);
+        self.with(|c| c.change_policy(crawl, key, fields))
     }
 
     /// Blocks the queue `key` of `crawl` until `until_ms` (milliseconds since the epoch; 0

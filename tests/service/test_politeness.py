@@ -188,3 +188,38 @@ def test_hosts_found_while_the_others_keep_serving_are_served_soon(server):
         time.sleep(0.05)
     assert len(served) == 10 and max(served.values()) < 5, served
     assert stats(server, crawl=c).size > 0, "the others ran dry: the test proves nothing"
+
+
+def test_a_key_set_in_one_field_follows_the_default_in_the_others(server_factory, tmp_path):
+    """SetDelay or SetCrawlLimit on a key sets that field of the queue alone: the default's
+    limit, delay and per-queue number (`--per-queue`) set later reach it. Before, a key's
+    SetDelay froze the default's limit as it was then, and its SetCrawlLimit the delay."""
+    directory = tmp_path / "follow"
+    server = server_factory(directory=directory)
+    pb = server.pb
+    hosts = ["a.com", "f.com", "d.com", "e.com"]
+    put(server, [discovered(pb, f"http://{h}/{i}") for h in hosts for i in range(4)])
+    server.stub.SetCrawlLimit(pb.CrawlLimitParams(key="f.com", limit=100))
+    server.stub.SetDelay(pb.QueueDelayParams(key="d.com", delay_requestable=0))
+    server.stub.SetDelay(pb.QueueDelayParams(key="e.com", delay_requestable=0))
+    server.stub.SetDelay(pb.QueueDelayParams(key="", delay_requestable=5))
+    server.stub.SetCrawlLimit(pb.CrawlLimitParams(key="", limit=2))
+    served = {}
+    deadline = time.time() + 2.5
+    while time.time() < deadline:
+        got = get(server, max_urls_per_queue=1, delay_requestable=30, crawl="DEFAULT")
+        for g in got:
+            host = g.url.split("/")[2]
+            served[host] = served.get(host, 0) + 1
+            put(server, [known(pb, g.url, 0)])
+        if not got:
+            time.sleep(0.05)
+    # a.com and f.com: one fetch, then the default's 5 s; d.com and e.com: no delay of
+    # their own, the default's limit of 2.
+    assert served == {"a.com": 1, "f.com": 1, "d.com": 2, "e.com": 2}, served
+    server.stop()
+    # The default's per-queue number, set at a restart, reaches the keys that set a field.
+    server = server_factory("--per-queue", "2", directory=directory)
+    server.stub.SetCrawlLimit(pb.CrawlLimitParams(key="e.com", limit=0))
+    got = get(server, key="e.com", max_urls_per_queue=10, delay_requestable=30, crawl="DEFAULT")
+    assert [g.url for g in got] == ["http://e.com/2", "http://e.com/3"]

@@ -29,7 +29,6 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use clap::Args;
 use crivello::assign::Method;
-use crivello::Policy;
 use tokio::sync::watch;
 
 use self::log::{log, Level, Log};
@@ -263,14 +262,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if let Some(k) = args.per_queue {
         let now = frontier.policy("", None)?;
         if now.per_queue != k {
-            frontier.set_policy(
-                "",
-                None,
-                Policy {
-                    per_queue: k,
-                    ..now
-                },
-            )?;
+            let fields = crivello::PolicyFields {
+                per_queue: Some(k),
+                ..Default::default()
+            };
+            frontier.change_policy("", None, fields)?;
         }
     }
     let start = cluster::check_start(&args.dir, cluster.as_deref(), &frontier, &args.lost)?;

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use crivello::{Frontier, MovedUrl, Policy, QueueExport};
+use crivello::{Frontier, MovedUrl, Policy, PolicyFields, QueueExport};
 use tonic::{Request, Response, Status};
 
 use super::cluster::{
@@ -890,15 +890,16 @@ fn moved_of(u: cpb::Url) -> MovedUrl {
 
 /// A queue as `Import` carries it.
 fn queue_of(q: &QueueExport) -> cpb::Queue {
+    // A field the queue's own policy was not given: its type's largest value.
     let p = q.policy.unwrap_or_default();
     cpb::Queue {
         crawl: q.crawl.clone(),
         key: q.key.clone(),
         has_policy: q.policy.is_some(),
-        delay_ms: p.delay_ms,
-        ratio_ppm: p.ratio_ppm,
-        per_queue: p.per_queue,
-        limit: p.limit,
+        delay_ms: p.delay_ms.unwrap_or(u64::MAX),
+        ratio_ppm: p.ratio_ppm.unwrap_or(u32::MAX),
+        per_queue: p.per_queue.unwrap_or(u32::MAX),
+        limit: p.limit.unwrap_or(u64::MAX),
         blocked_until_ms: q.blocked_until_ms,
         completed: q.completed,
         burst_ms: q.burst_ms,
@@ -916,11 +917,11 @@ fn export_of(q: cpb::Queue) -> QueueExport {
     QueueExport {
         crawl: q.crawl,
         key: q.key,
-        policy: q.has_policy.then_some(Policy {
-            delay_ms: q.delay_ms,
-            ratio_ppm: q.ratio_ppm,
-            per_queue: q.per_queue,
-            limit: q.limit,
+        policy: q.has_policy.then_some(PolicyFields {
+            delay_ms: (q.delay_ms != u64::MAX).then_some(q.delay_ms),
+            ratio_ppm: (q.ratio_ppm != u32::MAX).then_some(q.ratio_ppm),
+            per_queue: (q.per_queue != u32::MAX).then_some(q.per_queue),
+            limit: (q.limit != u64::MAX).then_some(q.limit),
         }),
         blocked_until_ms: q.blocked_until_ms,
         completed: q.completed,

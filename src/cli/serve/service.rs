@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crivello::{Frontier, Handout, HeldUrl, LeaseRequest, Policy, UrlStatus};
+use crivello::{Frontier, Handout, HeldUrl, LeaseRequest, PolicyFields, UrlStatus};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
@@ -1202,9 +1202,15 @@ impl UrlFrontier for Service {
         let delay_ms = u64::from(p.delay_requestable) * 1000;
         let q = p.clone();
         self.call("SetDelay", move |f| {
+            // The queue's delay (its ratio rule off), or the default's: its other fields
+            // stay as they are, or follow the default's.
             let key = non_empty(&q.key).map(str::as_bytes);
-            let now = f.policy(&q.crawl_id, key)?;
-            f.set_policy(&q.crawl_id, key, Policy { delay_ms, ..now })
+            let fields = PolicyFields {
+                delay_ms: Some(delay_ms),
+                ratio_ppm: Some(0),
+                ..Default::default()
+            };
+            f.change_policy(&q.crawl_id, key, fields)
         })
         .await?;
         if let Some(peers) = self.spread(p.local).filter(|_| p.key.is_empty()) {
@@ -1252,8 +1258,11 @@ impl UrlFrontier for Service {
         let q = p.clone();
         self.call("SetCrawlLimit", move |f| {
             let key = non_empty(&q.key).map(str::as_bytes);
-            let now = f.policy(&q.crawl_id, key)?;
-            f.set_policy(&q.crawl_id, key, Policy { limit, ..now })
+            let fields = PolicyFields {
+                limit: Some(limit),
+                ..Default::default()
+            };
+            f.change_policy(&q.crawl_id, key, fields)
         })
         .await?;
         if let Some(peers) = self.spread(p.local).filter(|_| p.key.is_empty()) {

@@ -1058,9 +1058,17 @@ impl Core {
                     None => {
                         let old = std::mem::replace(&mut self.default_policy, *policy);
                         if let Some(at) = at {
+                            // Every queue that follows the default in a field.
                             for i in 0..self.queues.len() as u32 {
-                                if !self.policies.contains_key(&self.ids[i as usize]) {
-                                    self.shorten_wait(i, old, *policy, *at);
+                                let own = self.policies.get(&self.ids[i as usize]).copied();
+                                let (before, after) = match own {
+                                    Some(own) => {
+                                        (Policy::resolve(own, old), Policy::resolve(own, *policy))
+                                    }
+                                    None => (old, *policy),
+                                };
+                                if before != after {
+                                    self.shorten_wait(i, before, after, *at);
                                 }
                             }
                         }
@@ -1073,7 +1081,7 @@ impl Core {
                         let old = self.policy(id);
                         self.policies.insert(id, *policy);
                         if let Some(at) = at {
-                            self.shorten_wait(i, old, *policy, *at);
+                            self.shorten_wait(i, old, self.policy(id), *at);
                         }
                     }
                 }
@@ -1580,11 +1588,12 @@ impl Core {
         self.keys.get(q.key)
     }
 
+    /// The policy in force for queue `id`: its own fields, the default's for the others.
     fn policy(&self, id: u64) -> Policy {
-        self.policies
-            .get(&id)
-            .copied()
-            .unwrap_or(self.default_policy)
+        match self.policies.get(&id) {
+            Some(&own) => Policy::resolve(own, self.default_policy),
+            None => self.default_policy,
+        }
     }
 
     /// Whether queue `q` may get more leases (politeness aside): room under its policy's
@@ -3222,11 +3231,10 @@ impl Core {
     /// The policy in force for queue `key` of `crawl` (its own, or the default), or the
     /// default (`key` None).
     pub(super) fn policy_of(&self, crawl: &[u8], key: Option<&[u8]>) -> Policy {
-        let own = match (self.crawls.get(crawl), key) {
-            (Some(&id), Some(k)) => self.policies.get(&queue_id(id, k)).copied(),
-            _ => None,
-        };
-        own.unwrap_or(self.default_policy)
+        match (self.crawls.get(crawl), key) {
+            (Some(&id), Some(k)) => self.policy(queue_id(id, k)),
+            _ => self.default_policy,
+        }
     }
 
     /// The token of the lease of `url` in crawl `crawl`, if it is leased.
@@ -3252,15 +3260,32 @@ impl Core {
             .collect()
     }
 
-    /// Sets the policy of queue `key` of `crawl`, or the default (`key` None).
+    /// Sets the policy of queue `key` of `crawl`, every field, or the default (`key` None).
     pub(super) fn set_policy(&mut self, crawl: &[u8], key: Option<&[u8]>, p: Policy) -> Result<()> {
-        validate_policy(&p)?;
+        self.change_policy(crawl, key, super::PolicyFields::all(p))
+    }
+
+    /// Changes the fields given of the policy of queue `key` of `crawl` (the others stay its
+    /// own, or follow the default), or of the default (`key` None).
+    pub(super) fn change_policy(
+        &mut self,
+        crawl: &[u8],
+        key: Option<&[u8]>,
+        fields: super::PolicyFields,
+    ) -> Result<()> {
+        validate_fields(&fields)?;
         // The default is the store's, whatever the crawl named: naming one does not make it.
-        let id = match key {
-            Some(_) => self.crawl_id(crawl)?,
-            None => 0,
+        let (id, p) = match key {
+            Some(k) => {
+                let id = self.crawl_id(crawl)?;
+                let own = self.policies.get(&queue_id(id, k)).copied();
+                let own = own.map_or_else(Default::default, super::PolicyFields::of_stored);
+                (id, own.then(fields).stored())
+            }
+            None => (0, fields.over(self.default_policy)),
         };
-        // Entry 19: a build before version 15 cannot read it.
+        // Entry 19: a build before version 15 cannot read it; a queue's fields left to the
+        // default, one before 16.
         self.commit_version()?;
         self.commit(&[Entry::Policy {
             crawl: id,
@@ -3411,7 +3436,11 @@ impl Core {
             let mut ex = super::QueueExport {
                 crawl,
                 key: self.key(q).to_vec(),
-                policy: self.policies.get(&id).copied(),
+                policy: self
+                    .policies
+                    .get(&id)
+                    .copied()
+                    .map(super::PolicyFields::of_stored),
                 blocked_until_ms: self.blocks.get(&id).copied().unwrap_or(0),
                 completed: q.completed,
                 burst_ms: self.burst(i as u32),
@@ -3522,7 +3551,7 @@ impl Core {
             }
             super::validate_key(Some(&im.key))?;
             if let Some(p) = &im.policy {
-                validate_policy(p)?;
+                validate_fields(p)?;
             }
             let mut urls = std::collections::HashSet::new();
             let all = im
@@ -3661,7 +3690,7 @@ impl Core {
             let mut iq = ImportedQueue {
                 crawl,
                 key: &im.key,
-                policy: im.policy,
+                policy: im.policy.map(super::PolicyFields::stored),
                 block: im.blocked_until_ms,
                 next_seq: next,
                 waiting: im.waiting.len() as u64,
@@ -3859,7 +3888,7 @@ impl Core {
                 done: q.completed,
                 next_due_ms: (q.has_waiting() && self.has_room(qid, &q))
                     .then(|| self.ready_at(qid, &q)),
-                policy: self.policies.get(&qid).copied(),
+                policy: self.policies.contains_key(&qid).then(|| self.policy(qid)),
                 blocked_until_ms: self.blocks.get(&qid).copied(),
             })
             .collect())
@@ -4362,19 +4391,34 @@ impl Core {
 
 /// Puts record `seq` among queue `q`'s records to fetch again at `when`, in (instant, seq)
 /// order.
-/// Refuses a policy that a call could not set.
-fn validate_policy(p: &Policy) -> Result<()> {
-    if p.per_queue == 0 {
+/// Refuses policy fields that a call could not set (the largest value of each type stands
+/// for a field not given, in a queue's own policy as the store keeps it).
+fn validate_fields(p: &super::PolicyFields) -> Result<()> {
+    if p.per_queue == Some(0) {
         return Err(Error::InvalidOption {
             option: "per_queue",
             reason: "0: at least 1 URL of a queue may be leased at once".into(),
         });
     }
-    if p.ratio_ppm > 1_000_000 {
+    if p.per_queue == Some(u32::MAX) {
+        return Err(Error::InvalidOption {
+            option: "per_queue",
+            reason: format!("{}: at most {}", u32::MAX, u32::MAX - 1),
+        });
+    }
+    if let Some(r) = p.ratio_ppm.filter(|&r| r > 1_000_000) {
         return Err(Error::InvalidOption {
             option: "ratio",
-            reason: format!("{} millionths: the ratio is at most 1", p.ratio_ppm),
+            reason: format!("{r} millionths: the ratio is at most 1"),
         });
+    }
+    for (option, v) in [("delay", p.delay_ms), ("limit", p.limit)] {
+        if v == Some(u64::MAX) {
+            return Err(Error::InvalidOption {
+                option,
+                reason: format!("{}: at most {}", u64::MAX, u64::MAX - 1),
+            });
+        }
     }
     Ok(())
 }
@@ -4548,49 +4592,52 @@ mod tests {
         f.push("", &items).unwrap();
     }
 
-    /// A store whose manifest says version 14 (as the build before entry 19 left it) opens,
-    /// and its manifest says 15 before J holds a policy with its instant, so that a build
-    /// before refuses the store by its version rather than meeting an entry it cannot read.
+    /// A store whose manifest says version 14 (as the build before entry 19 left it), or 15
+    /// (before a queue's policy could leave fields to the default), opens, and its manifest
+    /// says this build's version before J holds a policy, so that a build before refuses the
+    /// store by its version rather than meeting an entry it cannot read.
     #[test]
-    fn a_policy_commits_the_manifest_as_version_15_first() {
-        let disk = crate::storage::SimDisk::new();
-        let clock = std::sync::Arc::new(ManualClock::new(1_000));
-        let opts = crate::Options::new()
-            .seed(1)
-            .background_flush(false)
-            .frontier_low(0);
-        let open = || {
-            Frontier::open_with(
-                std::sync::Arc::new(disk.clone()),
-                opts.clone(),
-                clock.clone(),
+    fn a_policy_commits_the_manifest_in_this_builds_version_first() {
+        for older in [14u32, 15] {
+            let clock = std::sync::Arc::new(ManualClock::new(1_000));
+            let opts = crate::Options::new()
+                .seed(1)
+                .background_flush(false)
+                .frontier_low(0);
+            let open = |disk: &crate::storage::SimDisk| {
+                Frontier::open_with(
+                    std::sync::Arc::new(disk.clone()),
+                    opts.clone(),
+                    clock.clone(),
+                )
+                .unwrap()
+            };
+            let disk = crate::storage::SimDisk::new();
+            let f = open(&disk);
+            push_urls(&f, 0..10, 2);
+            f.flush().unwrap();
+            f.close().unwrap();
+            let version = || disk.content(crate::names::MANIFEST).unwrap()[4..8].to_vec();
+            let m = crate::manifest::Manifest::decode(
+                &disk.content(crate::names::MANIFEST).unwrap(),
+                "MANIFEST",
             )
-            .unwrap()
-        };
-        let f = open();
-        push_urls(&f, 0..10, 2);
-        f.flush().unwrap();
-        f.close().unwrap();
-        let version = || disk.content(crate::names::MANIFEST).unwrap()[4..8].to_vec();
-        let m = crate::manifest::Manifest::decode(
-            &disk.content(crate::names::MANIFEST).unwrap(),
-            "MANIFEST",
-        )
-        .unwrap();
-        disk.set_content(crate::names::MANIFEST, m.encode_as(14));
-        assert_eq!(version(), 14u32.to_le_bytes());
-        let f = open();
-        let p = crate::Policy {
-            delay_ms: 5,
-            ..crate::Policy::default()
-        };
-        f.set_policy("", Some(b"h0.test"), p).unwrap();
-        assert_eq!(version(), 15u32.to_le_bytes());
-        drop(f);
-        // After a crash, the entry replays.
-        let f = open();
-        assert_eq!(f.policy("", Some(b"h0.test")).unwrap(), p);
-        f.close().unwrap();
+            .unwrap();
+            disk.set_content(crate::names::MANIFEST, m.encode_as(older));
+            assert_eq!(version(), older.to_le_bytes());
+            let f = open(&disk);
+            let p = crate::Policy {
+                delay_ms: 5,
+                ..crate::Policy::default()
+            };
+            f.set_policy("", Some(b"h0.test"), p).unwrap();
+            assert_eq!(version(), crate::format::MANIFEST_VERSION.to_le_bytes());
+            drop(f);
+            // After a crash, the entry replays.
+            let f = open(&disk);
+            assert_eq!(f.policy("", Some(b"h0.test")).unwrap(), p);
+            f.close().unwrap();
+        }
     }
 
     #[test]
