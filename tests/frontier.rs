@@ -1042,6 +1042,47 @@ fn a_queue_given_some_fields_follows_the_default_in_the_others() {
     }
 }
 
+/// With flushes in the background, a hand-out whose front is empty flushes first, but not
+/// again right after a flush that left it empty (every host's fetcher out, the URLs pushed
+/// all for those hosts): the next such flush waits ten times as long as that one took (a
+/// Scrapy crawl over five hosts merged at each call, 125 s where 40 s do). What is pushed
+/// meanwhile comes by the flush in the background, or by the next flush first.
+#[test]
+fn an_empty_front_is_not_flushed_again_right_after_a_flush_that_left_it_empty() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(10_000));
+    let o = opts().background_flush(true);
+    let f = Frontier::open_with(Arc::new(disk.clone()), o, clock.clone()).unwrap();
+    let hosts = |from: usize, n: usize| -> Vec<String> {
+        (from..from + n)
+            .map(|i| format!("http://h{}.test/{i}", i % 5))
+            .collect()
+    };
+    fn refs(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+    push(&f, &refs(&hosts(0, 50)));
+    assert_eq!(f.lease(10, None, 3_600_000).unwrap().len(), 5);
+    // More of the same hosts: the flush of the empty front leaves it empty.
+    push(&f, &refs(&hosts(100, 10)));
+    assert!(f.lease(10, None, 3_600_000).unwrap().is_empty());
+    // A new host now: not flushed first, the wait not over (the clock stands still).
+    push(&f, &["http://new.test/1"]);
+    assert!(f.lease(10, None, 3_600_000).unwrap().is_empty());
+    // Once it is (or the flush in the background brought it), the new host is served.
+    clock.advance(60_000);
+    let mut got = Vec::new();
+    for _ in 0..500 {
+        got = urls(&f.lease(10, None, 3_600_000).unwrap());
+        if !got.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(got.contains(&"http://new.test/1".to_owned()), "{got:?}");
+    f.close().unwrap();
+}
+
 #[test]
 fn the_next_instant_due_is_exact_once_leases_end_and_queues_empty() {
     let disk = SimDisk::new();

@@ -180,6 +180,8 @@ pub(super) struct FrontFlush {
     begun: bool,
     /// Whether the flush is done: a hand-out flushes once.
     done: bool,
+    /// When it began, by the system's clock.
+    began: Option<std::time::Instant>,
 }
 
 /// Where the flushes that hand-outs ask for while some queue still waits stand (see
@@ -498,6 +500,12 @@ pub(crate) struct Core {
     bursts: HashMap<u32, u64>,
     /// Queues with a live entry in the heap, by crawl.
     scheduled: HashMap<u32, u64>,
+    /// Until when (by the frontier's clock) a hand-out with an empty front does not flush
+    /// first: the last such flush left the front empty (the URLs pushed went to queues whose
+    /// fetchers were all out), so the next one waits [`DEMAND_FACTOR`] times as long as it
+    /// took; meanwhile the flushes in the background bring what was pushed
+    /// ([`Core::demand_flush`]).
+    fruitless_until: u64,
     done: u64,
     poisoned: bool,
     /// Pushes were made since the sieve's last sync: the next commit to J syncs them first,
@@ -638,6 +646,7 @@ impl Core {
             heap: DueHeap::default(),
             bursts: HashMap::new(),
             scheduled: HashMap::new(),
+            fruitless_until: 0,
             done: 0,
             poisoned: false,
             unsynced: false,
@@ -2454,13 +2463,30 @@ impl Core {
             },
         };
         let front = self.front(only);
-        if first && !flush.done && (flush.begun || front == 0) {
+        // With flushes in the background, an empty front whose last flush left it empty
+        // flushes again only some time after (each merges Z whole: a crawler whose every
+        // host has its fetcher out, pushing the links it finds, paid one at each call).
+        let spaced = self.background && front == 0 && !flush.begun && now < self.fruitless_until;
+        if first && !flush.done && !spaced && (flush.begun || front == 0) {
             // Nothing of the crawls asked waits: what was pushed is flushed, as BUbiNG does
             // when its front is empty (once per hand-out), and moved into the queues before
             // any is served: once begun, the flush goes on whatever the front becomes.
+            if !flush.begun {
+                flush.began = Some(std::time::Instant::now());
+            }
             flush.begun = !crate::planted::active(crate::planted::Bug::FrontServedEarly);
             match self.flush_step(&mut flush.state)? {
-                FlushStep::Done => flush.done = true,
+                FlushStep::Done => {
+                    flush.done = true;
+                    self.fruitless_until = match (self.front(only), flush.began) {
+                        (0, Some(began)) => {
+                            let took = u64::try_from(began.elapsed().as_millis()).unwrap_or(0);
+                            let end = self.clock.now_ms();
+                            end.saturating_add(took.saturating_mul(DEMAND_FACTOR) + 1)
+                        }
+                        _ => 0,
+                    };
+                }
                 step => return Ok(Err(step)),
             }
         }
