@@ -42,6 +42,7 @@ pub struct Options {
     pub(crate) hot_queues: usize,
     pub(crate) compress_queues: Option<bool>,
     pub(crate) merge_positions: u64,
+    pub(crate) existing: bool,
 }
 
 impl Default for Options {
@@ -53,6 +54,7 @@ impl Default for Options {
             sync: SyncPolicy::Manual,
             seed: None,
             background: true,
+            existing: false,
             defer_merges: false,
             frontier_low: None,
             recent: None,
@@ -170,6 +172,16 @@ impl Options {
     /// caller's thread, in a fixed order (as the crash tests need).
     pub fn background_flush(mut self, on: bool) -> Options {
         self.background = on;
+        self
+    }
+
+    /// Opens only a store that exists (off by default): [`crate::Sieve::open`] and
+    /// [`crate::Frontier::open`] of a missing directory, or of one without a store, fail
+    /// ([`crate::Error::NotASieve`]) instead of making a new store there. Checked again once
+    /// the directory's lock is held, so that a store removed while the open waited for its
+    /// lock is not made again, empty, under its name.
+    pub fn existing(mut self, on: bool) -> Options {
+        self.existing = on;
         self
     }
 

@@ -864,3 +864,59 @@ fn stats_of_a_store_another_process_writes_never_reports_damage() {
     assert!(push.wait().unwrap().success());
     assert!(reads > 20, "{reads} reads while the push ran");
 }
+
+/// A store's directory moved away and another store's put in its place while a `push` runs:
+/// the push writes nothing into the other store (it wrote its MANIFEST there, by the path,
+/// and the other store was lost) and fails, naming what happened; both stores stay sound,
+/// the moved one as last committed.
+#[test]
+fn a_directory_replaced_while_a_command_runs_is_not_written_into() {
+    let t = tmp();
+    let (a, b, old) = (
+        t.path().join("a"),
+        t.path().join("b"),
+        t.path().join("a.old"),
+    );
+    ok(
+        &["push", arg(&a), "-q"],
+        b"http://a.test/1\nhttp://a.test/2\n",
+    );
+    ok(&["push", arg(&b), "-q"], b"http://b.test/1\n");
+    let mut push = Command::new(BIN)
+        .args(["push", arg(&a), "-q"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = push.stdin.take().unwrap();
+    // The push has its lock once its store is open: a second opener is refused.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let held = || {
+        use fs2::FileExt;
+        std::fs::File::open(a.join("LOCK")).is_ok_and(|f| f.try_lock_shared().is_err())
+    };
+    while !held() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(held(), "the push never took its lock");
+    std::fs::rename(&a, &old).unwrap();
+    std::fs::rename(&b, &a).unwrap();
+    input.write_all(b"http://a.test/3\n").unwrap();
+    drop(input);
+    let out = push.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("moved, removed or replaced"), "{err}");
+    // The store now at `a` is the other one, whole; the one moved holds what it committed.
+    ok(&["check", arg(&a)], b"");
+    ok(&["flush", arg(&a)], b"");
+    assert_eq!(ok(&["pop", arg(&a)], b""), b"http://b.test/1\n");
+    ok(&["check", arg(&old)], b"");
+    ok(&["flush", arg(&old)], b"");
+    let popped = String::from_utf8(ok(&["pop", arg(&old)], b"")).unwrap();
+    assert!(
+        popped.starts_with("http://a.test/1\nhttp://a.test/2\n"),
+        "{popped}"
+    );
+}

@@ -717,6 +717,44 @@ fn lease_wait_of_one_crawl_waits_for_its_own_and_the_commands_beside_it_wait_for
     assert_eq!(String::from_utf8_lossy(&out.stdout), "http://z.test/2\n");
 }
 
+/// A store removed while a command waits for it (`lease --wait` between two looks, or any
+/// command waiting for another's lock) is not made again, empty, under its name: the command
+/// fails (it printed nothing and exited 0, which the README's crawl loop reads as a crawl
+/// finished, and left an empty store behind).
+#[test]
+fn a_store_removed_while_a_command_waits_is_not_made_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("w");
+    let d = dir.to_str().unwrap();
+    expect(0, &["push", d], b"http://a.test/1\nhttp://a.test/2\n");
+    expect(0, &["lease", d, "--ttl", "1h"], b"");
+    let wait = spawn(&["lease", d, "--wait"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let out = wait.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no such directory"), "{err}");
+    assert!(!dir.exists(), "the store was made again");
+    // A `pop` waiting for a push's lock, the store removed meanwhile.
+    expect(0, &["push", d, "-q"], b"http://a.test/1\n");
+    let mut push = spawn(&["push", d, "-q"]);
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let pop = spawn(&["pop", d]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::remove_dir_all(&dir).unwrap();
+    drop(push.stdin.take());
+    let _ = push.wait();
+    let out = pop.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!dir.exists(), "the store was made again");
+}
+
 /// The bytes process `pid` has read through system calls so far (`rchar` of `/proc/PID/io`).
 fn bytes_read(pid: u32) -> u64 {
     let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();

@@ -24,7 +24,7 @@ pub struct FlushArgs {
 pub fn run(args: FlushArgs) -> Result<()> {
     require_sieve(&args.dir)?;
     let progress = Progress::new("flush", args.common.quiet);
-    let opts = Options::new().memory(args.common.memory);
+    let opts = Options::new().memory(args.common.memory).existing(true);
     let mut sieve = open_sieve(&args.dir, opts.clone())?;
     if sieve.mode() == Mode::Frontier {
         // A frontier's new URLs go on into their queues, which the frontier's flush does.

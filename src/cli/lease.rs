@@ -54,8 +54,8 @@ pub fn run(args: LeaseArgs) -> Result<()> {
     loop {
         // Waiting, the loop below waits for the lock itself, and says so.
         let open = if waited || args.wait {
-            crivello::Frontier::open(&args.dir, Options::new().memory(args.common.memory))
-                .map_err(|e| opening(e, "frontier", &args.dir))
+            let opts = Options::new().memory(args.common.memory).existing(true);
+            crivello::Frontier::open(&args.dir, opts).map_err(|e| opening(e, "frontier", &args.dir))
         } else {
             open_frontier(&args.dir, args.common.memory)
         };

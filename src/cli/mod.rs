@@ -445,6 +445,12 @@ fn library_hint(e: &crivello::Error) -> Option<&'static str> {
         E::InvalidUrl(_) => "fix the input line",
         E::InvalidOption { .. } => "change the option's value (see `crivello --help`)",
         E::Poisoned => "run the command again: reopening recovers what was durable",
+        E::NotASieve { reason, .. }
+            if reason.starts_with("no such directory") || reason.contains("no store is there") =>
+        {
+            "give the directory of an existing store (`crivello push DIR` creates one); one \
+             removed while the command waited for it is gone"
+        }
         E::NotASieve { .. } => "give a directory this kind of command made, or a new or empty one",
         E::WrongMode {
             mode: crivello::Mode::Frontier,
@@ -477,7 +483,7 @@ fn io_hint(e: &std::io::Error) -> &'static str {
 
 /// Opens the frontier in `dir`.
 pub fn open_frontier(dir: &Path, memory: usize) -> anyhow::Result<Frontier> {
-    open_frontier_with(dir, Options::new().memory(memory))
+    open_frontier_with(dir, Options::new().memory(memory).existing(true))
 }
 
 /// Opens the frontier in `dir` with options.

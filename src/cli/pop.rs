@@ -46,7 +46,7 @@ pub struct PopArgs {
 /// Runs `pop`.
 pub fn run(args: PopArgs) -> Result<()> {
     require_sieve(&args.dir)?;
-    let opts = Options::new().memory(args.common.memory);
+    let opts = Options::new().memory(args.common.memory).existing(true);
     let mut sieve = match super::waiting_for_lock(|| Sieve::open(&args.dir, opts.clone())) {
         Ok(sieve) => sieve,
         Err(e) if e.is_write_refused() => return print_without_consuming(&args, opts, e),

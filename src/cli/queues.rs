@@ -37,7 +37,7 @@ pub fn run(args: QueuesArgs) -> Result<()> {
     require_sieve(&args.dir)?;
     // On a full disk or a read-only file system, where an open that must recover cannot
     // write, the queues are read through a read-only view (as `stats` reads them).
-    let opts = Options::new().memory(args.common.memory);
+    let opts = Options::new().memory(args.common.memory).existing(true);
     let frontier = match super::waiting_for_lock(|| Frontier::open(&args.dir, opts.clone())) {
         // What `push` pushed is listed too: merged and queued first (as `lease` does).
         Ok(f) => match f.flush() {

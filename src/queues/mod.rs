@@ -474,7 +474,7 @@ impl Frontier {
         opts: Options,
         clock: Arc<dyn Clock>,
     ) -> Result<Frontier> {
-        let storage = DirStorage::open_store(dir.as_ref())?;
+        let storage = DirStorage::open_store_as(dir.as_ref(), !opts.existing)?;
         Frontier::open_with(Arc::new(storage), opts, clock)
     }
 

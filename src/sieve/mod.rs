@@ -135,7 +135,8 @@ impl Sieve {
     /// Opens the sieve in directory `dir`, creating the directory and the sieve if needed,
     /// and recovers from any crash. Takes the directory's exclusive lock.
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Sieve> {
-        Sieve::open_with(Arc::new(DirStorage::open_store(dir.as_ref())?), opts)
+        let storage = DirStorage::open_store_as(dir.as_ref(), !opts.existing)?;
+        Sieve::open_with(Arc::new(storage), opts)
     }
 
     /// Opens the existing sieve in `dir` without ever writing to the directory: for

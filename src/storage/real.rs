@@ -19,6 +19,11 @@ pub struct DirStorage {
     /// Opened with [`DirStorage::open_read_only`]: files are opened for reading only, and
     /// every change fails as on a read-only file system.
     read_only: bool,
+    /// The device and inode of the lock file this storage's lock holds, once it holds it:
+    /// before a file is created or renamed, the lock file at the directory's path must be
+    /// that one (a directory moved away, or replaced by another store, while a command ran
+    /// is not written into).
+    locked: Arc<OnceLock<(u64, u64)>>,
 }
 
 impl DirStorage {
@@ -45,6 +50,7 @@ impl DirStorage {
         Ok(DirStorage {
             dir,
             read_only: false,
+            locked: Arc::default(),
         })
     }
 
@@ -60,6 +66,7 @@ impl DirStorage {
         Ok(DirStorage {
             dir,
             read_only: true,
+            locked: Arc::default(),
         })
     }
 
@@ -71,10 +78,49 @@ impl DirStorage {
 
     fn refuse_change(&self) -> io::Result<()> {
         if self.read_only {
-            Err(read_only_error())
-        } else {
-            Ok(())
+            return Err(read_only_error());
         }
+        self.still_here()
+    }
+
+    /// Whether the directory at this storage's path is still the one it locked (nothing is
+    /// checked before the lock is taken).
+    fn still_here(&self) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let Some(&held) = self.locked.get() else {
+            return Ok(());
+        };
+        let now = fs::metadata(self.dir.join(crate::names::LOCK))
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        if now == Some(held) {
+            return Ok(());
+        }
+        Err(io::Error::other(format!(
+            "the directory {} was moved, removed or replaced by another while in use: \
+             nothing more is written there (the store is where it was moved to, as last \
+             committed)",
+            self.dir.display()
+        )))
+    }
+
+    /// [`DirStorage::open_store`], or (`create` false) of a directory that must exist.
+    pub(crate) fn open_store_as(dir: &Path, create: bool) -> crate::Result<DirStorage> {
+        if create {
+            return DirStorage::open_store(dir);
+        }
+        if !dir.is_dir() {
+            return Err(crate::Error::NotASieve {
+                dir: dir.display().to_string(),
+                reason: "no such directory".into(),
+            });
+        }
+        // Never made here: a directory removed from now on makes the lock fail.
+        Ok(DirStorage {
+            dir: dir.to_path_buf(),
+            read_only: false,
+            locked: Arc::default(),
+        })
     }
 
     /// [`DirStorage::open`] for a store: an error names the directory.
@@ -477,7 +523,12 @@ impl Storage for DirStorage {
                 .open(path)?
         };
         match f.try_lock_exclusive() {
-            Ok(()) => Ok(Box::new(f)),
+            Ok(()) => {
+                use std::os::unix::fs::MetadataExt;
+                let m = f.metadata()?;
+                let _ = self.locked.set((m.dev(), m.ino()));
+                Ok(Box::new(f))
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(11) => {
                 Err(io::ErrorKind::WouldBlock.into())
             }

@@ -44,12 +44,20 @@ pub(crate) fn open(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {
     let st = &*storage;
     // 1. (A directory of other files, with no sieve in it, is refused before the lock
     // file is made in it.)
+    let gone = || Error::NotASieve {
+        dir: st.describe(),
+        reason: "no MANIFEST: no store is there (removed while this waited for it?)".into(),
+    };
     if !st.list_files()?.iter().any(|n| n == crate::names::MANIFEST) {
         create::refuse_foreign(st)?;
+        if opts.existing {
+            return Err(gone());
+        }
     }
     let lock = st.lock_exclusive()?;
     let m = match Manifest::load(st)? {
         Some(m) => m,
+        None if opts.existing => return Err(gone()),
         None => create::create(st, &opts)?,
     };
     // 2.
