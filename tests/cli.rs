@@ -892,9 +892,7 @@ fn a_directory_replaced_while_a_command_runs_is_not_written_into() {
     let mut input = push.stdin.take().unwrap();
     // The push has its lock once its store is open: a second opener is refused.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let held = || {
-        std::fs::File::open(a.join("LOCK")).is_ok_and(|f| f.try_lock_shared().is_err())
-    };
+    let held = || std::fs::File::open(a.join("LOCK")).is_ok_and(|f| f.try_lock_shared().is_err());
     while !held() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

@@ -482,3 +482,83 @@ fn a_generation_a_crash_left_is_synced_before_it_is_continued() {
         .unwrap();
     assert_eq!(left.ops(), ops);
 }
+
+/// `pause`, `resume`, `block` and `policy` on a full disk: each change is durable in the
+/// journal before the close, whose manifest then cannot be written. The command says so and
+/// exits 0 (it exited 1 saying to run it again, though the change was in force).
+#[test]
+fn a_change_made_durable_before_a_close_that_fails_on_a_full_disk_exits_0() {
+    let fs = match SmallFs::mount("8m") {
+        Ok(fs) => fs,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let dir = fs.dir.path().join("f").display().to_string();
+    let push = std::process::Command::new(env!("CARGO_BIN_EXE_crivello"))
+        .args(["push", &dir, "-q"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .unwrap()
+                .write_all(b"http://a.test/1\nhttp://b.test/1\n")?;
+            c.wait()
+        })
+        .unwrap();
+    assert!(push.success());
+    assert!(crivello(&["lease", &dir, "--ttl", "1h"]).status.success());
+    // Fill the file system.
+    let filler = fs.dir.path().join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![0u8; 1 << 16];
+        while f.write_all(&chunk).is_ok() {}
+        let _ = f.sync_all();
+    }
+    let stats = || String::from_utf8_lossy(&crivello(&["stats", &dir]).stdout).into_owned();
+    let pause = crivello(&["pause", &dir]);
+    let err = String::from_utf8_lossy(&pause.stderr);
+    if pause.status.success() {
+        // The commit's write found room (a journal's block not full): nothing to test
+        // beyond the change.
+        assert!(stats().contains("paused         1"));
+    } else {
+        // The journal's commit itself failed: nothing changed.
+        assert_eq!(pause.status.code(), Some(1), "{err}");
+        assert!(stats().contains("paused         0"));
+    }
+    if pause.status.success() && !err.is_empty() {
+        assert!(
+            err.contains("hand-outs are paused, but closing the store failed"),
+            "{err}"
+        );
+    }
+    let block = crivello(&["block", &dir, "b.test", "--for", "2h"]);
+    let err = String::from_utf8_lossy(&block.stderr);
+    if block.status.success() {
+        assert!(
+            err.is_empty() || err.contains("the block is set, but"),
+            "{err}"
+        );
+    } else {
+        assert!(!err.contains("the block is set"), "{err}");
+    }
+    std::fs::remove_file(&filler).unwrap();
+    // Whatever each said, what it said holds once space is freed.
+    let s = stats();
+    assert_eq!(
+        s.contains("paused         1"),
+        pause.status.success(),
+        "{s}"
+    );
+    let q = String::from_utf8_lossy(&crivello(&["queues", &dir]).stdout).into_owned();
+    let blocked = q
+        .lines()
+        .any(|l| l.starts_with("b.test") && !l.ends_with('-'));
+    assert_eq!(blocked, block.status.success(), "{q}");
+}

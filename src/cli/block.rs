@@ -53,5 +53,6 @@ pub fn run(args: BlockArgs) -> Result<()> {
     };
     let frontier = open_frontier(&args.dir, args.common.memory)?;
     frontier.block(args.crawl.name(), args.key.as_encoded_bytes(), until)?;
-    Ok(frontier.close()?)
+    super::close_after_durable_work(frontier, "the block is set");
+    Ok(())
 }

@@ -26,5 +26,7 @@ pub fn run(args: PauseArgs, on: bool) -> Result<()> {
     require_sieve(&args.dir)?;
     let frontier = open_frontier(&args.dir, args.common.memory)?;
     frontier.set_paused(on)?;
-    Ok(frontier.close()?)
+    let what = if on { "paused" } else { "resumed" };
+    super::close_after_durable_work(frontier, &format!("hand-outs are {what}"));
+    Ok(())
 }

@@ -80,5 +80,6 @@ pub fn run(args: PolicyArgs) -> Result<()> {
         fields.delay_ms = Some(0);
     }
     frontier.change_policy(crawl, key, fields)?;
-    Ok(frontier.close()?)
+    super::close_after_durable_work(frontier, "the policy is set");
+    Ok(())
 }
