@@ -83,6 +83,35 @@ def test_get_urls_by_crawl(server):
     assert mine == [("http://two.t/", "C2")]
 
 
+def test_a_url_in_transit_under_a_key_of_its_own_asked_without_it_reads_as_in_transit(server):
+    """Put under a key of its own and asked without it, a URL in transit is answered (its
+    state and its lease's end, the host as key), not NOT_FOUND."""
+    pb = server.pb
+    put(server, [discovered(pb, "http://own.t/1", key="K-own")])
+    got = get(server, key="K-own", delay_requestable=60, crawl="DEFAULT")
+    assert [g.url for g in got] == ["http://own.t/1"]
+    item = server.stub.GetURLStatus(pb.URLStatusRequest(url="http://own.t/1"))
+    assert item.known.info.url == "http://own.t/1"
+    assert item.known.refetchable_from_date >= now_s() + 50, "in transit for a minute"
+    # Asked with its key: the same, with its key.
+    item = server.stub.GetURLStatus(pb.URLStatusRequest(url="http://own.t/1", key="K-own"))
+    assert item.known.info.key == "K-own"
+
+
+def test_an_unknown_long_url_is_not_found(server):
+    """The message names a long URL by its start and length: whole, a 20 KB URL made a
+    header the client refused (RESOURCE_EXHAUSTED instead of NOT_FOUND)."""
+    import grpc
+    import pytest
+
+    pb = server.pb
+    url = "http://long.t/" + "x" * 20_000
+    with pytest.raises(grpc.RpcError) as e:
+        server.stub.GetURLStatus(pb.URLStatusRequest(url=url))
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND, e.value
+    assert "20014 bytes" in e.value.details()
+
+
 def test_a_urls_status_asked_with_another_key_is_found_in_its_hosts_queue(server):
     """GetURLStatus looks in the queue of the key given and in the URL's host's queue: a
     waiting URL asked with another key is found (with its queue's key), not NOT_FOUND."""

@@ -573,6 +573,21 @@ fn known_item(crawl: &str, h: HeldUrl) -> pb::UrlItem {
     }
 }
 
+/// `url` as an error message names it: its first 200 bytes (at a character's boundary) and
+/// its length, when longer. A status's message travels in a header, which clients refuse
+/// past 16 KiB (a long URL's NOT_FOUND read as RESOURCE_EXHAUSTED).
+fn clipped(url: &str) -> String {
+    const SHOWN: usize = 200;
+    if url.len() <= SHOWN {
+        return url.to_owned();
+    }
+    let mut end = SHOWN;
+    while !url.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &url[..end], url.len())
+}
+
 /// Whether `url` passes a `ListURLs` or `CountURLs` filter.
 fn matches(url: &[u8], filter: &Option<String>, ignore_case: bool) -> bool {
     let Some(f) = filter.as_deref().filter(|f| !f.is_empty()) else {
@@ -1325,13 +1340,30 @@ impl UrlFrontier for Service {
                                 break;
                             }
                         }
-                        Ok(held)
+                        // Leased from a queue of a key of its own, asked without it: the
+                        // frontier knows its lease by the URL, not its key and metadata (it
+                        // answered NOT_FOUND). Due again at the lease's end, if not acked.
+                        let status = match status {
+                            UrlStatus::Leased { until_ms } => {
+                                UrlStatus::Refetch { at_ms: until_ms }
+                            }
+                            s => s,
+                        };
+                        Ok(held.or(Some(HeldUrl {
+                            key,
+                            url: url.into_bytes(),
+                            metadata: Vec::new(),
+                            status,
+                        })))
                     }
                 }
             })
             .await?;
         match found {
-            None => Err(Status::not_found(format!("{} is not known", p.url))),
+            None => Err(Status::not_found(format!(
+                "{} is not known",
+                clipped(&p.url)
+            ))),
             Some(h) if h.status == UrlStatus::Done => {
                 let mut item = known_item(&crawl, h);
                 if let Some(pb::url_item::Item::Known(k)) = &mut item.item {
