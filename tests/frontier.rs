@@ -1766,9 +1766,11 @@ mod model {
                             }
                         } else {
                             if !held {
-                                // Done: served again, after every seq given so far.
+                                // Done: served again, after every seq given so far, and no
+                                // longer done (the crawl limit counts URLs done).
                                 m.order.insert(u.clone(), m.orders);
                                 m.orders += 1;
+                                h.completed = h.completed.saturating_sub(1);
                             }
                             h.refetch.insert((when, m.order[&u], i));
                             m.done.remove(&u);

@@ -223,3 +223,24 @@ def test_a_key_set_in_one_field_follows_the_default_in_the_others(server_factory
     server.stub.SetCrawlLimit(pb.CrawlLimitParams(key="e.com", limit=0))
     got = get(server, key="e.com", max_urls_per_queue=10, delay_requestable=30, crawl="DEFAULT")
     assert [g.url for g in got] == ["http://e.com/2", "http://e.com/3"]
+
+
+def test_the_crawl_limit_counts_urls_done_not_fetches(server):
+    """A done URL scheduled again is no longer done: fetched and done twice, it counts
+    once toward `completed` and the crawl limit (it counted twice, and the queue's other URL
+    was never served)."""
+    pb = server.pb
+    server.stub.SetCrawlLimit(pb.CrawlLimitParams(key="twice.com", limit=2))
+    put(server, [discovered(pb, "http://twice.com/x"), discovered(pb, "http://twice.com/y")])
+    got = get(server, key="twice.com", crawl="DEFAULT")
+    assert [g.url for g in got] == ["http://twice.com/x"]
+    put(server, [known(pb, "http://twice.com/x", 0)])
+    assert stats(server, key="twice.com").counts["completed"] == 1
+    put(server, [known(pb, "http://twice.com/x", now_s() - 1)])
+    assert stats(server, key="twice.com").counts["completed"] == 0
+    got = get(server, key="twice.com", crawl="DEFAULT")
+    assert [g.url for g in got] == ["http://twice.com/x"]
+    put(server, [known(pb, "http://twice.com/x", 0)])
+    assert stats(server, key="twice.com").counts["completed"] == 1
+    got = get(server, key="twice.com", crawl="DEFAULT")
+    assert [g.url for g in got] == ["http://twice.com/y"]

@@ -2056,6 +2056,12 @@ impl Core {
                 return Err(bad("new seq of a known URL"));
             }
             self.next_seq = seq + 1;
+            // No longer done (counted again below if it is done again): the queue's done
+            // URLs, which its crawl limit counts, are URLs, not fetches.
+            if q.completed > 0 {
+                q.completed -= 1;
+                self.done = self.done.saturating_sub(1);
+            }
         } else if q.take_listed(seq) {
             // Taken from the returned records or those to fetch again.
         } else if seq >= q.next_seq && seq < next_seq {
