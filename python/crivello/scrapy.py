@@ -18,7 +18,9 @@ How the scheduler works:
   the duplicate filter: exact, durable, in bounded memory. A ``dont_filter=True`` request
   bypasses it, as with Scrapy's own scheduler: its identity is the fingerprint with the
   identity of the request it came from and its rank among that request's outputs, so that
-  a page fetched again after a crash yields the same identities and adds nothing twice.
+  a page fetched again after a crash yields the same identities and adds nothing twice
+  (a start request: its rank among them; another with no origin, from a signal: its rank
+  in this run, new in each run).
 - ``next_request`` leases requests of queues that may be served now, so that the
   downloader is fed across hosts: at most ``CRIVELLO_PER_HOST`` of one host in flight (one
   by default), the next one handed out at least ``DOWNLOAD_DELAY`` after the previous one
@@ -42,6 +44,7 @@ import hashlib
 import inspect
 import logging
 import math
+import os
 import pickle
 import time
 from collections import deque
@@ -75,6 +78,16 @@ logger = logging.getLogger(__name__)
 #: Start requests (and others with no origin) that bypass the filter: the ranks of this many
 #: fingerprints at most are kept; past that, they start again.
 MAX_START_RANKS = 100_000
+
+#: Whether this Scrapy marks its start requests (``is_start_request`` in their meta, set by
+#: its start spider middleware, 2.13 on): then a request that bypasses the filter with no
+#: origin and is not a start request is told apart from those of other runs.
+try:
+    import scrapy.spidermiddlewares.start  # noqa: F401
+
+    _MARKS_START = True
+except ImportError:  # pragma: no cover - Scrapy before 2.13
+    _MARKS_START = False
 
 #: The meta key of the token of the lease a handed-out request belongs to.
 TOKEN_META = "_crivello_token"
@@ -437,6 +450,10 @@ class Scheduler:
         self._unflushed = False
         self._flushed_at = 0.0
         self._start_ranks: Dict[str, int] = {}
+        # The requests that bypass the filter with no origin and are not start requests:
+        # ranked within this run, which a random tag names.
+        self._run_ranks: Dict[str, int] = {}
+        self._run = os.urandom(8).hex()
         self._wake_at: Optional[float] = None
         # The name of each spider method met as a callback or errback, by its function.
         self._method_names: Dict[Any, str] = {}
@@ -577,7 +594,7 @@ class Scheduler:
         if self.filtering and not request.dont_filter:
             identity = fp
         else:
-            identity = self._unique_identity(fp, parent)
+            identity = self._unique_identity(fp, parent, request)
         new = self.frontier.push_new(
             [(identity, _slot_of(request), metadata)], crawl=self.crawl, sync=False
         )[0]
@@ -837,8 +854,14 @@ class Scheduler:
             return None
         return self._live.get(token)
 
-    def _unique_identity(self, fp: str, parent: Optional[_Live]) -> str:
-        if parent is None:
+    def _unique_identity(self, fp: str, parent: Optional[_Live], request: Request) -> str:
+        if parent is None and _MARKS_START and not request.meta.get("is_start_request"):
+            # Scheduled by no request and not a start request (from a signal: a poll, a
+            # login renewed): new in each run, as with Scrapy's scheduler.
+            if len(self._run_ranks) >= MAX_START_RANKS:
+                self._run_ranks.clear()
+            ranks, origin = self._run_ranks, f"run {self._run}"
+        elif parent is None:
             if len(self._start_ranks) >= MAX_START_RANKS:
                 self._start_ranks.clear()
             ranks, origin = self._start_ranks, ""

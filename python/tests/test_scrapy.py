@@ -436,3 +436,25 @@ def test_a_request_without_a_host_is_scheduled(tmp_path: Path) -> None:
     leased = sched.frontier.lease(crawl=sched.crawl)
     assert [lease.key for lease in leased] == ["_DEFAULT_"]
     assert sched.frontier.counts(sched.crawl)["waiting"] == 1
+
+
+def test_a_request_scheduled_with_no_origin_bypasses_the_filter_in_every_run(
+    site: Site, tmp_path: Path
+) -> None:
+    """A ``dont_filter=True`` request that no request yielded and that is not a start request
+    (scheduled from a signal: a poll) is new in each run, as with Scrapy's scheduler; it was
+    numbered from the process's start, so a second run's polls were taken for the first's
+    and dropped. The start request is still not fetched again by the second run."""
+    if not hasattr(__import__("scrapy.spidermiddlewares", fromlist=["start"]), "start"):
+        pytest.skip("this Scrapy does not mark its start requests (2.13 does)")
+    poll = str(Path(__file__).parent / "poll_spider.py")
+    store = tmp_path / "poll"
+    start = site.pages[0]
+    fetched = []
+    for _ in range(2):
+        before = len(site.fetches)
+        code, log, _ = crawl(site, {**CRIVELLO, **settings(store)}, spider=poll)
+        assert code == 0, log[-2000:]
+        fetched.append(sum(1 for _, _, p in site.fetches[before:] if p == start))
+    # The start request and three polls, then three polls.
+    assert fetched == [4, 3], fetched
