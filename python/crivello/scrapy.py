@@ -421,10 +421,11 @@ class Scheduler:
             )
         self.crawl_setting = crawl
         self.crawl = ""
-        # Scrapy takes a negative delay as none.
-        self.delay = max(0.0, float(delay))
-        if not math.isfinite(self.delay):
+        # Scrapy takes a negative delay as none (a NaN is refused first: `max` would take it
+        # as 0).
+        if not math.isfinite(float(delay)):
             raise SettingError(f"DOWNLOAD_DELAY={delay!r}: a finite number of seconds")
+        self.delay = max(0.0, float(delay))
         if per_host < 1:
             raise SettingError(f"CRIVELLO_PER_HOST={per_host!r}: at least 1")
         self.per_host = per_host

@@ -168,7 +168,9 @@ fn millis(seconds: f64, what: &str) -> PyResult<u64> {
             MOST / 1000.0
         )));
     }
-    Ok((seconds * 1000.0).round() as u64)
+    // A positive duration under half a millisecond is one, not none (a delay turned off).
+    let ms = (seconds * 1000.0).round() as u64;
+    Ok(if ms == 0 && seconds > 0.0 { 1 } else { ms })
 }
 
 /// An `int` argument from 0 to `max`, or a `ValueError` naming it (Python's own conversion

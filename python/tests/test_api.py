@@ -405,6 +405,8 @@ def test_policies_are_kept_as_the_store_keeps_them(tmp_path: Path) -> None:
     p = crivello.Policy(delay=1.23456, ratio=0.5000004)
     assert (p.delay, p.ratio) == (1.235, 0.5)
     assert len({p, crivello.Policy(delay=1.235, ratio=0.5)}) == 1
+    # Under half a millisecond, a delay is one, not none (it turned the delay off).
+    assert crivello.Policy(delay=0.0004).delay == 0.001
     with crivello.Frontier(tmp_path / "f") as f:
         f.set_policy(p, key="a.test")
         assert f.policy(key="a.test") == p

@@ -291,6 +291,9 @@ def test_bad_settings_stop_the_crawl_at_start_with_what_to_do(site: Site, tmp_pa
         assert "at least 0.001" in log, log[-3000:]
     rc, log, _ = crawl(site, settings(tmp_path / "m", CRIVELLO_MEMORY="lots", **CRIVELLO))
     assert "CRIVELLO_MEMORY='lots'" in log, log[-3000:]
+    # A delay that is not a number: it was taken as 0, the crawl running without one.
+    rc, log, _ = crawl(site, settings(tmp_path / "d", DOWNLOAD_DELAY="nan", **CRIVELLO))
+    assert "DOWNLOAD_DELAY=nan: a finite number of seconds" in log, log[-3000:]
     assert len(site.fetches) == 0
 
 
