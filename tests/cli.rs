@@ -917,3 +917,15 @@ fn a_directory_replaced_while_a_command_runs_is_not_written_into() {
         "{popped}"
     );
 }
+
+/// A push stopped by an invalid line counts every line before it, the repeats the cache of
+/// recent URLs dropped included (it closed without counting them: `pushed 1` for 4 lines).
+#[test]
+fn a_push_stopped_by_an_invalid_line_counts_the_lines_before_it() {
+    let t = tmp();
+    let d = t.path().join("s");
+    let err = fails(1, &["push", arg(&d), "-q"], b"a\na\na\na\n\n");
+    assert!(err.contains("line 5"), "{err}");
+    let stats = String::from_utf8(ok(&["stats", arg(&d)], b"")).unwrap();
+    assert!(stats.starts_with("pushed         4\n"), "{stats}");
+}

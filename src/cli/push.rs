@@ -70,9 +70,13 @@ pub fn run(args: PushArgs) -> Result<()> {
     }
     let skipped = if let Some(s) = sieve {
         let mut sink = SieveSink(s);
-        let skipped = push_lines(&args, &mut progress, &mut sink)?;
+        let pushed = push_lines(&args, &mut progress, &mut sink);
         progress.waiting("sync");
-        sink.0.close()?;
+        // Closed after an invalid line too (the lines before it synced): the close counts
+        // the repeats the cache of recent URLs dropped, which `stats` missed otherwise.
+        let closed = sink.0.close();
+        let skipped = pushed?;
+        closed?;
         skipped
     } else {
         let mut sink = FrontierSink {
@@ -80,9 +84,11 @@ pub fn run(args: PushArgs) -> Result<()> {
             crawl: args.crawl.name(),
             batch: Vec::with_capacity(FRONTIER_BATCH),
         };
-        let skipped = push_lines(&args, &mut progress, &mut sink)?;
-        sink.settle()?;
-        sink.frontier.close()?;
+        let pushed = push_lines(&args, &mut progress, &mut sink);
+        let skipped = pushed.and_then(|skipped| sink.settle().map(|()| skipped));
+        let closed = sink.frontier.close();
+        let skipped = skipped?;
+        closed?;
         skipped
     };
     progress.finish();
