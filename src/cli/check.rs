@@ -43,12 +43,15 @@ pub fn run(args: CheckArgs) -> Result<()> {
             Err(e) => return Err(e.into()),
         };
         let text = format!(
-            "ok: {}: near-duplicate store: {} documents, {} segments, {} entries verified, and \
-             its sieve of ids\n",
+            "ok: {}: near-duplicate store: {} document{}, {} segment{}, {} entr{} verified, \
+             and its sieve of ids\n",
             args.dir.display(),
             report.docs,
+            if report.docs == 1 { "" } else { "s" },
             report.segments,
-            report.entries
+            if report.segments == 1 { "" } else { "s" },
+            report.entries,
+            if report.entries == 1 { "y" } else { "ies" },
         );
         let mut out = Output::new();
         out.text(&text)?;

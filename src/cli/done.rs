@@ -40,7 +40,7 @@ pub struct DoneArgs {
     pub retry: bool,
     /// The longest URL of a line, in bytes (units as for --memory; at most 1G): give the
     /// `push`'s --max-url-len when it was raised. A longer line is an error.
-    #[arg(long, value_name = "SIZE", default_value_t = Options::DEFAULT_MAX_URL_LEN, value_parser = parse_max_url_len)]
+    #[arg(long, value_name = "SIZE", default_value_t = Options::DEFAULT_MAX_URL_LEN, value_parser = parse_max_url_len, allow_negative_numbers = true)]
     pub max_url_len: usize,
     /// The crawl.
     #[command(flatten)]

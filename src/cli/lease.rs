@@ -18,7 +18,13 @@ pub struct LeaseArgs {
     /// The frontier's directory.
     pub dir: PathBuf,
     /// Print at most N URLs.
-    #[arg(short = 'n', long = "max", value_name = "N", default_value_t = 1000)]
+    #[arg(
+        short = 'n',
+        long = "max",
+        value_name = "N",
+        default_value_t = 1000,
+        allow_negative_numbers = true
+    )]
     pub max: usize,
     /// At most K URLs of one queue (default: what the queue's policy allows, 1 unless set).
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]

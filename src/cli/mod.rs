@@ -567,8 +567,8 @@ pub fn opening(e: crivello::Error, what: &str, dir: &Path) -> anyhow::Error {
         let meanwhile = if what == "frontier" {
             "`crivello stats`, `crivello check` and `crivello queues` work"
         } else {
-            "`crivello stats` and `crivello check` work, and `crivello pop` prints what the \
-             frontier holds without consuming it"
+            "`crivello stats` and `crivello check` work, `crivello pop` prints what a plain \
+             sieve holds without consuming it, and `crivello queues` lists a frontier's queues"
         };
         return anyhow::Error::new(e).context(Explained {
             what: format!("{what} {}: {why}", dir.display()),

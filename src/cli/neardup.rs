@@ -41,7 +41,7 @@ pub struct NeardupArgs {
     /// Inputs of JSON lines {"id": ..., "text": ...}; none or "-": standard input.
     pub files: Vec<PathBuf>,
     /// Near-duplicates differ in at most K bits of their 64-bit fingerprints (0 to 6).
-    #[arg(short = 'k', value_name = "K", default_value_t = 3,
+    #[arg(short = 'k', value_name = "K", default_value_t = 3, allow_negative_numbers = true,
           value_parser = clap::value_parser!(u32).range(0..=6))]
     pub k: u32,
     /// The options of every subcommand.

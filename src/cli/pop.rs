@@ -36,7 +36,12 @@ pub struct PopArgs {
     /// The sieve's directory.
     pub dir: PathBuf,
     /// Print at most N URLs (default: all that are available).
-    #[arg(short = 'n', long = "max", value_name = "N")]
+    #[arg(
+        short = 'n',
+        long = "max",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     pub max: Option<u64>,
     /// The options of every subcommand.
     #[command(flatten)]

@@ -27,7 +27,7 @@ pub struct PushArgs {
     /// Files of URLs, one per line; none, or "-", reads standard input.
     pub files: Vec<PathBuf>,
     /// The longest URL accepted, in bytes (units as for --memory; at most 1G).
-    #[arg(long, value_name = "SIZE", default_value_t = Options::DEFAULT_MAX_URL_LEN, value_parser = parse_max_url_len)]
+    #[arg(long, value_name = "SIZE", default_value_t = Options::DEFAULT_MAX_URL_LEN, value_parser = parse_max_url_len, allow_negative_numbers = true)]
     pub max_url_len: usize,
     /// Skip invalid lines (empty, or longer than --max-url-len) and report how many on
     /// stderr, instead of stopping at the first one.

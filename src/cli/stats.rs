@@ -35,8 +35,9 @@ Keys (the same in the text and the JSON output; every value is an unsigned integ
   bytes_r        bytes on disk of the runs (R)
   bytes_f        bytes on disk of the frontier (F)
   bytes_meta     bytes of the manifest and the cursor
-  memory_budget  the memory budget in bytes
-  slots          slots per buffer of S (the in-memory signature buffer)
+  memory_budget  the memory budget in bytes this command ran with (its --memory: a store
+                 keeps no budget, each command has its own)
+  slots          slots per buffer of S (the in-memory signature buffer) at that budget
   seed           the signature seed (a 64-bit integer)
 
 A frontier (a directory `lease` has used) adds:

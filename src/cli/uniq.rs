@@ -49,11 +49,11 @@ pub struct UniqArgs {
     pub approx: bool,
     /// With --approx: the number of distinct lines the false-positive rate is computed for
     /// (with --fp-rate: the filter is sized for both, and --memory may not be given).
-    #[arg(long, value_name = "N", requires = "approx", value_parser = parse_count)]
+    #[arg(long, value_name = "N", requires = "approx", value_parser = parse_count, allow_negative_numbers = true)]
     pub expected: Option<u64>,
     /// With --approx: the false-positive rate wanted, 0 < P < 1 (default 0.01 when --expected
     /// is not given: the filter then holds as many distinct lines as --memory allows at P).
-    #[arg(long, value_name = "P", requires = "approx", value_parser = parse_rate)]
+    #[arg(long, value_name = "P", requires = "approx", value_parser = parse_rate, allow_negative_numbers = true)]
     pub fp_rate: Option<f64>,
     /// With --approx: print the filter's size and k on stderr, and at the end the lines read
     /// and printed, the filter's fill and the false-positive rate it now has.
@@ -296,12 +296,14 @@ fn approx(args: &UniqArgs) -> Result<()> {
     }
     if args.verbose {
         eprintln!(
-            "crivello: approximate uniq: a Bloom filter of {} ({layout:?} layout), k = {}: a \
-             new line is dropped with probability {:.2e} once {} distinct lines went in",
+            "crivello: approximate uniq: a Bloom filter of {} ({} layout), k = {}: a new line \
+             is dropped with probability {:.2e} once {} distinct {} went in",
             indicatif::HumanBytes(sizing.bytes()),
+            format!("{layout:?}").to_lowercase(),
             sizing.k,
             sizing.fp_rate,
-            sizing.expected
+            sizing.expected,
+            plural(sizing.expected, "line", "lines")
         );
     }
     let Some(bloom) = Bloom::try_new(sizing) else {
@@ -370,12 +372,22 @@ fn approx(args: &UniqArgs) -> Result<()> {
     if args.verbose {
         let b = &batch.bloom;
         eprintln!(
-            "crivello: {read} lines read, {} printed; the filter is {:.1}% full: a new line is \
+            "crivello: {read} {} read, {} printed; the filter is {:.1}% full: a new line is \
              now dropped with probability about {:.2e}",
+            plural(read, "line", "lines"),
             batch.printed,
             100.0 * b.fill(),
             b.estimated_fp_rate()
         );
     }
     Ok(())
+}
+
+/// `one` for 1, `many` otherwise.
+fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
 }

@@ -71,9 +71,10 @@ impl Sizing {
     pub fn for_memory_and_rate(layout: Layout, memory: usize, p: f64) -> Sizing {
         let bits = bits_of(memory);
         let fits = |n: u64| rate(layout, bits, best_k(layout, bits, n), n as f64) <= p;
-        // The largest n that fits: bisection between 1 and the bits (more lines than bits is
-        // a rate near 1).
-        let (mut lo, mut hi) = (0u64, bits);
+        // The largest n that fits: bisection between 1 and 64 times the bits (with k = 1 the
+        // rate after n lines is 1 - e^(-n/bits): a rate above 1 - 1/e holds more lines than
+        // bits, and 64 times the bits is a rate of 1 - e^-64).
+        let (mut lo, mut hi) = (0u64, bits.saturating_mul(64));
         while lo < hi {
             let mid = lo + (hi - lo).div_ceil(2);
             if fits(mid) {
@@ -408,6 +409,13 @@ mod tests {
         let std = Sizing::for_expected_and_rate(Layout::Standard, 1_000_000, 0.01);
         let blk = Sizing::for_expected_and_rate(Layout::Blocked, 1_000_000, 0.01);
         assert!(blk.bits > std.bits);
+        // Above 1 - 1/e, k = 1 holds more lines than bits: bits · ln(1 / (1 - p)) (the
+        // search stopped at the bits, and every such rate read as 1 - 1/e).
+        let s = Sizing::for_memory_and_rate(Layout::Standard, 1 << 20, 0.9);
+        let textbook = (s.bits as f64) * 10f64.ln();
+        assert_eq!(s.k, 1);
+        assert!((s.expected as f64 / textbook - 1.0).abs() < 0.001, "{s:?}");
+        assert!((s.fp_rate - 0.9).abs() < 0.001, "{s:?}");
     }
 
     #[test]
