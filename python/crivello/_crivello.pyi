@@ -242,8 +242,9 @@ class Frontier:
     def policy(self, crawl: str = "", key: Optional[Text] = None) -> Policy:
         """The policy in force for a queue, or the default (one for every crawl)."""
     def set_policy(self, policy: Policy, *, crawl: str = "", key: Optional[Text] = None) -> None:
-        """Sets the policy of a queue, or the default of every queue without its own (of
-        every crawl of the store)."""
+        """Sets the policy of a queue, every field of it, or the default (of every crawl of
+        the store), which each queue follows in the fields not set for it (a key's
+        SetDelay or `crivello policy --key K --delay D` sets one field)."""
     def block(self, key: Text, until: float, *, crawl: str = "") -> None:
         """Blocks a queue until the instant `until` (0 unblocks it)."""
     def pause(self) -> None:

@@ -1058,8 +1058,9 @@ impl Frontier {
         Ok(Policy::from_lib(self.with(py, |f| f.policy(crawl, key))?))
     }
 
-    /// Sets the policy of the queue `key` of `crawl`, or (`key` None) the default of every
-    /// queue without its own, of every crawl of the store. Durable when it returns.
+    /// Sets the policy of the queue `key` of `crawl`, every field of it, or (`key` None) the
+    /// default, of every crawl of the store, which each queue follows in the fields not set
+    /// for it. Durable when it returns.
     #[pyo3(signature = (policy, *, crawl="", key=None))]
     fn set_policy(
         &self,
