@@ -269,9 +269,9 @@ class Frontier:
         """Counts of a crawl, or of one of its queues. Flushes first, so that what was
         pushed is counted (on a store of a million URLs or more, at most about once a
         second); `flush=False` counts what the last flush brought, without waiting."""
-    def next_due(self, *, flush: bool = True) -> Optional[float]:
-        """The first instant something may be handed out, or a lease expires. Flushes
-        first (see `counts`)."""
+    def next_due(self, *, crawl: Optional[str] = None, flush: bool = True) -> Optional[float]:
+        """The first instant something may be handed out, or a lease expires (of the crawl
+        `crawl` alone when given). Flushes first (see `counts`)."""
     def crawls(self) -> List[str]:
         """The names of the crawls, sorted."""
     def delete_queue(self, key: Text, *, crawl: str = "") -> int:

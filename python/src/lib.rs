@@ -1214,15 +1214,19 @@ impl Frontier {
     }
 
     /// The first instant (seconds since the epoch) something may be handed out, or a lease
-    /// expires; None when nothing waits and nothing is leased. Flushes first (see `counts`),
+    /// expires; None when nothing waits and nothing is leased. Of the crawl `crawl` alone
+    /// when given (what a `lease(crawl=...)` may hand out). Flushes first (see `counts`),
     /// unless `flush=False`: then what was pushed since the last flush is not seen.
-    #[pyo3(signature = (*, flush=true))]
-    fn next_due(&self, py: Python<'_>, flush: bool) -> PyResult<Option<f64>> {
+    #[pyo3(signature = (*, crawl=None, flush=true))]
+    fn next_due(&self, py: Python<'_>, crawl: Option<&str>, flush: bool) -> PyResult<Option<f64>> {
         let due = self.with(py, |f| {
             if flush {
                 f.flush_for_reading()?;
             }
-            f.next_due_ms()
+            match crawl {
+                Some(c) => f.next_due_ms_of(c),
+                None => f.next_due_ms(),
+            }
         })?;
         Ok(due.map(seconds))
     }

@@ -429,6 +429,13 @@ def test_counts_and_the_next_due_instant_see_what_was_just_pushed(tmp_path: Path
         assert [q["key"] for q in f.queues()] == ["a.test", "held.test"]
         due = f.next_due()
         assert due is not None and due <= crivello.now() + 1
+        # Of one crawl: the blocked host's, in 100 s; a crawl with nothing, None.
+        f.push(["http://held.test/1"], crawl="other")
+        f.flush()
+        f.block("held.test", crivello.now() + 100, crawl="other")
+        due = f.next_due(crawl="other")
+        assert due is not None and due >= crivello.now() + 90
+        assert f.next_due(crawl="nothing") is None
 
 
 def test_misuses_are_refused_with_what_to_do(tmp_path: Path) -> None:
