@@ -929,3 +929,19 @@ fn a_push_stopped_by_an_invalid_line_counts_the_lines_before_it() {
     let stats = String::from_utf8(ok(&["stats", arg(&d)], b"")).unwrap();
     assert!(stats.starts_with("pushed         4\n"), "{stats}");
 }
+
+/// The help written to a full disk fails, as every other output does (it exited 0).
+#[test]
+fn help_that_cannot_be_written_fails() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("skipped: no /dev/full");
+        return;
+    };
+    let out = Command::new(BIN)
+        .arg("--help")
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("write the help"));
+}

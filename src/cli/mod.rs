@@ -220,6 +220,20 @@ pub fn run() -> ExitCode {
             if e.use_stderr() && !help {
                 let line = format!("crivello: {}\n", usage_line(&e.render().to_string()));
                 let _ = std::io::stderr().write_all(line.as_bytes());
+            } else if !help && code == 0 {
+                // Help and version on stdout: a failed write (a full disk, a closed pipe
+                // but for SIGPIPE) fails the command, as every other output does.
+                let text = e.render().to_string();
+                let mut out = std::io::stdout().lock();
+                let written = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+                if let Some(w) = written
+                    .err()
+                    .filter(|w| w.kind() != std::io::ErrorKind::BrokenPipe)
+                {
+                    let line = format!("crivello: write the help to stdout: {w}\n");
+                    let _ = std::io::stderr().write_all(line.as_bytes());
+                    return ExitCode::from(1);
+                }
             } else {
                 let _ = e.print();
             }
