@@ -30,8 +30,8 @@
 //! journal may hold policies with their instant (entry 19), which a build that writes
 //! version 14 cannot read. Version 16 has version 14's layout too and says that a queue's own
 //! policy, in the journal's entries and the checkpoint, may leave fields to the default's
-//! (each such field at its type's largest value), which a build that writes version 15 would
-//! read as values.
+//! (a delay or limit of 2^64 - 1, a ratio of 2^32 - 1, a per_queue of 0), which a build that
+//! writes version 15 would read as values or refuse.
 
 use crate::error::{Corruption, Error, Result};
 use crate::format::{seal, ByteReader, PutLe, MAGIC_M, MANIFEST_VERSION, VERSION};

@@ -1020,10 +1020,11 @@ fn a_queue_given_some_fields_follows_the_default_in_the_others() {
         f.change_policy("", Some(b"a.test"), limit).unwrap();
         let a = f.policy("", Some(b"a.test")).unwrap();
         assert_eq!((a.delay_ms, a.per_queue, a.limit), (0, 2, 5));
-        // The values that stand for a field not given are refused.
+        // The values that stand for a field not given are refused for a queue (the default
+        // takes them: it has every field).
         for bad in [
             PolicyFields {
-                per_queue: Some(u32::MAX),
+                per_queue: Some(0),
                 ..PolicyFields::default()
             },
             PolicyFields {
@@ -1038,6 +1039,21 @@ fn a_queue_given_some_fields_follows_the_default_in_the_others() {
             let e = f.change_policy("", Some(b"a.test"), bad).unwrap_err();
             assert!(matches!(e, Error::InvalidOption { .. }), "{e}");
         }
+        let most = PolicyFields {
+            per_queue: Some(u32::MAX),
+            limit: Some(u64::MAX),
+            ..PolicyFields::default()
+        };
+        f.change_policy("", None, most).unwrap();
+        f.change_policy("", Some(b"a.test"), PolicyFields::all(Policy::default()))
+            .unwrap();
+        f.change_policy("", Some(b"a.test"), most).unwrap_err();
+        let unbounded = PolicyFields {
+            per_queue: Some(u32::MAX),
+            ..PolicyFields::default()
+        };
+        f.change_policy("", Some(b"a.test"), unbounded).unwrap();
+        assert_eq!(f.policy("", Some(b"a.test")).unwrap().per_queue, u32::MAX);
         f.close().unwrap();
     }
 }

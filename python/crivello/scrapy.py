@@ -856,7 +856,8 @@ class Scheduler:
         return self._live.get(token)
 
     def _unique_identity(self, fp: str, parent: Optional[_Live], request: Request) -> str:
-        if parent is None and _MARKS_START and not request.meta.get("is_start_request"):
+        untagged = request.meta.get(PARENT_META, request.meta.get(TOKEN_META)) is None
+        if untagged and _MARKS_START and not request.meta.get("is_start_request"):
             # Scheduled by no request and not a start request (from a signal: a poll, a
             # login renewed): new in each run, as with Scrapy's scheduler.
             if len(self._run_ranks) >= MAX_START_RANKS:

@@ -1,6 +1,6 @@
 //! `crivello policy DIR [--key KEY] [--delay DURATION | --ratio P] [--per-queue K]
-//! [--limit N]`: set the politeness of one queue, or the default of every queue that has no
-//! policy of its own. What is not given keeps its value; with none of them, print the policy
+//! [--limit N]`: set the politeness of one queue, or the default, which every queue follows
+//! in what it did not set. What is not given keeps its value; with none of them, print the policy
 //! in force.
 
 use std::path::PathBuf;

@@ -430,6 +430,10 @@ impl Entry<'_> {
                     1 => Some(r.rest()),
                     found => return Err(invalid("policy's key flag", "0 or 1", found.into())),
                 };
+                // The default has every field (a queue's own policy may leave some to it).
+                if key.is_none() && (policy.per_queue == 0 || policy.ratio_ppm > 1_000_000) {
+                    return Err(invalid("default policy's per_queue or ratio", "a value", 0));
+                }
                 Entry::Policy {
                     crawl,
                     key,
@@ -697,10 +701,8 @@ impl<'a> Fields<'a> {
             per_queue: self.u32()?,
             limit: self.u64()?,
         };
-        if policy.per_queue == 0 {
-            return Err(invalid("policy's per_queue", "at least 1", 0));
-        }
-        // u32::MAX: a field a queue's own policy follows the default in (version 16 on).
+        // per_queue 0, ratio u32::MAX: fields a queue's own policy follows the default in
+        // (version 16 on).
         if policy.ratio_ppm > 1_000_000 && policy.ratio_ppm != u32::MAX {
             return Err(invalid(
                 "policy's ratio",

@@ -167,7 +167,7 @@ pub struct PolicyFields {
     pub delay_ms: Option<u64>,
     /// [`Policy::ratio_ppm`].
     pub ratio_ppm: Option<u32>,
-    /// [`Policy::per_queue`] (1 to `u32::MAX - 1`).
+    /// [`Policy::per_queue`] (at least 1).
     pub per_queue: Option<u32>,
     /// [`Policy::limit`] (at most `u64::MAX - 1`).
     pub limit: Option<u64>,
@@ -184,13 +184,14 @@ impl PolicyFields {
         }
     }
 
-    /// The fields as the store keeps a queue's own policy: a field not given at its type's
-    /// largest value, which follows the default's (`Policy::resolve`).
+    /// The fields as the store keeps a queue's own policy: a field not given, which follows
+    /// the default's (`Policy::resolve`), at a value no policy has: its type's largest value
+    /// (a ratio above 1), per_queue 0.
     pub(crate) fn stored(self) -> Policy {
         Policy {
             delay_ms: self.delay_ms.unwrap_or(u64::MAX),
             ratio_ppm: self.ratio_ppm.unwrap_or(u32::MAX),
-            per_queue: self.per_queue.unwrap_or(u32::MAX),
+            per_queue: self.per_queue.unwrap_or(0),
             limit: self.limit.unwrap_or(u64::MAX),
         }
     }
@@ -200,7 +201,7 @@ impl PolicyFields {
         PolicyFields {
             delay_ms: (p.delay_ms != u64::MAX).then_some(p.delay_ms),
             ratio_ppm: (p.ratio_ppm != u32::MAX).then_some(p.ratio_ppm),
-            per_queue: (p.per_queue != u32::MAX).then_some(p.per_queue),
+            per_queue: (p.per_queue != 0).then_some(p.per_queue),
             limit: (p.limit != u64::MAX).then_some(p.limit),
         }
     }

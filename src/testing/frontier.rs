@@ -649,6 +649,12 @@ pub fn frontier_ops(data: &[u8]) {
                     None | Some(Url::Waiting | Url::Leased { .. } | Url::Refetch { .. })
                 );
                 if when > 0 {
+                    if !held {
+                        // Done (or deleted): fetched again, and no longer done.
+                        if let Some(c) = m.completed.get_mut(&(k.0.clone(), host(&u))) {
+                            *c = c.saturating_sub(1);
+                        }
+                    }
                     m.urls.insert(k, Url::Refetch { at: when });
                 } else if held {
                     *m.completed.entry((k.0.clone(), host(&u))).or_default() += 1;

@@ -106,8 +106,8 @@ pub struct ServeArgs {
     /// What the log on stderr says: trace, debug, info, warn or error (--quiet: error).
     #[arg(long, value_name = "LEVEL", value_enum, default_value = "info")]
     pub log_level: Level,
-    /// The number of URLs of a queue in transit at once, for every queue without a policy
-    /// of its own (kept in the store; a new store has 1: never two fetchers on one host).
+    /// The number of URLs of a queue in transit at once, for every queue that did not set
+    /// its own (kept in the store; a new store has 1: never two fetchers on one host).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub per_queue: Option<u32>,
     /// A file holding a shared token: every call must then carry the metadata

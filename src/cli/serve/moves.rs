@@ -898,7 +898,7 @@ fn queue_of(q: &QueueExport) -> cpb::Queue {
         has_policy: q.policy.is_some(),
         delay_ms: p.delay_ms.unwrap_or(u64::MAX),
         ratio_ppm: p.ratio_ppm.unwrap_or(u32::MAX),
-        per_queue: p.per_queue.unwrap_or(u32::MAX),
+        per_queue: p.per_queue.unwrap_or(0),
         limit: p.limit.unwrap_or(u64::MAX),
         blocked_until_ms: q.blocked_until_ms,
         completed: q.completed,
@@ -920,7 +920,7 @@ fn export_of(q: cpb::Queue) -> QueueExport {
         policy: q.has_policy.then_some(PolicyFields {
             delay_ms: (q.delay_ms != u64::MAX).then_some(q.delay_ms),
             ratio_ppm: (q.ratio_ppm != u32::MAX).then_some(q.ratio_ppm),
-            per_queue: (q.per_queue != u32::MAX).then_some(q.per_queue),
+            per_queue: (q.per_queue != 0).then_some(q.per_queue),
             limit: (q.limit != u64::MAX).then_some(q.limit),
         }),
         blocked_until_ms: q.blocked_until_ms,

@@ -928,6 +928,17 @@ impl<'a> Image<'a> {
             consumed: c.u64()?,
         };
         let default_policy = policy(&mut c)?;
+        if default_policy.per_queue == 0 || default_policy.ratio_ppm > 1_000_000 {
+            return Err(Error::corrupt(
+                names::CHECKPOINT,
+                0,
+                Corruption::Invalid {
+                    field: "default policy",
+                    expected: "per_queue at least 1, a ratio at most 1",
+                    found: u64::from(default_policy.per_queue),
+                },
+            ));
+        }
         let mut k = Image {
             j_gen,
             next_seq,

@@ -2515,8 +2515,9 @@ impl Core {
                 };
                 let qid = queue_id(crawl, key);
                 let waits = |c: &Core| c.place(qid).is_some_and(|i| c.queues.get(i).has_waiting());
-                if !waits(self) && front > 0 && first && !flush.done {
-                    // What was pushed to it may still be in the sieve.
+                if !waits(self) && (front > 0 || spaced) && first && !flush.done {
+                    // What was pushed to it may still be in the sieve (the flush of an
+                    // empty front, spaced, did not run for it).
                     flush.begun = true;
                     match self.flush_step(&mut flush.state)? {
                         FlushStep::Done => flush.done = true,
@@ -3305,7 +3306,7 @@ impl Core {
         key: Option<&[u8]>,
         fields: super::PolicyFields,
     ) -> Result<()> {
-        validate_fields(&fields)?;
+        validate_fields(&fields, key.is_some())?;
         // The default is the store's, whatever the crawl named: naming one does not make it.
         let (id, p) = match key {
             Some(k) => {
@@ -3583,7 +3584,7 @@ impl Core {
             }
             super::validate_key(Some(&im.key))?;
             if let Some(p) = &im.policy {
-                validate_fields(p)?;
+                validate_fields(p, true)?;
             }
             let mut urls = std::collections::HashSet::new();
             let all = im
@@ -4423,19 +4424,13 @@ impl Core {
 
 /// Puts record `seq` among queue `q`'s records to fetch again at `when`, in (instant, seq)
 /// order.
-/// Refuses policy fields that a call could not set (the largest value of each type stands
-/// for a field not given, in a queue's own policy as the store keeps it).
-fn validate_fields(p: &super::PolicyFields) -> Result<()> {
+/// Refuses policy fields that a call could not set (in a queue's own policy as the store
+/// keeps it, a delay or limit of 2^64 - 1 stands for a field not given: `own`).
+fn validate_fields(p: &super::PolicyFields, own: bool) -> Result<()> {
     if p.per_queue == Some(0) {
         return Err(Error::InvalidOption {
             option: "per_queue",
             reason: "0: at least 1 URL of a queue may be leased at once".into(),
-        });
-    }
-    if p.per_queue == Some(u32::MAX) {
-        return Err(Error::InvalidOption {
-            option: "per_queue",
-            reason: format!("{}: at most {}", u32::MAX, u32::MAX - 1),
         });
     }
     if let Some(r) = p.ratio_ppm.filter(|&r| r > 1_000_000) {
@@ -4445,7 +4440,7 @@ fn validate_fields(p: &super::PolicyFields) -> Result<()> {
         });
     }
     for (option, v) in [("delay", p.delay_ms), ("limit", p.limit)] {
-        if v == Some(u64::MAX) {
+        if own && v == Some(u64::MAX) {
             return Err(Error::InvalidOption {
                 option,
                 reason: format!("{}: at most {}", u64::MAX, u64::MAX - 1),
