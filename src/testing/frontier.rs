@@ -376,10 +376,20 @@ struct Light {
     completed: HashMap<(String, String), u64>,
     blocked: HashMap<String, u64>,
     policy: Policy,
+    /// The fields of a queue's own policy, by (crawl, host); the others are the default's.
+    own: HashMap<(String, String), crate::PolicyFields>,
     paused: bool,
 }
 
 impl Light {
+    /// The policy in force for the queue of `host` in `crawl`.
+    fn policy_of(&self, crawl: &str, host: &str) -> Policy {
+        let key = (crawl.to_owned(), host.to_owned());
+        self.own
+            .get(&key)
+            .map_or(self.policy, |o| o.over(self.policy))
+    }
+
     /// A URL's state at `now` (a lease past its deadline is waiting again).
     fn at(&self, key: &(String, String), now: u64) -> Option<Url> {
         self.urls.get(key).map(|&u| match u {
@@ -411,6 +421,8 @@ impl Light {
             }
         }
         self.completed
+            .retain(|(c, h), _| c != crawl || !of(&format!("http://{h}/")));
+        self.own
             .retain(|(c, h), _| c != crawl || !of(&format!("http://{h}/")));
         held
     }
@@ -537,17 +549,18 @@ pub fn frontier_ops(data: &[u8]) {
                                 && matches!(s, Url::Leased { deadline, .. } if *deadline > now)
                         })
                         .count() as u64;
+                    let p = m.policy_of(&c, &h);
                     assert!(
-                        leased <= u64::from(m.policy.per_queue),
+                        leased <= u64::from(p.per_queue),
                         "{leased} URLs of {h} leased at once"
                     );
-                    if m.policy.limit > 0 {
+                    if p.limit > 0 {
                         let done = m
                             .completed
                             .get(&(c.clone(), h.clone()))
                             .copied()
                             .unwrap_or(0);
-                        assert!(done + leased <= m.policy.limit, "{h} past its limit");
+                        assert!(done + leased <= p.limit, "{h} past its limit");
                     }
                 }
             }
@@ -582,6 +595,20 @@ pub fn frontier_ops(data: &[u8]) {
                 }
             }
             9 => clock.advance(u64::from(arg) * 20),
+            10 if op & 0x40 != 0 => {
+                // Some fields of one queue's own policy; the others follow the default.
+                let (crawl, h) = (crawl_of(op), format!("h{}.t", arg % 5));
+                let fields = crate::PolicyFields {
+                    per_queue: (arg & 0x08 != 0).then(|| 1 + u32::from((arg >> 4) & 1)),
+                    limit: (arg & 0x20 != 0).then(|| u64::from(arg >> 6)),
+                    delay_ms: (arg & 0x28 == 0).then_some(0),
+                    ratio_ppm: None,
+                };
+                f.change_policy(crawl, Some(h.as_bytes()), fields)
+                    .expect("policy of a queue");
+                let own = m.own.entry((crawl.to_owned(), h)).or_default();
+                *own = own.then(fields);
+            }
             10 => {
                 let p = Policy {
                     delay_ms: u64::from(arg & 7) * 50,
@@ -687,6 +714,10 @@ pub fn frontier_ops(data: &[u8]) {
     let now = crate::queues::Clock::now_ms(&*clock);
     f.set_paused(false).expect("resume");
     f.set_policy("", None, Policy::default()).expect("policy");
+    for (c, h) in m.own.keys() {
+        f.set_policy(c, Some(h.as_bytes()), Policy::default())
+            .expect("policy of a queue");
+    }
     for h in 0..5 {
         f.block("", format!("h{h}.t").as_bytes(), 0)
             .expect("unblock");
