@@ -14,8 +14,9 @@ pub const VERSION: u32 = 4;
 /// its Q runs may hold many queues per frame; 13: their frames may be compressed; all have
 /// version 8's layout; 14 adds the queue coding field; 15: the journal may hold policies
 /// with their instant, in version 14's layout; 16: a queue's own policy in the journal and
-/// the checkpoint may leave fields to the default's, in version 14's layout).
-pub const MANIFEST_VERSION: u32 = 16;
+/// the checkpoint may leave fields to the default's, in version 14's layout; 17: the journal
+/// may hold ends of fetches that ended before their entry, entry 20, in version 14's layout).
+pub const MANIFEST_VERSION: u32 = 17;
 
 /// Magic of A (write-ahead log) files: `CRVA`.
 pub const MAGIC_A: u32 = u32::from_le_bytes(*b"CRVA");

@@ -3,9 +3,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use crivello::queues::{key::default_key, ManualClock};
+use crivello::queues::{key::default_key, Clock, ManualClock};
 use crivello::storage::SimDisk;
-use crivello::{Discovered, Error, Frontier, Options, Policy, PolicyFields, Sieve};
+use crivello::{Completion, Discovered, Error, Frontier, Options, Policy, PolicyFields, Sieve};
 
 fn opts() -> Options {
     Options::new()
@@ -735,6 +735,124 @@ fn the_delay_runs_from_the_end_of_a_fetch_and_leases_expire_back_in_their_place(
     assert!(f.lease(10, None, 5_000).unwrap().is_empty());
     clock.advance(2_000);
     assert_eq!(urls(&f.lease(10, None, 5_000).unwrap()), ["http://h/2"]);
+}
+
+#[test]
+fn the_delay_runs_from_the_instant_a_fetch_ended_as_its_completion_says_across_crashes() {
+    // A crawler completes a URL some time after its response arrived (once the page's links
+    // are pushed): the delay runs from the response, within the lease's bounds (not before
+    // the hand-out, not after the call), and the instant is durable, replayed as given.
+    for (checkpoint, crash) in [(false, true), (true, true), (false, false), (true, false)] {
+        let case = format!("checkpoint: {checkpoint}, crash: {crash}");
+        let disk = SimDisk::new();
+        let clock = Arc::new(ManualClock::new(10_000));
+        let f = open(&disk, &clock);
+        f.set_policy(
+            "",
+            None,
+            Policy {
+                delay_ms: 1_000,
+                ..Policy::default()
+            },
+        )
+        .unwrap();
+        push(
+            &f,
+            &["http://a/1", "http://a/2", "http://b/1", "http://b/2"],
+        );
+        push(&f, &["http://c/1", "http://c/2"]);
+        let mut l = f.lease(10, None, 60_000).unwrap();
+        l.sort_by(|x, y| x.url.cmp(&y.url));
+        assert_eq!(
+            urls(&l),
+            ["http://a/1", "http://b/1", "http://c/1"],
+            "{case}"
+        );
+        clock.advance(400);
+        // a: ended 100 ms after the hand-out; b: "before" the hand-out, which counts as the
+        // hand-out; c: "after" the call, which counts as the call.
+        let ended = f
+            .complete_ended(&[
+                (l[0].token, 100, Completion::Done, 10_100),
+                (l[1].token, 0, Completion::Retry, 5_000),
+                (l[2].token, 0, Completion::Done, 99_000),
+            ])
+            .unwrap();
+        assert_eq!(ended, [true, true, true], "{case}");
+        // Ended twice: the second changes nothing.
+        assert_eq!(
+            f.complete_ended(&[(l[0].token, 0, Completion::Done, 10_000)])
+                .unwrap(),
+            [false]
+        );
+        if checkpoint {
+            write_a_checkpoint(&f, &disk);
+        }
+        let f = reopen_after(f, crash, &disk, &clock);
+        // A build that cannot read entry 20 refuses the store by its version.
+        assert_eq!(
+            disk.content("MANIFEST").unwrap()[4..8],
+            17u32.to_le_bytes(),
+            "{case}"
+        );
+        let due: HashMap<Vec<u8>, Option<u64>> = f
+            .queues("", 0, 1000)
+            .unwrap()
+            .into_iter()
+            .map(|q| (q.key, q.next_due_ms))
+            .collect();
+        assert_eq!(due[&b"a"[..]], Some(11_100), "{case}");
+        assert_eq!(due[&b"b"[..]], Some(11_000), "{case}");
+        assert_eq!(due[&b"c"[..]], Some(11_400), "{case}");
+        // The checkpoint's other hosts are due at once: only a, b and c are looked at.
+        let ours = |f: &Frontier| -> Vec<String> {
+            let l = f.lease(1000, None, 60_000).unwrap();
+            urls(&l)
+                .into_iter()
+                .filter(|u| !u.starts_with("http://o"))
+                .collect()
+        };
+        clock.advance(599);
+        assert!(ours(&f).is_empty(), "{case}");
+        clock.advance(1);
+        assert_eq!(ours(&f), ["http://b/1"], "{case}");
+        clock.advance(100);
+        assert_eq!(ours(&f), ["http://a/2"], "{case}");
+        clock.advance(299);
+        assert!(ours(&f).is_empty(), "{case}");
+        clock.advance(1);
+        assert_eq!(ours(&f), ["http://c/2"], "{case}");
+    }
+}
+
+#[test]
+fn a_lease_from_before_an_open_ends_no_earlier_than_the_open() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(10_000));
+    let f = open(&disk, &clock);
+    f.set_policy(
+        "",
+        None,
+        Policy {
+            delay_ms: 1_000,
+            ..Policy::default()
+        },
+    )
+    .unwrap();
+    push(&f, &["http://a/1", "http://a/2"]);
+    let l = f.lease(10, None, 60_000).unwrap();
+    f.close().unwrap();
+    clock.advance(5_000);
+    let f = open(&disk, &clock);
+    clock.advance(300);
+    // Said to end at the hand-out: the frontier knows only that it was leased at the open.
+    assert_eq!(
+        f.complete_ended(&[(l[0].token, 0, Completion::Done, 10_000)])
+            .unwrap(),
+        [true]
+    );
+    let q = f.queues("", 0, 10).unwrap();
+    assert_eq!(q[0].next_due_ms, Some(16_000));
 }
 
 #[test]
@@ -2004,7 +2122,9 @@ fn workload_on(
         clock.advance(100);
         let pending = push_unsynced(&f, batch(1000 + round * 2, 1002 + round * 2), a)?;
         if let Some((token, u)) = held.pop() {
-            if f.done(token, 50)? {
+            // Its fetch ended 60 ms ago (entry 20): crash points of that entry too.
+            let ended = clock.now_ms() - 60;
+            if f.complete_ended(&[(token, 50, Completion::Done, ended)])?[0] {
                 a.done.insert(u);
                 // The done's commit made the pushes before it durable first.
                 a.pushed.extend(pending);

@@ -341,10 +341,12 @@ fn assert_out_of_range(edited: SimDisk, name: &str, field: &str) {
 fn a_resealed_checkpoint_lease_on_a_waiting_record_is_caught_by_check() {
     let (disk, name, original) = checkpoint_of_store();
     let u = |at: usize| u64::from_le_bytes(original[at..at + 8].try_into().unwrap());
-    // A lease is (seq, token, deadline, record); the store leases for 60 s from T0.
-    let deadline = crivello::internals::T0 + 60_000;
+    // A lease is (seq, token, deadline, record); the store leases for 60 s from T0 plus 10 ms
+    // a round (12 rounds).
+    let first = crivello::internals::T0 + 60_000;
+    let deadlines: Vec<u64> = (0..=12).map(|round| first + 10 * round).collect();
     let leases: Vec<usize> = (12..original.len() - 24)
-        .filter(|&at| u(at + 16) == deadline && u(at) < 1000 && u(at + 8) < 1000)
+        .filter(|&at| deadlines.contains(&u(at + 16)) && u(at) < 1000 && u(at + 8) < 1000)
         .collect();
     assert!(leases.len() >= 2, "leases found at {leases:?}");
     let seqs: Vec<u64> = leases.iter().map(|&at| u(at)).collect();

@@ -62,11 +62,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
-SCHEDULERS = ("default", "jobdir", "crivello")
+SCHEDULERS = ("default", "jobdir", "crivello", "aware")
+DEFAULT_SCHEDULERS = ("default", "jobdir", "crivello")
 LABELS = {
     "default": "scrapy default (memory)",
     "jobdir": "scrapy JOBDIR (disk)",
     "crivello": "crivello",
+    "aware": "scrapy downloader-aware",
 }
 CRIVELLO_SETTINGS = {
     "SCHEDULER": "crivello.scrapy.Scheduler",
@@ -217,30 +219,76 @@ def log_tail(log: Path, lines: int = 30) -> str:
 
 
 class SiteGraph:
-    """The synthetic site: page ``i`` on host ``host_of[i]``, linking to 8 pages."""
+    """The synthetic site: page ``i`` on host ``host_of[i]``, linking to 8 pages.
+
+    Two shapes. By default each page is on a host drawn at random, and the pages form one
+    tree over all hosts (page ``i`` links to ``4i+1 .. 4i+4``). With ``sites``, each host is
+    a site of its own: host ``h`` holds a block of consecutive pages, its first page the
+    site's home page, the block a tree of its own (the page at place ``j`` of the block links
+    to places ``4j+1 .. 4j+4``), and each home page also links to the home pages of hosts
+    ``4h+1 .. 4h+4``, so that a crawl finds new pages of a site many at a time, as a crawl of
+    real sites does. Either way the remaining links of a page (up to 8) are drawn at random,
+    a share ``locality`` of them on the page's own host."""
 
     LINKS = 8
 
-    def __init__(self, pages: int, hosts: int, seed: int) -> None:
+    def __init__(
+        self, pages: int, hosts: int, seed: int, locality: float = 0.0, sites: bool = False
+    ) -> None:
         if pages < 1:
             raise ValueError("at least one page")
         if not 1 <= hosts <= 250:
             raise ValueError("1 to 250 hosts (127.0.0.2 to 127.0.0.251)")
+        if sites and pages < hosts:
+            raise ValueError("--sites needs at least one page a host")
         self.pages = pages
         self.hosts = hosts
+        self.sites = sites
         rng = random.Random(seed)
-        self.host_of = array("H", (rng.randrange(hosts) for _ in range(pages)))
-        self.host_of[0] = 0  # the start page: on the first host
+        if sites:
+            self.first = [h * pages // hosts for h in range(hosts + 1)]
+            self.host_of = array("H", bytes(2 * pages))
+            for h in range(hosts):
+                for page in range(self.first[h], self.first[h + 1]):
+                    self.host_of[page] = h
+        else:
+            self.host_of = array("H", (rng.randrange(hosts) for _ in range(pages)))
+            self.host_of[0] = 0  # the start page: on the first host
         # LINKS pseudo-random targets per page, never page 0 (its request, a start request,
         # bypasses the duplicate filter: a link to it would fetch it again); a page uses as
         # many as it lacks tree links.
         top = max(pages, 2)
         self.extra = array("I", (rng.randrange(1, top) for _ in range(pages * self.LINKS)))
+        if locality > 0:
+            # A share ``locality`` of the pseudo-random links goes to a page of the linking
+            # page's own host, as most links of a real site do.
+            of_host: List[List[int]] = [[] for _ in range(hosts)]
+            for page in range(1, pages):
+                of_host[self.host_of[page]].append(page)
+            for page in range(pages):
+                own = of_host[self.host_of[page]]
+                if not own:
+                    continue
+                for k in range(page * self.LINKS, (page + 1) * self.LINKS):
+                    if rng.random() < locality:
+                        self.extra[k] = own[rng.randrange(len(own))]
+
+    def tree(self, page: int) -> List[int]:
+        """The page's links that make every page reachable from page 0."""
+        if not self.sites:
+            return list(range(4 * page + 1, min(4 * page + 5, self.pages)))
+        host = self.host_of[page]
+        first, end = self.first[host], self.first[host + 1]
+        j = page - first
+        links = list(range(first + 4 * j + 1, min(first + 4 * j + 5, end)))
+        if j == 0:
+            links += [self.first[h] for h in range(4 * host + 1, min(4 * host + 5, self.hosts))]
+        return links
 
     def links(self, page: int) -> List[int]:
-        tree = list(range(4 * page + 1, min(4 * page + 5, self.pages)))
+        tree = self.tree(page)
         start = page * self.LINKS
-        extra = self.extra[start : start + self.LINKS - len(tree)]
+        extra = self.extra[start : start + max(0, self.LINKS - len(tree))]
         return tree + [p for p in extra if p != page and p < self.pages]
 
     @staticmethod
@@ -265,6 +313,9 @@ class Site:
         self.port = port
         self.fetches = array("I", bytes(4 * graph.pages))
         self.bad = 0
+        # Each host's last fetch (monotonic seconds), and the gaps between two fetches of a host.
+        self.last = [float("-inf")] * graph.hosts
+        self.gaps = array("d")
         self.addresses = {graph.address(h): h for h in range(graph.hosts)}
 
     def page(self, host: int, path: bytes) -> Tuple[int, bytes, str]:
@@ -276,12 +327,18 @@ class Site:
                 page = -1
             if 0 <= page < self.graph.pages and self.graph.host_of[page] == host:
                 self.fetches[page] += 1
+                now = time.monotonic()
+                if self.last[host] != float("-inf"):
+                    self.gaps.append(now - self.last[host])
+                self.last[host] = now
                 return 200, self.html(page), "text/html; charset=utf-8"
         elif path == b"/stats":
             return 200, json.dumps(self.stats()).encode(), "application/json"
         elif path == b"/reset":
             self.fetches = array("I", bytes(4 * self.graph.pages))
             self.bad = 0
+            self.last = [float("-inf")] * self.graph.hosts
+            self.gaps = array("d")
             return 200, b"{}", "application/json"
         self.bad += 1
         return 404, b"not found\n", "text/plain"
@@ -300,7 +357,15 @@ class Site:
         fetched = sum(1 for c in self.fetches if c)
         twice = sum(1 for c in self.fetches if c > 1)
         missing = [i for i, c in enumerate(self.fetches) if not c][:10]
+        gaps = sorted(self.gaps)
+
+        def gap(q: float) -> float:
+            return gaps[min(len(gaps) - 1, int(q * len(gaps)))] if gaps else float("nan")
+
         return {
+            "gap_min": gap(0.0),
+            "gap_median": gap(0.5),
+            "gap_p90": gap(0.9),
             "pages": self.graph.pages,
             "fetches": sum(self.fetches),
             "fetched": fetched,
@@ -397,7 +462,9 @@ async def serve(graph: SiteGraph) -> None:
 class Server:
     """The site's server, in its own process."""
 
-    def __init__(self, pages: int, hosts: int, seed: int) -> None:
+    def __init__(
+        self, pages: int, hosts: int, seed: int, locality: float, sites: bool
+    ) -> None:
         cmd = [
             sys.executable,
             os.path.abspath(__file__),
@@ -405,6 +472,8 @@ class Server:
             f"--pages={pages}",
             f"--hosts={hosts}",
             f"--seed={seed}",
+            f"--locality={locality}",
+            *(["--sites"] if sites else []),
         ]
         self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
         assert self.process.stdout is not None
@@ -450,7 +519,8 @@ def crawl_settings(kind: str, state: Path, args: argparse.Namespace) -> Dict[str
         "ROBOTSTXT_OBEY": False,
         "CONCURRENT_REQUESTS": args.concurrency,
         "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
-        "DOWNLOAD_DELAY": 0,
+        "DOWNLOAD_DELAY": args.delay,
+        "RANDOMIZE_DOWNLOAD_DELAY": False,
         "LOG_LEVEL": args.log_level,
         "TELNETCONSOLE_ENABLED": False,
         "COOKIES_ENABLED": False,
@@ -462,6 +532,8 @@ def crawl_settings(kind: str, state: Path, args: argparse.Namespace) -> Dict[str
     elif kind == "crivello":
         settings.update(CRIVELLO_SETTINGS)
         settings["CRIVELLO_DIR"] = str(state)
+    elif kind == "aware":
+        settings["SCHEDULER_PRIORITY_QUEUE"] = "scrapy.pqueues.DownloaderAwarePriorityQueue"
     return settings
 
 
@@ -552,15 +624,22 @@ class CrawlRun:
     problem: str
     stats: Dict[str, Any]
     state_bytes: int
+    site: Dict[str, Any]
 
     @property
     def rate(self) -> float:
         return self.pages / self.seconds if self.seconds > 0 else 0.0
 
 
-def check_fetches(stats: Dict[str, Any], pages: int, fetched_by_spider: int) -> str:
+def check_fetches(
+    stats: Dict[str, Any], pages: int, fetched_by_spider: int, delay: float
+) -> str:
     """What is wrong with a crawl's fetches, or ``""``."""
     problems = []
+    # Two fetches of a host closer than the delay (a millisecond of slack: the server sees
+    # the request a little after the crawler sent it, and not always as late).
+    if delay > 0 and stats["gap_min"] < delay - 0.001:
+        problems.append(f"two fetches of a host {stats['gap_min']:.4f} s apart")
     if stats["fetched"] != pages:
         problems.append(
             f"{pages - stats['fetched']} pages never fetched (e.g. {stats['missing_sample']})"
@@ -577,15 +656,16 @@ def check_fetches(stats: Dict[str, Any], pages: int, fetched_by_spider: int) -> 
 def bench_crawl(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="crivello-bench-", dir=args.workdir))
     mount, fstype, device = filesystem_of(str(work))
-    print(f"crawl: {args.pages} pages on {args.hosts} hosts (seed {args.seed}), "
-          f"CONCURRENT_REQUESTS {args.concurrency}, 1 per host, repeat {args.repeat}")
+    print(f"crawl: {args.pages} pages on {args.hosts} hosts (seed {args.seed}, locality "
+          f"{args.locality}{', each host a site' if args.sites else ''}), CONCURRENT_REQUESTS {args.concurrency}, 1 per host, "
+          f"DOWNLOAD_DELAY {args.delay} s, repeat {args.repeat}")
     print(versions())
     print(machine())
     print(f"state directories under {work}: {fstype} ({device} on {mount})")
     if fstype in ("tmpfs", "ramfs"):
         print("  warning: a RAM file system; give --workdir on a disk for a fair JOBDIR/crivello")
     started = time.monotonic()
-    server = Server(args.pages, args.hosts, args.seed)
+    server = Server(args.pages, args.hosts, args.seed, args.locality, args.sites)
     start_url = f"http://{SiteGraph.address(0)}:{server.port}/p/0"
     runs: List[CrawlRun] = []
     try:
@@ -627,6 +707,7 @@ def crawl_run(
         f"--result={result}",
         f"--concurrency={args.concurrency}",
         f"--log-level={args.log_level}",
+        f"--delay={args.delay}",
     ]
     if args.profile:
         child_args.append(f"--profile={Path(args.profile) / f'{kind}-{rep}.prof'}")
@@ -635,12 +716,16 @@ def crawl_run(
     if child.returncode != 0 or not result.exists():
         tail = log_tail(log)
         print(f"crawl {kind} failed (exit {child.returncode}); log tail:\n{tail}")
-        return CrawlRun(rep, kind, 0, 0.0, 0.0, child, False, "crashed", {}, 0)
+        return CrawlRun(rep, kind, 0, 0.0, 0.0, child, False, "crashed", {}, 0, site)
     data = json.loads(result.read_text())
     clock = data["clock"]
     seconds = clock["spider_closed"] - clock["first_response"]
     engine_seconds = clock["spider_closed"] - clock["engine_started"]
-    problem = check_fetches(site, args.pages, data["pages"])
+    # crivello's delay is counted from the response, and held at the server (checked);
+    # Scrapy's own from the start of the previous download in the crawler, which the server
+    # may see closer (the gaps are shown, not checked).
+    delay = args.delay if kind == "crivello" else 0.0
+    problem = check_fetches(site, args.pages, data["pages"], delay)
     shutil.rmtree(state, ignore_errors=True)
     return CrawlRun(
         rep,
@@ -653,7 +738,16 @@ def crawl_run(
         problem,
         data["stats"],
         data["state_bytes"],
+        site,
     )
+
+
+def gaps(site: Dict[str, Any]) -> str:
+    """The shortest, median and 90th percentile gap between two fetches of a host, in ms."""
+    try:
+        return "/".join(f"{1000 * site[k]:.0f}" for k in ("gap_min", "gap_median", "gap_p90"))
+    except (KeyError, ValueError, OverflowError):
+        return "-"
 
 
 def print_crawl_table(runs: List[CrawlRun], kinds: Sequence[str]) -> None:
@@ -662,7 +756,7 @@ def print_crawl_table(runs: List[CrawlRun], kinds: Sequence[str]) -> None:
     header = (
         f"{'rep':>3}  {'scheduler':<24} {'pages':>7} {'seconds':>8} {'pages/s':>8} "
         f"{'x default':>9} {'start->close':>12} {'peak RSS':>9} {'CPU s':>7} "
-        f"{'state':>8} {'filtered':>8}  check"
+        f"{'state':>8} {'filtered':>8} {'host gap min/median/p90':>23}  check"
     )
     print(header)
     print("-" * len(header))
@@ -673,7 +767,8 @@ def print_crawl_table(runs: List[CrawlRun], kinds: Sequence[str]) -> None:
             f"{r.rep:>3}  {LABELS[r.kind]:<24} {r.pages:>7} {r.seconds:8.2f} {r.rate:8.1f} "
             f"{ratio} {r.engine_seconds:12.2f} {r.child.max_rss_kib / 1024:6.0f} MiB "
             f"{r.child.cpu_seconds:7.1f} {r.state_bytes / MIB:4.1f} MiB "
-            f"{r.stats.get('dupefilter/filtered', 0):>8}  "
+            f"{r.stats.get('dupefilter/filtered', 0):>8} "
+            f"{gaps(r.site):>23}  "
             f"{'ok' if r.checked else 'FAILED: ' + r.problem}"
         )
     print()
@@ -898,8 +993,10 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--schedulers", type=schedulers_arg, default=list(SCHEDULERS),
-                       help="which, comma-separated (default: default,jobdir,crivello)")
+        q.add_argument("--schedulers", type=schedulers_arg, default=list(DEFAULT_SCHEDULERS),
+                       help="which, comma-separated, of " + ", ".join(SCHEDULERS)
+                       + " (default: default,jobdir,crivello; aware: Scrapy's memory queues "
+                       "with its DownloaderAwarePriorityQueue)")
         q.add_argument("--workdir", default=tempfile.gettempdir(),
                        help="where the state directories go (default: %(default)s)")
         q.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -910,6 +1007,12 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--pages", type=count_arg, default=100_000)
     c.add_argument("--hosts", type=int, default=64)
     c.add_argument("--seed", type=int, default=1)
+    c.add_argument("--delay", type=float, default=0.0,
+                   help="DOWNLOAD_DELAY in seconds, not randomised (default: 0)")
+    c.add_argument("--locality", type=float, default=0.0,
+                   help="share of a page's pseudo-random links to its own host (default: 0)")
+    c.add_argument("--sites", action="store_true",
+                   help="each host a site of its own: a tree of its pages, home pages linked")
     c.add_argument("--concurrency", type=int, default=32, help="CONCURRENT_REQUESTS")
     c.add_argument("--repeat", type=int, default=1)
     c.add_argument("--log-level", default="WARNING")
@@ -928,6 +1031,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--pages", type=count_arg, required=True)
     s.add_argument("--hosts", type=int, required=True)
     s.add_argument("--seed", type=int, required=True)
+    s.add_argument("--locality", type=float, required=True)
+    s.add_argument("--sites", action="store_true")
 
     def one(name: str) -> argparse.ArgumentParser:
         o = sub.add_parser(name)
@@ -940,6 +1045,7 @@ def parser() -> argparse.ArgumentParser:
     one_crawl.add_argument("--start", required=True)
     one_crawl.add_argument("--concurrency", type=int, required=True)
     one_crawl.add_argument("--log-level", default="WARNING")
+    one_crawl.add_argument("--delay", type=float, required=True)
     one_crawl.add_argument("--profile")
     mem = one("_memory-one")
     mem.add_argument("--requests", type=count_arg, required=True)
@@ -958,7 +1064,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command == "memory":
         return bench_memory(args)
     if args.command == "_serve":
-        asyncio.run(serve(SiteGraph(args.pages, args.hosts, args.seed)))
+        asyncio.run(serve(SiteGraph(args.pages, args.hosts, args.seed, args.locality, args.sites)))
         return 0
     if args.command == "_crawl-one":
         crawl_one(args)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from types import TracebackType
-from typing import Iterable, List, Optional, Tuple, Union, final
+from typing import Iterable, List, Optional, Sequence, Tuple, Union, final
 
 from typing_extensions import Literal, Self, TypedDict
 
@@ -235,8 +235,12 @@ class Frontier:
         how: Literal["done", "retry", "refetch"] = "done",
         at: Optional[float] = None,
         took: float = 0.0,
+        ended: Union[None, float, Sequence[float]] = None,
     ) -> List[bool]:
-        """Ends many leases in one durable step; for each, whether it was leased."""
+        """Ends many leases in one durable step; for each, whether it was leased. `ended`:
+        when the fetches ended (seconds since the epoch; one for all, or one per lease), if
+        before this call: each queue's delay runs from it (not before the hand-out, not after
+        the call)."""
     def release(self, crawl: Optional[str] = None) -> int:
         """Returns every URL leased (in `crawl`) to its queue; returns how many."""
     def policy(self, crawl: str = "", key: Optional[Text] = None) -> Policy:

@@ -23,8 +23,9 @@ How the scheduler works:
   in this run, new in each run).
 - ``next_request`` leases requests of queues that may be served now, so that the
   downloader is fed across hosts: at most ``CRIVELLO_PER_HOST`` of one host in flight (one
-  by default), the next one handed out at least ``DOWNLOAD_DELAY`` after the previous one
-  was completed (the frontier's delay, durable and never randomised).
+  by default), the next one handed out at least ``DOWNLOAD_DELAY`` after the previous one's
+  response reached its callback (or errback): the frontier's delay, durable and never
+  randomised, counted from that instant, which the completion gives.
 - A request is completed in the frontier only once its work is safe: when the engine lets
   it go, which it does once the output of its callback (or errback) has been processed,
   every request it yielded scheduled, or once the request that replaces it (a redirect, a
@@ -250,7 +251,7 @@ class DupeFilter(RFPDupeFilter):
 class _Live:
     """A request handed out and not yet completed."""
 
-    __slots__ = ("identity", "request", "scraping", "ranks", "ended", "lease")
+    __slots__ = ("identity", "request", "scraping", "ranks", "ended", "lease", "responded")
 
     def __init__(self, identity: str, request: Request, lease: int) -> None:
         self.identity = identity
@@ -262,6 +263,9 @@ class _Live:
         self.ended = False
         # Its callback or errback was called: requests that carry its token are its outputs.
         self.scraping = False
+        # When its callback or errback was called (seconds since the epoch; 0: not yet): its
+        # fetch ended by then, and its host's delay runs from there.
+        self.responded = 0.0
         # The rank of each fingerprint among its outputs that bypass the filter.
         self.ranks: Dict[str, int] = {}
 
@@ -750,6 +754,8 @@ class Scheduler:
         live = self._live.get(token)
         if live is not None:
             live.scraping = True
+            if not live.responded:
+                live.responded = time.time()
 
     def _complete(self, token: int) -> None:
         """The output of the request of `token` ended (or the request was replaced): it is
@@ -799,8 +805,14 @@ class Scheduler:
             return
         tokens, self._to_complete = self._to_complete, []
         leases = [self._live[t].lease if t in self._live else t for t in tokens]
+        # The delay of a request's host runs from its response (when its callback began), not
+        # from this completion, which waits for its output to be processed.
+        now = time.time()
+        responded = [
+            min(self._live[t].responded or now, now) if t in self._live else now for t in tokens
+        ]
         # One commit: it syncs the pushes made before it (the requests' outputs) first.
-        ended = self.frontier.complete(leases)
+        ended = self.frontier.complete(leases, ended=responded)
         for t, was_leased in zip(tokens, ended):
             live = self._live.pop(t, None)
             self._completing.discard(t)

@@ -982,8 +982,11 @@ impl Frontier {
     }
 
     /// Ends many leases in one durable step, each as `how` says: "done", "retry", or
-    /// "refetch" (at the instant `at`). Returns, for each, whether it was leased.
-    #[pyo3(signature = (leases, *, how="done", at=None, took=0.0))]
+    /// "refetch" (at the instant `at`). `ended`: when the fetches ended (seconds since the
+    /// epoch; one instant for all, or one per lease), if before this call: each queue's
+    /// delay runs from it (not before the hand-out, not after the call). Returns, for each,
+    /// whether it was leased.
+    #[pyo3(signature = (leases, *, how="done", at=None, took=0.0, ended=None))]
     fn complete(
         &self,
         py: Python<'_>,
@@ -991,6 +994,7 @@ impl Frontier {
         how: &str,
         at: Option<f64>,
         took: f64,
+        ended: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<bool>> {
         let how = match (how, at) {
             ("done", None) => Completion::Done,
@@ -1015,6 +1019,30 @@ impl Frontier {
         for l in leases.try_iter()? {
             refs.push(lease_ref(&l?)?);
         }
+        // u64::MAX: now.
+        let fetch_ends: Vec<u64> = match ended {
+            None => vec![u64::MAX; refs.len()],
+            Some(e) if e.is_none() => vec![u64::MAX; refs.len()],
+            Some(e) => match e.extract::<f64>() {
+                Ok(one) => vec![millis(one, "ended")?; refs.len()],
+                Err(_) => {
+                    let mut each = Vec::with_capacity(refs.len());
+                    for x in e.try_iter().map_err(|_| {
+                        PyTypeError::new_err("ended is a number of seconds or one per lease")
+                    })? {
+                        each.push(millis(x?.extract::<f64>()?, "ended")?);
+                    }
+                    if each.len() != refs.len() {
+                        return Err(PyValueError::new_err(format!(
+                            "ended holds {} instants for {} leases",
+                            each.len(),
+                            refs.len()
+                        )));
+                    }
+                    each
+                }
+            },
+        };
         self.with(py, |f| {
             // A `Leased` of another store is not ended (nor sent: a token of this store
             // may be its own).
@@ -1022,13 +1050,14 @@ impl Frontier {
             for r in &refs {
                 mine.push(ends(f, r)?);
             }
-            let items: Vec<(u64, u64, Completion)> = refs
+            let items: Vec<(u64, u64, Completion, u64)> = refs
                 .iter()
                 .zip(&mine)
-                .filter(|(_, m)| **m)
-                .map(|(r, _)| (r.token, took, how))
+                .zip(&fetch_ends)
+                .filter(|((_, m), _)| **m)
+                .map(|((r, _), &e)| (r.token, took, how, e))
                 .collect();
-            let mut ended = f.complete(&items)?.into_iter();
+            let mut ended = f.complete_ended(&items)?.into_iter();
             Ok(mine
                 .iter()
                 .map(|m| *m && ended.next().unwrap_or(false))

@@ -95,6 +95,26 @@ def test_a_frontier_serves_hosts_politely_with_keys_metadata_and_leases(tmp_path
         assert f.stats()["waiting"] == 1
 
 
+def test_a_completion_may_say_when_its_fetch_ended(tmp_path: Path) -> None:
+    with crivello.Frontier(tmp_path / "f") as f:
+        f.set_policy(crivello.Policy(delay=1.0))
+        f.push(["http://a.test/1", "http://a.test/2", "http://b.test/1", "http://b.test/2"])
+        f.flush()
+        got = {g.url: g for g in f.lease(10)}
+        leased_at = crivello.now()
+        time.sleep(0.4)
+        with pytest.raises(ValueError, match="2 instants for 1 leases"):
+            f.complete([got["http://a.test/1"]], ended=[leased_at, leased_at])
+        with pytest.raises(ValueError, match="ended must be"):
+            f.complete([got["http://a.test/1"]], ended=-1.0)
+        # a: its fetch ended at the hand-out; b: at this call (no instant given).
+        assert f.complete([got["http://a.test/1"]], ended=[leased_at]) == [True]
+        assert f.complete([got["http://b.test/1"]]) == [True]
+        due = {q["key"]: q["next_due"] for q in f.queues()}
+        assert leased_at + 0.9 < due["a.test"] < leased_at + 1.1, (due, leased_at)
+        assert due["b.test"] >= leased_at + 1.4, (due, leased_at)
+
+
 def test_compressed_queues_are_kept_by_the_store(tmp_path: Path) -> None:
     urls = [f"http://site.test/a/{i % 9}/page-{i}.html" for i in range(2000)]
     sizes = {}

@@ -210,6 +210,26 @@ def test_the_duplicate_filter_alone_keeps_scrapys_semantics(site: Site, tmp_path
     assert [p for _, _, p in site.fetches[before:]] == [site.pages[0]]
 
 
+def test_the_delay_runs_from_the_response_not_from_the_end_of_the_callback(
+    tmp_path: Path,
+) -> None:
+    # Each callback works 0.4 s; the delay is 0.5 s. Counted from the completion (once the
+    # callback's output is pushed), two fetches of the host would be 0.9 s apart; from the
+    # response, 0.5 s and a little.
+    site = Site(pages=10, hosts=1, latency=0.001)
+    try:
+        opts = settings(tmp_path / "store", DOWNLOAD_DELAY=0.5, **CRIVELLO)
+        rc, log, _ = crawl(site, opts, timeout=120, args=["think=0.4"])
+        assert rc == 0, log[-3000:]
+        assert sorted(site.count()) == sorted(site.pages)
+        starts = sorted(t for t, _, _ in site.fetches)
+        gaps = sorted(b - a for a, b in zip(starts, starts[1:]))
+        assert gaps[0] >= 0.5, gaps
+        assert gaps[len(gaps) // 2] < 0.75, gaps
+    finally:
+        site.close()
+
+
 def test_a_request_longer_than_its_lease_is_fetched_once(tmp_path: Path) -> None:
     # Every download takes 1.5 s, the lease 1 s: the frontier counts each request lost while
     # it is in flight and hands it out again; the scheduler gives the new lease to the

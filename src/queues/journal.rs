@@ -47,6 +47,11 @@
 //!               | known u32 x (seq u64 | at u64 | when u64 | fresh u8 | len u32 | record)
 //!               known entries (as 13) applied in order, then each sender `from` noted as
 //!               received up to `seq`: one entry, so that a delivery counts whole or not at all
+//!  19 policy   as 5, with the instant it was set after crawl: crawl u32 | at u64 | ...
+//!  20 ended     kind u8 (3, 4 or 10) | that kind's fields | ended u64
+//!               an entry 3, 4 or 10 whose fetch ended at `ended`, before `at` (the caller
+//!               said when): the queue's politeness runs from `ended`; the leases expired by
+//!               `at` are returned first, as for the entry alone
 //! ```
 //!
 //! Times are milliseconds since the Unix epoch; `took` is the fetch's duration in
@@ -72,10 +77,22 @@ pub(crate) enum Entry<'a> {
         deadline: u64,
         record: &'a [u8],
     },
-    /// The lease of `seq` ended: done for good.
-    Done { seq: u64, at: u64, took: u64 },
-    /// The lease of `seq` ended: back in its queue, in its place.
-    Retry { seq: u64, at: u64, took: u64 },
+    /// The lease of `seq` ended at `at`: done for good; its fetch ended at `ended` (at or
+    /// before `at`: entry 20 when before).
+    Done {
+        seq: u64,
+        at: u64,
+        took: u64,
+        ended: u64,
+    },
+    /// The lease of `seq` ended at `at`: back in its queue, in its place; its fetch ended at
+    /// `ended`.
+    Retry {
+        seq: u64,
+        at: u64,
+        took: u64,
+        ended: u64,
+    },
     /// The policy of a queue of `crawl` (`key`), or the default one; set at `at` (entry 19),
     /// when the leases expired by then are returned first, under the policy before it (None:
     /// entry 5, of a build before, which returned them at the next entry with an instant).
@@ -91,12 +108,14 @@ pub(crate) enum Entry<'a> {
         key: &'a [u8],
         until: u64,
     },
-    /// The lease of `seq` ended: done, and served again once `when` has passed.
+    /// The lease of `seq` ended at `at`: done, and served again once `when` has passed; its
+    /// fetch ended at `ended`.
     Refetch {
         seq: u64,
         at: u64,
         took: u64,
         when: u64,
+        ended: u64,
     },
     /// The frontier paused or resumed.
     Pause(bool),
@@ -193,7 +212,21 @@ impl Entry<'_> {
                 out.put_u64(*deadline);
                 out.extend_from_slice(record);
             }
-            Entry::Done { seq, at, took } | Entry::Retry { seq, at, took } => {
+            Entry::Done {
+                seq,
+                at,
+                took,
+                ended,
+            }
+            | Entry::Retry {
+                seq,
+                at,
+                took,
+                ended,
+            } => {
+                if ended != at {
+                    out.push(20);
+                }
                 out.push(if matches!(self, Entry::Done { .. }) {
                     3
                 } else {
@@ -202,6 +235,9 @@ impl Entry<'_> {
                 out.put_u64(*seq);
                 out.put_u64(*at);
                 out.put_u64(*took);
+                if ended != at {
+                    out.put_u64(*ended);
+                }
             }
             Entry::Policy {
                 crawl,
@@ -271,12 +307,19 @@ impl Entry<'_> {
                 at,
                 took,
                 when,
+                ended,
             } => {
+                if ended != at {
+                    out.push(20);
+                }
                 out.push(10);
                 out.put_u64(*seq);
                 out.put_u64(*at);
                 out.put_u64(*took);
                 out.put_u64(*when);
+                if ended != at {
+                    out.put_u64(*ended);
+                }
             }
             Entry::Compacted {
                 removed,
@@ -385,7 +428,16 @@ impl Entry<'_> {
     /// Decodes an entry; what a well-formed journal never holds is corruption.
     pub(crate) fn decode(bytes: &[u8]) -> Result<Entry<'_>, Corruption> {
         let mut r = Fields(bytes);
-        let entry = match r.u8()? {
+        let mut kind = r.u8()?;
+        // Entry 20: an end of a lease whose fetch ended earlier, its instant after the fields.
+        let earlier = kind == 20;
+        if earlier {
+            kind = r.u8()?;
+            if !matches!(kind, 3 | 4 | 10) {
+                return Err(invalid("kind of an earlier end", "3, 4 or 10", kind.into()));
+            }
+        }
+        let mut entry = match kind {
             1 => {
                 let run = r.counter("run of a move")?;
                 let f = Position {
@@ -415,10 +467,21 @@ impl Entry<'_> {
             }
             k @ (3 | 4) => {
                 let (seq, at, took) = (r.counter("seq of an ack")?, r.u64()?, r.u64()?);
+                let ended = at;
                 if k == 3 {
-                    Entry::Done { seq, at, took }
+                    Entry::Done {
+                        seq,
+                        at,
+                        took,
+                        ended,
+                    }
                 } else {
-                    Entry::Retry { seq, at, took }
+                    Entry::Retry {
+                        seq,
+                        at,
+                        took,
+                        ended,
+                    }
                 }
             }
             k @ (5 | 19) => {
@@ -446,12 +509,16 @@ impl Entry<'_> {
                 until: r.u64()?,
                 key: r.rest(),
             },
-            10 => Entry::Refetch {
-                seq: r.counter("seq of a refetch")?,
-                at: r.u64()?,
-                took: r.u64()?,
-                when: r.u64()?,
-            },
+            10 => {
+                let (seq, at) = (r.counter("seq of a refetch")?, r.u64()?);
+                Entry::Refetch {
+                    seq,
+                    at,
+                    took: r.u64()?,
+                    when: r.u64()?,
+                    ended: at,
+                }
+            }
             6 => match r.u8()? {
                 b @ (0 | 1) => Entry::Pause(b == 1),
                 found => return Err(invalid("pause flag", "0 or 1", found.into())),
@@ -576,8 +643,25 @@ impl Entry<'_> {
                     queues,
                 }
             }
-            kind => return Err(invalid("journal entry kind", "1 to 18", kind.into())),
+            kind => return Err(invalid("journal entry kind", "1 to 20", kind.into())),
         };
+        if earlier {
+            let instant = r.u64()?;
+            let (Entry::Done { at, ended, .. }
+            | Entry::Retry { at, ended, .. }
+            | Entry::Refetch { at, ended, .. }) = &mut entry
+            else {
+                return Err(invalid("kind of an earlier end", "3, 4 or 10", kind.into()));
+            };
+            if instant >= *at {
+                return Err(invalid(
+                    "end of an earlier fetch",
+                    "an instant before the entry's",
+                    instant,
+                ));
+            }
+            *ended = instant;
+        }
         if !r.0.is_empty() {
             return Err(invalid(
                 "bytes after a journal entry",
@@ -746,11 +830,25 @@ mod tests {
                 seq: 9,
                 at: 5,
                 took: 3,
+                ended: 5,
             },
             Entry::Retry {
                 seq: 9,
                 at: 5,
                 took: 3,
+                ended: 5,
+            },
+            Entry::Done {
+                seq: 9,
+                at: 5,
+                took: 3,
+                ended: 2,
+            },
+            Entry::Retry {
+                seq: 9,
+                at: 5,
+                took: 3,
+                ended: 0,
             },
             Entry::Policy {
                 crawl: 2,
@@ -791,6 +889,14 @@ mod tests {
                 at: 5,
                 took: 6,
                 when: 7,
+                ended: 5,
+            },
+            Entry::Refetch {
+                seq: 4,
+                at: 5,
+                took: 6,
+                when: 7,
+                ended: 4,
             },
             Entry::Pause(true),
             Entry::Crawl {
@@ -945,6 +1051,7 @@ mod tests {
                 seq,
                 at: 0,
                 took: 0,
+                ended: 0,
             }
             .encode(&mut b);
             assert_eq!(Entry::decode(&b).is_err(), seq >= limit);

@@ -593,11 +593,28 @@ impl Frontier {
 
     /// Ends several leases in one durable step, each as its [`Completion`] says, after a
     /// fetch of its milliseconds: `(token, took_ms, how)`. Returns, for each, whether it was
-    /// leased (one that is not, or given twice, changes nothing the second time).
+    /// leased (one that is not, or given twice, changes nothing the second time). Each fetch
+    /// counts as ended now: its queue's delay runs from this call.
     pub fn complete(&self, items: &[(u64, u64, Completion)]) -> Result<Vec<bool>> {
-        let items: Vec<(u64, u64, core::End)> = items
+        let items: Vec<(u64, u64, core::End, u64)> = items
             .iter()
-            .map(|&(token, took, how)| (token, took, end_of(how)))
+            .map(|&(token, took, how)| (token, took, end_of(how), u64::MAX))
+            .collect();
+        self.with(|c| c.complete_many(&items))
+    }
+
+    /// [`Frontier::complete`] of fetches that ended before this call, each at the instant it
+    /// gives (milliseconds since the epoch): `(token, took_ms, how, ended_ms)`. The queue's
+    /// delay (and the ratio rule's wait) runs from that instant instead of from the call, for
+    /// a caller that completes a URL some time after its response arrived (once what the
+    /// page linked to is pushed, say). An instant after the call counts as the call's; one
+    /// before the URL was handed out (or before the frontier was opened, for a lease from
+    /// before) counts as that: a queue's politeness never runs from before its fetch began.
+    /// Durable as the instant it was given (entry 20 of the journal).
+    pub fn complete_ended(&self, items: &[(u64, u64, Completion, u64)]) -> Result<Vec<bool>> {
+        let items: Vec<(u64, u64, core::End, u64)> = items
+            .iter()
+            .map(|&(token, took, how, ended)| (token, took, end_of(how), ended))
             .collect();
         self.with(|c| c.complete_many(&items))
     }
@@ -852,11 +869,11 @@ impl Frontier {
         self.with(|c| {
             let end = end_of(how);
             let just: Vec<&[u8]> = urls.iter().map(|(url, _)| *url).collect();
-            let items: Vec<(u64, u64, core::End)> = c
+            let items: Vec<(u64, u64, core::End, u64)> = c
                 .tokens_of(crawl, &just)
                 .into_iter()
                 .zip(urls)
-                .map(|(token, (_, took))| (token.unwrap_or(0), *took, end))
+                .map(|(token, (_, took))| (token.unwrap_or(0), *took, end, u64::MAX))
                 .collect();
             c.complete_many(&items)
         })

@@ -88,8 +88,8 @@ pub fn compressed_frontier_store() -> SimDisk {
 /// The crawl of [`frontier_store`], the frontier opened with `opts`.
 fn frontier_store_images_with(opts: Options) -> (SimDisk, Vec<SimDisk>) {
     let disk = SimDisk::new();
-    let f = Frontier::open_with(Arc::new(disk.clone()), opts, Arc::new(ManualClock::new(T0)))
-        .expect("create");
+    let clock = Arc::new(ManualClock::new(T0));
+    let f = Frontier::open_with(Arc::new(disk.clone()), opts, clock.clone()).expect("create");
     let mut last = None;
     let mut history = vec![disk.crash_image(CrashImage::KillProcess)];
     for round in 0..12u32 {
@@ -104,9 +104,17 @@ fn frontier_store_images_with(opts: Options) -> (SimDisk, Vec<SimDisk>) {
         history.push(disk.crash_image(CrashImage::KillProcess));
         let leased = f.lease(4, None, 60_000).expect("lease");
         history.push(disk.crash_image(CrashImage::KillProcess));
+        clock.advance(10);
         for (k, l) in leased.iter().enumerate() {
             match k % 4 {
-                0 | 1 => assert!(f.done(l.token, 3).expect("done")),
+                0 => assert!(f.done(l.token, 3).expect("done")),
+                // A fetch that ended before its completion (entry 20).
+                1 => {
+                    let ended = crate::queues::Clock::now_ms(&*clock) - 5;
+                    let how = crate::queues::Completion::Done;
+                    let ends = f.complete_ended(&[(l.token, 3, how, ended)]);
+                    assert_eq!(ends.expect("done"), [true]);
+                }
                 2 => assert!(f.retry(l.token, 3).expect("retry")),
                 _ => last = Some(l.token),
             }

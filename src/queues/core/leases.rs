@@ -15,6 +15,10 @@ pub(super) struct Lease {
     pub(super) seq: u64,
     pub(super) token: u64,
     pub(super) deadline: u64,
+    /// When it was handed out, or later: the instant of the call that handed it out, or of
+    /// the open that found it leased (not kept on disk). A fetch said to end before it ends
+    /// then.
+    pub(super) given: u64,
     /// Its URL's signature under its crawl's seed.
     pub(super) sig: u64,
     /// Its queue's index in `Core::queues`.
@@ -136,7 +140,7 @@ impl Leases {
 
     /// Gives the lease of record `seq` a new token and deadline (its record handed out again
     /// after it expired, as a replay finds it). False when `seq` is not leased.
-    pub(super) fn renew(&mut self, seq: u64, token: u64, deadline: u64) -> bool {
+    pub(super) fn renew(&mut self, seq: u64, token: u64, deadline: u64, given: u64) -> bool {
         let Some(at) = self.position(seq) else {
             return false;
         };
@@ -144,6 +148,7 @@ impl Leases {
         self.remove_index(Table::Token, mix(old), at);
         self.all[at].token = token;
         self.all[at].deadline = deadline;
+        self.all[at].given = given;
         let all = &self.all;
         self.by_token
             .insert_unique(mix(token), at as u32, |&i| token_hash(&all[i as usize]));
@@ -231,6 +236,7 @@ mod tests {
             seq,
             token,
             deadline: seq * 10,
+            given: seq,
             sig,
             queue: (seq % 7) as u32,
             crawl,
@@ -264,7 +270,7 @@ mod tests {
                 }
                 8..=9 if model.contains_key(&seq) => {
                     token += 1;
-                    assert!(t.renew(seq, token, step));
+                    assert!(t.renew(seq, token, step, step));
                     model.get_mut(&seq).expect("present").0 = token;
                     assert_eq!(t.get(seq).map(|l| l.deadline), Some(step));
                 }
@@ -297,6 +303,6 @@ mod tests {
         }
         assert_eq!(t.len(), 0);
         assert!(t.by_seq.capacity() <= SHRINK_MIN && t.all.capacity() <= SHRINK_MIN);
-        assert!(!t.renew(1, 1, 1));
+        assert!(!t.renew(1, 1, 1, 1));
     }
 }

@@ -1024,23 +1024,36 @@ impl Core {
             // The leases that expired by `at` are returned first: at runtime the call did so
             // before it wrote the entry, and a replay must count the same leases in force (the
             // delay after a burst depends on them).
-            Entry::Done { seq, at, took } => {
+            // The politeness runs from the fetch's end, which the caller may have said was
+            // before the call.
+            Entry::Done {
+                seq,
+                at,
+                took,
+                ended,
+            } => {
                 self.expire(*at);
-                self.end_lease(*seq, *at, *took, End::Done, None)?;
+                self.end_lease(*seq, *ended, *took, End::Done, None)?;
                 self.done = self.done.saturating_add(1);
             }
-            Entry::Retry { seq, at, took } => {
+            Entry::Retry {
+                seq,
+                at,
+                took,
+                ended,
+            } => {
                 self.expire(*at);
-                self.end_lease(*seq, *at, *took, End::Retry, None)?;
+                self.end_lease(*seq, *ended, *took, End::Retry, None)?;
             }
             Entry::Refetch {
                 seq,
                 at,
                 took,
                 when,
+                ended,
             } => {
                 self.expire(*at);
-                self.end_lease(*seq, *at, *took, End::Refetch(*when), None)?;
+                self.end_lease(*seq, *ended, *took, End::Refetch(*when), None)?;
             }
             Entry::Known {
                 seq,
@@ -1685,7 +1698,8 @@ impl Core {
             // (`Core::expire`), then the new lease.
             self.fetch_ended(i, old, 0);
             self.queues.get_mut(i).leased += 1;
-            self.leases.renew(seq, token, deadline);
+            let given = self.clock.now_ms();
+            self.leases.renew(seq, token, deadline, given);
             self.push_expiry(deadline, seq);
             self.schedule(i);
             return Ok(());
@@ -1811,10 +1825,12 @@ impl Core {
         record: Box<[u8]>,
     ) {
         self.queues.get_mut(i).leased += 1;
+        let given = self.clock.now_ms();
         self.leases.insert(Lease {
             seq,
             token,
             deadline,
+            given,
             sig,
             queue: i,
             crawl,
@@ -3132,7 +3148,7 @@ impl Core {
     /// Ends the lease of `token`: done, or back in its queue. Returns false when it is not
     /// leased (nothing changes).
     pub(super) fn complete(&mut self, token: u64, took_ms: u64, end: End) -> Result<bool> {
-        Ok(self.complete_many(&[(token, took_ms, end)])?[0])
+        Ok(self.complete_many(&[(token, took_ms, end, u64::MAX)])?[0])
     }
 
     /// Returns every lease of `crawl` (every crawl: None) to its queue, as retries in one
@@ -3146,11 +3162,11 @@ impl Core {
             },
             None => None,
         };
-        let mut items: Vec<(u64, u64, End)> = self
+        let mut items: Vec<(u64, u64, End, u64)> = self
             .leases
             .iter()
             .filter(|l| crawl.is_none_or(|id| self.queues.get(l.queue).crawl == id))
-            .map(|l| (l.token, 0, End::Retry))
+            .map(|l| (l.token, 0, End::Retry, u64::MAX))
             .collect();
         // In token order, so that a replay sees the same sequence.
         items.sort_unstable_by_key(|i| i.0);
@@ -3158,8 +3174,10 @@ impl Core {
         Ok(done.iter().filter(|&&d| d).count() as u64)
     }
 
-    /// Ends several leases in one commit; returns, for each, whether it was leased.
-    pub(super) fn complete_many(&mut self, items: &[(u64, u64, End)]) -> Result<Vec<bool>> {
+    /// Ends several leases in one commit, each `(token, took, end, fetch_ended)`: its fetch
+    /// took `took` ms and ended at the instant `fetch_ended` (u64::MAX: now; not later than
+    /// now, nor before the lease was handed out). Returns, for each, whether it was leased.
+    pub(super) fn complete_many(&mut self, items: &[(u64, u64, End, u64)]) -> Result<Vec<bool>> {
         self.writable()?;
         // A move whose run is written is installed by whichever call comes first.
         self.poll_move()?;
@@ -3168,7 +3186,7 @@ impl Core {
         let mut ended = CounterSet::default();
         let mut entries = Vec::with_capacity(items.len());
         let mut out = Vec::with_capacity(items.len());
-        for &(token, took, end) in items {
+        for &(token, took, end, fetch_ended) in items {
             let seq = match self.leases.seq_of_token(token) {
                 Some(seq) if ended.insert(seq) => seq,
                 _ => {
@@ -3178,16 +3196,40 @@ impl Core {
             };
             out.push(true);
             let at = now;
+            // The fetch ended when the caller says, but not after now nor before the hand-out.
+            let given = self.leases.get(seq).map_or(now, |l| l.given);
+            let fetch_ended = fetch_ended.min(now).max(given.min(now));
             entries.push(match end {
-                End::Done => Entry::Done { seq, at, took },
-                End::Retry => Entry::Retry { seq, at, took },
+                End::Done => Entry::Done {
+                    seq,
+                    at,
+                    took,
+                    ended: fetch_ended,
+                },
+                End::Retry => Entry::Retry {
+                    seq,
+                    at,
+                    took,
+                    ended: fetch_ended,
+                },
                 End::Refetch(when) => Entry::Refetch {
                     seq,
                     at,
                     took,
                     when,
+                    ended: fetch_ended,
                 },
             });
+        }
+        let earlier = |e: &Entry<'_>| match e {
+            Entry::Done { at, ended, .. }
+            | Entry::Retry { at, ended, .. }
+            | Entry::Refetch { at, ended, .. } => ended != at,
+            _ => false,
+        };
+        if entries.iter().any(earlier) {
+            // Entry 20: a build before it refuses the store by its version.
+            self.commit_version()?;
         }
         if !entries.is_empty() {
             self.commit_deferred(&entries)?;
