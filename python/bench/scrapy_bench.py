@@ -20,8 +20,11 @@ It measures what the benchmark of the issue asks for:
   (an asyncio server, HTTP/1.1 keep-alive), which counts the fetches of each page: every
   crawl must fetch every page exactly once. Each crawl runs in a fresh subprocess
   (``CrawlerProcess``, ``CONCURRENT_REQUESTS`` 32, ``CONCURRENT_REQUESTS_PER_DOMAIN`` 1,
-  no delay, no retries, no cookies, the default reactor) whose spider follows every link
-  from page 0. The rate is pages / seconds from the first response to the spider's close
+  ``DOWNLOAD_DELAY`` ``--delay`` (0 by default) not randomised, no retries, no cookies,
+  the default reactor) whose spider follows every link from page 0. ``--sites`` and
+  ``--locality`` shape the site as sites of their own (``SiteGraph``); the server records
+  the gaps between two fetches of a host, and a crivello crawl with a gap below the delay
+  fails. The rate is pages / seconds from the first response to the spider's close
   (the scheduler's close included); engine start to close is shown too. Repetitions are
   interleaved (a, b, c, a, b, c, ...) so that drift of the machine hits each alike. Also
   shown: each crawl process's peak RSS (``ru_maxrss``) and CPU seconds (user + system).
