@@ -581,10 +581,22 @@ pub fn frontier_ops(data: &[u8]) {
                     _ => None,
                 });
                 let took = u64::from(arg & 15);
-                let ended = match op % 16 {
-                    6 => f.done(token, took),
-                    7 => f.retry(token, took),
-                    _ => f.refetch(token, took, now + u64::from(arg) * 5),
+                let ended = if op & 0x40 != 0 {
+                    // Its fetch ended before the call (entry 20), maybe before its hand-out.
+                    let how = match op % 16 {
+                        6 => crate::Completion::Done,
+                        7 => crate::Completion::Retry,
+                        _ => crate::Completion::RefetchAt(now + u64::from(arg) * 5),
+                    };
+                    let fetch_ended = now.saturating_sub(u64::from(arg) * 7);
+                    f.complete_ended(&[(token, took, how, fetch_ended)])
+                        .map(|e| e[0])
+                } else {
+                    match op % 16 {
+                        6 => f.done(token, took),
+                        7 => f.retry(token, took),
+                        _ => f.refetch(token, took, now + u64::from(arg) * 5),
+                    }
                 }
                 .expect("end of a lease");
                 assert_eq!(ended, found.is_some(), "end of lease {token}");
