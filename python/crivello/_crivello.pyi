@@ -221,12 +221,19 @@ class Frontier:
         """Hands out up to `max_urls` URLs of queues that may be served now, leased for
         `ttl` seconds, of `crawl` only (None: every crawl; with `key`, DEFAULT). Durable when
         it returns."""
-    def done(self, lease: Lease, *, took: float = 0.0) -> bool:
+    def done(
+        self, lease: Lease, *, took: float = 0.0, ended: Optional[float] = None
+    ) -> bool:
         """Ends a lease: the URL is done. False when it was not leased (a `Leased` of
-        another store is not a lease of this one)."""
-    def refetch(self, lease: Lease, at: float, *, took: float = 0.0) -> bool:
+        another store is not a lease of this one). `ended`: when the fetch ended, if before
+        this call (as for `complete`); `done`, `refetch` and `retry` all take it."""
+    def refetch(
+        self, lease: Lease, at: float, *, took: float = 0.0, ended: Optional[float] = None
+    ) -> bool:
         """Ends a lease: done, and served again once the instant `at` has passed."""
-    def retry(self, lease: Lease, *, took: float = 0.0) -> bool:
+    def retry(
+        self, lease: Lease, *, took: float = 0.0, ended: Optional[float] = None
+    ) -> bool:
         """Ends a lease: the URL goes back to its queue, in its place."""
     def complete(
         self,

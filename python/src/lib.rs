@@ -793,6 +793,24 @@ impl Frontier {
             None => Err(closed(py, "frontier")),
         }
     }
+
+    /// Ends one lease as `how` says, after a fetch of `took` seconds that ended at `ended`
+    /// (None: now). False when it was not leased.
+    fn end_one(
+        &self,
+        py: Python<'_>,
+        lease: &Bound<'_, PyAny>,
+        took: f64,
+        ended: Option<f64>,
+        how: Completion,
+    ) -> PyResult<bool> {
+        let (r, took) = (lease_ref(lease)?, millis(took, "took")?);
+        let ended = ended.map(|e| millis(e, "ended")).transpose()?;
+        self.with(py, |f| {
+            Ok(ends(f, &r)?
+                && f.complete_ended(&[(r.token, took, how, ended.unwrap_or(u64::MAX))])?[0])
+        })
+    }
 }
 
 fn leased_list<'py>(
@@ -951,34 +969,46 @@ impl Frontier {
     }
 
     /// Ends a lease (a `Leased` or its token): the URL is done, never served again. `took`:
-    /// the fetch's seconds (for the ratio rule). Returns False when it was not leased (its
-    /// lease expired, or it ended before). Durable when it returns.
-    #[pyo3(signature = (lease, *, took=0.0))]
-    fn done(&self, py: Python<'_>, lease: &Bound<'_, PyAny>, took: f64) -> PyResult<bool> {
-        let (r, took) = (lease_ref(lease)?, millis(took, "took")?);
-        self.with(py, |f| Ok(ends(f, &r)? && f.done(r.token, took)?))
+    /// the fetch's seconds (for the ratio rule); `ended`: when the fetch ended (seconds since
+    /// the epoch; None: now), the instant its queue's delay runs from. Returns False when it
+    /// was not leased (its lease expired, or it ended before). Durable when it returns.
+    #[pyo3(signature = (lease, *, took=0.0, ended=None))]
+    fn done(
+        &self,
+        py: Python<'_>,
+        lease: &Bound<'_, PyAny>,
+        took: f64,
+        ended: Option<f64>,
+    ) -> PyResult<bool> {
+        self.end_one(py, lease, took, ended, Completion::Done)
     }
 
     /// Ends a lease: done, and served again once the instant `at` (seconds since the epoch)
     /// has passed. Returns False when it was not leased.
-    #[pyo3(signature = (lease, at, *, took=0.0))]
+    #[pyo3(signature = (lease, at, *, took=0.0, ended=None))]
     fn refetch(
         &self,
         py: Python<'_>,
         lease: &Bound<'_, PyAny>,
         at: f64,
         took: f64,
+        ended: Option<f64>,
     ) -> PyResult<bool> {
-        let (r, at, took) = (lease_ref(lease)?, millis(at, "at")?, millis(took, "took")?);
-        self.with(py, |f| Ok(ends(f, &r)? && f.refetch(r.token, took, at)?))
+        let at = millis(at, "at")?;
+        self.end_one(py, lease, took, ended, Completion::RefetchAt(at))
     }
 
     /// Ends a lease: the URL goes back to its queue, in its place, and the queue's delay
     /// applies. Returns False when it was not leased.
-    #[pyo3(signature = (lease, *, took=0.0))]
-    fn retry(&self, py: Python<'_>, lease: &Bound<'_, PyAny>, took: f64) -> PyResult<bool> {
-        let (r, took) = (lease_ref(lease)?, millis(took, "took")?);
-        self.with(py, |f| Ok(ends(f, &r)? && f.retry(r.token, took)?))
+    #[pyo3(signature = (lease, *, took=0.0, ended=None))]
+    fn retry(
+        &self,
+        py: Python<'_>,
+        lease: &Bound<'_, PyAny>,
+        took: f64,
+        ended: Option<f64>,
+    ) -> PyResult<bool> {
+        self.end_one(py, lease, took, ended, Completion::Retry)
     }
 
     /// Ends many leases in one durable step, each as `how` says: "done", "retry", or

@@ -99,6 +99,7 @@ def test_a_completion_may_say_when_its_fetch_ended(tmp_path: Path) -> None:
     with crivello.Frontier(tmp_path / "f") as f:
         f.set_policy(crivello.Policy(delay=1.0))
         f.push(["http://a.test/1", "http://a.test/2", "http://b.test/1", "http://b.test/2"])
+        f.push(["http://c.test/1", "http://c.test/2"])
         f.flush()
         got = {g.url: g for g in f.lease(10)}
         leased_at = crivello.now()
@@ -110,8 +111,10 @@ def test_a_completion_may_say_when_its_fetch_ended(tmp_path: Path) -> None:
         # a: its fetch ended at the hand-out; b: at this call (no instant given).
         assert f.complete([got["http://a.test/1"]], ended=[leased_at]) == [True]
         assert f.complete([got["http://b.test/1"]]) == [True]
+        assert f.retry(got["http://c.test/1"], ended=leased_at) is True
         due = {q["key"]: q["next_due"] for q in f.queues()}
         assert leased_at + 0.9 < due["a.test"] < leased_at + 1.1, (due, leased_at)
+        assert leased_at + 0.9 < due["c.test"] < leased_at + 1.1, (due, leased_at)
         assert due["b.test"] >= leased_at + 1.4, (due, leased_at)
 
 
