@@ -826,6 +826,66 @@ fn the_delay_runs_from_the_instant_a_fetch_ended_as_its_completion_says_across_c
 }
 
 #[test]
+fn an_end_said_earlier_than_another_end_of_its_burst_counts_from_the_later() {
+    // The ratio rule: after a burst's fetches took s' in all, wait s'/p from its last end. A
+    // fetch said to have ended before another end of the burst (a completion, or an
+    // expiry) does not move that last end back.
+    let ratio = Policy {
+        delay_ms: 0,
+        ratio_ppm: 100_000,
+        per_queue: 2,
+        ..Policy::default()
+    };
+    for crash in [false, true] {
+        let case = format!("crash: {crash}");
+        // Completions out of order, in two calls and in one.
+        for one_call in [false, true] {
+            let disk = SimDisk::new();
+            let clock = Arc::new(ManualClock::new(10_000));
+            let f = open(&disk, &clock);
+            f.set_policy("", None, ratio).unwrap();
+            push(&f, &["http://h/1", "http://h/2", "http://h/3"]);
+            let l = f.lease(10, Some(2), 60_000).unwrap();
+            assert_eq!(urls(&l), ["http://h/1", "http://h/2"]);
+            clock.advance(200);
+            let b = (l[1].token, 100, Completion::Done, 10_200);
+            let a = (l[0].token, 50, Completion::Done, 10_050);
+            if one_call {
+                clock.advance(100);
+                assert_eq!(f.complete_ended(&[b, a]).unwrap(), [true, true]);
+            } else {
+                assert!(f.done(l[1].token, 100).unwrap());
+                clock.advance(100);
+                assert_eq!(f.complete_ended(&[a]).unwrap(), [true]);
+            }
+            let f = reopen_after(f, crash, &disk, &clock);
+            // 150 ms of fetches at p = 0.1: 1.5 s from 10,200, the burst's last end.
+            let due = f.queues("", 0, 10).unwrap()[0].next_due_ms;
+            assert_eq!(due, Some(11_700), "{case}, one call: {one_call}");
+        }
+        // An expiry ends a fetch of the burst at its deadline.
+        let disk = SimDisk::new();
+        let clock = Arc::new(ManualClock::new(10_000));
+        let f = open(&disk, &clock);
+        f.set_policy("", None, ratio).unwrap();
+        push(&f, &["http://h/1", "http://h/2", "http://h/3"]);
+        let a = f.lease(1, Some(1), 1_000).unwrap();
+        let b = f.lease(1, Some(1), 60_000).unwrap();
+        assert_eq!(urls(&a), ["http://h/1"]);
+        assert_eq!(urls(&b), ["http://h/2"]);
+        clock.advance(2_000);
+        let ended = f
+            .complete_ended(&[(b[0].token, 500, Completion::Done, 10_500)])
+            .unwrap();
+        assert_eq!(ended, [true]);
+        let f = reopen_after(f, crash, &disk, &clock);
+        // A expired at 11,000; 500 ms of fetches at p = 0.1: 5 s from then.
+        let due = f.queues("", 0, 10).unwrap()[0].next_due_ms;
+        assert_eq!(due, Some(16_000), "{case}");
+    }
+}
+
+#[test]
 fn a_lease_from_before_an_open_ends_no_earlier_than_the_open() {
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(10_000));

@@ -99,6 +99,17 @@ def count_arg(text: str) -> int:
     return int(value)
 
 
+def share_arg(text: str) -> float:
+    """A share from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a share from 0 to 1, not {text!r}")
+    return value
+
+
 def schedulers_arg(text: str) -> List[str]:
     names = [s.strip() for s in text.split(",") if s.strip()]
     for name in names:
@@ -689,6 +700,9 @@ def bench_crawl(args: argparse.Namespace) -> int:
             shutil.rmtree(work, ignore_errors=True)
     print()
     print_crawl_table(runs, args.schedulers)
+    if args.delay > 0:
+        print("note: the delays differ: crivello's runs from the response (checked at the "
+              "server), Scrapy's own from the start of the previous download in the crawler")
     print(f"\nserver CPU: {server_cpu:.1f} s over the whole run; "
           f"total time {time.monotonic() - started:.0f} s")
     return 0 if all(r.checked for r in runs) else 1
@@ -838,6 +852,8 @@ def memory_one(args: argparse.Namespace) -> None:
     elif args.scheduler == "crivello":
         settings.update(CRIVELLO_SETTINGS)
         settings["CRIVELLO_DIR"] = str(state)
+    elif args.scheduler == "aware":
+        settings["SCHEDULER_PRIORITY_QUEUE"] = "scrapy.pqueues.DownloaderAwarePriorityQueue"
     crawler = get_crawler(MemorySpider, settings)
     spider = MemorySpider.from_crawler(crawler)
     crawler.spider = spider
@@ -1012,7 +1028,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=1)
     c.add_argument("--delay", type=float, default=0.0,
                    help="DOWNLOAD_DELAY in seconds, not randomised (default: 0)")
-    c.add_argument("--locality", type=float, default=0.0,
+    c.add_argument("--locality", type=share_arg, default=0.0,
                    help="share of a page's pseudo-random links to its own host (default: 0)")
     c.add_argument("--sites", action="store_true",
                    help="each host a site of its own: a tree of its pages, home pages linked")

@@ -242,11 +242,11 @@ class Frontier:
         how: Literal["done", "retry", "refetch"] = "done",
         at: Optional[float] = None,
         took: float = 0.0,
-        ended: Union[None, float, Sequence[float]] = None,
+        ended: Union[None, float, Sequence[Optional[float]]] = None,
     ) -> List[bool]:
         """Ends many leases in one durable step; for each, whether it was leased. `ended`:
-        when the fetches ended (seconds since the epoch; one for all, or one per lease), if
-        before this call: each queue's delay runs from it (not before the hand-out, not after
+        when the fetches ended (seconds since the epoch; one for all, or a sequence of one per
+        lease, None for now), if before this call: each queue's delay runs from it (not before the hand-out, not after
         the call)."""
     def release(self, crawl: Optional[str] = None) -> int:
         """Returns every URL leased (in `crawl`) to its queue; returns how many."""

@@ -19,7 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyBytes, PyDict, PyList, PySequence, PyString, PyTuple, PyType};
 
 use crivello::{Completion, Discovered, LeaseRequest, Options, Policy as LibPolicy, UrlStatus};
 
@@ -813,6 +813,40 @@ impl Frontier {
     }
 }
 
+/// The instants `ended` of `complete` in milliseconds (u64::MAX: now), one per lease: None
+/// (now for all), one number of seconds since the epoch (for all), or a sequence of as many
+/// numbers or Nones as there are leases (a str or bytes is neither).
+fn instants_of(ended: Option<&Bound<'_, PyAny>>, leases: usize) -> PyResult<Vec<u64>> {
+    let Some(e) = ended.filter(|e| !e.is_none()) else {
+        return Ok(vec![u64::MAX; leases]);
+    };
+    let what = "ended is a number of seconds since the epoch, or a sequence of one per lease";
+    if e.is_instance_of::<PyString>() || e.is_instance_of::<PyBytes>() {
+        return Err(PyTypeError::new_err(what));
+    }
+    let Ok(each) = e.cast::<PySequence>() else {
+        let one = e.extract::<f64>().map_err(|_| PyTypeError::new_err(what))?;
+        return Ok(vec![millis(one, "ended")?; leases]);
+    };
+    let n = each.len()?;
+    if n != leases {
+        return Err(PyValueError::new_err(format!(
+            "ended holds {n} instants for {leases} leases"
+        )));
+    }
+    let mut out = Vec::with_capacity(n);
+    for x in each.try_iter()? {
+        let x = x?;
+        out.push(if x.is_none() {
+            u64::MAX
+        } else {
+            let v = x.extract::<f64>().map_err(|_| PyTypeError::new_err(what))?;
+            millis(v, "ended")?
+        });
+    }
+    Ok(out)
+}
+
 fn leased_list<'py>(
     py: Python<'py>,
     leased: Vec<crivello::Leased>,
@@ -1050,29 +1084,7 @@ impl Frontier {
             refs.push(lease_ref(&l?)?);
         }
         // u64::MAX: now.
-        let fetch_ends: Vec<u64> = match ended {
-            None => vec![u64::MAX; refs.len()],
-            Some(e) if e.is_none() => vec![u64::MAX; refs.len()],
-            Some(e) => match e.extract::<f64>() {
-                Ok(one) => vec![millis(one, "ended")?; refs.len()],
-                Err(_) => {
-                    let mut each = Vec::with_capacity(refs.len());
-                    for x in e.try_iter().map_err(|_| {
-                        PyTypeError::new_err("ended is a number of seconds or one per lease")
-                    })? {
-                        each.push(millis(x?.extract::<f64>()?, "ended")?);
-                    }
-                    if each.len() != refs.len() {
-                        return Err(PyValueError::new_err(format!(
-                            "ended holds {} instants for {} leases",
-                            each.len(),
-                            refs.len()
-                        )));
-                    }
-                    each
-                }
-            },
-        };
+        let fetch_ends = instants_of(ended, refs.len())?;
         self.with(py, |f| {
             // A `Leased` of another store is not ended (nor sent: a token of this store
             // may be its own).

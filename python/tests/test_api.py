@@ -108,6 +108,11 @@ def test_a_completion_may_say_when_its_fetch_ended(tmp_path: Path) -> None:
             f.complete([got["http://a.test/1"]], ended=[leased_at, leased_at])
         with pytest.raises(ValueError, match="ended must be"):
             f.complete([got["http://a.test/1"]], ended=-1.0)
+        for wrong in ("12", b"\x05", {1.0}):
+            with pytest.raises(TypeError, match="ended is a number"):
+                f.complete([got["http://a.test/1"]], ended=wrong)  # type: ignore[arg-type]
+        # None in a sequence: now, for that lease (12345 is no lease).
+        assert f.complete([12345], ended=[None]) == [False]
         # a: its fetch ended at the hand-out; b: at this call (no instant given).
         assert f.complete([got["http://a.test/1"]], ended=[leased_at]) == [True]
         assert f.complete([got["http://b.test/1"]]) == [True]

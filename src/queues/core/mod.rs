@@ -498,6 +498,11 @@ pub(crate) struct Core {
     /// end of the last lease of its queue; a lease that expires leaves the burst to the next
     /// end), so a few, beside every queue.
     bursts: HashMap<u32, u64>,
+    /// The latest instant a fetch of the current burst ended, by queue place, for the same
+    /// queues as `bursts` (and those whose ended fetches took 0 ms): an end said to be earlier
+    /// is taken as then, so that the ratio rule's wait runs from the burst's last end. In
+    /// memory only: the leases of a burst found at open count as handed out then.
+    burst_ends: HashMap<u32, u64>,
     /// Queues with a live entry in the heap, by crawl.
     scheduled: HashMap<u32, u64>,
     /// Until when (by the frontier's clock) a hand-out with an empty front does not flush
@@ -645,6 +650,7 @@ impl Core {
             expiries: BinaryHeap::new(),
             heap: DueHeap::default(),
             bursts: HashMap::new(),
+            burst_ends: HashMap::new(),
             scheduled: HashMap::new(),
             fruitless_until: 0,
             done: 0,
@@ -1913,6 +1919,12 @@ impl Core {
         }
         q.due = q.due.max(at.saturating_add(wait));
         self.set_burst(i, if ends { 0 } else { burst });
+        if ends {
+            self.burst_ends.remove(&i);
+        } else {
+            let last = self.burst_ends.entry(i).or_insert(at);
+            *last = (*last).max(at);
+        }
     }
 
     /// Shortens the wait queue `i` began under policy `old` to what policy `new`, set at
@@ -2231,6 +2243,7 @@ impl Core {
         q.runs = 0;
         q.at = None;
         self.bursts.remove(&i);
+        self.burst_ends.remove(&i);
         self.unschedule(i);
         held
     }
@@ -3186,6 +3199,8 @@ impl Core {
         let mut ended = CounterSet::default();
         let mut entries = Vec::with_capacity(items.len());
         let mut out = Vec::with_capacity(items.len());
+        // The latest end given so far in this call, by queue place.
+        let mut batch_ends: HashMap<u32, u64> = HashMap::new();
         for &(token, took, end, fetch_ended) in items {
             let seq = match self.leases.seq_of_token(token) {
                 Some(seq) if ended.insert(seq) => seq,
@@ -3196,9 +3211,24 @@ impl Core {
             };
             out.push(true);
             let at = now;
-            // The fetch ended when the caller says, but not after now nor before the hand-out.
-            let given = self.leases.get(seq).map_or(now, |l| l.given);
-            let fetch_ended = fetch_ended.min(now).max(given.min(now));
+            // The fetch ended when the caller says, but not after now, nor before the
+            // hand-out, nor before another fetch of its burst ended (this call's included):
+            // the ratio rule's wait runs from the burst's last end.
+            let (given, queue) = self
+                .leases
+                .get(seq)
+                .map_or((now, None), |l| (l.given, Some(l.queue)));
+            let mut floor = given;
+            if let Some(i) = queue {
+                let burst_end = self.burst_ends.get(&i).copied().unwrap_or(0);
+                let batch_end = batch_ends.get(&i).copied().unwrap_or(0);
+                floor = floor.max(burst_end).max(batch_end);
+            }
+            let fetch_ended = fetch_ended.min(now).max(floor.min(now));
+            if let Some(i) = queue {
+                let last = batch_ends.entry(i).or_insert(fetch_ended);
+                *last = (*last).max(fetch_ended);
+            }
             entries.push(match end {
                 End::Done => Entry::Done {
                     seq,
