@@ -24,7 +24,7 @@ How the scheduler works:
 - ``next_request`` leases requests of queues that may be served now, so that the
   downloader is fed across hosts: at most ``CRIVELLO_PER_HOST`` of one host in flight (one
   by default), the next one handed out at least ``DOWNLOAD_DELAY`` after the previous one's
-  response reached its callback (or errback): the frontier's delay, durable and never
+  response arrived (or its errback was called): the frontier's delay, durable and never
   randomised, counted from that instant, which the completion gives.
 - A request is completed in the frontier only once its work is safe: when the engine lets
   it go, which it does once the output of its callback (or errback) has been processed,
@@ -263,8 +263,9 @@ class _Live:
         self.ended = False
         # Its callback or errback was called: requests that carry its token are its outputs.
         self.scraping = False
-        # When its callback or errback was called (seconds since the epoch; 0: not yet): its
-        # fetch ended by then, and its host's delay runs from there.
+        # When its response arrived, or else its callback or errback was called (seconds
+        # since the epoch; 0: not yet): its fetch ended by then, and its host's delay runs
+        # from there.
         self.responded = 0.0
         # The rank of each fingerprint among its outputs that bypass the filter.
         self.ranks: Dict[str, int] = {}
@@ -497,6 +498,9 @@ class Scheduler:
         self.spider = spider
         self.crawl = self.crawl_setting or spider.name
         self.frontier = _open_store(Frontier, self.path, self.memory)
+        from scrapy import signals
+
+        self.crawler.signals.connect(self._downloaded, signal=signals.response_downloaded)
         policy = Policy(delay=self.delay, per_queue=self.per_host)
         if self.frontier.policy(self.crawl) != policy:
             self.frontier.set_policy(policy, crawl=self.crawl)
@@ -749,6 +753,13 @@ class Scheduler:
             nextcall.schedule()
 
     # Completions.
+
+    def _downloaded(self, response: Any, request: Request, spider: Any = None) -> None:
+        """A response arrived: its request's fetch ended now (its callback begins later)."""
+        token = request.meta.get(TOKEN_META)
+        live = self._live.get(token) if token is not None else None
+        if live is not None and not live.responded:
+            live.responded = time.time()
 
     def _scraping(self, token: int) -> None:
         live = self._live.get(token)
