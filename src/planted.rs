@@ -98,12 +98,16 @@ pub enum Bug {
     /// file where the next buffer belongs, so the positions it reads back are not those it
     /// found.
     ScratchShifted,
+    /// `ended-unjournaled`: an end of a lease whose fetch ended before the call is journaled
+    /// as ending at the call (no entry 20), so a replay runs the queue's delay from later
+    /// than the frontier did.
+    EndedUnjournaled,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 30] = [
+    pub const ALL: [(Bug, &'static str); 31] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -134,6 +138,7 @@ impl Bug {
         (Bug::WalkTrustsGuess, "walk-trusts-guess"),
         (Bug::CodingUnrecorded, "coding-unrecorded"),
         (Bug::ScratchShifted, "scratch-shifted"),
+        (Bug::EndedUnjournaled, "ended-unjournaled"),
     ];
 }
 
