@@ -32,8 +32,9 @@ How the scheduler works:
   retry) is scheduled, or its failure handled. The completion's commit makes the pushes
   before it durable first. A crash before that fetches it again.
 - After ``kill -9``, the same command with the same ``CRIVELLO_DIR`` resumes the crawl: a
-  request leased at the kill is handed out again at once, not after its lease: the store
-  is locked by one process at a time, so the process that held it is dead.
+  request leased at the kill is handed out again without waiting for its lease (once its
+  host's delay has passed since the restart): the store is locked by one process at a
+  time, so the process that held it is dead.
 
 Priorities are ignored: each host's requests are served in the order they were first
 scheduled (breadth-first), and hosts in the order they become due.
