@@ -521,6 +521,14 @@ class Scheduler:
                 },
                 extra={"spider": spider},
             )
+        elif counts["done"]:
+            logger.info(
+                "Crawl %(crawl)s in %(dir)s: %(done)d requests done before, none waiting: "
+                "only requests never scheduled in it are fetched (a new CRIVELLO_DIR, or "
+                "CRIVELLO_CRAWL, starts afresh)",
+                {"crawl": self.crawl, "dir": self.path, "done": counts["done"]},
+                extra={"spider": spider},
+            )
         if not self.filtering:
             self.df.open()
             if released or counts["waiting"] or counts["done"]:

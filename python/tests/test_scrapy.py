@@ -143,6 +143,7 @@ def test_a_crawl_fetches_every_page_once_politely(site: Site, tmp_path: Path) ->
     rc, log, _ = crawl(site, settings(tmp_path / "store", **CRIVELLO))
     assert rc == 0, log[-3000:]
     assert len(site.fetches) == before
+    assert f"{len(site.pages)} requests done before, none waiting" in log, log[-3000:]
 
 
 def test_kill_9_or_interrupt_at_random_instants_then_resume_fetches_everything_once(
