@@ -51,6 +51,7 @@ import pickle
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Set
+from urllib.parse import urlparse
 
 from scrapy import Request
 from scrapy.dupefilters import RFPDupeFilter
@@ -151,9 +152,24 @@ def _slot_of(request: Request) -> str:
     requests without one (`file:` and `data:` URLs: Scrapy's slot "") share the frontier's
     queue `_DEFAULT_`, as they share Scrapy's slot (a key is never empty)."""
     slot = request.meta.get("download_slot")
-    if slot is not None and str(slot):
+    if slot is not None and str(slot) and not _redirect_keeps(request, str(slot)):
         return str(slot)
     return urlparse_cached(request).hostname or "_DEFAULT_"
+
+
+def _redirect_keeps(request: Request, slot: str) -> bool:
+    """Whether `request` is a redirect that kept, as its download slot, the host of the
+    request it came from (Scrapy's downloader gave that slot, and its redirect middleware
+    copies it): the request then joins the queue of its own host, so that the host it goes
+    to gets one request at a time and its delay too. A slot set otherwise is kept."""
+    first = (request.meta.get("redirect_urls") or [None])[0]
+    if not first:
+        return False
+    try:
+        source = urlparse(str(first)).hostname
+    except ValueError:
+        return False
+    return source == slot
 
 
 class DupeFilter(RFPDupeFilter):

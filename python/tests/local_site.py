@@ -60,14 +60,21 @@ def bfs(links: Dict[int, List[int]], seed: int, limit: int) -> List[int]:
 class Site:
     """The pages of the first `pages` nodes of a BFS of the graph, on `hosts` servers."""
 
-    def __init__(self, pages: int, hosts: int, latency: float = 0.0) -> None:
+    def __init__(
+        self, pages: int, hosts: int, latency: float = 0.0, redirect_every: int = 0
+    ) -> None:
         urls, links = load_graph()
         nodes = bfs(links, min(links), pages)
         kept = set(nodes)
         self.latency = latency
+        # Links to every `redirect_every`-th page go through a redirect (301) on the linking
+        # page's host, to the page on its own host.
+        self.redirect_every = redirect_every
         self.lock = threading.Lock()
         # (time, host index, page) of each fetch, in arrival order.
         self.fetches: List[Tuple[float, int, int]] = []
+        # (time, host index) of every request a host answered, redirects included.
+        self.hits: List[Tuple[float, int]] = []
         self.in_flight = [0] * hosts
         self.most_in_flight = [0] * hosts
         self.servers: List[ThreadingHTTPServer] = []
@@ -83,9 +90,17 @@ class Site:
             def do_GET(self) -> None:  # noqa: N802
                 h = type(self).host_index
                 with site.lock:
+                    site.hits.append((time.time(), h))
                     site.in_flight[h] += 1
                     site.most_in_flight[h] = max(site.most_in_flight[h], site.in_flight[h])
                 try:
+                    if self.path.startswith("/r/"):
+                        target = int(self.path[3:])
+                        self.send_response(301)
+                        self.send_header("Location", site.url(target))
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
                     page = self._page()
                     if page is None or site.host_of.get(page) != h:
                         self.send_error(404)
@@ -127,8 +142,16 @@ class Site:
         host, port = self.servers[self.host_of[page]].server_address[:2]
         return f"http://{host}:{port}/p/{page}"
 
+    def link(self, page: int, to: int) -> str:
+        """The URL by which `page` links to `to`: a redirect on `page`'s host for every
+        `redirect_every`-th page."""
+        if self.redirect_every and to % self.redirect_every == 0 and to != page:
+            host, port = self.servers[self.host_of[page]].server_address[:2]
+            return f"http://{host}:{port}/r/{to}"
+        return self.url(to)
+
     def html(self, page: int) -> str:
-        links = "".join(f'<a href="{self.url(b)}">{b}</a>\n' for b in self.out[page])
+        links = "".join(f'<a href="{self.link(page, b)}">{b}</a>\n' for b in self.out[page])
         return f"<html><body><h1>{page}</h1>\n{links}</body></html>\n"
 
     def count(self) -> Dict[int, int]:

@@ -231,6 +231,30 @@ def test_the_delay_runs_from_the_response_not_from_the_end_of_the_callback(
         site.close()
 
 
+def test_a_redirect_to_another_host_is_spaced_with_that_host(tmp_path: Path) -> None:
+    # Every third page is linked through a redirect on the linking page's host: the
+    # redirected request goes to its target's queue (Scrapy keeps the source's download
+    # slot), so that the target host, too, gets one request at a time, the delay apart.
+    delay = 0.2
+    site = Site(pages=90, hosts=3, latency=0.001, redirect_every=3)
+    try:
+        rc, log, _ = crawl(site, settings(tmp_path / "store", DOWNLOAD_DELAY=delay, **CRIVELLO))
+        assert rc == 0, log[-3000:]
+        counts = site.count()
+        assert set(counts) == set(site.pages), f"missing {set(site.pages) - set(counts)}"
+        assert max(counts.values()) == 1, {p: c for p, c in counts.items() if c > 1}
+        assert site.most_in_flight == [1] * 3
+        last: Dict[int, float] = {}
+        close = []
+        for t, h in sorted(site.hits):
+            if h in last and t - last[h] < delay:
+                close.append((h, round(t - last[h], 4)))
+            last[h] = t
+        assert not close, close
+    finally:
+        site.close()
+
+
 def test_a_request_longer_than_its_lease_is_fetched_once(tmp_path: Path) -> None:
     # Every download takes 1.5 s, the lease 1 s: the frontier counts each request lost while
     # it is in flight and hands it out again; the scheduler gives the new lease to the
