@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from types import TracebackType
-from typing import Iterable, List, Optional, Sequence, Tuple, Union, final
+from typing import Iterable, List, Optional, Tuple, Union, final
 
 from typing_extensions import Literal, Self, TypedDict
 
@@ -242,7 +242,7 @@ class Frontier:
         how: Literal["done", "retry", "refetch"] = "done",
         at: Optional[float] = None,
         took: float = 0.0,
-        ended: Union[None, float, Sequence[Optional[float]]] = None,
+        ended: Union[None, float, Iterable[Optional[float]]] = None,
     ) -> List[bool]:
         """Ends many leases in one durable step; for each, whether it was leased. `ended`:
         when the fetches ended (seconds since the epoch; one for all, or a sequence of one per

@@ -14,8 +14,9 @@ How the scheduler works:
 - A request goes into the frontier as one URL of the crawl whose *identity* is the
   request's fingerprint (Scrapy's ``REQUEST_FINGERPRINTER``), keyed by its download slot
   (``download_slot`` in its meta, else its host), with the request serialised as the
-  URL's metadata (``Request.to_dict``, callbacks by name, pickled). The frontier's sieve is
-  the duplicate filter: exact, durable, in bounded memory. A ``dont_filter=True`` request
+  URL's metadata (``Request.to_dict``, callbacks by name, pickled); a redirect to another
+  host is keyed by its own host (Scrapy copies the first request's slot to it). The
+  frontier's sieve is the duplicate filter: exact, durable, in bounded memory. A ``dont_filter=True`` request
   bypasses it, as with Scrapy's own scheduler: its identity is the fingerprint with the
   identity of the request it came from and its rank among that request's outputs, so that
   a page fetched again after a crash yields the same identities and adds nothing twice
@@ -158,18 +159,18 @@ def _slot_of(request: Request) -> str:
 
 
 def _redirect_keeps(request: Request, slot: str) -> bool:
-    """Whether `request` is a redirect that kept, as its download slot, the host of the
-    request it came from (Scrapy's downloader gave that slot, and its redirect middleware
+    """Whether `request` is a redirect that kept, as its download slot, the host of a
+    request of its chain (Scrapy's downloader gave that slot, and its redirect middleware
     copies it): the request then joins the queue of its own host, so that the host it goes
-    to gets one request at a time and its delay too. A slot set otherwise is kept."""
-    first = (request.meta.get("redirect_urls") or [None])[0]
-    if not first:
-        return False
-    try:
-        source = urlparse(str(first)).hostname
-    except ValueError:
-        return False
-    return source == slot
+    to gets one request at a time and its delay too. A slot set otherwise is kept (one a
+    spider set that is the host of a URL of the chain is taken for the downloader's)."""
+    for url in request.meta.get("redirect_urls") or ():
+        try:
+            if urlparse(str(url)).hostname == slot:
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 class DupeFilter(RFPDupeFilter):
@@ -537,7 +538,9 @@ class Scheduler:
                 },
                 extra={"spider": spider},
             )
-        elif counts["done"]:
+        elif counts["done"] and not self.frontier.counts(self.crawl)["waiting"]:
+            # (Counted again after a flush: the requests a stopped run pushed last may not
+            # be in the queues yet.)
             logger.info(
                 "Crawl %(crawl)s in %(dir)s: %(done)d requests done before, none waiting: "
                 "only requests never scheduled in it are fetched (a new CRIVELLO_DIR, or "

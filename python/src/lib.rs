@@ -19,7 +19,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyDict, PyList, PySequence, PyString, PyTuple, PyType};
+use pyo3::types::{
+    PyByteArray, PyBytes, PyDict, PyFrozenSet, PyList, PySet, PyString, PyTuple, PyType,
+};
 
 use crivello::{Completion, Discovered, LeaseRequest, Options, Policy as LibPolicy, UrlStatus};
 
@@ -814,28 +816,31 @@ impl Frontier {
 }
 
 /// The instants `ended` of `complete` in milliseconds (u64::MAX: now), one per lease: None
-/// (now for all), one number of seconds since the epoch (for all), or a sequence of as many
-/// numbers or Nones as there are leases (a str or bytes is neither).
+/// (now for all), one number of seconds since the epoch (for all), or an iterable of as many
+/// numbers or Nones as there are leases, in their order (a str, bytes, set or dict is
+/// neither).
 fn instants_of(ended: Option<&Bound<'_, PyAny>>, leases: usize) -> PyResult<Vec<u64>> {
     let Some(e) = ended.filter(|e| !e.is_none()) else {
         return Ok(vec![u64::MAX; leases]);
     };
-    let what = "ended is a number of seconds since the epoch, or a sequence of one per lease";
-    if e.is_instance_of::<PyString>() || e.is_instance_of::<PyBytes>() {
+    let what = "ended is a number of seconds since the epoch, or one per lease in order";
+    // Text, and collections without an order, are neither.
+    let unordered = e.is_instance_of::<PySet>()
+        || e.is_instance_of::<PyFrozenSet>()
+        || e.is_instance_of::<PyDict>();
+    if e.is_instance_of::<PyString>()
+        || e.is_instance_of::<PyBytes>()
+        || e.is_instance_of::<PyByteArray>()
+        || unordered
+    {
         return Err(PyTypeError::new_err(what));
     }
-    let Ok(each) = e.cast::<PySequence>() else {
+    let Ok(each) = e.try_iter() else {
         let one = e.extract::<f64>().map_err(|_| PyTypeError::new_err(what))?;
         return Ok(vec![millis(one, "ended")?; leases]);
     };
-    let n = each.len()?;
-    if n != leases {
-        return Err(PyValueError::new_err(format!(
-            "ended holds {n} instants for {leases} leases"
-        )));
-    }
-    let mut out = Vec::with_capacity(n);
-    for x in each.try_iter()? {
+    let mut out = Vec::with_capacity(leases);
+    for x in each {
         let x = x?;
         out.push(if x.is_none() {
             u64::MAX
@@ -843,6 +848,12 @@ fn instants_of(ended: Option<&Bound<'_, PyAny>>, leases: usize) -> PyResult<Vec<
             let v = x.extract::<f64>().map_err(|_| PyTypeError::new_err(what))?;
             millis(v, "ended")?
         });
+    }
+    if out.len() != leases {
+        return Err(PyValueError::new_err(format!(
+            "ended holds {} instants for {leases} leases",
+            out.len()
+        )));
     }
     Ok(out)
 }

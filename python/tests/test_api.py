@@ -108,11 +108,12 @@ def test_a_completion_may_say_when_its_fetch_ended(tmp_path: Path) -> None:
             f.complete([got["http://a.test/1"]], ended=[leased_at, leased_at])
         with pytest.raises(ValueError, match="ended must be"):
             f.complete([got["http://a.test/1"]], ended=-1.0)
-        for wrong in ("12", b"\x05", {1.0}):
+        for wrong in ("12", b"\x05", bytearray(b"\x05"), {1.0}, {1.0: 2.0}):
             with pytest.raises(TypeError, match="ended is a number"):
                 f.complete([got["http://a.test/1"]], ended=wrong)  # type: ignore[arg-type]
-        # None in a sequence: now, for that lease (12345 is no lease).
+        # None in a sequence: now, for that lease (12345 is no lease); any iterable in order.
         assert f.complete([12345], ended=[None]) == [False]
+        assert f.complete([12345], ended=(x for x in [1.0])) == [False]
         # a: its fetch ended at the hand-out; b: at this call (no instant given).
         assert f.complete([got["http://a.test/1"]], ended=[leased_at]) == [True]
         assert f.complete([got["http://b.test/1"]]) == [True]
