@@ -3199,7 +3199,9 @@ impl Core {
         let mut ended = CounterSet::default();
         let mut entries = Vec::with_capacity(items.len());
         let mut out = Vec::with_capacity(items.len());
-        // The latest end given so far in this call, by queue place.
+        // The latest end given so far in this call, by queue place: kept only when some end
+        // is said to be earlier than the call (ends at the call, the common case, need none).
+        let any_earlier = items.iter().any(|&(.., e)| e < now);
         let mut batch_ends: HashMap<u32, u64> = HashMap::new();
         for &(token, took, end, fetch_ended) in items {
             let seq = match self.leases.seq_of_token(token) {
@@ -3214,21 +3216,26 @@ impl Core {
             // The fetch ended when the caller says, but not after now, nor before the
             // hand-out, nor before another fetch of its burst ended (this call's included):
             // the ratio rule's wait runs from the burst's last end.
-            let (given, queue) = self
-                .leases
-                .get(seq)
-                .map_or((now, None), |l| (l.given, Some(l.queue)));
-            let mut floor = given;
-            if let Some(i) = queue {
-                let burst_end = self.burst_ends.get(&i).copied().unwrap_or(0);
-                let batch_end = batch_ends.get(&i).copied().unwrap_or(0);
-                floor = floor.max(burst_end).max(batch_end);
-            }
-            let fetch_ended = fetch_ended.min(now).max(floor.min(now));
-            if let Some(i) = queue {
-                let last = batch_ends.entry(i).or_insert(fetch_ended);
-                *last = (*last).max(fetch_ended);
-            }
+            let fetch_ended = if any_earlier {
+                let (given, queue) = self
+                    .leases
+                    .get(seq)
+                    .map_or((now, None), |l| (l.given, Some(l.queue)));
+                let mut floor = given;
+                if let Some(i) = queue {
+                    let burst_end = self.burst_ends.get(&i).copied().unwrap_or(0);
+                    let batch_end = batch_ends.get(&i).copied().unwrap_or(0);
+                    floor = floor.max(burst_end).max(batch_end);
+                }
+                let fetch_ended = fetch_ended.min(now).max(floor.min(now));
+                if let Some(i) = queue {
+                    let last = batch_ends.entry(i).or_insert(fetch_ended);
+                    *last = (*last).max(fetch_ended);
+                }
+                fetch_ended
+            } else {
+                now
+            };
             entries.push(match end {
                 End::Done => Entry::Done {
                     seq,
