@@ -15,8 +15,10 @@ pub const VERSION: u32 = 4;
 /// version 8's layout; 14 adds the queue coding field; 15: the journal may hold policies
 /// with their instant, in version 14's layout; 16: a queue's own policy in the journal and
 /// the checkpoint may leave fields to the default's, in version 14's layout; 17: the journal
-/// may hold ends of fetches that ended before their entry, entry 20, in version 14's layout).
-pub const MANIFEST_VERSION: u32 = 17;
+/// may hold ends of fetches that ended before their entry, entry 20, in version 14's layout;
+/// 18: its journal may hold ends of fetches before their leases end, entry 21, and its
+/// checkpoint the leases they ended, as checkpoint version 13, in version 14's layout).
+pub const MANIFEST_VERSION: u32 = 18;
 
 /// Magic of A (write-ahead log) files: `CRVA`.
 pub const MAGIC_A: u32 = u32::from_le_bytes(*b"CRVA");

@@ -102,12 +102,15 @@ pub enum Bug {
     /// as ending at the call (no entry 20), so a replay runs the queue's delay from later
     /// than the frontier did.
     EndedUnjournaled,
+    /// `fetched-uncheckpointed`: a checkpoint leaves out which leases' fetches ended, so an
+    /// open after it counts those leases as holding their queues again.
+    FetchedUncheckpointed,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 31] = [
+    pub const ALL: [(Bug, &'static str); 32] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -139,6 +142,7 @@ impl Bug {
         (Bug::CodingUnrecorded, "coding-unrecorded"),
         (Bug::ScratchShifted, "scratch-shifted"),
         (Bug::EndedUnjournaled, "ended-unjournaled"),
+        (Bug::FetchedUncheckpointed, "fetched-uncheckpointed"),
     ];
 }
 

@@ -21,7 +21,9 @@ It measures what the benchmark of the issue asks for:
   crawl must fetch every page exactly once. Each crawl runs in a fresh subprocess
   (``CrawlerProcess``, ``CONCURRENT_REQUESTS`` 32, ``CONCURRENT_REQUESTS_PER_DOMAIN`` 1,
   ``DOWNLOAD_DELAY`` ``--delay`` (0 by default) not randomised, no retries, no cookies,
-  the default reactor) whose spider follows every link from page 0. ``--sites`` and
+  the default reactor) whose spider follows every link from page 0 (with ``--wait S``,
+  each callback first awaits S seconds without blocking, as one that calls another
+  service does). ``--sites`` and
   ``--locality`` shape the site as sites of their own (``SiteGraph``); the server records
   the gaps between two fetches of a host, and a crivello crawl with a gap below the delay
   fails. The rate is pages / seconds from the first response to the spider's close
@@ -63,7 +65,7 @@ import urllib.request
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, cast
+from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
 SCHEDULERS = ("default", "jobdir", "crivello", "aware")
 DEFAULT_SCHEDULERS = ("default", "jobdir", "crivello")
@@ -580,13 +582,24 @@ def crawl_one(args: argparse.Namespace) -> None:
         def spider_closed(self) -> None:
             clock["spider_closed"] = time.monotonic()
 
-        def parse(self, response: Response, **kwargs: Any) -> Iterator[scrapy.Request]:
+        def parse(self, response: Response, **kwargs: Any) -> Any:
             if not self.pages:
                 clock["first_response"] = time.monotonic()
             clock["last_response"] = time.monotonic()
             self.pages += 1
+            if args.wait > 0:
+                return self.after_a_wait(response)
+            return self.links(response)
+
+        def links(self, response: Response) -> Iterator[scrapy.Request]:
             for href in response.css("a::attr(href)").getall():
                 yield response.follow(href, callback=self.parse)
+
+        async def after_a_wait(self, response: Response) -> AsyncIterator[scrapy.Request]:
+            # A callback that awaits another service (not blocking: the downloader goes on).
+            await asyncio.sleep(args.wait)
+            for request in self.links(response):
+                yield request
 
     state = Path(args.state)
     process = CrawlerProcess(crawl_settings(args.scheduler, state, args))
@@ -672,7 +685,7 @@ def bench_crawl(args: argparse.Namespace) -> int:
     mount, fstype, device = filesystem_of(str(work))
     print(f"crawl: {args.pages} pages on {args.hosts} hosts (seed {args.seed}, locality "
           f"{args.locality}{', each host a site' if args.sites else ''}), CONCURRENT_REQUESTS {args.concurrency}, 1 per host, "
-          f"DOWNLOAD_DELAY {args.delay} s, repeat {args.repeat}")
+          f"DOWNLOAD_DELAY {args.delay} s, callbacks await {args.wait} s, repeat {args.repeat}")
     print(versions())
     print(machine())
     print(f"state directories under {work}: {fstype} ({device} on {mount})")
@@ -725,6 +738,7 @@ def crawl_run(
         f"--concurrency={args.concurrency}",
         f"--log-level={args.log_level}",
         f"--delay={args.delay}",
+        f"--wait={args.wait}",
     ]
     if args.profile:
         child_args.append(f"--profile={Path(args.profile) / f'{kind}-{rep}.prof'}")
@@ -1028,6 +1042,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=1)
     c.add_argument("--delay", type=float, default=0.0,
                    help="DOWNLOAD_DELAY in seconds, not randomised (default: 0)")
+    c.add_argument("--wait", type=float, default=0.0,
+                   help="seconds each callback awaits before it yields its links, not "
+                   "blocking (default: 0)")
     c.add_argument("--locality", type=share_arg, default=0.0,
                    help="share of a page's pseudo-random links to its own host (default: 0)")
     c.add_argument("--sites", action="store_true",
@@ -1065,6 +1082,7 @@ def parser() -> argparse.ArgumentParser:
     one_crawl.add_argument("--concurrency", type=int, required=True)
     one_crawl.add_argument("--log-level", default="WARNING")
     one_crawl.add_argument("--delay", type=float, required=True)
+    one_crawl.add_argument("--wait", type=float, default=0.0)
     one_crawl.add_argument("--profile")
     mem = one("_memory-one")
     mem.add_argument("--requests", type=count_arg, required=True)

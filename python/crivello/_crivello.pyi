@@ -235,16 +235,25 @@ class Frontier:
         self, lease: Lease, *, took: float = 0.0, ended: Optional[float] = None
     ) -> bool:
         """Ends a lease: the URL goes back to its queue, in its place."""
+    def fetched(
+        self, lease: Lease, *, took: float = 0.0, ended: Optional[float] = None
+    ) -> bool:
+        """Says that a lease's fetch ended (its response arrived) while the work after it
+        goes on: its queue's delay runs from `ended` (None: now) and the lease no longer
+        holds one of its queue's places, so the queue's next URL may be handed out once due.
+        The lease stays until `done`, `retry` or `refetch` ends it (the delay does not run
+        again) or it expires. False when it was not leased, or its fetch had ended."""
     def complete(
         self,
         leases: Iterable[Lease],
         *,
-        how: Literal["done", "retry", "refetch"] = "done",
+        how: Literal["done", "retry", "refetch", "fetched"] = "done",
         at: Optional[float] = None,
         took: float = 0.0,
         ended: Union[None, float, Iterable[Optional[float]]] = None,
     ) -> List[bool]:
-        """Ends many leases in one durable step; for each, whether it was leased. `ended`:
+        """Ends many leases in one durable step (or, with how="fetched", says their fetches
+        ended, as `fetched` does); for each, whether it was leased. `ended`:
         when the fetches ended (seconds since the epoch; one for all, or a sequence of one per
         lease, None for now), if before this call: each queue's delay runs from it (not before the hand-out, not after
         the call)."""

@@ -23,10 +23,13 @@ How the scheduler works:
   (a start request: its rank among them; another with no origin, from a signal: its rank
   in this run, new in each run).
 - ``next_request`` leases requests of queues that may be served now, so that the
-  downloader is fed across hosts: at most ``CRIVELLO_PER_HOST`` of one host in flight (one
-  by default), the next one handed out at least ``DOWNLOAD_DELAY`` after the previous one's
-  response arrived (or its errback was called): the frontier's delay, durable and never
-  randomised, counted from that instant, which the completion gives.
+  downloader is fed across hosts: at most ``CRIVELLO_PER_HOST`` of one host downloading at
+  once (one by default), the next one handed out at least ``DOWNLOAD_DELAY`` after the
+  previous one's response arrived (or its errback was called): the frontier's delay,
+  durable and never randomised, counted from that instant. The scheduler tells the
+  frontier a fetch ended (``Frontier.fetched``) at its next call after the response
+  arrives: the request keeps its lease while its callback and its output run, and no
+  longer holds its host, as with Scrapy's own scheduler, which counts downloads only.
 - A request is completed in the frontier only once its work is safe: when the engine lets
   it go, which it does once the output of its callback (or errback) has been processed,
   every request it yielded scheduled, or once the request that replaces it (a redirect, a
@@ -269,7 +272,16 @@ class DupeFilter(RFPDupeFilter):
 class _Live:
     """A request handed out and not yet completed."""
 
-    __slots__ = ("identity", "request", "scraping", "ranks", "ended", "lease", "responded")
+    __slots__ = (
+        "identity",
+        "request",
+        "scraping",
+        "ranks",
+        "ended",
+        "lease",
+        "responded",
+        "fetched",
+    )
 
     def __init__(self, identity: str, request: Request, lease: int) -> None:
         self.identity = identity
@@ -285,6 +297,9 @@ class _Live:
         # since the epoch; 0: not yet): its fetch ended by then, and its host's delay runs
         # from there.
         self.responded = 0.0
+        # The lease whose fetch the frontier was told ended (0: none yet): it no longer
+        # holds its host.
+        self.fetched = 0
         # The rank of each fingerprint among its outputs that bypass the filter.
         self.ranks: Dict[str, int] = {}
 
@@ -471,6 +486,9 @@ class Scheduler:
         self._late: Dict[str, None] = {}
         self._to_complete: List[int] = []
         self._completing: Set[int] = set()
+        # The requests whose fetch ended (their response arrived, or their errback began)
+        # and whose lease the frontier has not been told so yet.
+        self._to_fetched: Dict[int, None] = {}
         self._unflushed = False
         self._flushed_at = 0.0
         self._start_ranks: Dict[str, int] = {}
@@ -738,6 +756,9 @@ class Scheduler:
         if key is not None:
             live = self._live[key]
             live.lease = lease.token
+            if live.responded:
+                # Its fetch had ended: the new lease does not hold its host either.
+                self._to_fetched[key] = None
             self._warn_lease(live, "ended while it was in flight: it holds a new one")
             if self.stats is not None:
                 self.stats.inc_value("crivello/lease_renewed")
@@ -787,14 +808,21 @@ class Scheduler:
         token = request.meta.get(TOKEN_META)
         live = self._live.get(token) if token is not None else None
         if live is not None and not live.responded:
-            live.responded = time.time()
+            self._fetch_ended(token, live)
 
     def _scraping(self, token: int) -> None:
         live = self._live.get(token)
         if live is not None:
             live.scraping = True
             if not live.responded:
-                live.responded = time.time()
+                self._fetch_ended(token, live)
+
+    def _fetch_ended(self, token: int, live: _Live) -> None:
+        """The fetch of the request of `token` ended now: its host's next request may be
+        handed out once its delay has passed from now, which the next call for a request
+        tells the frontier (the engine asks for one as soon as a download ends)."""
+        live.responded = time.time()
+        self._to_fetched[token] = None
 
     def _complete(self, token: int) -> None:
         """The output of the request of `token` ended (or the request was replaced): it is
@@ -840,6 +868,7 @@ class Scheduler:
 
     def _flush_completions(self) -> None:
         self._gather_completions()
+        self._flush_fetched()
         if not self._to_complete:
             return
         tokens, self._to_complete = self._to_complete, []
@@ -870,6 +899,28 @@ class Scheduler:
                     self.frontier.done(x)
                     self._late.pop(live.identity, None)
                 self._warn_lease(live, "ended before its work did")
+
+    def _flush_fetched(self) -> None:
+        """Tells the frontier, in one durable step, of the fetches that ended since the last
+        call, but for those of requests completed now (their completion gives the instant)."""
+        if not self._to_fetched:
+            return
+        tokens, self._to_fetched = list(self._to_fetched), {}
+        lives = [
+            live
+            for live in (self._live.get(t) for t in tokens if t not in self._completing)
+            if live is not None and live.fetched != live.lease
+        ]
+        if not lives:
+            return
+        told = self.frontier.complete(
+            [live.lease for live in lives],
+            how="fetched",
+            ended=[live.responded for live in lives],
+        )
+        for live, ok in zip(lives, told):
+            if ok:
+                live.fetched = live.lease
 
     def _warn_lease(self, live: _Live, what: str) -> None:
         logger.warning(

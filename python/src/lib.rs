@@ -1056,8 +1056,26 @@ impl Frontier {
         self.end_one(py, lease, took, ended, Completion::Retry)
     }
 
+    /// Says that a lease's fetch ended (its response arrived) while the work that follows
+    /// (parsing the page, pushing its links) goes on: its queue's delay runs from `ended`
+    /// (None: now), and the lease no longer holds one of its queue's places, so the queue's
+    /// next URL may be handed out once due. The lease stays until `done`, `retry` or
+    /// `refetch` ends it (its delay does not run again) or it expires. Returns False when it
+    /// was not leased, or its fetch had ended already. Durable when it returns.
+    #[pyo3(signature = (lease, *, took=0.0, ended=None))]
+    fn fetched(
+        &self,
+        py: Python<'_>,
+        lease: &Bound<'_, PyAny>,
+        took: f64,
+        ended: Option<f64>,
+    ) -> PyResult<bool> {
+        self.end_one(py, lease, took, ended, Completion::Fetched)
+    }
+
     /// Ends many leases in one durable step, each as `how` says: "done", "retry", or
-    /// "refetch" (at the instant `at`). `ended`: when the fetches ended (seconds since the
+    /// "refetch" (at the instant `at`); or, with "fetched", says their fetches ended (see
+    /// `fetched`). `ended`: when the fetches ended (seconds since the
     /// epoch; one instant for all, or one per lease), if before this call: each queue's
     /// delay runs from it (not before the hand-out, not after the call). Returns, for each,
     /// whether it was leased.
@@ -1074,18 +1092,19 @@ impl Frontier {
         let how = match (how, at) {
             ("done", None) => Completion::Done,
             ("retry", None) => Completion::Retry,
+            ("fetched", None) => Completion::Fetched,
             ("refetch", Some(at)) => Completion::RefetchAt(millis(at, "at")?),
             ("refetch", None) => {
                 return Err(PyValueError::new_err(
                     "how=\"refetch\" needs the instant at",
                 ))
             }
-            ("done" | "retry", Some(_)) => {
+            ("done" | "retry" | "fetched", Some(_)) => {
                 return Err(PyValueError::new_err("at goes with how=\"refetch\" only"))
             }
             (other, _) => {
                 return Err(PyValueError::new_err(format!(
-                    "how is \"done\", \"retry\" or \"refetch\", not {other:?}"
+                    "how is \"done\", \"retry\", \"refetch\" or \"fetched\", not {other:?}"
                 )))
             }
         };

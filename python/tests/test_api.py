@@ -124,6 +124,36 @@ def test_a_completion_may_say_when_its_fetch_ended(tmp_path: Path) -> None:
         assert due["b.test"] >= leased_at + 1.4, (due, leased_at)
 
 
+def test_a_fetch_that_ended_frees_its_host_while_its_lease_stays(tmp_path: Path) -> None:
+    with crivello.Frontier(tmp_path / "f") as f:
+        f.set_policy(crivello.Policy(delay=0.3))
+        f.push(["http://a.test/1", "http://a.test/2", "http://a.test/3"])
+        f.flush()
+        (a1,) = f.lease(10)
+        assert f.lease(10) == []
+        responded = crivello.now()
+        assert f.fetched(a1, ended=responded) is True
+        # Once: the second says it had ended; the lease stays.
+        assert f.fetched(a1) is False
+        assert f.status("http://a.test/1")[0] == "leased"
+        (q,) = f.queues()
+        assert q["leased"] == 1
+        assert responded + 0.25 < q["next_due"] < responded + 0.35, (q, responded)
+        time.sleep(0.35)
+        (a2,) = f.lease(10)
+        assert a2.url == "http://a.test/2"
+        # a/1 done now: no delay runs again (a/2 holds the host until its fetch ends).
+        assert f.done(a1) is True
+        assert f.complete([a2], how="fetched") == [True]
+        due = f.queues()[0]["next_due"]
+        assert f.complete([a2, a2], how="done") == [True, False]
+        assert f.queues()[0]["next_due"] == due
+        with pytest.raises(ValueError, match='at goes with how="refetch" only'):
+            f.complete([a2], how="fetched", at=1.0)
+        with pytest.raises(ValueError, match='"fetched"'):
+            f.complete([a2], how="fetch")  # type: ignore[arg-type]
+
+
 def test_compressed_queues_are_kept_by_the_store(tmp_path: Path) -> None:
     urls = [f"http://site.test/a/{i % 9}/page-{i}.html" for i in range(2000)]
     sizes = {}

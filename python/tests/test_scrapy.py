@@ -231,6 +231,32 @@ def test_the_delay_runs_from_the_response_not_from_the_end_of_the_callback(
         site.close()
 
 
+def test_a_callback_longer_than_the_delay_does_not_hold_its_host(tmp_path: Path) -> None:
+    # Each callback awaits 1.2 s (not blocking: the downloader goes on); the delay is 0.3
+    # s. The request keeps its lease until its output is pushed, but its host's next
+    # request is handed out 0.3 s after its response, not after its callback: one download
+    # of the host at a time, the delay apart, as with Scrapy's own scheduler.
+    site = Site(pages=16, hosts=1, latency=0.001)
+    try:
+        opts = settings(tmp_path / "store", DOWNLOAD_DELAY=0.3, **CRIVELLO)
+        rc, log, _ = crawl(site, opts, timeout=120, args=["wait=1.2"])
+        assert rc == 0, log[-3000:]
+        counts = site.count()
+        assert set(counts) == set(site.pages), f"missing {set(site.pages) - set(counts)}"
+        assert max(counts.values()) == 1, {p: c for p, c in counts.items() if c > 1}
+        assert site.most_in_flight == [1]
+        starts = sorted(t for t, _, _ in site.fetches)
+        gaps = sorted(b - a for a, b in zip(starts, starts[1:]))
+        assert gaps[0] >= 0.3, gaps
+        # Held by the callback, the gaps would be 1.2 s and more.
+        assert gaps[len(gaps) // 2] < 0.6, gaps
+        with crivello.Frontier(tmp_path / "store") as f:
+            c = f.counts("follow")
+            assert (c["done"], c["waiting"], c["leased"]) == (len(site.pages), 0, 0)
+    finally:
+        site.close()
+
+
 def test_a_redirect_to_another_host_is_spaced_with_that_host(tmp_path: Path) -> None:
     # Every third page is linked through a redirect on the linking page's host: the
     # redirected request goes to its target's queue (Scrapy keeps the source's download

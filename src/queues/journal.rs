@@ -52,6 +52,12 @@
 //!               an entry 3, 4 or 10 whose fetch ended at `ended`, before `at` (the caller
 //!               said when): the queue's politeness runs from `ended`; the leases expired by
 //!               `at` are returned first, as for the entry alone
+//!  21 fetched   seq u64 | at u64 | took u64 | ended u64
+//!               the fetch of the lease of `seq` ended at `ended` (at or before `at`), after
+//!               `took`: the queue's politeness runs from `ended` and the lease no longer
+//!               holds the queue's place; it stays until a later end or its deadline, neither
+//!               of which runs the politeness again (the leases expired by `at` are returned
+//!               first)
 //! ```
 //!
 //! Times are milliseconds since the Unix epoch; `took` is the fetch's duration in
@@ -115,6 +121,14 @@ pub(crate) enum Entry<'a> {
         at: u64,
         took: u64,
         when: u64,
+        ended: u64,
+    },
+    /// The fetch of the lease of `seq` ended at `ended` (at or before `at`), after `took`;
+    /// the lease stays, no longer holding its queue's place.
+    Fetched {
+        seq: u64,
+        at: u64,
+        took: u64,
         ended: u64,
     },
     /// The frontier paused or resumed.
@@ -308,6 +322,18 @@ impl Entry<'_> {
                 out.put_u64(*when);
                 out.push(u8::from(*fresh));
                 out.extend_from_slice(record);
+            }
+            Entry::Fetched {
+                seq,
+                at,
+                took,
+                ended,
+            } => {
+                out.push(21);
+                out.put_u64(*seq);
+                out.put_u64(*at);
+                out.put_u64(*took);
+                out.put_u64(*ended);
             }
             Entry::Block { crawl, key, until } => {
                 out.push(9);
@@ -532,6 +558,24 @@ impl Entry<'_> {
                     ended: at,
                 }
             }
+            21 => {
+                let (seq, at) = (r.counter("seq of a fetch's end")?, r.u64()?);
+                let took = r.u64()?;
+                let ended = r.u64()?;
+                if ended > at {
+                    return Err(invalid(
+                        "end of a fetch",
+                        "an instant not after the entry's",
+                        ended,
+                    ));
+                }
+                Entry::Fetched {
+                    seq,
+                    at,
+                    took,
+                    ended,
+                }
+            }
             6 => match r.u8()? {
                 b @ (0 | 1) => Entry::Pause(b == 1),
                 found => return Err(invalid("pause flag", "0 or 1", found.into())),
@@ -656,7 +700,7 @@ impl Entry<'_> {
                     queues,
                 }
             }
-            kind => return Err(invalid("journal entry kind", "1 to 20", kind.into())),
+            kind => return Err(invalid("journal entry kind", "1 to 21", kind.into())),
         };
         if earlier {
             let instant = r.u64()?;
@@ -911,6 +955,18 @@ mod tests {
                 when: 7,
                 ended: 4,
             },
+            Entry::Fetched {
+                seq: 4,
+                at: 5,
+                took: 6,
+                ended: 5,
+            },
+            Entry::Fetched {
+                seq: 4,
+                at: 5,
+                took: 0,
+                ended: 0,
+            },
             Entry::Pause(true),
             Entry::Crawl {
                 id: 3,
@@ -1042,6 +1098,17 @@ mod tests {
         }
         assert!(Entry::decode(&[9]).is_err());
         assert!(Entry::decode(&[2; 25]).is_err());
+        // A fetch said to end after the entry's instant is damage.
+        let mut b = Vec::new();
+        Entry::Fetched {
+            seq: 4,
+            at: 5,
+            took: 0,
+            ended: 6,
+        }
+        .encode(&mut b);
+        let e = Entry::decode(&b).unwrap_err().to_string();
+        assert!(e.contains("end of a fetch"), "{e}");
     }
 
     /// A seq or a token at the counters' limit is damage, one below it an entry.

@@ -275,6 +275,15 @@ pub enum Completion {
     Retry,
     /// Done, and served again once the instant (milliseconds since the epoch) has passed.
     RefetchAt(u64),
+    /// Not ended yet: the fetch ended (its response arrived), and what follows it (parsing
+    /// the page, pushing the URLs it links to) is under way. The queue's politeness (its
+    /// delay, the ratio rule's wait) runs from this end, and the lease no longer holds one of
+    /// the queue's places (`per_queue`), so that the queue's next URL may be handed out once
+    /// it is due, while this one's work goes on. The lease stays, with its deadline, and
+    /// still counts toward the queue's limit: a later `Done`, `Retry` or `RefetchAt` ends it
+    /// (the politeness does not run again), or its deadline returns the URL to its queue
+    /// (likewise). Given twice, or after the lease ended, it changes nothing.
+    Fetched,
 }
 
 /// A queue, as [`Frontier::queues`] lists it.
@@ -1202,6 +1211,7 @@ fn end_of(how: Completion) -> core::End {
         Completion::Done => core::End::Done,
         Completion::Retry => core::End::Retry,
         Completion::RefetchAt(at) => core::End::Refetch(at),
+        Completion::Fetched => core::End::Fetched,
     }
 }
 

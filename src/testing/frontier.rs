@@ -116,7 +116,13 @@ fn frontier_store_images_with(opts: Options) -> (SimDisk, Vec<SimDisk>) {
                     assert_eq!(ends.expect("done"), [true]);
                 }
                 2 => assert!(f.retry(l.token, 3).expect("retry")),
-                _ => last = Some(l.token),
+                _ => {
+                    // Kept leased, its fetch ended (entry 21, and the checkpoint's list).
+                    let how = crate::queues::Completion::Fetched;
+                    let r = f.complete(&[(l.token, 3, how)]).expect("fetched");
+                    assert_eq!(r, [true]);
+                    last = Some(l.token);
+                }
             }
             history.push(disk.crash_image(CrashImage::KillProcess));
         }
@@ -129,6 +135,12 @@ fn frontier_store_images_with(opts: Options) -> (SimDisk, Vec<SimDisk>) {
     // The last change: a done of a lease still in force.
     assert!(f.done(last.expect("a lease kept"), 3).expect("done"));
     f.close().expect("close");
+    // The checkpoint lists leases whose fetch ended (version 13), so that its flips and
+    // truncations reach that list too.
+    let k = disk
+        .content(crate::names::CHECKPOINT)
+        .expect("a checkpoint");
+    assert_eq!(k[4..8], 13u32.to_le_bytes(), "the checkpoint's version");
     let files = disk.files();
     for kind in FrontierFile::ALL {
         assert!(
@@ -369,9 +381,16 @@ pub fn decode_q_compressed(data: &[u8]) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Url {
     Waiting,
-    Leased { token: u64, deadline: u64 },
+    /// `fetched`: its fetch ended (`Completion::Fetched`), and it no longer holds a place.
+    Leased {
+        token: u64,
+        deadline: u64,
+        fetched: bool,
+    },
     Done,
-    Refetch { at: u64 },
+    Refetch {
+        at: u64,
+    },
     Deleted,
 }
 
@@ -545,22 +564,28 @@ pub fn frontier_ops(data: &[u8]) {
                         Url::Leased {
                             token: l.token,
                             deadline: l.deadline_ms,
+                            fetched: false,
                         },
                     );
                     tokens.push(l.token);
-                    let leased = m
-                        .urls
-                        .iter()
-                        .filter(|((c2, u2), s)| {
-                            *c2 == c
-                                && host(u2) == h
-                                && matches!(s, Url::Leased { deadline, .. } if *deadline > now)
-                        })
-                        .count() as u64;
+                    // Its queue's leases in force: all of them, and those that hold a place
+                    // (their fetch not ended).
+                    let (mut leased, mut holding) = (0u64, 0u64);
+                    for ((c2, u2), s) in &m.urls {
+                        if let Url::Leased {
+                            deadline, fetched, ..
+                        } = s
+                        {
+                            if *c2 == c && host(u2) == h && *deadline > now {
+                                leased += 1;
+                                holding += u64::from(!fetched);
+                            }
+                        }
+                    }
                     let p = m.policy_of(&c, &h);
                     assert!(
-                        leased <= u64::from(p.per_queue),
-                        "{leased} URLs of {h} leased at once"
+                        holding <= u64::from(p.per_queue),
+                        "{holding} URLs of {h} leased at once"
                     );
                     if p.limit > 0 {
                         let done = m
@@ -575,12 +600,35 @@ pub fn frontier_ops(data: &[u8]) {
             6..=8 if !tokens.is_empty() => {
                 let token = tokens[usize::from(arg) % tokens.len()];
                 let found = m.urls.iter().find_map(|(k, s)| match s {
-                    Url::Leased { token: t, deadline } if *t == token && *deadline > now => {
-                        Some(k.clone())
-                    }
+                    Url::Leased {
+                        token: t,
+                        deadline,
+                        fetched,
+                    } if *t == token && *deadline > now => Some((k.clone(), *fetched)),
                     _ => None,
                 });
                 let took = u64::from(arg & 15);
+                if op & 0x20 != 0 {
+                    // Its fetch ended first: it keeps its lease, and no longer holds its
+                    // queue's place (the hand-outs above count only those that do).
+                    let r = f
+                        .complete(&[(token, took, crate::Completion::Fetched)])
+                        .expect("end of a fetch");
+                    assert_eq!(
+                        r,
+                        [found.as_ref().is_some_and(|(_, fetched)| !fetched)],
+                        "end of the fetch of lease {token}"
+                    );
+                    if let Some((k, _)) = &found {
+                        if let Some(Url::Leased { fetched, .. }) = m.urls.get_mut(k) {
+                            *fetched = true;
+                        }
+                    }
+                    if arg & 0x80 == 0 {
+                        continue;
+                    }
+                }
+                let found = found.map(|(k, _)| k);
                 let ended = if op & 0x40 != 0 {
                     // Its fetch ended before the call (entry 20), maybe before its hand-out.
                     let how = match op % 16 {

@@ -21,6 +21,7 @@
 //!        | archives u32 x run u64 | released u32 x queue u64
 //!        | transfers u32 x (len u32 | name | queues u32 x queue u64)
 //!        | receipts u32 x (len u32 | from | seq u64)
+//!        | fetched u32 x seq u64   (version 13: the leases whose fetch ended)
 //! ```
 //!
 //! It is the state after every entry of the J generations before `j_gen`: an open loads it,
@@ -54,14 +55,17 @@ use super::{Core, J};
 use crate::error::{Corruption, Error, Result};
 use crate::format::{ByteReader, PutLe, MAGIC_K, VERSION};
 
-/// The checkpoint's version: 12 codes each queue's numbers as varints and adds the runs
+/// The checkpoint's version: 13 adds the leases whose fetch ended (written only when some
+/// lease's has, as 12 otherwise, which a build before reads), 12 codes each queue's numbers as varints and adds the runs
 /// that may hold it (a queue took 68 bytes and its key, now 20 to 35), 11 added the receipts of deliveries, 10 added the
 /// archives, the queues released and the transfers imported, 9 says that
 /// the Q runs it lists may hold coded frames (its layout is version 7's), 7 added each queue's
 /// skips, 6 added `next_crawl`. A checkpoint of version 11, 10, 9, 7, 6, or 4 (the store's
 /// version then, its `next_crawl` taken from the ids it holds) is read; before 12, which
 /// runs hold each queue is read from the runs' directories.
-const CHECKPOINT_VERSION: u32 = 12;
+const CHECKPOINT_VERSION: u32 = 13;
+/// The version that added the leases whose fetch ended.
+const FETCHED_VERSION: u32 = 13;
 /// The version that codes each queue's numbers as varints.
 const CODED_QUEUES_VERSION: u32 = 12;
 /// The version that added the receipts of deliveries.
@@ -211,6 +215,21 @@ impl Core {
             deadline: l.deadline,
             record: &l.record,
         });
+        let mut fetched: Vec<u64> = (self.leases.iter())
+            .filter(|l| l.fetched)
+            .map(|l| l.seq)
+            .collect();
+        fetched.sort_unstable();
+        if crate::planted::active(crate::planted::Bug::FetchedUncheckpointed) {
+            // The planted bug forgets which leases' fetches ended.
+            fetched.clear();
+        }
+        // Version 12 unless some lease's fetch ended: a build before reads it.
+        let version = if fetched.is_empty() {
+            CODED_QUEUES_VERSION
+        } else {
+            FETCHED_VERSION
+        };
         Image {
             j_gen,
             next_seq: self.next_seq,
@@ -244,8 +263,9 @@ impl Core {
                 .iter()
                 .map(|(from, seq)| (&from[..], *seq))
                 .collect(),
+            fetched,
         }
-        .encode_to(CHECKPOINT_VERSION, queues, leases, out)
+        .encode_to(version, queues, leases, out)
     }
 
     /// Writes a checkpoint and moves J to a new generation (the steps of the module's
@@ -488,6 +508,11 @@ impl Core {
                 l.record.into(),
             );
         }
+        for seq in k.fetched {
+            self.leases.set_fetched(seq);
+            let i = self.leases.get(seq).expect("checked by the decoding").queue;
+            self.queues.get_mut(i).fetched += 1;
+        }
         // Which runs hold each queue: from their directories, unless the checkpoint says.
         if !k.runs_known {
             let runs = self.runs.clone();
@@ -601,6 +626,8 @@ pub(in crate::queues) struct Image<'a> {
     released: Vec<u64>,
     transfers: Vec<(&'a [u8], Vec<u64>)>,
     receipts: Vec<(&'a [u8], u64)>,
+    /// The seqs of the leases whose fetch ended, in order (version 13).
+    fetched: Vec<u64>,
 }
 
 impl<'a> Image<'a> {
@@ -743,6 +770,12 @@ impl<'a> Image<'a> {
                 b.put_u64(*seq);
             }
         }
+        if version >= FETCHED_VERSION {
+            b.put_u32(self.fetched.len() as u32);
+            for seq in &self.fetched {
+                b.put_u64(*seq);
+            }
+        }
         Ok(())
     }
 }
@@ -870,6 +903,7 @@ impl<'a> Image<'a> {
             ARCHIVES_VERSION,
             RECEIPTS_VERSION,
             CODED_QUEUES_VERSION,
+            FETCHED_VERSION,
         ]
         .contains(&version)
         {
@@ -960,6 +994,7 @@ impl<'a> Image<'a> {
             released: Vec::new(),
             transfers: Vec::new(),
             receipts: Vec::new(),
+            fetched: Vec::new(),
         };
         for _ in 0..count(&mut c, 8, "crawls")? {
             let id = c.u32()?;
@@ -1090,6 +1125,27 @@ impl<'a> Image<'a> {
             for _ in 0..count(&mut c, 12, "receipts")? {
                 let from = bytes(&mut c)?;
                 k.receipts.push((from, c.u64()?));
+            }
+        }
+        if version >= FETCHED_VERSION {
+            // Seqs of leases of the checkpoint, in order and none twice.
+            let mut leased: Vec<u64> = k.leases.iter().map(|l| l.seq).collect();
+            leased.sort_unstable();
+            for _ in 0..count(&mut c, 8, "leases whose fetch ended")? {
+                let at = c.offset();
+                let seq = c.u64()?;
+                if leased.binary_search(&seq).is_err() || k.fetched.last() >= Some(&seq) {
+                    return Err(Error::corrupt(
+                        names::CHECKPOINT,
+                        at,
+                        Corruption::Invalid {
+                            field: "lease whose fetch ended",
+                            expected: "a lease of the checkpoint, in order",
+                            found: seq,
+                        },
+                    ));
+                }
+                k.fetched.push(seq);
             }
         }
         c.end()?;

@@ -24,6 +24,8 @@ pub(super) struct Lease {
     /// Its queue's index in `Core::queues`.
     pub(super) queue: u32,
     pub(super) crawl: u32,
+    /// Whether its fetch ended (`End::Fetched`): it no longer holds a place in its queue.
+    pub(super) fetched: bool,
     pub(super) record: Box<[u8]>,
 }
 
@@ -138,8 +140,20 @@ impl Leases {
         }
     }
 
-    /// Gives the lease of record `seq` a new token and deadline (its record handed out again
-    /// after it expired, as a replay finds it). False when `seq` is not leased.
+    /// Notes that the fetch of the lease of record `seq` ended. False when `seq` is not
+    /// leased, or its fetch had ended already.
+    pub(super) fn set_fetched(&mut self, seq: u64) -> bool {
+        match self.position(seq) {
+            Some(at) if !self.all[at].fetched => {
+                self.all[at].fetched = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Gives the lease of record `seq` a new token and deadline, its fetch not begun (its
+    /// record handed out again after it expired, as a replay finds it). False when `seq` is not leased.
     pub(super) fn renew(&mut self, seq: u64, token: u64, deadline: u64, given: u64) -> bool {
         let Some(at) = self.position(seq) else {
             return false;
@@ -149,6 +163,7 @@ impl Leases {
         self.all[at].token = token;
         self.all[at].deadline = deadline;
         self.all[at].given = given;
+        self.all[at].fetched = false;
         let all = &self.all;
         self.by_token
             .insert_unique(mix(token), at as u32, |&i| token_hash(&all[i as usize]));
@@ -240,6 +255,7 @@ mod tests {
             sig,
             queue: (seq % 7) as u32,
             crawl,
+            fetched: false,
             record: seq.to_le_bytes().into(),
         }
     }

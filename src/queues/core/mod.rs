@@ -137,7 +137,11 @@ struct Queue {
     /// Its records out of the runs, and the seqs it passes in them: none in most queues, so
     /// out of line (one word).
     lists: Option<Box<Lists>>,
+    /// Its leases, those whose fetch ended included.
     leased: u32,
+    /// Its leases whose fetch ended (`End::Fetched`): no longer holding a place under its
+    /// policy's `per_queue`, and still counted by its limit until they end.
+    fetched: u32,
     /// Records done.
     completed: u64,
     /// Not served before this instant.
@@ -291,6 +295,12 @@ impl At {
 }
 
 impl Queue {
+    /// Its leases that hold a place under its policy's `per_queue`: those whose fetch has
+    /// not ended.
+    fn holding(&self) -> u32 {
+        self.leased - self.fetched
+    }
+
     /// Records handed out whose lease ended without their being done, by seq.
     fn returned(&self) -> &[(u64, Box<[u8]>)] {
         self.lists.as_ref().map_or(&[], |l| &l.returned)
@@ -425,6 +435,8 @@ pub(super) enum End {
     Retry,
     /// Done, and served again once the instant has passed.
     Refetch(u64),
+    /// Not ended: its fetch ended, and it no longer holds its queue's place.
+    Fetched,
 }
 
 /// The state of a frontier, and its files.
@@ -1071,6 +1083,15 @@ impl Core {
                 self.expire(*at);
                 self.apply_known(*seq, *at, *when, *fresh, record)?;
             }
+            Entry::Fetched {
+                seq,
+                at,
+                took,
+                ended,
+            } => {
+                self.expire(*at);
+                self.lease_fetched(*seq, *ended, *took)?;
+            }
             Entry::Policy {
                 crawl,
                 key,
@@ -1596,6 +1617,7 @@ impl Core {
             waiting: 0,
             lists: None,
             leased: 0,
+            fetched: 0,
             completed: 0,
             due: 0,
             heap_at: u64::MAX,
@@ -1698,11 +1720,15 @@ impl Core {
         let corrupt = |what| Error::corrupt(&names::j(g), 0, what);
         let (qid, crawl, sig) = self.locate(record).map_err(corrupt)?;
         self.next_token = self.next_token.max(token + 1);
-        if let Some((i, old)) = self.leases.get(seq).map(|l| (l.queue, l.deadline)) {
+        if let Some((i, old, fetched)) = self
+            .leases
+            .get(seq)
+            .map(|l| (l.queue, l.deadline, l.fetched))
+        {
             // Handed out again after its lease expired (a replay: the call that handed it
             // out returned it first). The expiry's politeness as that call ran it
             // (`Core::expire`), then the new lease.
-            self.fetch_ended(i, old, 0);
+            self.lease_left(i, fetched, old, 0);
             self.queues.get_mut(i).leased += 1;
             let given = self.clock.now_ms();
             self.leases.renew(seq, token, deadline, given);
@@ -1840,6 +1866,7 @@ impl Core {
             sig,
             queue: i,
             crawl,
+            fetched: false,
             record,
         });
         self.push_expiry(deadline, seq);
@@ -1888,7 +1915,7 @@ impl Core {
             )
         })?;
         let i = lease.queue;
-        self.fetch_ended(i, at, took);
+        self.lease_left(i, lease.fetched, at, took);
         let q = self.queues.get_mut(i);
         match end {
             End::Done => q.completed = q.completed.saturating_add(1),
@@ -1897,20 +1924,57 @@ impl Core {
                 let rec = record.map_or(lease.record, Into::into);
                 insert_refetch(q, when, seq, rec);
             }
+            // Its entry is applied by `Core::lease_fetched`.
+            End::Fetched => unreachable!("a fetch's end given as a lease's"),
         }
         self.schedule(i);
         Ok(())
     }
 
-    /// One lease of queue `i` ends at `at`, after a fetch of `took` milliseconds (an expiry:
-    /// at the deadline, after 0): the queue holds one lease less, and its next hand-out waits
-    /// for the politeness of the lecture notes' §2.7.
+    /// The fetch of the lease of `seq` ended at `at`, after `took` milliseconds: its queue's
+    /// politeness runs from `at`, and the lease no longer holds the queue's place. It stays
+    /// until it ends or expires.
+    fn lease_fetched(&mut self, seq: u64, at: u64, took: u64) -> Result<()> {
+        if !self.leases.set_fetched(seq) {
+            let g = self.journal_gen();
+            return Err(Error::corrupt(
+                &names::j(g),
+                0,
+                Corruption::Invalid {
+                    field: "end of a fetch",
+                    expected: "a leased record whose fetch had not ended",
+                    found: seq,
+                },
+            ));
+        }
+        let i = self.leases.get(seq).expect("leased").queue;
+        self.queues.get_mut(i).fetched += 1;
+        self.fetch_ended(i, at, took);
+        self.schedule(i);
+        Ok(())
+    }
+
+    /// One lease of queue `i` ends, its fetch ended at `at` after `took` milliseconds (an
+    /// expiry: at the deadline, after 0), unless it had ended before (`fetched`: the
+    /// politeness ran then).
+    fn lease_left(&mut self, i: u32, fetched: bool, at: u64, took: u64) {
+        let q = self.queues.get_mut(i);
+        q.leased -= 1;
+        if fetched {
+            q.fetched -= 1;
+        } else {
+            self.fetch_ended(i, at, took);
+        }
+    }
+
+    /// The fetch of a lease of queue `i` ended at `at`, after `took` milliseconds, and the
+    /// lease no longer holds its place (the caller counted it out): the queue's next
+    /// hand-out waits for the politeness of the lecture notes' §2.7.
     fn fetch_ended(&mut self, i: u32, at: u64, took: u64) {
         let p = self.policy(self.ids[i as usize]);
         let burst = self.burst(i).saturating_add(took);
         let q = self.queues.get_mut(i);
-        q.leased -= 1;
-        let ends = q.leased == 0;
+        let ends = q.holding() == 0;
         // Rule 1: a delay from the end of the fetch.
         let mut wait = p.delay_ms;
         // Rule 2: after the burst's fetches took s' in all, wait s'/p.
@@ -2129,10 +2193,10 @@ impl Core {
                 continue;
             }
             let lease = self.leases.remove(seq).expect("present");
-            // The fetch's end is not known: the politeness delay runs from the deadline, so
-            // that a fetcher that died, or one too slow, does not make its host served again
-            // sooner than one that reported.
-            self.fetch_ended(lease.queue, deadline, 0);
+            // The fetch's end is not known (unless it was said): the politeness delay runs
+            // from the deadline, so that a fetcher that died, or one too slow, does not make
+            // its host served again sooner than one that reported.
+            self.lease_left(lease.queue, lease.fetched, deadline, 0);
             self.queues
                 .get_mut(lease.queue)
                 .insert_returned(seq, lease.record);
@@ -2238,6 +2302,7 @@ impl Core {
         q.waiting = 0;
         q.lists = None;
         q.leased = 0;
+        q.fetched = 0;
         q.completed = 0;
         q.due = 0;
         q.runs = 0;
@@ -2602,7 +2667,7 @@ impl Core {
                     0
                 } else {
                     let policy = self.policy(id);
-                    let mut room = policy.per_queue - q.leased;
+                    let mut room = policy.per_queue - q.holding();
                     if policy.limit > 0 {
                         let left = policy.limit - q.completed - u64::from(q.leased);
                         room = room.min(u32::try_from(left).unwrap_or(u32::MAX));
@@ -3197,6 +3262,7 @@ impl Core {
         let now = self.clock.now_ms();
         self.expire(now);
         let mut ended = CounterSet::default();
+        let mut fetched = CounterSet::default();
         let mut entries = Vec::with_capacity(items.len());
         let mut out = Vec::with_capacity(items.len());
         // The latest end given so far in this call, by queue place: kept only when some end
@@ -3204,8 +3270,16 @@ impl Core {
         let any_earlier = items.iter().any(|&(.., e)| e < now);
         let mut batch_ends: HashMap<u32, u64> = HashMap::new();
         for &(token, took, end, fetch_ended) in items {
-            let seq = match self.leases.seq_of_token(token) {
-                Some(seq) if ended.insert(seq) => seq,
+            // A lease ends once; its fetch ends once, before the lease does.
+            let seq = match (self.leases.seq_of_token(token), end) {
+                (Some(seq), End::Fetched)
+                    if !ended.contains(&seq)
+                        && !self.leases.get(seq).is_some_and(|l| l.fetched)
+                        && fetched.insert(seq) =>
+                {
+                    seq
+                }
+                (Some(seq), End::Done | End::Retry | End::Refetch(_)) if ended.insert(seq) => seq,
                 _ => {
                     out.push(false);
                     continue;
@@ -3256,6 +3330,12 @@ impl Core {
                     when,
                     ended: fetch_ended,
                 },
+                End::Fetched => Entry::Fetched {
+                    seq,
+                    at,
+                    took,
+                    ended: fetch_ended,
+                },
             });
         }
         let earlier = |e: &Entry<'_>| match e {
@@ -3264,8 +3344,11 @@ impl Core {
             | Entry::Refetch { at, ended, .. } => ended != at,
             _ => false,
         };
-        if entries.iter().any(earlier) {
-            // Entry 20: a build before it refuses the store by its version.
+        if entries
+            .iter()
+            .any(|e| earlier(e) || matches!(e, Entry::Fetched { .. }))
+        {
+            // Entries 20 and 21: a build before them refuses the store by its version.
             self.commit_version()?;
         }
         if !entries.is_empty() {
@@ -4552,7 +4635,7 @@ fn give_back_freed_memory() {
 /// Whether queue `q` may get more leases under policy `p` (politeness aside): room under its
 /// `per_queue`, and under its limit.
 fn room(p: Policy, q: &Queue) -> bool {
-    q.leased < p.per_queue
+    q.holding() < p.per_queue
         && (p.limit == 0 || q.completed.saturating_add(u64::from(q.leased)) < p.limit)
 }
 
@@ -4960,7 +5043,8 @@ mod tests {
         // The queue, its id (in a vector of its own), its key's place, its entry in the id
         // index (a u32) and in the heap (instant and queue in a u128): docs/design.md,
         // "Memory" of the frontier, states these.
-        assert_eq!(std::mem::size_of::<super::Queue>(), 88);
+        assert_eq!(std::mem::size_of::<super::Queue>(), 96);
+        assert_eq!(std::mem::size_of::<super::leases::Lease>(), 72);
         assert_eq!(std::mem::size_of::<super::KeyAt>(), 8);
         assert_eq!(std::mem::size_of::<u128>(), 16);
     }

@@ -146,6 +146,7 @@ impl Queue {
             waiting: self.waiting,
             lists: None,
             leased: 0,
+            fetched: 0,
             completed: self.completed,
             due: self.due,
             heap_at: self.heap_at,
@@ -775,6 +776,7 @@ impl Base {
             waiting,
             lists: None,
             leased: 0,
+            fetched: 0,
             completed,
             due,
             heap_at,
@@ -852,6 +854,7 @@ mod tests {
             } else {
                 0
             },
+            fetched: 0,
             completed: pick(v.rotate_left(29)),
             due: pick(v.rotate_left(37)),
             heap_at: match v % 5 {
@@ -926,6 +929,7 @@ mod tests {
                 waiting,
                 lists: None,
                 leased: 0,
+                fetched: 0,
                 completed: 0,
                 due: 0,
                 heap_at: 0,
