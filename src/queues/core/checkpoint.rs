@@ -1548,6 +1548,62 @@ mod tests {
         assert!(err.to_string().contains(&all[4].id.to_string()), "{err}");
     }
 
+    /// The leases whose fetch ended are listed, in version 13, only when some lease's has
+    /// (else version 12, which a build before reads); a seq that is no lease's, or not in
+    /// increasing order, is damage.
+    #[test]
+    fn the_leases_whose_fetch_ended_are_listed_in_version_13_only() {
+        let disk = SimDisk::new();
+        let f = small_frontier(&disk);
+        let urls: Vec<String> = (0..200)
+            .map(|i| format!("http://h{}.test/{i}", i % 20))
+            .collect();
+        let items: Vec<Discovered<'_>> =
+            urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+        f.push("", &items).unwrap();
+        f.flush().unwrap();
+        let leased = f.lease(5, None, 60_000).unwrap();
+        f.close().unwrap();
+        let version = |b: &[u8]| u32::from_le_bytes(b[4..8].try_into().unwrap());
+        let bytes = disk.content(names::CHECKPOINT).expect("a checkpoint");
+        assert_eq!(version(&bytes), CODED_QUEUES_VERSION);
+        let f = small_frontier(&disk);
+        let fetched = crate::queues::Completion::Fetched;
+        let told = f
+            .complete(&[(leased[3].token, 0, fetched), (leased[1].token, 0, fetched)])
+            .unwrap();
+        assert_eq!(told, [true, true]);
+        f.close().unwrap();
+        let bytes = disk.content(names::CHECKPOINT).expect("a checkpoint");
+        assert_eq!(version(&bytes), FETCHED_VERSION);
+        let mut k = decode(&bytes).unwrap();
+        assert_eq!((k.leases.len(), k.fetched.len()), (5, 2));
+        assert!(k.fetched[0] < k.fetched[1]);
+        let lease_seqs: Vec<u64> = k.leases.iter().map(|l| l.seq).collect();
+        let unleased = (0..k.next_seq).find(|s| !lease_seqs.contains(s)).unwrap();
+        let good = k.fetched.clone();
+        for bad in [
+            vec![good[1], good[0]],
+            vec![good[0], good[0]],
+            vec![good[0], unleased],
+        ] {
+            k.fetched = bad.clone();
+            let mut out = Out::to_memory();
+            k.encode_to(
+                FETCHED_VERSION,
+                k.queues.images(),
+                k.leases.iter().copied(),
+                &mut out,
+            )
+            .unwrap();
+            let err = decode(&out.finish().unwrap().0).err().expect("damage");
+            assert!(
+                err.to_string().contains("lease whose fetch ended"),
+                "{bad:?}: {err}"
+            );
+        }
+    }
+
     /// A checkpoint of version 12 says which runs may hold each queue; a bit past its runs
     /// is damage, and the bits it holds are those the runs' directories give.
     #[test]
