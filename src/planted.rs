@@ -105,12 +105,15 @@ pub enum Bug {
     /// `fetched-uncheckpointed`: a checkpoint leaves out which leases' fetches ended, so an
     /// open after it counts those leases as holding their queues again.
     FetchedUncheckpointed,
+    /// `expiry-unjournaled`: a hand-out that returned expired leases journals no instant
+    /// before its leases (no entry 22), so a replay returns them later than the call did.
+    ExpiryUnjournaled,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 32] = [
+    pub const ALL: [(Bug, &'static str); 33] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -143,6 +146,7 @@ impl Bug {
         (Bug::ScratchShifted, "scratch-shifted"),
         (Bug::EndedUnjournaled, "ended-unjournaled"),
         (Bug::FetchedUncheckpointed, "fetched-uncheckpointed"),
+        (Bug::ExpiryUnjournaled, "expiry-unjournaled"),
     ];
 }
 

@@ -972,8 +972,8 @@ fn a_fetch_that_ended_frees_its_hosts_place_and_runs_its_delay_once_across_crash
         clock.set(11_300);
         assert!(f.done(a1, 100).unwrap(), "{case}");
         assert_eq!(due_of(&f, b"a"), None, "{case}");
-        // b/1's lease expires at 15,000: back in its queue, due at once (its delay ran
-        // from its fetch's end), not a delay after the deadline.
+        // a/2's fetch ended at 11,250: a/3 is due a delay after, and a/2's done changes
+        // nothing of it.
         assert_eq!(
             f.complete_ended(&[(a2, 0, Completion::Fetched, 11_250)])
                 .unwrap(),
@@ -987,8 +987,118 @@ fn a_fetch_that_ended_frees_its_hosts_place_and_runs_its_delay_once_across_crash
         assert!(ours(&f, 60_000).is_empty(), "{case}");
         clock.set(12_250);
         assert_eq!(urls(&ours(&f, 60_000)), ["http://a/3"], "{case}");
+        // b/1's lease expires at 15,000: back in its queue, due at once (its delay ran
+        // from its fetch's end), not a delay after the deadline.
         clock.set(15_000);
         assert_eq!(urls(&ours(&f, 60_000)), ["http://b/1"], "{case}");
+    }
+}
+
+#[test]
+fn a_hand_out_that_returns_expired_leases_replays_as_it_ran() {
+    // The ratio rule (p = 0.5) with two URLs of a host at once. X's fetch ends (it no longer
+    // holds its place), W is handed out and done: the burst took 150 ms, Y still holds.
+    // Then X and Y expire: the hand-out that serves X again returns both first, and Y's
+    // expiry ends the burst (due 11,300). A lease entry has no instant: without the
+    // hand-out's own (entry 22), a replay returned Y only at X's done, inside a new burst
+    // with X, and the queue came back due 300 ms later than it was.
+    for (checkpoint, crash) in [(false, true), (true, true), (false, false)] {
+        let case = format!("checkpoint: {checkpoint}, crash: {crash}");
+        let disk = SimDisk::new();
+        let clock = Arc::new(ManualClock::new(10_000));
+        let f = open(&disk, &clock);
+        f.set_policy(
+            "",
+            None,
+            Policy {
+                delay_ms: 0,
+                ratio_ppm: 500_000,
+                per_queue: 2,
+                ..Policy::default()
+            },
+        )
+        .unwrap();
+        push(&f, &["http://h/x", "http://h/y", "http://h/w"]);
+        let l = f.lease(10, Some(2), 1_000).unwrap();
+        assert_eq!(urls(&l), ["http://h/x", "http://h/y"], "{case}");
+        clock.set(10_050);
+        let x = l[0].token;
+        assert_eq!(
+            f.complete(&[(x, 50, Completion::Fetched)]).unwrap(),
+            [true],
+            "{case}"
+        );
+        clock.set(10_100);
+        let w = f.lease(10, Some(2), 60_000).unwrap();
+        assert_eq!(urls(&w), ["http://h/w"], "{case}");
+        clock.set(10_200);
+        assert!(f.done(w[0].token, 100).unwrap(), "{case}");
+        clock.set(11_500);
+        let again = f.lease(10, Some(1), 60_000).unwrap();
+        assert_eq!(urls(&again), ["http://h/x"], "{case}");
+        clock.set(11_600);
+        assert!(f.done(again[0].token, 10).unwrap(), "{case}");
+        // X's burst alone: 10 ms at p = 0.5 from 11,600.
+        assert_eq!(due_of(&f, b"h"), Some(11_620), "{case}");
+        if checkpoint {
+            write_a_checkpoint(&f, &disk);
+        }
+        let f = reopen_after(f, crash, &disk, &clock);
+        assert_eq!(due_of(&f, b"h"), Some(11_620), "{case}");
+    }
+}
+
+#[test]
+fn the_end_of_a_lease_whose_fetch_ended_moves_no_other_end_and_both_may_share_a_call() {
+    for crash in [false, true] {
+        let disk = SimDisk::new();
+        let clock = Arc::new(ManualClock::new(10_000));
+        let f = open(&disk, &clock);
+        f.set_policy(
+            "",
+            None,
+            Policy {
+                delay_ms: 1_000,
+                ..Policy::default()
+            },
+        )
+        .unwrap();
+        push(
+            &f,
+            &["http://a/1", "http://a/2", "http://a/3", "http://a/4"],
+        );
+        let a1 = f.lease(10, None, 60_000).unwrap()[0].token;
+        clock.set(10_100);
+        let told = f.complete_ended(&[(a1, 0, Completion::Fetched, 10_100)]);
+        assert_eq!(told.unwrap(), [true]);
+        clock.set(11_100);
+        let a2 = f.lease(10, None, 60_000).unwrap();
+        assert_eq!(urls(&a2), ["http://a/2"]);
+        clock.set(11_200);
+        // a/1's end (its fetch ended at 10,100) is no end of a/2's burst: a/2's delay runs
+        // from 11,150, not from the call.
+        let ended = f.complete_ended(&[
+            (a1, 0, Completion::Done, u64::MAX),
+            (a2[0].token, 0, Completion::Done, 11_150),
+        ]);
+        assert_eq!(ended.unwrap(), [true, true]);
+        assert_eq!(due_of(&f, b"a"), Some(12_150), "crash: {crash}");
+        clock.set(12_150);
+        let a3 = f.lease(10, None, 60_000).unwrap();
+        assert_eq!(urls(&a3), ["http://a/3"]);
+        clock.set(12_300);
+        // Its fetch's end and its own end in one call; then its fetch again: nothing.
+        let a3 = a3[0].token;
+        let ended = f.complete_ended(&[
+            (a3, 0, Completion::Fetched, 12_250),
+            (a3, 0, Completion::Done, u64::MAX),
+            (a3, 0, Completion::Fetched, u64::MAX),
+        ]);
+        assert_eq!(ended.unwrap(), [true, true, false]);
+        assert_eq!(due_of(&f, b"a"), Some(13_250), "crash: {crash}");
+        let f = reopen_after(f, crash, &disk, &clock);
+        assert_eq!(due_of(&f, b"a"), Some(13_250), "crash: {crash}");
+        assert_eq!(f.stats().unwrap().done, 3);
     }
 }
 
@@ -1023,8 +1133,8 @@ fn a_fetch_that_ended_still_counts_toward_its_queues_limit_and_ends_once() {
     );
     // Two handed out, none done: the limit of 2 leaves no room.
     assert!(f.lease(10, None, 60_000).unwrap().is_empty());
-    // Fetched and ended in one call, then ended again: the second end changes nothing; a
-    // fetch said to end after its lease ended changes nothing.
+    // Ended, then ended again in the same call: the second end changes nothing; nor does a
+    // fetch said to end after its lease ended.
     assert_eq!(
         f.complete(&[
             (l[0].token, 0, Completion::Retry),

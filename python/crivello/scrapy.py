@@ -26,10 +26,11 @@ How the scheduler works:
   downloader is fed across hosts: at most ``CRIVELLO_PER_HOST`` of one host downloading at
   once (one by default), the next one handed out at least ``DOWNLOAD_DELAY`` after the
   previous one's response arrived (or its errback was called): the frontier's delay,
-  durable and never randomised, counted from that instant. The scheduler tells the
-  frontier a fetch ended (``Frontier.fetched``) at its next call after the response
-  arrives: the request keeps its lease while its callback and its output run, and no
-  longer holds its host, as with Scrapy's own scheduler, which counts downloads only.
+  durable and never randomised, counted from that instant. At its next call after the
+  response arrives, the scheduler tells the frontier that the fetch ended then
+  (``Frontier.complete(..., how="fetched")``): the request keeps its lease while its
+  callback and its output run, and no longer holds its host, as with Scrapy's own
+  scheduler, which counts downloads only.
 - A request is completed in the frontier only once its work is safe: when the engine lets
   it go, which it does once the output of its callback (or errback) has been processed,
   every request it yielded scheduled, or once the request that replaces it (a redirect, a

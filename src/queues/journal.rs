@@ -58,6 +58,10 @@
 //!               holds the queue's place; it stays until a later end or its deadline, neither
 //!               of which runs the politeness again (the leases expired by `at` are returned
 //!               first)
+//!  22 expired   at u64                  the leases whose deadline passed by `at` are returned
+//!                                       to their queues, in deadline order: a hand-out's
+//!                                       instant, before its lease entries, when a call
+//!                                       returned leases since J last had an instant
 //! ```
 //!
 //! Times are milliseconds since the Unix epoch; `took` is the fetch's duration in
@@ -131,6 +135,9 @@ pub(crate) enum Entry<'a> {
         took: u64,
         ended: u64,
     },
+    /// The leases whose deadline passed by `at` returned to their queues (a hand-out's
+    /// instant, before its leases).
+    Expired { at: u64 },
     /// The frontier paused or resumed.
     Pause(bool),
     /// The id of a crawl's name.
@@ -334,6 +341,10 @@ impl Entry<'_> {
                 out.put_u64(*at);
                 out.put_u64(*took);
                 out.put_u64(*ended);
+            }
+            Entry::Expired { at } => {
+                out.push(22);
+                out.put_u64(*at);
             }
             Entry::Block { crawl, key, until } => {
                 out.push(9);
@@ -576,6 +587,7 @@ impl Entry<'_> {
                     ended,
                 }
             }
+            22 => Entry::Expired { at: r.u64()? },
             6 => match r.u8()? {
                 b @ (0 | 1) => Entry::Pause(b == 1),
                 found => return Err(invalid("pause flag", "0 or 1", found.into())),
@@ -700,7 +712,7 @@ impl Entry<'_> {
                     queues,
                 }
             }
-            kind => return Err(invalid("journal entry kind", "1 to 21", kind.into())),
+            kind => return Err(invalid("journal entry kind", "1 to 22", kind.into())),
         };
         if earlier {
             let instant = r.u64()?;
@@ -967,6 +979,7 @@ mod tests {
                 took: 0,
                 ended: 0,
             },
+            Entry::Expired { at: 77 },
             Entry::Pause(true),
             Entry::Crawl {
                 id: 3,

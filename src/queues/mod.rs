@@ -282,7 +282,8 @@ pub enum Completion {
     /// it is due, while this one's work goes on. The lease stays, with its deadline, and
     /// still counts toward the queue's limit: a later `Done`, `Retry` or `RefetchAt` ends it
     /// (the politeness does not run again), or its deadline returns the URL to its queue
-    /// (likewise). Given twice, or after the lease ended, it changes nothing.
+    /// (likewise). Given twice, or after the lease ended, it changes nothing and is answered
+    /// false.
     Fetched,
 }
 
@@ -601,9 +602,11 @@ impl Frontier {
     }
 
     /// Ends several leases in one durable step, each as its [`Completion`] says, after a
-    /// fetch of its milliseconds: `(token, took_ms, how)`. Returns, for each, whether it was
-    /// leased (one that is not, or given twice, changes nothing the second time). Each fetch
-    /// counts as ended now: its queue's delay runs from this call.
+    /// fetch of its milliseconds: `(token, took_ms, how)` ([`Completion::Fetched`]: says
+    /// its fetch ended, the lease kept). Returns, for each, whether it was leased (one that
+    /// is not, or given twice, changes nothing the second time; a `Fetched` of a lease whose
+    /// fetch had ended is answered false). Each fetch counts as ended now: its queue's delay
+    /// runs from this call (for a lease whose fetch was said to end before, it ran then).
     pub fn complete(&self, items: &[(u64, u64, Completion)]) -> Result<Vec<bool>> {
         let items: Vec<(u64, u64, core::End, u64)> = items
             .iter()
@@ -867,7 +870,8 @@ impl Frontier {
 
     /// Ends the leases of `urls` of `crawl`, each after a fetch of its milliseconds, in one
     /// durable step: done, done and served again at an instant, or back in their queue
-    /// (`how`). Returns, for each, whether it was leased (one that is not changes nothing).
+    /// (`how`; or, [`Completion::Fetched`], their fetches ended, their leases kept).
+    /// Returns, for each, whether it was leased (one that is not changes nothing).
     pub fn complete_urls(
         &self,
         crawl: &str,

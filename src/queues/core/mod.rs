@@ -507,14 +507,18 @@ pub(crate) struct Core {
     heap: DueHeap,
     /// Milliseconds the fetches of the current burst took (the ratio rule), by queue place:
     /// only queues whose burst has had a fetch end and not its last (a burst ends with the
-    /// end of the last lease of its queue; a lease that expires leaves the burst to the next
-    /// end), so a few, beside every queue.
+    /// end of the last lease of its queue holding a place; a lease that expires leaves the
+    /// burst to the next end), so a few, beside every queue.
     bursts: HashMap<u32, u64>,
     /// The latest instant a fetch of the current burst ended, by queue place, for the same
     /// queues as `bursts` (and those whose ended fetches took 0 ms): an end said to be earlier
     /// is taken as then, so that the ratio rule's wait runs from the burst's last end. In
     /// memory only: the leases of a burst found at open count as handed out then.
     burst_ends: HashMap<u32, u64>,
+    /// Whether a call returned expired leases since J last got an instant from a hand-out
+    /// (entry 22): the next hand-out journals its instant before its leases, so that a
+    /// replay returns the same leases first, as the call did.
+    expired_unjournaled: bool,
     /// Queues with a live entry in the heap, by crawl.
     scheduled: HashMap<u32, u64>,
     /// Until when (by the frontier's clock) a hand-out with an empty front does not flush
@@ -663,6 +667,7 @@ impl Core {
             heap: DueHeap::default(),
             bursts: HashMap::new(),
             burst_ends: HashMap::new(),
+            expired_unjournaled: false,
             scheduled: HashMap::new(),
             fruitless_until: 0,
             done: 0,
@@ -1092,6 +1097,7 @@ impl Core {
                 self.expire(*at);
                 self.lease_fetched(*seq, *ended, *took)?;
             }
+            Entry::Expired { at } => self.expire(*at),
             Entry::Policy {
                 crawl,
                 key,
@@ -2193,6 +2199,9 @@ impl Core {
                 continue;
             }
             let lease = self.leases.remove(seq).expect("present");
+            if self.replay_gone.is_none() {
+                self.expired_unjournaled = true;
+            }
             // The fetch's end is not known (unless it was said): the politeness delay runs
             // from the deadline, so that a fetcher that died, or one too slow, does not make
             // its host served again sooner than one that reported.
@@ -2730,16 +2739,26 @@ impl Core {
         };
         let first_token = self.next_token;
         if !picked.is_empty() {
-            let entries: Vec<Entry<'_>> = picked
-                .iter()
-                .enumerate()
-                .map(|(k, p)| Entry::Lease {
+            // The leases returned since J last held an instant, in deadline order: a replay
+            // returns them at this instant, before the leases (entry 22), as this call did.
+            let expired = (self.expired_unjournaled
+                && !crate::planted::active(crate::planted::Bug::ExpiryUnjournaled))
+            .then_some(Entry::Expired { at: now });
+            if expired.is_some() {
+                if let Err(e) = self.commit_version() {
+                    self.queues.release();
+                    return Err(e);
+                }
+            }
+            let entries: Vec<Entry<'_>> = (expired.into_iter())
+                .chain(picked.iter().enumerate().map(|(k, p)| Entry::Lease {
                     seq: p.seq,
                     token: first_token + k as u64,
                     deadline,
                     record: &p.record,
-                })
+                }))
                 .collect();
+            self.expired_unjournaled = false;
             if let Err(e) = self.journal_deferred(&entries) {
                 self.queues.release();
                 return Err(e);
@@ -3290,7 +3309,12 @@ impl Core {
             // The fetch ended when the caller says, but not after now, nor before the
             // hand-out, nor before another fetch of its burst ended (this call's included):
             // the ratio rule's wait runs from the burst's last end.
-            let fetch_ended = if any_earlier {
+            // The end of a lease whose fetch was said to end before (earlier, or by an item
+            // before it in this call) runs no politeness: its instant is the call's, and it
+            // is no end of a burst.
+            let fetch_said = !matches!(end, End::Fetched)
+                && (fetched.contains(&seq) || self.leases.get(seq).is_some_and(|l| l.fetched));
+            let fetch_ended = if any_earlier && !fetch_said {
                 let (given, queue) = self
                     .leases
                     .get(seq)
