@@ -515,9 +515,9 @@ pub(crate) struct Core {
     /// is taken as then, so that the ratio rule's wait runs from the burst's last end. In
     /// memory only: the leases of a burst found at open count as handed out then.
     burst_ends: HashMap<u32, u64>,
-    /// Whether a call returned expired leases since J last got an instant from a hand-out
-    /// (entry 22): the next hand-out journals its instant before its leases, so that a
-    /// replay returns the same leases first, as the call did.
+    /// Whether a call returned expired leases since the last entry 22 (a hand-out's
+    /// instant): the next hand-out journals its instant before its leases, so that a replay
+    /// returns the same leases first, as the call did.
     expired_unjournaled: bool,
     /// Queues with a live entry in the heap, by crawl.
     scheduled: HashMap<u32, u64>,
@@ -2739,7 +2739,7 @@ impl Core {
         };
         let first_token = self.next_token;
         if !picked.is_empty() {
-            // The leases returned since J last held an instant, in deadline order: a replay
+            // The leases returned since the last entry 22, in deadline order: a replay
             // returns them at this instant, before the leases (entry 22), as this call did.
             let expired = (self.expired_unjournaled
                 && !crate::planted::active(crate::planted::Bug::ExpiryUnjournaled))
