@@ -61,7 +61,8 @@
 //!  22 expired   at u64                  the leases whose deadline passed by `at` are returned
 //!                                       to their queues, in deadline order: a hand-out's
 //!                                       instant, before its lease entries, when a call
-//!                                       returned leases since the last entry 22
+//!                                       or the open returned leases since the last
+//!                                       entry 22
 //! ```
 //!
 //! Times are milliseconds since the Unix epoch; `took` is the fetch's duration in

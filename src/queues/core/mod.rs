@@ -2758,11 +2758,11 @@ impl Core {
                     record: &p.record,
                 }))
                 .collect();
-            self.expired_unjournaled = false;
             if let Err(e) = self.journal_deferred(&entries) {
                 self.queues.release();
                 return Err(e);
             }
+            self.expired_unjournaled = false;
         }
         // Written (durable before the caller answers, see `commit_deferred`): applied as a
         // replay would apply the entries, the records moved into the
