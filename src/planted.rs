@@ -108,12 +108,16 @@ pub enum Bug {
     /// `expiry-unjournaled`: a hand-out that returned expired leases journals no instant
     /// before its leases (no entry 22), so a replay returns them later than the call did.
     ExpiryUnjournaled,
+    /// `clock-runs-back`: the frontier takes the clock's instant as it is, so a clock set
+    /// back makes a hand-out lease until a deadline earlier than the instant at which a call
+    /// before it found a lease expired.
+    ClockRunsBack,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 33] = [
+    pub const ALL: [(Bug, &'static str); 34] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -147,6 +151,7 @@ impl Bug {
         (Bug::EndedUnjournaled, "ended-unjournaled"),
         (Bug::FetchedUncheckpointed, "fetched-uncheckpointed"),
         (Bug::ExpiryUnjournaled, "expiry-unjournaled"),
+        (Bug::ClockRunsBack, "clock-runs-back"),
     ];
 }
 

@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use crivello::queues::{key::default_key, Clock, ManualClock};
 use crivello::storage::SimDisk;
-use crivello::{Completion, Discovered, Error, Frontier, Options, Policy, PolicyFields, Sieve};
+use crivello::{
+    Completion, Discovered, Error, Frontier, Options, Policy, PolicyFields, Sieve, UrlStatus,
+};
 
 fn opts() -> Options {
     Options::new()
@@ -516,7 +518,6 @@ fn checkpoints_of_versions_4_6_7_9_10_and_11_are_read() {
 
 #[test]
 fn a_urls_status_is_found_in_its_hosts_queue_when_asked_with_another_key() {
-    use crivello::UrlStatus;
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(1_000));
     let f = open(&disk, &clock);
@@ -1045,6 +1046,50 @@ fn a_hand_out_that_returns_expired_leases_replays_as_it_ran() {
         }
         let f = reopen_after(f, crash, &disk, &clock);
         assert_eq!(due_of(&f, b"h"), Some(11_620), "{case}");
+    }
+}
+
+#[test]
+fn a_clock_set_back_neither_undoes_an_expiry_nor_makes_a_replay_differ() {
+    // A lease whose fetch ended at 10,100 (its host due again then) expires at 11,000; a
+    // call at 12,000 (a listing, which journals nothing) returns it to its queue. Then the
+    // system's clock is set back to 10,500, before the deadline, and the URL is handed out
+    // again. The frontier's time does not run back: the hand-out counts as at 12,000 (its
+    // lease ends at 13,000, not at 11,500 as with the clock's own instant), and its entry 22
+    // holds 12,000, so that a replay after a crash returns the first lease before the
+    // second, as the call did (at 10,500 it would still hold it).
+    for (checkpoint, crash) in [(false, true), (true, true), (false, false)] {
+        let case = format!("checkpoint: {checkpoint}, crash: {crash}");
+        let disk = SimDisk::new();
+        let clock = Arc::new(ManualClock::new(10_000));
+        let f = open(&disk, &clock);
+        push(&f, &["http://h/1"]);
+        let first = f.lease(10, None, 1_000).unwrap();
+        assert_eq!(urls(&first), ["http://h/1"], "{case}");
+        clock.set(10_100);
+        let fetched = [(first[0].token, 0, Completion::Fetched)];
+        assert_eq!(f.complete(&fetched).unwrap(), [true], "{case}");
+        clock.set(12_000);
+        assert_eq!(f.queues("", 0, 10).unwrap()[0].leased, 0, "{case}");
+        clock.set(10_500);
+        let again = f.lease(10, None, 1_000).unwrap();
+        assert_eq!(urls(&again), ["http://h/1"], "{case}");
+        assert_eq!(again[0].deadline_ms, 13_000, "{case}");
+        assert!(!f.done(first[0].token, 1).unwrap(), "{case}");
+        if checkpoint {
+            write_a_checkpoint(&f, &disk);
+        }
+        let before = f.queues("", 0, 10).unwrap();
+        let f = reopen_after(f, crash, &disk, &clock);
+        assert_eq!(f.queues("", 0, 10).unwrap(), before, "{case}");
+        assert_eq!(
+            f.status("", None, b"http://h/1").unwrap(),
+            UrlStatus::Leased { until_ms: 13_000 },
+            "{case}"
+        );
+        assert!(f.done(again[0].token, 1).unwrap(), "{case}");
+        let rest = f.lease(1_000, None, 1_000).unwrap();
+        assert!(rest.iter().all(|l| l.key != b"h"), "{case}");
     }
 }
 
@@ -2441,6 +2486,16 @@ fn workload_on(
     let mut held = Vec::new();
     let mut held_b = Vec::new();
     for round in 0..8 {
+        if round == 6 {
+            // The leases held expire: the next hand-out returns them first, and journals
+            // its instant before its leases (entry 22), a crash point too.
+            clock.advance(5_000);
+            let now = clock.now_ms();
+            let expired = |held: &[(u64, String)]| {
+                (held.iter()).any(|(_, u)| a.leased.get(u).is_some_and(|&d| d <= now))
+            };
+            assert!(expired(&held) || expired(&held_b), "no lease expired");
+        }
         if background {
             let us: Vec<String> = (round * 3..round * 3 + 3)
                 .map(|i| format!("http://b{}.test/{}", i % 3, i / 3))
@@ -3401,7 +3456,6 @@ fn concurrent_calls_answer_only_what_is_durable_with_the_flushes_in_the_backgrou
 
 fn concurrent_calls(background: bool) {
     use crivello::storage::sim::CrashImage;
-    use crivello::UrlStatus;
     use std::sync::Mutex;
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(1_000));
@@ -3483,7 +3537,6 @@ fn concurrent_calls(background: bool) {
 #[test]
 fn a_failed_switch_of_a_checkpoint_on_its_thread_poisons_and_loses_nothing() {
     use crivello::storage::sim::CrashImage;
-    use crivello::UrlStatus;
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(1_000));
     let spy = Spy::new(&disk);

@@ -23,6 +23,7 @@ pub(crate) use checkpoint::runs_of as checkpoint_runs;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::clock::Clock;
@@ -460,6 +461,9 @@ pub(crate) struct Core {
     background: bool,
     pub(super) sieve: Sieve,
     clock: Arc<dyn Clock>,
+    /// The latest instant the clock gave: the frontier's time never runs back
+    /// ([`Core::now_ms`]).
+    clock_high: AtomicU64,
     /// The seq the next record entering a queue gets.
     next_seq: u64,
     /// The id the next Q run gets.
@@ -632,6 +636,7 @@ impl Core {
             background,
             sieve,
             clock,
+            clock_high: AtomicU64::new(0),
             journal: None,
             j_gen: 0,
             first_j_gen: 0,
@@ -807,7 +812,7 @@ impl Core {
         if !crate::planted::active(crate::planted::Bug::CodingUnrecorded) {
             core.sieve.fix_queue_coding(compress)?;
         }
-        let mut now = core.clock.now_ms();
+        let mut now = core.now_ms();
         if crate::planted::active(crate::planted::Bug::ForgetLeases) {
             now = u64::MAX;
         }
@@ -1736,7 +1741,7 @@ impl Core {
             // (`Core::expire`), then the new lease.
             self.lease_left(i, fetched, old, 0);
             self.queues.get_mut(i).leased += 1;
-            let given = self.clock.now_ms();
+            let given = self.now_ms();
             self.leases.renew(seq, token, deadline, given);
             self.push_expiry(deadline, seq);
             self.schedule(i);
@@ -1863,7 +1868,7 @@ impl Core {
         record: Box<[u8]>,
     ) {
         self.queues.get_mut(i).leased += 1;
-        let given = self.clock.now_ms();
+        let given = self.now_ms();
         self.leases.insert(Lease {
             seq,
             token,
@@ -2185,6 +2190,22 @@ impl Core {
         }
         self.schedule(i);
         Ok(())
+    }
+
+    /// The frontier's time: the clock's instant, or the latest one it gave if the clock was
+    /// set back since (a system clock stepped back). Expiries are not undone, so a call must
+    /// not journal an instant earlier than one at which a call before it returned leases: a
+    /// replay returns the leases whose deadline passed at each instant it reads, and would
+    /// return them later than the calls did. Held for the open only: an open's replay has
+    /// run every expiry up to the journal's latest instant, so an earlier one after it
+    /// returns nothing a replay would not (and a clock that ran ahead before a restart does
+    /// not hold the frontier's time back after it).
+    fn now_ms(&self) -> u64 {
+        let now = self.clock.now_ms();
+        if crate::planted::active(crate::planted::Bug::ClockRunsBack) {
+            return now;
+        }
+        now.max(self.clock_high.fetch_max(now, Ordering::Relaxed))
     }
 
     /// Returns the leases whose deadline passed to their queues.
@@ -2525,7 +2546,7 @@ impl Core {
         // A merge that ended in an error says so here, with its file (the count of unread
         // records below would only leave the sieve poisoned).
         self.sieve.poll_flush()?;
-        let now = self.clock.now_ms();
+        let now = self.now_ms();
         if let Some((start, began)) = self.demand.started {
             if !self.sieve.flush_thread_busy() {
                 // How long the job ran, from its start to its end where it ran (not to this
@@ -2590,7 +2611,7 @@ impl Core {
                     self.fruitless_until = match (self.front(only), flush.began) {
                         (0, Some(began)) => {
                             let took = u64::try_from(began.elapsed().as_millis()).unwrap_or(0);
-                            let end = self.clock.now_ms();
+                            let end = self.now_ms();
                             end.saturating_add(took.saturating_mul(DEMAND_FACTOR) + 1)
                         }
                         _ => 0,
@@ -2801,7 +2822,7 @@ impl Core {
     /// [`DEMAND_FACTOR`] times as long as the last took, whichever is longer (each merges Z
     /// whole).
     pub(super) fn demand_flush(&mut self) {
-        let now = self.clock.now_ms();
+        let now = self.now_ms();
         // (A clock set back by more than the gap does not hold it back.)
         let waits = now < self.demand.next_at
             && self.demand.next_at - now <= self.demand.gap.max(DEMAND_GAP_MS);
@@ -3278,7 +3299,7 @@ impl Core {
         self.writable()?;
         // A move whose run is written is installed by whichever call comes first.
         self.poll_move()?;
-        let now = self.clock.now_ms();
+        let now = self.now_ms();
         self.expire(now);
         let mut ended = CounterSet::default();
         let mut fetched = CounterSet::default();
@@ -3386,7 +3407,7 @@ impl Core {
     pub(super) fn next_due_of(&mut self, crawl: &[u8]) -> Option<u64> {
         let any = self.next_due()?;
         let &id = self.crawls.get(crawl)?;
-        let now = self.clock.now_ms();
+        let now = self.now_ms();
         let mut first: Option<u64> = self.moving.as_ref().map(|_| any);
         let mut at = |t: u64| first = Some(first.map_or(t, |f| f.min(t)));
         for i in 0..self.queues.len() as u32 {
@@ -3406,7 +3427,7 @@ impl Core {
     /// The first instant a queue may be served (None: nothing waits).
     pub(super) fn next_due(&mut self) -> Option<u64> {
         let _ = self.poll_move();
-        let now = self.clock.now_ms();
+        let now = self.now_ms();
         self.expire(now);
         // The entries of the heaps left stale (a queue served, emptied or rescheduled; a lease
         // ended) go, so that the first one left is exact.
@@ -3464,7 +3485,7 @@ impl Core {
     /// [`Core::token_of`] of each of `urls`, the clock read, the expired leases returned and
     /// the crawl looked up once for all.
     pub(super) fn tokens_of(&mut self, crawl: &[u8], urls: &[&[u8]]) -> Vec<Option<u64>> {
-        let now = self.clock.now_ms();
+        let now = self.now_ms();
         self.expire(now);
         let Some(&id) = self.crawls.get(crawl) else {
             return vec![None; urls.len()];
@@ -3510,7 +3531,7 @@ impl Core {
             crawl: id,
             key,
             policy: p,
-            at: Some(self.clock.now_ms()),
+            at: Some(self.now_ms()),
         }])
     }
 
@@ -3547,7 +3568,7 @@ impl Core {
         // Queues go or come: a compaction under way (or one the flush began) is committed
         // first.
         self.finish_compaction()?;
-        let now = self.clock.now_ms();
+        let now = self.now_ms();
         self.expire(now);
         let Some(&id) = self.crawls.get(crawl) else {
             return Ok(0);
@@ -3575,7 +3596,7 @@ impl Core {
         // Queues go or come: a compaction under way (or one the flush began) is committed
         // first.
         self.finish_compaction()?;
-        let now = self.clock.now_ms();
+        let now = self.now_ms();
         self.expire(now);
         let mut picked = Vec::new();
         for (i, q) in self.queues.iter().enumerate() {
@@ -3603,7 +3624,7 @@ impl Core {
         // Queues go or come: a compaction under way (or one the flush began) is committed
         // first.
         self.finish_compaction()?;
-        let now = self.clock.now_ms();
+        let now = self.now_ms();
         self.expire(now);
         let mut picked = Vec::new();
         for &(crawl, key) in queues {
@@ -4020,7 +4041,7 @@ impl Core {
         // Queues go or come: a compaction under way (or one the flush began) is committed
         // first.
         self.finish_compaction()?;
-        let now = self.clock.now_ms();
+        let now = self.now_ms();
         self.expire(now);
         let Some(&id) = self.crawls.get(crawl) else {
             return Ok(0);
@@ -4050,7 +4071,7 @@ impl Core {
 
     /// The counts of crawl `crawl`, or of its queue `key`.
     pub(super) fn counts(&mut self, crawl: &[u8], key: Option<&[u8]>) -> super::Counts {
-        let now = self.clock.now_ms();
+        let now = self.now_ms();
         self.expire(now);
         let mut c = super::Counts::default();
         let Some(&id) = self.crawls.get(crawl) else {
@@ -4083,7 +4104,7 @@ impl Core {
         start: usize,
         max: usize,
     ) -> Result<Vec<super::QueueInfo>> {
-        let now = self.clock.now_ms();
+        let now = self.now_ms();
         self.expire(now);
         let Some(&id) = self.crawls.get(crawl) else {
             return Ok(Vec::new());
@@ -4124,7 +4145,7 @@ impl Core {
         use super::UrlStatus;
         // What was pushed reached its queue first (`Frontier::status` flushes).
         self.writable()?;
-        let now = self.clock.now_ms();
+        let now = self.now_ms();
         self.expire(now);
         let Some(&id) = self.crawls.get(crawl) else {
             return Ok(UrlStatus::Unknown);
@@ -4179,7 +4200,7 @@ impl Core {
         use super::UrlStatus;
         // What was pushed reached its queue first (`Frontier::urls` flushes).
         self.writable()?;
-        let now = self.clock.now_ms();
+        let now = self.now_ms();
         self.expire(now);
         let Some(&id) = self.crawls.get(crawl) else {
             return Ok(());
@@ -4312,7 +4333,7 @@ impl Core {
             .map(|(_, it)| it)
             .collect();
         // The usual case, a crawler ending its leases, needs no push and no flush.
-        let mut now = self.clock.now_ms();
+        let mut now = self.now_ms();
         self.expire(now);
         let all_leased = items.is_empty()
             || self.crawls.get(crawl).is_some_and(|&id| {
@@ -4338,7 +4359,7 @@ impl Core {
                 .collect();
             self.push_items(crawl, &discovered, None)?;
             self.flush()?;
-            now = self.clock.now_ms();
+            now = self.now_ms();
             self.expire(now);
         }
         let Some(&id) = self.crawls.get(crawl) else {
@@ -4552,7 +4573,7 @@ impl Core {
     /// Counts.
     pub(super) fn stats(&mut self) -> Result<FrontierStats> {
         self.poll_move()?;
-        let now = self.clock.now_ms();
+        let now = self.now_ms();
         self.expire(now);
         let waiting: u64 = self
             .queues
