@@ -1055,9 +1055,8 @@ fn a_clock_set_back_neither_undoes_an_expiry_nor_makes_a_replay_differ() {
     // call at 12,000 (a listing, which journals nothing) returns it to its queue. Then the
     // system's clock is set back to 10,500, before the deadline, and the URL is handed out
     // again. The frontier's time does not run back: the hand-out counts as at 12,000 (its
-    // lease ends at 13,000, not at 11,500 as with the clock's own instant), and its entry 22
-    // holds 12,000, so that a replay after a crash returns the first lease before the
-    // second, as the call did (at 10,500 it would still hold it).
+    // lease ends at 13,000, not at 11,500 as with the clock's own instant), and a crash, a
+    // checkpoint and a crash, or a close bring back the same lease.
     for (checkpoint, crash) in [(false, true), (true, true), (false, false)] {
         let case = format!("checkpoint: {checkpoint}, crash: {crash}");
         let disk = SimDisk::new();
@@ -1088,8 +1087,52 @@ fn a_clock_set_back_neither_undoes_an_expiry_nor_makes_a_replay_differ() {
             "{case}"
         );
         assert!(f.done(again[0].token, 1).unwrap(), "{case}");
-        let rest = f.lease(1_000, None, 1_000).unwrap();
-        assert!(rest.iter().all(|l| l.key != b"h"), "{case}");
+    }
+}
+
+#[test]
+fn a_policy_set_after_the_clock_was_set_back_replays_as_it_ran() {
+    // A lease expires at 11,000 and a listing at 12,000 returns its URL (its host due
+    // 5,000 ms after the deadline). The clock is set back to 10,500 and the delay set to 0:
+    // the cut counts from the frontier's time, 12,000, and so does its entry 19, whose
+    // replay returns the lease first, as the call did. With the clock's own instant the
+    // entry held 10,500, and a replay kept the URL leased until 11,000.
+    for (checkpoint, crash) in [(false, true), (true, true), (false, false)] {
+        let case = format!("checkpoint: {checkpoint}, crash: {crash}");
+        let disk = SimDisk::new();
+        let clock = Arc::new(ManualClock::new(10_000));
+        let f = open(&disk, &clock);
+        let delay = |delay_ms| Policy {
+            delay_ms,
+            ..Policy::default()
+        };
+        f.set_policy("", None, delay(5_000)).unwrap();
+        push(&f, &["http://h/1"]);
+        assert_eq!(urls(&f.lease(10, None, 1_000).unwrap()), ["http://h/1"]);
+        clock.set(12_000);
+        assert_eq!(due_of(&f, b"h"), Some(16_000), "{case}");
+        clock.set(10_500);
+        f.set_policy("", None, delay(0)).unwrap();
+        assert_eq!(due_of(&f, b"h"), Some(12_000), "{case}");
+        assert_eq!(
+            f.status("", None, b"http://h/1").unwrap(),
+            UrlStatus::Waiting,
+            "{case}"
+        );
+        if checkpoint {
+            write_a_checkpoint(&f, &disk);
+        }
+        let before = f.queues("", 0, 10).unwrap();
+        let f = reopen_after(f, crash, &disk, &clock);
+        assert_eq!(f.queues("", 0, 10).unwrap(), before, "{case}");
+        assert_eq!(
+            f.status("", None, b"http://h/1").unwrap(),
+            UrlStatus::Waiting,
+            "{case}"
+        );
+        clock.set(12_000);
+        let got = f.lease(1_000, None, 1_000).unwrap();
+        assert!(got.iter().any(|l| l.url == b"http://h/1"), "{case}");
     }
 }
 

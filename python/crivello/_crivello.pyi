@@ -28,7 +28,8 @@ DEFAULT_MAX_URL_LEN: int
 """The default maximum URL length: 64 KiB."""
 
 def now() -> float:
-    """The current time, in seconds since the epoch, as the frontier's clock reads it."""
+    """The current time, in seconds since the epoch, by the system's clock, which a frontier
+    reads: its time unless the clock was set back while it is open (`Frontier.now()`)."""
 
 class SieveStats(TypedDict):
     pushed: int
@@ -289,6 +290,10 @@ class Frontier:
         """Counts of a crawl, or of one of its queues. Flushes first, so that what was
         pushed is counted (on a store of a million URLs or more, at most about once a
         second); `flush=False` counts what the last flush brought, without waiting."""
+    def now(self) -> float:
+        """The frontier's time, in seconds since the epoch: the clock's, or the latest
+        instant it gave since the open if the system's clock was set back since. Delays,
+        deadlines, blocks and `next_due` are instants of this time."""
     def next_due(self, *, crawl: Optional[str] = None, flush: bool = True) -> Optional[float]:
         """The first instant something may be handed out, or a lease expires (of the crawl
         `crawl` alone when given). Flushes first (see `counts`)."""

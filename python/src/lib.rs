@@ -1314,6 +1314,15 @@ impl Frontier {
         Ok(d)
     }
 
+    /// The frontier's time, in seconds since the epoch: the clock's, or the latest instant
+    /// it gave since the open if the system's clock was set back since (the frontier's time
+    /// never runs back while it is open). Delays, deadlines, blocks and `next_due` are
+    /// instants of this time.
+    fn now(&self, py: Python<'_>) -> PyResult<f64> {
+        let ms = self.with(py, |f| f.now_ms())?;
+        Ok(seconds(ms))
+    }
+
     /// The first instant (seconds since the epoch) something may be handed out, or a lease
     /// expires; None when nothing waits and nothing is leased. Of the crawl `crawl` alone
     /// when given (what a `lease(crawl=...)` may hand out). Flushes first (see `counts`),
@@ -1383,7 +1392,8 @@ impl Frontier {
     }
 }
 
-/// The current time, in seconds since the epoch, as the frontier's clock reads it.
+/// The current time, in seconds since the epoch, by the system's clock, which a frontier
+/// reads: its time unless the clock was set back while it is open (`Frontier.now()`).
 #[pyfunction]
 fn now() -> f64 {
     seconds(now_ms())

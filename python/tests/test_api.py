@@ -84,6 +84,8 @@ def test_a_frontier_serves_hosts_politely_with_keys_metadata_and_leases(tmp_path
         assert f.counts("c1")["waiting"] == 2
         due = f.next_due()
         assert due is not None and due > crivello.now() + 20
+        # The frontier's time: the system's clock, which did not step back here.
+        assert crivello.now() - 1 <= f.now() <= crivello.now() + 1
         # Back in its queue, in its place; a batch of completions in one step.
         assert f.retry(by_url["http://b.test/1"]) is True
         assert f.complete([by_url["http://b.test/1"].token]) == [False]

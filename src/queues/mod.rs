@@ -892,6 +892,15 @@ impl Frontier {
         })
     }
 
+    /// The frontier's time, in milliseconds since the epoch: its clock's instant, or the
+    /// latest instant the clock gave since the open if the clock was set back since (the
+    /// frontier's time never runs back while it is open: `docs/design.md`, "The frontier's
+    /// time"). Delays, deadlines, blocks and [`Frontier::next_due_ms`] are instants of this
+    /// time; a caller that waits for one, or gives one (a block, a refetch), counts from it.
+    pub fn now_ms(&self) -> Result<u64> {
+        self.with(|c| Ok(c.now_ms()))
+    }
+
     /// The first instant something may be handed out: a queue due (now, if it is due
     /// already), or a lease expiring (None: nothing waits that may be served, and nothing is
     /// leased). A queue emptied or a lease ended since counts no more. A lease's expiry is

@@ -829,10 +829,12 @@ impl Service {
                 // What was acknowledged is in its queue first (on a large store, what was
                 // acknowledged since the last merge may take a second or so).
                 f.flush_for_reading()?;
-                f.queues(&crawl, 0, usize::MAX)
+                // Blocks end by the frontier's time, which stands still while a clock set
+                // back catches up.
+                Ok((f.queues(&crawl, 0, usize::MAX)?, f.now_ms()?))
             })
             .await?;
-        let now_ms = now_s().saturating_mul(1000);
+        let (all, now_ms) = all;
         Ok(all
             .into_iter()
             .filter(|q| {

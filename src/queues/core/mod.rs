@@ -193,10 +193,11 @@ pub(super) struct FrontFlush {
 /// [`Core::demand_flush`]).
 #[derive(Debug, Default, Clone, Copy)]
 struct DemandFlush {
-    /// When the one under way began: by the frontier's clock, and by the system's (its
-    /// length is the sieve's job's, measured where it ran).
+    /// When the one under way began: by the frontier's clock as it reads (not
+    /// [`Core::now_ms`]), and by the system's monotonic one (its length is the sieve's
+    /// job's, measured where it ran).
     started: Option<(u64, std::time::Instant)>,
-    /// The first instant the next may begin, by the frontier's clock.
+    /// The first instant the next may begin, by the frontier's clock as it reads.
     next_at: u64,
     /// The gap `next_at` was set from.
     gap: u64,
@@ -224,6 +225,12 @@ const DEMAND_GAP_MS: u64 = 1_000;
 /// timed where it ran): they take at most about a tenth of the frontier's time, however
 /// large the sieve's Z, which each of them reads and writes whole.
 const DEMAND_FACTOR: u64 = 10;
+
+/// Whether a wait of `gap` that ends at `until` still runs at `now`: not once `until` has
+/// come, nor when `now` is further before it than the gap (the clock was set back).
+fn waits_for(now: u64, until: u64, gap: u64) -> bool {
+    now < until && until - now <= gap
+}
 
 /// A queue's records out of its runs, and the seqs its runs hold that it passes.
 #[derive(Default)]
@@ -525,12 +532,15 @@ pub(crate) struct Core {
     expired_unjournaled: bool,
     /// Queues with a live entry in the heap, by crawl.
     scheduled: HashMap<u32, u64>,
-    /// Until when (by the frontier's clock) a hand-out with an empty front does not flush
-    /// first: the last such flush left the front empty (the URLs pushed went to queues whose
-    /// fetchers were all out), so the next one waits [`DEMAND_FACTOR`] times as long as it
-    /// took; meanwhile the flushes in the background bring what was pushed
-    /// ([`Core::demand_flush`]).
+    /// Until when (by the clock as it reads, [`Core::now_ms`] aside) a hand-out with an
+    /// empty front does not flush first: the last such flush left the front empty (the URLs
+    /// pushed went to queues whose fetchers were all out), so the next one waits
+    /// [`DEMAND_FACTOR`] times as long as it took (`fruitless_gap`); meanwhile the flushes
+    /// in the background bring what was pushed ([`Core::demand_flush`]).
     fruitless_until: u64,
+    /// The wait `fruitless_until` was set from: a clock set back by more than it does not
+    /// hold the next flush back.
+    fruitless_gap: u64,
     done: u64,
     poisoned: bool,
     /// Pushes were made since the sieve's last sync: the next commit to J syncs them first,
@@ -675,6 +685,7 @@ impl Core {
             expired_unjournaled: false,
             scheduled: HashMap::new(),
             fruitless_until: 0,
+            fruitless_gap: 0,
             done: 0,
             poisoned: false,
             unsynced: false,
@@ -2200,7 +2211,7 @@ impl Core {
     /// run every expiry up to the journal's latest instant, so an earlier one after it
     /// returns nothing a replay would not (and a clock that ran ahead before a restart does
     /// not hold the frontier's time back after it).
-    fn now_ms(&self) -> u64 {
+    pub(super) fn now_ms(&self) -> u64 {
         let now = self.clock.now_ms();
         if crate::planted::active(crate::planted::Bug::ClockRunsBack) {
             return now;
@@ -2596,7 +2607,14 @@ impl Core {
         // With flushes in the background, an empty front whose last flush left it empty
         // flushes again only some time after (each merges Z whole: a crawler whose every
         // host has its fetcher out, pushing the links it finds, paid one at each call).
-        let spaced = self.background && front == 0 && !flush.begun && now < self.fruitless_until;
+        let spaced = self.background
+            && front == 0
+            && !flush.begun
+            && waits_for(
+                self.clock.now_ms(),
+                self.fruitless_until,
+                self.fruitless_gap,
+            );
         if first && !flush.done && !spaced && (flush.begun || front == 0) {
             // Nothing of the crawls asked waits: what was pushed is flushed, as BUbiNG does
             // when its front is empty (once per hand-out), and moved into the queues before
@@ -2608,14 +2626,15 @@ impl Core {
             match self.flush_step(&mut flush.state)? {
                 FlushStep::Done => {
                     flush.done = true;
-                    self.fruitless_until = match (self.front(only), flush.began) {
-                        (0, Some(began)) => {
-                            let took = u64::try_from(began.elapsed().as_millis()).unwrap_or(0);
-                            let end = self.now_ms();
-                            end.saturating_add(took.saturating_mul(DEMAND_FACTOR) + 1)
-                        }
-                        _ => 0,
-                    };
+                    (self.fruitless_until, self.fruitless_gap) =
+                        match (self.front(only), flush.began) {
+                            (0, Some(began)) => {
+                                let took = u64::try_from(began.elapsed().as_millis()).unwrap_or(0);
+                                let gap = took.saturating_mul(DEMAND_FACTOR) + 1;
+                                (self.clock.now_ms().saturating_add(gap), gap)
+                            }
+                            _ => (0, 0),
+                        };
                 }
                 step => return Ok(Err(step)),
             }
@@ -2822,10 +2841,10 @@ impl Core {
     /// [`DEMAND_FACTOR`] times as long as the last took, whichever is longer (each merges Z
     /// whole).
     pub(super) fn demand_flush(&mut self) {
-        let now = self.now_ms();
-        // (A clock set back by more than the gap does not hold it back.)
-        let waits = now < self.demand.next_at
-            && self.demand.next_at - now <= self.demand.gap.max(DEMAND_GAP_MS);
+        // The clock as it reads: this spacing journals nothing, and a clock set back by more
+        // than the gap does not hold it back (the frontier's time would stand still).
+        let now = self.clock.now_ms();
+        let waits = waits_for(now, self.demand.next_at, self.demand.gap.max(DEMAND_GAP_MS));
         if self.paused
             || self.demand.started.is_some()
             || waits
