@@ -780,7 +780,9 @@ class Scheduler:
             return
         from twisted.internet import reactor
 
-        wait = due - time.time()
+        # The frontier's instants are of its time, which stands still while a system clock
+        # set back catches up: an instant past it comes when the clock reaches it.
+        wait = due - time.time() if due > self.frontier.now() else 0.0
         # Due now and yet nothing was handed out: another crawl's queue, or a pause.
         delay = min(wait, 5.0) + 0.001 if wait > 0 else 0.25
         if self._unflushed and len(self._live) < self.batch:
