@@ -490,9 +490,14 @@ pub fn frontier_ops(data: &[u8]) {
     let mut tokens: Vec<u64> = Vec::new();
     let crawl_of = |b: u8| if b & 0x80 == 0 { "DEFAULT" } else { "x" };
     let mut steps = 0;
+    // The latest instant the clock gave since the open: the frontier's time does not run
+    // back while it is open (each step reads it, as the frontier's calls read the clock).
+    let mut high = 0;
     while !input.is_empty() && steps < 300 {
         steps += 1;
-        let now = crate::queues::Clock::now_ms(&*clock);
+        high = high.max(crate::queues::Clock::now_ms(&*clock));
+        let now = f.now_ms().expect("the frontier's time");
+        assert_eq!(now, high, "the frontier's time");
         let op = input.u8();
         let arg = input.u8();
         match op % 16 {
@@ -662,6 +667,12 @@ pub fn frontier_ops(data: &[u8]) {
                     m.urls.insert(k, state);
                 }
             }
+            9 if op & 0x40 != 0 => {
+                // A system clock stepped back.
+                let back =
+                    crate::queues::Clock::now_ms(&*clock).saturating_sub(u64::from(arg) * 20);
+                clock.set(back);
+            }
             9 => clock.advance(u64::from(arg) * 20),
             10 if op & 0x40 != 0 => {
                 // Some fields of one queue's own policy; the others follow the default.
@@ -771,7 +782,12 @@ pub fn frontier_ops(data: &[u8]) {
                     drop(f);
                     disk = img;
                 }
+                // The clock caught up first: the frontier's time is not kept across an
+                // open, and the model's stays the same. A replay then meets every instant
+                // the calls ran at, steps back included.
+                clock.set(high);
                 f = open(&disk);
+                high = 0;
             }
         }
     }
