@@ -897,8 +897,12 @@ impl Frontier {
     /// frontier's time never runs back while it is open: `docs/design.md`, "The frontier's
     /// time"). Delays, deadlines, blocks and [`Frontier::next_due_ms`] are instants of this
     /// time; a caller that waits for one, or gives one (a block, a refetch), counts from it.
+    /// It takes the frontier's lock and nothing more (no commit is waited for); reading it
+    /// counts as the frontier reading its clock (a later step back is held at this instant).
+    /// [`Error::Poisoned`] once the frontier stopped after an I/O error.
     pub fn now_ms(&self) -> Result<u64> {
-        self.with(|c| Ok(c.now_ms()))
+        let guard = self.core()?;
+        Ok(guard.as_ref().ok_or(Error::Poisoned)?.now_ms())
     }
 
     /// The first instant something may be handed out: a queue due (now, if it is due

@@ -667,8 +667,9 @@ pub fn frontier_ops(data: &[u8]) {
                     m.urls.insert(k, state);
                 }
             }
-            9 if op & 0x40 != 0 => {
-                // A system clock stepped back.
+            9 if op == 0xC9 => {
+                // A system clock stepped back (one op byte of the sixteen that advance the
+                // clock, the one the committed corpus uses least).
                 let back =
                     crate::queues::Clock::now_ms(&*clock).saturating_sub(u64::from(arg) * 20);
                 clock.set(back);

@@ -227,7 +227,7 @@ const DEMAND_GAP_MS: u64 = 1_000;
 const DEMAND_FACTOR: u64 = 10;
 
 /// Whether a wait of `gap` that ends at `until` still runs at `now`: not once `until` has
-/// come, nor when `now` is further before it than the gap (the clock was set back).
+/// come, nor when `now` is before the wait began (the clock was set back).
 fn waits_for(now: u64, until: u64, gap: u64) -> bool {
     now < until && until - now <= gap
 }
@@ -538,8 +538,8 @@ pub(crate) struct Core {
     /// [`DEMAND_FACTOR`] times as long as it took (`fruitless_gap`); meanwhile the flushes
     /// in the background bring what was pushed ([`Core::demand_flush`]).
     fruitless_until: u64,
-    /// The wait `fruitless_until` was set from: a clock set back by more than it does not
-    /// hold the next flush back.
+    /// The wait `fruitless_until` was set from: a clock set back to before the wait began
+    /// does not hold the next flush back.
     fruitless_gap: u64,
     done: u64,
     poisoned: bool,
@@ -2841,8 +2841,8 @@ impl Core {
     /// [`DEMAND_FACTOR`] times as long as the last took, whichever is longer (each merges Z
     /// whole).
     pub(super) fn demand_flush(&mut self) {
-        // The clock as it reads: this spacing journals nothing, and a clock set back by more
-        // than the gap does not hold it back (the frontier's time would stand still).
+        // The clock as it reads: this spacing journals nothing, and a clock set back to before
+        // the wait began does not hold it back (the frontier's time would stand still).
         let now = self.clock.now_ms();
         let waits = waits_for(now, self.demand.next_at, self.demand.gap.max(DEMAND_GAP_MS));
         if self.paused
