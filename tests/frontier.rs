@@ -1629,6 +1629,16 @@ fn an_empty_front_is_not_flushed_again_right_after_a_flush_that_left_it_empty() 
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     assert!(got.contains(&"http://new.test/1".to_owned()), "{got:?}");
+    // Every host out again, and a flush that leaves the front empty; then the clock is set
+    // back to before that wait began: the wait is by the clock as it reads (the frontier's
+    // time stands still meanwhile), so it no longer holds the next flush back, and a new
+    // host is served at once.
+    push(&f, &refs(&hosts(200, 10)));
+    assert!(f.lease(10, None, 3_600_000).unwrap().is_empty());
+    push(&f, &["http://newer.test/1"]);
+    clock.set(60_000);
+    let got = urls(&f.lease(10, None, 3_600_000).unwrap());
+    assert_eq!(got, ["http://newer.test/1"]);
     f.close().unwrap();
 }
 
