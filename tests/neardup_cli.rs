@@ -479,3 +479,35 @@ fn a_near_duplicate_store_without_its_marker_is_damaged() {
         );
     }
 }
+
+/// Damage found after the open (a segment's block read by a query) names the store's
+/// directory, the file and the offset, and says to run `check`.
+#[test]
+fn damage_found_by_a_query_names_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("store");
+    let docs = input(5_000);
+    let (code, _, err) = neardup(&d, &["-q"], &docs);
+    assert_eq!(code, 0, "{err}");
+    let seg = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "seg"))
+        .expect("a segment");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&seg, &bytes).unwrap();
+    // The same texts under ids not stored: every query reads the blocks of its fingerprint.
+    let again = String::from_utf8(docs).unwrap().replace("page-", "again-");
+    let (code, _, err) = neardup(&d, &["-q"], again.as_bytes());
+    let name = seg.file_name().unwrap().to_str().unwrap();
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "near-duplicate store {}: {name}: corrupt at offset",
+            d.display()
+        )) && err.contains("crivello check"),
+        "{err}"
+    );
+}

@@ -89,19 +89,21 @@ pub fn run(args: NeardupArgs) -> Result<()> {
     // Every input named opens, before the store is made or changed.
     sources(&args.files)?;
     let opts = Options::new().memory(args.common.memory);
+    let named = |e: crivello::Error| {
+        anyhow::Error::new(e).context(format!("near-duplicate store {}", args.dir.display()))
+    };
     let mut store =
         super::waiting_for_lock(|| Store::open(&args.dir, opts.clone())).map_err(|e| match e {
             crivello::Error::Locked { .. } | crivello::Error::NotASieve { .. } => {
                 anyhow::Error::new(e)
             }
-            e => anyhow::Error::new(e)
-                .context(format!("near-duplicate store {}", args.dir.display())),
+            e => named(e),
         })?;
     let mut out = Output::new();
     // Lines of an interrupted run, stored but not recorded as printed.
     let pending = store.unreported();
     for doc in pending.clone() {
-        let s = store.document(doc)?;
+        let s = store.document(doc).map_err(named)?;
         line(&mut out, &s.as_stored_ref())?;
     }
     out.flush()?;
@@ -132,8 +134,8 @@ pub fn run(args: NeardupArgs) -> Result<()> {
                     &mut out,
                     &mut batch,
                     args.k,
-                    &mut new,
-                    &mut repeats,
+                    (&mut new, &mut repeats),
+                    &named,
                 )?;
                 batch_bytes = 0;
             }
@@ -154,10 +156,15 @@ pub fn run(args: NeardupArgs) -> Result<()> {
         &mut out,
         &mut batch,
         args.k,
-        &mut new,
-        &mut repeats,
+        (&mut new, &mut repeats),
+        &named,
     )?;
-    store.close().context("close the near-duplicate store")?;
+    store.close().map_err(|e| {
+        anyhow::Error::new(e).context(format!(
+            "close the near-duplicate store {}",
+            args.dir.display()
+        ))
+    })?;
     if !args.common.quiet {
         eprintln!("neardup: {new} new documents stored, {repeats} with an id seen before");
     }
@@ -173,8 +180,8 @@ fn store_batch(
     out: &mut Output,
     batch: &mut Vec<(String, u64)>,
     k: u32,
-    new: &mut u64,
-    repeats: &mut u64,
+    (new, repeats): (&mut u64, &mut u64),
+    named: &dyn Fn(crivello::Error) -> anyhow::Error,
 ) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
@@ -184,17 +191,19 @@ fn store_batch(
     // more (the documents stored are printed by the next run, as unreported).
     let mut last = None;
     let mut failed = None;
-    store.insert_with(&docs, k, |_, s| match s {
-        Some(s) if failed.is_none() => match line(out, &s) {
-            Ok(()) => {
-                *new += 1;
-                last = Some(s.doc);
-            }
-            Err(e) => failed = Some(e),
-        },
-        Some(_) => {}
-        None => *repeats += 1,
-    })?;
+    store
+        .insert_with(&docs, k, |_, s| match s {
+            Some(s) if failed.is_none() => match line(out, &s) {
+                Ok(()) => {
+                    *new += 1;
+                    last = Some(s.doc);
+                }
+                Err(e) => failed = Some(e),
+            },
+            Some(_) => {}
+            None => *repeats += 1,
+        })
+        .map_err(named)?;
     if let Some(e) = failed {
         return Err(e);
     }
