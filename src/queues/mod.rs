@@ -419,6 +419,8 @@ pub struct Counts {
     pub queues: u64,
     /// Queues with URLs waiting.
     pub queues_waiting: u64,
+    /// Queues with URLs waiting or leased (url-frontier's active queues).
+    pub queues_active: u64,
     /// Queues that may be served now.
     pub queues_due: u64,
     /// URLs waiting (those due again later included).
@@ -1020,13 +1022,27 @@ impl Frontier {
         &self,
         crawl: &str,
         key: Option<&[u8]>,
+        f: impl FnMut(HeldUrl) -> bool,
+    ) -> Result<()> {
+        self.urls_from(crawl, key, None, f)
+    }
+
+    /// [`Frontier::urls`], from the queue whose key is `from` on (the queues whose keys
+    /// come before it in byte order are passed over; `None`: from the first): a caller that
+    /// lists a crawl in pages, each under the lock for a moment, resumes at the queue where
+    /// the last page stopped, rather than walking again every URL before it.
+    pub fn urls_from(
+        &self,
+        crawl: &str,
+        key: Option<&[u8]>,
+        from: Option<&[u8]>,
         mut f: impl FnMut(HeldUrl) -> bool,
     ) -> Result<()> {
         let crawl = crawl_name(crawl);
         self.flush()?;
         let mut unwound = Unwound::default();
         let r = self.with(|c| {
-            c.visit_held(crawl, key, &mut |r, status| {
+            c.visit_held(crawl, (key, from), &mut |r, status| {
                 let held = HeldUrl {
                     key: r.key.unwrap_or_else(|| key::default_key(r.url)).to_vec(),
                     url: r.url.to_vec(),

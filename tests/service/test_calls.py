@@ -3,7 +3,7 @@ PurgeURLs, ListQueues pages, DeleteCrawl counts, GetURLs by crawl, --memory."""
 
 import time
 
-from helpers import discovered, get, known, now_s, put
+from helpers import discovered, get, known, now_s, put, stats
 
 
 def test_list_nodes_is_this_node(server):
@@ -122,3 +122,73 @@ def test_a_urls_status_asked_with_another_key_is_found_in_its_hosts_queue(server
         assert item.known.info.url == "http://st.t/2"
         assert item.known.info.key == "st.t"
         assert item.known.refetchable_from_date > 0, "waiting: due from a date"
+
+
+def test_list_urls_answers_100_by_default_and_pages_across_queues(server_factory):
+    """ListURLs without a size answers 100 URLs (the published API's default); a listing
+    longer than the service's walk of 10,000 URLs at a time gives every URL once, in key
+    order and first-appearance order within a queue, whatever window is asked."""
+    server = server_factory()
+    pb = server.pb
+    hosts = [f"h{i:03}.t" for i in range(150)]
+    urls = {h: [f"http://{h}/{j}" for j in range(70)] for h in hosts}
+    for h in hosts:
+        assert {s for _, s in put(server, [discovered(pb, u) for u in urls[h]])} == {"OK"}
+    expected = [u for h in sorted(hosts) for u in urls[h]]
+    assert len(expected) == 10_500
+
+    def listed(**p):
+        return [i.known.info.url for i in server.stub.ListURLs(pb.ListUrlParams(**p))]
+
+    assert listed() == expected[:100]
+    assert listed(size=0, start=7) == expected[7:107]
+    assert listed(size=20_000) == expected
+    # Windows across the walk's page boundary (10,000), one within a queue.
+    assert listed(start=9_990, size=30) == expected[9_990:10_020]
+    assert listed(start=9_000, size=1_500) == expected[9_000:]
+    assert listed(start=10_499, size=5) == expected[10_499:]
+    # A filter counts matches only.
+    sevens = [u for u in expected if u.endswith("/7")]
+    assert listed(size=1_000, filter="/7", ignoreCase=False) == [
+        u for u in expected if "/7" in u
+    ]
+    assert [u for u in listed(size=20_000, filter="/7") if u.endswith("/7")] == sevens
+
+
+def test_urls_pushed_through_the_command_line_read_as_waiting(server_factory, tmp_path):
+    """A URL pushed through the command line has no storing instant the service knows: its
+    known item says it is due (1), not done (0), and PurgeURLs takes it only with days 0."""
+    import subprocess
+
+    from conftest import BIN
+
+    store = tmp_path / "pushed"
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("http://cli.t/a\nhttp://cli.t/b\n")
+    subprocess.run([BIN, "push", str(store), str(seeds)], check=True, capture_output=True)
+    server = server_factory(directory=store)
+    pb = server.pb
+    status = server.stub.GetURLStatus(pb.URLStatusRequest(url="http://cli.t/a"))
+    assert (status.known.refetchable_from_date, status.creation_date) == (1, 0)
+    listed = list(server.stub.ListURLs(pb.ListUrlParams(key="cli.t")))
+    assert [i.known.refetchable_from_date for i in listed] == [1, 1]
+    assert server.stub.PurgeURLs(pb.PurgeUrlParams(key="cli.t", days=30)).value == 0
+    assert [u.url for u in get(server, key="cli.t", max_urls_per_queue=1)] == ["http://cli.t/a"]
+    assert server.stub.PurgeURLs(pb.PurgeUrlParams(key="cli.t", days=0)).value == 2
+    status = server.stub.GetURLStatus(pb.URLStatusRequest(url="http://cli.t/b"))
+    assert status.known.refetchable_from_date == 0
+
+
+def test_active_queues_count_queues_whose_urls_are_all_in_transit(server_factory):
+    """GetStats' active_queues counts a queue with URLs waiting or in transit, as the
+    reference service does."""
+    server = server_factory()
+    pb = server.pb
+    put(server, [discovered(pb, "http://act1.t/1"), discovered(pb, "http://act2.t/1")])
+    put(server, [discovered(pb, "http://act2.t/2")])
+    assert stats(server).counts["active_queues"] == 2
+    assert len(get(server, max_urls_per_queue=1)) == 2
+    st = stats(server)
+    assert (st.counts["active_queues"], st.inProcess) == (2, 2), st
+    put(server, [known(pb, "http://act1.t/1")])
+    assert stats(server).counts["active_queues"] == 1

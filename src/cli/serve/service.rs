@@ -52,6 +52,9 @@ const ACK_JOBS_PER_STREAM: usize = 2;
 /// URLs one walk of `ListURLs` collects (holding the frontier) before it is sent.
 const LIST_PAGE: usize = 10_000;
 
+/// URLs a ListURLs answers when its `size` is 0 (the published API's default).
+const LIST_DEFAULT: usize = 100;
+
 /// A stream of responses.
 type Answer<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
@@ -555,8 +558,10 @@ fn known_item(crawl: &str, h: HeldUrl) -> pb::UrlItem {
     let stored = meta::decode(&h.metadata);
     let refetch = match h.status {
         UrlStatus::Refetch { at_ms } => at_ms.div_ceil(1000),
-        // Due since it was stored (the reference answers the instant it is scheduled at).
-        _ => stored.created,
+        // Due since it was stored (the reference answers the instant it is scheduled at);
+        // 1 for a URL pushed through the library or the command line, whose storing
+        // instant is not known (0 would say done).
+        _ => stored.created.max(1),
     };
     pb::UrlItem {
         id: String::new(),
@@ -856,7 +861,7 @@ impl Service {
             .await?;
         let mut counts = HashMap::from([
             ("completed".to_owned(), c.done),
-            ("active_queues".to_owned(), c.queues_waiting),
+            ("active_queues".to_owned(), c.queues_active),
         ]);
         if self.peers.is_some() {
             counts.insert(HANDOFF_RECORDS.to_owned(), self.router.handoff_records());
@@ -876,6 +881,11 @@ impl Service {
     /// Sends this node's URLs of `p` that pass its filter to `tx`, skipping the first
     /// `*skip` and sending at most `*left`; false if the stream is to end (an error was sent,
     /// or the client went away).
+    ///
+    /// The walk goes in pages, each under the frontier's lock for a moment only. A page
+    /// resumes at the queue where the one before stopped, passing over that queue's matches
+    /// already taken, so that the walk's cost is the URLs listed (not the square of their
+    /// number), and a URL leased or completed in a queue already passed shifts nothing.
     async fn local_urls(
         &self,
         p: &pb::ListUrlParams,
@@ -885,9 +895,9 @@ impl Service {
     ) -> bool {
         let crawl = crawl_name(&p.crawl_id);
         let ignore_case = p.ignore_case.unwrap_or(false);
-        // Pages of the walk, each under the frontier's lock for a moment only.
-        let base = *skip;
-        let mut taken = 0usize;
+        // Where the next page starts: a queue's key and how many of its matches were taken
+        // (skipped or sent) by the pages before.
+        let mut cursor: Cursor = None;
         loop {
             if *left == 0 {
                 return true;
@@ -899,24 +909,18 @@ impl Service {
                 p.filter.clone(),
             );
             let want = LIST_PAGE.min(*left);
-            let from = base + taken;
+            let (from, to_skip) = (cursor.take(), *skip);
             let page = tokio::task::spawn_blocking(move || {
-                let mut page = Vec::new();
-                let mut seen = 0usize;
-                f.urls(&c, k.as_deref().map(str::as_bytes), |h| {
-                    if !matches(&h.url, &filter, ignore_case) {
-                        return true;
-                    }
-                    seen += 1;
-                    if seen > from {
-                        page.push(h);
-                    }
-                    page.len() < want
-                })
-                .map(|()| (page, seen))
+                let walk = Walk {
+                    crawl: &c,
+                    key: k.as_deref(),
+                    filter: &filter,
+                    ignore_case,
+                };
+                list_page(&f, &walk, from, to_skip, want)
             })
             .await;
-            let (page, seen) = match page {
+            let (page, skip_left, at) = match page {
                 Ok(Ok(page)) => page,
                 Ok(Err(e)) => {
                     let _ = tx.send(Err(status_of(&self.log, "ListURLs", &e))).await;
@@ -931,8 +935,9 @@ impl Service {
                 }
             };
             let last = page.len() < want;
-            taken += page.len();
+            *skip = skip_left;
             *left -= page.len();
+            cursor = at;
             for h in page {
                 if tx.send(Ok(known_item(&crawl, h))).await.is_err() {
                     return false;
@@ -940,12 +945,62 @@ impl Service {
             }
             if last {
                 // The walk saw every match of this node: those skipped are off the count.
-                *skip = base.saturating_sub(seen);
                 return true;
             }
         }
     }
 }
+/// What a ListURLs walks: a crawl, or one key's queue of it, and the filter of its URLs.
+struct Walk<'a> {
+    crawl: &'a str,
+    key: Option<&'a str>,
+    filter: &'a Option<String>,
+    ignore_case: bool,
+}
+
+/// Where a page of a ListURLs walk starts: a queue's key, and how many of its matches the
+/// pages before took (skipped or sent).
+type Cursor = Option<(Vec<u8>, usize)>;
+
+/// One page of a ListURLs walk (under the frontier's lock): from `from` on, passing over
+/// `to_skip` more matches, at most `want` URLs. Returns them, the matches still to skip
+/// (the walk ended first), and where the next page starts.
+fn list_page(
+    f: &Frontier,
+    walk: &Walk<'_>,
+    from: Cursor,
+    mut to_skip: usize,
+    want: usize,
+) -> crivello::Result<(Vec<HeldUrl>, usize, Cursor)> {
+    let mut page = Vec::new();
+    // The queue being walked and its matches taken so far.
+    let mut at: Cursor = None;
+    let resume = from.as_ref().map(|(key, _)| key.as_slice());
+    f.urls_from(walk.crawl, walk.key.map(str::as_bytes), resume, |h| {
+        if !matches(&h.url, walk.filter, walk.ignore_case) {
+            return true;
+        }
+        let taken = match &mut at {
+            Some((key, n)) if *key == h.key => n,
+            _ => &mut at.insert((h.key.clone(), 0)).1,
+        };
+        *taken += 1;
+        if from
+            .as_ref()
+            .is_some_and(|(key, n)| *key == h.key && *taken <= *n)
+        {
+            return true;
+        }
+        if to_skip > 0 {
+            to_skip -= 1;
+            return true;
+        }
+        page.push(h);
+        page.len() < want
+    })?;
+    Ok((page, to_skip, at))
+}
+
 #[tonic::async_trait]
 impl UrlFrontier for Service {
     async fn list_nodes(&self, _: Request<pb::Empty>) -> Result<Response<pb::StringList>, Status> {
@@ -1383,6 +1438,7 @@ impl UrlFrontier for Service {
         &self,
         r: Request<pb::ListUrlParams>,
     ) -> Result<Response<Self::ListURLsStream>, Status> {
+        let asked_by_node = forwarded(&r);
         let p = r.into_inner();
         // The nodes to walk, in order: the key's owner alone, or every node.
         let nodes: Vec<usize> = match self.spread(p.local) {
@@ -1395,10 +1451,12 @@ impl UrlFrontier for Service {
         let this = self.clone();
         tokio::spawn(async move {
             let mut skip = p.start as usize;
-            let mut left = if p.size == 0 {
-                usize::MAX
-            } else {
-                p.size as usize
+            // 0: 100, as url-frontier's reference service answers; a node asks another for
+            // as many as it needs, and an older build asked for all with 0.
+            let mut left = match p.size {
+                0 if asked_by_node => usize::MAX,
+                0 => LIST_DEFAULT,
+                n => n as usize,
             };
             for i in nodes {
                 if left == 0 {
@@ -1413,10 +1471,10 @@ impl UrlFrontier for Service {
                 let Some(peers) = this.peers.as_ref() else {
                     return;
                 };
-                // The node's every match; the window is cut here.
+                // The node's matches up to the window's end; the window is cut here.
                 let msg = pb::ListUrlParams {
                     start: 0,
-                    size: 0,
+                    size: u32::try_from(skip.saturating_add(left)).unwrap_or(u32::MAX),
                     local: true,
                     ..p.clone()
                 };
@@ -1536,7 +1594,13 @@ impl UrlFrontier for Service {
             .call("PurgeURLs", move |f| {
                 let mut old: Vec<HeldUrl> = Vec::new();
                 f.urls(&q.crawl_id, non_empty(&q.key).map(str::as_bytes), |h| {
-                    if meta::decode(&h.metadata).created < before {
+                    // A URL whose storing instant is not known (pushed through the library
+                    // or the command line) is older than 0 days only: it was stored by now.
+                    let old_enough = match meta::decode(&h.metadata).created {
+                        0 => q.days == 0,
+                        created => created < before,
+                    };
+                    if old_enough {
                         old.push(h);
                     }
                     true
@@ -1569,6 +1633,80 @@ impl UrlFrontier for Service {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A ListURLs walk in pages resumes at the queue where the page before stopped: what
+    /// changes meanwhile in a queue already passed (a URL completed, a URL put) shifts
+    /// nothing, and every URL of the queues after it is listed once; the walk's window
+    /// (`start`) and its filter count as before.
+    #[test]
+    fn a_list_walk_in_pages_resumes_at_its_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = Frontier::open(dir.path(), crivello::Options::new().memory(8 << 20)).unwrap();
+        let hosts: Vec<String> = (0..6).map(|h| format!("h{h}.t")).collect();
+        let url = |h: &str, j: usize| format!("http://{h}/{j}");
+        let urls: Vec<String> = (hosts.iter())
+            .flat_map(|h| (0..9).map(move |j| url(h, j)))
+            .collect();
+        let items: Vec<crivello::Discovered<'_>> = (urls.iter())
+            .map(|u| crivello::Discovered::url(u.as_bytes()))
+            .collect();
+        f.push("", &items).unwrap();
+        let none = None;
+        let walk = Walk {
+            crawl: "",
+            key: None,
+            filter: &none,
+            ignore_case: false,
+        };
+        let texts = |page: &[HeldUrl]| -> Vec<String> {
+            (page.iter())
+                .map(|h| String::from_utf8(h.url.clone()).unwrap())
+                .collect()
+        };
+        // Pages of 4 after skipping 3: the page boundaries fall within queues.
+        let (mut all, mut cursor, mut skip) = (Vec::new(), None, 3);
+        let mut round = 0;
+        loop {
+            let (page, left, next) = list_page(&f, &walk, cursor, skip, 4).unwrap();
+            all.extend(texts(&page));
+            (cursor, skip) = (next, left);
+            if page.len() < 4 {
+                break;
+            }
+            round += 1;
+            if round == 2 {
+                // 11 matches taken: queue h0 passed, the walk in h1. A URL of h0 completed
+                // shifts nothing (a walk from the first queue would list one URL twice); one
+                // of h3, not reached yet, is not listed.
+                for done in [url("h0.t", 1), url("h3.t", 4)] {
+                    let item = crivello::Known {
+                        url: done.as_bytes(),
+                        key: None,
+                        metadata: b"",
+                        refetch_ms: 0,
+                    };
+                    f.update("", &[item]).unwrap();
+                }
+            }
+        }
+        assert_eq!(skip, 0);
+        let expected: Vec<String> = (urls[3..].iter())
+            .filter(|u| **u != url("h3.t", 4))
+            .cloned()
+            .collect();
+        assert_eq!(all, expected);
+        // A filter counts its matches only, and a skip past them all is left over.
+        let seven = Some("/7".to_owned());
+        let walk = Walk {
+            filter: &seven,
+            ..walk
+        };
+        let (page, left, _) = list_page(&f, &walk, None, 2, 100).unwrap();
+        let sevens: Vec<String> = hosts[2..].iter().map(|h| url(h, 7)).collect();
+        assert_eq!((texts(&page), left), (sevens, 0));
+        let (page, left, _) = list_page(&f, &walk, None, 10, 100).unwrap();
+        assert_eq!((page.len(), left), (0, 4));
+    }
 
     fn numbered(n: u64) -> (Unit, Vec<Slot>) {
         let from: Arc<str> = Arc::from("a/0000000000000001/0");

@@ -4109,6 +4109,9 @@ impl Core {
             if waiting > 0 {
                 c.queues_waiting += 1;
             }
+            if waiting > 0 || q.leased > 0 {
+                c.queues_active += 1;
+            }
             if q.has_waiting() && self.has_room(qid, &q) && self.ready_at(qid, &q) <= now {
                 c.queues_due += 1;
             }
@@ -4206,14 +4209,14 @@ impl Core {
     }
 
     /// Visits the URLs the queues of `crawl` (or its queue `key`) hold, queue by queue in
-    /// key order: those leased, those returned, those waiting in the Q runs (in queue
+    /// key order from the key `from` on (none: from the first): those leased, those returned, those waiting in the Q runs (in queue
     /// order), those to fetch again (in date order). `f` gets each one's record and status,
     /// and returns false to stop. Done URLs are not held (the sieve keeps their signatures
     /// only).
     pub(super) fn visit_held(
         &mut self,
         crawl: &[u8],
-        key: Option<&[u8]>,
+        (key, from): (Option<&[u8]>, Option<&[u8]>),
         f: &mut dyn FnMut(Record<'_>, super::UrlStatus) -> bool,
     ) -> Result<()> {
         use super::UrlStatus;
@@ -4233,6 +4236,9 @@ impl Core {
                 .map(|(i, q)| (i as u32, q.key))
                 .collect(),
         };
+        if let Some(from) = from {
+            qs.retain(|q| self.keys.get(q.1) >= from);
+        }
         qs.sort_unstable_by(|a, b| self.keys.get(a.1).cmp(self.keys.get(b.1)));
         let qs: Vec<u32> = qs.into_iter().map(|(i, _)| i).collect();
         let mut leased: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
