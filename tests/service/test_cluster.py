@@ -147,7 +147,9 @@ def test_calls_reach_the_owner_or_every_node(cluster_factory):
     assert [n.stub.GetActive(pb.Local()).state for n in c.nodes] == [True] * 3
     # local = true: this node alone.
     c[0].stub.SetActive(pb.Active(state=False, local=True))
-    assert [n.stub.GetActive(pb.Local()).state for n in c.nodes] == [False, True, True]
+    assert [n.stub.GetActive(pb.Local(local=True)).state for n in c.nodes] == [False, True, True]
+    # Asked of the cluster (local false): active only if every node is.
+    assert [n.stub.GetActive(pb.Local()).state for n in c.nodes] == [False] * 3
     c[0].stub.SetActive(pb.Active(state=True, local=True))
     assert c[2].stub.DeleteCrawl(pb.DeleteCrawlMessage(value="two")).value == 9
     assert all(node.stub.ListCrawls(pb.Local(local=True)).values in ([], ["one"]) for node in c.nodes)

@@ -1255,9 +1255,17 @@ impl UrlFrontier for Service {
         Ok(Response::new(pb::Empty {}))
     }
 
-    async fn get_active(&self, _: Request<pb::Local>) -> Result<Response<pb::Boolean>, Status> {
+    async fn get_active(&self, r: Request<pb::Local>) -> Result<Response<pb::Boolean>, Status> {
+        let local = r.into_inner().local;
         let s = self.call("GetActive", |f| f.stats()).await?;
-        Ok(Response::new(pb::Boolean { state: !s.paused }))
+        let mut state = !s.paused;
+        // In a cluster: active only if every node is (the published API's `local` false).
+        if let Some(peers) = self.spread(local) {
+            let msg = pb::Local { local: true };
+            let others = on_others!(peers, "GetActive", get_active, msg)?;
+            state &= others.iter().all(|b| b.state);
+        }
+        Ok(Response::new(pb::Boolean { state }))
     }
 
     async fn set_delay(
