@@ -1024,13 +1024,15 @@ impl Frontier {
         key: Option<&[u8]>,
         f: impl FnMut(HeldUrl) -> bool,
     ) -> Result<()> {
+        self.flush()?;
         self.urls_from(crawl, key, None, f)
     }
 
     /// [`Frontier::urls`], from the queue whose key is `from` on (the queues whose keys
-    /// come before it in byte order are passed over; `None`: from the first): a caller that
-    /// lists a crawl in pages, each under the lock for a moment, resumes at the queue where
-    /// the last page stopped, rather than walking again every URL before it.
+    /// come before it in byte order are passed over; `None`: from the first), without a
+    /// flush: a caller that lists a crawl in pages, each under the lock for a moment,
+    /// flushes once, then resumes each page at the queue where the last one stopped, rather
+    /// than walking again every URL before it.
     pub fn urls_from(
         &self,
         crawl: &str,
@@ -1039,7 +1041,6 @@ impl Frontier {
         mut f: impl FnMut(HeldUrl) -> bool,
     ) -> Result<()> {
         let crawl = crawl_name(crawl);
-        self.flush()?;
         let mut unwound = Unwound::default();
         let r = self.with(|c| {
             c.visit_held(crawl, (key, from), &mut |r, status| {

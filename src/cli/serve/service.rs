@@ -55,6 +55,9 @@ const LIST_PAGE: usize = 10_000;
 /// URLs a ListURLs answers when its `size` is 0 (the published API's default).
 const LIST_DEFAULT: usize = 100;
 
+/// URLs one walk of `CountURLs` counts (holding the frontier) before it lets go.
+const COUNT_PAGE: usize = 100_000;
+
 /// A stream of responses.
 type Answer<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
@@ -910,7 +913,12 @@ impl Service {
             );
             let want = LIST_PAGE.min(*left);
             let (from, to_skip) = (cursor.take(), *skip);
+            let first = from.is_none();
             let page = tokio::task::spawn_blocking(move || {
+                if first {
+                    // What was pushed before the call is listed.
+                    f.flush()?;
+                }
                 let walk = Walk {
                     crawl: &c,
                     key: k.as_deref(),
@@ -969,10 +977,24 @@ fn list_page(
     f: &Frontier,
     walk: &Walk<'_>,
     from: Cursor,
-    mut to_skip: usize,
+    to_skip: usize,
     want: usize,
 ) -> crivello::Result<(Vec<HeldUrl>, usize, Cursor)> {
     let mut page = Vec::new();
+    let (_, to_skip, at) = walk_page(f, walk, from, to_skip, want, |h| page.push(h))?;
+    Ok((page, to_skip, at))
+}
+
+/// [`list_page`], giving each URL of the page to `take`; returns how many it took.
+fn walk_page(
+    f: &Frontier,
+    walk: &Walk<'_>,
+    from: Cursor,
+    mut to_skip: usize,
+    want: usize,
+    mut take: impl FnMut(HeldUrl),
+) -> crivello::Result<(usize, usize, Cursor)> {
+    let mut taken_here = 0usize;
     // The queue being walked and its matches taken so far.
     let mut at: Cursor = None;
     let resume = from.as_ref().map(|(key, _)| key.as_slice());
@@ -995,10 +1017,26 @@ fn list_page(
             to_skip -= 1;
             return true;
         }
-        page.push(h);
-        page.len() < want
+        take(h);
+        taken_here += 1;
+        taken_here < want
     })?;
-    Ok((page, to_skip, at))
+    Ok((taken_here, to_skip, at))
+}
+
+/// Matches of `walk` this node holds, counted in pages of `page` URLs ([`COUNT_PAGE`]), each
+/// under the frontier's lock for a moment (after one flush).
+fn count_urls(f: &Frontier, walk: &Walk<'_>, page: usize) -> crivello::Result<u64> {
+    f.flush()?;
+    let (mut n, mut cursor) = (0u64, None);
+    loop {
+        let (taken, _, next) = walk_page(f, walk, cursor, 0, page, drop)?;
+        n += taken as u64;
+        if taken < page {
+            return Ok(n);
+        }
+        cursor = next;
+    }
 }
 
 #[tonic::async_trait]
@@ -1540,14 +1578,13 @@ impl UrlFrontier for Service {
         let q = p.clone();
         let mut value = self
             .call("CountURLs", move |f| {
-                let mut n = 0u64;
-                f.urls(&q.crawl_id, non_empty(&q.key).map(str::as_bytes), |h| {
-                    if matches(&h.url, &q.filter, ignore_case) {
-                        n += 1;
-                    }
-                    true
-                })?;
-                Ok(n)
+                let walk = Walk {
+                    crawl: &q.crawl_id,
+                    key: non_empty(&q.key),
+                    filter: &q.filter,
+                    ignore_case,
+                };
+                count_urls(f, &walk, COUNT_PAGE)
             })
             .await?;
         if let Some(peers) = self.spread(local).filter(|_| p.key.is_empty()) {
@@ -1659,6 +1696,8 @@ mod tests {
             .map(|u| crivello::Discovered::url(u.as_bytes()))
             .collect();
         f.push("", &items).unwrap();
+        // A listing flushes before its first page.
+        f.flush().unwrap();
         let none = None;
         let walk = Walk {
             crawl: "",
@@ -1714,6 +1753,16 @@ mod tests {
         assert_eq!((texts(&page), left), (sevens, 0));
         let (page, left, _) = list_page(&f, &walk, None, 10, 100).unwrap();
         assert_eq!((page.len(), left), (0, 4));
+        // Counted in pages of 4 or at once, the same.
+        let held = urls.len() as u64 - 2;
+        for page in [4, 5, 1000] {
+            assert_eq!(count_urls(&f, &walk, page).unwrap(), hosts.len() as u64);
+            let all = Walk {
+                filter: &none,
+                ..walk
+            };
+            assert_eq!(count_urls(&f, &all, page).unwrap(), held, "pages of {page}");
+        }
     }
 
     fn numbered(n: u64) -> (Unit, Vec<Slot>) {

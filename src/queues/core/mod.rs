@@ -4220,7 +4220,8 @@ impl Core {
         f: &mut dyn FnMut(Record<'_>, super::UrlStatus) -> bool,
     ) -> Result<()> {
         use super::UrlStatus;
-        // What was pushed reached its queue first (`Frontier::urls` flushes).
+        // What was pushed reached its queue first (`Frontier::urls` flushes; the callers of
+        // `Frontier::urls_from` flush before their first page).
         self.writable()?;
         let now = self.now_ms();
         self.expire(now);
