@@ -167,6 +167,14 @@ fn a_plain_sieve_refuses_the_frontiers_commands_and_bad_input_is_named() {
     expect(0, &["pop", d], b"");
     let (_, err) = expect(1, &["lease", d], b"");
     assert!(err.contains("used as a plain sieve"), "{err}");
+    // A first `pop` that prints nothing (the pushes not flushed yet) fixes the mode too.
+    let e = tmp.path().join("e");
+    let e = e.to_str().unwrap();
+    expect(0, &["push", e], b"http://a.test/\n");
+    let (out, _) = expect(0, &["pop", e], b"");
+    assert_eq!(out, "");
+    let (_, err) = expect(1, &["lease", e], b"");
+    assert!(err.contains("used as a plain sieve"), "{err}");
 
     let f = tmp.path().join("f");
     let f = f.to_str().unwrap();
@@ -535,6 +543,10 @@ fn lease_wait_started_while_another_process_holds_the_directory_waits_for_it() {
     let d = d.to_str().unwrap();
     expect(0, &["push", d], b"http://a.test/1\n");
     expect(0, &["lease", d, "-n", "0"], b"");
+    // With --wait it would wait for ever: a usage error.
+    let out = run(&["lease", d, "-n", "0", "--wait"], b"");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("-n 1 or more"));
     let mut push = spawn(&["push", d, "-q"]);
     let mut input = push.stdin.take().unwrap();
     input.write_all(b"http://b.test/1\n").unwrap();

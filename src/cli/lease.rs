@@ -45,6 +45,13 @@ pub struct LeaseArgs {
 
 /// Runs `lease`.
 pub fn run(args: LeaseArgs) -> Result<()> {
+    if args.wait && args.max == 0 {
+        return Err(super::usage(
+            "--wait with -n 0 would wait for ever: nothing is ever leased",
+            "give -n 1 or more with --wait (-n 0 alone fixes the store's mode and leases \
+             nothing)",
+        ));
+    }
     require_sieve(&args.dir)?;
     let req = LeaseRequest {
         max_urls: args.max,

@@ -62,6 +62,7 @@ pub fn run(args: PopArgs) -> Result<()> {
     let mut left = args.max.unwrap_or(u64::MAX);
     // URLs and bytes printed since the last commit, and when it was.
     let (mut pending, mut pending_bytes, mut committed_at) = (0u64, 0usize, Instant::now());
+    let mut committed = false;
     loop {
         let mut failed = None;
         let mut bytes = 0;
@@ -108,10 +109,18 @@ pub fn run(args: PopArgs) -> Result<()> {
                 }
             })?;
             (pending, pending_bytes, committed_at) = (0, 0, Instant::now());
+            committed = true;
         }
         if last {
             break;
         }
+    }
+    if !committed {
+        // Nothing printed: the store's mode is fixed all the same (the first `pop` makes
+        // it a plain sieve's, as the first `lease` makes it a frontier's).
+        sieve
+            .frontier_commit()
+            .map_err(|e| anyhow::Error::new(e).context(context(&args)))?;
     }
     sieve.close()?;
     progress.finish();

@@ -271,7 +271,7 @@ def test_bad_peer_lists_are_refused(tmp_path, peers, why):
         capture_output=True,
         timeout=30,
     )
-    assert out.returncode != 0
+    assert out.returncode == 2, "a usage error"
     assert why in out.stderr.decode(), out.stderr.decode()
 
 

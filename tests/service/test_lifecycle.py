@@ -41,7 +41,7 @@ def test_a_bad_address_is_a_usage_error(tmp_path):
         capture_output=True,
         timeout=30,
     )
-    assert out.returncode == 1
+    assert out.returncode == 2
     assert b"not an address" in out.stderr
 
 

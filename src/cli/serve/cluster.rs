@@ -18,7 +18,7 @@ use tonic::metadata::MetadataMap;
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
 
-use super::super::explained;
+use super::super::{explained, usage};
 
 /// The metadata entry naming the node a forwarded call comes from.
 pub const FROM: &str = "crivello-node";
@@ -56,14 +56,14 @@ impl Cluster {
     pub fn new(me: &str, peers: &str, method: Method) -> Result<Cluster> {
         let nodes = parse_peers(peers)?;
         let Some(_) = nodes.iter().find(|n| n.name == me) else {
-            return Err(explained(
+            return Err(usage(
                 format!("--node {me}: not among the --peers ({peers})"),
                 "give every node the same --peers list, its own entry included",
             ));
         };
         let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
         let assignment = Assignment::new(method, &names)
-            .map_err(|e| explained(format!("--peers {peers}: {e}"), "rename the nodes"))?;
+            .map_err(|e| usage(format!("--peers {peers}: {e}"), "rename the nodes"))?;
         // Reordered as the assignment indexes them.
         let nodes: Vec<Node> = assignment
             .names()
@@ -629,7 +629,7 @@ pub fn parse_peers(text: &str) -> Result<Vec<Node>> {
     for entry in text.split(',') {
         let entry = entry.trim();
         let Some((name, addr)) = entry.split_once('=') else {
-            return Err(explained(
+            return Err(usage(
                 format!("--peers: {entry:?} is not NAME=HOST:PORT"),
                 hint,
             ));
@@ -641,25 +641,25 @@ pub fn parse_peers(text: &str) -> Result<Vec<Node>> {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         {
-            return Err(explained(
+            return Err(usage(
                 format!("--peers: {name:?} is not a node name"),
                 "name nodes with letters, digits, '-', '_' and '.' (not first)",
             ));
         }
         let parsed: SocketAddr = addr.parse().map_err(|_| {
-            explained(
+            usage(
                 format!("--peers: {addr:?} (node {name}) is not an address"),
                 "give HOST:PORT with a numeric host, e.g. 127.0.0.1:7071",
             )
         })?;
         if !names.insert(name.to_owned()) {
-            return Err(explained(
+            return Err(usage(
                 format!("--peers: two nodes are named {name}"),
                 "give each node its own name",
             ));
         }
         if !addrs.insert(parsed) {
-            return Err(explained(
+            return Err(usage(
                 format!("--peers: two nodes have the address {parsed}"),
                 "give each node its own HOST:PORT",
             ));

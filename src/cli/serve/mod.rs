@@ -226,7 +226,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         (None, None) => "127.0.0.1:7071".to_owned(),
     };
     let addr: SocketAddr = addr_text.parse().map_err(|_| {
-        explained(
+        super::usage(
             format!("--addr {addr_text}: not an address"),
             "give HOST:PORT with a numeric host, e.g. 127.0.0.1:7071",
         )
