@@ -60,6 +60,7 @@ from urllib.parse import urlparse
 
 from scrapy import Request
 from scrapy.dupefilters import RFPDupeFilter
+from scrapy.utils.deprecate import method_is_overridden
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import arg_to_iter, load_object
 from scrapy.utils.request import request_from_dict
@@ -155,11 +156,28 @@ def _open_store(kind: Callable[..., Any], path: str, memory: Any) -> Any:
 def _slot_of(request: Request) -> str:
     """The download slot of a request, as Scrapy's downloader computes it by default. The
     requests without one (`file:` and `data:` URLs: Scrapy's slot "") share the frontier's
-    queue `_DEFAULT_`, as they share Scrapy's slot (a key is never empty)."""
+    queue `_DEFAULT_`, as they share Scrapy's slot (a key is never empty). A slot longer
+    than a frontier's key may be is shortened (see `_key_of`)."""
     slot = request.meta.get("download_slot")
     if slot is not None and str(slot) and not _redirect_keeps(request, str(slot)):
-        return str(slot)
-    return urlparse_cached(request).hostname or "_DEFAULT_"
+        return _key_of(str(slot))
+    return _key_of(urlparse_cached(request).hostname or "_DEFAULT_")
+
+
+#: The longest key a frontier's queue takes, in bytes.
+MAX_KEY = 255
+
+
+def _key_of(slot: str) -> str:
+    """The frontier's key of a download slot: the slot itself, or, for a slot longer than
+    `MAX_KEY` bytes (a spider's own, or a host name no DNS would resolve), its first 200
+    bytes and a hash of the whole, so that two long slots stay two queues and the request
+    is scheduled (its download then succeeds or fails on its own)."""
+    raw = slot.encode("utf-8", "surrogatepass")
+    if len(raw) <= MAX_KEY:
+        return slot
+    head = raw[:200].decode("utf-8", "ignore")
+    return f"{head}~{hashlib.sha1(raw).hexdigest()}"
 
 
 def _redirect_keeps(request: Request, slot: str) -> bool:
@@ -175,6 +193,19 @@ def _redirect_keeps(request: Request, slot: str) -> bool:
         except ValueError:
             continue
     return False
+
+
+def _call_later(delay: float, func: Callable[[], None]) -> Any:
+    """Calls `func` in `delay` seconds on the crawl's event loop: Scrapy's own helper where
+    it has one (asyncio, or Twisted's reactor; Scrapy 2.14 and later, which may run with no
+    reactor), else Twisted's reactor. Returns what ``cancel()`` stops."""
+    try:
+        from scrapy.utils.asyncio import call_later
+    except ImportError:
+        from twisted.internet import reactor
+
+        return reactor.callLater(delay, func)  # type: ignore
+    return call_later(delay, func)
 
 
 class DupeFilter(RFPDupeFilter):
@@ -208,6 +239,12 @@ class DupeFilter(RFPDupeFilter):
         # Whether Scrapy's scheduler keeps its queue on disk (JOBDIR).
         self.jobdir = False
         self._synced = time.monotonic()
+        # A subclass's own request_fingerprint decides what a duplicate is, as Scrapy's
+        # filter lets it.
+        self._own_fingerprint = method_is_overridden(
+            type(self), RFPDupeFilter, "request_fingerprint"
+        )
+        self._sync_call: Any = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DupeFilter:
@@ -222,7 +259,10 @@ class DupeFilter(RFPDupeFilter):
         return df
 
     def fingerprint_of(self, request: Request) -> str:
-        """The request's fingerprint, as hexadecimal text."""
+        """The request's fingerprint, as hexadecimal text (a subclass's own
+        ``request_fingerprint``, when it has one)."""
+        if self._own_fingerprint:
+            return str(self.request_fingerprint(request))
         return self.fingerprinter.fingerprint(request).hex()
 
     def open(self) -> None:
@@ -256,11 +296,29 @@ class DupeFilter(RFPDupeFilter):
         new = self.sieve.push_new(fp)
         now = time.monotonic()
         if now - self._synced >= self.SYNC_INTERVAL:
-            self.sieve.sync()
-            self._synced = now
+            self._sync()
+        elif new and self._sync_call is None:
+            # A quiet spell after a burst: the timer makes its fingerprints durable (with no
+            # event loop to run it, outside a crawl, at once).
+            try:
+                self._sync_call = _call_later(self.SYNC_INTERVAL, self._sync)
+            except RuntimeError:
+                self._sync()
         return not new
 
+    def _sync(self) -> None:
+        """Makes the fingerprints pushed so far durable."""
+        if self._sync_call is not None:
+            self._sync_call.cancel()
+            self._sync_call = None
+        if self.sieve is not None:
+            self.sieve.sync()
+        self._synced = time.monotonic()
+
     def close(self, reason: str) -> None:
+        if self._sync_call is not None:
+            self._sync_call.cancel()
+            self._sync_call = None
         if self.sieve is not None:
             sieve, self.sieve = self.sieve, None
             # What was merged is not needed again: only the fingerprints' signatures are.
@@ -325,9 +383,10 @@ class _Completing:
         try:
             if self.original is None:
                 if self.errback:
-                    # No errback of its own: the failure goes on as it would have.
+                    # No errback of its own: the failure goes on as it would have (the
+                    # same Failure, so that Scrapy logs it as a download error only).
                     sched._complete(self.token)
-                    result.raiseException()
+                    return result
                 original = getattr(sched.spider, "_parse", None) or sched.spider.parse
             else:
                 original = self.original
@@ -460,11 +519,7 @@ class Scheduler:
             )
         self.crawl_setting = crawl
         self.crawl = ""
-        # Scrapy takes a negative delay as none (a NaN is refused first: `max` would take it
-        # as 0).
-        if not math.isfinite(float(delay)):
-            raise SettingError(f"DOWNLOAD_DELAY={delay!r}: a finite number of seconds")
-        self.delay = max(0.0, float(delay))
+        self.delay = self._checked_delay(delay)
         if per_host < 1:
             raise SettingError(f"CRIVELLO_PER_HOST={per_host!r}: at least 1")
         self.per_host = per_host
@@ -500,6 +555,18 @@ class Scheduler:
         self._wake_at: Optional[float] = None
         # The name of each spider method met as a callback or errback, by its function.
         self._method_names: Dict[Any, str] = {}
+
+    @staticmethod
+    def _checked_delay(delay: Any) -> float:
+        """A delay in seconds: Scrapy takes a negative one as none (a NaN is refused first:
+        `max` would take it as 0)."""
+        try:
+            seconds = float(delay)
+        except (TypeError, ValueError) as e:
+            raise SettingError(f"DOWNLOAD_DELAY={delay!r}: not a number ({e})") from e
+        if not math.isfinite(seconds):
+            raise SettingError(f"DOWNLOAD_DELAY={delay!r}: a finite number of seconds")
+        return max(0.0, seconds)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
@@ -538,6 +605,11 @@ class Scheduler:
         from scrapy import signals
 
         self.crawler.signals.connect(self._downloaded, signal=signals.response_downloaded)
+        own = getattr(spider, "download_delay", None)
+        if own is not None and not self.crawler.settings.getfloat("DOWNLOAD_DELAY"):
+            # The spider's attribute, which Scrapy before 2.13 does not copy into the
+            # setting (its downloader honours it all the same).
+            self.delay = self._checked_delay(own)
         policy = Policy(delay=self.delay, per_queue=self.per_host)
         if self.frontier.policy(self.crawl) != policy:
             self.frontier.set_policy(policy, crawl=self.crawl)
@@ -609,6 +681,10 @@ class Scheduler:
         return int(counts["waiting"]) + len(self._ready)
 
     def enqueue_request(self, request: Request) -> bool:
+        if self._failed is not None:
+            # The store failed and the crawl is stopping: nothing more goes in (the next
+            # run schedules again what the requests in flight yield).
+            return False
         replaced = self._replaced(request)
         try:
             new = self._push(request)
@@ -778,8 +854,6 @@ class Scheduler:
         due = self.frontier.next_due(flush=False)
         if due is None:
             return
-        from twisted.internet import reactor
-
         # The frontier's instants are of its time, which stands still while a system clock
         # set back catches up: an instant past it comes when the clock reaches it.
         wait = due - time.time() if due > self.frontier.now() else 0.0
@@ -794,7 +868,7 @@ class Scheduler:
         if self._wake_at is not None and self._wake_at <= at:
             return
         self._wake_at = at
-        reactor.callLater(delay, self._wake)  # type: ignore[attr-defined]
+        _call_later(delay, self._wake)
 
     def _wake(self) -> None:
         self._wake_at = None
@@ -811,7 +885,7 @@ class Scheduler:
         token = request.meta.get(TOKEN_META)
         live = self._live.get(token) if token is not None else None
         if live is not None and not live.responded:
-            self._fetch_ended(token, live)
+            self._fetch_ended(int(token), live)
 
     def _scraping(self, token: int) -> None:
         live = self._live.get(token)
@@ -864,10 +938,8 @@ class Scheduler:
     def _wake_soon(self) -> None:
         if self._wake_at is not None and self._wake_at <= time.monotonic():
             return
-        from twisted.internet import reactor
-
         self._wake_at = time.monotonic()
-        reactor.callLater(0, self._wake)  # type: ignore[attr-defined]
+        _call_later(0, self._wake)
 
     def _flush_completions(self) -> None:
         self._gather_completions()
@@ -937,6 +1009,8 @@ class Scheduler:
     # Identities.
 
     def _fingerprint(self, request: Request) -> str:
+        if self.filtering:
+            return str(self.df.fingerprint_of(request))
         return self.crawler.request_fingerprinter.fingerprint(request).hex()
 
     def _replaced(self, request: Request) -> Optional[int]:

@@ -493,6 +493,9 @@ def test_a_failed_store_stops_the_crawl_with_its_reason(tmp_path: Path) -> None:
     assert Crawler.engine.closed == ["crivello_store_failed"]
     assert not s.has_pending_requests()
     assert s.next_request() is None and Crawler.engine.closed == ["crivello_store_failed"]
+    # A request yielded by a callback still running is refused quietly, the store not
+    # touched (its push raised PoisonedError into the engine).
+    assert s.enqueue_request(scrapy.Request("http://a.example/late")) is False
 
 
 def test_a_request_without_a_host_is_scheduled(tmp_path: Path) -> None:
@@ -532,3 +535,137 @@ def test_a_request_scheduled_with_no_origin_bypasses_the_filter_in_every_run(
         fetched.append(sum(1 for _, _, p in site.fetches[before:] if p == start))
     # The start request and three polls, then three polls.
     assert fetched == [4, 3], fetched
+
+
+def test_a_slot_longer_than_a_key_is_scheduled_in_a_queue_of_its_own(tmp_path: Path) -> None:
+    """A host or a download slot longer than a frontier's key (255 bytes) raised out of
+    enqueue_request, and a start request's shut the crawl down: it is now a shortened key
+    with a hash of the whole, two such slots two queues."""
+    from crivello.scrapy import _key_of
+
+    class LongSpider(scrapy.Spider):  # type: ignore[misc,name-defined]
+        name = "long"
+
+    spider = LongSpider()
+    sched = _scheduler(LongSpider, tmp_path)
+    sched.open(spider)
+    host = "a" * 300 + ".test"
+    assert sched.enqueue_request(scrapy.Request(f"http://{host}/"))
+    for i, slot in enumerate(["x" * 256, "x" * 255 + "y", "é" * 200]):
+        req = scrapy.Request(f"http://b.example/{i}", meta={"download_slot": slot})
+        assert sched.enqueue_request(req)
+    keys = {_key_of(host), _key_of("x" * 256), _key_of("x" * 255 + "y"), _key_of("é" * 200)}
+    assert len(keys) == 4 and all(len(k.encode()) <= 255 for k in keys)
+    assert _key_of("b.example") == "b.example"
+    sched.frontier.flush()
+    queued = {q["key"] for q in sched.frontier.queues(crawl=sched.crawl)}
+    assert queued == keys
+
+
+def test_a_failure_without_an_errback_goes_on_as_the_same_failure(tmp_path: Path) -> None:
+    """The errback put in place of a request's missing one returns the failure it got, so
+    that Scrapy (2.11 compares it with the download's) logs a download error only, not a
+    spider error too."""
+    from twisted.python.failure import Failure
+
+    from crivello.scrapy import _Completing
+
+    class FailSpider(scrapy.Spider):  # type: ignore[misc,name-defined]
+        name = "fail"
+
+    sched = _scheduler(FailSpider, tmp_path)
+    sched.open(FailSpider())
+    try:
+        raise ConnectionRefusedError("refused")
+    except ConnectionRefusedError:
+        failure = Failure()
+    assert _Completing(sched, 1, None, True)(failure) is failure
+
+
+def test_the_duplicate_filter_takes_a_subclasss_own_fingerprint(tmp_path: Path) -> None:
+    import warnings
+
+    from crivello.scrapy import DupeFilter
+
+    class ByPath(DupeFilter):
+        def request_fingerprint(self, request: Any) -> str:
+            return str(request.url.split("?")[0].encode().hex())
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Scrapy 2.13 and later deprecate the override
+        df = ByPath(str(tmp_path / "seen"))
+    df.open()
+    assert not df.request_seen(scrapy.Request("http://a.example/x?1"))
+    assert df.request_seen(scrapy.Request("http://a.example/x?2"))
+    assert not df.request_seen(scrapy.Request("http://a.example/y?1"))
+    df.close("finished")
+
+
+def test_the_duplicate_filter_alone_makes_a_burst_durable_without_more_requests(
+    tmp_path: Path,
+) -> None:
+    """Fingerprints were synced only by a later request_seen: a burst followed by a quiet
+    spell (downloads only) was lost by a kill -9. A timer now syncs them within a second."""
+    script = tmp_path / "burst.py"
+    script.write_text(
+        "import os, sys\n"
+        "from twisted.internet import reactor\n"
+        "import scrapy\n"
+        "from crivello.scrapy import DupeFilter\n"
+        "df = DupeFilter(sys.argv[1])\n"
+        "df.open()\n"
+        "for i in range(200):\n"
+        "    assert not df.request_seen(scrapy.Request(f'http://a.example/{i}'))\n"
+        "reactor.callLater(2.5, lambda: os.kill(os.getpid(), 9))\n"
+        "reactor.run()\n"
+    )
+    store = tmp_path / "seen"
+    proc = subprocess.run(
+        [sys.executable, str(script), str(store)], capture_output=True, timeout=60
+    )
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    from crivello.scrapy import DupeFilter
+
+    df = DupeFilter(str(store))
+    df.jobdir = True  # (no warning about an earlier run)
+    df.open()
+    seen = sum(df.request_seen(scrapy.Request(f"http://a.example/{i}")) for i in range(200))
+    df.close("finished")
+    assert seen == 200
+
+
+def test_a_spiders_download_delay_attribute_is_the_hosts_delay(tmp_path: Path) -> None:
+    """Scrapy before 2.13 does not copy a spider's ``download_delay`` into DOWNLOAD_DELAY
+    (its downloader honours it all the same): the frontier's delay follows it too."""
+
+    class SlowSpider(scrapy.Spider):  # type: ignore[misc,name-defined]
+        name = "slow"
+        download_delay = 2.0
+
+    sched = _scheduler(SlowSpider, tmp_path)
+    sched.open(SlowSpider())
+    assert sched.frontier.policy(sched.crawl).delay == 2.0
+
+
+def test_a_crawl_without_twisteds_reactor_fetches_every_page(site: Site, tmp_path: Path) -> None:
+    """Scrapy 2.14 and later may run on asyncio alone (``TWISTED_REACTOR_ENABLED=False``):
+    the scheduler's wake-ups imported Twisted's reactor, failing at each request and leaving
+    the crawl to the engine's 5-second heartbeat."""
+    from scrapy.settings import default_settings
+
+    if not hasattr(default_settings, "TWISTED_REACTOR_ENABLED"):
+        pytest.skip("this Scrapy always runs on Twisted's reactor")
+    delay = 0.02
+    opts = settings(
+        tmp_path / "store", DOWNLOAD_DELAY=delay, TWISTED_REACTOR_ENABLED="False", **CRIVELLO
+    )
+    started = time.monotonic()
+    rc, log, _ = crawl(site, opts)
+    took = time.monotonic() - started
+    assert rc == 0, log[-3000:]
+    assert "ImportError" not in log and "ERROR" not in log, log[-3000:]
+    counts = site.count()
+    assert set(counts) == set(site.pages) and max(counts.values()) == 1
+    assert per_host_gaps(site) >= delay
+    # 500 pages over 4 hosts, 20 ms apart: about 3 s; riding the heartbeat takes far longer.
+    print(f"crawl without the reactor: {took:.1f} s")
