@@ -112,6 +112,12 @@ fn a_crawl_loop_through_the_command_line() {
     );
     let b_row = out.lines().find(|l| l.starts_with("b.test\t")).unwrap();
     assert!(!b_row.ends_with("\t-"), "blocked: {b_row}");
+    // A block whose instant passed is listed as none.
+    expect(0, &["block", d, "b.test", "--until", "1"], b"");
+    let (out, _) = expect(0, &["queues", d], b"");
+    let b_row = out.lines().find(|l| l.starts_with("b.test\t")).unwrap();
+    assert!(b_row.ends_with("\t-"), "not blocked: {b_row}");
+    expect(0, &["block", d, "b.test", "--for", "1h"], b"");
     // `stats` counts the queues; `check` verifies the journal and the Q runs.
     let (out, _) = expect(0, &["stats", d, "--json"], b"");
     let st: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
@@ -175,6 +181,19 @@ fn a_plain_sieve_refuses_the_frontiers_commands_and_bad_input_is_named() {
     assert_eq!(out, "");
     let (_, err) = expect(1, &["lease", e], b"");
     assert!(err.contains("used as a plain sieve"), "{err}");
+    // `queues` on a store neither `pop` nor `lease` has read lists nothing and leaves its
+    // mode free: `pop` then reads it.
+    let g = tmp.path().join("g");
+    let g = g.to_str().unwrap();
+    expect(0, &["push", g], b"http://a.test/\n");
+    expect(0, &["flush", g], b"");
+    let (out, err) = expect(0, &["queues", g], b"");
+    assert!(
+        out.is_empty() && err.contains("not used as a frontier yet"),
+        "{err}"
+    );
+    let (out, _) = expect(0, &["pop", g], b"");
+    assert_eq!(out, "http://a.test/\n");
 
     let f = tmp.path().join("f");
     let f = f.to_str().unwrap();
@@ -841,4 +860,34 @@ fn queues_and_flush_show_the_urls_pushed() {
         (Some(3), Some(3)),
         "{st}"
     );
+}
+
+/// `done` reading a fetcher's output leaves the directory free until its first batch is
+/// read: in `lease | fetch | done`, a `push` of the links found (or the next `lease`) runs
+/// while the fetches do. The note of URLs not leased is given even when a later line is
+/// refused.
+#[test]
+fn done_leaves_the_directory_free_until_its_input_comes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("p");
+    let d = d.to_str().unwrap();
+    expect(0, &["push", d], b"http://a.test/1\nhttp://b.test/1\n");
+    let mut done = spawn(&["done", d]);
+    let mut input = done.stdin.take().unwrap();
+    // (Time for a `done` that opened the frontier at once to hold it.)
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // The fetches run: the directory is free for a lease and for a push of links.
+    let (leased, _) = expect(0, &["lease", d], b"");
+    assert_eq!(lines(&leased), ["http://a.test/1", "http://b.test/1"]);
+    expect(0, &["push", d], b"http://a.test/2\n");
+    input.write_all(leased.as_bytes()).unwrap();
+    drop(input);
+    let out = done.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // Both ended: the links pushed meanwhile are handed out next.
+    let (out, _) = expect(0, &["lease", d], b"");
+    assert_eq!(lines(&out), ["http://a.test/2"]);
+    // A refused line after a URL not leased: the note still counts it.
+    let (_, err) = expect(1, &["done", d], b"http://c.test/9\nnot\tseconds\n");
+    assert!(err.contains("1 URL was not leased"), "{err}");
 }

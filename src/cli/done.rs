@@ -55,7 +55,6 @@ pub fn run(args: DoneArgs) -> Result<()> {
     require_sieve(&args.dir)?;
     // Every input named opens, before any lease ends.
     super::stream::sources(&args.files)?;
-    let frontier = open_frontier(&args.dir, args.common.memory)?;
     let now = crivello::queues::Clock::now_ms(&crivello::queues::SystemClock);
     let how = match (args.retry, args.refetch_after) {
         (true, _) => Completion::Retry,
@@ -64,8 +63,23 @@ pub fn run(args: DoneArgs) -> Result<()> {
     };
     let crawl = args.crawl.name();
     let mut not_leased = 0u64;
-    read_and_end(&args, &frontier, crawl, how, &mut not_leased)?;
+    // The frontier is opened once the first batch is read (or the input ended): a `done`
+    // reading a fetcher's output leaves the directory free while the fetches run.
+    let mut frontier = None;
+    let read = read_and_end(&args, &mut frontier, crawl, how, &mut not_leased);
+    // Counted for the lines before a refused one too.
+    note_not_leased(&args, not_leased);
+    read?;
+    let frontier = match frontier {
+        Some(f) => f,
+        None => open_frontier(&args.dir, args.common.memory)?,
+    };
     close_after_durable_work(frontier, "the leases are ended");
+    Ok(())
+}
+
+/// Says on stderr how many URLs were not leased.
+fn note_not_leased(args: &DoneArgs, not_leased: u64) {
     if not_leased > 0 && !args.common.quiet {
         let urls = if not_leased == 1 {
             "URL was"
@@ -75,21 +89,27 @@ pub fn run(args: DoneArgs) -> Result<()> {
         let note = format!("crivello: {not_leased} {urls} not leased: nothing changed for them\n");
         let _ = std::io::stderr().write_all(note.as_bytes());
     }
-    Ok(())
 }
 
 /// Reads the lines and ends their leases in batches; counts the URLs not leased.
 fn read_and_end(
     args: &DoneArgs,
-    frontier: &crivello::Frontier,
+    frontier: &mut Option<crivello::Frontier>,
     crawl: &str,
     how: Completion,
     not_leased: &mut u64,
 ) -> Result<()> {
     let mut batch: Vec<(Vec<u8>, u64)> = Vec::with_capacity(BATCH);
     let mut end = |batch: &mut Vec<(Vec<u8>, u64)>| -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let f = match frontier {
+            Some(f) => f,
+            None => frontier.insert(open_frontier(&args.dir, args.common.memory)?),
+        };
         let items: Vec<(&[u8], u64)> = batch.iter().map(|(u, t)| (&u[..], *t)).collect();
-        let ended = frontier.complete_urls(crawl, &items, how)?;
+        let ended = f.complete_urls(crawl, &items, how)?;
         *not_leased += ended.iter().filter(|e| !**e).count() as u64;
         batch.clear();
         Ok(())

@@ -35,6 +35,18 @@ pub struct QueuesArgs {
 /// Runs `queues`.
 pub fn run(args: QueuesArgs) -> Result<()> {
     require_sieve(&args.dir)?;
+    if crivello::Sieve::mode_of(&args.dir).ok() == Some(crivello::Mode::Unset) {
+        // Listing would make the store a frontier (its URLs moved into queues), and the
+        // first `pop` or `lease` chooses that: nothing is listed, nothing changes.
+        if !args.common.quiet {
+            eprintln!(
+                "crivello: {} is not used as a frontier yet: it has no queues to list (the \
+                 first `lease` or `done` makes it a frontier, the first `pop` a plain sieve)",
+                args.dir.display()
+            );
+        }
+        return Ok(());
+    }
     // On a full disk or a read-only file system, where an open that must recover cannot
     // write, the queues are read through a read-only view (as `stats` reads them).
     let opts = Options::new().memory(args.common.memory).existing(true);

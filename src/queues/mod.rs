@@ -305,7 +305,7 @@ pub struct QueueInfo {
     /// The policy in force for it, if it has a policy of its own (some fields set for it,
     /// the others the default's).
     pub policy: Option<Policy>,
-    /// The instant it is blocked until, if it is.
+    /// The instant it is blocked until, if it is (a block whose instant passed: None).
     pub blocked_until_ms: Option<u64>,
 }
 

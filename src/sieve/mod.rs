@@ -152,6 +152,21 @@ impl Sieve {
         Sieve::open_with(crate::storage::read_only_view(dir)?, opts)
     }
 
+    /// How the store in `dir` is used, from its manifest alone: nothing is recovered,
+    /// locked or written (a command that must not fix the mode asks first). A manifest that
+    /// does not decode is damage, as for an open.
+    pub fn mode_of(dir: impl AsRef<Path>) -> Result<Mode> {
+        let dir = dir.as_ref();
+        if !dir.join(crate::names::MANIFEST).is_file() {
+            return Err(no_manifest(dir, "no MANIFEST: not a crivello sieve"));
+        }
+        let storage = crate::storage::read_only_view(dir)?;
+        match crate::manifest::Manifest::load(&*storage)? {
+            Some(m) => Ok(m.mode),
+            None => Err(no_manifest(dir, "no MANIFEST: not a crivello sieve")),
+        }
+    }
+
     /// [`Sieve::open_read_only`] on any [`Storage`]: nothing is ever written to `storage`
     /// (it is read through a copy-on-write view in memory).
     pub fn open_read_only_with(storage: Arc<dyn Storage>, opts: Options) -> Result<Sieve> {

@@ -4151,7 +4151,8 @@ impl Core {
                 next_due_ms: (q.has_waiting() && self.has_room(qid, &q))
                     .then(|| self.ready_at(qid, &q)),
                 policy: self.policies.contains_key(&qid).then(|| self.policy(qid)),
-                blocked_until_ms: self.blocks.get(&qid).copied(),
+                // A block whose instant passed holds nothing back.
+                blocked_until_ms: self.blocks.get(&qid).copied().filter(|&b| b > now),
             })
             .collect())
     }
