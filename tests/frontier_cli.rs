@@ -211,6 +211,16 @@ fn a_plain_sieve_refuses_the_frontiers_commands_and_bad_input_is_named() {
     ] {
         expect(2, bad, b"");
     }
+    // A negative duration is named with its option (clap's tip named the wrong token).
+    for (bad, option) in [
+        (&["lease", f, "--ttl", "-1s"][..], "--ttl"),
+        (&["policy", f, "--delay", "-1s"], "--delay"),
+        (&["block", f, "a.test", "--for", "-5m"], "--for"),
+        (&["done", f, "--refetch-after", "-5m"], "--refetch-after"),
+    ] {
+        let (_, err) = expect(2, bad, b"");
+        assert!(err.contains(&format!("for '{option} <DURATION>'")), "{err}");
+    }
     let (_, err) = expect(1, &["done", f], b"http://a.test/\nhttp://b.test/\tsoon\n");
     assert!(err.contains("<stdin>: line 2"), "{err}");
 }

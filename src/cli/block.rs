@@ -23,7 +23,7 @@ pub struct BlockArgs {
     #[arg(long, value_name = "UNIX_SECONDS", allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(..=LAST_INSTANT_S))]
     pub until: Option<u64>,
     /// For this long from now (a whole number with a unit ms, s, m or h).
-    #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     pub for_: Option<u64>,
     /// The crawl.
     #[command(flatten)]

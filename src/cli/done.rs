@@ -33,7 +33,7 @@ pub struct DoneArgs {
     /// Files of lines `URL` or `URL<TAB>SECONDS`; none, or "-", reads standard input.
     pub files: Vec<PathBuf>,
     /// Serve the URLs again after DURATION (a whole number with a unit ms, s, m or h).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "retry")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "retry", allow_hyphen_values = true)]
     pub refetch_after: Option<u64>,
     /// Put the URLs back in their queues now (the delay applies) instead of ending them.
     #[arg(long)]

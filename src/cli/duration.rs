@@ -66,7 +66,16 @@ pub fn parse_ratio(text: &str) -> Result<u32, String> {
             text.trim()
         ));
     }
-    Ok(((p * 1e6).round() as u32).max(1))
+    let ppm = ((p * 1e6).round() as u32).max(1);
+    let kept = f64::from(ppm) / 1e6;
+    if (kept - p).abs() > p * 1e-9 {
+        // Said, not refused: a ratio such as 1/3 given to many decimals is meant.
+        eprintln!(
+            "crivello: note: --ratio {} is kept in millionths, as {kept}",
+            text.trim()
+        );
+    }
+    Ok(ppm)
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ pub struct LeaseArgs {
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
     pub per_queue: Option<u32>,
     /// How long each URL stays leased: a whole number with a unit ms, s, m or h.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration, allow_hyphen_values = true)]
     pub ttl: u64,
     /// When nothing is due, wait until something is (the directory is free meanwhile).
     #[arg(long)]

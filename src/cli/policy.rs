@@ -27,7 +27,7 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "KEY", value_parser = key_parser())]
     pub key: Option<std::ffi::OsString>,
     /// Wait DURATION from the end of one fetch to the next hand-out (rule 1).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "ratio")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "ratio", allow_hyphen_values = true)]
     pub delay: Option<u64>,
     /// After fetches that took s' in all, wait s'/P (rule 2): P above 0 and at most 1.
     #[arg(long, value_name = "P", value_parser = parse_ratio, allow_negative_numbers = true)]
