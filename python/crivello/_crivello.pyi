@@ -59,6 +59,7 @@ class FrontierStats(TypedDict):
 class Counts(TypedDict):
     queues: int
     queues_waiting: int
+    queues_active: int
     queues_due: int
     waiting: int
     leased: int
@@ -100,7 +101,7 @@ class Sieve:
         """Pushes URLs; if one is invalid, none is pushed."""
     def push_new(self, url: Text) -> bool:
         """Pushes `url` unless it was pushed before; returns whether it was new (exact)."""
-    def __contains__(self, url: Text) -> bool:
+    def __contains__(self, url: Text, /) -> bool:
         """Whether `url` was ever pushed."""
     def sync(self) -> None:
         """Makes every push so far durable (a group commit)."""

@@ -267,7 +267,12 @@ class DupeFilter(RFPDupeFilter):
 
     def open(self) -> None:
         if self.scheduler is None and self.sieve is None:
-            assert self.store_path is not None
+            if self.store_path is None:
+                raise SettingError(
+                    "crivello's DupeFilter keeps its fingerprints in a directory: build it "
+                    "with one (DupeFilter(path)), or through Scrapy with the setting "
+                    "CRIVELLO_DIR"
+                )
             self.sieve = _open_store(Sieve, self.store_path, self.memory)
             # Fixes the store as a plain sieve: the scheduler, given this directory by
             # mistake, then refuses it, instead of taking the fingerprints for URLs.
@@ -614,6 +619,14 @@ class Scheduler:
         if self.frontier.policy(self.crawl) != policy:
             self.frontier.set_policy(policy, crawl=self.crawl)
         released = self.frontier.release(self.crawl)
+        if self.frontier.stats()["paused"]:
+            logger.warning(
+                "The frontier in %(dir)s is paused (Frontier.pause()): nothing is handed out "
+                "and the crawl waits. Stop it, resume the store (crivello resume %(dir)s, or "
+                "Frontier(%(dir)r).resume()), and run the crawl again.",
+                {"dir": self.path},
+                extra={"spider": spider},
+            )
         counts = self.frontier.counts(self.crawl, flush=False)
         if released or counts["waiting"]:
             logger.info(

@@ -1284,7 +1284,7 @@ impl Frontier {
     }
 
     /// Counts of `crawl`, or of its queue `key`, as a dict: queues, queues_waiting,
-    /// queues_due, waiting, leased, done. Flushes first, so that what was pushed is counted
+    /// queues_active (with URLs waiting or leased), queues_due, waiting, leased, done. Flushes first, so that what was pushed is counted
     /// (a store of a million URLs or more flushes at most about once a second for these
     /// reads: what was pushed since may be counted a little later); `flush=False` counts
     /// what the last flush brought, without waiting.
@@ -1307,6 +1307,7 @@ impl Frontier {
         let d = PyDict::new(py);
         d.set_item("queues", c.queues)?;
         d.set_item("queues_waiting", c.queues_waiting)?;
+        d.set_item("queues_active", c.queues_active)?;
         d.set_item("queues_due", c.queues_due)?;
         d.set_item("waiting", c.waiting)?;
         d.set_item("leased", c.leased)?;

@@ -669,3 +669,22 @@ def test_a_crawl_without_twisteds_reactor_fetches_every_page(site: Site, tmp_pat
     assert per_host_gaps(site) >= delay
     # 500 pages over 4 hosts, 20 ms apart: about 3 s; riding the heartbeat takes far longer.
     print(f"crawl without the reactor: {took:.1f} s")
+
+
+def test_a_paused_store_is_said_at_open_and_a_filter_without_a_directory_is_named(
+    tmp_path: Path, caplog: Any
+) -> None:
+    from crivello.scrapy import DupeFilter, SettingError
+
+    class PausedSpider(scrapy.Spider):  # type: ignore[misc,name-defined]
+        name = "paused"
+
+    with crivello.Frontier(tmp_path / "store") as f:
+        f.pause()
+    sched = _scheduler(PausedSpider, tmp_path)
+    with caplog.at_level("WARNING"):
+        sched.open(PausedSpider())
+    assert "is paused" in caplog.text and "resume" in caplog.text
+    sched.frontier.close()
+    with pytest.raises(SettingError, match="CRIVELLO_DIR"):
+        DupeFilter().open()
