@@ -58,6 +58,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Set
 from urllib.parse import urlparse
 
+import scrapy
 from scrapy import Request
 from scrapy.dupefilters import RFPDupeFilter
 from scrapy.utils.deprecate import method_is_overridden
@@ -208,6 +209,16 @@ def _call_later(delay: float, func: Callable[[], None]) -> Any:
     return call_later(delay, func)
 
 
+def _cancel(call: Any) -> None:
+    """Cancels what `_call_later` returned, unless it ran or was cancelled already."""
+    from twisted.internet.error import AlreadyCalled, AlreadyCancelled
+
+    try:
+        call.cancel()
+    except (AlreadyCalled, AlreadyCancelled):
+        pass
+
+
 class DupeFilter(RFPDupeFilter):
     """Scrapy's request-fingerprint duplicate filter with the fingerprints in a durable
     crivello sieve instead of a set in RAM: memory stays bounded however many requests
@@ -262,7 +273,8 @@ class DupeFilter(RFPDupeFilter):
         """The request's fingerprint, as hexadecimal text (a subclass's own
         ``request_fingerprint``, when it has one)."""
         if self._own_fingerprint:
-            return str(self.request_fingerprint(request))
+            fp = self.request_fingerprint(request)
+            return fp.hex() if isinstance(fp, bytes) else str(fp)
         return self.fingerprinter.fingerprint(request).hex()
 
     def open(self) -> None:
@@ -306,15 +318,20 @@ class DupeFilter(RFPDupeFilter):
             # A quiet spell after a burst: the timer makes its fingerprints durable (with no
             # event loop to run it, outside a crawl, at once).
             try:
-                self._sync_call = _call_later(self.SYNC_INTERVAL, self._sync)
+                self._sync_call = _call_later(self.SYNC_INTERVAL, self._timed_sync)
             except RuntimeError:
                 self._sync()
         return not new
 
+    def _timed_sync(self) -> None:
+        """The timer's call: it ran, and is not to be cancelled."""
+        self._sync_call = None
+        self._sync()
+
     def _sync(self) -> None:
         """Makes the fingerprints pushed so far durable."""
         if self._sync_call is not None:
-            self._sync_call.cancel()
+            _cancel(self._sync_call)
             self._sync_call = None
         if self.sieve is not None:
             self.sieve.sync()
@@ -322,7 +339,7 @@ class DupeFilter(RFPDupeFilter):
 
     def close(self, reason: str) -> None:
         if self._sync_call is not None:
-            self._sync_call.cancel()
+            _cancel(self._sync_call)
             self._sync_call = None
         if self.sieve is not None:
             sieve, self.sieve = self.sieve, None
@@ -611,9 +628,10 @@ class Scheduler:
 
         self.crawler.signals.connect(self._downloaded, signal=signals.response_downloaded)
         own = getattr(spider, "download_delay", None)
-        if own is not None and not self.crawler.settings.getfloat("DOWNLOAD_DELAY"):
+        if own is not None and scrapy.version_info < (2, 13):
             # The spider's attribute, which Scrapy before 2.13 does not copy into the
-            # setting (its downloader honours it all the same).
+            # setting: its downloader takes it over DOWNLOAD_DELAY (2.13 and later copy it,
+            # unless the setting was given at a higher priority, and read the setting).
             self.delay = self._checked_delay(own)
         policy = Policy(delay=self.delay, per_queue=self.per_host)
         if self.frontier.policy(self.crawl) != policy:

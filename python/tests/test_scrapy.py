@@ -688,3 +688,51 @@ def test_a_paused_store_is_said_at_open_and_a_filter_without_a_directory_is_name
     sched.frontier.close()
     with pytest.raises(SettingError, match="CRIVELLO_DIR"):
         DupeFilter().open()
+
+
+def test_the_filters_timer_runs_once_and_is_never_cancelled_after(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Twisted's reactor (Scrapy before 2.14, with no helper of its own) refuses to cancel a
+    call that ran: the timer's sync cancelled itself, raised, and every later sync and the
+    close raised too."""
+    from twisted.internet.error import AlreadyCalled
+
+    import crivello.scrapy as cs
+
+    class Delayed:
+        def __init__(self, fn: Any) -> None:
+            self.fn, self.called = fn, False
+
+        def run(self) -> None:
+            self.called = True
+            self.fn()
+
+        def cancel(self) -> None:
+            if self.called:
+                raise AlreadyCalled()
+
+    calls: List[Delayed] = []
+
+    def later(delay: float, fn: Any) -> Delayed:
+        calls.append(Delayed(fn))
+        return calls[-1]
+
+    monkeypatch.setattr(cs, "_call_later", later)
+    df = cs.DupeFilter(str(tmp_path / "seen"))
+    df.open()
+    assert not df.request_seen(scrapy.Request("http://a.example/1"))
+    assert len(calls) == 1
+    calls[0].run()  # the quiet spell's sync
+    assert not df.request_seen(scrapy.Request("http://a.example/2"))
+    assert len(calls) == 2
+    calls[1].run()
+    df._synced -= 2  # a second later: the request's own sync
+    assert not df.request_seen(scrapy.Request("http://a.example/3"))
+    assert not df.request_seen(scrapy.Request("http://a.example/4"))
+    df.close("finished")
+    df = cs.DupeFilter(str(tmp_path / "seen"))
+    df.jobdir = True
+    df.open()
+    assert all(df.request_seen(scrapy.Request(f"http://a.example/{i}")) for i in range(1, 5))
+    df.close("finished")

@@ -118,9 +118,10 @@ pub fn run(args: PopArgs) -> Result<()> {
     if !committed {
         // Nothing printed: the store's mode is fixed all the same (the first `pop` makes
         // it a plain sieve's, as the first `lease` makes it a frontier's).
-        sieve
-            .frontier_commit()
-            .map_err(|e| anyhow::Error::new(e).context(context(&args)))?;
+        sieve.frontier_commit().map_err(|e| match e {
+            crivello::Error::WrongMode { .. } => anyhow::Error::new(e),
+            e => anyhow::Error::new(e).context(context(&args)),
+        })?;
     }
     sieve.close()?;
     progress.finish();

@@ -248,7 +248,8 @@ impl Previous {
             None if method == "permutation" => Method::Permutation,
             _ => return Err(bad()),
         };
-        let nodes = parse_peers(list)?;
+        // (A list the store holds that does not parse is damage, not a usage error.)
+        let nodes = parse_peers(list).map_err(|_| bad())?;
         let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
         let assignment = Assignment::new(method, &names).map_err(|_| bad())?;
         Ok(Previous {

@@ -55,8 +55,10 @@ const LIST_PAGE: usize = 10_000;
 /// URLs a ListURLs answers when its `size` is 0 (the published API's default).
 const LIST_DEFAULT: usize = 100;
 
-/// URLs one walk of `CountURLs` counts (holding the frontier) before it lets go.
-const COUNT_PAGE: usize = 100_000;
+/// URLs one walk of `CountURLs` with a filter counts (holding the frontier) before it lets
+/// go: a page resumed within a queue walks that queue's URLs before it again, so pages
+/// are large.
+const COUNT_PAGE: usize = 1_000_000;
 
 /// A stream of responses.
 type Answer<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -1024,10 +1026,15 @@ fn walk_page(
     Ok((taken_here, to_skip, at))
 }
 
-/// Matches of `walk` this node holds, counted in pages of `page` URLs ([`COUNT_PAGE`]), each
-/// under the frontier's lock for a moment (after one flush).
+/// Matches of `walk` this node holds (after one flush): without a filter, the queues'
+/// counts; with one, counted in pages of `page` URLs ([`COUNT_PAGE`]), each under the
+/// frontier's lock for a moment.
 fn count_urls(f: &Frontier, walk: &Walk<'_>, page: usize) -> crivello::Result<u64> {
     f.flush()?;
+    if walk.filter.as_deref().is_none_or(str::is_empty) {
+        let c = f.counts(walk.crawl, walk.key.map(str::as_bytes))?;
+        return Ok(c.waiting + c.leased);
+    }
     let (mut n, mut cursor) = (0u64, None);
     loop {
         let (taken, _, next) = walk_page(f, walk, cursor, 0, page, drop)?;
@@ -1753,8 +1760,10 @@ mod tests {
         assert_eq!((texts(&page), left), (sevens, 0));
         let (page, left, _) = list_page(&f, &walk, None, 10, 100).unwrap();
         assert_eq!((page.len(), left), (0, 4));
-        // Counted in pages of 4 or at once, the same.
+        // Counted in pages of 4 or at once, the same; without a filter, from the queues'
+        // counts, which agree with a walk of every URL.
         let held = urls.len() as u64 - 2;
+        let every = Some(String::new());
         for page in [4, 5, 1000] {
             assert_eq!(count_urls(&f, &walk, page).unwrap(), hosts.len() as u64);
             let all = Walk {
@@ -1762,6 +1771,13 @@ mod tests {
                 ..walk
             };
             assert_eq!(count_urls(&f, &all, page).unwrap(), held, "pages of {page}");
+            let (walked, _, _) = walk_page(&f, &all, None, 0, usize::MAX, drop).unwrap();
+            assert_eq!(walked as u64, held);
+            let empty = Walk {
+                filter: &every,
+                ..walk
+            };
+            assert_eq!(count_urls(&f, &empty, page).unwrap(), held);
         }
     }
 
