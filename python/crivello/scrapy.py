@@ -645,7 +645,8 @@ class Scheduler:
                 {"dir": self.path},
                 extra={"spider": spider},
             )
-        counts = self.frontier.counts(self.crawl, flush=False)
+        # (After a flush: the requests a stopped run pushed last are counted too.)
+        counts = self.frontier.counts(self.crawl)
         if released or counts["waiting"]:
             logger.info(
                 "Resuming crawl %(crawl)s from %(dir)s: %(waiting)d requests waiting "
@@ -660,9 +661,7 @@ class Scheduler:
                 },
                 extra={"spider": spider},
             )
-        elif counts["done"] and not self.frontier.counts(self.crawl)["waiting"]:
-            # (Counted again after a flush: the requests a stopped run pushed last may not
-            # be in the queues yet.)
+        elif counts["done"]:
             logger.info(
                 "Crawl %(crawl)s in %(dir)s: %(done)d requests done before, none waiting: "
                 "only requests never scheduled in it are fetched (a new CRIVELLO_DIR, or "
@@ -779,8 +778,14 @@ class Scheduler:
                 {"dir": self.path, "error": e},
                 extra={"spider": self.spider},
             )
-            if self.crawler.engine is not None and self.spider is not None:
-                self.crawler.engine.close_spider(self.spider, "crivello_store_failed")
+            engine = self.crawler.engine
+            if engine is not None and self.spider is not None:
+                if hasattr(engine, "close_spider_async"):  # Scrapy 2.14 and later
+                    from scrapy.utils.defer import deferred_from_coro
+
+                    deferred_from_coro(engine.close_spider_async(reason="crivello_store_failed"))
+                else:
+                    engine.close_spider(self.spider, "crivello_store_failed")
             return None
 
     def _next_request(self) -> Optional[Request]:

@@ -736,3 +736,25 @@ def test_the_filters_timer_runs_once_and_is_never_cancelled_after(
     df.open()
     assert all(df.request_seen(scrapy.Request(f"http://a.example/{i}")) for i in range(1, 5))
     df.close("finished")
+
+
+def test_the_resume_log_counts_the_requests_pushed_last(tmp_path: Path, caplog: Any) -> None:
+    """Requests pushed just before a stop (a clean close keeps them unmerged, for the next
+    flush), not yet in their queues, were left out of the resume's count."""
+    store = tmp_path / "store"
+    script = (
+        "import os, sys, crivello\n"
+        "f = crivello.Frontier(sys.argv[1])\n"
+        "f.push_new([(f'id{i}', 'a.example', b'') for i in range(5)], crawl='resumed')\n"
+        "f.close()\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(store)], check=True, timeout=60)
+
+    class ResumedSpider(scrapy.Spider):  # type: ignore[misc,name-defined]
+        name = "resumed"
+
+    sched = _scheduler(ResumedSpider, tmp_path)
+    with caplog.at_level("INFO"):
+        sched.open(ResumedSpider())
+    assert "5 requests waiting" in caplog.text, caplog.text
+    sched.frontier.close()
