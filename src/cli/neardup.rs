@@ -166,7 +166,9 @@ pub fn run(args: NeardupArgs) -> Result<()> {
         ))
     })?;
     if !args.common.quiet {
-        eprintln!("neardup: {new} new documents stored, {repeats} with an id seen before");
+        eprintln!(
+            "crivello: neardup: {new} new documents stored, {repeats} with an id seen before"
+        );
     }
     match failure {
         Some(e) => Err(e),
