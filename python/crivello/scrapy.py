@@ -53,6 +53,7 @@ import logging
 import math
 import os
 import pickle
+import sys
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Set
@@ -203,6 +204,10 @@ def _call_later(delay: float, func: Callable[[], None]) -> Any:
     try:
         from scrapy.utils.asyncio import call_later
     except ImportError:
+        if "twisted.internet.reactor" not in sys.modules:
+            # No reactor installed (outside a crawl): importing one would install Twisted's
+            # default, which a crawl started later in this process may refuse.
+            raise RuntimeError("no event loop") from None
         from twisted.internet import reactor
 
         return reactor.callLater(delay, func)  # type: ignore
@@ -628,9 +633,9 @@ class Scheduler:
 
         self.crawler.signals.connect(self._downloaded, signal=signals.response_downloaded)
         own = getattr(spider, "download_delay", None)
-        if own is not None and scrapy.version_info < (2, 13):
-            # The spider's attribute, which Scrapy before 2.13 does not copy into the
-            # setting: its downloader takes it over DOWNLOAD_DELAY (2.13 and later copy it,
+        if own is not None and scrapy.version_info < (2, 18):
+            # The spider's attribute, which Scrapy before 2.18 does not copy into the
+            # setting: its downloader takes it over DOWNLOAD_DELAY (2.18 and later copy it,
             # unless the setting was given at a higher priority, and read the setting).
             self.delay = self._checked_delay(own)
         policy = Policy(delay=self.delay, per_queue=self.per_host)
@@ -783,10 +788,20 @@ class Scheduler:
                 if hasattr(engine, "close_spider_async"):  # Scrapy 2.14 and later
                     from scrapy.utils.defer import deferred_from_coro
 
-                    deferred_from_coro(engine.close_spider_async(reason="crivello_store_failed"))
+                    closing = deferred_from_coro(
+                        engine.close_spider_async(reason="crivello_store_failed")
+                    )
+                    closing.addErrback(self._close_failed)
                 else:
                     engine.close_spider(self.spider, "crivello_store_failed")
             return None
+
+    def _close_failed(self, failure: Any) -> None:
+        logger.error(
+            "Closing the spider after the frontier failed: %(error)s",
+            {"error": failure.getErrorMessage()},
+            extra={"spider": self.spider},
+        )
 
     def _next_request(self) -> Optional[Request]:
         self._flush_completions()

@@ -497,6 +497,23 @@ def test_a_failed_store_stops_the_crawl_with_its_reason(tmp_path: Path) -> None:
     # touched (its push raised PoisonedError into the engine).
     assert s.enqueue_request(scrapy.Request("http://a.example/late")) is False
 
+    # A Scrapy whose engine closes through close_spider_async (2.14 and later): that is
+    # called, and its failure is logged.
+    closed: list = []
+
+    class AsyncEngine:
+        async def close_spider_async(self, *, reason: str = "cancelled") -> None:
+            closed.append(reason)
+
+    class AsyncCrawler:
+        engine = AsyncEngine()
+
+    s = Scheduler(AsyncCrawler(), None, str(tmp_path / "store2"))  # type: ignore[arg-type]
+    s.spider = object()
+    s.frontier = Failing()  # type: ignore[assignment]
+    assert s.next_request() is None
+    assert closed == ["crivello_store_failed"]
+
 
 def test_a_request_without_a_host_is_scheduled(tmp_path: Path) -> None:
     # A `file:` request has no host, and so no download slot: its queue is the frontier's
@@ -600,6 +617,19 @@ def test_the_duplicate_filter_takes_a_subclasss_own_fingerprint(tmp_path: Path) 
     assert not df.request_seen(scrapy.Request("http://a.example/y?1"))
     df.close("finished")
 
+    class ByPathBytes(DupeFilter):
+        def request_fingerprint(self, request: Any) -> Any:
+            return request.url.split("?")[0].encode()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        df = ByPathBytes(str(tmp_path / "seen-bytes"))
+    assert df.fingerprint_of(scrapy.Request("http://a.example/x?1")) == b"http://a.example/x".hex()
+    df.open()
+    assert not df.request_seen(scrapy.Request("http://a.example/x?1"))
+    assert df.request_seen(scrapy.Request("http://a.example/x?2"))
+    df.close("finished")
+
 
 def test_the_duplicate_filter_alone_makes_a_burst_durable_without_more_requests(
     tmp_path: Path,
@@ -635,7 +665,7 @@ def test_the_duplicate_filter_alone_makes_a_burst_durable_without_more_requests(
 
 
 def test_a_spiders_download_delay_attribute_is_the_hosts_delay(tmp_path: Path) -> None:
-    """Scrapy before 2.13 does not copy a spider's ``download_delay`` into DOWNLOAD_DELAY
+    """Scrapy before 2.18 does not copy a spider's ``download_delay`` into DOWNLOAD_DELAY
     (its downloader honours it all the same): the frontier's delay follows it too."""
 
     class SlowSpider(scrapy.Spider):  # type: ignore[misc,name-defined]

@@ -1779,6 +1779,45 @@ mod tests {
             };
             assert_eq!(count_urls(&f, &empty, page).unwrap(), held);
         }
+        // Leased, returned (a retry), to fetch again: the counts agree with a walk, for the
+        // crawl, for one key, for an unknown key and an unknown crawl.
+        let leased = f.lease(3, Some(2), 60_000).unwrap();
+        assert!(leased.len() >= 3);
+        let ended = f
+            .complete(&[
+                (leased[0].token, 0, crivello::Completion::Retry),
+                (
+                    leased[1].token,
+                    0,
+                    crivello::Completion::RefetchAt(u64::MAX / 2),
+                ),
+            ])
+            .unwrap();
+        assert_eq!(ended, [true, true]);
+        let all = Walk {
+            filter: &none,
+            ..walk
+        };
+        let with_seven = Walk {
+            filter: &every,
+            ..walk
+        };
+        for (crawl, key) in [
+            ("", None),
+            ("", Some("h2.t")),
+            ("", Some("nowhere")),
+            ("x", None),
+        ] {
+            for w in [&all, &with_seven] {
+                let w = Walk { crawl, key, ..*w };
+                let (walked, _, _) = walk_page(&f, &w, None, 0, usize::MAX, drop).unwrap();
+                assert_eq!(
+                    count_urls(&f, &w, 4).unwrap(),
+                    walked as u64,
+                    "{crawl} {key:?}"
+                );
+            }
+        }
     }
 
     fn numbered(n: u64) -> (Unit, Vec<Slot>) {
