@@ -511,7 +511,17 @@ def test_a_failed_store_stops_the_crawl_with_its_reason(tmp_path: Path) -> None:
     s = Scheduler(AsyncCrawler(), None, str(tmp_path / "store2"))  # type: ignore[arg-type]
     s.spider = object()
     s.frontier = Failing()  # type: ignore[assignment]
-    assert s.next_request() is None
+
+    async def in_a_crawls_loop() -> None:
+        import asyncio
+
+        assert s.next_request() is None
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    import asyncio
+
+    asyncio.run(in_a_crawls_loop())
     assert closed == ["crivello_store_failed"]
 
 
