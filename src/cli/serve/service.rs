@@ -1438,7 +1438,8 @@ impl UrlFrontier for Service {
                         let host = crivello::queues::key::default_key(url.as_bytes()).to_vec();
                         let mut held = None;
                         for k in [&key, &host] {
-                            f.urls(&c, Some(k), |h| {
+                            // (`status` flushed: what was pushed is in its queue.)
+                            f.urls_from(&c, Some(k), None, |h| {
                                 if h.url == url.as_bytes() {
                                     held = Some(h);
                                     false
