@@ -122,9 +122,9 @@ pub use manifest::Mode;
 pub use names::MANIFEST as MANIFEST_FILE;
 pub use options::{parse_size, Options, SyncPolicy};
 pub use queues::{
-    Completion, Counts, Discovered, Frontier, FrontierStats, Handout, HeldUrl, Known, LeaseRequest,
-    Leased, LeasedBatch, LeasedRef, MovedUrl, Policy, PolicyFields, QueueExport, QueueInfo,
-    UrlStatus,
+    Completion, Counts, Discovered, Frontier, FrontierStats, Handout, HeldPlace, HeldUrl, Known,
+    LeaseRequest, Leased, LeasedBatch, LeasedRef, MovedUrl, Policy, PolicyFields, QueueExport,
+    QueueInfo, UrlStatus,
 };
 pub use sieve::{Sieve, Stats};
 pub use signature::signature;

@@ -343,6 +343,21 @@ pub struct HeldUrl {
     pub status: UrlStatus,
 }
 
+/// Where a walk of held URLs stopped ([`Frontier::urls_from`]): just after one URL of one
+/// queue. A walk resumed from it goes on after that URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldPlace {
+    key: Vec<u8>,
+    at: core::HeldAt,
+}
+
+impl HeldPlace {
+    /// The key of the queue of the URL.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+}
+
 /// A test of queue keys: [`Frontier::serve_only`] hands out the queues whose key passes.
 pub type KeyFilter = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
 
@@ -1025,25 +1040,27 @@ impl Frontier {
         f: impl FnMut(HeldUrl) -> bool,
     ) -> Result<()> {
         self.flush()?;
-        self.urls_from(crawl, key, None, f)
+        self.urls_from(crawl, key, None, f).map(drop)
     }
 
-    /// [`Frontier::urls`], from the queue whose key is `from` on (the queues whose keys
-    /// come before it in byte order are passed over; `None`: from the first), without a
-    /// flush: a caller that lists a crawl in pages, each under the lock for a moment,
-    /// flushes once, then resumes each page at the queue where the last one stopped, rather
-    /// than walking again every URL before it.
+    /// [`Frontier::urls`] without a flush, from just after the place `after` on (a place
+    /// an earlier call returned; `None`: from the first URL). Returns the place of the last
+    /// URL `f` got (`None` if it got none), to resume at. A caller that lists a crawl in
+    /// pages, each under the lock for a moment, flushes once, then resumes each page where
+    /// the last one stopped: no page walks again the URLs before it, even in one long
+    /// queue, and a URL leased or completed in a place already passed shifts nothing.
     pub fn urls_from(
         &self,
         crawl: &str,
         key: Option<&[u8]>,
-        from: Option<&[u8]>,
+        after: Option<&HeldPlace>,
         mut f: impl FnMut(HeldUrl) -> bool,
-    ) -> Result<()> {
+    ) -> Result<Option<HeldPlace>> {
         let crawl = crawl_name(crawl);
         let mut unwound = Unwound::default();
+        let after = after.map(|p| (p.key.as_slice(), p.at));
         let r = self.with(|c| {
-            c.visit_held(crawl, (key, from), &mut |r, status| {
+            c.visit_held(crawl, (key, after), &mut |r, status| {
                 let held = HeldUrl {
                     key: r.key.unwrap_or_else(|| key::default_key(r.url)).to_vec(),
                     url: r.url.to_vec(),
@@ -1054,7 +1071,7 @@ impl Frontier {
             })
         });
         unwound.resume();
-        r
+        Ok(r?.map(|(key, at)| HeldPlace { key, at }))
     }
 
     /// Refuses (with the error [`Frontier::push`] would return) a URL or key that a push

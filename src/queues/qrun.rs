@@ -124,6 +124,29 @@ pub(crate) struct Group {
     pub records: u32,
 }
 
+/// A place in a group of a run ([`Run::walk_group_from`]): the offset of a frame, a record's
+/// place among that frame's records, and how many of the group's records come before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct GroupAt {
+    /// The frame's offset.
+    pub offset: u64,
+    /// The record's place in the frame.
+    pub skip: u16,
+    /// The group's records before it.
+    pub got: u32,
+}
+
+impl GroupAt {
+    /// The group's first record.
+    pub(crate) fn start(g: &Group) -> GroupAt {
+        GroupAt {
+            offset: g.offset,
+            skip: g.start,
+            got: 0,
+        }
+    }
+}
+
 /// A directory block decoded, of run `run` (see [`Run::group_cached`]).
 pub(crate) struct DirBlock {
     run: u64,
@@ -786,16 +809,49 @@ impl Run {
         cache: &mut Option<Frame>,
         mut f: impl FnMut(u64, &[u8], u64) -> Result<bool>,
     ) -> Result<()> {
-        let (mut offset, mut skip, mut got) = (g.offset, g.start, 0u32);
+        self.walk_group_from(g, GroupAt::start(g), cache, |seq, rec, offset, _| {
+            f(seq, rec, offset)
+        })
+    }
+
+    /// [`Run::walk_group_cached`] from place `from` of group `g` on (a place an earlier walk
+    /// of the same group of this run gave, or [`GroupAt::start`]); `f` also gets the place
+    /// just after each record, where a later walk can resume.
+    pub(crate) fn walk_group_from(
+        &self,
+        g: &Group,
+        from: GroupAt,
+        cache: &mut Option<Frame>,
+        mut f: impl FnMut(u64, &[u8], u64, GroupAt) -> Result<bool>,
+    ) -> Result<()> {
+        let GroupAt {
+            mut offset,
+            mut skip,
+            mut got,
+        } = from;
         while got < g.records {
             let frame = match cache.take() {
                 Some(fr) if fr.offset == offset => fr,
                 other => self.frame_with(offset, other.map(|f| f.payload).unwrap_or_default())?,
             };
             let here = self.in_frame(&frame, skip, g.records - got)?;
-            for r in frame.records().skip(usize::from(skip)).take(here as usize) {
+            let size = frame.size();
+            for (j, r) in (1..).zip(frame.records().skip(usize::from(skip)).take(here as usize)) {
                 let (seq, rec) = split(&self.file, offset, r)?;
-                if !f(seq, rec, offset)? {
+                // (`in_frame` bounds `skip + here` by the frame's count, under 2^16.)
+                let next = match u32::from(skip) + j {
+                    k if k < frame.count => GroupAt {
+                        offset,
+                        skip: k as u16,
+                        got: got + j,
+                    },
+                    _ => GroupAt {
+                        offset: offset + size,
+                        skip: 0,
+                        got: got + j,
+                    },
+                };
+                if !f(seq, rec, offset, next)? {
                     *cache = Some(frame);
                     return Ok(());
                 }
@@ -812,7 +868,6 @@ impl Run {
                 ));
             }
             skip = 0;
-            let size = frame.size();
             *cache = Some(frame);
             if got < g.records {
                 offset += size;

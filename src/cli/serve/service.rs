@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crivello::{Frontier, Handout, HeldUrl, LeaseRequest, PolicyFields, UrlStatus};
+use crivello::{Frontier, Handout, HeldPlace, HeldUrl, LeaseRequest, PolicyFields, UrlStatus};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
@@ -888,9 +888,10 @@ impl Service {
     /// or the client went away).
     ///
     /// The walk goes in pages, each under the frontier's lock for a moment only. A page
-    /// resumes at the queue where the one before stopped, passing over that queue's matches
-    /// already taken, so that the walk's cost is the URLs listed (not the square of their
-    /// number), and a URL leased or completed in a queue already passed shifts nothing.
+    /// resumes just after the URL where the one before stopped (`Frontier::urls_from`),
+    /// even inside one long queue, so that the walk's cost is the URLs listed (not the
+    /// square of their number), and a URL leased or completed in a place already passed
+    /// shifts nothing.
     async fn local_urls(
         &self,
         p: &pb::ListUrlParams,
@@ -900,8 +901,7 @@ impl Service {
     ) -> bool {
         let crawl = crawl_name(&p.crawl_id);
         let ignore_case = p.ignore_case.unwrap_or(false);
-        // Where the next page starts: a queue's key and how many of its matches were taken
-        // (skipped or sent) by the pages before.
+        // Where the next page starts: just after the last URL the pages before walked.
         let mut cursor: Cursor = None;
         loop {
             if *left == 0 {
@@ -968,9 +968,9 @@ struct Walk<'a> {
     ignore_case: bool,
 }
 
-/// Where a page of a ListURLs walk starts: a queue's key, and how many of its matches the
-/// pages before took (skipped or sent).
-type Cursor = Option<(Vec<u8>, usize)>;
+/// Where a page of a ListURLs walk starts: just after the place where the page before
+/// stopped (`None`: at the first URL).
+type Cursor = Option<HeldPlace>;
 
 /// One page of a ListURLs walk (under the frontier's lock): from `from` on, passing over
 /// `to_skip` more matches, at most `want` URLs. Returns them, the matches still to skip
@@ -997,32 +997,23 @@ fn walk_page(
     mut take: impl FnMut(HeldUrl),
 ) -> crivello::Result<(usize, usize, Cursor)> {
     let mut taken_here = 0usize;
-    // The queue being walked and its matches taken so far.
-    let mut at: Cursor = None;
-    let resume = from.as_ref().map(|(key, _)| key.as_slice());
-    f.urls_from(walk.crawl, walk.key.map(str::as_bytes), resume, |h| {
-        if !matches(&h.url, walk.filter, walk.ignore_case) {
-            return true;
-        }
-        let taken = match &mut at {
-            Some((key, n)) if *key == h.key => n,
-            _ => &mut at.insert((h.key.clone(), 0)).1,
-        };
-        *taken += 1;
-        if from
-            .as_ref()
-            .is_some_and(|(key, n)| *key == h.key && *taken <= *n)
-        {
-            return true;
-        }
-        if to_skip > 0 {
-            to_skip -= 1;
-            return true;
-        }
-        take(h);
-        taken_here += 1;
-        taken_here < want
-    })?;
+    let at = f.urls_from(
+        walk.crawl,
+        walk.key.map(str::as_bytes),
+        from.as_ref(),
+        |h| {
+            if !matches(&h.url, walk.filter, walk.ignore_case) {
+                return true;
+            }
+            if to_skip > 0 {
+                to_skip -= 1;
+                return true;
+            }
+            take(h);
+            taken_here += 1;
+            taken_here < want
+        },
+    )?;
     Ok((taken_here, to_skip, at))
 }
 

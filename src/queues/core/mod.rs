@@ -30,7 +30,7 @@ use super::clock::Clock;
 use super::commits::Commits;
 use super::journal::{Entry, ImportedQueue};
 use super::key::{default_key, queue_id};
-use super::qrun::{check_record, split, Run, RunCoding, RunWriter};
+use super::qrun::{self, check_record, split, Run, RunCoding, RunWriter};
 use super::{FrontierStats, LeasedBatch, Policy};
 use crate::error::{Corruption, Error, Result};
 use crate::frames::Frame;
@@ -299,6 +299,48 @@ impl At {
     fn after_merge(self, n: usize, new: usize) -> Option<At> {
         let (slot, offset, start, left) = self.get();
         (slot >= n).then(|| At::new((slot - n + new, offset, start, left)))
+    }
+}
+
+/// A place in a queue's held URLs ([`Core::visit_held`]): its part (leased, returned,
+/// waiting in the runs, to fetch again), the instant (to fetch again) and seq of a URL there,
+/// and for a URL of a run, where its record is in that run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HeldAt {
+    part: u8,
+    at_ms: u64,
+    seq: u64,
+    run: Option<RunAt>,
+}
+
+/// The place of a record in a run: the run's id, the queue's group there, and the place
+/// just after the record in that group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RunAt {
+    run: u64,
+    group: qrun::Group,
+    at: qrun::GroupAt,
+}
+
+impl HeldAt {
+    const LEASED: u8 = 0;
+    const RETURNED: u8 = 1;
+    const RUNS: u8 = 2;
+    const REFETCH: u8 = 3;
+
+    /// A place in one of the lists (not in the runs).
+    fn listed(part: u8, at_ms: u64, seq: u64) -> HeldAt {
+        HeldAt {
+            part,
+            at_ms,
+            seq,
+            run: None,
+        }
+    }
+
+    /// The order of places within a queue.
+    fn order(&self) -> (u8, u64, u64) {
+        (self.part, self.at_ms, self.seq)
     }
 }
 
@@ -593,6 +635,9 @@ pub(crate) struct Core {
     /// Tests: the Q frames hand-outs read from their runs.
     #[cfg(test)]
     frames_read: u64,
+    /// Tests: the records of the runs that visits of held URLs walked.
+    #[cfg(test)]
+    held_walked: u64,
     /// The payload of the last Q frame read by a hand-out, given back for the next one.
     frame_spare: Vec<u8>,
     /// The Q frame a hand-out read last in each run, by the run's index (see
@@ -696,6 +741,8 @@ impl Core {
             lease_places_found: 0,
             #[cfg(test)]
             frames_read: 0,
+            #[cfg(test)]
+            held_walked: 0,
             replaying_gen: None,
             frame_spare: Vec::new(),
             recent: Vec::new(),
@@ -4210,16 +4257,25 @@ impl Core {
     }
 
     /// Visits the URLs the queues of `crawl` (or its queue `key`) hold, queue by queue in
-    /// key order from the key `from` on (none: from the first): those leased, those returned, those waiting in the Q runs (in queue
-    /// order), those to fetch again (in date order). `f` gets each one's record and status,
-    /// and returns false to stop. Done URLs are not held (the sieve keeps their signatures
-    /// only).
+    /// key order: those leased (by seq), those returned (by seq), those waiting in the Q runs
+    /// (in queue order), those to fetch again (in date order). `f` gets each one's record
+    /// and status, and returns false to stop. Done URLs are not held (the sieve keeps their
+    /// signatures only).
+    ///
+    /// With `after` (a queue's key and a place there that an earlier visit returned), the
+    /// visit starts just after that place: the queues of smaller keys, and the URLs of that
+    /// queue up to the place, are passed over. A URL leased or completed since in a place
+    /// already passed shifts nothing. Returns the place of the last URL `f` got (`None`
+    /// if it got none). Within the runs a place also holds where its record is in its run
+    /// (which no run rewrites: runs are immutable), so that a visit resumed in a long queue
+    /// reads on from there; if that run was merged away since, the resumed visit passes
+    /// over the queue's records up to the place's seq.
     pub(super) fn visit_held(
         &mut self,
         crawl: &[u8],
-        (key, from): (Option<&[u8]>, Option<&[u8]>),
+        (key, after): (Option<&[u8]>, Option<(&[u8], HeldAt)>),
         f: &mut dyn FnMut(Record<'_>, super::UrlStatus) -> bool,
-    ) -> Result<()> {
+    ) -> Result<Option<(Vec<u8>, HeldAt)>> {
         use super::UrlStatus;
         // What was pushed reached its queue first (`Frontier::urls` flushes; the callers of
         // `Frontier::urls_from` flush before their first page).
@@ -4227,7 +4283,7 @@ impl Core {
         let now = self.now_ms();
         self.expire(now);
         let Some(&id) = self.crawls.get(crawl) else {
-            return Ok(());
+            return Ok(None);
         };
         let mut qs: Vec<(u32, index::KeyAt)> = match key {
             Some(key) => (self.place(queue_id(id, key)).into_iter())
@@ -4238,11 +4294,10 @@ impl Core {
                 .map(|(i, q)| (i as u32, q.key))
                 .collect(),
         };
-        if let Some(from) = from {
+        if let Some((from, _)) = after {
             qs.retain(|q| self.keys.get(q.1) >= from);
         }
         qs.sort_unstable_by(|a, b| self.keys.get(a.1).cmp(self.keys.get(b.1)));
-        let qs: Vec<u32> = qs.into_iter().map(|(i, _)| i).collect();
         let mut leased: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
         for l in self.leases.iter() {
             leased.entry(l.queue).or_default().push((l.seq, l.deadline));
@@ -4252,51 +4307,118 @@ impl Core {
         fn listed(rec: &[u8], g: u64) -> Result<Record<'_>> {
             record::decode(rec).map_err(|w| Error::corrupt(&names::j(g), 0, w))
         }
-        for i in qs {
+        // The last place visited: the queue's index and key, and the place in it.
+        let mut last: Option<(u32, index::KeyAt, HeldAt)> = None;
+        let place = |last: Option<(u32, index::KeyAt, HeldAt)>, keys: &Keys| {
+            last.map(|(_, k, at)| (keys.get(k).to_vec(), at))
+        };
+        for (i, k) in qs {
+            // Where to resume in this queue: after `after`'s place if it is this queue's.
+            let from = after
+                .filter(|(key, _)| *key == self.keys.get(k))
+                .map(|(_, at)| at);
+            let passed = |at: &HeldAt| from.is_some_and(|from| at.order() <= from.order());
             if let Some(mut ls) = leased.remove(&i) {
                 ls.sort_unstable();
                 for (seq, until_ms) in ls {
-                    if !f(
-                        listed(&self.leases.get(seq).expect("listed").record, g)?,
-                        UrlStatus::Leased { until_ms },
-                    ) {
-                        return Ok(());
+                    let at = HeldAt::listed(HeldAt::LEASED, 0, seq);
+                    if passed(&at) {
+                        continue;
+                    }
+                    last = Some((i, k, at));
+                    let rec = &self.leases.get(seq).expect("listed").record;
+                    if !f(listed(rec, g)?, UrlStatus::Leased { until_ms }) {
+                        return Ok(place(last, &self.keys));
                     }
                 }
             }
             let q = &*self.queues.get(i);
-            for (_, rec) in q.returned() {
-                if !f(listed(rec, g)?, UrlStatus::Waiting) {
-                    return Ok(());
-                }
-            }
-            let mut more = true;
-            for (slot, run) in self.runs.iter().enumerate() {
-                if q.runs & (1 << slot) == 0 || !more {
+            for (seq, rec) in q.returned() {
+                let at = HeldAt::listed(HeldAt::RETURNED, 0, *seq);
+                if passed(&at) {
                     continue;
                 }
+                last = Some((i, k, at));
+                if !f(listed(rec, g)?, UrlStatus::Waiting) {
+                    return Ok(place(last, &self.keys));
+                }
+            }
+            // In the runs: from the run and place `from` holds if that run is still one of
+            // this queue's (the runs before it hold smaller seqs), else from the start of
+            // each, passing over the seqs up to `from`'s.
+            let in_runs = from.filter(|at| at.part == HeldAt::RUNS);
+            let resume = in_runs.and_then(|at| at.run).filter(|r| {
+                (self.runs.iter().enumerate())
+                    .any(|(slot, run)| q.runs & (1 << slot) != 0 && run.id() == r.run)
+            });
+            let runs_passed = from.is_some_and(|at| at.part > HeldAt::RUNS);
+            let mut more = true;
+            #[cfg(test)]
+            let mut walked = 0u64;
+            let mut before_resume = resume.is_some();
+            for (slot, run) in self.runs.iter().enumerate() {
+                if q.runs & (1 << slot) == 0 || !more || runs_passed {
+                    continue;
+                }
+                let here = resume.filter(|r| r.run == run.id());
+                if before_resume && here.is_none() {
+                    continue;
+                }
+                before_resume = false;
                 let Some(grp) = run.group(self.ids[i as usize])? else {
                     continue;
                 };
-                run.walk_group(&grp, |seq, rec, offset| {
+                let start = match here {
+                    Some(r) if r.group == grp => r.at,
+                    _ => qrun::GroupAt::start(&grp),
+                };
+                run.walk_group_from(&grp, start, &mut None, |seq, rec, offset, next| {
+                    #[cfg(test)]
+                    {
+                        walked += 1;
+                    }
                     if seq < q.next_seq || q.skips().binary_search(&seq).is_ok() {
                         return Ok(true);
                     }
+                    let at = HeldAt {
+                        part: HeldAt::RUNS,
+                        at_ms: 0,
+                        seq,
+                        run: Some(RunAt {
+                            run: run.id(),
+                            group: grp,
+                            at: next,
+                        }),
+                    };
+                    if in_runs.is_some_and(|from| seq <= from.seq) {
+                        return Ok(true);
+                    }
                     let r = record::decode(rec).map_err(|w| run.file().corrupt(offset, w))?;
+                    last = Some((i, k, at));
                     more = f(r, UrlStatus::Waiting);
                     Ok(more)
                 })?;
             }
-            if !more {
-                return Ok(());
+            #[cfg(test)]
+            {
+                self.held_walked += walked;
             }
-            for (at_ms, _, rec) in q.refetch() {
+            if !more {
+                return Ok(place(last, &self.keys));
+            }
+            let q = &*self.queues.get(i);
+            for (at_ms, seq, rec) in q.refetch() {
+                let at = HeldAt::listed(HeldAt::REFETCH, *at_ms, *seq);
+                if passed(&at) {
+                    continue;
+                }
+                last = Some((i, k, at));
                 if !f(listed(rec, g)?, UrlStatus::Refetch { at_ms: *at_ms }) {
-                    return Ok(());
+                    return Ok(place(last, &self.keys));
                 }
             }
         }
-        Ok(())
+        Ok(place(last, &self.keys))
     }
 
     /// The seqs of `urls` among queue `i`'s records waiting in the Q runs (not handed out,
@@ -5072,6 +5194,136 @@ mod tests {
         assert!(
             read <= 2 * frames,
             "{read} frames read for {frames} frames, {n} URLs"
+        );
+    }
+
+    /// A walk of held URLs in pages, each resumed at the place the one before returned,
+    /// lists each URL once, in the order of one walk, reads a long queue's runs on from the
+    /// place rather than again from their start, and still lists each URL once when the runs
+    /// were merged between two pages or URLs already passed were completed.
+    #[test]
+    fn held_urls_listed_in_pages_resume_inside_a_queue() {
+        let f = inline_frontier_with(|o| o);
+        f.with(|c| {
+            c.max_runs = super::compaction::RUNS_LIMIT;
+            Ok(())
+        })
+        .unwrap();
+        // Host h0 in three runs of 600 URLs, with a few URLs of other hosts around it.
+        for run in 0..3 {
+            let urls: Vec<String> = (0..600)
+                .map(|j| format!("http://h0.test/{run}/{j}"))
+                .chain((1..4).map(|h| format!("http://h{h}.test/{run}")))
+                .collect();
+            let items: Vec<Discovered<'_>> =
+                urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+            f.push("", &items).unwrap();
+            f.flush().unwrap();
+            f.lease(0, Some(1), 60_000).unwrap();
+        }
+        assert_eq!(f.stats().unwrap().runs, 3);
+        // One of each part: h0's first URL to fetch again, its second returned, its third
+        // leased.
+        let two_at_once = crate::Policy {
+            per_queue: 2,
+            ..crate::Policy::default()
+        };
+        f.set_policy("", Some(b"h0.test"), two_at_once).unwrap();
+        let first = f.lease(1, Some(1), 60_000).unwrap();
+        let refetch = crate::Completion::RefetchAt(u64::MAX / 2);
+        let ended = f.complete_urls("", &[(first[0].url.as_slice(), 0)], refetch);
+        assert!(ended.unwrap()[0]);
+        let two = f.lease(1, Some(2), 60_000).unwrap();
+        assert_eq!(two.len(), 2);
+        assert!(f.retry(two[0].token, 0).unwrap());
+        let whole = |f: &Frontier| {
+            let mut all = Vec::new();
+            f.urls("", None, |h| {
+                all.push((h.url, h.status));
+                true
+            })
+            .unwrap();
+            all
+        };
+        let all = whole(&f);
+        assert_eq!(all.len(), 1809);
+        let walked = |f: &Frontier| f.with(|c| Ok(c.held_walked)).unwrap();
+        // Pages of 50: every URL once, in order; the runs' records walked about once.
+        let pages = |f: &Frontier, mut between: Box<dyn FnMut(usize, &Frontier)>| {
+            let (mut got, mut after, mut page) = (Vec::new(), None, 0);
+            loop {
+                let mut n = 0;
+                let place = f
+                    .urls_from("", None, after.as_ref(), |h| {
+                        got.push((h.url, h.status));
+                        n += 1;
+                        n < 50
+                    })
+                    .unwrap();
+                if n < 50 {
+                    return got;
+                }
+                after = place;
+                between(page, f);
+                page += 1;
+            }
+        };
+        let before = walked(&f);
+        let paged = pages(&f, Box::new(|_, _| {}));
+        let differ = |a: &[(Vec<u8>, crate::UrlStatus)], b: &[(Vec<u8>, crate::UrlStatus)]| {
+            let at = (a.iter().zip(b)).position(|(x, y)| x != y);
+            (
+                a.len(),
+                b.len(),
+                at.map(|k| {
+                    (
+                        String::from_utf8_lossy(&a[k].0).into_owned(),
+                        String::from_utf8_lossy(&b[k].0).into_owned(),
+                    )
+                }),
+            )
+        };
+        assert_eq!(differ(&paged, &all), (all.len(), all.len(), None));
+        let walked_pages = walked(&f) - before;
+        // The runs hold 1809 records; a walk from the start of h0's groups at each of its
+        // 36 pages would walk about 32,000.
+        assert!(walked_pages <= 1809 + 36, "{walked_pages} records walked");
+        // Between pages: the returned URL, which the walk passed, leased again and done;
+        // then the runs merged into one.
+        let retried = two[0].url.clone();
+        let seen = std::cell::RefCell::new(Vec::new());
+        let got = pages(
+            &f,
+            Box::new(|page, f| {
+                if page == 3 {
+                    // (The other queues' URLs leased go back to their places.)
+                    let again = f.lease(10, Some(2), 60_000).unwrap();
+                    assert!(again.iter().any(|l| l.url == retried));
+                    for l in again {
+                        let ended = match l.url == retried {
+                            true => f.done(l.token, 0),
+                            false => f.retry(l.token, 0),
+                        };
+                        assert!(ended.unwrap());
+                    }
+                }
+                if page == 5 {
+                    f.with(|c| {
+                        c.max_runs = 1;
+                        c.compact_if_due()
+                    })
+                    .unwrap();
+                    assert_eq!(f.stats().unwrap().runs, 1);
+                }
+                seen.borrow_mut().push(page);
+            }),
+        );
+        assert!(seen.into_inner().len() > 5);
+        // The URL done was listed before it was; none after it shifted.
+        let expected = all;
+        assert_eq!(
+            differ(&got, &expected),
+            (expected.len(), expected.len(), None)
         );
     }
 
