@@ -458,9 +458,10 @@ pub struct Frontier {
 }
 
 /// A panic of a caller's callback that runs under the frontier's lock ([`Frontier::urls`],
-/// [`Frontier::export`]): caught there, so that the visit stops and the lock is let go as
-/// after a normal return (the visits change nothing: the frontier stays usable by every
-/// thread), then raised again in the caller's thread.
+/// [`Frontier::export`], [`Frontier::purge`]): caught there, so that the visit stops and the
+/// lock is let go as after a normal return (the visits change nothing, and a purge's page
+/// whose callback panicked completes nothing: the frontier stays usable by every thread),
+/// then raised again in the caller's thread.
 #[derive(Default)]
 struct Unwound(Option<Box<dyn std::any::Any + Send>>);
 
@@ -477,6 +478,11 @@ impl Unwound {
                 None
             }
         }
+    }
+
+    /// Whether a call panicked.
+    fn unwound(&self) -> bool {
+        self.0.is_some()
     }
 
     /// Raises the panic caught, if any.
@@ -1072,6 +1078,70 @@ impl Frontier {
         });
         unwound.resume();
         Ok(r?.map(|(key, at)| HeldPlace { key, at }))
+    }
+
+    /// Makes done the URLs that `crawl` (or its queue `key`) holds and `pick` chooses
+    /// (url-frontier's PurgeURLs), as [`Frontier::update`] with `refetch_ms` 0 would: those
+    /// waiting leave their queues, leased ones' leases end, those to fetch again are not.
+    /// Returns how many. What was pushed before the call is in its queue first. The walk goes
+    /// in pages of `page` URLs (at least 1), each under the lock for a moment, and the URLs a
+    /// page picks are completed in the same step as its walk: a URL that another caller
+    /// changes meanwhile (a known update that schedules it again, with new metadata) is
+    /// judged as it is when its page takes it, never as it was before. Durable when this
+    /// returns Ok.
+    pub fn purge(
+        &self,
+        crawl: &str,
+        key: Option<&[u8]>,
+        page: usize,
+        mut pick: impl FnMut(&HeldUrl) -> bool,
+    ) -> Result<u64> {
+        self.flush()?;
+        let name = crawl_name(crawl);
+        let page = page.max(1);
+        let (mut purged, mut after) = (0u64, None::<HeldPlace>);
+        loop {
+            let mut unwound = Unwound::default();
+            let r = self.with(|c| {
+                let (mut picked, mut walked) = (Vec::new(), 0usize);
+                let from = after.as_ref().map(|p| (p.key.as_slice(), p.at));
+                let place = c.visit_held(name, (key, from), &mut |r, status| {
+                    let held = HeldUrl {
+                        key: r.key.unwrap_or_else(|| key::default_key(r.url)).to_vec(),
+                        url: r.url.to_vec(),
+                        metadata: r.meta.to_vec(),
+                        status,
+                    };
+                    walked += 1;
+                    if unwound.call(|| pick(&held)).unwrap_or(false) {
+                        picked.push(held);
+                    }
+                    walked < page && !unwound.unwound()
+                })?;
+                if unwound.unwound() {
+                    return Ok((0, None, 0));
+                }
+                let items: Vec<Known<'_>> = (picked.iter())
+                    .map(|h| Known {
+                        url: &h.url,
+                        key: Some(&h.key),
+                        metadata: &h.metadata,
+                        refetch_ms: 0,
+                    })
+                    .collect();
+                if !items.is_empty() {
+                    c.update(name, &items, &[])?;
+                }
+                Ok((items.len() as u64, place, walked))
+            });
+            unwound.resume();
+            let (n, place, walked) = r?;
+            purged += n;
+            if walked < page {
+                return Ok(purged);
+            }
+            after = place.map(|(key, at)| HeldPlace { key, at });
+        }
     }
 
     /// Refuses (with the error [`Frontier::push`] would return) a URL or key that a push

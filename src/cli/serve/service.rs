@@ -1636,32 +1636,21 @@ impl UrlFrontier for Service {
         let q = p.clone();
         let mut value = self
             .call("PurgeURLs", move |f| {
-                let mut old: Vec<HeldUrl> = Vec::new();
-                f.urls(&q.crawl_id, non_empty(&q.key).map(str::as_bytes), |h| {
-                    // A URL whose storing instant is not known (pushed through the library
-                    // or the command line) is older than 0 days only: it was stored by now.
-                    let old_enough = match meta::decode(&h.metadata).created {
-                        0 => q.days == 0,
-                        created => created < before,
-                    };
-                    if old_enough {
-                        old.push(h);
-                    }
-                    true
-                })?;
-                let items: Vec<crivello::Known<'_>> = old
-                    .iter()
-                    .map(|h| crivello::Known {
-                        url: &h.url,
-                        key: Some(&h.key),
-                        metadata: &h.metadata,
-                        refetch_ms: 0,
-                    })
-                    .collect();
-                for chunk in items.chunks(ITEMS_PER_JOB) {
-                    f.update(&q.crawl_id, chunk)?;
-                }
-                Ok(items.len() as u64)
+                // Each page of the walk completes what it picks in the same step: a URL a
+                // fetcher schedules again meanwhile is judged by its new version.
+                f.purge(
+                    &q.crawl_id,
+                    non_empty(&q.key).map(str::as_bytes),
+                    LIST_PAGE,
+                    |h| {
+                        // A URL whose storing instant is not known (pushed through the library
+                        // or the command line) is older than 0 days only: it was stored by now.
+                        match meta::decode(&h.metadata).created {
+                            0 => q.days == 0,
+                            created => created < before,
+                        }
+                    },
+                )
             })
             .await?;
         if let Some(peers) = self.spread(local).filter(|_| p.key.is_empty()) {

@@ -313,6 +313,9 @@ pub(crate) struct HeldAt {
     run: Option<RunAt>,
 }
 
+/// Where a visit of held URLs resumes: a queue's key and a place in it.
+pub(super) type HeldFrom<'a> = Option<(&'a [u8], HeldAt)>;
+
 /// The place of a record in a run: the run's id, the queue's group there, and the place
 /// just after the record in that group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -4273,7 +4276,7 @@ impl Core {
     pub(super) fn visit_held(
         &mut self,
         crawl: &[u8],
-        (key, after): (Option<&[u8]>, Option<(&[u8], HeldAt)>),
+        (key, after): (Option<&[u8]>, HeldFrom<'_>),
         f: &mut dyn FnMut(Record<'_>, super::UrlStatus) -> bool,
     ) -> Result<Option<(Vec<u8>, HeldAt)>> {
         use super::UrlStatus;
@@ -5249,7 +5252,8 @@ mod tests {
         assert_eq!(all.len(), 1809);
         let walked = |f: &Frontier| f.with(|c| Ok(c.held_walked)).unwrap();
         // Pages of 50: every URL once, in order; the runs' records walked about once.
-        let pages = |f: &Frontier, mut between: Box<dyn FnMut(usize, &Frontier)>| {
+        type Between<'a> = Box<dyn FnMut(usize, &Frontier) + 'a>;
+        let pages = |f: &Frontier, mut between: Between<'_>| {
             let (mut got, mut after, mut page) = (Vec::new(), None, 0);
             loop {
                 let mut n = 0;
@@ -5325,6 +5329,73 @@ mod tests {
             differ(&got, &expected),
             (expected.len(), expected.len(), None)
         );
+    }
+
+    /// A purge makes done what each page of its walk picks, in the same step as the walk:
+    /// a URL another thread schedules again while a page runs is purged before that (and
+    /// so scheduled again after it) or judged by its new metadata, never purged after it.
+    #[test]
+    fn a_purge_completes_what_each_page_picks_in_the_walks_step() {
+        let f = inline_frontier_with(|o| o);
+        let urls: Vec<String> = (0..30)
+            .map(|i| format!("http://h{}.test/{i}", i % 3))
+            .collect();
+        let metas: Vec<&[u8]> = (0..30)
+            .map(|i| if i % 2 == 0 { &b"old"[..] } else { b"new" })
+            .collect();
+        let items: Vec<Discovered<'_>> = (urls.iter().zip(&metas))
+            .map(|(u, m)| Discovered {
+                url: u.as_bytes(),
+                key: None,
+                metadata: m,
+            })
+            .collect();
+        f.push("", &items).unwrap();
+        f.flush().unwrap();
+        // h0's first URL (0, old) leased: its lease ends as done.
+        let leased = f.lease(1, Some(1), 60_000).unwrap();
+        assert_eq!(leased[0].url, urls[0].as_bytes());
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let later = 10 * 86_400_000;
+        let purged = std::thread::scope(|s| {
+            // Once the purge's first page (h0's URLs 0, 3, 6 and 9) runs, URL 6 (old) is
+            // scheduled again with new metadata; the call waits for the page's step to end.
+            let urls = &urls;
+            let f = &f;
+            s.spawn(move || {
+                rx.recv().unwrap();
+                let again = crate::Known {
+                    url: urls[6].as_bytes(),
+                    key: None,
+                    metadata: b"newer",
+                    refetch_ms: later,
+                };
+                f.update("", &[again]).unwrap();
+            });
+            let mut first = true;
+            f.purge("", None, 4, |h| {
+                if std::mem::take(&mut first) {
+                    tx.send(()).unwrap();
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                h.metadata == b"old"
+            })
+            .unwrap()
+        });
+        assert_eq!(purged, 15);
+        for (i, u) in urls.iter().enumerate() {
+            let status = f.status("", None, u.as_bytes()).unwrap();
+            let expected = match i {
+                6 => crate::UrlStatus::Refetch { at_ms: later },
+                i if i % 2 == 0 => crate::UrlStatus::Done,
+                _ => crate::UrlStatus::Waiting,
+            };
+            assert_eq!(status, expected, "{u}");
+        }
+        assert!(!f.done(leased[0].token, 0).unwrap(), "the lease ended");
+        // A key's queue alone, and nothing left to pick.
+        assert_eq!(f.purge("", Some(b"h1.test"), 1, |_| true).unwrap(), 5);
+        assert_eq!(f.purge("", Some(b"h1.test"), 1, |_| true).unwrap(), 0);
     }
 
     /// A hand-out of one crawl pops the other crawls' due queues and passes over them: they
