@@ -1087,8 +1087,10 @@ impl Frontier {
     /// in pages of `page` URLs (at least 1), each under the lock for a moment, and the URLs a
     /// page picks are completed in the same step as its walk: a URL that another caller
     /// changes meanwhile (a known update that schedules it again, with new metadata) is
-    /// judged as it is when its page takes it, never as it was before. Durable when this
-    /// returns Ok.
+    /// judged as it is when its page takes it, never as it was before. A page that picks
+    /// waiting URLs costs what [`Frontier::update`] of them does, under the same lock hold
+    /// (it merges the sieve's pushes, and looks each URL up in its queue's runs). Durable
+    /// when this returns Ok.
     pub fn purge(
         &self,
         crawl: &str,
@@ -1114,7 +1116,9 @@ impl Frontier {
                     };
                     walked += 1;
                     if unwound.call(|| pick(&held)).unwrap_or(false) {
-                        picked.push(held);
+                        // The key the URL was pushed with, if any: a host's key (its
+                        // default) may be longer than a key given may be.
+                        picked.push((held, r.key.map(<[u8]>::to_vec)));
                     }
                     walked < page && !unwound.unwound()
                 })?;
@@ -1122,9 +1126,9 @@ impl Frontier {
                     return Ok((0, None, 0));
                 }
                 let items: Vec<Known<'_>> = (picked.iter())
-                    .map(|h| Known {
+                    .map(|(h, key)| Known {
                         url: &h.url,
-                        key: Some(&h.key),
+                        key: key.as_deref(),
                         metadata: &h.metadata,
                         refetch_ms: 0,
                     })

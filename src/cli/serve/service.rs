@@ -49,16 +49,16 @@ const JOBS_PER_STREAM: usize = 16;
 /// that does not read them stops its own stream, no other.
 const ACK_JOBS_PER_STREAM: usize = 2;
 
-/// URLs one walk of `ListURLs` collects (holding the frontier) before it is sent.
+/// URLs one walk of `ListURLs` passes (holding the frontier), matches or not, before its
+/// page is sent.
 const LIST_PAGE: usize = 10_000;
 
 /// URLs a ListURLs answers when its `size` is 0 (the published API's default).
 const LIST_DEFAULT: usize = 100;
 
-/// URLs one walk of `CountURLs` with a filter counts (holding the frontier) before it lets
-/// go: a page resumed within a queue walks that queue's URLs before it again, so pages
-/// are large.
-const COUNT_PAGE: usize = 1_000_000;
+/// URLs one walk of `CountURLs` with a filter passes (holding the frontier) before it lets
+/// go.
+const COUNT_PAGE: usize = 100_000;
 
 /// A stream of responses.
 type Answer<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -930,7 +930,7 @@ impl Service {
                 list_page(&f, &walk, from, to_skip, want)
             })
             .await;
-            let (page, skip_left, at) = match page {
+            let (page, skip_left, at, ended) = match page {
                 Ok(Ok(page)) => page,
                 Ok(Err(e)) => {
                     let _ = tx.send(Err(status_of(&self.log, "ListURLs", &e))).await;
@@ -944,7 +944,6 @@ impl Service {
                     return false;
                 }
             };
-            let last = page.len() < want;
             *skip = skip_left;
             *left -= page.len();
             cursor = at;
@@ -953,7 +952,7 @@ impl Service {
                     return false;
                 }
             }
-            if last {
+            if ended {
                 // The walk saw every match of this node: those skipped are off the count.
                 return true;
             }
@@ -973,48 +972,55 @@ struct Walk<'a> {
 type Cursor = Option<HeldPlace>;
 
 /// One page of a ListURLs walk (under the frontier's lock): from `from` on, passing over
-/// `to_skip` more matches, at most `want` URLs. Returns them, the matches still to skip
-/// (the walk ended first), and where the next page starts.
+/// `to_skip` more matches, at most `want` URLs, walking at most [`LIST_PAGE`] URLs. Returns
+/// them, the matches still to skip, where the next page starts, and whether the walk
+/// reached the end.
 fn list_page(
     f: &Frontier,
     walk: &Walk<'_>,
     from: Cursor,
     to_skip: usize,
     want: usize,
-) -> crivello::Result<(Vec<HeldUrl>, usize, Cursor)> {
+) -> crivello::Result<(Vec<HeldUrl>, usize, Cursor, bool)> {
     let mut page = Vec::new();
-    let (_, to_skip, at) = walk_page(f, walk, from, to_skip, want, |h| page.push(h))?;
-    Ok((page, to_skip, at))
+    let (_, to_skip, at, ended) =
+        walk_page(f, walk, (from, LIST_PAGE), to_skip, want, |h| page.push(h))?;
+    Ok((page, to_skip, at, ended))
 }
 
-/// [`list_page`], giving each URL of the page to `take`; returns how many it took.
+/// [`list_page`], walking at most `most` URLs (matches or not) and giving each URL of the
+/// page to `take`; returns how many it took.
 fn walk_page(
     f: &Frontier,
     walk: &Walk<'_>,
-    from: Cursor,
+    (from, most): (Cursor, usize),
     mut to_skip: usize,
     want: usize,
     mut take: impl FnMut(HeldUrl),
-) -> crivello::Result<(usize, usize, Cursor)> {
-    let mut taken_here = 0usize;
+) -> crivello::Result<(usize, usize, Cursor, bool)> {
+    let (mut taken_here, mut walked, mut ended) = (0usize, 0usize, true);
     let at = f.urls_from(
         walk.crawl,
         walk.key.map(str::as_bytes),
         from.as_ref(),
         |h| {
-            if !matches(&h.url, walk.filter, walk.ignore_case) {
-                return true;
-            }
-            if to_skip > 0 {
+            walked += 1;
+            let go_on = if !matches(&h.url, walk.filter, walk.ignore_case) {
+                true
+            } else if to_skip > 0 {
                 to_skip -= 1;
-                return true;
-            }
-            take(h);
-            taken_here += 1;
-            taken_here < want
+                true
+            } else {
+                take(h);
+                taken_here += 1;
+                taken_here < want
+            };
+            // The page ends at `want` URLs taken, or `most` walked.
+            ended = go_on && walked < most;
+            ended
         },
     )?;
-    Ok((taken_here, to_skip, at))
+    Ok((taken_here, to_skip, at, ended))
 }
 
 /// Matches of `walk` this node holds (after one flush): without a filter, the queues'
@@ -1028,9 +1034,9 @@ fn count_urls(f: &Frontier, walk: &Walk<'_>, page: usize) -> crivello::Result<u6
     }
     let (mut n, mut cursor) = (0u64, None);
     loop {
-        let (taken, _, next) = walk_page(f, walk, cursor, 0, page, drop)?;
+        let (taken, _, next, ended) = walk_page(f, walk, (cursor, page), 0, usize::MAX, drop)?;
         n += taken as u64;
-        if taken < page {
+        if ended {
             return Ok(n);
         }
         cursor = next;
@@ -1702,10 +1708,10 @@ mod tests {
         let (mut all, mut cursor, mut skip) = (Vec::new(), None, 3);
         let mut round = 0;
         loop {
-            let (page, left, next) = list_page(&f, &walk, cursor, skip, 4).unwrap();
+            let (page, left, next, ended) = list_page(&f, &walk, cursor, skip, 4).unwrap();
             all.extend(texts(&page));
             (cursor, skip) = (next, left);
-            if page.len() < 4 {
+            if ended {
                 break;
             }
             round += 1;
@@ -1736,11 +1742,27 @@ mod tests {
             filter: &seven,
             ..walk
         };
-        let (page, left, _) = list_page(&f, &walk, None, 2, 100).unwrap();
+        let (page, left, _, ended) = list_page(&f, &walk, None, 2, 100).unwrap();
         let sevens: Vec<String> = hosts[2..].iter().map(|h| url(h, 7)).collect();
-        assert_eq!((texts(&page), left), (sevens, 0));
-        let (page, left, _) = list_page(&f, &walk, None, 10, 100).unwrap();
-        assert_eq!((page.len(), left), (0, 4));
+        assert_eq!((texts(&page), left, ended), (sevens.clone(), 0, true));
+        let (page, left, _, ended) = list_page(&f, &walk, None, 10, 100).unwrap();
+        assert_eq!((page.len(), left, ended), (0, 4, true));
+        // A page ends after so many URLs walked, matches or not: a rare filter (or a skip
+        // far ahead) holds the frontier a page at a time, and the pages resume in place.
+        let (mut got, mut cursor, mut pages, mut skip) = (Vec::new(), None, 0, 2);
+        loop {
+            let at = (cursor, 5);
+            let (_, left, next, ended) =
+                walk_page(&f, &walk, at, skip, 100, |h| got.push(h.url)).unwrap();
+            pages += 1;
+            if ended {
+                break;
+            }
+            (cursor, skip) = (next, left);
+        }
+        let sevens: Vec<Vec<u8>> = sevens.into_iter().map(String::into_bytes).collect();
+        assert_eq!(got, sevens);
+        assert!(pages > urls.len() / 5, "{pages} pages");
         // Counted in pages of 4 or at once, the same; without a filter, from the queues'
         // counts, which agree with a walk of every URL.
         let held = urls.len() as u64 - 2;
@@ -1752,7 +1774,8 @@ mod tests {
                 ..walk
             };
             assert_eq!(count_urls(&f, &all, page).unwrap(), held, "pages of {page}");
-            let (walked, _, _) = walk_page(&f, &all, None, 0, usize::MAX, drop).unwrap();
+            let (walked, _, _, _) =
+                walk_page(&f, &all, (None, usize::MAX), 0, usize::MAX, drop).unwrap();
             assert_eq!(walked as u64, held);
             let empty = Walk {
                 filter: &every,
@@ -1791,7 +1814,8 @@ mod tests {
         ] {
             for w in [&all, &with_seven] {
                 let w = Walk { crawl, key, ..*w };
-                let (walked, _, _) = walk_page(&f, &w, None, 0, usize::MAX, drop).unwrap();
+                let at = (None, usize::MAX);
+                let (walked, _, _, _) = walk_page(&f, &w, at, 0, usize::MAX, drop).unwrap();
                 assert_eq!(
                     count_urls(&f, &w, 4).unwrap(),
                     walked as u64,

@@ -5251,9 +5251,9 @@ mod tests {
         let all = whole(&f);
         assert_eq!(all.len(), 1809);
         let walked = |f: &Frontier| f.with(|c| Ok(c.held_walked)).unwrap();
-        // Pages of 50: every URL once, in order; the runs' records walked about once.
+        // Pages of `size`: every URL once, in order; the runs' records walked about once.
         type Between<'a> = Box<dyn FnMut(usize, &Frontier) + 'a>;
-        let pages = |f: &Frontier, mut between: Between<'_>| {
+        let pages_of = |size: usize, f: &Frontier, mut between: Between<'_>| {
             let (mut got, mut after, mut page) = (Vec::new(), None, 0);
             loop {
                 let mut n = 0;
@@ -5261,10 +5261,10 @@ mod tests {
                     .urls_from("", None, after.as_ref(), |h| {
                         got.push((h.url, h.status));
                         n += 1;
-                        n < 50
+                        n < size
                     })
                     .unwrap();
-                if n < 50 {
+                if n < size {
                     return got;
                 }
                 after = place;
@@ -5272,8 +5272,7 @@ mod tests {
                 page += 1;
             }
         };
-        let before = walked(&f);
-        let paged = pages(&f, Box::new(|_, _| {}));
+        let pages = |f: &Frontier, between: Between<'_>| pages_of(50, f, between);
         let differ = |a: &[(Vec<u8>, crate::UrlStatus)], b: &[(Vec<u8>, crate::UrlStatus)]| {
             let at = (a.iter().zip(b)).position(|(x, y)| x != y);
             (
@@ -5287,11 +5286,21 @@ mod tests {
                 }),
             )
         };
-        assert_eq!(differ(&paged, &all), (all.len(), all.len(), None));
-        let walked_pages = walked(&f) - before;
-        // The runs hold 1809 records; a walk from the start of h0's groups at each of its
-        // 36 pages would walk about 32,000.
-        assert!(walked_pages <= 1809 + 36, "{walked_pages} records walked");
+        // Page boundaries on every part: the leased URL (the first), the returned one, the
+        // first and last of each run's group, within frames and at their ends.
+        for size in [1, 2, 3, 7, 50, 597, 598, 599, 600, 601, 1000] {
+            let before = walked(&f);
+            let paged = pages_of(size, &f, Box::new(|_, _| {}));
+            assert_eq!(differ(&paged, &all), (all.len(), all.len(), None), "{size}");
+            let walked_pages = walked(&f) - before;
+            // The runs hold 1809 records (the three handed out among them); a walk from the
+            // start of h0's groups at each of its 36 pages of 50 would walk about 32,000.
+            let pages = (1809 / size) as u64 + 1;
+            assert!(
+                walked_pages <= 1809 + pages,
+                "pages of {size}: {walked_pages} records walked"
+            );
+        }
         // Between pages: the returned URL, which the walk passed, leased again and done;
         // then the runs merged into one.
         let retried = two[0].url.clone();
@@ -5358,19 +5367,23 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let later = 10 * 86_400_000;
         let purged = std::thread::scope(|s| {
-            // Once the purge's first page (h0's URLs 0, 3, 6 and 9) runs, URL 6 (old) is
-            // scheduled again with new metadata; the call waits for the page's step to end.
+            // Once the purge's first page (h0's URLs 0, 3, 6 and 9) runs, URLs 6 (old, in
+            // that page) and 26 (old, in h2's queue, a later page) are scheduled again with
+            // new metadata; the call waits for the page's step to end.
             let urls = &urls;
             let f = &f;
             s.spawn(move || {
                 rx.recv().unwrap();
-                let again = crate::Known {
-                    url: urls[6].as_bytes(),
+                let again = |u: &'static str| crate::Known {
+                    url: u.as_bytes(),
                     key: None,
                     metadata: b"newer",
                     refetch_ms: later,
                 };
-                f.update("", &[again]).unwrap();
+                assert_eq!(urls[6], "http://h0.test/6");
+                assert_eq!(urls[26], "http://h2.test/26");
+                let items = [again("http://h0.test/6"), again("http://h2.test/26")];
+                f.update("", &items).unwrap();
             });
             let mut first = true;
             f.purge("", None, 4, |h| {
@@ -5382,20 +5395,45 @@ mod tests {
             })
             .unwrap()
         });
-        assert_eq!(purged, 15);
+        // URL 26 is purged if its page came before the update (then scheduled again by
+        // it), or judged by its new metadata and passed over.
+        assert!(purged == 15 || purged == 14, "{purged}");
         for (i, u) in urls.iter().enumerate() {
             let status = f.status("", None, u.as_bytes()).unwrap();
             let expected = match i {
-                6 => crate::UrlStatus::Refetch { at_ms: later },
+                6 | 26 => crate::UrlStatus::Refetch { at_ms: later },
                 i if i % 2 == 0 => crate::UrlStatus::Done,
                 _ => crate::UrlStatus::Waiting,
             };
             assert_eq!(status, expected, "{u}");
         }
         assert!(!f.done(leased[0].token, 0).unwrap(), "the lease ended");
+        // A pick that panics: its page completes nothing, the panic reaches the caller, and
+        // the frontier goes on.
+        let mut calls = 0;
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            f.purge("", Some(b"h1.test"), 10, |_| {
+                calls += 1;
+                assert!(calls < 3, "a pick that panics");
+                true
+            })
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(f.counts("", Some(b"h1.test")).unwrap().waiting, 5);
         // A key's queue alone, and nothing left to pick.
         assert_eq!(f.purge("", Some(b"h1.test"), 1, |_| true).unwrap(), 5);
         assert_eq!(f.purge("", Some(b"h1.test"), 1, |_| true).unwrap(), 0);
+        // A host longer than a key may be given: its URLs, pushed without a key, are purged.
+        let long = format!("http://{}.test/", "a".repeat(300));
+        f.push("", &[Discovered::url(long.as_bytes())]).unwrap();
+        assert_eq!(
+            f.purge("", None, 1, |h| h.url == long.as_bytes()).unwrap(),
+            1
+        );
+        assert_eq!(
+            f.status("", None, long.as_bytes()).unwrap(),
+            crate::UrlStatus::Done
+        );
     }
 
     /// A hand-out of one crawl pops the other crawls' due queues and passes over them: they
