@@ -562,3 +562,33 @@ fn a_change_made_durable_before_a_close_that_fails_on_a_full_disk_exits_0() {
         .any(|l| l.starts_with("b.test") && !l.ends_with('-'));
     assert_eq!(blocked, block.status.success(), "{q}");
 }
+
+/// `uniq` whose temporary directory fills up fails (exit 1), names that directory and the
+/// option that moves it, and leaves nothing behind there.
+#[test]
+fn uniq_on_a_full_temporary_directory_names_it() {
+    let fs = match SmallFs::mount("2m") {
+        Ok(fs) => fs,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let work = tempfile::tempdir().unwrap();
+    let input = work.path().join("in.txt");
+    let text: String = (0..400_000).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(&input, text).unwrap();
+    let tmp = fs.dir.path().display().to_string();
+    let input = input.display().to_string();
+    let out = crivello(&["uniq", "--memory", "1M", "--tmp-dir", &tmp, &input]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(
+        err.contains(&format!("the temporary store in {tmp}/")),
+        "{err}"
+    );
+    assert!(err.contains("--tmp-dir"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(fs.dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

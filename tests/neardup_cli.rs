@@ -145,6 +145,7 @@ fn bad_input_names_file_and_line_and_stores_nothing_of_it() {
         ("{\"id\":\"\",\"text\":\"t\"}\n".into(), "1 to"),
         (doc(&long_id, "t"), "1 to"),
         (doc("tab\there", "t"), "tab or a line break"),
+        (doc("-", "t"), "mark of no near-duplicate"),
         ("\n".into(), "an empty line, not a JSON object"),
     ];
     for (i, (bad, why)) in cases.iter().enumerate() {

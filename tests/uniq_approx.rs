@@ -331,3 +331,20 @@ fn each_line_of_an_open_pipe_is_printed_before_the_input_ends() {
     reader.join().unwrap();
     assert!(rx.try_recv().is_err(), "the repeat was printed");
 }
+
+/// A filter sized for far more lines than its memory holds drops most new lines: the
+/// command says so even without `--verbose`; a filter of a sane size says nothing.
+#[test]
+fn a_filter_too_small_for_its_lines_is_warned_of() {
+    let input: Vec<u8> = (0..10)
+        .flat_map(|i| format!("{i}\n").into_bytes())
+        .collect();
+    let (out, err) = approx(&["--expected", "1e12", "--memory", "1M"], &input);
+    assert!(out.len() <= input.len());
+    assert!(err.contains("warning"), "{err}");
+    assert!(err.contains("1000000000000 distinct lines"), "{err}");
+    assert!(err.contains("larger --memory"), "{err}");
+    let (out, err) = approx(&["--expected", "1e6", "--memory", "1M"], &input);
+    assert_eq!(out, input);
+    assert!(!err.contains("warning"), "{err}");
+}

@@ -66,8 +66,8 @@ document nearest to it within K (ties: the earliest stored) and the distance, or
 before prints nothing; their count goes to stderr at the end. A line is printed once its
 document is durable; an interrupted run, run again, may print a line again, never skips one.
 
-An input line that is not such an object, an id that is empty, longer than 64 KiB or holds a
-tab or a line break, or a text over 16 MiB stops the command (exit 1) with the file and line,
+An input line that is not such an object, an id that is empty, longer than 64 KiB, holds a
+tab or a line break or is \"-\", or a text over 16 MiB stops the command (exit 1) with the file and line,
 after the documents before it were stored and printed.";
 
 /// One line of output.
@@ -455,6 +455,12 @@ fn parse(line: &[u8], fp: &mut Fingerprinter) -> std::result::Result<(String, u6
     }
     if id.contains(['\t', '\n', '\r']) {
         return Err("the id holds a tab or a line break, which the output cannot show".into());
+    }
+    if id == "-" {
+        return Err(
+            "the id is \"-\", the output's mark of no near-duplicate: give the document another id"
+                .into(),
+        );
     }
     let f = fp
         .fingerprint(text)

@@ -126,7 +126,8 @@ fn dedup(args: &UniqArgs, dir: &Path) -> Result<()> {
     let storage =
         DirStorage::open(dir).with_context(|| format!("temporary store {}", dir.display()))?;
     let out = Box::new(std::io::stdout());
-    let mut uniq = Uniq::new(Arc::new(Unsynced(storage)), opts, out).map_err(uniq_error)?;
+    let mut uniq =
+        Uniq::new(Arc::new(Unsynced(storage)), opts, out).map_err(|e| uniq_error(e, dir))?;
     let progress = Arc::new(Mutex::new(Progress::new("uniq", args.common.quiet)));
     let shown = progress.clone();
     uniq.on_progress(move |s| {
@@ -146,10 +147,10 @@ fn dedup(args: &UniqArgs, dir: &Path) -> Result<()> {
                 Input::file(STDIN_NAME, std::fs::File::from(fd))
             }
         };
-        uniq.read(input).map_err(uniq_error)?;
+        uniq.read(input).map_err(|e| uniq_error(e, dir))?;
     }
     lock(&progress).waiting("flush");
-    uniq.finish().map_err(uniq_error)?;
+    uniq.finish().map_err(|e| uniq_error(e, dir))?;
     lock(&progress).finish();
     Ok(())
 }
@@ -160,8 +161,9 @@ fn lock(p: &Mutex<Progress>) -> std::sync::MutexGuard<'_, Progress> {
 }
 
 /// Turns an error of the engine into the command's: a closed standard output ends the
-/// command quietly, an over-long line says which option to raise.
-fn uniq_error(e: crivello::uniq::Error) -> anyhow::Error {
+/// command quietly, an over-long line says which option to raise, and an error of the
+/// scratch store names its directory `dir`.
+fn uniq_error(e: crivello::uniq::Error, dir: &Path) -> anyhow::Error {
     use crivello::uniq::Error as E;
     match e {
         E::Output(source) if source.kind() == std::io::ErrorKind::BrokenPipe => {
@@ -177,7 +179,10 @@ fn uniq_error(e: crivello::uniq::Error) -> anyhow::Error {
         } => anyhow::Error::new(source).context(format!("cannot open {file}")),
         E::Input { op, file, source } => anyhow::Error::new(source).context(format!("{op} {file}")),
         E::Output(source) => anyhow::Error::new(source).context("write the output"),
-        E::Store(e) => anyhow::Error::new(e),
+        E::Store(e) => anyhow::Error::new(e).context(format!(
+            "the temporary store in {} (--tmp-dir chooses where it goes)",
+            dir.display()
+        )),
         e => anyhow::Error::new(e),
     }
 }
@@ -255,6 +260,10 @@ impl Batch {
 }
 
 /// `uniq --approx`: every input through a Bloom filter; nothing on disk.
+/// The false-positive rate, at the lines a filter is sized for, above which `--approx`
+/// warns even without `--verbose`.
+const APPROX_WARN_RATE: f64 = 0.1;
+
 fn approx(args: &UniqArgs) -> Result<()> {
     let layout = match args.bloom_layout.as_str() {
         "blocked" => Layout::Blocked,
@@ -301,6 +310,19 @@ fn approx(args: &UniqArgs) -> Result<()> {
             indicatif::HumanBytes(sizing.bytes()),
             format!("{layout:?}").to_lowercase(),
             sizing.k,
+            sizing.fp_rate,
+            sizing.expected,
+            plural(sizing.expected, "line", "lines")
+        );
+    }
+    if !args.verbose && sizing.fp_rate > APPROX_WARN_RATE {
+        // A filter too small for the lines it is sized for drops most of them: said even
+        // without --verbose, since its output would look like a dedup's.
+        eprintln!(
+            "crivello: approximate uniq: warning: a Bloom filter of {} drops a new line with \
+             probability {:.2e} once {} distinct {} went in: give a larger --memory or a \
+             smaller --expected",
+            indicatif::HumanBytes(sizing.bytes()),
             sizing.fp_rate,
             sizing.expected,
             plural(sizing.expected, "line", "lines")
