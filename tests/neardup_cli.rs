@@ -512,3 +512,45 @@ fn damage_found_by_a_query_names_the_store() {
         "{err}"
     );
 }
+
+/// A slow input (a crawler that sends each page as it fetches it): each document is stored
+/// and its line printed while the input stays open, not once a batch of 65,536 fills or the
+/// input ends.
+#[test]
+fn a_slow_input_is_answered_as_it_comes() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = bin()
+        .arg("neardup")
+        .arg(dir.path().join("s"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let lines = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let _ = tx.send(line.unwrap());
+        }
+    });
+    let texts = [PARAGRAPH, "an unrelated short page", PARAGRAPH];
+    for (i, text) in texts.iter().enumerate() {
+        stdin
+            .write_all(doc(&format!("page{i}"), text).as_bytes())
+            .unwrap();
+        stdin.flush().unwrap();
+        let line = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("no line for page{i} while the input stays open"));
+        let fields: Vec<&str> = line.split('\t').collect();
+        assert_eq!(fields[0], format!("page{i}"), "{line}");
+        let matched = if i == 2 { ["page0", "0"] } else { ["-", "-"] };
+        assert_eq!(fields[2..], matched, "{line}");
+    }
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    lines.join().unwrap();
+}

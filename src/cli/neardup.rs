@@ -21,6 +21,11 @@ use super::{explained, Common};
 
 /// Documents fingerprinted before a batch is stored and its lines printed.
 const BATCH_DOCS: usize = 1 << 16;
+
+/// How long the input may keep the next lines before the documents read so far are
+/// stored and printed without waiting for a batch to fill.
+const IDLE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Bytes of ids in a batch.
 const BATCH_ID_BYTES: usize = 16 << 20;
 /// The longest input line: a text of [`MAX_TEXT`] bytes, with room for its JSON escapes.
@@ -64,7 +69,9 @@ document whose id is new, one line: ID, the fingerprint (16 hex digits), the id 
 document nearest to it within K (ties: the earliest stored) and the distance, or \"-\" and
 \"-\"; every new document is stored, near-duplicate or not. A document whose id was stored
 before prints nothing; their count goes to stderr at the end. A line is printed once its
-document is durable; an interrupted run, run again, may print a line again, never skips one.
+document is durable (documents are stored in batches of 65,536, or of what came before the
+input paused for 0.2 s); an interrupted run, run again, may print a line again, never skips
+one.
 
 An input line that is not such an object, an id that is empty, longer than 64 KiB, holds a
 tab or a line break or is \"-\", or a text over 16 MiB stops the command (exit 1) with the file and line,
@@ -121,7 +128,25 @@ pub fn run(args: NeardupArgs) -> Result<()> {
     let mut failure = None;
     let mut ended = None;
     for n in 0.. {
-        let Ok(p) = parsed.from[n % PARSERS].recv() else {
+        let from = &parsed.from[n % PARSERS];
+        let next = match from.recv_timeout(IDLE) {
+            // The input is slow (a crawler that sends pages as it fetches them): what came
+            // is stored and printed now, not once a batch fills.
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                store_batch(
+                    &mut store,
+                    &mut out,
+                    &mut batch,
+                    args.k,
+                    (&mut new, &mut repeats),
+                    &named,
+                )?;
+                batch_bytes = 0;
+                from.recv().ok()
+            }
+            got => got.ok(),
+        };
+        let Some(p) = next else {
             ended = Some(n);
             break;
         };
