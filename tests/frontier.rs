@@ -1091,6 +1091,43 @@ fn a_clock_set_back_neither_undoes_an_expiry_nor_makes_a_replay_differ() {
 }
 
 #[test]
+fn a_done_refused_for_an_expired_lease_stays_refused_after_a_crash_with_the_clock_behind() {
+    // A lease due at 11,000; a done at 12,000 finds it expired and answers false (no other
+    // call journals an instant after it). Then a crash, a checkpoint and a crash, or a
+    // close, and the system's clock is back at 10,500 when the store is opened again: the
+    // done's answer stands, and the URL waits, to be handed out again. Before, the
+    // expiry was not journaled: the lease came back until 11,000 and its done answered
+    // true.
+    for (checkpoint, crash) in [(false, true), (true, true), (false, false)] {
+        let case = format!("checkpoint: {checkpoint}, crash: {crash}");
+        let disk = SimDisk::new();
+        let clock = Arc::new(ManualClock::new(10_000));
+        let f = open(&disk, &clock);
+        push(&f, &["http://h/1"]);
+        let first = f.lease(10, None, 1_000).unwrap();
+        assert_eq!(first[0].deadline_ms, 11_000, "{case}");
+        clock.set(12_000);
+        assert!(!f.done(first[0].token, 1).unwrap(), "{case}");
+        if checkpoint {
+            write_a_checkpoint(&f, &disk);
+        }
+        clock.set(10_500);
+        let f = reopen_after(f, crash, &disk, &clock);
+        assert!(!f.done(first[0].token, 1).unwrap(), "{case}");
+        assert_eq!(
+            f.status("", None, b"http://h/1").unwrap(),
+            UrlStatus::Waiting,
+            "{case}"
+        );
+        // Its host is due from the deadline (the fetch's end is not known), by the clock.
+        clock.set(11_000);
+        // (A checkpoint's writing pushed other hosts' URLs.)
+        let again = f.lease(100_000, None, 1_000).unwrap();
+        assert!(urls(&again).iter().any(|u| u == "http://h/1"), "{case}");
+    }
+}
+
+#[test]
 fn a_policy_set_after_the_clock_was_set_back_replays_as_it_ran() {
     // A lease expires at 11,000 and a listing at 12,000 returns its URL (its host due
     // 5,000 ms after the deadline). The clock is set back to 10,500 and the delay set to 0:

@@ -3467,6 +3467,14 @@ impl Core {
         }
         if !entries.is_empty() {
             self.commit_deferred(&entries)?;
+        } else if self.expired_unjournaled && out.contains(&false) {
+            // A lease this call found expired is answered as not leased: its expiry is
+            // journaled (entry 22 at this instant), so that a replay, whatever the clock
+            // says when it runs, finds it expired too. (An entry of an end above has the
+            // call's instant: its replay returns those leases first.)
+            self.commit_version()?;
+            self.commit_deferred(&[Entry::Expired { at: now }])?;
+            self.expired_unjournaled = false;
         }
         Ok(out)
     }
