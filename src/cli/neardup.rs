@@ -192,7 +192,8 @@ pub fn run(args: NeardupArgs) -> Result<()> {
     })?;
     if !args.common.quiet {
         eprintln!(
-            "crivello: neardup: {new} new documents stored, {repeats} with an id seen before"
+            "crivello: neardup: {new} new {} stored, {repeats} with an id seen before",
+            if new == 1 { "document" } else { "documents" }
         );
     }
     match failure {
