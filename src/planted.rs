@@ -108,6 +108,10 @@ pub enum Bug {
     /// `expiry-unjournaled`: a hand-out that returned expired leases journals no instant
     /// before its leases (no entry 22), so a replay returns them later than the call did.
     ExpiryUnjournaled,
+    /// `done-expiry-unjournaled`: an end of leases that ends none of them (a `done` answered
+    /// "not leased" for a lease found expired) journals nothing, so that a reopen with the
+    /// clock set back holds the lease again.
+    DoneExpiryUnjournaled,
     /// `clock-runs-back`: the frontier takes the clock's instant as it is, so a clock set
     /// back makes a hand-out lease until a deadline earlier than the instant at which a call
     /// before it found a lease expired.
@@ -117,7 +121,7 @@ pub enum Bug {
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 34] = [
+    pub const ALL: [(Bug, &'static str); 35] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -151,6 +155,7 @@ impl Bug {
         (Bug::EndedUnjournaled, "ended-unjournaled"),
         (Bug::FetchedUncheckpointed, "fetched-uncheckpointed"),
         (Bug::ExpiryUnjournaled, "expiry-unjournaled"),
+        (Bug::DoneExpiryUnjournaled, "done-expiry-unjournaled"),
         (Bug::ClockRunsBack, "clock-runs-back"),
     ];
 }

@@ -553,4 +553,45 @@ fn a_slow_input_is_answered_as_it_comes() {
     drop(stdin);
     assert!(child.wait().unwrap().success());
     lines.join().unwrap();
+    // An input that never pauses for long (a page every 50 ms): the first lines come while
+    // it still flows, not once 65,536 documents are in.
+    let mut child = bin()
+        .arg("neardup")
+        .arg(dir.path().join("s2"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let lines = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let _ = tx.send(line.unwrap());
+        }
+    });
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let writer = std::thread::spawn(move || {
+        for i in 0..400 {
+            if stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            let page = doc(
+                &format!("steady{i}"),
+                &format!("page {i} of a steady crawl"),
+            );
+            stdin.write_all(page.as_bytes()).unwrap();
+            stdin.flush().unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    let first = rx.recv_timeout(Duration::from_secs(15));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    let first = first.expect("no line while the input flowed");
+    assert!(first.starts_with("steady0\t"), "{first}");
+    assert!(child.wait().unwrap().success());
+    lines.join().unwrap();
 }

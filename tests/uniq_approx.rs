@@ -347,4 +347,7 @@ fn a_filter_too_small_for_its_lines_is_warned_of() {
     let (out, err) = approx(&["--expected", "1e6", "--memory", "1M"], &input);
     assert_eq!(out, input);
     assert!(!err.contains("warning"), "{err}");
+    // A high rate that --fp-rate chose is not warned of.
+    let (_, err) = approx(&["--memory", "1M", "--fp-rate", "0.5"], &input);
+    assert!(!err.contains("warning"), "{err}");
 }

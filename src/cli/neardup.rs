@@ -22,9 +22,16 @@ use super::{explained, Common};
 /// Documents fingerprinted before a batch is stored and its lines printed.
 const BATCH_DOCS: usize = 1 << 16;
 
-/// How long the input may keep the next lines before the documents read so far are
-/// stored and printed without waiting for a batch to fill.
+/// How long a document may wait for its batch to fill: then the documents read so far are
+/// stored and their lines printed (see [`wait`]).
 const IDLE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// How long a document may wait for its batch to fill, when storing the last batch took
+/// `took`: [`IDLE`], or ten times as long as that took (a batch reads every segment of the
+/// store, so that the batches of a slow input take a tenth of the time at most).
+fn wait(took: std::time::Duration) -> std::time::Duration {
+    IDLE.max(took * 10)
+}
 
 /// Bytes of ids in a batch.
 const BATCH_ID_BYTES: usize = 16 << 20;
@@ -69,9 +76,9 @@ document whose id is new, one line: ID, the fingerprint (16 hex digits), the id 
 document nearest to it within K (ties: the earliest stored) and the distance, or \"-\" and
 \"-\"; every new document is stored, near-duplicate or not. A document whose id was stored
 before prints nothing; their count goes to stderr at the end. A line is printed once its
-document is durable (documents are stored in batches of 65,536, or of what came before the
-input paused for 0.2 s); an interrupted run, run again, may print a line again, never skips
-one.
+document is durable (documents are stored in batches of 65,536, or of what came within 0.2 s,
+or ten times as long as the last batch took to store, of a batch's first document); an
+interrupted run, run again, may print a line again, never skips one.
 
 An input line that is not such an object, an id that is empty, longer than 64 KiB, holds a
 tab or a line break or is \"-\", or a text over 16 MiB stops the command (exit 1) with the file and line,
@@ -127,24 +134,32 @@ pub fn run(args: NeardupArgs) -> Result<()> {
     let parsed = start_parsing(&args.files)?;
     let mut failure = None;
     let mut ended = None;
+    // When the batch's first document came, and how long storing the last batch took.
+    let mut since: Option<std::time::Instant> = None;
+    let mut took = std::time::Duration::ZERO;
     for n in 0.. {
         let from = &parsed.from[n % PARSERS];
-        let next = match from.recv_timeout(IDLE) {
-            // The input is slow (a crawler that sends pages as it fetches them): what came
-            // is stored and printed now, not once a batch fills.
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                store_batch(
-                    &mut store,
-                    &mut out,
-                    &mut batch,
-                    args.k,
-                    (&mut new, &mut repeats),
-                    &named,
-                )?;
-                batch_bytes = 0;
-                from.recv().ok()
+        let next = loop {
+            let Some(t) = since else {
+                break from.recv().ok();
+            };
+            match from.recv_timeout(wait(took).saturating_sub(t.elapsed())) {
+                // The documents read wait no longer for a batch to fill: a crawler that
+                // sends pages as it fetches them gets their lines.
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let start = std::time::Instant::now();
+                    store_batch(
+                        &mut store,
+                        &mut out,
+                        &mut batch,
+                        args.k,
+                        (&mut new, &mut repeats),
+                        &named,
+                    )?;
+                    (batch_bytes, since, took) = (0, None, start.elapsed());
+                }
+                got => break got.ok(),
             }
-            got => got.ok(),
         };
         let Some(p) = next else {
             ended = Some(n);
@@ -153,7 +168,10 @@ pub fn run(args: NeardupArgs) -> Result<()> {
         for d in p.docs {
             batch_bytes += d.0.len();
             batch.push(d);
-            if batch.len() >= BATCH_DOCS || batch_bytes >= BATCH_ID_BYTES {
+            since.get_or_insert_with(std::time::Instant::now);
+            let full = batch.len() >= BATCH_DOCS || batch_bytes >= BATCH_ID_BYTES;
+            if full || since.is_some_and(|t| t.elapsed() >= wait(took)) {
+                let start = std::time::Instant::now();
                 store_batch(
                     &mut store,
                     &mut out,
@@ -162,7 +180,7 @@ pub fn run(args: NeardupArgs) -> Result<()> {
                     (&mut new, &mut repeats),
                     &named,
                 )?;
-                batch_bytes = 0;
+                (batch_bytes, since, took) = (0, None, start.elapsed());
             }
         }
         if p.refused.is_some() {

@@ -259,11 +259,11 @@ impl Batch {
     }
 }
 
-/// `uniq --approx`: every input through a Bloom filter; nothing on disk.
 /// The false-positive rate, at the lines a filter is sized for, above which `--approx`
-/// warns even without `--verbose`.
+/// warns even without `--verbose` (when `--fp-rate` did not choose it).
 const APPROX_WARN_RATE: f64 = 0.1;
 
+/// `uniq --approx`: every input through a Bloom filter; nothing on disk.
 fn approx(args: &UniqArgs) -> Result<()> {
     let layout = match args.bloom_layout.as_str() {
         "blocked" => Layout::Blocked,
@@ -315,7 +315,7 @@ fn approx(args: &UniqArgs) -> Result<()> {
             plural(sizing.expected, "line", "lines")
         );
     }
-    if !args.verbose && sizing.fp_rate > APPROX_WARN_RATE {
+    if !args.verbose && args.fp_rate.is_none() && sizing.fp_rate > APPROX_WARN_RATE {
         // A filter too small for the lines it is sized for drops most of them: said even
         // without --verbose, since its output would look like a dedup's.
         eprintln!(

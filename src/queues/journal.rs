@@ -62,8 +62,8 @@
 //!                                       to their queues, in deadline order: a hand-out's
 //!                                       instant, before its lease entries, when a call
 //!                                       or the open returned leases since the last
-//!                                       entry 22; or alone, by a call that ends leases,
-//!                                       ends none and found one expired
+//!                                       entry 22; or alone, under that condition, by
+//!                                       a call that ends leases and ends none
 //! ```
 //!
 //! Times are milliseconds since the Unix epoch; `took` is the fetch's duration in
