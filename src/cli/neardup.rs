@@ -26,11 +26,16 @@ const BATCH_DOCS: usize = 1 << 16;
 /// stored and their lines printed (see [`wait`]).
 const IDLE: std::time::Duration = std::time::Duration::from_millis(200);
 
-/// How long a document may wait for its batch to fill, when storing the last batch took
-/// `took`: [`IDLE`], or ten times as long as that took (a batch reads every segment of the
-/// store, so that the batches of a slow input take a tenth of the time at most).
+/// The longest a document waits for its batch to fill.
+const MOST_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long a document may wait for its batch to fill, when storing the last batch (and
+/// printing its lines) took `took`: [`IDLE`], or ten times as long as that took (a batch
+/// reads every segment of the store, so that the batches of a slow input take a tenth of
+/// the time at most), but at most [`MOST_IDLE`] (a disk that stalled once, or a reader
+/// slow to take the lines, holds back the next lines for a few seconds at most).
 fn wait(took: std::time::Duration) -> std::time::Duration {
-    IDLE.max(took * 10)
+    IDLE.max(took.saturating_mul(10)).min(MOST_IDLE)
 }
 
 /// Bytes of ids in a batch.
@@ -76,9 +81,9 @@ document whose id is new, one line: ID, the fingerprint (16 hex digits), the id 
 document nearest to it within K (ties: the earliest stored) and the distance, or \"-\" and
 \"-\"; every new document is stored, near-duplicate or not. A document whose id was stored
 before prints nothing; their count goes to stderr at the end. A line is printed once its
-document is durable (documents are stored in batches of 65,536, or of what came within 0.2 s,
-or ten times as long as the last batch took to store, of a batch's first document); an
-interrupted run, run again, may print a line again, never skips one.
+document is durable (documents are stored in batches of 65,536, or of what came within 0.2 s
+of a batch's first document, or ten times as long as the last batch took to store, 5 s at
+most); an interrupted run, run again, may print a line again, never skips one.
 
 An input line that is not such an object, an id that is empty, longer than 64 KiB, holds a
 tab or a line break or is \"-\", or a text over 16 MiB stops the command (exit 1) with the file and line,
