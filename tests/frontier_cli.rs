@@ -767,11 +767,18 @@ fn a_store_removed_while_a_command_waits_is_not_made_again() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("w");
     let d = dir.to_str().unwrap();
+    // Removed at once (moved away, then removed): a command that looks while `rm -rf` is
+    // half done finds a store missing some of its files, and rightly reports damage.
+    let remove = |dir: &std::path::Path| {
+        let gone = tmp.path().join("gone");
+        std::fs::rename(dir, &gone).unwrap();
+        std::fs::remove_dir_all(&gone).unwrap();
+    };
     expect(0, &["push", d], b"http://a.test/1\nhttp://a.test/2\n");
     expect(0, &["lease", d, "--ttl", "1h"], b"");
     let wait = spawn(&["lease", d, "--wait"]);
     std::thread::sleep(std::time::Duration::from_millis(500));
-    std::fs::remove_dir_all(&dir).unwrap();
+    remove(&dir);
     let out = wait.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
@@ -783,7 +790,7 @@ fn a_store_removed_while_a_command_waits_is_not_made_again() {
     std::thread::sleep(std::time::Duration::from_millis(400));
     let pop = spawn(&["pop", d]);
     std::thread::sleep(std::time::Duration::from_millis(300));
-    std::fs::remove_dir_all(&dir).unwrap();
+    remove(&dir);
     drop(push.stdin.take());
     let _ = push.wait();
     let out = pop.wait_with_output().unwrap();
