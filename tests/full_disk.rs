@@ -322,6 +322,13 @@ impl SmallFs {
         Ok(SmallFs { dir })
     }
 
+    /// [`SmallFs::mount`], or `None` once the test said why it is skipped.
+    fn mount_or_skip(size: &str) -> Option<SmallFs> {
+        SmallFs::mount(size)
+            .inspect_err(|why| eprintln!("skipped: {why}"))
+            .ok()
+    }
+
     fn remount_read_only(&self) {
         let ok = std::process::Command::new("mount")
             .args(["-o", "remount,ro"])
@@ -350,12 +357,8 @@ fn crivello(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn on_a_full_then_read_only_file_system_stats_check_and_pop_still_work() {
-    let fs = match SmallFs::mount("2m") {
-        Ok(fs) => fs,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
+    let Some(fs) = SmallFs::mount_or_skip("2m") else {
+        return;
     };
     let work = tempfile::tempdir().unwrap();
     let write = |name: &str, n: u32, prefix: &str| {
@@ -488,12 +491,8 @@ fn a_generation_a_crash_left_is_synced_before_it_is_continued() {
 /// exits 0 (it exited 1 saying to run it again, though the change was in force).
 #[test]
 fn a_change_made_durable_before_a_close_that_fails_on_a_full_disk_exits_0() {
-    let fs = match SmallFs::mount("8m") {
-        Ok(fs) => fs,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
+    let Some(fs) = SmallFs::mount_or_skip("8m") else {
+        return;
     };
     let dir = fs.dir.path().join("f").display().to_string();
     let push = std::process::Command::new(env!("CARGO_BIN_EXE_crivello"))
@@ -567,12 +566,8 @@ fn a_change_made_durable_before_a_close_that_fails_on_a_full_disk_exits_0() {
 /// option that moves it, and leaves nothing behind there.
 #[test]
 fn uniq_on_a_full_temporary_directory_names_it() {
-    let fs = match SmallFs::mount("2m") {
-        Ok(fs) => fs,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
+    let Some(fs) = SmallFs::mount_or_skip("2m") else {
+        return;
     };
     let work = tempfile::tempdir().unwrap();
     let input = work.path().join("in.txt");

@@ -513,22 +513,26 @@ fn damage_found_by_a_query_names_the_store() {
     );
 }
 
-/// A slow input (a crawler that sends each page as it fetches it): each document is stored
-/// and its line printed while the input stays open, not once a batch of 65,536 fills or the
-/// input ends.
-#[test]
-fn a_slow_input_is_answered_as_it_comes() {
+/// `neardup DIR` fed through a pipe: the child, its stdin, its output lines as a thread
+/// reads them, and that thread.
+fn piped_neardup(
+    dir: &Path,
+) -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    std::sync::mpsc::Receiver<String>,
+    std::thread::JoinHandle<()>,
+) {
     use std::io::BufRead as _;
-    let dir = tempfile::tempdir().unwrap();
     let mut child = bin()
         .arg("neardup")
-        .arg(dir.path().join("s"))
+        .arg(dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
+    let stdin = child.stdin.take().unwrap();
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let lines = std::thread::spawn(move || {
@@ -536,6 +540,16 @@ fn a_slow_input_is_answered_as_it_comes() {
             let _ = tx.send(line.unwrap());
         }
     });
+    (child, stdin, rx, lines)
+}
+
+/// A slow input (a crawler that sends each page as it fetches it): each document is stored
+/// and its line printed while the input stays open, not once a batch of 65,536 fills or the
+/// input ends.
+#[test]
+fn a_slow_input_is_answered_as_it_comes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, mut stdin, rx, lines) = piped_neardup(&dir.path().join("s"));
     let texts = [PARAGRAPH, "an unrelated short page", PARAGRAPH];
     for (i, text) in texts.iter().enumerate() {
         stdin
@@ -555,22 +569,7 @@ fn a_slow_input_is_answered_as_it_comes() {
     lines.join().unwrap();
     // An input that never pauses for long (a page every 50 ms): the first lines come while
     // it still flows, not once 65,536 documents are in.
-    let mut child = bin()
-        .arg("neardup")
-        .arg(dir.path().join("s2"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let lines = std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let _ = tx.send(line.unwrap());
-        }
-    });
+    let (mut child, mut stdin, rx, lines) = piped_neardup(&dir.path().join("s2"));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stopped = stop.clone();
     let writer = std::thread::spawn(move || {

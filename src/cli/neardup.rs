@@ -128,8 +128,7 @@ pub fn run(args: NeardupArgs) -> Result<()> {
     out.flush()?;
     store.set_reported(pending.end);
 
-    let mut batch: Vec<(String, u64)> = Vec::new();
-    let mut batch_bytes = 0;
+    let mut batch = Batch::default();
     let (mut new, mut repeats) = (0u64, 0u64);
     // A thread reads the input in chunks of lines, handed in turn to two threads that parse
     // and fingerprint them; this one takes their documents in input order and stores them.
@@ -139,30 +138,30 @@ pub fn run(args: NeardupArgs) -> Result<()> {
     let parsed = start_parsing(&args.files)?;
     let mut failure = None;
     let mut ended = None;
-    // When the batch's first document came, and how long storing the last batch took.
-    let mut since: Option<std::time::Instant> = None;
-    let mut took = std::time::Duration::ZERO;
+    // Stores the batch and prints its lines, timing it.
+    let mut flush = |b: &mut Batch| -> Result<()> {
+        let start = std::time::Instant::now();
+        store_batch(
+            &mut store,
+            &mut out,
+            &mut b.docs,
+            args.k,
+            (&mut new, &mut repeats),
+            &named,
+        )?;
+        (b.bytes, b.since, b.took) = (0, None, start.elapsed());
+        Ok(())
+    };
     for n in 0.. {
         let from = &parsed.from[n % PARSERS];
         let next = loop {
-            let Some(t) = since else {
+            let Some(t) = batch.since else {
                 break from.recv().ok();
             };
-            match from.recv_timeout(wait(took).saturating_sub(t.elapsed())) {
+            match from.recv_timeout(wait(batch.took).saturating_sub(t.elapsed())) {
                 // The documents read wait no longer for a batch to fill: a crawler that
                 // sends pages as it fetches them gets their lines.
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    let start = std::time::Instant::now();
-                    store_batch(
-                        &mut store,
-                        &mut out,
-                        &mut batch,
-                        args.k,
-                        (&mut new, &mut repeats),
-                        &named,
-                    )?;
-                    (batch_bytes, since, took) = (0, None, start.elapsed());
-                }
+                Err(mpsc::RecvTimeoutError::Timeout) => flush(&mut batch)?,
                 got => break got.ok(),
             }
         };
@@ -170,23 +169,22 @@ pub fn run(args: NeardupArgs) -> Result<()> {
             ended = Some(n);
             break;
         };
+        if !p.docs.is_empty() {
+            batch.since.get_or_insert_with(std::time::Instant::now);
+        }
         for d in p.docs {
-            batch_bytes += d.0.len();
-            batch.push(d);
-            since.get_or_insert_with(std::time::Instant::now);
-            let full = batch.len() >= BATCH_DOCS || batch_bytes >= BATCH_ID_BYTES;
-            if full || since.is_some_and(|t| t.elapsed() >= wait(took)) {
-                let start = std::time::Instant::now();
-                store_batch(
-                    &mut store,
-                    &mut out,
-                    &mut batch,
-                    args.k,
-                    (&mut new, &mut repeats),
-                    &named,
-                )?;
-                (batch_bytes, since, took) = (0, None, start.elapsed());
+            batch.bytes += d.0.len();
+            batch.docs.push(d);
+            if batch.docs.len() >= BATCH_DOCS || batch.bytes >= BATCH_ID_BYTES {
+                flush(&mut batch)?;
+                batch.since = Some(std::time::Instant::now());
             }
+        }
+        // An input that never pauses: what waited long enough is stored (once a chunk).
+        if batch.docs.is_empty() {
+            batch.since = None;
+        } else if batch.since.is_some_and(|t| t.elapsed() >= wait(batch.took)) {
+            flush(&mut batch)?;
         }
         if p.refused.is_some() {
             failure = p.refused;
@@ -199,14 +197,7 @@ pub fn run(args: NeardupArgs) -> Result<()> {
         // Stopped at a refused line: nothing more is taken.
         None => drop(parsed),
     }
-    store_batch(
-        &mut store,
-        &mut out,
-        &mut batch,
-        args.k,
-        (&mut new, &mut repeats),
-        &named,
-    )?;
+    flush(&mut batch)?;
     store.close().map_err(|e| {
         anyhow::Error::new(e).context(format!(
             "close the near-duplicate store {}",
@@ -223,6 +214,19 @@ pub fn run(args: NeardupArgs) -> Result<()> {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// The documents fingerprinted and not stored yet.
+#[derive(Default)]
+struct Batch {
+    /// Their ids and fingerprints, in input order.
+    docs: Vec<(String, u64)>,
+    /// The bytes of their ids.
+    bytes: usize,
+    /// When the first of them came (`None`: none waits).
+    since: Option<std::time::Instant>,
+    /// How long storing the last batch (and printing its lines) took.
+    took: std::time::Duration,
 }
 
 /// Stores a batch, prints its lines, flushes them, and records them as printed.
