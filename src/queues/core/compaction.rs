@@ -10,20 +10,18 @@
 //! in a fixed order. Its commit (the `compacted` entry) takes the lock again, briefly:
 //!
 //! - records handed out meanwhile are in the new run, below their queue's next seq, and are
-//!   passed over when reached (the next merge of every run archives them), as are those of
-//!   runs a hand-out finished;
-//! - runs moved in meanwhile stay, after the new one (their records are newer); no merge
-//!   begins while a move's run is being written, so their ids are larger than the new
-//!   run's, which a replay of a merge of the newer runs goes by;
+//!   passed over when reached (the next compaction archives them), as are those of runs a
+//!   hand-out finished;
+//! - runs moved in meanwhile stay, after the new one (their records are newer);
 //! - the counts the entry journals are the state's own at the commit, which a compaction does
 //!   not change (it leaves out only records already passed or skipped);
 //! - each queue whose runs had one merged is pointed at its group in the new run from the
 //!   seats the merge listed as it wrote the run, by place, so that the commit looks up no
 //!   queue by its id (at 10^6 queues the look-ups held the lock 200 ms);
-//! - a record that a known update skipped meanwhile is still in the new run, and the entry of
-//!   a merge of every run drops every queue's skips: such a merge is told to stop and is not
-//!   committed, its files are removed, and the runs are merged again (on a new thread, or on
-//!   the caller's if it waits for the merge). A merge of the newer runs keeps the skips.
+//! - a record that a known update skipped meanwhile is still in the new run, and the entry
+//!   drops every queue's skips: such a merge is told to stop and is not committed, its files
+//!   are removed, and the runs are merged again (on a new thread, or on the caller's if it
+//!   waits for the merge).
 //!
 //! Calls that remove or move queues (deletes, exports, imports, releases) and a close first
 //! wait for a merge under way and commit it. A queue's runs are the bits of a `u64`: before a
@@ -147,13 +145,10 @@ impl Core {
     /// When the walk reaches the oldest run, the merge is of every run.
     pub(super) fn runs_to_merge(&self) -> Option<usize> {
         let n = self.runs.len();
-        if n < 2 {
-            return None;
-        }
         if n >= self.max_runs {
             return Some(0);
         }
-        if !self.merge_newer {
+        if !self.merge_newer || n < 2 {
             return None;
         }
         let mut a = n - 1;
@@ -166,14 +161,10 @@ impl Core {
     }
 
     /// Merges the Q runs that are due ([`Core::runs_to_merge`]; on a thread of its own when
-    /// the frontier runs in the background), and commits a merge that ended. No merge begins
-    /// while a move's run is being written: its id is taken, and a merge's run must have an
-    /// id above those of the runs it merges and below those of the runs installed after it
-    /// (the order of the runs, which a replay of a merge of the newer runs goes by), so the
-    /// move's install asks again.
+    /// the frontier runs in the background), and commits a merge that ended.
     pub(super) fn compact_if_due(&mut self) -> Result<()> {
         self.poll_compaction()?;
-        if self.compaction.is_some() || self.moving.is_some() {
+        if self.compaction.is_some() {
             return Ok(());
         }
         let Some(from) = self.runs_to_merge() else {
@@ -253,8 +244,6 @@ impl Core {
                 self.sieve.remove_superseded(&names::q(id));
             }
             return match self.runs_to_merge() {
-                // (A move's install asks again: see `compact_if_due`.)
-                _ if self.moving.is_some() => Ok(()),
                 None => Ok(()),
                 Some(from) if wait => self.compact_now(from),
                 Some(_) => self.compact_if_due(),
@@ -268,11 +257,9 @@ impl Core {
             }
         };
         self.commit_merged(m)?;
-        // Runs that came during the merge may make another one due: it begins now on a
-        // thread of its own, unless the caller waits for no merge to be under way; one that
-        // would run on the caller's thread is left to the next move (a step of a flush holds
-        // the lock for no merge).
-        if wait || !self.background || self.runs.len() + 1 >= RUNS_LIMIT {
+        // Runs that came during the merge may make another one due: it begins now, unless
+        // the caller waits for no merge to be under way.
+        if wait {
             Ok(())
         } else {
             self.compact_if_due()
@@ -282,10 +269,6 @@ impl Core {
     /// Merges the Q runs from slot `from` on into one on the caller's thread (every record
     /// kept unless `from` is 0) and commits it.
     fn compact_now(&mut self, from: usize) -> Result<()> {
-        debug_assert!(
-            self.moving.is_none(),
-            "a merge begun while a move is written"
-        );
         let consumed = self.consumed().by_id();
         let id = self.next_run;
         let m = merge(
@@ -831,74 +814,5 @@ mod tests {
             }
         }
         assert!(tried > 200, "{tried}");
-    }
-
-    /// No merge begins while a move's run is being written (its id is taken already): the
-    /// merge's run would get a larger id and come before the move's, where a replay of a
-    /// merge of the newer runs, which goes by the runs' ids, would put it after. The move's
-    /// install asks for the merge; the runs stay in the order of their ids, and a reopen
-    /// from a crash serves each host's URLs in the order pushed.
-    #[test]
-    fn no_merge_begins_while_a_moves_run_is_written_and_the_runs_stay_in_id_order() {
-        let disk = SimDisk::new();
-        let clock = Arc::new(ManualClock::new(1_000));
-        let opts = Options::new().seed(9).frontier_low(0).slots(64);
-        let f = Frontier::open_with(Arc::new(disk.clone()), opts.clone(), clock.clone()).unwrap();
-        no_merge(&f);
-        let mut pushed: Vec<String> = Vec::new();
-        let push = |f: &Frontier, pushed: &mut Vec<String>, n: usize| {
-            let urls: Vec<String> = (pushed.len()..pushed.len() + n)
-                .map(|i| format!("http://h{}.test/{i}", i % 10))
-                .collect();
-            let items: Vec<Discovered<'_>> =
-                urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
-            f.push("", &items).unwrap();
-            pushed.extend(urls);
-        };
-        // A large run, then two small ones: a merge of the newer two is due once allowed.
-        for n in [300, 10, 10] {
-            push(&f, &mut pushed, n);
-            f.flush().unwrap();
-        }
-        push(&f, &mut pushed, 10);
-        let ids = f
-            .with(|c| {
-                c.merge_newer = true;
-                // The sieve's output is moved on the mover's thread: its run's id is taken.
-                c.sieve.flush()?;
-                c.move_f(true)?;
-                assert!(c.moving.is_some(), "the move runs on a thread of its own");
-                assert!(c.runs_to_merge().is_some());
-                c.compact_if_due()?;
-                assert!(c.compaction.is_none(), "a merge began during the move");
-                // Its install asks for the merge, which then takes the ids after the move's.
-                c.settle_move()?;
-                c.finish_compaction()?;
-                Ok(c.runs.iter().map(|r| r.id()).collect::<Vec<_>>())
-            })
-            .unwrap();
-        assert!(ids.len() < 4, "the newer runs were merged: {ids:?}");
-        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
-        let crashed = disk.crash_image(crate::storage::sim::CrashImage::KillProcess);
-        drop(f);
-        let f = Frontier::open_with(Arc::new(crashed), opts.clone(), clock.clone()).unwrap();
-        let mut served: Vec<String> = Vec::new();
-        loop {
-            let got = f.lease(100, None, 60_000).unwrap();
-            if got.is_empty() {
-                break;
-            }
-            for l in got {
-                assert!(f.done(l.token, 0).unwrap());
-                served.push(String::from_utf8(l.url).unwrap());
-            }
-        }
-        for h in 0..10 {
-            let host = format!("http://h{h}.test/");
-            let of = |v: &[String]| -> Vec<String> {
-                v.iter().filter(|u| u.starts_with(&host)).cloned().collect()
-            };
-            assert_eq!(of(&served), of(&pushed), "host {h}");
-        }
     }
 }

@@ -1351,20 +1351,15 @@ impl Core {
                         self.seat(a, &seats);
                     }
                 } else {
-                    // A merge of every run comes before every run left (they were installed
-                    // after it began). A merge of the newer runs comes before the first run
-                    // left whose id is larger than its own: it began while no move's run was
-                    // being written, so the runs before the runs it merged have smaller ids
-                    // and those installed after it began larger ones.
+                    // The merge's run comes before the first run left that is newer than it:
+                    // the runs are in the order of their ids (a run's id is above those of
+                    // every run before it, and a merge's above those of the runs it merges).
                     self.runs
                         .extend(runs.into_iter().filter(|r| !removed.contains(&r.id())));
                     if let Some(run) = added_run {
-                        let at = match partial {
-                            true => (self.runs.iter())
-                                .position(|r| r.id() > run.id())
-                                .unwrap_or(self.runs.len()),
-                            false => 0,
-                        };
+                        let at = (self.runs.iter())
+                            .position(|r| r.id() > run.id())
+                            .unwrap_or(self.runs.len());
                         let at = if crate::planted::active(crate::planted::Bug::NewerMergeFirst) {
                             0
                         } else {
@@ -2423,7 +2418,7 @@ impl Core {
     }
 
     /// Empties queue `i`: its records waiting are skipped for good (those in the Q runs go at
-    /// the next merge of every run), its leases end (a later done of one changes nothing), and its
+    /// the next compaction), its leases end (a later done of one changes nothing), and its
     /// counts start again. Returns how many URLs it held (leased ones included).
     fn drop_queue(&mut self, i: u32) -> u64 {
         let seqs: Vec<u64> = self
