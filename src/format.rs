@@ -18,7 +18,7 @@ pub const VERSION: u32 = 4;
 /// may hold ends of fetches that ended before their entry, entry 20, in version 14's layout;
 /// 18: its journal may hold ends of fetches before their leases end, entry 21, and its
 /// checkpoint the leases they ended, as checkpoint version 13, in version 14's layout).
-pub const MANIFEST_VERSION: u32 = 19;
+pub const MANIFEST_VERSION: u32 = 18;
 
 /// Magic of A (write-ahead log) files: `CRVA`.
 pub const MAGIC_A: u32 = u32::from_le_bytes(*b"CRVA");

@@ -17,7 +17,7 @@
 //!
 //! It is replaced atomically (`MANIFEST.tmp`, fsync, rename, fsync directory). A manifest of
 //! version 4 is read as of mode 0, one of version 5 as of no clean close recorded, and all
-//! are written back as version 19 at the next commit (versions 6 and 7 changed other files
+//! are written back as version 18 at the next commit (versions 6 and 7 changed other files
 //! only: no manifest has them). Versions 9 to 13 have version 8's layout: 9 says that F's
 //! frames may be coded (`src/frames/coded.rs`), which a build that writes version 8 cannot
 //! read; 10 that a frontier's journal may hold archives and imports, and its A and F records
@@ -36,9 +36,7 @@
 //! which a build that writes version 16 would report as damage. Version 18 has version 14's
 //! layout and says that the journal may hold ends of fetches before their leases end (entry
 //! 21) and the checkpoint the leases they ended (its version 13), which a build that writes
-//! version 17 would report as damage. Version 19 has version 14's layout and says that the
-//! journal may hold merges of the newer Q runs only (entry 23), which a build that writes
-//! version 18 would report as damage.
+//! version 17 would report as damage.
 
 use crate::error::{Corruption, Error, Result};
 use crate::format::{seal, ByteReader, PutLe, MAGIC_M, MANIFEST_VERSION, VERSION};
@@ -229,7 +227,7 @@ impl Manifest {
                 at,
                 Corruption::Invalid {
                     field: "manifest version",
-                    expected: "4, 5, 8 to 19 (versions 6 and 7 changed other files)",
+                    expected: "4, 5, 8 to 17 (versions 6 and 7 changed other files)",
                     found: u64::from(version),
                 },
             ));

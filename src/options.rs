@@ -38,7 +38,6 @@ pub struct Options {
     pub(crate) recent: Option<usize>,
     pub(crate) frame_bytes: usize,
     pub(crate) queue_runs: usize,
-    pub(crate) merge_newer: bool,
     pub(crate) journal_bytes: u64,
     pub(crate) hot_queues: usize,
     pub(crate) compress_queues: Option<bool>,
@@ -61,7 +60,6 @@ impl Default for Options {
             recent: None,
             frame_bytes: crate::frames::FRAME_TARGET,
             queue_runs: 32,
-            merge_newer: true,
             journal_bytes: 64 << 20,
             hot_queues: crate::queues::HOT_QUEUES,
             compress_queues: None,
@@ -131,15 +129,6 @@ impl Options {
     #[doc(hidden)]
     pub fn queue_runs(mut self, runs: usize) -> Options {
         self.queue_runs = runs.clamp(2, 63);
-        self
-    }
-
-    /// Test only: whether a frontier merges its newer Q runs among themselves as they come
-    /// (default on; `docs/design.md`, "Compaction"), so that a test can have runs merged only
-    /// once they are [`Options::queue_runs`].
-    #[doc(hidden)]
-    pub fn merge_newer_runs(mut self, on: bool) -> Options {
-        self.merge_newer = on;
         self
     }
 

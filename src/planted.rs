@@ -116,20 +116,12 @@ pub enum Bug {
     /// back makes a hand-out lease until a deadline earlier than the instant at which a call
     /// before it found a lease expired.
     ClockRunsBack,
-    /// `newer-merge-drops-skips`: a merge of the newer Q runs drops every queue's skips, as
-    /// a merge of every run does, though it keeps the records skipped: a URL done by a known
-    /// update while it waited in an older run is served again.
-    NewerMergeDropsSkips,
-    /// `newer-merge-first`: a replay puts the run of a merge of the newer Q runs before every
-    /// run left, as a merge of every run's: a queue's records of the older run come after
-    /// the newer ones.
-    NewerMergeFirst,
 }
 
 #[cfg(feature = "planted-bugs")]
 impl Bug {
     /// Every bug, with the name `CRIVELLO_PLANTED_BUG` takes.
-    pub const ALL: [(Bug, &'static str); 37] = [
+    pub const ALL: [(Bug, &'static str); 35] = [
         (Bug::NoDirFsync, "no-dir-fsync"),
         (Bug::EarlyADiscard, "early-a-discard"),
         (Bug::KeepFTail, "keep-f-tail"),
@@ -165,8 +157,6 @@ impl Bug {
         (Bug::ExpiryUnjournaled, "expiry-unjournaled"),
         (Bug::DoneExpiryUnjournaled, "done-expiry-unjournaled"),
         (Bug::ClockRunsBack, "clock-runs-back"),
-        (Bug::NewerMergeDropsSkips, "newer-merge-drops-skips"),
-        (Bug::NewerMergeFirst, "newer-merge-first"),
     ];
 }
 

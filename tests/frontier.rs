@@ -393,12 +393,7 @@ fn a_deleted_crawl_is_forgotten_and_starts_afresh_and_a_deleted_queue_takes_new_
 fn runs_of_many_groups_weigh_on_j_and_bring_a_checkpoint() {
     let disk = SimDisk::new();
     let clock = Arc::new(ManualClock::new(10_000));
-    let opts = || {
-        opts()
-            .queue_runs(63)
-            .merge_newer_runs(false)
-            .journal_bytes(8192)
-    };
+    let opts = || opts().queue_runs(63).journal_bytes(8192);
     let f = Frontier::open_with(Arc::new(disk.clone()), opts(), clock.clone()).expect("open");
     let hosts = |from: usize, to: usize| -> Vec<String> {
         (from..to).map(|i| format!("http://h{i}.test/a")).collect()
@@ -2532,9 +2527,9 @@ mod model {
     }
 }
 
-/// The options of the crash workload: tiny buffers, and Q runs all merged when 4 wait.
+/// The options of the crash workload: tiny buffers, and Q runs compacted when 3 wait.
 fn crash_opts() -> Options {
-    opts().slots(8).queue_runs(4).journal_bytes(1500)
+    opts().slots(8).queue_runs(3).journal_bytes(1500)
 }
 
 /// What a frontier workload saw acknowledged before it stopped.
@@ -2596,12 +2591,6 @@ fn workload_on(
         Ok(us)
     };
     push(&f, batch(0, 12), a)?;
-    // Hosts of a first run larger than those after it: the newer runs are merged among
-    // themselves (entry 23), crash points too, before the runs are 4 and all are merged.
-    let wide: Vec<String> = (0..240)
-        .map(|i| format!("http://g{}.test/{}", i % 6, i / 6))
-        .collect();
-    push(&f, wide, a)?;
     let mut held = Vec::new();
     let mut held_b = Vec::new();
     for round in 0..8 {
@@ -2764,8 +2753,7 @@ fn workload_on(
             a.deleted.extend(of_h4);
         }
         push(&f, batch(12 + round * 6, 18 + round * 6), a)?;
-        // Each flush moves F into a Q run: the newer ones are merged among themselves, and
-        // all once they are 4.
+        // Each flush moves F into a Q run: they are compacted every 3.
         f.flush()?;
     }
     f.close()
@@ -4320,13 +4308,7 @@ fn queues_whose_ids_share_their_high_half_are_told_apart_at_an_open() {
         })
         .unwrap();
     let clock = Arc::new(ManualClock::new(1_000));
-    let opts = || {
-        opts()
-            .slots(512)
-            .queue_runs(32)
-            .merge_newer_runs(false)
-            .journal_bytes(1 << 20)
-    };
+    let opts = || opts().slots(512).queue_runs(32).journal_bytes(1 << 20);
     let disk = SimDisk::new();
     let f = Frontier::open_with(Arc::new(disk.clone()), opts(), clock.clone()).unwrap();
     // Three runs, each with both hosts among others.
@@ -4412,7 +4394,7 @@ fn run_layouts(files: impl IntoIterator<Item = (String, Vec<u8>)>) -> Vec<u8> {
 #[test]
 fn the_choice_of_compressed_queues_is_kept_in_the_store() {
     let dir = tempfile::tempdir().unwrap();
-    let o = || opts().queue_runs(4).merge_newer_runs(false);
+    let o = || opts().queue_runs(4);
     let compressed = |f: &Frontier| f.stats().unwrap().compressed;
     let f = Frontier::open(dir.path(), o()).unwrap();
     assert!(!compressed(&f), "a new store writes front-coded runs");
@@ -4591,106 +4573,5 @@ fn a_frontier_in_a_directory_runs_on_the_clock_given() {
     assert_eq!(l[0].deadline_ms, 6_000);
     clock.set(6_000);
     assert_eq!(urls(&f.lease(1, None, 5_000).unwrap()), ["http://a.test/1"]);
-    f.close().unwrap();
-}
-
-/// The newer Q runs are merged among themselves when they are small beside the older ones
-/// (entry 23): every record is kept and stays in its place in its queue, and the skips of
-/// known updates stay too, those of records in the older run and in the runs merged, live
-/// and after a reopen from a crash, whose replay puts the merge's run back after the older
-/// run.
-#[test]
-fn newer_runs_merged_among_themselves_keep_each_queues_order_and_skips_across_a_crash() {
-    use crivello::storage::sim::CrashImage;
-    let disk = SimDisk::new();
-    let clock = Arc::new(ManualClock::new(10_000));
-    let o = || opts().queue_runs(32).journal_bytes(1 << 20);
-    let f = Frontier::open_with(Arc::new(disk.clone()), o(), clock.clone()).unwrap();
-    let mut pushed: Vec<String> = Vec::new();
-    let add = |f: &Frontier, pushed: &mut Vec<String>, n: usize| {
-        let us: Vec<String> = (pushed.len()..pushed.len() + n)
-            .map(|i| format!("http://h{}.test/{i}", i % 8))
-            .collect();
-        push(f, &us.iter().map(String::as_str).collect::<Vec<_>>());
-        f.flush().unwrap();
-        pushed.extend(us);
-    };
-    let known_done = |f: &Frontier, u: &str| {
-        let k = crivello::Known {
-            url: u.as_bytes(),
-            key: None,
-            metadata: b"",
-            refetch_ms: 0,
-        };
-        f.update("", &[k]).unwrap();
-    };
-    let runs = |f: &Frontier| f.stats().unwrap().runs;
-    let q_files = || -> Vec<String> {
-        (disk.files().into_iter())
-            .filter(|n| n.starts_with("q-"))
-            .collect()
-    };
-    // A first run of 400 URLs over 8 hosts; one URL of each host served and done.
-    add(&f, &mut pushed, 400);
-    assert_eq!(runs(&f), 1);
-    let first = q_files();
-    assert_eq!(first.len(), 1);
-    let mut done: HashSet<String> = HashSet::new();
-    for l in f.lease(100, None, 60_000).unwrap() {
-        assert!(f.done(l.token, 0).unwrap());
-        done.insert(String::from_utf8(l.url).unwrap());
-    }
-    assert_eq!(done.len(), 8);
-    // Done by a known update while waiting in the first run: a skip there.
-    known_done(&f, &pushed[100]);
-    done.insert(pushed[100].clone());
-    // Two small runs: merged among themselves, the first run left as it is.
-    add(&f, &mut pushed, 20);
-    known_done(&f, &pushed[405]);
-    done.insert(pushed[405].clone());
-    add(&f, &mut pushed, 20);
-    assert_eq!(runs(&f), 2, "the two newer runs merged");
-    // Two more, merged with the newer run.
-    for _ in 0..2 {
-        add(&f, &mut pushed, 20);
-        assert!(runs(&f) <= 3);
-    }
-    assert_eq!(runs(&f), 2, "the newer runs merged");
-    // The first run was never merged (its records of each host come first).
-    assert!(q_files().contains(&first[0]), "{:?}", q_files());
-    let crashed = disk.crash_image(CrashImage::KillProcess);
-    let expected: Vec<String> = pushed
-        .iter()
-        .filter(|u| !done.contains(*u))
-        .cloned()
-        .collect();
-    let drain = |f: &Frontier| -> Vec<String> {
-        let mut served = Vec::new();
-        loop {
-            let got = f.lease(100, None, 60_000).unwrap();
-            if got.is_empty() {
-                assert_eq!(f.stats().unwrap().waiting, 0);
-                return served;
-            }
-            for l in got {
-                assert!(f.done(l.token, 0).unwrap());
-                served.push(String::from_utf8(l.url).unwrap());
-            }
-        }
-    };
-    let by_host = |urls: &[String]| -> BTreeMap<String, Vec<String>> {
-        let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for u in urls {
-            m.entry(u.split('/').nth(2).unwrap().to_owned())
-                .or_default()
-                .push(u.clone());
-        }
-        m
-    };
-    assert_eq!(by_host(&drain(&f)), by_host(&expected), "live");
-    f.close().unwrap();
-    let f = Frontier::open_with(Arc::new(crashed), o(), clock.clone()).unwrap();
-    assert_eq!(runs(&f), 2);
-    assert_eq!(by_host(&drain(&f)), by_host(&expected), "after the crash");
     f.close().unwrap();
 }

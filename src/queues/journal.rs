@@ -159,14 +159,11 @@ pub(crate) enum Entry<'a> {
         record: &'a [u8],
     },
     /// Q runs merged: `removed` replaced by `added`; `waiting`: each queue's records waiting
-    /// in the runs then (the others have none). A merge of every run (`partial` false, entry
-    /// 8) leaves out the records handed out or skipped, and the queues' skips go; a merge of
-    /// the newer runs only (`partial`, entry 23) keeps every record, and the skips stay.
+    /// in the runs then (the others have none).
     Compacted {
         removed: Vec<u64>,
         added: Option<u64>,
         waiting: Vec<(u64, u64)>,
-        partial: bool,
     },
     /// The compaction that follows keeps the records it takes out of the runs in Q run `run`.
     Archived { run: u64 },
@@ -380,9 +377,8 @@ impl Entry<'_> {
                 removed,
                 added,
                 waiting,
-                partial,
             } => {
-                out.push(if *partial { 23 } else { 8 });
+                out.push(8);
                 out.put_u32(removed.len() as u32);
                 for r in removed {
                     out.put_u64(*r);
@@ -608,7 +604,7 @@ impl Entry<'_> {
             },
             12 => Entry::DeleteCrawl { id: r.u32()? },
             13 => r.known(false)?,
-            k @ (8 | 23) => {
+            8 => {
                 let n = r.u32()?;
                 if n as usize > r.0.len() / 8 {
                     return Err(invalid(
@@ -638,7 +634,6 @@ impl Entry<'_> {
                     removed,
                     added: (added != 0).then_some(added),
                     waiting,
-                    partial: k == 23,
                 }
             }
             14 => Entry::Archived {
@@ -996,13 +991,6 @@ mod tests {
                 removed: vec![1, 2],
                 added: Some(3),
                 waiting: vec![(7, 2), (9, 1)],
-                partial: false,
-            },
-            Entry::Compacted {
-                removed: vec![4, 5],
-                added: Some(6),
-                waiting: vec![(7, 2)],
-                partial: true,
             },
             Entry::DeleteQueue {
                 crawl: 4,

@@ -533,7 +533,7 @@ impl Frontier {
         opts: Options,
         clock: Arc<dyn Clock>,
     ) -> Result<Frontier> {
-        let (max_runs, journal_bytes) = ((opts.queue_runs, opts.merge_newer), opts.journal_bytes);
+        let (max_runs, journal_bytes) = (opts.queue_runs, opts.journal_bytes);
         let (background, hot) = (opts.background, opts.hot_queues);
         let coding = opts.compress_queues;
         let max_url_len = opts.max_url_len;

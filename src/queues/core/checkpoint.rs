@@ -1610,11 +1610,6 @@ mod tests {
     fn a_queues_runs_are_kept_and_a_bit_past_the_runs_is_damage() {
         let disk = SimDisk::new();
         let f = small_frontier(&disk);
-        f.with(|c| {
-            c.merge_newer = false;
-            Ok(())
-        })
-        .unwrap();
         for round in 0..3 {
             let urls: Vec<String> = (0..200)
                 .map(|i| format!("http://h{}.test/{round}/{i}", i % (20 + round * 10)))

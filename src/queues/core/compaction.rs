@@ -1,7 +1,5 @@
 //! Compaction: the Q runs merged into one once they are `max_runs`, keeping the records not
-//! yet handed out, the others going to an archive; and before that, the newer runs merged
-//! among themselves as they come, every record kept ([`Core::runs_to_merge`]), so that a
-//! queue's records lie in a few runs, not in one per move.
+//! yet handed out, the others going to an archive.
 //!
 //! The merge reads only immutable runs and what the state said of each queue when it began
 //! (its next seq and its skips), so that it can run on a thread of its own while hand-outs,
@@ -57,8 +55,6 @@ struct Consumed {
 pub(super) struct Merged {
     /// The runs merged.
     removed: Vec<u64>,
-    /// Only the newer runs were merged, every record kept.
-    partial: bool,
     /// The new run (none: nothing waits in the runs merged).
     added: Option<u64>,
     /// The archive (none: nothing of a live crawl was passed).
@@ -96,18 +92,12 @@ pub(super) struct Compaction {
     id: u64,
     /// A known update skipped a record since the merge began: its result is not committed.
     spoiled: bool,
-    /// A merge of the newer runs only, which keeps every record.
-    partial: bool,
 }
 
 impl Compaction {
-    /// A known update skipped a record, which the merge keeps: a merge of every run, whose
-    /// entry drops the skips, stops and is not committed. (A merge of the newer runs keeps
-    /// the skips as they are.)
+    /// A known update skipped a record, which the merge keeps: it stops, and is not
+    /// committed.
     pub(super) fn spoil(&mut self) {
-        if self.partial {
-            return;
-        }
         self.spoiled = true;
         if !crate::planted::active(crate::planted::Bug::SpoiledMerge) {
             self.stop.store(true, Ordering::Relaxed);
@@ -134,66 +124,35 @@ impl Drop for Compaction {
 }
 
 impl Core {
-    /// Which Q runs are due to be merged, by the slot of the first (the merge takes it and
-    /// every run after it): every run (slot 0) once they are `max_runs`; otherwise, the
-    /// newer runs when some are small beside the ones after them. Walking back from the
-    /// newest run, a run joins the merge while its file is smaller than twice the files of
-    /// the runs after it together; a merge of two runs or more is due. Runs of like sizes
-    /// merge in pairs, as a binary counter carries: after `m` moves of like size the runs are
-    /// about log2(m) (their sizes halving from the oldest), and each record is written again
-    /// about log2(m) times, where merging every run at each move would write it `m` times.
-    /// When the walk reaches the oldest run, the merge is of every run.
-    pub(super) fn runs_to_merge(&self) -> Option<usize> {
-        let n = self.runs.len();
-        if n >= self.max_runs {
-            return Some(0);
-        }
-        if !self.merge_newer || n < 2 {
-            return None;
-        }
-        let mut a = n - 1;
-        let mut after = self.runs[a].bytes();
-        while a > 0 && self.runs[a - 1].bytes() < after.saturating_mul(2) {
-            a -= 1;
-            after = after.saturating_add(self.runs[a].bytes());
-        }
-        (a + 1 < n).then_some(a)
-    }
-
-    /// Merges the Q runs that are due ([`Core::runs_to_merge`]; on a thread of its own when
-    /// the frontier runs in the background), and commits a merge that ended.
+    /// Merges the Q runs once they are `max_runs` (on a thread of its own when the frontier
+    /// runs in the background), and commits a merge that ended.
     pub(super) fn compact_if_due(&mut self) -> Result<()> {
         self.poll_compaction()?;
-        if self.compaction.is_some() {
+        if self.compaction.is_some() || self.runs.len() < self.max_runs {
             return Ok(());
         }
-        let Some(from) = self.runs_to_merge() else {
-            return Ok(());
-        };
         if !self.background || self.runs.len() + 1 >= RUNS_LIMIT {
-            return self.compact_now(from);
+            return self.compact_now();
         }
         let consumed = self.consumed();
-        let runs: Vec<Run> = self.runs[from..].to_vec();
+        let runs: Vec<Run> = self.runs.clone();
         let st = self.sieve.storage().clone();
         // The new run's id and the archive's: the moves meanwhile take the ids after them.
         let id = self.next_run;
         self.next_run = id + 2;
         let stop = Arc::new(AtomicBool::new(false));
         let (halt, coding) = (stop.clone(), self.coding);
-        let partial = from > 0;
         let Ok(job) = Job::spawn("crivello-compact", (), move |()| {
-            merge(&*st, &runs, (id, coding, partial), &consumed.by_id(), &halt)
+            merge(&*st, &runs, (id, coding), &consumed.by_id(), &halt)
         }) else {
             // No thread to be had: the merge runs here (the ids reserved stay unused).
-            return self.compact_now(from);
+            return self.compact_now();
         };
         self.compaction = Some(Compaction {
             job,
             stop,
             id,
             spoiled: false,
-            partial,
         });
         Ok(())
     }
@@ -207,7 +166,7 @@ impl Core {
         }
         self.finish_compaction()?;
         if self.runs.len() + 1 >= RUNS_LIMIT {
-            self.compact_now(0)?;
+            self.compact_now()?;
         }
         Ok(())
     }
@@ -227,9 +186,8 @@ impl Core {
     }
 
     /// Commits the merge under way, which ended or (`wait`) is waited for. A merge a known
-    /// update spoiled is dropped (it was told to stop); if runs are still due to be merged,
-    /// they are merged again: on the caller's thread if it waits, else on a new thread. A
-    /// merge committed without a wait begins the next one due, if any.
+    /// update spoiled is dropped (it was told to stop); if `max_runs` runs still wait, they
+    /// are merged again: on the caller's thread if it waits, else on a new thread.
     fn end_compaction(&mut self, wait: bool) -> Result<()> {
         let Some(mut c) = self.compaction.take() else {
             return Ok(());
@@ -243,10 +201,13 @@ impl Core {
             for id in [c.id, c.id + 1] {
                 self.sieve.remove_superseded(&names::q(id));
             }
-            return match self.runs_to_merge() {
-                None => Ok(()),
-                Some(from) if wait => self.compact_now(from),
-                Some(_) => self.compact_if_due(),
+            if self.runs.len() < self.max_runs {
+                return Ok(());
+            }
+            return if wait {
+                self.compact_now()
+            } else {
+                self.compact_if_due()
             };
         }
         let m = match merged {
@@ -256,25 +217,17 @@ impl Core {
                 return Err(e);
             }
         };
-        self.commit_merged(m)?;
-        // Runs that came during the merge may make another one due: it begins now, unless
-        // the caller waits for no merge to be under way.
-        if wait {
-            Ok(())
-        } else {
-            self.compact_if_due()
-        }
+        self.commit_merged(m)
     }
 
-    /// Merges the Q runs from slot `from` on into one on the caller's thread (every record
-    /// kept unless `from` is 0) and commits it.
-    fn compact_now(&mut self, from: usize) -> Result<()> {
+    /// Merges every Q run into one on the caller's thread and commits it.
+    fn compact_now(&mut self) -> Result<()> {
         let consumed = self.consumed().by_id();
         let id = self.next_run;
         let m = merge(
             &**self.sieve.storage(),
-            &self.runs[from..],
-            (id, self.coding, from > 0),
+            &self.runs,
+            (id, self.coding),
             &consumed,
             &AtomicBool::new(false),
         )?;
@@ -312,7 +265,6 @@ impl Core {
             removed: m.removed.clone(),
             added: m.added,
             waiting,
-            partial: m.partial,
         };
         // Runs of version 12 (and entry 14): the manifest says so before J refers to them.
         self.commit_version()?;
@@ -341,13 +293,11 @@ impl Core {
 /// queue (each run's are in queue order), streamed into the new runs: a queue's records are
 /// its groups' in the order of the runs, which is the order of their seqs (a run holds
 /// records queued after every earlier run's). Both files are durable, with their directory
-/// entries, when this returns. A `partial` merge, of the newer runs only, keeps every record
-/// (those handed out or skipped are passed over when reached, as in the runs it merges) and
-/// writes no archive.
+/// entries, when this returns.
 fn merge(
     st: &dyn Storage,
     runs: &[Run],
-    (id, coding, partial): (u64, RunCoding, bool),
+    (id, coding): (u64, RunCoding),
     seen: &Consumed,
     stop: &AtomicBool,
 ) -> Result<Merged> {
@@ -383,14 +333,10 @@ fn merge(
         }
         // A queue the frontier does not know has nothing waiting.
         let next = match seen.next.get(cursor) {
-            _ if partial => Some(0),
             Some(&(q, next, _)) if q == queue => Some(next),
             _ => None,
         };
-        let skips = match seen.skips.get(&queue) {
-            Some(skips) if !partial => skips.as_slice(),
-            _ => &[],
-        };
+        let skips = seen.skips.get(&queue).map_or(&[][..], Vec::as_slice);
         for (((run, h), cache), coverage) in scans
             .iter()
             .zip(&mut heads)
@@ -464,7 +410,6 @@ fn merge(
     }
     Ok(Merged {
         removed: runs.iter().map(Run::id).collect(),
-        partial,
         added,
         archived,
         seats,
@@ -529,7 +474,6 @@ mod tests {
     fn no_merge(f: &Frontier) {
         f.with(|c| {
             c.max_runs = super::RUNS_LIMIT;
-            c.merge_newer = false;
             Ok(())
         })
         .unwrap();
@@ -569,7 +513,6 @@ mod tests {
         f.close().unwrap();
         let f = open();
         assert_eq!(f.with(|c| Ok(c.runs.len())).unwrap(), 63);
-        no_merge(&f);
         for (round, want) in (63..66).zip([2, 3, 4]) {
             add_run(&f, round, 2, &mut all);
             // The first move merged the 63 runs, then wrote its own.
@@ -606,20 +549,13 @@ mod tests {
             let halt = stop.clone();
             let thread = std::thread::spawn(move || {
                 let _ = wait.recv();
-                super::merge(
-                    &*st,
-                    &runs,
-                    (id, super::RunCoding::Front, false),
-                    &consumed,
-                    &halt,
-                )
+                super::merge(&*st, &runs, (id, super::RunCoding::Front), &consumed, &halt)
             });
             c.compaction = Some(super::Compaction {
                 job: super::Job::of(thread),
                 stop,
                 id,
                 spoiled: false,
-                partial: false,
             });
             Ok(())
         })
@@ -798,7 +734,7 @@ mod tests {
             super::merge(
                 disk,
                 &runs,
-                (next, super::RunCoding::Front, false),
+                (next, super::RunCoding::Front),
                 &consumed,
                 &stop,
             )

@@ -241,8 +241,7 @@ struct Lists {
     /// Records done and served again once their instant has passed, by (instant, seq).
     refetch: Vec<(u64, u64, Box<[u8]>)>,
     /// Seqs of records in the Q runs, from `next_seq` on, that a known update ended: not
-    /// counted in `waiting`, passed over when reached, dropped by the next merge of every
-    /// run.
+    /// counted in `waiting`, passed over when reached, dropped by the next compaction.
     /// Sorted.
     skips: Vec<u64>,
 }
@@ -295,15 +294,11 @@ impl At {
         )
     }
 
-    /// The same place once the `n` runs from slot `a` on are merged into `new` runs (0 or
-    /// 1): `None` if it was in one of them.
-    fn after_merge(self, a: usize, n: usize, new: usize) -> Option<At> {
+    /// The same place once the runs before slot `n` are merged into `new` runs (0 or 1):
+    /// `None` if it was in one of them.
+    fn after_merge(self, n: usize, new: usize) -> Option<At> {
         let (slot, offset, start, left) = self.get();
-        if slot < a {
-            Some(self)
-        } else {
-            (slot >= a + n).then(|| At::new((slot - n + new, offset, start, left)))
-        }
+        (slot >= n).then(|| At::new((slot - n + new, offset, start, left)))
     }
 }
 
@@ -625,9 +620,6 @@ pub(crate) struct Core {
     checkpoint_bytes: u64,
     /// Q runs are merged into one once they are this many.
     max_runs: usize,
-    /// The newer Q runs are merged among themselves as they come
-    /// ([`Core::runs_to_merge`]).
-    merge_newer: bool,
     /// How the Q runs this frontier writes code their frames.
     coding: RunCoding,
     /// While J is replayed: the runs a later compaction removed (their files may be gone).
@@ -677,7 +669,7 @@ impl Core {
     pub(super) fn open(
         sieve: Sieve,
         clock: Arc<dyn Clock>,
-        (max_runs, merge_newer): (usize, bool),
+        max_runs: usize,
         journal_bytes: u64,
         background: bool,
         (hot, compress): (usize, Option<bool>),
@@ -763,7 +755,6 @@ impl Core {
             versioned: false,
             serve_only: None,
             max_runs,
-            merge_newer,
             coding,
         };
         // The checkpoint, decoded once (and checked whole), and its first generation of the
@@ -1298,49 +1289,35 @@ impl Core {
                 removed,
                 added,
                 waiting,
-                partial,
             } => {
-                // Live, the runs merged follow one another from slot `a`: every run there is
-                // when the merge begins, or the newer ones from `a` on (later runs come after
-                // them).
+                // Live, the runs merged are the first ones (a merge takes every run there is
+                // when it begins, and later runs come after them).
                 let n = removed.len();
-                let a = (self.runs.iter())
-                    .position(|r| Some(r.id()) == removed.first().copied())
-                    .unwrap_or(0);
-                let together = self.replay_gone.is_none()
-                    && a + n <= self.runs.len()
-                    && self.runs[a..a + n]
+                let first = self.replay_gone.is_none()
+                    && n <= self.runs.len()
+                    && self.runs[..n]
                         .iter()
                         .map(Run::id)
                         .eq(removed.iter().copied());
                 let runs = std::mem::take(&mut self.runs);
-                let added_run = match added {
-                    Some(id) => {
-                        self.next_run = self.next_run.max(id + 1);
-                        // Unless a later compaction removed it too.
-                        if self.replay_gone.as_ref().is_some_and(|g| g.contains(id)) {
-                            None
-                        } else {
-                            Some(Run::open(self.sieve.storage().as_ref(), *id)?)
-                        }
+                if let Some(id) = added {
+                    self.next_run = self.next_run.max(id + 1);
+                    // Unless a later compaction removed it too.
+                    if !self.replay_gone.as_ref().is_some_and(|g| g.contains(id)) {
+                        let run = Run::open(self.sieve.storage().as_ref(), *id)?;
+                        self.runs.push(run);
                     }
-                    None => None,
-                };
-                let new = u32::from(added_run.is_some());
-                if together {
-                    // Each queue's bits past the runs merged move down; the merge's run may
+                }
+                let new = self.runs.len() as u32;
+                if first {
+                    // Each queue's bits move down past the runs merged; the merge's run may
                     // hold records of each queue that one of them might have held.
-                    let mut runs = runs.into_iter();
-                    self.runs.extend(runs.by_ref().take(a));
-                    self.runs.extend(added_run);
-                    self.runs.extend(runs.skip(n));
-                    let low = (1u64 << a) - 1;
+                    self.runs.extend(runs.into_iter().skip(n));
                     let merged = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
                     self.queues.for_each_mut(|_, q| {
-                        let had = u64::from((q.runs >> a) & merged != 0) & u64::from(new);
-                        let high = (q.runs >> a).checked_shr(n as u32).unwrap_or(0);
-                        q.runs = (q.runs & low) | (had << a) | (high << (a as u32 + new));
-                        q.at = q.at.and_then(|p| p.after_merge(a, n, new as usize));
+                        let had = u64::from(q.runs & merged != 0) & u64::from(new);
+                        q.runs = (q.runs.checked_shr(n as u32).unwrap_or(0) << new) | had;
+                        q.at = q.at.and_then(|a| a.after_merge(n, new as usize));
                     });
                     // (Live, the commit always gives the seats of the run it adds; queues not
                     // seated would look their place up at their next hand-out.)
@@ -1348,25 +1325,11 @@ impl Core {
                     if let Some((_, seats)) =
                         seats.filter(|&(id, _)| new == 1 && Some(id) == *added)
                     {
-                        self.seat(a, &seats);
+                        self.seat(&seats);
                     }
                 } else {
-                    // The merge's run comes before the first run left that is newer than it:
-                    // the runs are in the order of their ids (a run's id is above those of
-                    // every run before it, and a merge's above those of the runs it merges).
                     self.runs
                         .extend(runs.into_iter().filter(|r| !removed.contains(&r.id())));
-                    if let Some(run) = added_run {
-                        let at = (self.runs.iter())
-                            .position(|r| r.id() > run.id())
-                            .unwrap_or(self.runs.len());
-                        let at = if crate::planted::active(crate::planted::Bug::NewerMergeFirst) {
-                            0
-                        } else {
-                            at
-                        };
-                        self.runs.insert(at, run);
-                    }
                     self.queues.for_each_mut(|_, q| {
                         q.runs = 0;
                         q.at = None;
@@ -1387,14 +1350,9 @@ impl Core {
                     if !same {
                         q.waiting = 0;
                     }
-                    // A merge of every run dropped the records skipped; one of the newer
-                    // runs kept them.
-                    let drops = !*partial
-                        || crate::planted::active(crate::planted::Bug::NewerMergeDropsSkips);
-                    if drops {
-                        if let Some(l) = q.lists.as_mut() {
-                            l.skips = Vec::new();
-                        }
+                    // The compaction dropped the records skipped.
+                    if let Some(l) = q.lists.as_mut() {
+                        l.skips = Vec::new();
                     }
                     q.tidy();
                 });
@@ -1426,33 +1384,30 @@ impl Core {
         waiting.iter().all(|&w| own.next() == Some(w)) && own.next().is_none()
     }
 
-    /// Points each queue with no place whose first run is the merge's (now slot `a`) at the
-    /// start of its group there, from the seats the merge found as it wrote the run, in the
-    /// order of the queues' places: instead of a lookup in a block at each queue's next
-    /// hand-out, in the order the queues come due. A hand-out passes over the records below
-    /// the queue's next seq (those served while the merge ran), as it does after a lookup.
-    /// (A replay seats none: it rebuilds every queue's runs and places.)
-    fn seat(&mut self, a: usize, seats: &[compaction::Seat]) {
+    /// Points each queue with no place whose runs included one merged (the merge's run now
+    /// slot 0) at the start of its group there, from the seats the merge found as it wrote
+    /// the run, in the order of the queues' places: instead of a lookup in a block at each
+    /// queue's next hand-out, in the order the queues come due. A hand-out passes over the
+    /// records below the queue's next seq (those served while the merge ran), as it does
+    /// after a lookup. (A replay seats none: it rebuilds every queue's runs and places.)
+    fn seat(&mut self, seats: &[compaction::Seat]) {
         #[cfg(test)]
-        self.check_seats(a, seats);
-        // The queue's bits below the merge's and its own.
-        let (before, own) = ((1u64 << a) - 1, 1u64 << a);
+        self.check_seats(seats);
         for s in seats {
             // In place: a queue packed stays packed.
             self.queues.update(s.place, |q| {
-                let first = q.runs & (before | own) == own;
-                if q.at.is_none() && first && q.crawl == s.crawl && s.records > 0 {
-                    q.at = Some(At::new((a, s.offset, s.start, s.records)));
+                if q.at.is_none() && q.runs & 1 != 0 && q.crawl == s.crawl && s.records > 0 {
+                    q.at = Some(At::new((0, s.offset, s.start, s.records)));
                 }
             });
         }
     }
 
-    /// Tests: the seats a merge found are what the run's directory (slot `a`) says of the
+    /// Tests: the seats a merge found are what the run's directory (slot 0) says of the
     /// known queues, by place.
     #[cfg(test)]
-    fn check_seats(&self, a: usize, seats: &[compaction::Seat]) {
-        let mut expected: Vec<compaction::Seat> = (self.runs[a].scanning().groups())
+    fn check_seats(&self, seats: &[compaction::Seat]) {
+        let mut expected: Vec<compaction::Seat> = (self.runs[0].scanning().groups())
             .filter_map(|g| {
                 let g = g.unwrap();
                 let place = self.place(g.queue)?;
@@ -1466,7 +1421,7 @@ impl Core {
             })
             .collect();
         expected.sort_unstable_by_key(|s| s.place);
-        assert_eq!(seats, expected, "the seats of run {}", self.runs[a].id());
+        assert_eq!(seats, expected, "the seats of run {}", self.runs[0].id());
     }
 
     /// Adds a Q run: each of its groups waits in its queue.
@@ -5207,7 +5162,7 @@ mod tests {
     /// keeps even one record read ahead. Every URL comes out once, in its queue's order.
     #[test]
     fn compressed_frames_of_many_queues_are_read_about_once() {
-        let f = inline_frontier_with(|o| o.compress_queues(true).merge_newer_runs(false));
+        let f = inline_frontier_with(|o| o.compress_queues(true));
         let hosts = 400;
         // A first run in which host h has 2 or 3 URLs (by its parity), then a second run
         // of 3 each: from the third turn on, a turn takes some queues' URLs from the second
@@ -5266,7 +5221,6 @@ mod tests {
         let f = inline_frontier_with(|o| o);
         f.with(|c| {
             c.max_runs = super::compaction::RUNS_LIMIT;
-            c.merge_newer = false;
             Ok(())
         })
         .unwrap();
