@@ -397,7 +397,8 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         flush_peak,
     } = build(a, &mut source, &tmp.path().join("frontier"))?;
     let batch = a.batch.max(1);
-    let queues = f.stats()?.queues;
+    let first = f.stats()?;
+    let (queues, runs_at_first) = (first.queues, first.runs);
 
     let start = Instant::now();
     let cpu = cpu_seconds();
@@ -501,9 +502,10 @@ pub fn run(a: &FrontierArgs) -> Result<()> {
         rate(pushes, pushed + flushed)
     );
     println!(
-        "  lease + done             {:>8.3} s  {:>12.0} URLs/s  ({calls} lease calls, {calls} done calls)",
+        "  lease + done             {:>8.3} s  {:>12.0} URLs/s  ({calls} lease calls, {calls} done calls; {runs_at_first} Q runs at the first, {} at the end)",
         drained.as_secs_f64(),
-        rate(served, drained)
+        rate(served, drained),
+        stats.runs
     );
     println!(
         "  lease + done, processor  {:>8.3} s user, {:.3} s system (the process's, every thread)",
