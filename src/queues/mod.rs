@@ -1066,12 +1066,13 @@ impl Frontier {
         let mut unwound = Unwound::default();
         let after = after.map(|p| (p.key.as_slice(), p.at));
         let r = self.with(|c| {
-            c.visit_held(crawl, (key, after), &mut |r, status| {
+            c.visit_held(crawl, (key, after), &mut |h| {
+                let r = h.record;
                 let held = HeldUrl {
                     key: r.key.unwrap_or_else(|| key::default_key(r.url)).to_vec(),
                     url: r.url.to_vec(),
                     metadata: r.meta.to_vec(),
-                    status,
+                    status: h.status,
                 };
                 unwound.call(|| f(held)).unwrap_or(false)
             })
@@ -1087,10 +1088,9 @@ impl Frontier {
     /// in pages of `page` URLs (at least 1), each under the lock for a moment, and the URLs a
     /// page picks are completed in the same step as its walk: a URL that another caller
     /// changes meanwhile (a known update that schedules it again, with new metadata) is
-    /// judged as it is when its page takes it, never as it was before. A page that picks
-    /// waiting URLs costs what [`Frontier::update`] of them does, under the same lock hold
-    /// (it merges the sieve's pushes, and looks each URL up in its queue's runs). Durable
-    /// when this returns Ok.
+    /// judged as it is when its page takes it, never as it was before. A URL picked is made
+    /// done where the walk found it (by its seq), with no look-up of its own. Durable when
+    /// this returns Ok.
     pub fn purge(
         &self,
         crawl: &str,
@@ -1107,36 +1107,27 @@ impl Frontier {
             let r = self.with(|c| {
                 let (mut picked, mut walked) = (Vec::new(), 0usize);
                 let from = after.as_ref().map(|p| (p.key.as_slice(), p.at));
-                let place = c.visit_held(name, (key, from), &mut |r, status| {
+                let place = c.visit_held(name, (key, from), &mut |h| {
+                    let r = h.record;
                     let held = HeldUrl {
                         key: r.key.unwrap_or_else(|| key::default_key(r.url)).to_vec(),
                         url: r.url.to_vec(),
                         metadata: r.meta.to_vec(),
-                        status,
+                        status: h.status,
                     };
                     walked += 1;
                     if unwound.call(|| pick(&held)).unwrap_or(false) {
-                        // The key the URL was pushed with, if any: a host's key (its
-                        // default) may be longer than a key given may be.
-                        picked.push((held, r.key.map(<[u8]>::to_vec)));
+                        // Made done where the visit found it, by its seq and its record
+                        // (which holds the key it was pushed with, if any).
+                        picked.push((h.seq, h.bytes.to_vec()));
                     }
                     walked < page && !unwound.unwound()
                 })?;
                 if unwound.unwound() {
                     return Ok((0, None, 0));
                 }
-                let items: Vec<Known<'_>> = (picked.iter())
-                    .map(|(h, key)| Known {
-                        url: &h.url,
-                        key: key.as_deref(),
-                        metadata: &h.metadata,
-                        refetch_ms: 0,
-                    })
-                    .collect();
-                if !items.is_empty() {
-                    c.update(name, &items, &[])?;
-                }
-                Ok((items.len() as u64, place, walked))
+                c.complete_held(&picked)?;
+                Ok((picked.len() as u64, place, walked))
             });
             unwound.resume();
             let (n, place, walked) = r?;

@@ -316,6 +316,26 @@ pub(crate) struct HeldAt {
 /// Where a visit of held URLs resumes: a queue's key and a place in it.
 pub(super) type HeldFrom<'a> = Option<(&'a [u8], HeldAt)>;
 
+/// A URL a visit of held URLs ([`Core::visit_held`]) gives: its record decoded and as it is
+/// held, its seq and its status.
+pub(super) struct Held<'a> {
+    pub(super) record: Record<'a>,
+    pub(super) bytes: &'a [u8],
+    pub(super) seq: u64,
+    pub(super) status: super::UrlStatus,
+}
+
+impl<'a> Held<'a> {
+    fn of(record: Record<'a>, bytes: &'a [u8], seq: u64, status: super::UrlStatus) -> Held<'a> {
+        Held {
+            record,
+            bytes,
+            seq,
+            status,
+        }
+    }
+}
+
 /// The place of a record in a run: the run's id, the queue's group there, and the place
 /// just after the record in that group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -641,6 +661,10 @@ pub(crate) struct Core {
     /// Tests: the records of the runs that visits of held URLs walked.
     #[cfg(test)]
     held_walked: u64,
+    /// Tests: the records of the Q runs that looks-ups of URLs in their queues walked
+    /// ([`Core::find_in_runs`]).
+    #[cfg(test)]
+    looked_up: std::cell::Cell<u64>,
     /// The payload of the last Q frame read by a hand-out, given back for the next one.
     frame_spare: Vec<u8>,
     /// The Q frame a hand-out read last in each run, by the run's index (see
@@ -746,6 +770,8 @@ impl Core {
             frames_read: 0,
             #[cfg(test)]
             held_walked: 0,
+            #[cfg(test)]
+            looked_up: std::cell::Cell::new(0),
             replaying_gen: None,
             frame_spare: Vec::new(),
             recent: Vec::new(),
@@ -4289,7 +4315,7 @@ impl Core {
         &mut self,
         crawl: &[u8],
         (key, after): (Option<&[u8]>, HeldFrom<'_>),
-        f: &mut dyn FnMut(Record<'_>, super::UrlStatus) -> bool,
+        f: &mut dyn FnMut(Held<'_>) -> bool,
     ) -> Result<Option<(Vec<u8>, HeldAt)>> {
         use super::UrlStatus;
         // What was pushed reached its queue first (`Frontier::urls` flushes; the callers of
@@ -4342,7 +4368,8 @@ impl Core {
                     }
                     last = Some((i, k, at));
                     let rec = &self.leases.get(seq).expect("listed").record;
-                    if !f(listed(rec, g)?, UrlStatus::Leased { until_ms }) {
+                    let status = UrlStatus::Leased { until_ms };
+                    if !f(Held::of(listed(rec, g)?, rec, seq, status)) {
                         return Ok(place(last, &self.keys));
                     }
                 }
@@ -4354,7 +4381,7 @@ impl Core {
                     continue;
                 }
                 last = Some((i, k, at));
-                if !f(listed(rec, g)?, UrlStatus::Waiting) {
+                if !f(Held::of(listed(rec, g)?, rec, *seq, UrlStatus::Waiting)) {
                     return Ok(place(last, &self.keys));
                 }
             }
@@ -4410,7 +4437,7 @@ impl Core {
                     }
                     let r = record::decode(rec).map_err(|w| run.file().corrupt(offset, w))?;
                     last = Some((i, k, at));
-                    more = f(r, UrlStatus::Waiting);
+                    more = f(Held::of(r, rec, seq, UrlStatus::Waiting));
                     Ok(more)
                 })?;
             }
@@ -4428,7 +4455,8 @@ impl Core {
                     continue;
                 }
                 last = Some((i, k, at));
-                if !f(listed(rec, g)?, UrlStatus::Refetch { at_ms: *at_ms }) {
+                let status = UrlStatus::Refetch { at_ms: *at_ms };
+                if !f(Held::of(listed(rec, g)?, rec, *seq, status)) {
                     return Ok(place(last, &self.keys));
                 }
             }
@@ -4451,6 +4479,8 @@ impl Core {
                 continue;
             };
             run.walk_group(&g, |seq, rec, _| {
+                #[cfg(test)]
+                self.looked_up.set(self.looked_up.get() + 1);
                 if seq < q.next_seq || q.skips().binary_search(&seq).is_ok() {
                     return Ok(true);
                 }
@@ -4618,6 +4648,28 @@ impl Core {
         if entries.is_empty() {
             return Ok(());
         }
+        self.commit_deferred(&entries)
+    }
+
+    /// Makes done the URLs a visit of held URLs ([`Core::visit_held`]) gave in this hold of
+    /// the lock, each by its seq and its record as held (`found`): known entries to done,
+    /// as [`Core::update`] writes, without looking the URLs up again (their places are
+    /// the visit's: nothing changed them since). Durable as [`Core::update`].
+    pub(super) fn complete_held(&mut self, found: &[(u64, Vec<u8>)]) -> Result<()> {
+        self.writable()?;
+        if found.is_empty() {
+            return Ok(());
+        }
+        let now = self.now_ms();
+        let entries: Vec<Entry<'_>> = (found.iter())
+            .map(|(seq, record)| Entry::Known {
+                seq: *seq,
+                at: now,
+                when: 0,
+                fresh: false,
+                record,
+            })
+            .collect();
         self.commit_deferred(&entries)
     }
 
@@ -5350,6 +5402,72 @@ mod tests {
             differ(&got, &expected),
             (expected.len(), expected.len(), None)
         );
+    }
+
+    /// A purge of a long queue's waiting URLs in pages makes each URL picked done where the
+    /// walk found it: the runs' records are walked about once in all (before, each page
+    /// looked its URLs up from the queue's first record), the URLs picked are never served,
+    /// and the others are, in order, also after a reopen.
+    #[test]
+    fn a_purge_in_pages_of_a_long_queue_walks_its_runs_about_once() {
+        let disk = crate::storage::SimDisk::new();
+        let clock = std::sync::Arc::new(ManualClock::new(1_000));
+        let opts = crate::Options::new()
+            .seed(8)
+            .frontier_low(0)
+            .background_flush(false);
+        let open = || {
+            Frontier::open_with(
+                std::sync::Arc::new(disk.clone()),
+                opts.clone(),
+                clock.clone(),
+            )
+        };
+        let f = open().unwrap();
+        let mut all = Vec::new();
+        // Host h0 in three runs of 600 URLs.
+        for run in 0..3 {
+            let urls: Vec<String> = (0..600)
+                .map(|j| format!("http://h0.test/{run}/{j}"))
+                .collect();
+            let items: Vec<Discovered<'_>> =
+                urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+            f.push("", &items).unwrap();
+            f.flush().unwrap();
+            all.extend(urls);
+        }
+        let walked = |f: &Frontier| f.with(|c| Ok(c.held_walked + c.looked_up.get())).unwrap();
+        let before = walked(&f);
+        let mut n = 0u64;
+        let purged = f
+            .purge("", None, 50, |_| {
+                n += 1;
+                n.is_multiple_of(2)
+            })
+            .unwrap();
+        assert_eq!(purged, 900);
+        let pages = 1800 / 50 + 1;
+        let cost = walked(&f) - before;
+        assert!(cost <= 1800 + pages, "{cost} records walked");
+        let kept: Vec<String> = all.iter().step_by(2).cloned().collect();
+        let drain = |f: &Frontier| {
+            let mut served = Vec::new();
+            loop {
+                let got = f.lease(10, None, 60_000).unwrap();
+                if got.is_empty() {
+                    return served;
+                }
+                for l in got {
+                    assert!(f.done(l.token, 0).unwrap());
+                    served.push(String::from_utf8(l.url).unwrap());
+                }
+            }
+        };
+        let crashed = disk.crash_image(crate::storage::sim::CrashImage::KillProcess);
+        assert_eq!(drain(&f), kept);
+        let f =
+            Frontier::open_with(std::sync::Arc::new(crashed), opts.clone(), clock.clone()).unwrap();
+        assert_eq!(drain(&f), kept, "after a crash");
     }
 
     /// A purge makes done what each page of its walk picks, in the same step as the walk:
