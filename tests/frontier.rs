@@ -4575,3 +4575,27 @@ fn a_frontier_in_a_directory_runs_on_the_clock_given() {
     assert_eq!(urls(&f.lease(1, None, 5_000).unwrap()), ["http://a.test/1"]);
     f.close().unwrap();
 }
+
+/// A store's directory removed while a frontier has it open: the next push is not
+/// acknowledged (its sync fails, naming what happened) although its files, unlinked, still
+/// take writes; the calls after it fail too, saying so rather than reporting damage.
+#[test]
+fn a_push_into_a_removed_directory_is_not_acknowledged() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("store");
+    let f = Frontier::open(&dir, Options::new()).unwrap();
+    push(&f, &["http://a.test/1"]);
+    f.flush().unwrap();
+    assert_eq!(f.lease(10, None, 60_000).unwrap().len(), 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let items = [Discovered::url(b"http://b.test/1")];
+    let err = f
+        .push("", &items)
+        .expect_err("a push into a removed store")
+        .to_string();
+    assert!(err.contains("moved, removed or replaced"), "{err}");
+    let later = f.flush().expect_err("a store removed").to_string();
+    assert!(!later.contains("corrupt"), "{later}");
+    drop(f);
+    assert!(!dir.exists());
+}

@@ -104,6 +104,16 @@ impl DirStorage {
         )))
     }
 
+    /// The error of an open that failed: that of a directory moved away, removed or replaced
+    /// since it was locked when it was (a file missing there is not the store's damage),
+    /// else `e`.
+    fn gone_or(&self, e: io::Error) -> io::Error {
+        match e.kind() {
+            io::ErrorKind::NotFound => self.still_here().err().unwrap_or(e),
+            _ => e,
+        }
+    }
+
     /// [`DirStorage::open_store`], or (`create` false) of a directory that must exist.
     pub(crate) fn open_store_as(dir: &Path, create: bool) -> crate::Result<DirStorage> {
         if create {
@@ -141,7 +151,10 @@ fn read_only_error() -> io::Error {
     io::Error::from_raw_os_error(libc::EROFS)
 }
 
-struct RealFile(File);
+/// A file of a writable [`DirStorage`], with that storage: a sync succeeds only while the
+/// directory at the storage's path is still the one it locked, so that a write into a
+/// directory removed (or moved away) while in use is not acknowledged as durable there.
+struct RealFile(File, DirStorage);
 
 /// A file of a read-only [`DirStorage`]: opened for reading, every change refused.
 struct ReadOnlyFile(File);
@@ -436,7 +449,8 @@ impl StorageFile for RealFile {
         self.0.set_len(len)
     }
     fn sync(&self) -> io::Result<()> {
-        self.0.sync_all()
+        self.0.sync_all()?;
+        self.1.still_here()
     }
     #[cfg(target_os = "linux")]
     fn start_writeback(&self, offset: u64, len: u64) {
@@ -462,21 +476,22 @@ impl Storage for DirStorage {
             .create(true)
             .truncate(true)
             .open(self.dir.join(name))?;
-        Ok(Arc::new(RealFile(f)))
+        Ok(Arc::new(RealFile(f, self.clone())))
     }
     fn open(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
         if self.read_only {
-            let f = File::open(self.dir.join(name))?;
+            let f = File::open(self.dir.join(name)).map_err(|e| self.gone_or(e))?;
             return Ok(Arc::new(ReadOnlyFile(f)));
         }
         let f = OpenOptions::new()
             .read(true)
             .write(true)
-            .open(self.dir.join(name))?;
-        Ok(Arc::new(RealFile(f)))
+            .open(self.dir.join(name))
+            .map_err(|e| self.gone_or(e))?;
+        Ok(Arc::new(RealFile(f, self.clone())))
     }
     fn open_immutable(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
-        let file = File::open(self.dir.join(name))?;
+        let file = File::open(self.dir.join(name)).map_err(|e| self.gone_or(e))?;
         let len = file.metadata()?.len();
         let map = if len > 0 { Mapping::new(&file) } else { None };
         Ok(Arc::new(MappedFile { file, map }))
