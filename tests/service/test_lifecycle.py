@@ -58,6 +58,8 @@ def test_an_address_in_use_is_named_with_what_to_do(server_factory, tmp_path):
     assert len(lines) == 1, lines
     assert f"listen on {server.addr}" in lines[0]
     assert "another program listens there" in lines[0]
+    # The start failed before the store was made: nothing is left behind.
+    assert not other.exists()
     assert server.stop(signal.SIGTERM) == 0
 
 

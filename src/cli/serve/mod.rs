@@ -252,6 +252,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
              anyone who reaches it can read and change the frontier"
         );
     }
+    // The address first: one in use fails the start before the store is opened (or made).
+    // A client that connects meanwhile waits for the open.
+    let listener =
+        std::net::TcpListener::bind(addr).with_context(|| format!("listen on {addr}"))?;
+    listener.set_nonblocking(true)?;
+    let local = listener.local_addr()?;
     let frontier = Arc::new(open_frontier_with(&args.dir, args.frontier_options())?);
     if let Some(c) = &cluster {
         // Under the lock, before anything changes: named again, then recorded at its first
@@ -275,10 +281,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .thread_name("crivello-serve")
         .build()
         .context("start the service's threads")?;
-    let listener =
-        std::net::TcpListener::bind(addr).with_context(|| format!("listen on {addr}"))?;
-    listener.set_nonblocking(true)?;
-    let local = listener.local_addr()?;
     let committer = commit::Committer::start(frontier.clone(), log.clone())?;
     let (stop, stopping) = watch::channel(false);
     let served = runtime.block_on(async {
