@@ -35,7 +35,7 @@ pub enum Error {
     #[error("invalid URL: {0}")]
     InvalidUrl(InvalidUrl),
     /// An option value is out of range.
-    #[error("invalid option {option}: {reason}")]
+    #[error("invalid {option}: {reason}")]
     InvalidOption {
         /// The option's name.
         option: &'static str,

@@ -66,6 +66,21 @@ def test_empty_keys_and_urls_are_invalid_arguments(server):
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+def test_a_key_too_long_is_refused_alike_by_every_call_and_named_as_a_key(server):
+    pb = server.pb
+    long = "k" * 300
+    for call in [
+        lambda: server.stub.GetURLStatus(pb.URLStatusRequest(url="http://a/", key=long)),
+        lambda: server.stub.SetDelay(pb.QueueDelayParams(key=long, delay_requestable=1)),
+        lambda: server.stub.BlockQueueUntil(pb.BlockQueueParams(key=long, time=1)),
+    ]:
+        with pytest.raises(grpc.RpcError) as e:
+            call()
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "invalid key: longer than 255 bytes" in e.value.details(), e.value.details()
+        assert "option" not in e.value.details(), e.value.details()
+
+
 @pytest.mark.parametrize(
     "method", ["GetStats", "ListQueues", "SetDelay", "GetURLStatus", "DeleteCrawl"]
 )

@@ -1416,6 +1416,9 @@ impl UrlFrontier for Service {
         let found = self
             .call("GetURLStatus", move |f| {
                 let key = key.as_deref().map(str::as_bytes);
+                // A URL or key no push would take is refused as the other calls refuse it,
+                // not answered "not known".
+                f.validate(url.as_bytes(), key)?;
                 let status = f.status(&c, key, url.as_bytes())?;
                 let key = key.map_or_else(
                     || crivello::queues::key::default_key(url.as_bytes()).to_vec(),
