@@ -90,9 +90,12 @@ impl DirStorage {
         let Some(&held) = self.locked.get() else {
             return Ok(());
         };
-        let now = fs::metadata(self.dir.join(crate::names::LOCK))
-            .ok()
-            .map(|m| (m.dev(), m.ino()));
+        let now = match fs::metadata(self.dir.join(crate::names::LOCK)) {
+            Ok(m) => Some((m.dev(), m.ino())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            // Not known (an I/O error of its own): that error, not a guess.
+            Err(e) => return Err(e),
+        };
         if now == Some(held) {
             return Ok(());
         }

@@ -52,6 +52,10 @@ def test_purge_urls_by_creation_date(server):
     status = server.stub.GetURLStatus(pb.URLStatusRequest(url="http://purge.t/old"))
     assert status.known.refetchable_from_date == 0
     assert server.stub.PurgeURLs(pb.PurgeUrlParams(key="purge.t", days=5)).value == 0
+    # With 0 days, also what was put in the call's own second.
+    put(server, [discovered(pb, f"http://purge.t/now{i}") for i in range(3)])
+    assert server.stub.PurgeURLs(pb.PurgeUrlParams(key="purge.t", days=0)).value == 4
+    assert list(server.stub.ListURLs(pb.ListUrlParams(key="purge.t"))) == []
 
 
 def test_list_queues_pages_and_total(server):

@@ -382,6 +382,21 @@ fn read_trimmed(path: &std::path::Path) -> Result<Option<String>> {
     }
 }
 
+/// Refuses a `--lost` that names a node of the list (a node lost for good leaves it): a
+/// check of the arguments alone, made before the store is opened.
+pub fn check_lost(cluster: Option<&Cluster>, lost: &[String]) -> Result<()> {
+    if let Some(c) = cluster {
+        if let Some(l) = lost.iter().find(|l| c.nodes.iter().any(|n| &n.name == *l)) {
+            return Err(explained(
+                format!("--lost {l}: node {l} is in the list \"{}\"", c.canonical),
+                "a node lost for good leaves the list: restart every node with a list without \
+                 it, and with --lost naming it",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Checks, before serving, that starting with this list (none: a node alone) loses nothing:
 /// no hand-off log of a node that is not in the list may hold records (they would never be
 /// delivered), none may hold records when the list changed, and a list may not change while
@@ -397,15 +412,7 @@ pub fn check_start(
 ) -> Result<Start> {
     let handoff = dir.join("handoff");
     let now = cluster.map_or_else(|| "alone".to_owned(), |c| c.canonical.clone());
-    if let Some(c) = cluster {
-        if let Some(l) = lost.iter().find(|l| c.nodes.iter().any(|n| &n.name == *l)) {
-            return Err(explained(
-                format!("--lost {l}: node {l} is in the list \"{now}\""),
-                "a node lost for good leaves the list: restart every node with a list without \
-                 it, and with --lost naming it",
-            ));
-        }
-    }
+    check_lost(cluster, lost)?;
     let before = read_trimmed(&handoff.join(MEMBERS_FILE))?;
     let moving = read_trimmed(&handoff.join(MOVE_FILE))?;
     if moving.is_none() && read_trimmed(&handoff.join(MOVE_TO_FILE))?.is_some() {

@@ -252,12 +252,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
              anyone who reaches it can read and change the frontier"
         );
     }
-    // The address first: one in use fails the start before the store is opened (or made).
-    // A client that connects meanwhile waits for the open.
-    let listener =
-        std::net::TcpListener::bind(addr).with_context(|| format!("listen on {addr}"))?;
-    listener.set_nonblocking(true)?;
-    let local = listener.local_addr()?;
+    // A store to be made here: the address is tried first, so that one in use fails the
+    // start with nothing made on disk. Let go at once, so that a client (or a peer node)
+    // that connects during the open is refused, as before any server, rather than left
+    // waiting. (An existing store is opened first, as its own checks come first.)
+    cluster::check_lost(cluster.as_deref(), &args.lost)?;
+    if !args.dir.exists() {
+        drop(std::net::TcpListener::bind(addr).with_context(|| format!("listen on {addr}"))?);
+    }
     let frontier = Arc::new(open_frontier_with(&args.dir, args.frontier_options())?);
     if let Some(c) = &cluster {
         // Under the lock, before anything changes: named again, then recorded at its first
@@ -281,6 +283,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .thread_name("crivello-serve")
         .build()
         .context("start the service's threads")?;
+    let listener =
+        std::net::TcpListener::bind(addr).with_context(|| format!("listen on {addr}"))?;
+    listener.set_nonblocking(true)?;
+    let local = listener.local_addr()?;
     let committer = commit::Committer::start(frontier.clone(), log.clone())?;
     let (stop, stopping) = watch::channel(false);
     let served = runtime.block_on(async {

@@ -1403,6 +1403,15 @@ impl UrlFrontier for Service {
         if p.url.is_empty() {
             return Err(Status::invalid_argument("GetURLStatus: the URL is empty"));
         }
+        // A key no push would take is refused as the other calls refuse it, not answered
+        // "not known". (A URL is not judged by this server's limit: one pushed under a
+        // larger limit is still found.)
+        if p.key.len() > crivello::queues::key::MAX_KEY_LEN {
+            return Err(Status::invalid_argument(format!(
+                "GetURLStatus: invalid key: longer than {} bytes",
+                crivello::queues::key::MAX_KEY_LEN
+            )));
+        }
         let owner_key = match non_empty(&p.key) {
             Some(k) => k.as_bytes().to_vec(),
             None => crivello::queues::key::default_key(p.url.as_bytes()).to_vec(),
@@ -1416,9 +1425,6 @@ impl UrlFrontier for Service {
         let found = self
             .call("GetURLStatus", move |f| {
                 let key = key.as_deref().map(str::as_bytes);
-                // A URL or key no push would take is refused as the other calls refuse it,
-                // not answered "not known".
-                f.validate(url.as_bytes(), key)?;
                 let status = f.status(&c, key, url.as_bytes())?;
                 let key = key.map_or_else(
                     || crivello::queues::key::default_key(url.as_bytes()).to_vec(),
@@ -1654,9 +1660,11 @@ impl UrlFrontier for Service {
                     |h| {
                         // A URL whose storing instant is not known (pushed through the library
                         // or the command line) is older than 0 days only: it was stored by now.
+                        // Seconds are whole: with 0 days, a URL stored in the call's own
+                        // second is purged too.
                         match meta::decode(&h.metadata).created {
                             0 => q.days == 0,
-                            created => created < before,
+                            created => created <= before,
                         }
                     },
                 )
