@@ -19,11 +19,12 @@ pub struct DirStorage {
     /// Opened with [`DirStorage::open_read_only`]: files are opened for reading only, and
     /// every change fails as on a read-only file system.
     read_only: bool,
-    /// The device and inode of the lock file this storage's lock holds, once it holds it:
-    /// before a file is created or renamed, the lock file at the directory's path must be
-    /// that one (a directory moved away, or replaced by another store, while a command ran
-    /// is not written into).
-    locked: Arc<OnceLock<(u64, u64)>>,
+    /// The device and inode of the lock file of the last lock this storage took, once it
+    /// took one: before a file is created or renamed, and after a file is synced, the lock
+    /// file at the directory's path must be that one (a directory moved away, removed, or
+    /// replaced by another store, while a command ran is not written into, and what is
+    /// written to its open files is not acknowledged).
+    locked: Arc<Mutex<Option<(u64, u64)>>>,
 }
 
 impl DirStorage {
@@ -87,7 +88,8 @@ impl DirStorage {
     /// checked before the lock is taken).
     fn still_here(&self) -> io::Result<()> {
         use std::os::unix::fs::MetadataExt;
-        let Some(&held) = self.locked.get() else {
+        let held = *self.locked.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(held) = held else {
             return Ok(());
         };
         let now = match fs::metadata(self.dir.join(crate::names::LOCK)) {
@@ -544,7 +546,10 @@ impl Storage for DirStorage {
             Ok(()) => {
                 use std::os::unix::fs::MetadataExt;
                 let m = f.metadata()?;
-                let _ = self.locked.set((m.dev(), m.ino()));
+                // The lock taken last: a storage locked again after a close (its lock file
+                // made anew meanwhile) checks against the new one.
+                *self.locked.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some((m.dev(), m.ino()));
                 Ok(Box::new(f))
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.raw_os_error() == Some(11) => {
@@ -748,5 +753,44 @@ mod tests {
             most <= MAPPED_BYTES + granule() as u64,
             "{most} bytes resident, over {MAPPED_BYTES}"
         );
+    }
+
+    /// A storage checks its files' syncs and its creates against the lock it took last: one
+    /// locked again after its lock file was made anew (a cleaner removed it between two
+    /// opens) goes on writing, while one whose directory was removed refuses to.
+    #[test]
+    fn the_directory_is_checked_against_the_lock_taken_last() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("store");
+        let st = DirStorage::open(&dir).unwrap();
+        let lock = st.lock().unwrap();
+        let f = st.create("a").unwrap();
+        f.write_all_at(b"x", 0).unwrap();
+        f.sync().unwrap();
+        drop(lock);
+        // (Held open, the old lock file's inode cannot be given to the new one.)
+        let old = File::open(dir.join(crate::names::LOCK)).unwrap();
+        fs::remove_file(dir.join(crate::names::LOCK)).unwrap();
+        let lock = st.lock().unwrap();
+        drop(old);
+        let f = st.create("b").unwrap();
+        f.write_all_at(b"y", 0).unwrap();
+        f.sync().unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+        f.write_all_at(b"z", 1).unwrap();
+        let err = f.sync().expect_err("a sync into a removed directory");
+        assert!(
+            err.to_string().contains("moved, removed or replaced"),
+            "{err}"
+        );
+        let err = st
+            .open("a")
+            .map(|_| ())
+            .expect_err("a file of a removed directory");
+        assert!(
+            err.to_string().contains("moved, removed or replaced"),
+            "{err}"
+        );
+        drop(lock);
     }
 }
