@@ -456,10 +456,7 @@ mod tests {
         let urls: Vec<String> = (0..n)
             .map(|i| format!("http://h{round}x{i}.test/{round}"))
             .collect();
-        let items: Vec<Discovered<'_>> =
-            urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
-        f.push("", &items).unwrap();
-        f.flush().unwrap();
+        super::super::tests::push_run(f, &urls);
         all.extend(urls);
     }
 

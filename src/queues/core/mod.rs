@@ -5013,7 +5013,7 @@ fn read_journal(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use crate::queues::{Discovered, Frontier, ManualClock};
 
     /// A frontier on a simulated disk that merges on the caller's thread.
@@ -5022,6 +5022,14 @@ mod tests {
     }
 
     /// [`inline_frontier`] with its options changed by `change`.
+    /// Pushes `urls` and flushes them into their queues: one move, one Q run.
+    pub(in crate::queues::core) fn push_run(f: &Frontier, urls: &[String]) {
+        let items: Vec<Discovered<'_>> =
+            urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
+        f.push("", &items).unwrap();
+        f.flush().unwrap();
+    }
+
     fn inline_frontier_with(change: impl FnOnce(crate::Options) -> crate::Options) -> Frontier {
         let clock = std::sync::Arc::new(ManualClock::new(1_000));
         let opts = crate::Options::new()
@@ -5430,10 +5438,7 @@ mod tests {
             let urls: Vec<String> = (0..600)
                 .map(|j| format!("http://h0.test/{run}/{j}"))
                 .collect();
-            let items: Vec<Discovered<'_>> =
-                urls.iter().map(|u| Discovered::url(u.as_bytes())).collect();
-            f.push("", &items).unwrap();
-            f.flush().unwrap();
+            push_run(&f, &urls);
             all.extend(urls);
         }
         let walked = |f: &Frontier| f.with(|c| Ok(c.held_walked + c.looked_up.get())).unwrap();
