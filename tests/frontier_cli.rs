@@ -173,6 +173,15 @@ fn a_plain_sieve_refuses_the_frontiers_commands_and_bad_input_is_named() {
     expect(0, &["pop", d], b"");
     let (_, err) = expect(1, &["lease", d], b"");
     assert!(err.contains("used as a plain sieve"), "{err}");
+    // `serve` refuses it before it listens, with advice for `serve` (not for `lease`).
+    let (_, err) = expect(1, &["serve", d, "--addr", "127.0.0.1:0"], b"");
+    assert!(
+        err.contains(&format!("cannot serve {d}"))
+            && err.contains("used as a plain sieve")
+            && err.contains("serve another directory")
+            && !err.contains("`lease` and `done` on another one"),
+        "{err}"
+    );
     // A first `pop` that prints nothing (the pushes not flushed yet) fixes the mode too.
     let e = tmp.path().join("e");
     let e = e.to_str().unwrap();
@@ -220,6 +229,21 @@ fn a_plain_sieve_refuses_the_frontiers_commands_and_bad_input_is_named() {
     ] {
         let (_, err) = expect(2, bad, b"");
         assert!(err.contains(&format!("for '{option} <DURATION>'")), "{err}");
+    }
+    // A negative number is refused as the option's value (clap's tip, `-- -1`, was wrong
+    // advice: the option would still lack its value).
+    for (bad, option) in [
+        (&["lease", f, "--per-queue", "-1"][..], "--per-queue <K>"),
+        (&["policy", f, "--per-queue", "-1"], "--per-queue <K>"),
+        (&["policy", f, "--limit", "-1"], "--limit <N>"),
+        (&["lease", f, "-n", "-1"], "--max <N>"),
+        (&["serve", f, "--per-queue", "-1"], "--per-queue <N>"),
+    ] {
+        let (_, err) = expect(2, bad, b"");
+        assert!(
+            err.contains(&format!("for '{option}'")) && !err.contains("-- -1"),
+            "{bad:?}: {err}"
+        );
     }
     let (_, err) = expect(1, &["done", f], b"http://a.test/\nhttp://b.test/\tsoon\n");
     assert!(err.contains("<stdin>: line 2"), "{err}");

@@ -27,7 +27,7 @@ pub struct LeaseArgs {
     )]
     pub max: usize,
     /// At most K URLs of one queue (default: what the queue's policy allows, 1 unless set).
-    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
     pub per_queue: Option<u32>,
     /// How long each URL stays leased: a whole number with a unit ms, s, m or h.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_positive_duration, allow_hyphen_values = true)]

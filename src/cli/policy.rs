@@ -33,10 +33,10 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "P", value_parser = parse_ratio, allow_negative_numbers = true)]
     pub ratio: Option<u32>,
     /// At most K URLs of the queue leased at once (1: never two fetchers on one host).
-    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
     pub per_queue: Option<u32>,
     /// At most N URLs of the queue done (0: no limit).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub limit: Option<u64>,
     /// The crawl.
     #[command(flatten)]

@@ -25,6 +25,9 @@ pub struct DirStorage {
     /// replaced by another store, while a command ran is not written into, and what is
     /// written to its open files is not acknowledged).
     locked: Arc<Mutex<Option<(u64, u64)>>>,
+    /// The directory whose lock file `locked` names: this one, or (a storage made by
+    /// [`DirStorage::open_within`]) the store that holds it.
+    lock_dir: Option<PathBuf>,
 }
 
 impl DirStorage {
@@ -52,7 +55,43 @@ impl DirStorage {
             dir,
             read_only: false,
             locked: Arc::default(),
+            lock_dir: None,
         })
+    }
+
+    /// Opens the directory `dir` inside the store `store`, which this process has locked
+    /// (its lock file is there), creating `dir` if it does not exist (not `store`): files
+    /// kept beside a store's own under its lock. As for the store's files, before a file is
+    /// created or renamed and after a file is synced, the lock file at `store` must still be
+    /// the one found now, so that nothing is acknowledged as written into a store moved
+    /// away, removed or replaced meanwhile. Not to be locked itself.
+    pub fn open_within(dir: impl AsRef<Path>, store: impl AsRef<Path>) -> io::Result<DirStorage> {
+        use std::os::unix::fs::MetadataExt;
+        let (dir, store) = (dir.as_ref().to_path_buf(), store.as_ref().to_path_buf());
+        let m = fs::metadata(store.join(crate::names::LOCK))?;
+        let storage = DirStorage {
+            dir,
+            read_only: false,
+            locked: Arc::new(Mutex::new(Some((m.dev(), m.ino())))),
+            lock_dir: Some(store),
+        };
+        if !storage.dir.exists() {
+            // Not `create_dir_all`: a store removed meanwhile is not made again.
+            fs::create_dir(&storage.dir).map_err(|e| storage.gone_or(e))?;
+            storage.still_here()?;
+            File::open(storage.lock_dir())?.sync_all()?;
+        } else if !storage.dir.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a directory",
+            ));
+        }
+        Ok(storage)
+    }
+
+    /// The directory whose lock file is checked.
+    fn lock_dir(&self) -> &Path {
+        self.lock_dir.as_deref().unwrap_or(&self.dir)
     }
 
     /// Opens the existing directory `dir` for reading only: its files are opened read-only
@@ -68,6 +107,7 @@ impl DirStorage {
             dir,
             read_only: true,
             locked: Arc::default(),
+            lock_dir: None,
         })
     }
 
@@ -92,7 +132,7 @@ impl DirStorage {
         let Some(held) = held else {
             return Ok(());
         };
-        let now = match fs::metadata(self.dir.join(crate::names::LOCK)) {
+        let now = match fs::metadata(self.lock_dir().join(crate::names::LOCK)) {
             Ok(m) => Some((m.dev(), m.ino())),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             // Not known (an I/O error of its own): that error, not a guess.
@@ -105,7 +145,7 @@ impl DirStorage {
             "the directory {} was moved, removed or replaced by another while in use: \
              nothing more is written there (the store is where it was moved to, as last \
              committed)",
-            self.dir.display()
+            self.lock_dir().display()
         )))
     }
 
@@ -135,6 +175,7 @@ impl DirStorage {
             dir: dir.to_path_buf(),
             read_only: false,
             locked: Arc::default(),
+            lock_dir: None,
         })
     }
 
@@ -525,6 +566,10 @@ impl Storage for DirStorage {
         Ok(names)
     }
     fn lock(&self) -> io::Result<Box<dyn Any + Send + Sync>> {
+        debug_assert!(
+            self.lock_dir.is_none(),
+            "a storage within a store is not locked"
+        );
         let path = self.dir.join(crate::names::LOCK);
         let f = if self.read_only {
             // flock needs no write access. A store without its lock file has had no opener

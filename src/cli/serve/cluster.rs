@@ -781,14 +781,14 @@ mod tests {
 
     /// A node's directory whose hand-off directory holds `files` (name, text).
     fn started(files: &[(&str, &str)]) -> (tempfile::TempDir, crivello::Frontier) {
+        // The node's store, with its hand-off files in it, as `serve` keeps them.
         let dir = tempfile::tempdir().unwrap();
+        let frontier = crivello::Frontier::open(dir.path(), crivello::Options::new()).unwrap();
         let handoff = dir.path().join("handoff");
         std::fs::create_dir_all(&handoff).unwrap();
         for (name, text) in files {
             std::fs::write(handoff.join(name), format!("{text}\n")).unwrap();
         }
-        let frontier =
-            crivello::Frontier::open(dir.path().join("store"), crivello::Options::new()).unwrap();
         (dir, frontier)
     }
 

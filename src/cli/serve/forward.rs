@@ -1043,7 +1043,7 @@ mod tests {
         // c has not sent them; those that were b's are not.
         let cluster = Arc::new(Cluster::new("b", "a=127.0.0.1:1,b=127.0.0.1:2", method).unwrap());
         let before = Cluster::new("b", "b=127.0.0.1:2,c=127.0.0.1:3", method).unwrap();
-        let frontier = Arc::new(Frontier::open(dir.path().join("store"), Options::new()).unwrap());
+        let frontier = Arc::new(Frontier::open(dir.path(), Options::new()).unwrap());
         let handoff = dir.path().join("handoff");
         std::fs::create_dir_all(&handoff).unwrap();
         let log = Arc::new(Log::new(Level::Error));

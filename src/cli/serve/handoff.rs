@@ -74,7 +74,7 @@ impl HandOff {
     /// Opens (or creates) the log of peer `name` in the directory `dir` (created if
     /// missing), recovering as the module says.
     pub fn open(dir: &Path, name: &str) -> io::Result<HandOff> {
-        HandOff::open_in(Arc::new(DirStorage::open(dir)?), name)
+        HandOff::open_in(Arc::new(within_store(dir)?), name)
     }
 
     /// [`HandOff::open`] in `storage`: every read, write and sync goes through it (so that
@@ -409,7 +409,15 @@ const EPOCH: &str = "epoch";
 /// numbers its items apart): `id u64 LE | epoch u64 LE | crc32 u32 LE` (the crc over the 16
 /// bytes before it), replaced whole. Returns (id, epoch).
 pub fn next_epoch(dir: &Path) -> io::Result<(u64, u64)> {
-    next_epoch_in(&DirStorage::open(dir)?)
+    next_epoch_in(&within_store(dir)?)
+}
+
+/// The hand-off directory `dir` (`DIR/handoff`) as a storage checked against the store's
+/// lock: nothing written there after the store was removed, moved away or replaced is
+/// acknowledged (and the store is not made again).
+fn within_store(dir: &Path) -> io::Result<DirStorage> {
+    let store = dir.parent().unwrap_or(Path::new("."));
+    DirStorage::open_within(dir, store)
 }
 
 /// [`next_epoch`] in `storage`.
@@ -531,48 +539,88 @@ mod tests {
             .collect()
     }
 
+    /// A directory with a lock file, as a store a node serves: its hand-off logs go in
+    /// `handoff/` under it.
+    fn locked_store() -> tempfile::TempDir {
+        let store = tempfile::tempdir().unwrap();
+        fs::write(store.path().join("LOCK"), b"").unwrap();
+        store
+    }
+
+    #[test]
+    fn nothing_is_acknowledged_in_a_store_removed_or_replaced_while_served() {
+        let store = locked_store();
+        let dir = store.path().join("handoff");
+        let mut h = HandOff::open(&dir, "b").unwrap();
+        h.append(&[item("http://a/1")]).unwrap();
+        // Moved away: an append is not acknowledged, and the log stays failed.
+        let moved = tempfile::tempdir().unwrap();
+        let away = moved.path().join("store");
+        fs::rename(store.path(), &away).unwrap();
+        let e = h.append(&[item("http://a/2")]).unwrap_err();
+        assert!(e.to_string().contains("moved, removed or replaced"), "{e}");
+        assert!(h.append(&[item("http://a/3")]).is_err());
+        // Not made again where it was, neither by a log nor by an epoch.
+        assert!(HandOff::open(&dir, "c").is_err());
+        assert!(next_epoch(&dir).is_err());
+        assert!(!store.path().exists());
+        // Replaced by another store (another lock file): refused too.
+        fs::create_dir(store.path()).unwrap();
+        fs::write(store.path().join("LOCK"), b"").unwrap();
+        let mut h = HandOff::open(&away.join("handoff"), "b").unwrap();
+        fs::rename(&away, moved.path().join("elsewhere")).unwrap();
+        fs::rename(store.path(), &away).unwrap();
+        assert!(h.append(&[item("http://a/4")]).is_err());
+        // What was acknowledged is where the store went, first in its log (the appends
+        // refused may follow it: written, never acknowledged).
+        let mut h = HandOff::open(&moved.path().join("elsewhere").join("handoff"), "b").unwrap();
+        assert_eq!(urls(&h.next().unwrap().unwrap()), ["http://a/1"]);
+    }
+
     #[test]
     fn records_come_back_in_order_once_each_across_reopening() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut h = HandOff::open(dir.path(), "b").unwrap();
+        let store = locked_store();
+        let dir = store.path().join("handoff");
+        let mut h = HandOff::open(&dir, "b").unwrap();
         assert!(!h.pending());
         h.append(&[item("http://a/1"), item("http://a/2")]).unwrap();
         h.append(&[item("http://a/3")]).unwrap();
         assert_eq!(h.waiting(), 2);
         drop(h);
-        let mut h = HandOff::open(dir.path(), "b").unwrap();
+        let mut h = HandOff::open(&dir, "b").unwrap();
         let r = h.next().unwrap().unwrap();
         assert_eq!(urls(&r), ["http://a/1", "http://a/2"]);
         h.delivered(&r).unwrap();
         drop(h);
-        let mut h = HandOff::open(dir.path(), "b").unwrap();
+        let mut h = HandOff::open(&dir, "b").unwrap();
         let r = h.next().unwrap().unwrap();
         assert_eq!(urls(&r), ["http://a/3"]);
         h.delivered(&r).unwrap();
         assert!(!h.pending());
-        assert_eq!(fs::metadata(dir.path().join("b.log")).unwrap().len(), 0);
+        assert_eq!(fs::metadata(dir.join("b.log")).unwrap().len(), 0);
         // Sequence numbers go on after the truncation.
         h.append(&[item("http://a/4")]).unwrap();
         drop(h);
-        let mut h = HandOff::open(dir.path(), "b").unwrap();
+        let mut h = HandOff::open(&dir, "b").unwrap();
         let r = h.next().unwrap().unwrap();
         assert_eq!((r.seq, urls(&r)), (3, vec!["http://a/4".to_owned()]));
     }
 
     #[test]
     fn a_torn_tail_is_cut_and_damage_before_a_record_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut h = HandOff::open(dir.path(), "b").unwrap();
+        let store = locked_store();
+        let dir = store.path().join("handoff");
+        let mut h = HandOff::open(&dir, "b").unwrap();
         h.append(&[item("http://a/1")]).unwrap();
         h.append(&[item("http://a/2")]).unwrap();
         drop(h);
-        let path = dir.path().join("b.log");
+        let path = dir.join("b.log");
         let full = fs::read(&path).unwrap();
         let first = full.len() / 2;
         // Every truncation inside the second record: the first one survives alone.
         for cut in first + 1..full.len() {
             fs::write(&path, &full[..cut]).unwrap();
-            let mut h = HandOff::open(dir.path(), "b").unwrap();
+            let mut h = HandOff::open(&dir, "b").unwrap();
             assert_eq!(h.waiting(), 1, "cut at {cut}");
             let r = h.next().unwrap().unwrap();
             assert_eq!(urls(&r), ["http://a/1"]);
@@ -583,7 +631,7 @@ mod tests {
             let mut bad = full.clone();
             bad[at] ^= 0x20;
             fs::write(&path, &bad).unwrap();
-            let opened = HandOff::open(dir.path(), "b");
+            let opened = HandOff::open(&dir, "b");
             if at < first {
                 let e = opened.err().expect("damage refused");
                 assert!(e.to_string().contains("offset 0"), "{e}");
@@ -595,17 +643,18 @@ mod tests {
 
     #[test]
     fn a_damaged_sent_file_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut h = HandOff::open(dir.path(), "b").unwrap();
+        let store = locked_store();
+        let dir = store.path().join("handoff");
+        let mut h = HandOff::open(&dir, "b").unwrap();
         h.append(&[item("http://a/1")]).unwrap();
         let r = h.next().unwrap().unwrap();
         h.delivered(&r).unwrap();
         drop(h);
-        let path = dir.path().join("b.sent");
+        let path = dir.join("b.sent");
         let mut bytes = fs::read(&path).unwrap();
         bytes[0] ^= 1;
         fs::write(&path, &bytes).unwrap();
-        let e = HandOff::open(dir.path(), "b").err().unwrap();
+        let e = HandOff::open(&dir, "b").err().unwrap();
         assert!(e.to_string().contains("b.sent"), "{e}");
     }
 

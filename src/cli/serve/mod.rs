@@ -101,14 +101,14 @@ pub struct ServeArgs {
     pub assign: AssignMethod,
     /// In a cluster, with consistent hashing: replicas of each node on the circle.
     #[arg(long, value_name = "C", default_value_t = crivello::assign::DEFAULT_REPLICAS,
-          value_parser = clap::value_parser!(u32).range(1..=100_000), requires = "peers")]
+          value_parser = clap::value_parser!(u32).range(1..=100_000), allow_negative_numbers = true, requires = "peers")]
     pub replicas: u32,
     /// What the log on stderr says: trace, debug, info, warn or error (--quiet: error).
     #[arg(long, value_name = "LEVEL", value_enum, default_value = "info")]
     pub log_level: Level,
     /// The number of URLs of a queue in transit at once, for every queue that did not set
     /// its own (kept in the store; a new store has 1: never two fetchers on one host).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
     pub per_queue: Option<u32>,
     /// A file holding a shared token: every call must then carry the metadata
     /// `authorization: Bearer TOKEN`, or is refused with UNAUTHENTICATED.
@@ -197,7 +197,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 if cluster::left_under(&args.dir, &leaving.canonical)? {
                     // Again, in case a crash came between its two steps; under the store's
                     // lock, as every change of it.
-                    let frontier = open_frontier_with(&args.dir, args.frontier_options())?;
+                    let frontier = open_store(&args)?;
                     cluster::check_name(&args.dir, node)?;
                     if !cluster::left_under(&args.dir, &leaving.canonical)? {
                         return Err(explained(
@@ -260,7 +260,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if !args.dir.exists() {
         drop(std::net::TcpListener::bind(addr).with_context(|| format!("listen on {addr}"))?);
     }
-    let frontier = Arc::new(open_frontier_with(&args.dir, args.frontier_options())?);
+    let frontier = Arc::new(open_store(&args)?);
     if let Some(c) = &cluster {
         // Under the lock, before anything changes: named again, then recorded at its first
         // start as a node.
@@ -500,6 +500,25 @@ fn peer_tls(
     }
 }
 
+/// Opens the store to serve: a store that `pop` reads as a plain sieve is refused with advice
+/// for `serve`, not for the command line's `lease` and `done`.
+fn open_store(args: &ServeArgs) -> Result<crivello::Frontier> {
+    open_frontier_with(&args.dir, args.frontier_options()).map_err(|e| {
+        match e.downcast_ref::<crivello::Error>() {
+            Some(crivello::Error::WrongMode {
+                mode: crivello::Mode::Sieve,
+                ..
+            }) => e.context(super::Explained {
+                what: format!("cannot serve {}", args.dir.display()),
+                todo: "serve another directory (`serve` makes a new one), or go on reading \
+                           this one with `crivello pop`"
+                    .into(),
+            }),
+            _ => e,
+        }
+    })
+}
+
 /// A node that leaves the cluster (started with a list that does not name it, on a store
 /// that served as that node): sends each of its queues to its owner under the list, tells
 /// every node that it is done, and stops; it serves nothing.
@@ -510,7 +529,7 @@ fn leave(args: &ServeArgs, cluster: cluster::Cluster, log: Arc<Log>) -> Result<(
         Some(path) => Some(read_token(path)?),
         None => None,
     };
-    let frontier = Arc::new(open_frontier_with(&args.dir, args.frontier_options())?);
+    let frontier = Arc::new(open_store(args)?);
     cluster::check_name(&args.dir, &cluster.this().name)?;
     let cluster = Arc::new(cluster);
     let runtime = tokio::runtime::Builder::new_multi_thread()
