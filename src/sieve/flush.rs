@@ -222,10 +222,9 @@ fn merge(
     // each by position.
     let mut next_id = m.next_id;
     let mut f = Appender::open(storage, m.frontier_end(), &mut next_id, m.flushes as u32)?;
+    // Every source's generation is read, one without new URLs too: the merge removes them
+    // all, and each is checked whole first (`wal::records_at`).
     for (i, r) in merged.regions.iter_mut().enumerate() {
-        if r.count == 0 {
-            continue;
-        }
         let (file, gen, skip, new) = match runs.get(i) {
             Some(run) => {
                 let new = Positions::read(r, run.name())?;

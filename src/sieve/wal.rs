@@ -124,7 +124,10 @@ pub(crate) fn mark_torn_tail(gen: u64, r: &Replay) -> Result<()> {
 /// Passes the records of generation `gen` (its `file`) at the increasing `positions`
 /// (relative to record `skip`) to `each`, in order: a merge emits the new URLs so. A
 /// position past the generation's end is corruption (its records were synced before the
-/// run or the batch that names them was flushed).
+/// run or the batch that names them was flushed). The whole generation is checked, its
+/// header and every frame to its end (its end frame, a tail mark, or the file's end), not
+/// only those holding the positions: the merge that reads it removes it, and damage must
+/// not go with it unreported.
 pub(crate) fn records_at(
     file: &File,
     gen: u64,
@@ -132,17 +135,21 @@ pub(crate) fn records_at(
     positions: impl Iterator<Item = u64>,
     mut each: impl FnMut(&[u8]) -> Result<()>,
 ) -> Result<()> {
-    let reader = FrameReader::new(file, file.len()?, u64::MAX, gen).with_tail_marks();
+    let len = file.len()?;
+    check_header(A, file, len, gen)?;
+    let reader = FrameReader::new(file, len, u64::MAX, gen).with_tail_marks();
     let mut offset = HEADER_LEN;
     let mut record: u64 = 0;
     let mut next = positions.map(|p| skip + p).peekable();
     let mut spare = Vec::new();
-    while next.peek().is_some() {
+    loop {
         let frame = match reader.frame_with(offset, std::mem::take(&mut spare)) {
             Ok(f) if f.end.is_none() => f,
             Err(FrameError::Io(e)) => return Err(e),
             Err(FrameError::Invalid(what)) => return Err(file.corrupt(offset, what)),
-            // The end of the generation (its file or its end frame) with positions left.
+            // The end of the generation (its file, a tail mark or its end frame).
+            Ok(_) | Err(FrameError::End) if next.peek().is_none() => return Ok(()),
+            // ... with positions left.
             Ok(_) | Err(FrameError::End) => {
                 return Err(file.corrupt(
                     offset,
@@ -167,7 +174,6 @@ pub(crate) fn records_at(
         record = end;
         spare = frame.payload;
     }
-    Ok(())
 }
 
 /// What replaying a generation found.
