@@ -1700,10 +1700,21 @@ fn the_next_instant_due_is_exact_once_leases_end_and_queues_empty() {
     );
     f.flush().unwrap();
     assert_eq!(f.next_due_ms().unwrap(), Some(50_000));
+    // Paused: nothing is due (a waiter would spin on "now" while hand-outs give nothing).
+    f.set_paused(true).unwrap();
+    assert_eq!(f.next_due_ms().unwrap(), None);
+    assert_eq!(f.next_due_ms_of("").unwrap(), None);
+    assert!(f.lease(10, None, 9_000).unwrap().is_empty());
+    f.set_paused(false).unwrap();
+    assert_eq!(f.next_due_ms_of("").unwrap(), Some(50_000));
     let l = f.lease(10, None, 9_000).unwrap();
     assert_eq!(l.len(), 2);
-    // Both queues are leased: the first lease's end is next.
+    // Both queues are leased: the first lease's end is next, paused too.
     assert_eq!(f.next_due_ms().unwrap(), Some(59_000));
+    f.set_paused(true).unwrap();
+    assert_eq!(f.next_due_ms().unwrap(), Some(59_000));
+    assert_eq!(f.next_due_ms_of("").unwrap(), Some(59_000));
+    f.set_paused(false).unwrap();
     clock.advance(100);
     for x in &l {
         assert!(f.done(x.token, 50).unwrap());

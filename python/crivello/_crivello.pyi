@@ -263,10 +263,13 @@ class Frontier:
         """Returns every URL leased (in `crawl`) to its queue; returns how many."""
     def policy(self, crawl: str = "", key: Optional[Text] = None) -> Policy:
         """The policy in force for a queue, or the default (one for every crawl)."""
-    def set_policy(self, policy: Policy, *, crawl: str = "", key: Optional[Text] = None) -> None:
-        """Sets the policy of a queue, every field of it, or the default (of every crawl of
-        the store), which each queue follows in the fields not set for it (a key's
-        SetDelay or `crivello policy --key K --delay D` sets one field)."""
+    def set_policy(
+        self, policy: Policy, *, crawl: Optional[str] = None, key: Optional[Text] = None
+    ) -> None:
+        """Sets the policy of a queue (`key` of `crawl`, default DEFAULT), every field of it,
+        or (no key) the default, of every crawl of the store, which each queue follows in the
+        fields not set for it (a key's SetDelay or `crivello policy --key K --delay D` sets
+        one field). `crawl` without `key` raises ValueError: the default is no crawl's own."""
     def block(self, key: Text, until: float, *, crawl: str = "") -> None:
         """Blocks a queue until the instant `until` (0 unblocks it)."""
     def pause(self) -> None:
@@ -297,7 +300,8 @@ class Frontier:
         deadlines, blocks and `next_due` are instants of this time."""
     def next_due(self, *, crawl: Optional[str] = None, flush: bool = True) -> Optional[float]:
         """The first instant something may be handed out, or a lease expires (of the crawl
-        `crawl` alone when given). Flushes first (see `counts`)."""
+        `crawl` alone when given); None when nothing waits and nothing is leased. While paused
+        no queue is due: only a lease's expiry counts. Flushes first (see `counts`)."""
     def crawls(self) -> List[str]:
         """The names of the crawls, sorted."""
     def delete_queue(self, key: Text, *, crawl: str = "") -> int:

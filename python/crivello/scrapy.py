@@ -604,7 +604,8 @@ class Scheduler:
             try:
                 return kind(name, default)
             except (TypeError, ValueError) as e:
-                raise SettingError(f"{name}={settings.get(name)!r}: not a number ({e})") from e
+                what = "a whole number" if kind == settings.getint else "a number"
+                raise SettingError(f"{name}={settings.get(name)!r}: not {what} ({e})") from e
 
         lease = number("CRIVELLO_LEASE", DEFAULT_LEASE, settings.getfloat)
         delay = number("DOWNLOAD_DELAY", 0.0, settings.getfloat)
@@ -640,7 +641,8 @@ class Scheduler:
             self.delay = self._checked_delay(own)
         policy = Policy(delay=self.delay, per_queue=self.per_host)
         if self.frontier.policy(self.crawl) != policy:
-            self.frontier.set_policy(policy, crawl=self.crawl)
+            # The store's default, of every crawl in it.
+            self.frontier.set_policy(policy)
         released = self.frontier.release(self.crawl)
         if self.frontier.stats()["paused"]:
             logger.warning(
@@ -688,11 +690,18 @@ class Scheduler:
 
     def close(self, reason: str) -> None:
         try:
-            if self.frontier is not None:
+            if self.frontier is not None and self._failed is None:
                 self._flush_completions()
                 # Requests leased and not handed to the engine go back at once.
                 self.frontier.release(self.crawl)
                 self.frontier.close()
+            elif self.frontier is not None:
+                # The store failed (logged, the crawl stopped with the reason): nothing more
+                # can be made durable; the handle is let go, its failure said already.
+                try:
+                    self.frontier.close()
+                except errors.Error:
+                    pass
         finally:
             self.df.close(reason)
 
@@ -908,7 +917,8 @@ class Scheduler:
         # The frontier's instants are of its time, which stands still while a system clock
         # set back catches up: an instant past it comes when the clock reaches it.
         wait = due - time.time() if due > self.frontier.now() else 0.0
-        # Due now and yet nothing was handed out: another crawl's queue, or a pause.
+        # Due now and yet nothing was handed out: another crawl's queue. (Paused, nothing is
+        # due but an expiry: the engine's own asking every few seconds sees the resume.)
         delay = min(wait, 5.0) + 0.001 if wait > 0 else 0.25
         if self._unflushed and len(self._live) < self.batch:
             # Pushes wait for their flush, which may bring queues due now (new hosts): ask

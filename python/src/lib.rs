@@ -77,8 +77,11 @@ fn to_py(py: Python<'_>, err: crivello::Error) -> PyErr {
             crivello::Error::Io { file, source, .. } => {
                 value.setattr("filename", file)?;
                 value.setattr("errno", source.raw_os_error())?;
-                if source.raw_os_error().is_some() {
-                    value.setattr("strerror", source.to_string())?;
+                if let Some(code) = source.raw_os_error() {
+                    // The system's text, as Python's own OSError gives it (Rust's adds
+                    // " (os error N)").
+                    let text = py.import("os")?.call_method1("strerror", (code,))?;
+                    value.setattr("strerror", text)?;
                 }
             }
             _ => {}
@@ -182,6 +185,16 @@ fn count(n: i128, what: &str, max: u64) -> PyResult<u64> {
         .ok()
         .filter(|&v| v <= max)
         .ok_or_else(|| PyValueError::new_err(format!("{what} must be from 0 to {max}, not {n}")))
+}
+
+/// An `int` argument from `min` to `max`, or a `ValueError` naming it and its range.
+fn count_from(n: i128, what: &str, min: u64, max: u64) -> PyResult<u64> {
+    u64::try_from(n)
+        .ok()
+        .filter(|&v| (min..=max).contains(&v))
+        .ok_or_else(|| {
+            PyValueError::new_err(format!("{what} must be from {min} to {max}, not {n}"))
+        })
 }
 
 /// [`count`] as a `usize`.
@@ -438,10 +451,15 @@ impl Sieve {
         Ok(slf)
     }
 
-    #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        self.close(py)?;
-        Ok(false)
+    /// Closes; when the block raised, a failure of the close (as a store poisoned by the
+    /// error the block raised) is not raised over it: the block's exception goes on.
+    #[pyo3(signature = (*exc))]
+    fn __exit__(&self, py: Python<'_>, exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        let raised = exc.get_item(0).is_ok_and(|t| !t.is_none());
+        match self.close(py) {
+            Err(_) if raised => Ok(false),
+            r => r.map(|()| false),
+        }
     }
 }
 
@@ -552,7 +570,7 @@ impl Policy {
     #[new]
     #[pyo3(signature = (*, delay=0.0, ratio=0.0, per_queue=1, limit=0))]
     fn new(delay: f64, ratio: f64, per_queue: i128, limit: i128) -> PyResult<Policy> {
-        let per_queue = count(per_queue, "per_queue", u64::from(u32::MAX))? as u32;
+        let per_queue = count_from(per_queue, "per_queue", 1, u64::from(u32::MAX))? as u32;
         let limit = count(limit, "limit", u64::MAX)?;
         // Kept as the store keeps them, in whole milliseconds and millionths: the policy
         // read back equals the one set.
@@ -667,7 +685,7 @@ fn item<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Item<'py>> {
 fn collect_items<'py>(items: &Bound<'py, PyAny>) -> PyResult<Vec<Item<'py>>> {
     if items.is_instance_of::<PyString>() || items.is_instance_of::<PyBytes>() {
         return Err(PyTypeError::new_err(
-            "push takes an iterable of items: wrap a single URL in a list",
+            "push and push_new take an iterable of items: wrap a single URL in a list",
         ));
     }
     let mut out = Vec::with_capacity(items.len().unwrap_or(0));
@@ -986,13 +1004,8 @@ impl Frontier {
             .map(|n| count_usize(n, "max_queues"))
             .transpose()?;
         let per_queue = per_queue
-            .map(|n| count(n, "per_queue", u64::from(u32::MAX)).map(|n| n as u32))
+            .map(|n| count_from(n, "per_queue", 1, u64::from(u32::MAX)).map(|n| n as u32))
             .transpose()?;
-        if per_queue == Some(0) {
-            return Err(PyValueError::new_err(
-                "per_queue must be at least 1 (None: the queue's policy)",
-            ));
-        }
         let key = optional_key(key)?;
         let ttl_ms = millis(ttl, "ttl")?;
         if ttl_ms == 0 {
@@ -1159,21 +1172,28 @@ impl Frontier {
         Ok(Policy::from_lib(self.with(py, |f| f.policy(crawl, key))?))
     }
 
-    /// Sets the policy of the queue `key` of `crawl`, every field of it, or (`key` None) the
-    /// default, of every crawl of the store, which each queue follows in the fields not set
-    /// for it. Durable when it returns.
-    #[pyo3(signature = (policy, *, crawl="", key=None))]
+    /// Sets the policy of the queue `key` of `crawl` (default DEFAULT), every field of it, or
+    /// (`key` None) the default, of every crawl of the store, which each queue follows in the
+    /// fields not set for it: `crawl` without `key` is refused (ValueError), since that default
+    /// is no crawl's own. Durable when it returns.
+    #[pyo3(signature = (policy, *, crawl=None, key=None))]
     fn set_policy(
         &self,
         py: Python<'_>,
         policy: &Policy,
-        crawl: &str,
+        crawl: Option<&str>,
         key: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let p = policy.to_lib()?;
         let key = optional_key(key)?;
         let key = key.as_ref().map(|k| k.as_bytes());
-        self.with(py, |f| f.set_policy(crawl, key, p))
+        if key.is_none() && crawl.is_some() {
+            return Err(PyValueError::new_err(
+                "set_policy: crawl without key: the default policy is the store's, of every \
+                 crawl; give key= for a queue of the crawl, or leave crawl out",
+            ));
+        }
+        self.with(py, |f| f.set_policy(crawl.unwrap_or(""), key, p))
     }
 
     /// Blocks the queue `key` of `crawl` until the instant `until` (seconds since the epoch;
@@ -1325,7 +1345,8 @@ impl Frontier {
     }
 
     /// The first instant (seconds since the epoch) something may be handed out, or a lease
-    /// expires; None when nothing waits and nothing is leased. Of the crawl `crawl` alone
+    /// expires; None when nothing waits and nothing is leased (while paused no queue is due:
+    /// only a lease's expiry counts). Of the crawl `crawl` alone
     /// when given (what a `lease(crawl=...)` may hand out). Flushes first (see `counts`),
     /// unless `flush=False`: then what was pushed since the last flush is not seen.
     #[pyo3(signature = (*, crawl=None, flush=true))]
@@ -1386,10 +1407,15 @@ impl Frontier {
         Ok(slf)
     }
 
-    #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        self.close(py)?;
-        Ok(false)
+    /// Closes; when the block raised, a failure of the close (as a store poisoned by the
+    /// error the block raised) is not raised over it: the block's exception goes on.
+    #[pyo3(signature = (*exc))]
+    fn __exit__(&self, py: Python<'_>, exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        let raised = exc.get_item(0).is_ok_and(|t| !t.is_none());
+        match self.close(py) {
+            Err(_) if raised => Ok(false),
+            r => r.map(|()| false),
+        }
     }
 }
 

@@ -3,6 +3,7 @@ context managers."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -497,6 +498,43 @@ def test_counts_and_the_next_due_instant_see_what_was_just_pushed(tmp_path: Path
         due = f.next_due(crawl="other")
         assert due is not None and due >= crivello.now() + 90
         assert f.next_due(crawl="nothing") is None
+        # Paused: no queue is due (a loop sleeping until next_due spun at "now"), only a
+        # lease's expiry.
+        f.pause()
+        assert f.lease(10) == []
+        assert f.next_due() is None and f.next_due(crawl="other") is None
+        f.resume()
+        (lease,) = f.lease(10)
+        f.pause()
+        due = f.next_due()
+        assert due is not None and abs(due - lease.deadline) < 0.002
+        f.resume()
+
+
+def test_a_with_block_raises_its_own_error_not_the_close_after_it(tmp_path: Path) -> None:
+    """A store poisoned by the error a `with` block raised: the block's error reaches the
+    caller, with its file and errno, not the PoisonedError of the close (the close lets the
+    handle go all the same)."""
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    crivello.Frontier(tmp_path / "f").close()
+    try:
+        with pytest.raises(crivello.StorageError) as raised:
+            with crivello.Frontier(tmp_path / "f") as f:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, hard))
+                f.push([("http://h.test/big", None, b"x" * 300_000)])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    e = raised.value
+    assert e.errno == errno.EFBIG and e.strerror == os.strerror(errno.EFBIG), e
+    assert e.filename
+    # The handle was let go: the store opens again (the push that failed may or may not
+    # be there, as after any failed call).
+    with crivello.Frontier(tmp_path / "f") as f:
+        assert f.counts()["waiting"] in (0, 1)
 
 
 def test_misuses_are_refused_with_what_to_do(tmp_path: Path) -> None:
@@ -509,18 +547,26 @@ def test_misuses_are_refused_with_what_to_do(tmp_path: Path) -> None:
     # that did not).
     with pytest.raises(ValueError, match="max_url_len must be from 0"):
         crivello.Sieve(tmp_path / "n", max_url_len=-1)
-    with pytest.raises(ValueError, match="per_queue must be from 0"):
-        crivello.Policy(per_queue=-1)
+    for n in (-1, 0, 2**32):
+        with pytest.raises(ValueError, match="per_queue must be from 1 to 4294967295"):
+            crivello.Policy(per_queue=n)
     with pytest.raises(ValueError, match="limit must be from 0"):
         crivello.Policy(limit=2**64)
     with crivello.Frontier(tmp_path / "nf") as f:
         for kwargs, name in (
-            ({"max_urls": -1}, "max_urls"),
-            ({"max_queues": -5}, "max_queues"),
-            ({"per_queue": -1}, "per_queue"),
+            ({"max_urls": -1}, "max_urls must be from 0"),
+            ({"max_queues": -5}, "max_queues must be from 0"),
+            ({"per_queue": -1}, "per_queue must be from 1"),
+            ({"per_queue": 0}, "per_queue must be from 1"),
         ):
-            with pytest.raises(ValueError, match=f"{name} must be from 0"):
+            with pytest.raises(ValueError, match=name):
                 f.lease(**kwargs)  # type: ignore[arg-type]
+        # The default policy is the store's: a crawl without a key would be ignored.
+        with pytest.raises(ValueError, match="crawl without key"):
+            f.set_policy(crivello.Policy(delay=7), crawl="other")
+        assert f.policy().delay == 0
+        f.set_policy(crivello.Policy(delay=7), crawl="other", key="a.test")
+        assert f.policy(crawl="other", key="a.test").delay == 7 and f.policy().delay == 0
         with pytest.raises(ValueError, match="start must be from 0"):
             f.queues(start=-1)
     s2 = crivello.Sieve(tmp_path / "s2")

@@ -497,6 +497,29 @@ def test_a_failed_store_stops_the_crawl_with_its_reason(tmp_path: Path) -> None:
     # touched (its push raised PoisonedError into the engine).
     assert s.enqueue_request(scrapy.Request("http://a.example/late")) is False
 
+    # Closing after the failure lets the handle go and raises nothing (it flushed the
+    # completions first, whose PoisonedError Scrapy logged as a close failure, and never
+    # reached the store's close).
+    calls: list[str] = []
+
+    class FailedStore(Failing):
+        def complete(self, *a: object, **k: object) -> None:
+            calls.append("complete")
+            raise crivello.PoisonedError("the frontier is poisoned")
+
+        def close(self) -> None:
+            calls.append("close")
+            raise crivello.PoisonedError("the frontier is poisoned")
+
+    class Filter:
+        def close(self, reason: str) -> None:
+            calls.append(reason)
+
+    s.frontier = FailedStore()  # type: ignore[assignment]
+    s.df = Filter()
+    s.close("crivello_store_failed")
+    assert calls == ["close", "crivello_store_failed"]
+
     # A Scrapy whose engine closes through close_spider_async (2.14 and later): that is
     # called, and its failure is logged.
     closed: list = []

@@ -933,6 +933,8 @@ impl Frontier {
     /// leased). A queue emptied or a lease ended since counts no more. A lease's expiry is
     /// counted as its deadline, when its record goes back to its queue; the queue's delay
     /// runs from there, so a call then may find the queue due a delay later (and says so).
+    /// While hand-outs are paused ([`Frontier::set_paused`]) no queue is due: only an expiry
+    /// counts.
     pub fn next_due_ms(&self) -> Result<Option<u64>> {
         self.with(|c| Ok(c.next_due()))
     }

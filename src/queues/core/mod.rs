@@ -3515,9 +3515,9 @@ impl Core {
         let any = self.next_due()?;
         let &id = self.crawls.get(crawl)?;
         let now = self.now_ms();
-        let mut first: Option<u64> = self.moving.as_ref().map(|_| any);
+        let mut first: Option<u64> = self.moving.as_ref().filter(|_| !self.paused).map(|_| any);
         let mut at = |t: u64| first = Some(first.map_or(t, |f| f.min(t)));
-        for i in 0..self.queues.len() as u32 {
+        for i in (0..self.queues.len() as u32).filter(|_| !self.paused) {
             let (qid, q) = (self.ids[i as usize], &*self.queues.get(i));
             if q.crawl == id && q.has_waiting() && self.has_room(qid, q) {
                 at(self.ready_at(qid, q).max(now));
@@ -3559,15 +3559,18 @@ impl Core {
             }
             self.expiries.pop();
         }
-        // A queue due since an instant past is due now.
-        let heap = self.heap.peek().map(|(at, _)| at.max(now));
+        // A queue due since an instant past is due now; none is while hand-outs are paused.
+        let heap = match self.paused {
+            true => None,
+            false => self.heap.peek().map(|(at, _)| at.max(now)),
+        };
         let lease = self.expiries.peek().map(|Reverse((d, _))| *d);
         // A move under way brings records to queues: what is due among them is known once
         // it is installed, within the next millisecond or so. (An install that fails
         // poisons the frontier, which the next call reports.)
         let heap = match self.moving {
-            Some(_) => Some(heap.map_or(now + 1, |at| at.min(now + 1))),
-            None => heap,
+            Some(_) if !self.paused => Some(heap.map_or(now + 1, |at| at.min(now + 1))),
+            _ => heap,
         };
         match (heap, lease) {
             (Some(a), Some(b)) => Some(a.min(b)),
