@@ -932,3 +932,33 @@ fn done_leaves_the_directory_free_until_its_input_comes() {
     let (_, err) = expect(1, &["done", d], b"http://c.test/9\nnot\tseconds\n");
     assert!(err.contains("1 URL was not leased"), "{err}");
 }
+
+/// A URL that ends in "\r" itself (pushed as "URL\r\r\n": `push` removes one "\r") is
+/// printed by `lease` as it is, and its line, given back to `done`, ends that lease: `done`
+/// took the "\r" for a CRLF's and found nothing leased, so the URL came back at every
+/// expiry. A CRLF line of a URL without one still ends its own lease.
+#[test]
+fn done_ends_a_url_that_ends_in_a_carriage_return_from_leases_own_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("f");
+    let d = d.to_str().unwrap();
+    expect(
+        0,
+        &["push", d, "-q"],
+        b"http://x.test/a\r\r\nhttp://y.test/b\r\nhttp://z.test/c\r\n",
+    );
+    let (out, _) = expect(0, &["lease", d, "-q"], b"");
+    let mut printed: Vec<&str> = out.split_terminator('\n').collect();
+    printed.sort_unstable();
+    assert_eq!(
+        printed,
+        ["http://x.test/a\r", "http://y.test/b", "http://z.test/c"]
+    );
+    // Back as it was printed, and as a CRLF file would give it.
+    let (_, err) = expect(0, &["done", d], out.as_bytes());
+    assert!(!err.contains("not leased"), "{err}");
+    let (_, err) = expect(0, &["done", d], b"http://x.test/a\r\n");
+    assert!(err.contains("1 URL was not leased"), "{err}");
+    let (out, _) = expect(0, &["queues", d, "--json"], b"");
+    assert_eq!(out.matches("\"done\":1").count(), 3, "{out}");
+}

@@ -99,8 +99,10 @@ fn read_and_end(
     how: Completion,
     not_leased: &mut u64,
 ) -> Result<()> {
-    let mut batch: Vec<(Vec<u8>, u64)> = Vec::with_capacity(BATCH);
-    let mut end = |batch: &mut Vec<(Vec<u8>, u64)>| -> Result<()> {
+    // Each line's URL, the fetch's milliseconds, and whether a "\r" ended the line (taken
+    // as the "\r" of "\r\n").
+    let mut batch: Vec<(Vec<u8>, u64, bool)> = Vec::with_capacity(BATCH);
+    let mut end = |batch: &mut Vec<(Vec<u8>, u64, bool)>| -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -108,9 +110,27 @@ fn read_and_end(
             Some(f) => f,
             None => frontier.insert(open_frontier(&args.dir, args.common.memory)?),
         };
-        let items: Vec<(&[u8], u64)> = batch.iter().map(|(u, t)| (&u[..], *t)).collect();
+        let items: Vec<(&[u8], u64)> = batch.iter().map(|(u, t, _)| (&u[..], *t)).collect();
         let ended = f.complete_urls(crawl, &items, how)?;
-        *not_leased += ended.iter().filter(|e| !**e).count() as u64;
+        // A URL that ends in "\r" itself (`push` removes one "\r" only) is printed by
+        // `lease` as it is: its line read back lost that "\r". Not leased without it, it
+        // is looked for with it.
+        let again: Vec<(Vec<u8>, u64)> = batch
+            .iter()
+            .zip(&ended)
+            .filter(|((_, _, cr), e)| *cr && !**e)
+            .map(|((u, t, _), _)| ([&u[..], b"\r"].concat(), *t))
+            .collect();
+        let mut missed = ended.iter().filter(|e| !**e).count() - again.len();
+        if !again.is_empty() {
+            let items: Vec<(&[u8], u64)> = again.iter().map(|(u, t)| (&u[..], *t)).collect();
+            missed += f
+                .complete_urls(crawl, &items, how)?
+                .iter()
+                .filter(|e| !**e)
+                .count();
+        }
+        *not_leased += missed as u64;
         batch.clear();
         Ok(())
     };
@@ -133,7 +153,8 @@ fn read_and_end(
                     ),
                 ));
             }
-            if buf.last() == Some(&b'\r') {
+            let cr = buf.last() == Some(&b'\r');
+            if cr {
                 buf.pop();
             }
             match parse_line(&buf) {
@@ -147,7 +168,8 @@ fn read_and_end(
                         ),
                     ));
                 }
-                Ok(item) => batch.push(item),
+                // (With seconds after a tab, the URL's own "\r" is before the tab.)
+                Ok((url, took)) => batch.push((url, took, cr && !buf.contains(&b'\t'))),
                 Err(why) => {
                     end(&mut batch)?;
                     return Err(bad_line(&input, why));
