@@ -53,6 +53,8 @@ class FrontierStats(TypedDict):
     done: int
     runs: int
     bytes_runs: int
+    bytes_journal: int
+    bytes_checkpoint: int
     compressed: bool
     paused: bool
 

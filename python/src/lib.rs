@@ -1298,6 +1298,8 @@ impl Frontier {
         d.set_item("done", st.done)?;
         d.set_item("runs", st.runs)?;
         d.set_item("bytes_runs", st.run_bytes)?;
+        d.set_item("bytes_journal", st.journal_bytes)?;
+        d.set_item("bytes_checkpoint", st.checkpoint_bytes)?;
         d.set_item("compressed", st.compressed)?;
         d.set_item("paused", st.paused)?;
         Ok(d)

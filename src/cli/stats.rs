@@ -40,7 +40,8 @@ Keys (the same in the text and the JSON output; every value is an unsigned integ
   slots          slots per buffer of S (the in-memory signature buffer) at that budget
   seed           the signature seed (a 64-bit integer)
 
-A frontier (a directory `lease` has used) adds:
+A frontier (a store that `lease`, `done`, `policy`, `block`, `pause`, `resume` or a
+`push --crawl` has made one) adds:
   queues         queues known
   queues_waiting queues with URLs waiting
   waiting        URLs waiting in their queues
@@ -48,6 +49,8 @@ A frontier (a directory `lease` has used) adds:
   done           URLs done
   q_runs         Q runs (files of queued URLs)
   bytes_q        bytes on disk of the Q runs
+  bytes_j        bytes on disk of the journal (J)
+  bytes_ckpt     bytes on disk of the checkpoint (CHECKPOINT)
   q_compressed   1 if the Q runs are written compressed (--compress-queues), else 0
   paused         1 if hand-outs are paused, else 0";
 
@@ -128,6 +131,8 @@ fn gather(args: &StatsArgs) -> Result<Vec<(&'static str, u64)>> {
             ("done", fs.done),
             ("q_runs", fs.runs),
             ("bytes_q", fs.run_bytes),
+            ("bytes_j", fs.journal_bytes),
+            ("bytes_ckpt", fs.checkpoint_bytes),
             ("q_compressed", u64::from(fs.compressed)),
             ("paused", u64::from(fs.paused)),
         ]);

@@ -421,6 +421,10 @@ pub struct FrontierStats {
     pub runs: u64,
     /// Bytes of the Q runs' files (runs kept as archives of queues moved away not counted).
     pub run_bytes: u64,
+    /// Bytes on disk of the journal J's files.
+    pub journal_bytes: u64,
+    /// Bytes on disk of the checkpoint (`CHECKPOINT`).
+    pub checkpoint_bytes: u64,
     /// Whether the Q runs are written compressed ([`Options::compress_queues`]).
     pub compressed: bool,
     /// Whether hand-outs are paused.
