@@ -4610,3 +4610,34 @@ fn a_push_into_a_removed_directory_is_not_acknowledged() {
     drop(f);
     assert!(!dir.exists());
 }
+
+/// The ratio rule waits at most 100 years: a fetch said to take a year under a ratio of one
+/// millionth made its queue due a million years on (past what a double holds exactly, which
+/// `queues --json` printed), after a crash too.
+#[test]
+fn the_ratio_rules_wait_is_at_most_a_hundred_years() {
+    const HUNDRED_YEARS: u64 = 876_000 * 3_600_000;
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(50_000));
+    let f = open(&disk, &clock);
+    f.set_policy(
+        "",
+        None,
+        Policy {
+            ratio_ppm: 1,
+            ..Policy::default()
+        },
+    )
+    .unwrap();
+    push(&f, &["http://a.test/1", "http://a.test/2"]);
+    let l = f.lease(1, None, 9_000).unwrap();
+    clock.advance(100);
+    assert!(f.done(l[0].token, 365 * 86_400_000).unwrap());
+    assert_eq!(f.next_due_ms().unwrap(), Some(50_100 + HUNDRED_YEARS));
+    drop(f);
+    let f = open(
+        &disk.crash_image(crivello::storage::sim::CrashImage::DropAll),
+        &clock,
+    );
+    assert_eq!(f.next_due_ms().unwrap(), Some(50_100 + HUNDRED_YEARS));
+}

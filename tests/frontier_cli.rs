@@ -995,4 +995,63 @@ fn stats_counts_every_file_of_a_frontier() {
         .sum();
     assert!(stat(d, "bytes_j") > 0);
     assert_eq!(counted, on_disk, "{out}");
+    // A crawl of no queue: nothing listed, and a note as `lease` gives (a mistyped name?).
+    let (out, err) = expect(0, &["queues", d, "--crawl", "nosuch"], b"");
+    assert!(
+        out.is_empty() && err.contains("the crawl nosuch has no queues (the crawls: DEFAULT)"),
+        "{err}"
+    );
+}
+
+/// `queues` of a store this user may not write (its lock file cannot be opened for
+/// writing) lists it from a read-only view, as `stats` reads it: it failed with "lock ...:
+/// Permission denied". Run as another user (`nobody`, through `su`) when the tests run as
+/// root; skipped, and said so, otherwise.
+#[test]
+fn queues_of_a_store_this_user_may_not_write_are_listed() {
+    let root = std::process::Command::new("id").arg("-u").output();
+    let as_root = root.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let su =
+        std::path::Path::new("/bin/su").exists() || std::path::Path::new("/usr/bin/su").exists();
+    if !as_root || !su {
+        eprintln!("skipped: needs root and su, to run a command as another user");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = tmp.path().join("f");
+    let d = dir.to_str().unwrap();
+    expect(0, &["push", d, "-q"], b"http://a.test/1\nhttp://b.test/1\n");
+    expect(0, &["lease", d, "-q", "-n", "1"], b"");
+    let bin = tmp.path().join("crivello");
+    std::fs::copy(env!("CARGO_BIN_EXE_crivello"), &bin).unwrap();
+    for path in [&bin, &dir] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let as_nobody = |cmd: &str| {
+        let line = format!("{} {cmd} {d}", bin.display());
+        let out = std::process::Command::new("su")
+            .args(["nobody", "-s", "/bin/sh", "-c", &line])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = as_nobody("queues");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.starts_with("a.test\t") && out.contains("\nb.test\t"),
+        "{out}"
+    );
+    let (code, out, err) = as_nobody("stats");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("leased         1"), "{out}");
 }

@@ -211,6 +211,11 @@ fn why_nothing(frontier: &crivello::Frontier, crawl: &str) -> Result<Option<Stri
             "hand-outs are paused (crivello pause): `crivello resume DIR` resumes them".to_owned(),
         ));
     }
+    unknown_crawl(frontier, crawl)
+}
+
+/// A note when the crawl `crawl` has no queue (its name mistyped?), naming the crawls.
+pub(super) fn unknown_crawl(frontier: &crivello::Frontier, crawl: &str) -> Result<Option<String>> {
     let crawls = frontier.crawls()?;
     let name = if crawl.is_empty() { "DEFAULT" } else { crawl };
     if !crawls.iter().any(|c| c == name) {

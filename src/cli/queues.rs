@@ -75,13 +75,22 @@ pub fn run(args: QueuesArgs) -> Result<()> {
                 )))
             }
         },
-        Err(e) if e.is_write_refused() => open_frontier_read_only(&args.dir, args.common.memory)?,
+        // A full disk, a read-only file system, or a store this user may not write (its lock
+        // file made or opened for writing): read from a read-only view, as `stats` does.
+        Err(e) if e.is_write_refused() || not_permitted(&e) => {
+            open_frontier_read_only(&args.dir, args.common.memory)?
+        }
         Err(e) => return Err(opening(e, "frontier", &args.dir)),
     };
     let mut out = Output::new();
     let mut start = 0;
     loop {
         let page = frontier.queues(args.crawl.name(), start, PAGE)?;
+        if start == 0 && page.is_empty() && !args.common.quiet {
+            if let Some(why) = super::lease::unknown_crawl(&frontier, args.crawl.name())? {
+                eprintln!("crivello: {why}");
+            }
+        }
         for q in &page {
             if args.json {
                 out.line(json(q).as_bytes())?;
@@ -151,4 +160,10 @@ fn json(q: &QueueInfo) -> String {
         "blocked_until_ms": q.blocked_until_ms,
     })
     .to_string()
+}
+
+/// Whether an open failed because this user may not write the store (EACCES, EPERM).
+fn not_permitted(e: &crivello::Error) -> bool {
+    matches!(e, crivello::Error::Io { source, .. }
+        if source.kind() == std::io::ErrorKind::PermissionDenied)
 }

@@ -45,6 +45,10 @@ use due::DueHeap;
 use index::{KeyAt, Keys, QueueIndex};
 use leases::{Lease, Leases};
 
+/// The longest wait of the ratio rule, 100 years (the command line's longest duration): a
+/// fetch said to take a year under a ratio of one millionth would wait a million years, an
+/// instant a double (a JSON number, to most readers) does not hold exactly.
+pub(crate) const RATIO_WAIT_MAX_MS: u64 = 876_000 * 3_600_000;
 /// J, the journal.
 pub(crate) const J: Kind = Kind {
     magic: crate::format::MAGIC_J,
@@ -2077,7 +2081,8 @@ impl Core {
         let mut wait = p.delay_ms;
         // Rule 2: after the burst's fetches took s' in all, wait s'/p.
         if p.ratio_ppm > 0 && ends {
-            wait = wait.max(burst.saturating_mul(1_000_000) / u64::from(p.ratio_ppm));
+            let ratio_wait = burst.saturating_mul(1_000_000) / u64::from(p.ratio_ppm);
+            wait = wait.max(ratio_wait.min(RATIO_WAIT_MAX_MS));
         }
         q.due = q.due.max(at.saturating_add(wait));
         self.set_burst(i, if ends { 0 } else { burst });
