@@ -259,8 +259,12 @@ def test_each_error_is_its_own_class_with_the_librarys_message(tmp_path: Path) -
     with pytest.raises(crivello.StorageError) as se:
         crivello.Sieve(tmp_path / "a-file")
     assert isinstance(se.value, OSError)
-    assert "not a directory" in str(se.value) and "None" not in str(se.value), str(se.value)
+    assert "not a directory" in str(se.value).lower() and "None" not in str(se.value), str(se.value)
     assert se.value.filename is not None and "a-file" in se.value.filename
+    assert se.value.errno == errno.ENOTDIR and se.value.strerror == os.strerror(errno.ENOTDIR)
+    # An empty path names no directory (it said "list : No such file or directory").
+    with pytest.raises(crivello.StorageError, match="an empty path names no directory"):
+        crivello.Frontier("")
     # A closed handle refuses calls; closing twice is fine.
     f = crivello.Frontier(path)
     f.close()

@@ -34,6 +34,13 @@ impl DirStorage {
     /// Opens the directory `dir`, creating it if it does not exist.
     pub fn open(dir: impl AsRef<Path>) -> io::Result<DirStorage> {
         let dir = dir.as_ref().to_path_buf();
+        if dir.as_os_str().is_empty() {
+            // (The system says "no such file" of "", after the creation of it "succeeded".)
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an empty path names no directory",
+            ));
+        }
         if !dir.exists() {
             fs::create_dir_all(&dir)?;
             if let Some(parent) = dir.parent() {
@@ -46,10 +53,9 @@ impl DirStorage {
                 File::open(parent)?.sync_all()?;
             }
         } else if !dir.is_dir() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a directory",
-            ));
+            // The system's error (ENOTDIR), so that its number reaches a caller (Python's
+            // OSError.errno).
+            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
         }
         Ok(DirStorage {
             dir,
@@ -81,10 +87,7 @@ impl DirStorage {
             storage.still_here()?;
             File::open(storage.lock_dir())?.sync_all()?;
         } else if !storage.dir.is_dir() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a directory",
-            ));
+            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
         }
         Ok(storage)
     }
