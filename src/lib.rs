@@ -123,8 +123,8 @@ pub use names::MANIFEST as MANIFEST_FILE;
 pub use options::{parse_size, Options, SyncPolicy};
 pub use queues::{
     Completion, Counts, Discovered, Frontier, FrontierStats, Handout, HeldPlace, HeldUrl, Known,
-    LeaseRequest, Leased, LeasedBatch, LeasedRef, MovedUrl, Policy, PolicyFields, QueueExport,
-    QueueInfo, UrlStatus,
+    LeaseRequest, Leased, LeasedBatch, LeasedRef, LogBytes, MovedUrl, Policy, PolicyFields,
+    QueueExport, QueueInfo, UrlStatus,
 };
 pub use sieve::{Sieve, Stats};
 pub use signature::signature;

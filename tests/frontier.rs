@@ -1415,9 +1415,10 @@ fn leases_found_at_open_are_released_at_once_and_a_batch_of_completions_is_one_s
     );
 }
 
-/// A queue held back to the end of time (a block until `u64::MAX`, a fetch said to take
-/// `u64::MAX` ms under the ratio rule) still waits: the next instant due says so, rather than
-/// nothing (as if nothing waited), and an unblock serves it at once.
+/// A queue held back to the end of time (a block until `u64::MAX`), or for the ratio rule's
+/// longest wait (a fetch said to take `u64::MAX` ms: 100 years), still waits: the next
+/// instant due says so, rather than nothing (as if nothing waited), and an unblock serves it
+/// at once.
 #[test]
 fn a_queue_held_back_to_the_end_of_time_is_still_due_then() {
     let disk = SimDisk::new();
@@ -1441,8 +1442,11 @@ fn a_queue_held_back_to_the_end_of_time_is_still_due_then() {
     let l = f.lease(10, None, 9_000).unwrap();
     assert_eq!(urls(&l), ["http://a.test/1"]);
     assert!(f.done(l[0].token, u64::MAX).unwrap());
-    assert_eq!(f.next_due_ms().unwrap(), Some(u64::MAX - 1));
+    assert_eq!(f.next_due_ms().unwrap(), Some(50_000 + 876_000 * 3_600_000));
     assert!(f.lease(10, None, 9_000).unwrap().is_empty());
+    // a.test's queue deleted: b.test's block, to the end of time.
+    f.delete_queue("", b"a.test").unwrap();
+    assert_eq!(f.next_due_ms().unwrap(), Some(u64::MAX - 1));
     f.block("", b"b.test", 0).unwrap();
     assert_eq!(f.next_due_ms().unwrap(), Some(50_000));
     assert_eq!(

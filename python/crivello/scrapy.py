@@ -696,12 +696,19 @@ class Scheduler:
                 self.frontier.release(self.crawl)
                 self.frontier.close()
             elif self.frontier is not None:
-                # The store failed (logged, the crawl stopped with the reason): nothing more
-                # can be made durable; the handle is let go, its failure said already.
-                try:
-                    self.frontier.close()
-                except errors.Error:
-                    pass
+                # The store failed (logged, the crawl stopped with the reason): what can
+                # still be made durable is tried (a failure that did not poison the store
+                # may let the completions through), and the handle is let go, its failure
+                # said already.
+                for step in (
+                    self._flush_completions,
+                    lambda: self.frontier.release(self.crawl),
+                    self.frontier.close,
+                ):
+                    try:
+                        step()
+                    except errors.Error:
+                        pass
         finally:
             self.df.close(reason)
 
@@ -840,12 +847,19 @@ class Scheduler:
             # (a crawl fanning out over new hosts would otherwise wait for them).
             now = time.monotonic()
             interval = 1.0 if len(self._live) >= self.batch else FLUSH_UNDERFED
-            if now - self._flushed_at >= interval or self.frontier.next_due(flush=False) is None:
+            if now - self._flushed_at >= interval or self._nothing_due():
                 self._flush_pushes()
                 leased = self.frontier.lease(
                     self.batch, ttl=self.lease_seconds, crawl=self.crawl
                 )
         self._ready.extend(leased)
+
+    def _nothing_due(self) -> bool:
+        """Nothing waits that may be served and nothing is leased, hand-outs not paused (a
+        paused store has nothing due either, and a flush would not change that)."""
+        if self.frontier.next_due(flush=False) is not None:
+            return False
+        return not self.frontier.stats(flush=False)["paused"]
 
     def _flush_pushes(self) -> None:
         """Merges what was pushed since the last flush into the queues."""

@@ -451,16 +451,32 @@ impl Sieve {
         Ok(slf)
     }
 
-    /// Closes; when the block raised, a failure of the close (as a store poisoned by the
-    /// error the block raised) is not raised over it: the block's exception goes on.
+    /// Closes. When the block raised: a store poisoned (by that error, as a rule) is let go
+    /// without a second error over the block's, which goes on; another failure of the
+    /// close (its sync, which makes the block's pushes durable) is raised, the block's
+    /// exception as its context.
     #[pyo3(signature = (*exc))]
     fn __exit__(&self, py: Python<'_>, exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        let raised = exc.get_item(0).is_ok_and(|t| !t.is_none());
-        match self.close(py) {
-            Err(_) if raised => Ok(false),
-            r => r.map(|()| false),
-        }
+        exit_closing(py, exc, self.close(py))
     }
+}
+
+/// What `__exit__` does with the result of its close (see `Sieve.__exit__`).
+fn exit_closing(py: Python<'_>, exc: &Bound<'_, PyTuple>, closed: PyResult<()>) -> PyResult<bool> {
+    let Err(e) = closed else {
+        return Ok(false);
+    };
+    let Ok(raised) = exc.get_item(1) else {
+        return Err(e);
+    };
+    if raised.is_none() {
+        return Err(e);
+    }
+    if e.is_instance(py, error_class(py, "PoisonedError")?.as_any()) {
+        return Ok(false);
+    }
+    e.value(py).setattr("__context__", raised)?;
+    Err(e)
 }
 
 /// The items of an iterable of URLs, as bytes objects kept alive while the library reads
@@ -1284,11 +1300,11 @@ impl Frontier {
     /// `flush=False`.
     #[pyo3(signature = (*, flush=true))]
     fn stats<'py>(&self, py: Python<'py>, flush: bool) -> PyResult<Bound<'py, PyDict>> {
-        let st = self.with(py, |f| {
+        let (st, logs) = self.with(py, |f| {
             if flush {
                 f.flush_for_reading()?;
             }
-            f.stats()
+            Ok((f.stats()?, f.log_bytes()?))
         })?;
         let d = PyDict::new(py);
         d.set_item("queues", st.queues)?;
@@ -1298,8 +1314,8 @@ impl Frontier {
         d.set_item("done", st.done)?;
         d.set_item("runs", st.runs)?;
         d.set_item("bytes_runs", st.run_bytes)?;
-        d.set_item("bytes_journal", st.journal_bytes)?;
-        d.set_item("bytes_checkpoint", st.checkpoint_bytes)?;
+        d.set_item("bytes_journal", logs.journal)?;
+        d.set_item("bytes_checkpoint", logs.checkpoint)?;
         d.set_item("compressed", st.compressed)?;
         d.set_item("paused", st.paused)?;
         Ok(d)
@@ -1409,15 +1425,13 @@ impl Frontier {
         Ok(slf)
     }
 
-    /// Closes; when the block raised, a failure of the close (as a store poisoned by the
-    /// error the block raised) is not raised over it: the block's exception goes on.
+    /// Closes. When the block raised: a store poisoned (by that error, as a rule) is let go
+    /// without a second error over the block's, which goes on; another failure of the
+    /// close (its sync, which makes the block's pushes durable) is raised, the block's
+    /// exception as its context.
     #[pyo3(signature = (*exc))]
     fn __exit__(&self, py: Python<'_>, exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        let raised = exc.get_item(0).is_ok_and(|t| !t.is_none());
-        match self.close(py) {
-            Err(_) if raised => Ok(false),
-            r => r.map(|()| false),
-        }
+        exit_closing(py, exc, self.close(py))
     }
 }
 

@@ -539,6 +539,18 @@ def test_a_with_block_raises_its_own_error_not_the_close_after_it(tmp_path: Path
     # be there, as after any failed call).
     with crivello.Frontier(tmp_path / "f") as f:
         assert f.counts()["waiting"] in (0, 1)
+    # A close that fails on its own (its sync of pushes not yet durable), in a block that
+    # raised something else: the close's error is raised, the block's as its context, so
+    # that the caller does not take the pushes for durable.
+    try:
+        with pytest.raises(crivello.StorageError) as raised:
+            with crivello.Frontier(tmp_path / "g") as f:
+                f.push_new(["http://h.test/1"], sync=False)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (1, hard))
+                raise KeyError("the block's own")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert isinstance(raised.value.__context__, KeyError), repr(raised.value.__context__)
 
 
 def test_misuses_are_refused_with_what_to_do(tmp_path: Path) -> None:

@@ -119,6 +119,7 @@ fn gather(args: &StatsArgs) -> Result<Vec<(&'static str, u64)>> {
     if frontier {
         let f = super::open_frontier_read_only(&args.dir, args.common.memory)?;
         let fs = f.stats()?;
+        let logs = f.log_bytes()?;
         // Dropped, not closed: a close would write a checkpoint (into the view's memory, at
         // 10^6 queues 50 ms) when J's weight calls for one; a read-only view keeps nothing,
         // and what its close could fail at would be the view's, not the store's.
@@ -131,8 +132,8 @@ fn gather(args: &StatsArgs) -> Result<Vec<(&'static str, u64)>> {
             ("done", fs.done),
             ("q_runs", fs.runs),
             ("bytes_q", fs.run_bytes),
-            ("bytes_j", fs.journal_bytes),
-            ("bytes_ckpt", fs.checkpoint_bytes),
+            ("bytes_j", logs.journal),
+            ("bytes_ckpt", logs.checkpoint),
             ("q_compressed", u64::from(fs.compressed)),
             ("paused", u64::from(fs.paused)),
         ]);

@@ -421,14 +421,21 @@ pub struct FrontierStats {
     pub runs: u64,
     /// Bytes of the Q runs' files (runs kept as archives of queues moved away not counted).
     pub run_bytes: u64,
-    /// Bytes on disk of the journal J's files.
-    pub journal_bytes: u64,
-    /// Bytes on disk of the checkpoint (`CHECKPOINT`).
-    pub checkpoint_bytes: u64,
     /// Whether the Q runs are written compressed ([`Options::compress_queues`]).
     pub compressed: bool,
     /// Whether hand-outs are paused.
     pub paused: bool,
+}
+
+/// Bytes on disk of a frontier's journal and checkpoint ([`Frontier::log_bytes`]): files
+/// whose sizes change with commits and checkpoints, not with what the frontier holds, and so
+/// not among its [`FrontierStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogBytes {
+    /// Bytes of the journal J's files.
+    pub journal: u64,
+    /// Bytes of the checkpoint (`CHECKPOINT`).
+    pub checkpoint: u64,
 }
 
 /// Counts of one crawl, or of one of its queues ([`Frontier::counts`]).
@@ -1310,6 +1317,12 @@ impl Frontier {
     /// [`Frontier::flush`], or [`Frontier::flush_for_reading`] first).
     pub fn stats(&self) -> Result<FrontierStats> {
         self.with(core::Core::stats)
+    }
+
+    /// The bytes on disk of the journal's and the checkpoint's files, as they are (spare
+    /// journal files and leftovers of a checkpoint included).
+    pub fn log_bytes(&self) -> Result<LogBytes> {
+        self.with(|c| c.log_bytes())
     }
 
     /// For `check`: every record waiting in the Q runs has a seq of its own.

@@ -222,8 +222,10 @@ fn merge(
     // each by position.
     let mut next_id = m.next_id;
     let mut f = Appender::open(storage, m.frontier_end(), &mut next_id, m.flushes as u32)?;
-    // Every source's generation is read, one without new URLs too: the merge removes them
-    // all, and each is checked whole first (`wal::records_at`).
+    // Every run's generation is read, one without new URLs too, and the batch's when it has
+    // records: the merge removes them, and each is checked whole first
+    // (`wal::records_at`). An empty batch's is the generation pushes go on writing (a
+    // freeze of an empty S makes no new one): it is neither read nor removed.
     for (i, r) in merged.regions.iter_mut().enumerate() {
         let (file, gen, skip, new) = match runs.get(i) {
             Some(run) => {
@@ -232,6 +234,7 @@ fn merge(
                 let file = storage.open_file(&names::a(meta.gen))?;
                 (file, meta.gen, meta.skip, new)
             }
+            None if batch.is_empty() => continue,
             None => {
                 let new = Positions::read(r, b.wal.name())?;
                 (b.wal.clone(), b.gen, b.skip, new)

@@ -21,7 +21,7 @@ use std::io;
 use std::sync::Arc;
 
 pub(crate) use file::{File, StorageExt};
-pub use real::DirStorage;
+pub use real::{lock_file_id, DirStorage};
 pub use sim::SimDisk;
 
 /// A flat directory of files: the sieve directory.

@@ -72,15 +72,27 @@ impl DirStorage {
     /// the one found now, so that nothing is acknowledged as written into a store moved
     /// away, removed or replaced meanwhile. Not to be locked itself.
     pub fn open_within(dir: impl AsRef<Path>, store: impl AsRef<Path>) -> io::Result<DirStorage> {
-        use std::os::unix::fs::MetadataExt;
+        let store = store.as_ref();
+        let lock = lock_file_id(store)?;
+        DirStorage::open_within_lock(dir, store, lock)
+    }
+
+    /// [`DirStorage::open_within`], checked against the lock file `lock` (its device and
+    /// inode, as [`lock_file_id`] gave them when the store was locked) rather than the one
+    /// found now.
+    pub fn open_within_lock(
+        dir: impl AsRef<Path>,
+        store: impl AsRef<Path>,
+        lock: (u64, u64),
+    ) -> io::Result<DirStorage> {
         let (dir, store) = (dir.as_ref().to_path_buf(), store.as_ref().to_path_buf());
-        let m = fs::metadata(store.join(crate::names::LOCK))?;
         let storage = DirStorage {
             dir,
             read_only: false,
-            locked: Arc::new(Mutex::new(Some((m.dev(), m.ino())))),
+            locked: Arc::new(Mutex::new(Some(lock))),
             lock_dir: Some(store),
         };
+        storage.still_here()?;
         if !storage.dir.exists() {
             // Not `create_dir_all`: a store removed meanwhile is not made again.
             fs::create_dir(&storage.dir).map_err(|e| storage.gone_or(e))?;
@@ -192,6 +204,14 @@ impl DirStorage {
     pub fn path(&self) -> &Path {
         &self.dir
     }
+}
+
+/// The device and inode of the lock file of the store in `store`: what a
+/// [`DirStorage::open_within_lock`] checks against.
+pub fn lock_file_id(store: &Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(store.join(crate::names::LOCK))?;
+    Ok((m.dev(), m.ino()))
 }
 
 /// The error of a change refused by a read-only [`DirStorage`]: that of a read-only file

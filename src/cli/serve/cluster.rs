@@ -175,7 +175,7 @@ const FRESH_FILE: &str = "new";
 /// Removes the mark of a node new to the cluster (in `DIR/handoff/`, `handoff`): it knows
 /// where it stands.
 pub fn settled(handoff: &std::path::Path) -> Result<()> {
-    match std::fs::remove_file(handoff.join(FRESH_FILE)) {
+    match remove_handoff_file(&handoff.join(FRESH_FILE)) {
         Ok(()) => {
             std::fs::File::open(handoff)?.sync_all()?;
             Ok(())
@@ -323,7 +323,7 @@ pub fn left_under(dir: &std::path::Path, canonical: &str) -> Result<bool> {
 pub fn left(dir: &std::path::Path, list: &str) -> Result<()> {
     let handoff = dir.join("handoff");
     write_durably(&handoff.join(MEMBERS_FILE), &format!("{list}\n"))?;
-    match std::fs::remove_file(handoff.join(MOVE_FILE)) {
+    match remove_handoff_file(&handoff.join(MOVE_FILE)) {
         Ok(()) => std::fs::File::open(&handoff)?.sync_all()?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e.into()),
@@ -363,14 +363,33 @@ fn without(list: &str, lost: &[String]) -> String {
 /// the directory).
 pub fn write_durably(path: &std::path::Path, text: &str) -> Result<()> {
     let dir = path.parent().expect("a file in a directory");
-    std::fs::create_dir_all(dir)?;
+    let store = dir.parent().unwrap_or(std::path::Path::new("."));
+    // Into the store this process serves only (a store moved away, removed or replaced
+    // meanwhile gets nothing, and is not made again).
+    super::handoff::check_served(store)?;
+    if !dir.is_dir() {
+        std::fs::create_dir(dir)?;
+        std::fs::File::open(store)?.sync_all()?;
+    }
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::File::create(&tmp)?;
     std::io::Write::write_all(&mut f, text.as_bytes())?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)?;
     std::fs::File::open(dir)?.sync_all()?;
+    super::handoff::check_served(store)?;
     Ok(())
+}
+
+/// Removes the hand-off file `path` (`DIR/handoff/NAME`) of the store this process serves,
+/// as `std::fs::remove_file` does, after [`super::handoff::check_served`].
+pub fn remove_handoff_file(path: &std::path::Path) -> std::io::Result<()> {
+    let store = path
+        .parent()
+        .and_then(std::path::Path::parent)
+        .unwrap_or(std::path::Path::new("."));
+    super::handoff::check_served(store)?;
+    std::fs::remove_file(path)
 }
 
 /// Reads a small file of `DIR/handoff/`, trimmed; `None` if it does not exist.
@@ -418,7 +437,7 @@ pub fn check_start(
     if moving.is_none() && read_trimmed(&handoff.join(MOVE_TO_FILE))?.is_some() {
         // A crash came between the two removals of a finished move's records: its target
         // is no later move's.
-        std::fs::remove_file(handoff.join(MOVE_TO_FILE))?;
+        remove_handoff_file(&handoff.join(MOVE_TO_FILE))?;
         std::fs::File::open(&handoff)?.sync_all()?;
     }
     if let Some(previous) = &moving {
@@ -427,7 +446,7 @@ pub fn check_start(
             // happened (a node sends only once its list is recorded). With the previous
             // list the node goes on as before; with another, that move starts.
             if now == *previous || cluster.is_none() {
-                std::fs::remove_file(handoff.join(MOVE_FILE))?;
+                remove_handoff_file(&handoff.join(MOVE_FILE))?;
                 std::fs::File::open(&handoff)?.sync_all()?;
                 return check_start(dir, cluster, frontier, lost);
             }

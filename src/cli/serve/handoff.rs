@@ -413,11 +413,49 @@ pub fn next_epoch(dir: &Path) -> io::Result<(u64, u64)> {
 }
 
 /// The hand-off directory `dir` (`DIR/handoff`) as a storage checked against the store's
-/// lock: nothing written there after the store was removed, moved away or replaced is
-/// acknowledged (and the store is not made again).
+/// lock (the one noted by [`serving`], else the one found now): nothing written there
+/// after the store was removed, moved away or replaced is acknowledged (and the store is
+/// not made again).
 fn within_store(dir: &Path) -> io::Result<DirStorage> {
     let store = dir.parent().unwrap_or(Path::new("."));
-    DirStorage::open_within(dir, store)
+    match SERVED.get() {
+        Some((served, lock)) if served == store => DirStorage::open_within_lock(dir, store, *lock),
+        _ => DirStorage::open_within(dir, store),
+    }
+}
+
+/// The store this process serves, and its lock file's device and inode when it was locked.
+static SERVED: std::sync::OnceLock<(std::path::PathBuf, (u64, u64))> = std::sync::OnceLock::new();
+
+/// Notes that this process serves the store in `store`, locked by it now: its hand-off
+/// files are checked against this lock file from now on, by [`check_served`] and by every
+/// log's storage.
+pub fn serving(store: &Path) -> io::Result<()> {
+    let lock = crivello::storage::lock_file_id(store)?;
+    let _ = SERVED.set((store.to_path_buf(), lock));
+    Ok(())
+}
+
+/// Fails when the store at `store`'s path is not the one this process noted ([`serving`]):
+/// moved away, removed or replaced. (Nothing is checked for a store not noted.) Called
+/// before a hand-off file is created, replaced or removed outside a log's storage, and after
+/// its sync.
+pub fn check_served(store: &Path) -> io::Result<()> {
+    let Some((served, lock)) = SERVED.get() else {
+        return Ok(());
+    };
+    if served != store {
+        return Ok(());
+    }
+    match crivello::storage::lock_file_id(store) {
+        Ok(now) if now == *lock => Ok(()),
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Err(io::Error::other(format!(
+            "the directory {} was moved, removed or replaced by another while in use: \
+             nothing more is written there",
+            store.display()
+        ))),
+    }
 }
 
 /// [`next_epoch`] in `storage`.
@@ -545,6 +583,40 @@ mod tests {
         let store = tempfile::tempdir().unwrap();
         fs::write(store.path().join("LOCK"), b"").unwrap();
         store
+    }
+
+    /// The store this process serves, noted once (`serving`): a log opened after the store
+    /// was replaced by another (its own lock file) is refused, as are the small files
+    /// written or removed outside a log, rather than checked against the new lock file.
+    /// (The only test of this binary that notes a store: the note is for the process.)
+    #[test]
+    fn the_lock_noted_at_the_start_is_the_one_checked() {
+        let store = locked_store();
+        serving(store.path()).unwrap();
+        let dir = store.path().join("handoff");
+        HandOff::open(&dir, "b")
+            .unwrap()
+            .append(&[item("http://a/1")])
+            .unwrap();
+        super::super::cluster::write_durably(&dir.join("members"), "x\n").unwrap();
+        let moved = tempfile::tempdir().unwrap();
+        fs::rename(store.path(), moved.path().join("away")).unwrap();
+        fs::create_dir(store.path()).unwrap();
+        fs::write(store.path().join("LOCK"), b"").unwrap();
+        let e = HandOff::open(&dir, "c").err().expect("refused");
+        assert!(e.to_string().contains("moved, removed or replaced"), "{e}");
+        assert!(next_epoch(&dir).is_err());
+        let e = super::super::cluster::write_durably(&dir.join("members"), "y\n").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("moved, removed or replaced"),
+            "{e:#}"
+        );
+        let e = super::super::cluster::remove_handoff_file(&dir.join("members")).unwrap_err();
+        assert!(e.to_string().contains("moved, removed or replaced"), "{e}");
+        assert!(
+            !dir.exists(),
+            "handoff/ made again in the store put in its place"
+        );
     }
 
     #[test]

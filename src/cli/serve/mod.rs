@@ -503,8 +503,10 @@ fn peer_tls(
 /// Opens the store to serve: a store that `pop` reads as a plain sieve is refused with advice
 /// for `serve`, not for the command line's `lease` and `done`.
 fn open_store(args: &ServeArgs) -> Result<crivello::Frontier> {
-    open_frontier_with(&args.dir, args.frontier_options()).map_err(|e| {
-        match e.downcast_ref::<crivello::Error>() {
+    let frontier =
+        open_frontier_with(&args.dir, args.frontier_options()).map_err(|e| match e
+            .downcast_ref::<crivello::Error>()
+        {
             Some(crivello::Error::WrongMode {
                 mode: crivello::Mode::Sieve,
                 ..
@@ -515,8 +517,11 @@ fn open_store(args: &ServeArgs) -> Result<crivello::Frontier> {
                     .into(),
             }),
             _ => e,
-        }
-    })
+        })?;
+    // Its lock file, which the hand-off files are checked against from now on.
+    handoff::serving(&args.dir)
+        .with_context(|| format!("note the lock of {}", args.dir.display()))?;
+    Ok(frontier)
 }
 
 /// A node that leaves the cluster (started with a list that does not name it, on a store
@@ -524,12 +529,14 @@ fn open_store(args: &ServeArgs) -> Result<crivello::Frontier> {
 /// every node that it is done, and stops; it serves nothing.
 fn leave(args: &ServeArgs, cluster: cluster::Cluster, log: Arc<Log>) -> Result<()> {
     let handoff = args.dir.join("handoff");
-    let previous = cluster::leaving_start(&args.dir)?;
     let token = match &args.token_file {
         Some(path) => Some(read_token(path)?),
         None => None,
     };
+    // Under the store's lock: the hand-off logs are opened (and a torn tail cut) only by
+    // the process that holds it.
     let frontier = Arc::new(open_store(args)?);
+    let previous = cluster::leaving_start(&args.dir)?;
     cluster::check_name(&args.dir, &cluster.this().name)?;
     let cluster = Arc::new(cluster);
     let runtime = tokio::runtime::Builder::new_multi_thread()

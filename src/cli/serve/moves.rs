@@ -343,14 +343,14 @@ impl Moves {
         // The move's record goes first: a crash after it leaves receipts behind (a later move
         // between the same two lists would leave the queues they name as they are), where the
         // other order could leave a node waiting for good for notices sent before.
-        match std::fs::remove_file(self.dir.join(MOVE_FILE)) {
+        match super::cluster::remove_handoff_file(&self.dir.join(MOVE_FILE)) {
             // Another call finished it meanwhile.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             r => r?,
         }
         std::fs::File::open(&self.dir)?.sync_all()?;
         // After `move`: a crash between the two never leaves `move` without its target.
-        let _ = std::fs::remove_file(self.dir.join(MOVE_TO_FILE));
+        let _ = super::cluster::remove_handoff_file(&self.dir.join(MOVE_TO_FILE));
         *self.current.write().expect("not poisoned") = None;
         // The receipts are forgotten: a later move between the same lists (a node that
         // joins, leaves and joins again) starts afresh.

@@ -4805,20 +4805,6 @@ impl Core {
             .map(|q| q.waiting + (q.returned().len() + q.refetch().len()) as u64)
             .fold(0, u64::saturating_add);
         let run_bytes = (self.runs.iter().map(Run::bytes)).fold(0, u64::saturating_add);
-        // J's and the checkpoint's files as they are on disk (spares and a checkpoint's
-        // leftovers included), as the sieve counts A's.
-        let (mut journal_bytes, mut checkpoint_bytes) = (0u64, 0u64);
-        let st = self.sieve.storage();
-        for name in st.list_files()? {
-            let counter = match crate::names::parse(&name) {
-                Some(crate::names::FileName::J(_)) => &mut journal_bytes,
-                Some(crate::names::FileName::Checkpoint) => &mut checkpoint_bytes,
-                _ => continue,
-            };
-            if let Ok(Some(f)) = st.open_if_exists(&name) {
-                *counter = counter.saturating_add(f.len().unwrap_or(0));
-            }
-        }
         Ok(FrontierStats {
             queues: (self.queues.iter().zip(&self.ids))
                 .filter(|(q, &id)| self.listed(id, q))
@@ -4829,11 +4815,26 @@ impl Core {
             done: self.done,
             runs: self.runs.len() as u64,
             run_bytes,
-            journal_bytes,
-            checkpoint_bytes,
             compressed: self.coding == RunCoding::Compressed,
             paused: self.paused,
         })
+    }
+
+    /// J's and the checkpoint's files as they are on disk, as the sieve counts A's.
+    pub(super) fn log_bytes(&self) -> Result<super::LogBytes> {
+        let mut bytes = super::LogBytes::default();
+        let st = self.sieve.storage();
+        for name in st.list_files()? {
+            let counter = match crate::names::parse(&name) {
+                Some(crate::names::FileName::J(_)) => &mut bytes.journal,
+                Some(crate::names::FileName::Checkpoint) => &mut bytes.checkpoint,
+                _ => continue,
+            };
+            if let Ok(Some(f)) = st.open_if_exists(&name) {
+                *counter = counter.saturating_add(f.len().unwrap_or(0));
+            }
+        }
+        Ok(bytes)
     }
 
     /// Syncs and closes.
