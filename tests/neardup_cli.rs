@@ -179,6 +179,17 @@ fn bad_input_names_file_and_line_and_stores_nothing_of_it() {
     let (code, out, err) = neardup(&d, &[], big.as_bytes());
     assert_eq!(code, 1);
     assert!(out.is_empty() && err.contains("at most"), "{err}");
+    // Other fields are ignored, valid JSON that a parser building values refuses included:
+    // a number past a double's range, arrays nested 200 deep (both stopped the command).
+    let d = dir.path().join("other-fields");
+    let input = format!(
+        "{{\"id\":\"n\",\"text\":\"t\",\"n\":1e400}}\n{{\"id\":\"o\",\"o\":{}{},\"text\":\"u\"}}\n",
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let (code, out, err) = neardup(&d, &[], input.as_bytes());
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("n\t") && out.contains("\no\t"), "{out}");
 }
 
 /// A refused line deep in a large input (the input is parsed in chunks on other threads,

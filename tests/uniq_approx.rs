@@ -193,6 +193,17 @@ fn verbose_reports_the_sizing_and_the_rate_and_bad_options_are_refused() {
             && err.lines().count() == 1,
         "{err}"
     );
+    // A --memory of 2^61 bytes or more: the bits saturate and the filter cannot be
+    // allocated (the product wrapped, and a filter of 64 bytes dropped nearly every line).
+    for memory in ["2305843009213693952", "4294967296G", "3000000000000000000"] {
+        let out = run_approx(&["--memory", memory], b"1\n2\n3\n");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{memory}: {err}");
+        assert!(
+            err.contains("cannot be allocated") && out.stdout.is_empty(),
+            "{err}"
+        );
+    }
     // A rate no filter of the given size reaches, even for one line (the hash functions are
     // at most 24): refused, not run at a rate it never promised.
     for args in [

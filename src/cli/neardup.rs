@@ -474,28 +474,68 @@ fn parse_chunk(chunk: &Chunk, fp: &mut Fingerprinter) -> Parsed {
     Parsed { docs, refused }
 }
 
+/// A line's object: its `id` and `text` as they are (their types are checked after), every
+/// other field skipped unread (as `IgnoredAny`: a number past a double's range, or arrays
+/// nested deeper than the parser's limit for values it builds, are valid JSON there).
+struct Doc {
+    id: Option<serde_json::Value>,
+    text: Option<serde_json::Value>,
+}
+
+impl<'de> serde::Deserialize<'de> for Doc {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Doc, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Doc;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Doc, A::Error> {
+                let mut doc = Doc {
+                    id: None,
+                    text: None,
+                };
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    match &*key {
+                        "id" => doc.id = Some(map.next_value()?),
+                        "text" => doc.text = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(doc)
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
 /// Parses one input line into (id, fingerprint), or says why it is refused.
 fn parse(line: &[u8], fp: &mut Fingerprinter) -> std::result::Result<(String, u64), String> {
-    let value: serde_json::Value = serde_json::from_slice(line).map_err(|e| {
+    let doc: Doc = serde_json::from_slice(line).map_err(|e| {
         // The parser's own position is within the line: said as a column, not as a
         // "line 1" that would contradict the input's line number.
         let what = e.to_string();
         let what = what.split(" at line ").next().unwrap_or(&what).to_owned();
         if line.is_empty() {
             "an empty line, not a JSON object".to_owned()
+        } else if e.classify() == serde_json::error::Category::Data {
+            // Valid JSON of another type than an object.
+            "not a JSON object with a string \"id\" and a string \"text\"".to_owned()
         } else {
             format!("not JSON: {what} (at byte {} of the line)", e.column())
         }
     })?;
-    let obj = value
-        .as_object()
-        .ok_or("not a JSON object with a string \"id\" and a string \"text\"")?;
-    let id = match obj.get("id") {
+    let id = match &doc.id {
         Some(serde_json::Value::String(s)) => s,
         Some(_) => return Err("\"id\" is not a string".into()),
         None => return Err("no \"id\"".into()),
     };
-    let text = match obj.get("text") {
+    let text = match &doc.text {
         Some(serde_json::Value::String(s)) => s,
         Some(_) => return Err("\"text\" is not a string".into()),
         None => return Err("no \"text\"".into()),

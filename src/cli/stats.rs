@@ -52,7 +52,12 @@ A frontier (a store that `lease`, `done`, `policy`, `block`, `pause`, `resume` o
   bytes_j        bytes on disk of the journal (J)
   bytes_ckpt     bytes on disk of the checkpoint (CHECKPOINT)
   q_compressed   1 if the Q runs are written compressed (--compress-queues), else 0
-  paused         1 if hand-outs are paused, else 0";
+  paused         1 if hand-outs are paused, else 0
+
+A near-duplicate store (`crivello neardup`) prints instead: documents, repeats (documents
+refused for an id seen before), reported, segments, bytes_segments, bytes_log, commits,
+ids_pushed, and ids_distinct (the ids merged into its sieve of ids, plus those pushed since
+its last merge: until then, an id given again among those counts twice).";
 
 /// The arguments of `stats`.
 #[derive(Debug, Args)]

@@ -128,9 +128,11 @@ impl Sizing {
     }
 }
 
-/// `memory` bytes as bits, rounded down to whole blocks (at least one).
+/// `memory` bytes as bits, rounded down to whole blocks (at least one). From 2^61 bytes on
+/// the bits do not fit 64: they saturate (a filter that large cannot be allocated, and says
+/// so), where a wrapped product made a filter of a few bytes.
 fn bits_of(memory: usize) -> u64 {
-    ((memory as u64 * 8) / BLOCK_BITS).max(1) * BLOCK_BITS
+    ((memory as u64).saturating_mul(8) / BLOCK_BITS).max(1) * BLOCK_BITS
 }
 
 /// The `k` in `1..=MAX_K` with the lowest rate after `n` lines.
