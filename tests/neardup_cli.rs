@@ -190,6 +190,15 @@ fn bad_input_names_file_and_line_and_stores_nothing_of_it() {
     let (code, out, err) = neardup(&d, &[], input.as_bytes());
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("n\t") && out.contains("\no\t"), "{out}");
+    // A line that is not JSON is said to be so, whatever its first byte.
+    for bad in ["[1,2\n", "123abc\n", "\"x\" y\n"] {
+        let (code, _, err) = neardup(&d, &[], bad.as_bytes());
+        assert_eq!(code, 1, "{bad:?}");
+        assert!(err.contains("not JSON: "), "{bad:?}: {err}");
+    }
+    let (code, _, err) = neardup(&d, &[], b"[1,2]\n");
+    assert_eq!(code, 1);
+    assert!(err.contains("not a JSON object with a string"), "{err}");
 }
 
 /// A refused line deep in a large input (the input is parsed in chunks on other threads,

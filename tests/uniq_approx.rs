@@ -193,6 +193,13 @@ fn verbose_reports_the_sizing_and_the_rate_and_bad_options_are_refused() {
             && err.lines().count() == 1,
         "{err}"
     );
+    // An --expected whose standard size is 2^64 bits or more (it wrapped to 0, and the
+    // doubling of 0 never ended): refused.
+    for expected in ["6393154322601327296", "18446744073709551615"] {
+        let out = run_approx(&["--expected", expected, "--fp-rate", "0.25"], b"");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{expected}: {err}");
+    }
     // A --memory of 2^61 bytes or more: the bits saturate and the filter cannot be
     // allocated (the product wrapped, and a filter of 64 bytes dropped nearly every line).
     for memory in ["2305843009213693952", "4294967296G", "3000000000000000000"] {

@@ -696,15 +696,11 @@ class Scheduler:
                 self.frontier.release(self.crawl)
                 self.frontier.close()
             elif self.frontier is not None:
-                # The store failed (logged, the crawl stopped with the reason): what can
-                # still be made durable is tried (a failure that did not poison the store
-                # may let the completions through), and the handle is let go, its failure
-                # said already.
-                for step in (
-                    self._flush_completions,
-                    lambda: self.frontier.release(self.crawl),
-                    self.frontier.close,
-                ):
+                # The store failed (logged, the crawl stopped with the reason). Nothing is
+                # completed: the requests yielded since were dropped, so their parents must
+                # be fetched again (and yield them again) in the next run. The leases go back
+                # and the handle is let go, each failure let go too (said already).
+                for step in (lambda: self.frontier.release(self.crawl), self.frontier.close):
                     try:
                         step()
                     except errors.Error:

@@ -499,7 +499,7 @@ def test_a_failed_store_stops_the_crawl_with_its_reason(tmp_path: Path) -> None:
 
     # Closing after the failure lets the handle go and raises nothing (it flushed the
     # completions first, whose PoisonedError Scrapy logged as a close failure, and never
-    # reached the store's close): each step is tried, its failure let go.
+    # reached the store's close): the release and the close are tried, each failure let go.
     calls: list[str] = []
 
     class FailedStore(Failing):
@@ -523,13 +523,13 @@ def test_a_failed_store_stops_the_crawl_with_its_reason(tmp_path: Path) -> None:
     s.df = Filter()
     s.close("crivello_store_failed")
     assert calls == ["release", "close", "crivello_store_failed"]
-    # Completions waiting are tried first (a failure that did not poison the store lets
-    # them through), their failure let go too.
+    # Completions waiting are not made: the requests yielded since the failure were
+    # dropped, and their parents must be fetched again to yield them again.
     calls.clear()
     s.frontier = FailedStore()  # type: ignore[assignment]
     s._to_complete.append(7)
     s.close("crivello_store_failed")
-    assert calls == ["complete", "release", "close", "crivello_store_failed"], calls
+    assert calls == ["release", "close", "crivello_store_failed"], calls
 
     # A Scrapy whose engine closes through close_spider_async (2.14 and later): that is
     # called, and its failure is logged.

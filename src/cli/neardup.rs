@@ -517,6 +517,17 @@ impl<'de> serde::Deserialize<'de> for Doc {
 /// Parses one input line into (id, fingerprint), or says why it is refused.
 fn parse(line: &[u8], fp: &mut Fingerprinter) -> std::result::Result<(String, u64), String> {
     let doc: Doc = serde_json::from_slice(line).map_err(|e| {
+        // Not an object at its first byte: whether the line is JSON at all is found by
+        // reading it whole (`[1,2` is not JSON; `[1,2]` is, and is not an object).
+        let e = match e.classify() {
+            serde_json::error::Category::Data => {
+                match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
+                    Err(syntax) => syntax,
+                    Ok(_) => e,
+                }
+            }
+            _ => e,
+        };
         // The parser's own position is within the line: said as a column, not as a
         // "line 1" that would contradict the input's line number.
         let what = e.to_string();

@@ -57,7 +57,8 @@ A frontier (a store that `lease`, `done`, `policy`, `block`, `pause`, `resume` o
 A near-duplicate store (`crivello neardup`) prints instead: documents, repeats (documents
 refused for an id seen before), reported, segments, bytes_segments, bytes_log, commits,
 ids_pushed, and ids_distinct (the ids merged into its sieve of ids, plus those pushed since
-its last merge: until then, an id given again among those counts twice).";
+its last merge: until then, an id pushed again after a crash, to bring the sieve of ids up to
+the stored documents, counts twice).";
 
 /// The arguments of `stats`.
 #[derive(Debug, Args)]

@@ -100,7 +100,10 @@ impl Sizing {
         // Doubling from the standard layout's size (the blocked one needs more), then
         // bisection on whole blocks.
         let standard = -(expected as f64) * p.ln() / std::f64::consts::LN_2.powi(2);
-        let mut hi = ((standard / BLOCK_BITS as f64) as u64).max(1) * BLOCK_BITS;
+        // (At most 2^62 bits, where the doubling stops: a product past 2^64 wrapped, to 0 at
+        // worst, and the doubling of 0 never ended.)
+        let most = (1u64 << 62) / BLOCK_BITS;
+        let mut hi = ((standard / BLOCK_BITS as f64) as u64).clamp(1, most) * BLOCK_BITS;
         while !fits(hi) && hi < (1 << 62) {
             hi *= 2;
         }
