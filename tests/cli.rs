@@ -750,6 +750,70 @@ fn uniq_interrupted_by(signal: &str) {
     );
 }
 
+#[test]
+fn uniq_removes_the_directory_a_killed_uniq_left_and_not_a_running_ones() {
+    let d = tmp();
+    // The directories of the runs in `d` that hold their lock file.
+    let owned = || -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.join("OWNER").exists())
+            .collect();
+        v.sort();
+        v
+    };
+    let start = |n: usize| {
+        let mut child = Command::new(BIN)
+            .args(["uniq", "--tmp-dir", arg(d.path())])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"http://a/\n").unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while owned().len() < n {
+            assert!(std::time::Instant::now() < deadline, "no directory of uniq");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        (child, stdin)
+    };
+    let (mut running, running_stdin) = start(1);
+    let running_dir = owned().remove(0);
+    let (mut killed, _killed_stdin) = start(2);
+    killed.kill().unwrap(); // SIGKILL: no handler runs
+    killed.wait().unwrap();
+    let left: Vec<PathBuf> = owned().into_iter().filter(|p| *p != running_dir).collect();
+    assert_eq!(left.len(), 1, "the killed uniq left its directory");
+
+    let out = run(
+        &["uniq", "--tmp-dir", arg(d.path())],
+        b"http://b/\nhttp://a/\nhttp://b/\n",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, b"http://b/\nhttp://a/\n");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!("removed {}", left[0].display())) && said.contains("killed"),
+        "{said}"
+    );
+    assert!(!left[0].exists(), "the killed uniq's directory was kept");
+    assert!(
+        running_dir.exists(),
+        "a running uniq's directory was removed"
+    );
+
+    drop(running_stdin);
+    assert!(running.wait().unwrap().success());
+    assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+}
+
 /// The text of a file of the crate.
 fn crate_file(name: &str) -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(name)).unwrap()

@@ -75,13 +75,16 @@ if TYPE_CHECKING:
     from scrapy.spiders import Spider
     from twisted.python.failure import Failure
 
-try:
-    from scrapy.utils.misc import build_from_crawler
-except ImportError:  # Scrapy 2.11
-    from scrapy.utils.misc import create_instance
+from scrapy.utils import misc as _scrapy_misc
 
-    def build_from_crawler(objcls: Any, crawler: Any) -> Any:
-        return create_instance(objcls, settings=None, crawler=crawler)
+
+def build_from_crawler(objcls: Any, crawler: Any) -> Any:
+    """``objcls`` built for ``crawler`` as Scrapy builds its components (2.11 has no
+    ``build_from_crawler``, only ``create_instance``)."""
+    build = getattr(_scrapy_misc, "build_from_crawler", None)
+    if build is not None:
+        return build(objcls, crawler)
+    return getattr(_scrapy_misc, "create_instance")(objcls, settings=None, crawler=crawler)
 
 
 logger = logging.getLogger(__name__)
@@ -955,7 +958,7 @@ class Scheduler:
         """A response arrived: its request's fetch ended now (its callback begins later)."""
         token = request.meta.get(TOKEN_META)
         live = self._live.get(token) if token is not None else None
-        if live is not None and not live.responded:
+        if token is not None and live is not None and not live.responded:
             self._fetch_ended(int(token), live)
 
     def _scraping(self, token: int) -> None:

@@ -393,6 +393,14 @@ def test_the_package_type_checks_with_mypy(tmp_path: Path) -> None:
         [sys.executable, "-m", "mypy", "--strict", str(bad)], capture_output=True, text=True, env=env
     )
     assert wrong.returncode == 1 and "lease" in wrong.stdout, wrong.stdout
+    # The package's own Python (the Scrapy classes) is checked against the stubs too.
+    package = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "-p", "crivello"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert package.returncode == 0, package.stdout + package.stderr
 
 
 def test_a_handle_in_a_forked_process_is_refused_and_the_parent_keeps_its_store(

@@ -7,7 +7,8 @@
 //! streams: each merge prints its new lines while the input is still being read.
 //!
 //! The temporary directory is removed at exit: on success, on error, and on Ctrl-C, SIGTERM
-//! or SIGHUP (a handler removes it and exits with 130).
+//! or SIGHUP (a handler removes it and exits with 130). A process killed otherwise leaves it;
+//! the next `uniq` in the same place removes it, known by its lock that nobody holds.
 
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
@@ -35,7 +36,8 @@ static TEMP_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
 pub struct UniqArgs {
     /// Files to read in order; none, or "-", reads standard input.
     pub files: Vec<PathBuf>,
-    /// Where to create the temporary store (default: the system's temporary directory).
+    /// Where to create the temporary store (default: the system's temporary directory);
+    /// those left there by a uniq killed with SIGKILL are removed.
     #[arg(long, value_name = "DIR")]
     pub tmp_dir: Option<PathBuf>,
     /// The longest line accepted, in bytes (units as for --memory; at most 1G - 1).
@@ -75,8 +77,9 @@ pub fn run(args: UniqArgs) -> Result<()> {
         return approx(&args);
     }
     let base = args.tmp_dir.clone().unwrap_or_else(std::env::temp_dir);
+    sweep_killed(&base, args.common.quiet);
     let tmp = tempfile::Builder::new()
-        .prefix("crivello-uniq")
+        .prefix(TEMP_PREFIX)
         .tempdir_in(&base)
         .with_context(|| format!("create a temporary directory in {}", base.display()))
         .map_err(|e| {
@@ -85,6 +88,9 @@ pub fn run(args: UniqArgs) -> Result<()> {
                 "choose a writable directory with --tmp-dir",
             )
         })?;
+    // Held until the directory is removed: while it is, no other `uniq` sweeps it.
+    let _owner = own(tmp.path())
+        .with_context(|| format!("lock the temporary directory {}", tmp.path().display()))?;
     *lock_temp_dir() = Some(tmp.path().to_owned());
     ctrlc::set_handler(on_interrupt).context("install the Ctrl-C handler")?;
     let result = dedup(&args, tmp.path());
@@ -95,6 +101,67 @@ pub fn run(args: UniqArgs) -> Result<()> {
     drop(guard);
     result?;
     removed.context("remove the temporary directory")
+}
+
+/// How the temporary directories of `uniq` are named, in `--tmp-dir`.
+const TEMP_PREFIX: &str = "crivello-uniq";
+
+/// The file in a temporary directory that its `uniq` holds locked while it runs.
+const OWNER: &str = "OWNER";
+
+/// Locks `dir` as this process's: its `OWNER` file, locked under another name and then
+/// renamed into place, so that a directory with an `OWNER` whose lock nobody holds is one
+/// whose `uniq` is gone. The lock lasts as long as the file returned stays open, and ends with
+/// the process however it ends.
+fn own(dir: &Path) -> std::io::Result<std::fs::File> {
+    use fs2::FileExt as _;
+    let taking = dir.join("OWNER.new");
+    let f = std::fs::File::create(&taking)?;
+    f.try_lock_exclusive()?;
+    std::fs::rename(&taking, dir.join(OWNER))?;
+    Ok(f)
+}
+
+/// Removes the temporary directories in `base` that a `uniq` killed by a signal that cannot
+/// be caught (`kill -9`, the out-of-memory killer, a power cut) left: those of this user
+/// whose `OWNER` file is locked by no process. Best effort: a directory that cannot be read,
+/// locked or removed is left as it is. Says what it removed unless `quiet`.
+fn sweep_killed(base: &Path, quiet: bool) {
+    use fs2::FileExt as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    for entry in entries.flatten() {
+        if !entry
+            .file_name()
+            .as_encoded_bytes()
+            .starts_with(TEMP_PREFIX.as_bytes())
+        {
+            continue;
+        }
+        let dir = entry.path();
+        // Not followed through a link: the entry itself must be this user's directory.
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() && m.uid() == me => {}
+            _ => continue,
+        }
+        let Ok(owner) = std::fs::File::open(dir.join(OWNER)) else {
+            continue;
+        };
+        if owner.try_lock_exclusive().is_err() {
+            continue; // its uniq is running
+        }
+        // Removed while locked: a uniq sweeping at the same time cannot lock it meanwhile.
+        if std::fs::remove_dir_all(&dir).is_ok() && !quiet {
+            eprintln!(
+                "crivello uniq: removed {}, the temporary directory of a uniq that was killed",
+                dir.display()
+            );
+        }
+    }
 }
 
 /// The temporary directory slot, usable even if a thread panicked while holding it.
