@@ -4645,3 +4645,67 @@ fn the_ratio_rules_wait_is_at_most_a_hundred_years() {
     );
     assert_eq!(f.next_due_ms().unwrap(), Some(50_100 + HUNDRED_YEARS));
 }
+
+#[test]
+fn the_first_lease_after_a_reopen_serves_what_was_pushed_before_it() {
+    // A queue emptied by a done, then URLs pushed to it and to a new host, then a close: the
+    // reopened frontier's first hand-out flushes them into their queues and serves both.
+    let check = |f: Frontier, reopen: &dyn Fn() -> Frontier| {
+        f.push("", &[Discovered::url(b"http://h0/first")]).unwrap();
+        let l = f.lease(1, None, 60_000).unwrap();
+        assert!(f.done(l[0].token, 1).unwrap());
+        f.push(
+            "",
+            &[
+                Discovered::url(b"http://h0/a"),
+                Discovered::url(b"http://h1/b"),
+            ],
+        )
+        .unwrap();
+        f.close().unwrap();
+        let f = reopen();
+        let mut got = urls(&f.lease(10, None, 60_000).unwrap());
+        got.sort();
+        assert_eq!(got, ["http://h0/a", "http://h1/b"]);
+        f.close().unwrap();
+    };
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000));
+    check(open(&disk, &clock), &|| open(&disk, &clock));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    check(Frontier::open(&path, Options::new()).unwrap(), &|| {
+        Frontier::open(&path, Options::new()).unwrap()
+    });
+
+    // Every queue with URLs waiting has its one fetcher out: after a reopen the first
+    // hand-out flushes and serves the host pushed since.
+    let disk = SimDisk::new();
+    let f = open(&disk, &clock);
+    push(&f, &["http://h0/1", "http://h0/2", "http://h1/1"]);
+    assert_eq!(f.lease(10, None, 60_000).unwrap().len(), 2);
+    push(&f, &["http://h2/1"]);
+    f.close().unwrap();
+    let f = open(&disk, &clock);
+    assert_eq!(urls(&f.lease(10, None, 60_000).unwrap()), ["http://h2/1"]);
+    f.close().unwrap();
+}
+
+#[test]
+fn a_queue_emptied_by_a_known_update_does_not_hide_an_empty_front() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let f = open(&disk, &clock);
+    push(&f, &["http://h0/a"]);
+    f.flush().unwrap();
+    let done = crivello::Known {
+        url: b"http://h0/a",
+        key: None,
+        metadata: b"",
+        refetch_ms: 0,
+    };
+    f.update("", &[done]).unwrap();
+    push(&f, &["http://h1/b"]);
+    assert_eq!(urls(&f.lease(10, None, 60_000).unwrap()), ["http://h1/b"]);
+    f.close().unwrap();
+}

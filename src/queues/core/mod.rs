@@ -1784,6 +1784,23 @@ impl Core {
         }
     }
 
+    /// [`Core::schedule`] after a change outside a hand-out that may have left queue `i`
+    /// nothing to serve (its records taken, or its room): such a queue leaves the heap's
+    /// count, as a hand-out takes out each queue it pops. The count of queues scheduled is
+    /// what tells an empty front ([`Core::lease`]), which flushes what was pushed.
+    fn settle(&mut self, i: u32) {
+        let (policy, _) = self.schedule_terms(i);
+        let servable = {
+            let q = self.queues.get(i);
+            q.has_waiting() && room(policy, &q)
+        };
+        if servable {
+            self.schedule(i);
+        } else {
+            self.unschedule(i);
+        }
+    }
+
     /// Takes queue `i`'s entry out of the heap (any entry left there is stale), changing
     /// its state in place: a packed queue is not taken into the hot map.
     fn unschedule(&mut self, i: u32) {
@@ -1835,7 +1852,7 @@ impl Core {
             let given = self.now_ms();
             self.leases.renew(seq, token, deadline, given);
             self.push_expiry(deadline, seq);
-            self.schedule(i);
+            self.settle(i);
             return Ok(());
         }
         let replaying = self.replay_gone.is_some();
@@ -1849,7 +1866,11 @@ impl Core {
             sig,
             record.into(),
             replaying,
-        )
+        )?;
+        // The hand-out this replays took the queue out of the heap, and scheduled it again
+        // only if it could still be served.
+        self.settle(i);
+        Ok(())
     }
 
     /// [`Core::apply_lease`] of a record a hand-out just took from queue `i` and journaled:
@@ -2280,7 +2301,7 @@ impl Core {
         } else {
             insert_refetch(q, when, seq, record.into());
         }
-        self.schedule(i);
+        self.settle(i);
         Ok(())
     }
 
@@ -2684,6 +2705,9 @@ impl Core {
                 None => return Ok(Ok(LeasedBatch::default())),
             },
         };
+        // A queue the heap still counts but that has nothing to serve would hide an empty
+        // front (and the flush it asks for) until a hand-out popped it.
+        self.purge_stale_top(false);
         let front = self.front(only);
         // With flushes in the background, an empty front whose last flush left it empty
         // flushes again only some time after (each merges Z whole: a crawler whose every
@@ -3536,13 +3560,12 @@ impl Core {
         first
     }
 
-    /// The first instant a queue may be served (None: nothing waits).
-    pub(super) fn next_due(&mut self) -> Option<u64> {
-        let _ = self.poll_move();
-        let now = self.now_ms();
-        self.expire(now);
-        // The entries of the heaps left stale (a queue served, emptied or rescheduled; a lease
-        // ended) go, so that the first one left is exact.
+    /// Drops the entries at the top of the scheduler's heap that are stale (a queue served,
+    /// emptied or rescheduled since), taking a queue that may no longer be served out of the
+    /// count of queues scheduled. With `exact`, a queue whose first instant moved later is
+    /// also put back at that instant, so that the first entry left is exact (a hand-out
+    /// leaves those in place: one due by now is served in its turn).
+    fn purge_stale_top(&mut self, exact: bool) {
         while let Some((at, i)) = self.heap.peek() {
             let (id, q) = (self.ids[i as usize], &*self.queues.get(i));
             if q.heap_at != at {
@@ -3550,7 +3573,7 @@ impl Core {
             } else if !q.has_waiting() || !self.has_room(id, q) {
                 self.heap.pop();
                 self.unschedule(i);
-            } else if self.ready_at(id, q) > at {
+            } else if exact && self.ready_at(id, q) > at {
                 self.heap.pop();
                 self.unschedule(i);
                 self.schedule(i);
@@ -3558,6 +3581,14 @@ impl Core {
                 break;
             }
         }
+    }
+
+    /// The first instant a queue may be served (None: nothing waits).
+    pub(super) fn next_due(&mut self) -> Option<u64> {
+        let _ = self.poll_move();
+        let now = self.now_ms();
+        self.expire(now);
+        self.purge_stale_top(true);
         while let Some(&Reverse((deadline, seq))) = self.expiries.peek() {
             if self.leases.get(seq).is_some_and(|l| l.deadline == deadline) {
                 break;
