@@ -316,6 +316,15 @@ pub enum InvalidUrl {
         /// The configured maximum.
         max: usize,
     },
+    /// Pushed to a frontier without a key, the URL's own key (the text after `://` up to the
+    /// first `:`, `/`, `?` or `&`, [`crate::queues::key::default_key`]) is longer than a key
+    /// may be: url-frontier's services refuse such a URL too.
+    KeyTooLong {
+        /// The length of its own key, in bytes.
+        len: usize,
+        /// The longest key, [`crate::queues::key::MAX_KEY_LEN`].
+        max: usize,
+    },
 }
 
 impl fmt::Display for InvalidUrl {
@@ -325,6 +334,11 @@ impl fmt::Display for InvalidUrl {
             InvalidUrl::TooLong { len, max } => {
                 write!(f, "{len} bytes, longer than the maximum of {max}")
             }
+            InvalidUrl::KeyTooLong { len, max } => write!(
+                f,
+                "its queue's key (the text after :// up to the first :, /, ? or &) is {len} \
+                 bytes, longer than the maximum of {max}: give it a key of its own"
+            ),
         }
     }
 }

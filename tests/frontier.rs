@@ -4709,3 +4709,99 @@ fn a_queue_emptied_by_a_known_update_does_not_hide_an_empty_front() {
     assert_eq!(urls(&f.lease(10, None, 60_000).unwrap()), ["http://h1/b"]);
     f.close().unwrap();
 }
+
+#[test]
+fn a_url_whose_own_key_is_too_long_and_metadata_too_large_are_refused_and_lose_nothing() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let f = open(&disk, &clock);
+    push(&f, &["http://before/"]);
+    // The text after :// up to the first :, /, ? or & is the key: a fragment of 332 bytes
+    // makes one no call could name (url-frontier refuses such a URL too).
+    let long = format!("https://example.com#{}", "section-".repeat(40));
+    let refused = f.push("", &[Discovered::url(long.as_bytes())]).unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            Error::InvalidUrl(crivello::InvalidUrl::KeyTooLong { len: 332, max: 255 })
+        ),
+        "{refused:?}"
+    );
+    assert!(
+        refused.to_string().contains("give it a key of its own"),
+        "{refused}"
+    );
+    assert!(f.validate(long.as_bytes(), None).is_err());
+    let known = crivello::Known {
+        url: long.as_bytes(),
+        key: None,
+        metadata: b"",
+        refetch_ms: 0,
+    };
+    assert!(f.update("", &[known]).is_err());
+    // With a key of its own it is taken.
+    let keyed = Discovered {
+        url: long.as_bytes(),
+        key: Some(b"example.com"),
+        metadata: b"",
+    };
+    f.push("", &[keyed]).unwrap();
+    // A URL may carry at most 64 MiB of metadata (past 4 GiB its record's length wrapped,
+    // and the store could no longer be opened).
+    let big = vec![b'm'; crivello::queues::MAX_METADATA_LEN + 1];
+    let heavy = Discovered {
+        url: b"http://big/",
+        key: None,
+        metadata: &big,
+    };
+    let refused = f.push("", &[heavy]).unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            Error::InvalidOption {
+                option: "metadata",
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    let heavy_known = crivello::Known {
+        url: b"http://before/",
+        key: None,
+        metadata: &big,
+        refetch_ms: 5_000,
+    };
+    assert!(matches!(
+        f.update("", &[heavy_known]),
+        Err(Error::InvalidOption {
+            option: "metadata",
+            ..
+        })
+    ));
+    let most = Discovered {
+        url: b"http://most/",
+        key: None,
+        metadata: &big[1..],
+    };
+    f.push("", &[most]).unwrap();
+    f.close().unwrap();
+    let f = open(&disk, &clock);
+    let mut got: Vec<(String, usize)> = f
+        .lease(10, None, 60_000)
+        .unwrap()
+        .into_iter()
+        .map(|l| (String::from_utf8(l.url).unwrap(), l.metadata.len()))
+        .collect();
+    got.sort();
+    let mut want = vec![
+        ("http://before/".to_owned(), 0),
+        (long.clone(), 0),
+        (
+            "http://most/".to_owned(),
+            crivello::queues::MAX_METADATA_LEN,
+        ),
+    ];
+    want.sort();
+    assert_eq!(got, want);
+    f.close().unwrap();
+}

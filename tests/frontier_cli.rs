@@ -155,6 +155,19 @@ fn crawls_are_namespaces() {
         b"\nhttp://d.test/\n",
     );
     assert!(err.contains("skipped 1 invalid line"), "{err}");
+    // A URL whose queue key (its host) no call could name is an invalid line too.
+    let long = format!("https://e.test#{}\n", "section-".repeat(40));
+    let (_, err) = expect(1, &["push", d, "--crawl", "one"], long.as_bytes());
+    assert!(
+        err.contains("<stdin>: line 1: the URL's queue key") && err.contains("327 bytes"),
+        "{err}"
+    );
+    let (_, err) = expect(
+        0,
+        &["push", d, "--crawl", "one", "--skip-invalid"],
+        long.as_bytes(),
+    );
+    assert!(err.contains("skipped 1 invalid line"), "{err}");
     let (out, _) = expect(0, &["lease", d, "-n", "10", "--crawl", "one"], b"");
     assert_eq!(lines(&out), ["http://b.test/", "http://d.test/"]);
     let (out, _) = expect(0, &["queues", d, "--crawl", "one"], b"");

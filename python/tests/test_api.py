@@ -219,6 +219,11 @@ def test_each_error_is_its_own_class_with_the_librarys_message(tmp_path: Path) -
             f.push([""])
         with pytest.raises(crivello.InvalidOptionError, match="key"):
             f.push([("http://a.test/", "k" * 100_000)])
+        with pytest.raises(crivello.InvalidUrlError, match="give it a key of its own"):
+            f.push(["https://a.test#" + "section-" * 40])
+        with pytest.raises(crivello.InvalidOptionError, match="64 MiB") as e:
+            f.push([("http://a.test/", "a.test", b"m" * ((64 << 20) + 1))])
+        assert e.value.option == "metadata"
         with pytest.raises(TypeError, match="str or bytes"):
             f.push([42])  # type: ignore[list-item]
         with pytest.raises(TypeError, match="wrap a single URL"):

@@ -212,7 +212,8 @@ fn report_skipped(skipped: u64, args: &PushArgs) {
     if skipped > 0 && !args.common.quiet {
         let lines = if skipped == 1 { "line" } else { "lines" };
         let note = format!(
-            "crivello: skipped {skipped} invalid {lines} (empty, or longer than {} bytes)\n",
+            "crivello: skipped {skipped} invalid {lines} (empty, longer than {} bytes, or, in \
+             a frontier, with a host over 255 bytes)\n",
             args.max_url_len
         );
         let _ = std::io::stderr().write_all(note.as_bytes());
@@ -224,10 +225,18 @@ fn line_error(input: &LineReader, why: &InvalidUrl) -> anyhow::Error {
     let what = match why {
         InvalidUrl::Empty => "empty line".to_owned(),
         InvalidUrl::TooLong { max, .. } => format!("line longer than the maximum of {max} bytes"),
+        InvalidUrl::KeyTooLong { len, max } => format!(
+            "the URL's queue key, its host (the text after :// up to the first :, /, ? or &), \
+             is {len} bytes, longer than the maximum of {max}"
+        ),
         other => format!("invalid URL: {other}"),
     };
     let fix = match why {
         InvalidUrl::TooLong { .. } => "raise --max-url-len or fix the line",
+        InvalidUrl::KeyTooLong { .. } => {
+            "remove or fix the line (no host name is that long: a fragment or a space before the \
+             first / can make one)"
+        }
         _ => "remove or fix the line",
     };
     explained(

@@ -83,9 +83,11 @@ const MAX_SENDER: usize = 1024;
 pub struct Discovered<'a> {
     /// The URL.
     pub url: &'a [u8],
-    /// Its queue's key; `None`: [`key::default_key`] of the URL.
+    /// Its queue's key, 1 to [`key::MAX_KEY_LEN`] bytes; `None`: [`key::default_key`] of
+    /// the URL, which must be no longer ([`crate::InvalidUrl::KeyTooLong`]).
     pub key: Option<&'a [u8]>,
-    /// Bytes kept with the URL and handed out with it (depth, referrer, ...).
+    /// Bytes kept with the URL and handed out with it (depth, referrer, ...), at most
+    /// [`MAX_METADATA_LEN`].
     pub metadata: &'a [u8],
 }
 
@@ -603,7 +605,7 @@ impl Frontier {
 
     /// Pushes discovered URLs of `crawl` (`""` is `DEFAULT`). Durable when this returns Ok.
     /// A URL already seen in the crawl changes nothing: the merge that finds it drops it. An
-    /// invalid URL or key refuses the whole batch.
+    /// invalid URL, key or metadata refuses the whole batch.
     pub fn push(&self, crawl: &str, items: &[Discovered<'_>]) -> Result<()> {
         let crawl = crawl_name(crawl);
         self.with(|c| c.push(crawl, items))
@@ -1157,7 +1159,8 @@ impl Frontier {
     /// takes no lock: it waits for no other call.
     pub fn validate(&self, url: &[u8], key: Option<&[u8]>) -> Result<()> {
         crate::sieve::validate_url(url, self.max_url_len)?;
-        validate_key(key)
+        validate_key(key)?;
+        validate_own_key(url, key)
     }
 
     /// Deletes the queue `key` of `crawl`, with every URL pushed to it before this call:
@@ -1376,6 +1379,40 @@ fn validate_key(key: Option<&[u8]>) -> Result<()> {
         option: "key",
         reason,
     })
+}
+
+/// Refuses a URL given no key whose own key ([`key::default_key`]) is longer than
+/// [`key::MAX_KEY_LEN`]: no call could name its queue.
+fn validate_own_key(url: &[u8], key: Option<&[u8]>) -> Result<()> {
+    let len = match key {
+        None => key::default_key(url).len(),
+        Some(_) => return Ok(()),
+    };
+    if len > key::MAX_KEY_LEN {
+        return Err(Error::InvalidUrl(crate::InvalidUrl::KeyTooLong {
+            len,
+            max: key::MAX_KEY_LEN,
+        }));
+    }
+    Ok(())
+}
+
+/// The most bytes of metadata a URL may carry: 64 MiB.
+pub const MAX_METADATA_LEN: usize = 64 << 20;
+
+/// Refuses metadata longer than [`MAX_METADATA_LEN`].
+fn validate_metadata(metadata: &[u8]) -> Result<()> {
+    if metadata.len() > MAX_METADATA_LEN {
+        return Err(Error::InvalidOption {
+            option: "metadata",
+            reason: format!(
+                "{} bytes, more than the {MAX_METADATA_LEN} ({} MiB) a URL may carry",
+                metadata.len(),
+                MAX_METADATA_LEN >> 20
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Refuses a hand-out's bounds that would lease nothing or lease for no time.

@@ -2499,6 +2499,7 @@ impl Core {
         self.writable()?;
         for it in items {
             self.validate(it.url, it.key)?;
+            super::validate_metadata(it.metadata)?;
         }
         let id = self.crawl_id(crawl)?;
         let seed = record::crawl_seed(self.sieve.seed(), id);
@@ -2546,7 +2547,8 @@ impl Core {
     /// Refuses a URL or a key that a push would refuse.
     pub(super) fn validate(&self, url: &[u8], key: Option<&[u8]>) -> Result<()> {
         self.sieve.validate(url)?;
-        super::validate_key(key)
+        super::validate_key(key)?;
+        super::validate_own_key(url, key)
     }
 
     /// The id of crawl `name`, given a new one (durably) if it has none; a new name over
@@ -4553,6 +4555,9 @@ impl Core {
         self.writable()?;
         if items.is_empty() && receipts.is_empty() {
             return Ok(());
+        }
+        for it in items {
+            super::validate_metadata(it.metadata)?;
         }
         // The last item of each URL, in the order given.
         let mut last: HashMap<&[u8], usize> = HashMap::new();
