@@ -83,7 +83,10 @@ impl Options {
         Options::default()
     }
 
-    /// The RAM budget in bytes (at least 1 MiB); the number of slots of S derives from it.
+    /// The RAM budget in bytes (at least 1 MiB); the number of slots of S derives from it. A
+    /// budget is a bound, not an allocation: S's buffers grow as pushes fill them, and hold at
+    /// most 2^32 − 1 slots (about 96 GiB), so a larger budget is accepted and not used past
+    /// that.
     pub fn memory(mut self, bytes: usize) -> Options {
         self.memory = bytes;
         self

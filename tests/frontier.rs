@@ -4805,3 +4805,24 @@ fn a_url_whose_own_key_is_too_long_and_metadata_too_large_are_refused_and_lose_n
     assert_eq!(got, want);
     f.close().unwrap();
 }
+
+#[test]
+fn handles_print_their_store_for_debugging_and_a_shared_one_is_closed_through_try_unwrap() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    let f = Arc::new(Frontier::open(&path, Options::new()).unwrap());
+    let shown = format!("{f:?}");
+    assert!(
+        shown.starts_with("Frontier") && shown.contains(&*path.to_string_lossy()),
+        "{shown}"
+    );
+    // The step that calls `close(self)` on a handle shared through an `Arc`.
+    Arc::try_unwrap(f).unwrap().close().unwrap();
+    let s = Sieve::open(dir.path().join("s"), Options::new()).unwrap();
+    let shown = format!("{s:?}");
+    assert!(
+        shown.starts_with("Sieve") && shown.contains("mode"),
+        "{shown}"
+    );
+    s.close().unwrap();
+}

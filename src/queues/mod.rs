@@ -240,9 +240,10 @@ impl Policy {
 /// The bounds of a hand-out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRequest {
-    /// URLs in all, at most.
+    /// URLs in all, at most. 0 hands out nothing, and is not refused (unlike a `per_queue`
+    /// of 0): the call still moves what the sieve merged into the queues.
     pub max_urls: usize,
-    /// Queues, at most.
+    /// Queues, at most; 0 as for `max_urls`.
     pub max_queues: usize,
     /// URLs of one queue, at most (and at most what its policy leaves room for; at least 1);
     /// None: what its policy leaves room for.
@@ -468,6 +469,23 @@ pub struct Frontier {
     turns: turns::Turns,
     /// The longest URL accepted (the sieve's option), for checks that need no lock.
     max_url_len: usize,
+}
+
+/// The store it holds, if its lock is free at once (a thread inside a call holds it: the
+/// debug output does not wait); nothing else is read.
+impl std::fmt::Debug for Frontier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Frontier");
+        match self.core.try_lock() {
+            Ok(guard) => match guard.as_ref() {
+                Some(core) => d.field("store", &core.describe()),
+                None => d.field("state", &"poisoned"),
+            },
+            Err(TryLockError::Poisoned(_)) => d.field("state", &"poisoned"),
+            Err(TryLockError::WouldBlock) => d.field("state", &"in a call"),
+        };
+        d.finish_non_exhaustive()
+    }
 }
 
 /// A panic of a caller's callback that runs under the frontier's lock ([`Frontier::urls`],

@@ -20,7 +20,8 @@ impl Sieve {
     }
 
     /// Passes frontier URLs after the read position to `each`, until `max_urls` URLs or
-    /// `max_bytes` bytes of URLs were passed (at least one URL, if any is available), and
+    /// `max_bytes` bytes of URLs were passed (at least one URL, if any is available, even
+    /// with a `max_bytes` of 0), and
     /// advances the read position past them. Returns how many were passed. If `each` fails,
     /// the read position stays after the last URL it accepted.
     pub fn frontier_read(
@@ -30,7 +31,8 @@ impl Sieve {
         each: impl FnMut(&[u8]) -> Result<()>,
     ) -> Result<usize> {
         self.not_a_frontier()?;
-        self.read_records(max_urls, max_bytes, each)
+        // A bound of 0 bytes still passes the one URL a call always may.
+        self.read_records(max_urls, max_bytes.max(1), each)
     }
 
     /// [`Sieve::frontier_read`] that passes the URLs as text: chunks of whole lines, each URL
@@ -49,7 +51,7 @@ impl Sieve {
         self.poll_inflight()?;
         let end = self.manifest.frontier_end();
         self.reader
-            .read_lines(&*self.storage, &end, max_urls, max_bytes, each)
+            .read_lines(&*self.storage, &end, max_urls, max_bytes.max(1), each)
     }
 
     /// [`Sieve::frontier_read`] of F's records, whatever the mode: for the frontier's mover.

@@ -131,6 +131,16 @@ pub struct Sieve {
     _lock: Box<dyn Any + Send + Sync>,
 }
 
+/// The store it holds and its mode; nothing else is read.
+impl std::fmt::Debug for Sieve {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sieve")
+            .field("store", &self.storage.describe())
+            .field("mode", &self.manifest.mode)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Sieve {
     /// Opens the sieve in directory `dir`, creating the directory and the sieve if needed,
     /// and recovers from any crash. Takes the directory's exclusive lock.
@@ -814,6 +824,33 @@ mod tests {
         // And the check of the upgraded store passes.
         let report = crate::check::check_storage(Arc::new(disk.clone())).unwrap();
         assert!(report.is_sound(), "{report:?}");
+    }
+
+    /// A read bounded by 0 bytes still passes one URL, as its documentation says: a
+    /// caller's loop "until it returns 0" would otherwise stop with URLs unread.
+    #[test]
+    fn a_read_of_zero_bytes_passes_one_url() {
+        let disk = SimDisk::new();
+        let mut s = Sieve::open_with(Arc::new(disk), Options::new().slots(64)).unwrap();
+        for u in [&b"http://a/"[..], b"http://b/", b"http://c/"] {
+            s.push(u).unwrap();
+        }
+        s.flush().unwrap();
+        let mut got = Vec::new();
+        let n = s.frontier_read(5, 0, |u| {
+            got.push(u.to_vec());
+            Ok(())
+        });
+        assert_eq!((n.unwrap(), got), (1, vec![b"http://a/".to_vec()]));
+        let mut text = Vec::new();
+        let n = s.frontier_read_lines(5, 0, |t, _| {
+            text.extend_from_slice(t);
+            Ok(())
+        });
+        assert!(
+            n.unwrap() >= 1 && text.starts_with(b"http://b/\n"),
+            "{text:?}"
+        );
     }
 
     /// `frontier_read_lines` gives the URLs that `frontier_next` gives, as lines, across

@@ -2626,6 +2626,11 @@ impl Core {
         Ok(FlushStep::Done)
     }
 
+    /// The store's description (its directory, for one on disk).
+    pub(super) fn describe(&self) -> String {
+        self.sieve.storage().describe()
+    }
+
     /// Whether the sieve's flush thread runs a job, or a move's thread writes a run, that has
     /// not ended.
     pub(super) fn sieve_busy(&self) -> bool {
