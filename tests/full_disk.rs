@@ -253,7 +253,7 @@ fn a_full_disk_after_a_crash_is_read_by_a_view_and_recovered_once_space_is_freed
 
     // A writable open must recover (a run of the pushes not flushed), and cannot.
     let opened = Sieve::open_with(Arc::new(full.clone()), opts());
-    let e = opened.err().expect("an open that must write fails");
+    let e = opened.expect_err("an open that must write fails");
     assert!(e.is_write_refused(), "{e}");
 
     // The view reads the committed frontier and counts every acknowledged push.
