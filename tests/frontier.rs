@@ -4826,3 +4826,77 @@ fn handles_print_their_store_for_debugging_and_a_shared_one_is_closed_through_tr
     );
     s.close().unwrap();
 }
+
+#[test]
+fn lookup_gives_the_key_and_metadata_of_a_url_wherever_it_is_held() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let f = open(&disk, &clock);
+    let item = |url: &'static str, key: Option<&'static [u8]>, meta: &'static [u8]| Discovered {
+        url: url.as_bytes(),
+        key,
+        metadata: meta,
+    };
+    f.push(
+        "",
+        &[
+            item("http://a.test/1", None, b"m1"),
+            item("http://a.test/2", None, b"m2"),
+            item("http://a.test/3", None, b"m3"),
+            item("http://b.test/1", Some(b"own"), b"mb"),
+        ],
+    )
+    .unwrap();
+    let look = |key: Option<&[u8]>, url: &str| f.lookup("", key, url.as_bytes()).unwrap();
+    let leased = f.lease(10, None, 60_000).unwrap();
+    assert_eq!(leased.len(), 2);
+    // Leased: found by the URL, in any queue, with its own key.
+    let h = look(None, "http://b.test/1").unwrap();
+    assert_eq!(
+        (h.key.as_slice(), h.metadata.as_slice()),
+        (&b"own"[..], &b"mb"[..])
+    );
+    assert_eq!(h.status, UrlStatus::Leased { until_ms: 61_000 });
+    // Waiting in the runs, the last of its queue.
+    let h = look(None, "http://a.test/3").unwrap();
+    assert_eq!(
+        (h.key.as_slice(), h.metadata.as_slice()),
+        (&b"a.test"[..], &b"m3"[..])
+    );
+    assert_eq!(h.status, UrlStatus::Waiting);
+    // Returned by a retry, then to fetch again, then done.
+    let a1 = leased.iter().find(|l| l.url == b"http://a.test/1").unwrap();
+    assert!(f.retry(a1.token, 0).unwrap());
+    let h = look(Some(b"a.test"), "http://a.test/1").unwrap();
+    assert_eq!(
+        (h.status, h.metadata.as_slice()),
+        (UrlStatus::Waiting, &b"m1"[..])
+    );
+    let again = f.lease(10, None, 60_000).unwrap();
+    let a1 = again.iter().find(|l| l.url == b"http://a.test/1").unwrap();
+    assert!(f.refetch(a1.token, 0, 90_000).unwrap());
+    let h = look(None, "http://a.test/1").unwrap();
+    assert_eq!(
+        (h.status, h.metadata.as_slice()),
+        (UrlStatus::Refetch { at_ms: 90_000 }, &b"m1"[..])
+    );
+    let b1 = leased.iter().find(|l| l.url == b"http://b.test/1").unwrap();
+    assert!(f.done(b1.token, 0).unwrap());
+    let h = look(Some(b"own"), "http://b.test/1").unwrap();
+    assert_eq!(
+        (h.status, h.key.as_slice(), h.metadata.len()),
+        (UrlStatus::Done, &b"own"[..], 0)
+    );
+    assert_eq!(look(None, "http://never.test/"), None);
+    // As `status` says.
+    for u in [
+        "http://a.test/1",
+        "http://a.test/2",
+        "http://a.test/3",
+        "http://b.test/1",
+    ] {
+        let status = f.status("", None, u.as_bytes()).unwrap();
+        assert_eq!(look(None, u).unwrap().status, status, "{u}");
+    }
+    f.close().unwrap();
+}

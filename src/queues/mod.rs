@@ -1065,6 +1065,17 @@ impl Frontier {
         self.with(|c| c.status(crawl, key, url))
     }
 
+    /// [`Frontier::status`] with what the frontier holds of `url`: the key of its queue and
+    /// its metadata, where a lease or one of the two queues asked holds it (a leased URL is
+    /// found by the URL, whatever its queue). A done URL comes with the key asked (or its
+    /// default key) and no metadata; an unknown one is None. Flushes first. A URL waiting
+    /// in the runs is found by one walk of its queue's records, which stops at it.
+    pub fn lookup(&self, crawl: &str, key: Option<&[u8]>, url: &[u8]) -> Result<Option<HeldUrl>> {
+        let crawl = crawl_name(crawl);
+        self.flush()?;
+        self.with(|c| c.lookup(crawl, key, url))
+    }
+
     /// Visits the URLs the queues of `crawl` hold (or its queue `key` holds), queue by
     /// queue in key order: those leased, those returned by a retry or an expired lease,
     /// those waiting in queue order, and those to fetch again in date order; `f` returns

@@ -1425,54 +1425,24 @@ impl UrlFrontier for Service {
         let found = self
             .call("GetURLStatus", move |f| {
                 let key = key.as_deref().map(str::as_bytes);
-                let status = f.status(&c, key, url.as_bytes())?;
-                let key = key.map_or_else(
-                    || crivello::queues::key::default_key(url.as_bytes()).to_vec(),
-                    <[u8]>::to_vec,
-                );
-                match status {
-                    UrlStatus::Unknown => Ok(None),
-                    UrlStatus::Done => Ok(Some(HeldUrl {
-                        key,
-                        url: url.into_bytes(),
-                        metadata: Vec::new(),
-                        status,
-                    })),
-                    _ => {
-                        // In the queue of the key given, or else (as `status` looked) in
-                        // the queue of the URL's host.
-                        let host = crivello::queues::key::default_key(url.as_bytes()).to_vec();
-                        let mut held = None;
-                        for k in [&key, &host] {
-                            // (`status` flushed: what was pushed is in its queue.)
-                            f.urls_from(&c, Some(k), None, |h| {
-                                if h.url == url.as_bytes() {
-                                    held = Some(h);
-                                    false
-                                } else {
-                                    true
-                                }
-                            })?;
-                            if held.is_some() || host == key {
-                                break;
-                            }
-                        }
-                        // Leased from a queue of a key of its own, asked without it: the
-                        // frontier knows its lease by the URL, not its key and metadata (it
-                        // answered NOT_FOUND). Due again at the lease's end, if not acked.
-                        let status = match status {
-                            UrlStatus::Leased { until_ms } => {
-                                UrlStatus::Refetch { at_ms: until_ms }
-                            }
-                            s => s,
-                        };
-                        Ok(held.or(Some(HeldUrl {
-                            key,
-                            url: url.into_bytes(),
+                // One walk of the queue at most, which stops at the URL.
+                let Some(h) = f.lookup(&c, key, url.as_bytes())? else {
+                    return Ok(None);
+                };
+                let host = crivello::queues::key::default_key(url.as_bytes());
+                let asked = key.unwrap_or(host);
+                match h.status {
+                    // Leased from a queue of a key of its own, asked without it: answered as
+                    // the queue asked holds it, due again at the lease's end if not acked.
+                    UrlStatus::Leased { until_ms } if h.key != asked && h.key != host => {
+                        Ok(Some(HeldUrl {
+                            key: asked.to_vec(),
+                            url: h.url,
                             metadata: Vec::new(),
-                            status,
-                        })))
+                            status: UrlStatus::Refetch { at_ms: until_ms },
+                        }))
                     }
+                    _ => Ok(Some(h)),
                 }
             })
             .await?;

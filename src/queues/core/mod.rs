@@ -4343,6 +4343,97 @@ impl Core {
         }
     }
 
+    /// [`Core::status`] with what the frontier holds of the URL: its queue's key and its
+    /// metadata, from its lease (in any queue), or from the queue `key` (None: its default
+    /// key) or else its default key's, in one walk of that queue's records at most. A done
+    /// URL has the key asked (or its default key) and no metadata; an unknown one is None.
+    pub(super) fn lookup(
+        &mut self,
+        crawl: &[u8],
+        key: Option<&[u8]>,
+        url: &[u8],
+    ) -> Result<Option<super::HeldUrl>> {
+        use super::UrlStatus;
+        self.writable()?;
+        let now = self.now_ms();
+        self.expire(now);
+        let Some(&id) = self.crawls.get(crawl) else {
+            return Ok(None);
+        };
+        let held = |record: &[u8], status: UrlStatus| -> Result<super::HeldUrl> {
+            let g = self.journal_gen();
+            let r = record::decode(record).map_err(|what| Error::corrupt(&names::j(g), 0, what))?;
+            Ok(super::HeldUrl {
+                key: r.key.unwrap_or_else(|| default_key(r.url)).to_vec(),
+                url: r.url.to_vec(),
+                metadata: r.meta.to_vec(),
+                status,
+            })
+        };
+        let sig = crate::signature(url, record::crawl_seed(self.sieve.seed(), id));
+        if let Some(l) = self.leases.of_url(id, sig) {
+            let until_ms = l.deadline;
+            return held(&l.record, UrlStatus::Leased { until_ms }).map(Some);
+        }
+        let host = default_key(url);
+        let mut keys = vec![key.unwrap_or(host)];
+        if keys[0] != host {
+            keys.push(host);
+        }
+        for k in keys {
+            let Some(i) = self.place(queue_id(id, k)) else {
+                continue;
+            };
+            let q = &*self.queues.get(i);
+            let same = |rec: &[u8]| record::decode(rec).is_ok_and(|r| r.url == url);
+            if let Some(r) = q.refetch().iter().find(|r| same(&r.2)) {
+                return held(&r.2, UrlStatus::Refetch { at_ms: r.0 }).map(Some);
+            }
+            if let Some(r) = q.returned().iter().find(|r| same(&r.1)) {
+                return held(&r.1, UrlStatus::Waiting).map(Some);
+            }
+            if let Some(record) = self.record_in_runs(i, url)? {
+                return held(&record, UrlStatus::Waiting).map(Some);
+            }
+        }
+        if self.sieve.contains_signature(sig)? {
+            Ok(Some(super::HeldUrl {
+                key: key.unwrap_or(host).to_vec(),
+                url: url.to_vec(),
+                metadata: Vec::new(),
+                status: UrlStatus::Done,
+            }))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// The record of `url` among queue `i`'s records waiting in the Q runs (not handed out,
+    /// not skipped), found in one walk of its groups that stops there.
+    fn record_in_runs(&self, i: u32, url: &[u8]) -> Result<Option<Vec<u8>>> {
+        let q = &*self.queues.get(i);
+        let mut found = None;
+        for (slot, run) in self.runs.iter().enumerate() {
+            if q.runs & (1 << slot) == 0 || found.is_some() {
+                continue;
+            }
+            let Some(g) = run.group(self.ids[i as usize])? else {
+                continue;
+            };
+            run.walk_group(&g, |seq, rec, _| {
+                if seq < q.next_seq || q.skips().binary_search(&seq).is_ok() {
+                    return Ok(true);
+                }
+                if record::decode(rec).is_ok_and(|r| r.url == url) {
+                    found = Some(rec.to_vec());
+                    return Ok(false);
+                }
+                Ok(true)
+            })?;
+        }
+        Ok(found)
+    }
+
     /// Visits the URLs the queues of `crawl` (or its queue `key`) hold, queue by queue in
     /// key order: those leased (by seq), those returned (by seq), those waiting in the Q runs
     /// (in queue order), those to fetch again (in date order). `f` gets each one's record
