@@ -4732,16 +4732,24 @@ fn a_url_whose_own_key_is_too_long_and_metadata_too_large_are_refused_and_lose_n
         "{refused}"
     );
     assert!(f.validate(long.as_bytes(), None).is_err());
+    assert!(f.validate_update(long.as_bytes(), None).is_ok());
     let known = crivello::Known {
         url: long.as_bytes(),
         key: None,
         metadata: b"",
         refetch_ms: 0,
     };
-    assert!(f.update("", &[known]).is_err());
-    // With a key of its own it is taken.
+    // An update takes it (a frontier may hold such URLs, from a plain sieve's output or a
+    // build before the check, whose leases must end): the URL is known, and done.
+    f.update("", &[known]).unwrap();
+    assert_eq!(
+        f.status("", None, long.as_bytes()).unwrap(),
+        UrlStatus::Done
+    );
+    // With a key of its own it is taken (another URL of the kind: that one is known now).
+    let other = format!("https://example.com#{}", "other-".repeat(60));
     let keyed = Discovered {
-        url: long.as_bytes(),
+        url: other.as_bytes(),
         key: Some(b"example.com"),
         metadata: b"",
     };
@@ -4786,6 +4794,7 @@ fn a_url_whose_own_key_is_too_long_and_metadata_too_large_are_refused_and_lose_n
     f.push("", &[most]).unwrap();
     f.close().unwrap();
     let f = open(&disk, &clock);
+    f.flush().unwrap();
     let mut got: Vec<(String, usize)> = f
         .lease(10, None, 60_000)
         .unwrap()
@@ -4795,7 +4804,7 @@ fn a_url_whose_own_key_is_too_long_and_metadata_too_large_are_refused_and_lose_n
     got.sort();
     let mut want = vec![
         ("http://before/".to_owned(), 0),
-        (long.clone(), 0),
+        (other.clone(), 0),
         (
             "http://most/".to_owned(),
             crivello::queues::MAX_METADATA_LEN,
@@ -4898,5 +4907,52 @@ fn lookup_gives_the_key_and_metadata_of_a_url_wherever_it_is_held() {
         let status = f.status("", None, u.as_bytes()).unwrap();
         assert_eq!(look(None, u).unwrap().status, status, "{u}");
     }
+    f.close().unwrap();
+}
+
+#[test]
+fn an_emptied_queue_below_another_crawls_due_one_does_not_hide_an_empty_front() {
+    // A hand-out for DEFAULT whose heap has another crawl's queue due first, and below it
+    // DEFAULT's queue with nothing to serve: DEFAULT's front is empty, and the hand-out
+    // flushes what was pushed to DEFAULT since.
+    let lease_default = |f: &Frontier| {
+        let req = crivello::LeaseRequest {
+            max_queues: 10,
+            crawl: Some(String::new()),
+            ..Default::default()
+        };
+        urls(&f.lease_with(&req).unwrap())
+    };
+    // After a reopen: the replayed lease of h0's one URL.
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let f = open(&disk, &clock);
+    f.push("other", &[Discovered::url(b"http://h9/x")]).unwrap();
+    f.flush().unwrap();
+    clock.set(2_000);
+    push(&f, &["http://h0/1"]);
+    assert_eq!(lease_default(&f), ["http://h0/1"]);
+    push(&f, &["http://h1/new"]);
+    f.close().unwrap();
+    let f = open(&disk, &clock);
+    assert_eq!(lease_default(&f), ["http://h1/new"]);
+    f.close().unwrap();
+    // Live: h0's one URL made done by a known update.
+    let disk = SimDisk::new();
+    let f = open(&disk, &clock);
+    f.push("other", &[Discovered::url(b"http://h9/x")]).unwrap();
+    f.flush().unwrap();
+    clock.set(3_000);
+    push(&f, &["http://h0/1"]);
+    f.flush().unwrap();
+    let done = crivello::Known {
+        url: b"http://h0/1",
+        key: None,
+        metadata: b"",
+        refetch_ms: 0,
+    };
+    f.update("", &[done]).unwrap();
+    push(&f, &["http://h1/new"]);
+    assert_eq!(lease_default(&f), ["http://h1/new"]);
     f.close().unwrap();
 }

@@ -88,9 +88,10 @@ pub fn run(args: UniqArgs) -> Result<()> {
                 "choose a writable directory with --tmp-dir",
             )
         })?;
-    // Held until the directory is removed: while it is, no other `uniq` sweeps it.
-    let _owner = own(tmp.path())
-        .with_context(|| format!("lock the temporary directory {}", tmp.path().display()))?;
+    // Held until the directory is removed: while it is, no other `uniq` sweeps it. On a
+    // file system that takes no locks the run goes on without: nothing sweeps its directory
+    // then, which a killed run leaves for removal by hand.
+    let _owner = own(tmp.path()).ok();
     *lock_temp_dir() = Some(tmp.path().to_owned());
     ctrlc::set_handler(on_interrupt).context("install the Ctrl-C handler")?;
     let result = dedup(&args, tmp.path());
@@ -117,9 +118,13 @@ fn own(dir: &Path) -> std::io::Result<std::fs::File> {
     use fs2::FileExt as _;
     let taking = dir.join("OWNER.new");
     let f = std::fs::File::create(&taking)?;
-    f.try_lock_exclusive()?;
-    std::fs::rename(&taking, dir.join(OWNER))?;
-    Ok(f)
+    let owned = f
+        .try_lock_exclusive()
+        .and_then(|()| std::fs::rename(&taking, dir.join(OWNER)));
+    if owned.is_err() {
+        let _ = std::fs::remove_file(&taking);
+    }
+    owned.map(|()| f)
 }
 
 /// Removes the temporary directories in `base` that a `uniq` killed by a signal that cannot

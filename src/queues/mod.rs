@@ -1069,7 +1069,8 @@ impl Frontier {
     /// its metadata, where a lease or one of the two queues asked holds it (a leased URL is
     /// found by the URL, whatever its queue). A done URL comes with the key asked (or its
     /// default key) and no metadata; an unknown one is None. Flushes first. A URL waiting
-    /// in the runs is found by one walk of its queue's records, which stops at it.
+    /// in the runs is found by a walk of its queue's records, which stops at it (of each of
+    /// the two queues, at most, when the first does not hold it).
     pub fn lookup(&self, crawl: &str, key: Option<&[u8]>, url: &[u8]) -> Result<Option<HeldUrl>> {
         let crawl = crawl_name(crawl);
         self.flush()?;
@@ -1187,9 +1188,18 @@ impl Frontier {
     /// would refuse, so that a caller can set such items aside before pushing a batch. It
     /// takes no lock: it waits for no other call.
     pub fn validate(&self, url: &[u8], key: Option<&[u8]>) -> Result<()> {
-        crate::sieve::validate_url(url, self.max_url_len)?;
-        validate_key(key)?;
+        self.validate_update(url, key)?;
         validate_own_key(url, key)
+    }
+
+    /// Refuses (with the error [`Frontier::update`] would return) a URL or key that an update
+    /// would refuse. Unlike a push, an update takes a URL given no key whose own key is over
+    /// [`key::MAX_KEY_LEN`] bytes: a frontier may hold such URLs (moved from a plain sieve's
+    /// output, or pushed by a build before that check), and their leases must still end. It
+    /// takes no lock.
+    pub fn validate_update(&self, url: &[u8], key: Option<&[u8]>) -> Result<()> {
+        crate::sieve::validate_url(url, self.max_url_len)?;
+        validate_key(key)
     }
 
     /// Deletes the queue `key` of `crawl`, with every URL pushed to it before this call:

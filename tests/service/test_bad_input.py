@@ -16,7 +16,9 @@ def test_bad_items_fail_and_change_nothing_else(server):
             discovered(pb, "http://long.bad/" + "x" * (70 << 10), ident="long"),
             discovered(pb, "http://good.bad/2", key="k" * 300, ident="long key"),
             # No key, and the URL's own (the text after :// up to the first :, /, ? or &)
-            # over 255 bytes: no call could name its queue (url-frontier skips it too).
+            # over 255 bytes: no call could name its queue (url-frontier skips it too). A
+            # known item of it is taken: a store may hold such URLs (from a plain sieve's
+            # output, or a build before the check), whose leases must end.
             discovered(pb, "https://good.bad#" + "section-" * 40, ident="long own key"),
             known(pb, "https://good.bad#" + "section-" * 40, ident="long own key known"),
             discovered(pb, "http://good.bad/4", crawl="c" * 1025, ident="long crawl"),
@@ -34,7 +36,7 @@ def test_bad_items_fail_and_change_nothing_else(server):
         ("long", "SKIPPED"),
         ("long key", "SKIPPED"),
         ("long own key", "SKIPPED"),
-        ("long own key known", "SKIPPED"),
+        ("long own key known", "OK"),
         ("long crawl", "SKIPPED"),
         ("long crawl known", "SKIPPED"),
         ("no item", "SKIPPED"),

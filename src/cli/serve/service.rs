@@ -432,12 +432,15 @@ fn crawl_name(s: &str) -> String {
     }
 }
 
-/// Why an item is refused, if it is: what a push of it would answer.
-fn refusal(frontier: &Frontier, url: &str, key: Option<&str>) -> Option<String> {
-    frontier
-        .validate(url.as_bytes(), key.map(str::as_bytes))
-        .err()
-        .map(|e| e.to_string())
+/// Why an item is refused, if it is: what a push of it (`known`: an update) would answer.
+fn refusal(frontier: &Frontier, url: &str, key: Option<&str>, known: bool) -> Option<String> {
+    let (url, key) = (url.as_bytes(), key.map(str::as_bytes));
+    match known {
+        false => frontier.validate(url, key),
+        true => frontier.validate_update(url, key),
+    }
+    .err()
+    .map(|e| e.to_string())
 }
 
 /// The gRPC status of a library error.
@@ -484,7 +487,7 @@ pub fn item_slot(
         );
         return Slot::Ready(Outcome::Refused);
     }
-    if let Some(why) = refusal(frontier, &info.url, key.as_deref()) {
+    if let Some(why) = refusal(frontier, &info.url, key.as_deref(), known.is_some()) {
         log!(log, Warn, "refused {:?}: {why}", truncated(&info.url));
         return Slot::Ready(Outcome::Refused);
     }

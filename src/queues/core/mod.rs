@@ -979,6 +979,7 @@ impl Core {
     /// before them are durable), and the group commit learns how far J goes.
     fn journal_deferred(&mut self, entries: &[Entry<'_>]) -> Result<()> {
         self.writable()?;
+        fits_journal(entries)?;
         if crate::planted::active(crate::planted::Bug::LeaseBeforeSync) {
             // The planted bug writes and acknowledges without waiting for J.
             return self.journal(entries);
@@ -1052,6 +1053,7 @@ impl Core {
     /// without applying them: [`Core::commit`]'s first half. A failure poisons the frontier.
     fn journal(&mut self, entries: &[Entry<'_>]) -> Result<()> {
         self.writable()?;
+        fits_journal(entries)?;
         if !crate::planted::active(crate::planted::Bug::CommitBeforePushes) {
             self.sync()?;
         }
@@ -2457,6 +2459,7 @@ impl Core {
     }
     /// Pushes discovered URLs of crawl `crawl`: durable when this returns.
     pub(super) fn push(&mut self, crawl: &[u8], items: &[super::Discovered<'_>]) -> Result<()> {
+        own_keys(items)?;
         self.push_items(crawl, items, None)?;
         self.sync()
     }
@@ -2471,6 +2474,7 @@ impl Core {
         items: &[super::Discovered<'_>],
         durable: bool,
     ) -> Result<Vec<bool>> {
+        own_keys(items)?;
         let mut new = Vec::with_capacity(items.len());
         self.push_items(crawl, items, Some(&mut new))?;
         if durable {
@@ -2547,8 +2551,7 @@ impl Core {
     /// Refuses a URL or a key that a push would refuse.
     pub(super) fn validate(&self, url: &[u8], key: Option<&[u8]>) -> Result<()> {
         self.sieve.validate(url)?;
-        super::validate_key(key)?;
-        super::validate_own_key(url, key)
+        super::validate_key(key)
     }
 
     /// The id of crawl `name`, given a new one (durably) if it has none; a new name over
@@ -4345,7 +4348,7 @@ impl Core {
 
     /// [`Core::status`] with what the frontier holds of the URL: its queue's key and its
     /// metadata, from its lease (in any queue), or from the queue `key` (None: its default
-    /// key) or else its default key's, in one walk of that queue's records at most. A done
+    /// key) or else its default key's, in a walk of each queue's records at most. A done
     /// URL has the key asked (or its default key) and no metadata; an unknown one is None.
     pub(super) fn lookup(
         &mut self,
@@ -5052,6 +5055,49 @@ fn give_back_freed_memory() {
 
 /// Whether queue `q` may get more leases under policy `p` (politeness aside): room under its
 /// `per_queue`, and under its limit.
+/// The most bytes one entry of J may take: its record's length and its frame's are 4-byte
+/// fields, and the frame holds the records buffered before it too. (A unit test's bound is
+/// 1 MiB, so that a change past it takes little memory to make.)
+#[cfg(not(test))]
+const MAX_ENTRY_BYTES: usize = 1 << 31;
+#[cfg(test)]
+const MAX_ENTRY_BYTES: usize = 1 << 20;
+
+/// Refuses, before anything is written, a change whose entry of many records (known
+/// updates with their receipts, an import) would not fit one record of J: written, its
+/// length would wrap and the journal could no longer be read. The other entries hold one
+/// record at most, which the bounds of a URL, a key and metadata keep far below it.
+fn fits_journal(entries: &[Entry<'_>]) -> Result<()> {
+    let mut buf = Vec::new();
+    for e in entries {
+        if matches!(e, Entry::Receipted { .. } | Entry::Imported { .. }) {
+            buf.clear();
+            e.encode(&mut buf);
+            if buf.len() > MAX_ENTRY_BYTES {
+                return Err(Error::InvalidOption {
+                    option: "batch",
+                    reason: format!(
+                        "the change takes {} bytes in the journal, over the {MAX_ENTRY_BYTES} \
+                         one step may: make it in smaller calls",
+                        buf.len(),
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses discovered URLs given no key whose own key is over [`super::key::MAX_KEY_LEN`] bytes
+/// (`super::validate_own_key`): a push makes no queue no call could name. An update takes
+/// them: a frontier may hold such URLs, moved from a plain sieve's output or pushed by a
+/// build before the check, and an update must still end their leases.
+fn own_keys(items: &[super::Discovered<'_>]) -> Result<()> {
+    items
+        .iter()
+        .try_for_each(|it| super::validate_own_key(it.url, it.key))
+}
+
 fn room(p: Policy, q: &Queue) -> bool {
     q.holding() < p.per_queue
         && (p.limit == 0 || q.completed.saturating_add(u64::from(q.leased)) < p.limit)
@@ -5716,8 +5762,15 @@ pub(super) mod tests {
         assert_eq!(f.purge("", Some(b"h1.test"), 1, |_| true).unwrap(), 5);
         assert_eq!(f.purge("", Some(b"h1.test"), 1, |_| true).unwrap(), 0);
         // A host longer than a key may be given: its URLs, pushed without a key, are purged.
+        // (A push refuses such a URL now; a frontier still holds those a plain sieve's
+        // output or a build before the check brought, as this push, past the check, does.)
         let long = format!("http://{}.test/", "a".repeat(300));
-        f.push("", &[Discovered::url(long.as_bytes())]).unwrap();
+        assert!(f.push("", &[Discovered::url(long.as_bytes())]).is_err());
+        f.with(|c| {
+            c.push_items(b"DEFAULT", &[Discovered::url(long.as_bytes())], None)?;
+            c.sync()
+        })
+        .unwrap();
         assert_eq!(
             f.purge("", None, 1, |h| h.url == long.as_bytes()).unwrap(),
             1
@@ -5725,6 +5778,51 @@ pub(super) mod tests {
         assert_eq!(
             f.status("", None, long.as_bytes()).unwrap(),
             crate::UrlStatus::Done
+        );
+    }
+
+    /// A change whose one entry of J would pass the bound (known updates noted with their
+    /// receipts) is refused before anything is written, and the frontier goes on.
+    #[test]
+    fn a_change_too_large_for_one_entry_of_the_journal_is_refused_whole() {
+        let f = inline_frontier_with(|o| o);
+        push_urls(&f, 0..4, 4);
+        f.flush().unwrap();
+        let meta = vec![b'm'; 600 << 10];
+        let item = |u: &'static str| crate::Known {
+            url: u.as_bytes(),
+            key: None,
+            metadata: &meta,
+            refetch_ms: 5_000,
+        };
+        let two = [item("http://h0.test/0"), item("http://h1.test/1")];
+        let refused = f.update_receipted("", &two, &[(b"peer", 1)]);
+        assert!(
+            matches!(
+                refused,
+                Err(crate::Error::InvalidOption {
+                    option: "batch",
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(
+            f.receipt(b"peer").unwrap(),
+            None,
+            "nothing of it was applied"
+        );
+        assert_eq!(
+            f.status("", None, b"http://h0.test/0").unwrap(),
+            crate::UrlStatus::Waiting
+        );
+        // In two calls, each fits.
+        f.update_receipted("", &two[..1], &[(b"peer", 1)]).unwrap();
+        f.update_receipted("", &two[1..], &[(b"peer", 2)]).unwrap();
+        assert_eq!(f.receipt(b"peer").unwrap(), Some(2));
+        assert_eq!(
+            f.status("", None, b"http://h1.test/1").unwrap(),
+            crate::UrlStatus::Refetch { at_ms: 5_000 }
         );
     }
 
