@@ -3,6 +3,7 @@
 a plaintext client cannot talk to the server, and a client trusting its certificate can."""
 
 import shutil
+import time
 import subprocess
 
 import grpc
@@ -171,3 +172,31 @@ def test_a_cluster_over_tls_forwards_and_serves_and_refuses_plain_text(api, clus
         capture_output=True, timeout=30,
     )
     assert bad.returncode == 1 and b"--tls-ca without" in bad.stderr, bad.stderr
+
+
+def test_a_node_that_refuses_the_token_is_named_as_such_in_the_log(api, tmp_path):
+    """Two nodes with different --token-files: the node started second says, at start, that
+    the other refuses its token and that items of its keys fail (they are not handed off);
+    before, it logged the node as not reachable yet, its items going to a hand-off log."""
+    from conftest import Server, free_ports
+
+    ports = free_ports(2)
+    peers = ",".join(f"n{i}=127.0.0.1:{p}" for i, p in enumerate(ports))
+    nodes = []
+    try:
+        for i in range(2):
+            token = tmp_path / f"token{i}"
+            token.write_text(f"token-{i}")
+            nodes.append(
+                Server(api, tmp_path / f"n{i}", "--node", f"n{i}", "--peers", peers,
+                       "--token-file", str(token), listen=False)
+            )
+        deadline = time.time() + 20
+        while "refuses this node's token" not in nodes[1].log() and time.time() < deadline:
+            time.sleep(0.1)
+        log = nodes[1].log()
+        assert "n0" in log and "refuses this node's token" in log and "FAIL" in log, log
+        assert "cannot be reached yet" not in log, log
+    finally:
+        for n in nodes:
+            n.kill()

@@ -612,6 +612,16 @@ async fn probe(peers: forward::Peers, log: Arc<Log>) {
                     s.message()
                 )
             }
+            // Another token: it refuses the items too, which then FAIL (not a hand-off).
+            Err(s) if s.code() == tonic::Code::Unauthenticated => log!(
+                log,
+                Error,
+                "node {} ({}) refuses this node's token: {}; items of its keys FAIL until \
+                 every node has the same --token-file",
+                node.name,
+                node.addr,
+                s.message()
+            ),
             Err(s) => log!(
                 log,
                 Warn,
