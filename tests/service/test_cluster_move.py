@@ -354,6 +354,10 @@ def test_a_node_lost_for_good_leaves_with_lost_and_its_hand_offs_reach_the_new_o
         assert time.time() < deadline, "the lost node's items were not sent on"
         time.sleep(0.2)
     assert "lost" in nodes[0].log()
+    # Each says, at its start, which nodes were lost and what became of their keys (a list
+    # that only drops the lost nodes makes no move, and said nothing of it).
+    for n in nodes:
+        assert "nodes lost for good (--lost): n2; the keys they held start empty" in n.log()
     served = served_by_each(Nodes(nodes))
     everything = [u for got in served.values() for u in got]
     want = [u for u in urls if u not in on_n2] + extra

@@ -313,6 +313,16 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 );
                 moves.set_peers(peers.clone());
                 moves.set_lost(&args.lost);
+                if !args.lost.is_empty() {
+                    log!(
+                        log,
+                        Warn,
+                        "nodes lost for good (--lost): {}; the keys they held start empty at \
+                         their owners under this list (their URLs and their state are lost \
+                         with their stores)",
+                        args.lost.join(", ")
+                    );
+                }
                 match &start {
                     cluster::Start::Moving(previous) => {
                         tokio::task::block_in_place(|| moves.join(previous, true))?;
