@@ -506,3 +506,38 @@ def test_a_lane_item_refused_for_a_pending_key_is_not_covered_by_a_later_receipt
     st = n3.stub.GetURLStatus(pb.URLStatusRequest(url=later, crawlID="DEFAULT"))
     assert (st.WhichOneof("item"), st.known.refetchable_from_date) == ("known", 0), "applied"
     c.nodes = nodes + [n3]
+
+
+def test_a_move_from_a_list_that_named_a_node_never_run_says_what_it_waits_for(api, tmp_path):
+    """Node n1 started once with a list naming n2, a node that never ran, then restarted with
+    the right list: both nodes join the move from that list, which waits for n2 for good.
+    Each says so in its log, naming the node and the way out (--lost), which ends the move.
+    Before, nothing said what the move waited for."""
+    ports = free_ports(3)
+    right = ",".join(f"n{i}=127.0.0.1:{p}" for i, p in enumerate(ports[:2]))
+    wrong = ",".join(f"n{i}=127.0.0.1:{p}" for i, p in enumerate(ports))
+    nodes = []
+    try:
+        nodes.append(Server(api, tmp_path / "n0", "--node", "n0", "--peers", right, listen=False))
+        nodes.append(Server(api, tmp_path / "n1", "--node", "n1", "--peers", wrong, listen=False))
+        time.sleep(1)
+        assert nodes[1].stop() == 0, nodes[1].log()
+        nodes[1] = Server(api, tmp_path / "n1", "--node", "n1", "--peers", right, listen=False)
+        said = "waits for node(s) n2 to send their queues"
+        deadline = time.time() + 30
+        while not all(said in n.log() for n in nodes):
+            assert time.time() < deadline, "\n".join(n.log()[-2000:] for n in nodes)
+            time.sleep(0.2)
+        assert all(node_stats(n).counts.get("moving", 0) == 1 for n in nodes)
+        assert "--lost n2" in nodes[0].log()
+        # The way out the log gives.
+        for i in range(2):
+            assert nodes[i].stop() == 0
+        for i in range(2):
+            nodes[i] = Server(api, tmp_path / f"n{i}", "--node", f"n{i}", "--peers", right,
+                              "--lost", "n2", listen=False)
+        wait_moved(nodes, timeout=30)
+    finally:
+        for n in nodes:
+            if n.proc.poll() is None:
+                n.kill()

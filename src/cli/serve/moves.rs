@@ -373,6 +373,7 @@ impl Moves {
         let Some(m) = self.current() else {
             return;
         };
+        tokio::spawn(self.clone().report_waiting(m.clone()));
         if let Err(e) = self.send_all(&m, &peers).await {
             log!(self.log, Error, "moving queues: {e:#}");
             return;
@@ -382,6 +383,37 @@ impl Moves {
         let r = tokio::task::spawn_blocking(move || moves.finish_if_done()).await;
         if let Ok(Err(e)) = r {
             log!(self.log, Error, "ending the move: {e}");
+        }
+    }
+
+    /// Logs, 10 s after move `m` began and then every minute while it lasts, the nodes of the
+    /// previous list it still waits for: a node that never comes (one that a list typed
+    /// wrong named, and that never ran) holds it for good, and only `--lost` ends it.
+    async fn report_waiting(self: Arc<Self>, m: Arc<Move>) {
+        let mut pause = Duration::from_secs(10);
+        loop {
+            tokio::time::sleep(pause).await;
+            pause = Duration::from_secs(60);
+            if !self.current().is_some_and(|c| Arc::ptr_eq(&c, &m)) {
+                return;
+            }
+            let mut names: Vec<String> =
+                m.waiting.lock().expect("not poisoned").iter().cloned().collect();
+            if names.is_empty() {
+                continue;
+            }
+            names.sort();
+            log!(
+                self.log,
+                Warn,
+                "the move from the list \"{}\" waits for node(s) {} to send their queues: start \
+                 them with the list \"{}\", or, if they are gone for good or never ran, restart \
+                 every node with that list and --lost {}",
+                m.previous.canonical,
+                names.join(", "),
+                self.cluster.canonical,
+                names.join(",")
+            );
         }
     }
 
