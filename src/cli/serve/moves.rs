@@ -397,8 +397,13 @@ impl Moves {
             if !self.current().is_some_and(|c| Arc::ptr_eq(&c, &m)) {
                 return;
             }
-            let mut names: Vec<String> =
-                m.waiting.lock().expect("not poisoned").iter().cloned().collect();
+            let mut names: Vec<String> = m
+                .waiting
+                .lock()
+                .expect("not poisoned")
+                .iter()
+                .cloned()
+                .collect();
             if names.is_empty() {
                 continue;
             }
