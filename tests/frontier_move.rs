@@ -616,3 +616,33 @@ fn many_imports_are_compacted_like_the_movers_runs() {
     assert_eq!(export(&t, |_, _| true), all);
     t.close().unwrap();
 }
+
+/// A queue whose key is a URL's own key over 255 bytes (made by a known update of a URL never
+/// pushed, which pushes refuse, or brought from a plain sieve's output) moves like any: the
+/// import refused its key before, and a cluster's move retried it for good.
+#[test]
+fn a_queue_of_a_urls_own_key_over_255_bytes_moves() {
+    let clock = Arc::new(ManualClock::new(1_000));
+    let (sd, td) = (SimDisk::new(), SimDisk::new());
+    let s = open(&sd, 3, &clock).expect("open the source");
+    let long = format!("https://e.test#{}", "section-".repeat(40));
+    let again = Known {
+        url: long.as_bytes(),
+        key: None,
+        metadata: b"m",
+        refetch_ms: 90_000,
+    };
+    s.update("", &[again]).unwrap();
+    let moving = export(&s, |_, key| key.len() > 255);
+    assert_eq!(moving.len(), 1);
+    let t = open(&td, 3, &clock).expect("open the target");
+    assert_eq!(t.import(b"s->t", &moving).unwrap(), 1);
+    assert_eq!(
+        t.status("", None, long.as_bytes()).unwrap(),
+        crivello::UrlStatus::Refetch { at_ms: 90_000 }
+    );
+    // An empty key, or one longer than any URL, is still refused.
+    let mut bad = moving[0].clone();
+    bad.key = Vec::new();
+    assert!(t.import(b"s->t 2", &[bad]).is_err());
+}

@@ -1396,7 +1396,7 @@ mod tests {
     #[test]
     fn merges_beside_the_batches_answer_exactly() {
         let dir = tempfile::tempdir().unwrap();
-        let fps = fingerprints(11, 30_000, 3);
+        let fps = fingerprints(11, 24_000, 3);
         let opts = Options::new().memory(4 << 20).background_flush(true);
         let mut store = Store::open(dir.path(), opts.clone()).unwrap();
         let mut started = 0;
@@ -1420,12 +1420,13 @@ mod tests {
         // that insert, on their thread, left one segment or more depends on their timing: a
         // batch more makes two.)
         store.finish_merge().unwrap();
-        let mut extra = 24_000;
+        // (In order: a document's number is its place in `fps`, which `insert` checks.)
+        let mut next = 20_000;
         while store.segments.len() < 2 {
-            assert!(extra < 30_000, "no second segment");
-            insert(&mut store, &fps, extra..extra + 400);
+            assert!(next < 24_000, "no second segment");
+            insert(&mut store, &fps, next..next + 400);
             store.finish_merge().unwrap();
-            extra += 400;
+            next += 400;
         }
         store.start_merge(0).unwrap();
         let id = store.manifest.next_id - 1;
@@ -1439,9 +1440,9 @@ mod tests {
             !dir.path().join(segment::name(id)).exists(),
             "unlisted: removed"
         );
-        insert(&mut store, &fps, 20_000..24_000);
+        insert(&mut store, &fps, next..24_000);
         store.close().unwrap();
-        assert_eq!(check(dir.path()).unwrap().docs, extra as u64);
+        assert_eq!(check(dir.path()).unwrap().docs, 24_000);
     }
 
     /// A store whose segments are of version 1 (fingerprint and document side by side), and

@@ -411,9 +411,10 @@ impl Moves {
             log!(
                 self.log,
                 Warn,
-                "the move from the list \"{}\" waits for node(s) {} to send their queues: start \
-                 them with the list \"{}\", or, if they are gone for good or never ran, restart \
-                 every node with that list and --lost {}",
+                "the move from the list \"{}\" waits for node(s) {} to send their queues (a \
+                 node that is up and sending needs nothing; one that is down: start it with the \
+                 list \"{}\"; only if it is gone for good or never ran: restart every node \
+                 with that list and --lost {}, which gives up what it holds)",
                 m.previous.canonical,
                 names.join(", "),
                 self.cluster.canonical,

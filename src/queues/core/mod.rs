@@ -3945,7 +3945,16 @@ impl Core {
                     ),
                 });
             }
-            super::validate_key(Some(&im.key))?;
+            // A key over 255 bytes is a URL's own key (a queue its sender made from a plain
+            // sieve's output, a known update, or before pushes refused such URLs): taken, so
+            // that the queue moves; only an empty one, or one longer than any URL, is refused.
+            if im.key.is_empty() || im.key.len() > crate::Options::MAX_MAX_URL_LEN {
+                super::validate_key(Some(&im.key))?;
+                return Err(Error::InvalidOption {
+                    option: "key",
+                    reason: format!("{} bytes, longer than any URL", im.key.len()),
+                });
+            }
             if let Some(p) = &im.policy {
                 validate_fields(p, true)?;
             }
@@ -3972,6 +3981,18 @@ impl Core {
                 }
             }
         }
+        // Its entry holds the records out of the runs (leased, returned, to fetch again):
+        // refused before anything changes when they would not fit one entry of J.
+        let held: usize = images
+            .iter()
+            .flat_map(|im| {
+                (im.leased.iter().map(|(u, _)| u))
+                    .chain(&im.returned)
+                    .chain(im.refetch.iter().map(|(_, u)| u))
+                    .map(|u| u.url.len() + u.metadata.len() + im.key.len() + 64)
+            })
+            .sum();
+        fits_entry(held, "import")?;
         let crawls = images
             .iter()
             .map(|im| self.crawl_id_any(super::crawl_name(&im.crawl)))
@@ -4658,6 +4679,15 @@ impl Core {
         for it in items {
             super::validate_metadata(it.metadata)?;
         }
+        if !receipts.is_empty() {
+            // One entry of J holds the updates and their receipts: refused before anything
+            // changes (the URLs not known yet are pushed first) when it would not fit.
+            let bytes: usize = (items.iter())
+                .map(|it| it.url.len() + it.key.map_or(0, <[u8]>::len) + it.metadata.len() + 64)
+                .chain(receipts.iter().map(|(from, _)| from.len() + 16))
+                .sum();
+            fits_entry(bytes, "batch")?;
+        }
         // The last item of each URL, in the order given.
         let mut last: HashMap<&[u8], usize> = HashMap::new();
         for (k, it) in items.iter().enumerate() {
@@ -5053,8 +5083,6 @@ fn give_back_freed_memory() {
     }
 }
 
-/// Whether queue `q` may get more leases under policy `p` (politeness aside): room under its
-/// `per_queue`, and under its limit.
 /// The most bytes one entry of J may take: its record's length and its frame's are 4-byte
 /// fields, and the frame holds the records buffered before it too. (A unit test's bound is
 /// 1 MiB, so that a change past it takes little memory to make.)
@@ -5065,25 +5093,33 @@ const MAX_ENTRY_BYTES: usize = 1 << 20;
 
 /// Refuses, before anything is written, a change whose entry of many records (known
 /// updates with their receipts, an import) would not fit one record of J: written, its
-/// length would wrap and the journal could no longer be read. The other entries hold one
-/// record at most, which the bounds of a URL, a key and metadata keep far below it.
+/// length would wrap and the journal could no longer be read. (The calls that make such
+/// entries check an estimate first, before they change anything: this is the last guard.)
+/// The other entries hold one record at most, which the bounds of a URL, a key and metadata
+/// keep far below it, but for a compaction's, of 16 bytes per queue with URLs waiting: it
+/// reaches the bound past 10^8 such queues, which no frontier of this design holds in RAM.
 fn fits_journal(entries: &[Entry<'_>]) -> Result<()> {
     let mut buf = Vec::new();
     for e in entries {
         if matches!(e, Entry::Receipted { .. } | Entry::Imported { .. }) {
             buf.clear();
             e.encode(&mut buf);
-            if buf.len() > MAX_ENTRY_BYTES {
-                return Err(Error::InvalidOption {
-                    option: "batch",
-                    reason: format!(
-                        "the change takes {} bytes in the journal, over the {MAX_ENTRY_BYTES} \
-                         one step may: make it in smaller calls",
-                        buf.len(),
-                    ),
-                });
-            }
+            fits_entry(buf.len(), "batch")?;
         }
+    }
+    Ok(())
+}
+
+/// Refuses an entry of J of `bytes` bytes past [`MAX_ENTRY_BYTES`], naming `option`.
+fn fits_entry(bytes: usize, option: &'static str) -> Result<()> {
+    if bytes > MAX_ENTRY_BYTES {
+        return Err(Error::InvalidOption {
+            option,
+            reason: format!(
+                "the change takes about {bytes} bytes in the journal, over the \
+                 {MAX_ENTRY_BYTES} one step may: make it in smaller calls"
+            ),
+        });
     }
     Ok(())
 }
@@ -5098,6 +5134,8 @@ fn own_keys(items: &[super::Discovered<'_>]) -> Result<()> {
         .try_for_each(|it| super::validate_own_key(it.url, it.key))
 }
 
+/// Whether queue `q` may get more leases under policy `p` (politeness aside): room under its
+/// `per_queue`, and under its limit.
 fn room(p: Policy, q: &Queue) -> bool {
     q.holding() < p.per_queue
         && (p.limit == 0 || q.completed.saturating_add(u64::from(q.leased)) < p.limit)
