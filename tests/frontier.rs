@@ -4866,6 +4866,7 @@ fn lookup_gives_the_key_and_metadata_of_a_url_wherever_it_is_held() {
         (&b"own"[..], &b"mb"[..])
     );
     assert_eq!(h.status, UrlStatus::Leased { until_ms: 61_000 });
+    assert_eq!(f.status("", None, b"http://b.test/1").unwrap(), h.status);
     // Waiting in the runs, the last of its queue.
     let h = look(None, "http://a.test/3").unwrap();
     assert_eq!(
@@ -4897,15 +4898,15 @@ fn lookup_gives_the_key_and_metadata_of_a_url_wherever_it_is_held() {
         (UrlStatus::Done, &b"own"[..], 0)
     );
     assert_eq!(look(None, "http://never.test/"), None);
-    // As `status` says.
-    for u in [
-        "http://a.test/1",
-        "http://a.test/2",
-        "http://a.test/3",
-        "http://b.test/1",
+    // `status` gives the same, and Unknown for a URL never pushed.
+    for (u, want) in [
+        ("http://a.test/1", UrlStatus::Refetch { at_ms: 90_000 }),
+        ("http://a.test/2", UrlStatus::Waiting),
+        ("http://a.test/3", UrlStatus::Waiting),
+        ("http://b.test/1", UrlStatus::Done),
+        ("http://never.test/", UrlStatus::Unknown),
     ] {
-        let status = f.status("", None, u.as_bytes()).unwrap();
-        assert_eq!(look(None, u).unwrap().status, status, "{u}");
+        assert_eq!(f.status("", None, u.as_bytes()).unwrap(), want, "{u}");
     }
     f.close().unwrap();
 }

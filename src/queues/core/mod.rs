@@ -4315,56 +4315,18 @@ impl Core {
             .collect())
     }
 
-    /// What the frontier knows of `url` of `crawl` (in the queue `key`, or the URL's default
-    /// key's).
+    /// What the frontier knows of `url` of `crawl`: [`Core::lookup`]'s status, or
+    /// [`super::UrlStatus::Unknown`]. (What was pushed reached its queue first:
+    /// `Frontier::status` flushes.)
     pub(super) fn status(
         &mut self,
         crawl: &[u8],
         key: Option<&[u8]>,
         url: &[u8],
     ) -> Result<super::UrlStatus> {
-        use super::UrlStatus;
-        // What was pushed reached its queue first (`Frontier::status` flushes).
-        self.writable()?;
-        let now = self.now_ms();
-        self.expire(now);
-        let Some(&id) = self.crawls.get(crawl) else {
-            return Ok(UrlStatus::Unknown);
-        };
-        let sig = crate::signature(url, record::crawl_seed(self.sieve.seed(), id));
-        if let Some(l) = self.leases.of_url(id, sig) {
-            return Ok(UrlStatus::Leased {
-                until_ms: l.deadline,
-            });
-        }
-        // The queue asked, then, if that is another, the URL's host's: a key given wrongly,
-        // or the default key where the URL was pushed with its host's, still finds it.
-        let host = default_key(url);
-        let mut keys = vec![key.unwrap_or(host)];
-        if keys[0] != host {
-            keys.push(host);
-        }
-        for k in keys {
-            let Some(i) = self.place(queue_id(id, k)) else {
-                continue;
-            };
-            let q = &*self.queues.get(i);
-            let same = |rec: &[u8]| record::decode(rec).is_ok_and(|r| r.url == url);
-            if let Some(r) = q.refetch().iter().find(|r| same(&r.2)) {
-                return Ok(UrlStatus::Refetch { at_ms: r.0 });
-            }
-            if q.returned().iter().any(|r| same(&r.1)) || self.find_in_runs(i, &[url])?[0].is_some()
-            {
-                return Ok(UrlStatus::Waiting);
-            }
-        }
-        // Known, and in neither queue: done (the sieve keeps a signature of each URL, not
-        // its queue; a URL pushed with a key of its own, asked with another, reads so too).
-        if self.sieve.contains_signature(sig)? {
-            Ok(UrlStatus::Done)
-        } else {
-            Ok(UrlStatus::Unknown)
-        }
+        Ok(self
+            .lookup(crawl, key, url)?
+            .map_or(super::UrlStatus::Unknown, |h| h.status))
     }
 
     /// [`Core::status`] with what the frontier holds of the URL: its queue's key and its
