@@ -496,6 +496,7 @@ impl Core {
         let ids = &self.ids;
         self.index
             .insert_places(first, ids.len() as u32, |j| ids[j as usize]);
+        let given = self.now_ms();
         for (l, (qid, crawl, sig)) in k.leases.into_iter().zip(leased) {
             let queue = self.place(qid).expect("checked by the decoding");
             self.insert_lease(
@@ -506,6 +507,7 @@ impl Core {
                 crawl,
                 sig,
                 l.record.into(),
+                given,
             );
         }
         for seq in k.fetched {

@@ -88,12 +88,12 @@ impl Leases {
         self.position(seq).is_some()
     }
 
-    /// The seq of the record leased under `token`.
-    pub(super) fn seq_of_token(&self, token: u64) -> Option<u64> {
+    /// The lease of token `token`.
+    pub(super) fn of_token(&self, token: u64) -> Option<&Lease> {
         let all = &self.all;
         self.by_token
             .find(mix(token), |&i| all[i as usize].token == token)
-            .map(|&i| all[i as usize].seq)
+            .map(|&i| &all[i as usize])
     }
 
     /// The lease of the URL of signature `sig` in crawl `crawl`.
@@ -305,7 +305,7 @@ mod tests {
                                 (l.seq, l.token, &l.record[..]),
                                 (s, token, &s.to_le_bytes()[..])
                             );
-                            assert_eq!(t.seq_of_token(token), Some(s));
+                            assert_eq!(t.of_token(token).map(|l| l.seq), Some(s));
                             assert_eq!(t.of_url(crawl, sig).map(|l| l.seq), Some(s));
                             assert_eq!(t.of_url(crawl + 1, sig).map(|l| l.seq), None);
                         }

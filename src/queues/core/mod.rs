@@ -1868,6 +1868,7 @@ impl Core {
             sig,
             record.into(),
             replaying,
+            self.now_ms(),
         )?;
         // The hand-out this replays took the queue out of the heap, and scheduled it again
         // only if it could still be served.
@@ -1883,6 +1884,7 @@ impl Core {
         pick: Pick,
         token: u64,
         deadline: u64,
+        given: u64,
         out: &mut LeasedBatch,
     ) -> Result<()> {
         let g = self.journal_gen();
@@ -1920,6 +1922,7 @@ impl Core {
             sig,
             pick.record,
             false,
+            given,
         )
     }
 
@@ -1936,6 +1939,7 @@ impl Core {
         sig: u64,
         record: Box<[u8]>,
         replaying: bool,
+        given: u64,
     ) -> Result<()> {
         let q = self.queues.get_mut(i);
         // The lists first: a record to fetch again after a known update may have a seq
@@ -1963,7 +1967,7 @@ impl Core {
                 },
             ));
         }
-        self.insert_lease(seq, token, deadline, i, crawl, sig, record);
+        self.insert_lease(seq, token, deadline, i, crawl, sig, record, given);
         Ok(())
     }
 
@@ -1980,9 +1984,9 @@ impl Core {
         crawl: u32,
         sig: u64,
         record: Box<[u8]>,
+        given: u64,
     ) {
         self.queues.get_mut(i).leased += 1;
-        let given = self.now_ms();
         self.leases.insert(Lease {
             seq,
             token,
@@ -2360,6 +2364,7 @@ impl Core {
     ) -> Result<()> {
         let g = self.journal_gen();
         let corrupt = |what| Error::corrupt(&names::j(g), 0, what);
+        let given = self.now_ms();
         let mut slots = Vec::with_capacity(queues.len());
         for iq in queues {
             let id = queue_id(iq.crawl, iq.key);
@@ -2411,7 +2416,7 @@ impl Core {
                     }));
                 }
                 self.next_token = self.next_token.max(token + 1);
-                self.insert_lease(seq, token, deadline, i, crawl, sig, record.into());
+                self.insert_lease(seq, token, deadline, i, crawl, sig, record.into(), given);
             }
             self.set_burst(i, iq.burst);
             self.unschedule(i);
@@ -2924,7 +2929,8 @@ impl Core {
         // leases, and the URLs copied into the batch on the way.
         let mut out = LeasedBatch::new(first_token, deadline, picked.len());
         for (k, pick) in picked.into_iter().enumerate() {
-            if let Err(e) = self.apply_lease_taken(pick, first_token + k as u64, deadline, &mut out)
+            if let Err(e) =
+                self.apply_lease_taken(pick, first_token + k as u64, deadline, now, &mut out)
             {
                 self.poisoned = true;
                 return Err(e);
@@ -3435,7 +3441,7 @@ impl Core {
         self.poll_move()?;
         let now = self.now_ms();
         self.expire(now);
-        let mut ended = CounterSet::default();
+        let mut ended = CounterSet::with_capacity_and_hasher(items.len(), CounterHash);
         let mut fetched = CounterSet::default();
         let mut entries = Vec::with_capacity(items.len());
         let mut out = Vec::with_capacity(items.len());
@@ -3445,15 +3451,14 @@ impl Core {
         let mut batch_ends: HashMap<u32, u64> = HashMap::new();
         for &(token, took, end, fetch_ended) in items {
             // A lease ends once; its fetch ends once, before the lease does.
-            let seq = match (self.leases.seq_of_token(token), end) {
-                (Some(seq), End::Fetched)
-                    if !ended.contains(&seq)
-                        && !self.leases.get(seq).is_some_and(|l| l.fetched)
-                        && fetched.insert(seq) =>
-                {
-                    seq
-                }
-                (Some(seq), End::Done | End::Retry | End::Refetch(_)) if ended.insert(seq) => seq,
+            let Some((seq, was_fetched)) = self.leases.of_token(token).map(|l| (l.seq, l.fetched))
+            else {
+                out.push(false);
+                continue;
+            };
+            let seq = match end {
+                End::Fetched if !ended.contains(&seq) && !was_fetched && fetched.insert(seq) => seq,
+                End::Done | End::Retry | End::Refetch(_) if ended.insert(seq) => seq,
                 _ => {
                     out.push(false);
                     continue;
@@ -3467,8 +3472,8 @@ impl Core {
             // The end of a lease whose fetch was said to end before (earlier, or by an item
             // before it in this call) runs no politeness: its instant is the call's, and it
             // is no end of a burst.
-            let fetch_said = !matches!(end, End::Fetched)
-                && (fetched.contains(&seq) || self.leases.get(seq).is_some_and(|l| l.fetched));
+            let fetch_said =
+                !matches!(end, End::Fetched) && (was_fetched || fetched.contains(&seq));
             let fetch_ended = if any_earlier && !fetch_said {
                 let (given, queue) = self
                     .leases
@@ -5299,6 +5304,37 @@ pub(super) mod tests {
             assert_eq!(f.policy("", Some(b"h0.test")).unwrap(), p);
             f.close().unwrap();
         }
+    }
+
+    /// The hand-out's own guard, alone: a queue the heap counts as scheduled though it can no
+    /// longer be served (here a limit put in place behind the scheduler's back, as a path that
+    /// forgot to settle its queue would leave it) is dropped from the count at the hand-out's
+    /// start, so that the empty front flushes and the host pushed since is served at once.
+    /// Without the drop, this hand-out answered nothing (and `next_due_ms` then said a queue
+    /// was due).
+    #[test]
+    fn a_hand_out_drops_a_stale_scheduled_queue_before_it_counts_the_front() {
+        let f = inline_frontier();
+        push_run(&f, &["http://h0.test/a".to_string()]);
+        f.with(|c| {
+            let id = crate::queues::key::queue_id(0, b"h0.test");
+            assert!(c.place(id).is_some() && c.front(None) == 1);
+            c.policies.insert(
+                id,
+                crate::Policy {
+                    limit: 1,
+                    ..crate::Policy::default()
+                },
+            );
+            c.queues.get_mut(c.place(id).unwrap()).completed = 1;
+            Ok(())
+        })
+        .unwrap();
+        push_urls(&f, 1..2, 2);
+        let got = f.lease(10, None, 60_000).unwrap();
+        let got: Vec<&[u8]> = got.iter().map(|l| &l.url[..]).collect();
+        assert_eq!(got, [&b"http://h1.test/1"[..]]);
+        assert_eq!(f.with(|c| Ok(c.front(None))).unwrap(), 0);
     }
 
     #[test]
