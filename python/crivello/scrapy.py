@@ -47,6 +47,7 @@ scheduled (breadth-first), and hosts in the order they become due.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import logging
@@ -56,7 +57,7 @@ import pickle
 import sys
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Set
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterator, List, Optional, Set
 from urllib.parse import urlparse
 
 import scrapy
@@ -122,6 +123,18 @@ FLUSH_UNDERFED = 0.05
 
 class SettingError(ValueError):
     """A setting of crivello is missing or wrong: the crawl cannot start."""
+
+
+@contextlib.contextmanager
+def _logged_setting_errors() -> Iterator[None]:
+    """Logs a setting error as well as raising it: Scrapy reports the exception of a
+    scheduler it could not build only inside a traceback, followed by one of its own
+    ("Engine slot not assigned"), and a log line says what to fix on its own."""
+    try:
+        yield
+    except SettingError as e:
+        logger.error("%s", e)
+        raise
 
 
 def _setting_dir(settings: Any) -> str:
@@ -267,6 +280,11 @@ class DupeFilter(RFPDupeFilter):
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DupeFilter:
+        with _logged_setting_errors():
+            return cls._from_settings(crawler)
+
+    @classmethod
+    def _from_settings(cls, crawler: Crawler) -> DupeFilter:
         settings = crawler.settings
         df = cls(
             _setting_dir(settings),
@@ -600,6 +618,11 @@ class Scheduler:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
+        with _logged_setting_errors():
+            return cls._from_settings(crawler)
+
+    @classmethod
+    def _from_settings(cls, crawler: Crawler) -> Scheduler:
         settings = crawler.settings
         path = _setting_dir(settings)
 

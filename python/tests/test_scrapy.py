@@ -332,6 +332,8 @@ def test_bad_settings_stop_the_crawl_at_start_with_what_to_do(site: Site, tmp_pa
     del opts["CRIVELLO_DIR"]
     rc, log, _ = crawl(site, opts)
     assert "CRIVELLO_DIR is not set" in log, log[-3000:]
+    # Said in a log line of its own, not only inside the traceback Scrapy buries it in.
+    assert "[crivello.scrapy] ERROR: CRIVELLO_DIR is not set" in log, log[-3000:]
     assert len(site.fetches) == 0
     # Locked: another handle holds the store.
     with crivello.Frontier(tmp_path / "store"):
