@@ -211,21 +211,27 @@ fn check_queues(st: &dyn Storage, clean: CleanEnd, r: &mut CheckReport) -> Resul
     for g in gens {
         r.files += 1;
         let mut bad = None;
-        let replayed = wal::replay_of(crate::queues::core::J, st, g, Some(g) == last, |_, e| {
-            match Entry::decode(e) {
-                Ok(Entry::Moved { run: Some(id), .. })
-                | Ok(Entry::Imported { run: Some(id), .. })
-                | Ok(Entry::Archived { run: id }) => runs.push(id),
-                Ok(Entry::Compacted { removed, added, .. }) => {
-                    runs.retain(|id| !removed.contains(id));
-                    runs.extend(added);
+        let replayed = wal::replay_of(
+            crate::queues::core::J,
+            st,
+            g,
+            Some(g) == last,
+            |_, at, e| {
+                match Entry::decode(e) {
+                    Ok(Entry::Moved { run: Some(id), .. })
+                    | Ok(Entry::Imported { run: Some(id), .. })
+                    | Ok(Entry::Archived { run: id }) => runs.push(id),
+                    Ok(Entry::Compacted { removed, added, .. }) => {
+                        runs.retain(|id| !removed.contains(id));
+                        runs.extend(added);
+                    }
+                    Ok(_) => {}
+                    Err(what) if bad.is_none() => bad = Some((at, what)),
+                    Err(_) => {}
                 }
-                Ok(_) => {}
-                Err(what) if bad.is_none() => bad = Some(what),
-                Err(_) => {}
-            }
-            Ok(())
-        });
+                Ok(())
+            },
+        );
         match replayed.and_then(|rep| rep.check_clean(g, clean).map(|()| rep)) {
             Ok(rep) => {
                 if rep.ends_the_stream(Some(g) == last) {
@@ -237,8 +243,8 @@ fn check_queues(st: &dyn Storage, clean: CleanEnd, r: &mut CheckReport) -> Resul
             }
             Err(e) => r.damage.push(e),
         }
-        if let Some(what) = bad {
-            r.damage.push(Error::corrupt(&names::j(g), 0, what));
+        if let Some((at, what)) = bad {
+            r.damage.push(Error::corrupt(&names::j(g), at, what));
         }
     }
     for id in runs {

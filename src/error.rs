@@ -90,6 +90,23 @@ impl Error {
         }
     }
 
+    /// The same error, but that damage of `file` said to be at offset 0 (by a check that
+    /// knew the file and not the place) is at `offset`.
+    pub(crate) fn placed_in(self, file: &str, offset: u64) -> Error {
+        match self {
+            Error::Corrupt {
+                file: f,
+                offset: 0,
+                what,
+            } if f == file => Error::Corrupt {
+                file: f,
+                offset,
+                what,
+            },
+            e => e,
+        }
+    }
+
     /// The same error, its file named as seen from a directory where the store's files
     /// carry `prefix` (the sieve of ids inside a near-duplicate store).
     pub(crate) fn under_prefix(self, prefix: &str) -> Error {

@@ -946,6 +946,54 @@ fn done_leaves_the_directory_free_until_its_input_comes() {
     assert!(err.contains("1 URL was not leased"), "{err}");
 }
 
+/// `lease -n N | done` with a hand-out larger than a pipe holds: `lease` printed while it
+/// held the directory, `done` read its first lines and waited for the lock, `lease` waited
+/// for the pipe, and `done` gave up ("locked") after 2 s, every URL left leased until its
+/// deadline. The lease now lets the directory go before it prints.
+#[test]
+fn lease_piped_into_done_ends_a_hand_out_larger_than_the_pipe() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("big");
+    let d = d.to_str().unwrap();
+    let mut urls = String::new();
+    for i in 0..200 {
+        for h in 0..300 {
+            urls.push_str(&format!("http://h{h}.example.org/some/path/page{i}.html\n"));
+        }
+    }
+    expect(0, &["push", d, "-q"], urls.as_bytes());
+    expect(0, &["policy", d, "--per-queue", "1000"], b"");
+    let mut lease = Command::new(BIN)
+        .args(["lease", d, "-n", "60000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pipe = lease.stdout.take().unwrap();
+    let done = Command::new(BIN)
+        .args(["done", d])
+        .stdin(Stdio::from(pipe))
+        .output()
+        .unwrap();
+    let leased = lease.wait_with_output().unwrap();
+    assert_eq!(leased.status.code(), Some(0), "{leased:?}");
+    assert_eq!(
+        done.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let (stats, _) = expect(0, &["stats", d], b"");
+    let count = |name: &str| -> u64 {
+        let line = stats
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in {stats}"));
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    assert_eq!((count("leased"), count("done")), (0, 60_000), "{stats}");
+}
+
 /// A URL that ends in "\r" itself (pushed as "URL\r\r\n": `push` removes one "\r") is
 /// printed by `lease` as it is, and its line, given back to `done`, ends that lease: `done`
 /// took the "\r" for a CRLF's and found nothing leased, so the URL came back at every

@@ -479,3 +479,64 @@ fn a_resealed_journal_seq_or_token_at_the_limit_is_refused() {
         "an edit per lease, field and value"
     );
 }
+
+/// An entry of J that its checksum covers but that contradicts the state (a done of a
+/// record never leased, resealed) is damage at the frame that holds it: the open and `check`
+/// name that frame's offset, where they said offset 0 (the replay knew the file, not the
+/// place).
+#[test]
+fn a_resealed_journal_entry_that_contradicts_the_state_is_named_at_its_frame() {
+    let (disk, _, _) = frontier_store();
+    let img = disk.crash_image(CrashImage::KillProcess);
+    let now = crivello::internals::T0 + 7_000;
+    let f = Frontier::open_with(
+        Arc::new(img.clone()),
+        frontier_corruption_opts(),
+        Arc::new(ManualClock::new(now)),
+    )
+    .expect("open");
+    let leased = f.lease(4, None, 60_000).expect("lease");
+    assert!(f.done(leased[0].token, 0).expect("done"));
+    drop(f);
+    let img = img.crash_image(CrashImage::KillProcess);
+    let mut edits = 0;
+    for name in img.files() {
+        if FrontierFile::of(&name) != Some(FrontierFile::J) {
+            continue;
+        }
+        let original = img.content(&name).unwrap();
+        let u = |at: usize| u64::from_le_bytes(original[at..at + 8].try_into().unwrap());
+        // Entry 3, done: seq, at (the clock's instant), took 0.
+        let dones: Vec<usize> = (0..original.len().saturating_sub(25))
+            .filter(|&at| original[at] == 3 && u(at + 9) == now && u(at + 17) == 0)
+            .filter(|&at| u(at + 1) < 1000)
+            .collect();
+        for &at in &dones {
+            let edited = with_u64(&img, &name, FrontierFile::J, &original, at + 1, 999);
+            let frame = match frontier_outcome_in(Arc::new(edited.clone())) {
+                Err(Error::Corrupt { file, offset, what }) => {
+                    assert_eq!(file, name);
+                    assert!(what.to_string().contains("end of a lease"), "{what}");
+                    offset
+                }
+                other => panic!("{name}: {other:?}"),
+            };
+            // The offset is a frame's start, at or before the entry.
+            let frame_at = usize::try_from(frame).unwrap();
+            assert!(frame > 0 && frame_at < at, "frame {frame}, entry at {at}");
+            assert_eq!(&original[frame_at..frame_at + 4], b"FRM1");
+            let report =
+                check_storage(Arc::new(edited.crash_image(CrashImage::KillProcess))).unwrap();
+            assert!(
+                report
+                    .damage
+                    .iter()
+                    .any(|e| matches!(e, Error::Corrupt { file, offset, .. } if *file == name && *offset == frame)),
+                "{:?}",
+                report.damage
+            );
+            edits += 1;
+        }
+    }
+    assert_eq!(edits, 1, "the one done was found and edited");
+}

@@ -102,12 +102,16 @@ pub fn run(args: LeaseArgs) -> Result<()> {
             noted = true;
         }
         if !leased.is_empty() || !args.wait {
+            // Durable already: the directory is let go before the URLs are printed, so that a
+            // `done` (or a `push`) reading this output can take it while a large hand-out is
+            // still being written to a pipe, rather than waiting on this process while this
+            // one waits on the pipe.
+            close_after_durable_work(frontier, "the URLs below are leased");
             let mut out = Output::new();
             for l in &leased {
                 out.line(&l.url)?;
             }
             out.flush()?;
-            close_after_durable_work(frontier, "the URLs printed are leased");
             return Ok(());
         }
         // Nothing due: wait for the next instant something may be, the directory released.

@@ -151,9 +151,10 @@ enum Command {
     /// Verify every checksum of the sieve in DIR, without changing it; exit 3 on any damage.
     ///
     /// Reads the manifest, the cursor, every block of every Z segment, every frontier
-    /// record after the cursor and the write-ahead log; prints "ok" and a summary when all
-    /// is well. A torn tail of the write-ahead log (pushes never acknowledged before a
-    /// crash) is noted, not counted as damage.
+    /// record after the cursor and the write-ahead log, and of a frontier (`lease`, `done`)
+    /// its journal, checkpoint and Q runs too; prints "ok" and a summary when all is well. A
+    /// torn tail of the write-ahead log or of the journal (changes never acknowledged before
+    /// a crash) is noted, not counted as damage.
     Check(check::CheckArgs),
 }
 

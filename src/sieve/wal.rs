@@ -268,9 +268,9 @@ pub(crate) fn replay(
     storage: &dyn Storage,
     gen: u64,
     last: bool,
-    each: impl FnMut(u64, &[u8]) -> Result<()>,
+    mut each: impl FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<Replay> {
-    replay_of(A, storage, gen, last, each)
+    replay_of(A, storage, gen, last, |n, _, record| each(n, record))
 }
 
 /// [`replay`] for a log of any kind.
@@ -279,7 +279,7 @@ pub(crate) fn replay_of(
     storage: &dyn Storage,
     gen: u64,
     last: bool,
-    mut each: impl FnMut(u64, &[u8]) -> Result<()>,
+    mut each: impl FnMut(u64, u64, &[u8]) -> Result<()>,
 ) -> Result<Replay> {
     let file = storage.open_file(&(kind.name)(gen))?;
     let len = file.len()?;
@@ -363,7 +363,7 @@ pub(crate) fn replay_of(
             return Ok(clean(file, records, end, true, last_epoch));
         }
         for url in frame.records() {
-            each(records, url)?;
+            each(records, offset, url)?;
             records += 1;
         }
         offset += frame.size();

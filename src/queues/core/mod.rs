@@ -857,13 +857,16 @@ impl Core {
         drop(bytes);
         let places = core.lease_places(&entries, leases)?;
         let mut leases = places.iter();
-        for d in entries.decoded() {
+        for (i, d) in entries.decoded().enumerate() {
             let (g, entry) = d?;
             core.replaying_gen = Some(g);
             if let Entry::Lease { .. } = entry {
                 core.hint = leases.next().copied().filter(|&p| p != u32::MAX);
             }
-            core.apply(&entry)?;
+            // An entry that contradicts the state is damage at its frame (the changes name
+            // J's generation, and no place in it).
+            core.apply(&entry)
+                .map_err(|e| e.placed_in(&names::j(g), entries.frames[i]))?;
             core.hint = None;
         }
         drop(places);
@@ -3030,8 +3033,9 @@ impl Core {
     /// in the order chosen, which is the heap's: a hand-out of many queues then reads each
     /// run front to back, each page of it once, rather than here and there.
     fn take_all(&mut self, chosen: &[(u32, u32)], now: u64) -> Result<Vec<Pick>> {
-        let mut taken: CounterSet<u64> = CounterSet::default();
-        let mut out: Vec<Pick> = Vec::new();
+        let planned: usize = chosen.iter().map(|&(_, k)| k as usize).sum();
+        let mut taken: CounterSet<u64> = CounterSet::with_capacity_and_hasher(planned, CounterHash);
+        let mut out: Vec<Pick> = Vec::with_capacity(planned);
         if chosen.len() < 2 {
             for &(i, k) in chosen {
                 self.take(i, k as usize, now, &mut out, &mut taken)?;
@@ -5130,13 +5134,17 @@ fn out_of_runs_clash(seq: u64) -> Error {
 struct Entries {
     bytes: Vec<u8>,
     ends: Vec<usize>,
+    /// The offset in its generation's file of the frame that holds each entry, for the
+    /// errors that name an entry's place.
+    frames: Vec<u64>,
     gens: Vec<(u64, usize)>,
 }
 
 impl Entries {
-    fn push(&mut self, g: u64, entry: &[u8]) {
+    fn push(&mut self, g: u64, frame: u64, entry: &[u8]) {
         self.bytes.extend_from_slice(entry);
         self.ends.push(self.bytes.len());
+        self.frames.push(frame);
         match self.gens.last_mut() {
             Some((last, n)) if *last == g => *n += 1,
             _ => {
@@ -5157,7 +5165,7 @@ impl Entries {
             let start = if i == 0 { 0 } else { self.ends[i - 1] };
             Entry::decode(&self.bytes[start..end])
                 .map(|e| (g, e))
-                .map_err(|what| Error::corrupt(&names::j(g), 0, what))
+                .map_err(|what| Error::corrupt(&names::j(g), self.frames[i], what))
         })
     }
 }
@@ -5180,8 +5188,8 @@ fn read_journal(
                 Corruption::Missing,
             ));
         }
-        let r = wal::replay_of(J, st, g, g == last, |_, e| {
-            entries.push(g, e);
+        let r = wal::replay_of(J, st, g, g == last, |_, frame, e| {
+            entries.push(g, frame, e);
             Ok(())
         })?;
         r.check_clean(g, clean)?;
