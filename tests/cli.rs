@@ -787,6 +787,11 @@ fn uniq_removes_the_directory_a_killed_uniq_left_and_not_a_running_ones() {
     killed.wait().unwrap();
     let left: Vec<PathBuf> = owned().into_iter().filter(|p| *p != running_dir).collect();
     assert_eq!(left.len(), 1, "the killed uniq left its directory");
+    // A directory of the user's own under such a name, with an `OWNER` of its own: kept.
+    let mine = d.path().join("crivello-uniq-mine");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::write(mine.join("OWNER"), b"me\n").unwrap();
+    std::fs::write(mine.join("keep.txt"), b"data\n").unwrap();
 
     let out = run(
         &["uniq", "--tmp-dir", arg(d.path())],
@@ -808,6 +813,12 @@ fn uniq_removes_the_directory_a_killed_uniq_left_and_not_a_running_ones() {
         running_dir.exists(),
         "a running uniq's directory was removed"
     );
+
+    assert!(
+        mine.join("keep.txt").exists(),
+        "a user's own directory was removed"
+    );
+    std::fs::remove_dir_all(&mine).unwrap();
 
     drop(running_stdin);
     assert!(running.wait().unwrap().success());

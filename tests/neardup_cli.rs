@@ -147,6 +147,17 @@ fn bad_input_names_file_and_line_and_stores_nothing_of_it() {
         (doc("tab\there", "t"), "tab or a line break"),
         (doc("-", "t"), "mark of no near-duplicate"),
         ("\n".into(), "an empty line, not a JSON object"),
+        // Given twice, which one counts would be a guess (the last one did).
+        (
+            "{\"id\":\"x\",\"text\":\"t\",\"id\":\"z\"}\n".into(),
+            "\"id\" given twice",
+        ),
+        (
+            "{\"text\":\"t\",\"id\":\"x\",\"text\":\"u\"}\n".into(),
+            "\"text\" given twice",
+        ),
+        // A byte-order mark is taken only at a file's start.
+        (format!("\u{feff}{}", doc("bom", "t")), "not JSON"),
     ];
     for (i, (bad, why)) in cases.iter().enumerate() {
         let d = dir.path().join(format!("s{i}"));
@@ -179,6 +190,15 @@ fn bad_input_names_file_and_line_and_stores_nothing_of_it() {
     let (code, out, err) = neardup(&d, &[], big.as_bytes());
     assert_eq!(code, 1);
     assert!(out.is_empty() && err.contains("at most"), "{err}");
+    // A file saved with a byte-order mark (as some editors save UTF-8) is read.
+    let d = dir.path().join("bom");
+    let input = format!("\u{feff}{}{}", doc("first", "t"), doc("second", "u"));
+    let (code, out, err) = neardup(&d, &[], input.as_bytes());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("first\t") && out.contains("\nsecond\t"),
+        "{out}"
+    );
     // Other fields are ignored, valid JSON that a parser building values refuses included:
     // a number past a double's range, arrays nested 200 deep (both stopped the command).
     let d = dir.path().join("other-fields");

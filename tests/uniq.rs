@@ -176,6 +176,51 @@ fn lines_longer_than_the_buffers_are_read_and_printed_whole() {
     }
 }
 
+/// A reader that gives at most a few hundred bytes a read, as a pipe may.
+struct Trickle {
+    bytes: Vec<u8>,
+    at: usize,
+    step: usize,
+}
+
+impl std::io::Read for Trickle {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.step = (self.step * 7 + 13) % 509 + 1;
+        let n = buf.len().min(self.step).min(self.bytes.len() - self.at);
+        buf[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// Lines longer than a read, from a reader of short reads: each line's search for its end
+/// goes on from where the read before left it (it started again from the line's start,
+/// which made a long line from a pipe cost the square of its length), and ends where the
+/// line does, at every place a read may end.
+#[test]
+fn long_lines_from_short_reads_are_read_whole() {
+    let mut bytes = Vec::new();
+    for (i, len) in [70_000usize, 1, 0, 65_536, 200_000, 3, 70_000, 131_071]
+        .iter()
+        .enumerate()
+    {
+        bytes.extend(std::iter::repeat_n(b'a' + (i % 3) as u8, *len));
+        bytes.push(b'\n');
+    }
+    bytes.extend_from_slice(b"tail");
+    let want = reference(&[&bytes]);
+    let (mut uniq, out) = engine(&SimDisk::new(), small(3, true).max_url_len(1 << 20));
+    let trickle = Trickle {
+        bytes,
+        at: 0,
+        step: 0,
+    };
+    uniq.read(Input::reader("trickle", trickle)).unwrap();
+    let stats = uniq.finish().unwrap();
+    assert_eq!(stats.lines, 9);
+    assert!(*out.lock().unwrap() == want, "the lines differ");
+}
+
 #[test]
 fn a_line_over_the_maximum_is_refused_with_its_input_and_number() {
     for (bytes, line) in [

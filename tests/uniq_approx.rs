@@ -153,6 +153,9 @@ fn verbose_reports_the_sizing_and_the_rate_and_bad_options_are_refused() {
         (&["--fp-rate", "1.5"][..], "strictly between 0 and 1"),
         (&["--expected", "0"][..], "at least 1"),
         (&["--expected", "lots"][..], "not a count"),
+        // Options that would do nothing: refused rather than ignored.
+        (&["--tmp-dir", "/nonexistent"][..], "cannot be used with"),
+        (&["--verbose", "-q"][..], "cannot be used with"),
     ] {
         let out = Command::new(BIN)
             .args(["uniq", "--approx"])

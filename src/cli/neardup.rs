@@ -450,7 +450,13 @@ fn parse_chunk(chunk: &Chunk, fp: &mut Fingerprinter) -> Parsed {
     let mut docs = Vec::with_capacity(chunk.ends.len());
     let mut start = 0;
     for (i, &end) in chunk.ends.iter().enumerate() {
-        match parse(&chunk.bytes[start..end], fp) {
+        let line = &chunk.bytes[start..end];
+        // A file's first line may begin with a byte-order mark (as some editors save UTF-8).
+        let line = match chunk.first_line + i as u64 {
+            1 => line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line),
+            _ => line,
+        };
+        match parse(line, fp) {
             Ok(d) => docs.push(d),
             Err(why) => {
                 return Parsed {
@@ -500,6 +506,13 @@ impl<'de> serde::Deserialize<'de> for Doc {
                 };
                 while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                     match &*key {
+                        // Given twice, which one counts is a guess: refused.
+                        "id" if doc.id.is_some() => {
+                            return Err(serde::de::Error::duplicate_field("id"))
+                        }
+                        "text" if doc.text.is_some() => {
+                            return Err(serde::de::Error::duplicate_field("text"))
+                        }
                         "id" => doc.id = Some(map.next_value()?),
                         "text" => doc.text = Some(map.next_value()?),
                         _ => {
@@ -534,6 +547,8 @@ fn parse(line: &[u8], fp: &mut Fingerprinter) -> std::result::Result<(String, u6
         let what = what.split(" at line ").next().unwrap_or(&what).to_owned();
         if line.is_empty() {
             "an empty line, not a JSON object".to_owned()
+        } else if let Some(field) = what.strip_prefix("duplicate field ") {
+            format!("{} given twice", field.replace('`', "\""))
         } else if e.classify() == serde_json::error::Category::Data {
             // Valid JSON of another type than an object.
             "not a JSON object with a string \"id\" and a string \"text\"".to_owned()

@@ -38,7 +38,7 @@ pub struct UniqArgs {
     pub files: Vec<PathBuf>,
     /// Where to create the temporary store (default: the system's temporary directory);
     /// those left there by a uniq killed with SIGKILL are removed.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "approx")]
     pub tmp_dir: Option<PathBuf>,
     /// The longest line accepted, in bytes (units as for --memory; at most 1G - 1).
     #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_max_line_length)]
@@ -59,7 +59,7 @@ pub struct UniqArgs {
     pub fp_rate: Option<f64>,
     /// With --approx: print the filter's size and k on stderr, and at the end the lines read
     /// and printed, the filter's fill and the false-positive rate it now has.
-    #[arg(long, requires = "approx")]
+    #[arg(long, requires = "approx", conflicts_with = "quiet")]
     pub verbose: bool,
     /// With --approx: where a line's bits go (for benchmarks): anywhere in the filter (the
     /// default: through the command line as fast as the other, in less memory for a rate),
@@ -110,6 +110,11 @@ const TEMP_PREFIX: &str = "crivello-uniq";
 /// The file in a temporary directory that its `uniq` holds locked while it runs.
 const OWNER: &str = "OWNER";
 
+/// What an `OWNER` file says: a directory whose `OWNER` says anything else (one a user made
+/// with such a name) is not swept.
+const OWNER_MARK: &[u8] = b"crivello uniq: the temporary store of a uniq, removed by the next \
+                            uniq once no process holds this file locked\n";
+
 /// Locks `dir` as this process's: its `OWNER` file, locked under another name and then
 /// renamed into place, so that a directory with an `OWNER` whose lock nobody holds is one
 /// whose `uniq` is gone. The lock lasts as long as the file returned stays open, and ends with
@@ -117,9 +122,10 @@ const OWNER: &str = "OWNER";
 fn own(dir: &Path) -> std::io::Result<std::fs::File> {
     use fs2::FileExt as _;
     let taking = dir.join("OWNER.new");
-    let f = std::fs::File::create(&taking)?;
+    let mut f = std::fs::File::create(&taking)?;
     let owned = f
         .try_lock_exclusive()
+        .and_then(|()| std::io::Write::write_all(&mut f, OWNER_MARK))
         .and_then(|()| std::fs::rename(&taking, dir.join(OWNER)));
     if owned.is_err() {
         let _ = std::fs::remove_file(&taking);
@@ -153,11 +159,17 @@ fn sweep_killed(base: &Path, quiet: bool) {
             Ok(m) if m.is_dir() && m.uid() == me => {}
             _ => continue,
         }
-        let Ok(owner) = std::fs::File::open(dir.join(OWNER)) else {
+        let Ok(mut owner) = std::fs::File::open(dir.join(OWNER)) else {
             continue;
         };
-        if owner.try_lock_exclusive().is_err() {
-            continue; // its uniq is running
+        let mut said = Vec::new();
+        let marked = std::io::Read::read_to_end(
+            &mut std::io::Read::take(&mut owner, OWNER_MARK.len() as u64 + 1),
+            &mut said,
+        )
+        .is_ok_and(|_| said == OWNER_MARK);
+        if !marked || owner.try_lock_exclusive().is_err() {
+            continue; // not a uniq's, or its uniq is running
         }
         // Removed while locked: a uniq sweeping at the same time cannot lock it meanwhile.
         if std::fs::remove_dir_all(&dir).is_ok() && !quiet {
@@ -250,7 +262,7 @@ fn uniq_error(e: crivello::uniq::Error, dir: &Path) -> anyhow::Error {
             source,
         } => anyhow::Error::new(source).context(format!("cannot open {file}")),
         E::Input { op, file, source } => anyhow::Error::new(source).context(format!("{op} {file}")),
-        E::Output(source) => anyhow::Error::new(source).context("write the output"),
+        E::Output(source) => anyhow::Error::new(source).context("write to standard output"),
         E::Store(e) => anyhow::Error::new(e).context(format!(
             "the temporary store in {} (--tmp-dir chooses where it goes)",
             dir.display()

@@ -212,13 +212,19 @@ impl Uniq {
         // buf[pos..filled] is unread; buf[0] is at input offset `offset`.
         let (mut pos, mut filled, mut offset) = (0usize, 0usize, start);
         let mut line_number = 0u64;
+        // buf[pos..pos + scanned] holds no newline: a line longer than a read is searched
+        // once, not again from its start after each read (which made a long line from a
+        // pipe cost the square of its length).
+        let mut scanned = 0usize;
         let too_long = |line: u64| Error::LineTooLong {
             file: source.name.clone(),
             line,
             max,
         };
         loop {
-            while let Some(i) = memchr::memchr(b'\n', &buf[pos..filled]) {
+            while let Some(i) = memchr::memchr(b'\n', &buf[pos + scanned..filled]) {
+                let i = i + scanned;
+                scanned = 0;
                 line_number += 1;
                 if i > max {
                     self.buf = buf;
@@ -228,6 +234,7 @@ impl Uniq {
                 pos += i + 1;
                 self.line(sig, (i + 1) as u64, offset + pos as u64)?;
             }
+            scanned = filled - pos;
             if filled - pos > max {
                 self.buf = buf;
                 return Err(too_long(line_number + 1));
