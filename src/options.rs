@@ -272,7 +272,11 @@ impl Options {
         if self.memory < MIN_MEMORY {
             return Err(Error::InvalidOption {
                 option: "memory",
-                reason: format!("{} bytes is below the minimum of 1 MiB", self.memory),
+                reason: format!(
+                    "{} byte{} below the minimum of 1 MiB",
+                    self.memory,
+                    if self.memory == 1 { " is" } else { "s are" }
+                ),
             });
         }
         let rest = self.memory - io_reserve(self.memory) - recent;

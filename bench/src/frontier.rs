@@ -836,6 +836,9 @@ fn in_memory(a: &FrontierArgs) -> Result<()> {
     let push_peak = take_peak_rss(None);
 
     let mark = std::env::var_os("CRIVELLO_BENCH_MARK").is_some();
+    if mark {
+        eprintln!("lease + done begins");
+    }
     let start = Instant::now();
     let cpu = cpu_seconds();
     let (mut served, mut calls) = (0u64, 0u64);

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from types import TracebackType
-from typing import Iterable, List, Optional, Tuple, Union, final
+from typing import Dict, Iterable, List, Optional, Tuple, Union, final
 
 from typing_extensions import Literal, Self, TypedDict
 
@@ -111,12 +111,15 @@ class Sieve:
         """Merges every push so far: the new URLs join the output. Durable when it returns."""
     def peek(self, max: int = 1000) -> List[str]:
         """The next URLs of the output after those peeked before, without consuming them:
-        `commit` does, and until then a reopen gives them again."""
+        `commit` does, and until then a reopen gives them again. The output holds the URLs
+        merged so far: those pushed since the last merge come after a `flush` (or the merge
+        a full buffer starts on its own), so `push` then `peek` gives `[]` until then."""
     def commit(self) -> None:
         """Consumes, durably, every URL `peek` gave. The first commit (even of nothing)
         fixes the store as a plain sieve: a `Frontier` then refuses it."""
     def pop(self, max: int = 1000) -> List[str]:
-        """`peek` then `commit`: the next URLs of the output, at most `max`, consumed."""
+        """`peek` then `commit`: the next URLs of the output, at most `max`, consumed (the
+        URLs merged so far: `flush` first to have every URL pushed)."""
     def stats(self) -> SieveStats:
         """Counts."""
     def close(self) -> None:
@@ -160,12 +163,14 @@ class Policy:
     `delay`: seconds from the end of one fetch to the next hand-out; `ratio`: after fetches
     that took s seconds in all, wait s/ratio (0: off; the longer wait applies); `per_queue`:
     the most URLs of the queue leased at once; `limit`: the most URLs of the queue done
-    (0: no limit).
+    (0: no limit; a key's own policy takes at most 2**64 - 2, the default's 2**64 - 1).
+    Hashable, compared by value, and copied and pickled as its four values.
     """
 
     def __init__(
         self, *, delay: float = 0.0, ratio: float = 0.0, per_queue: int = 1, limit: int = 0
     ) -> None: ...
+    def __getnewargs_ex__(self) -> Tuple[Tuple[()], Dict[str, Union[float, int]]]: ...
     @property
     def delay(self) -> float: ...
     @property

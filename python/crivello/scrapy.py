@@ -133,7 +133,10 @@ def _logged_setting_errors() -> Iterator[None]:
     try:
         yield
     except SettingError as e:
-        logger.error("%s", e)
+        # Once, when a scheduler's open opens its duplicate filter.
+        if not getattr(e, "_crivello_logged", False):
+            logger.error("%s", e)
+            setattr(e, "_crivello_logged", True)
         raise
 
 
@@ -281,10 +284,10 @@ class DupeFilter(RFPDupeFilter):
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DupeFilter:
         with _logged_setting_errors():
-            return cls._from_settings(crawler)
+            return cls._built_for(crawler)
 
     @classmethod
-    def _from_settings(cls, crawler: Crawler) -> DupeFilter:
+    def _built_for(cls, crawler: Crawler) -> DupeFilter:
         settings = crawler.settings
         df = cls(
             _setting_dir(settings),
@@ -304,6 +307,10 @@ class DupeFilter(RFPDupeFilter):
         return self.fingerprinter.fingerprint(request).hex()
 
     def open(self) -> None:
+        with _logged_setting_errors():
+            self._open()
+
+    def _open(self) -> None:
         if self.scheduler is None and self.sieve is None:
             if self.store_path is None:
                 raise SettingError(
@@ -619,10 +626,10 @@ class Scheduler:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
         with _logged_setting_errors():
-            return cls._from_settings(crawler)
+            return cls._built_for(crawler)
 
     @classmethod
-    def _from_settings(cls, crawler: Crawler) -> Scheduler:
+    def _built_for(cls, crawler: Crawler) -> Scheduler:
         settings = crawler.settings
         path = _setting_dir(settings)
 
@@ -653,6 +660,10 @@ class Scheduler:
     # Scrapy's scheduler interface.
 
     def open(self, spider: Spider) -> None:
+        with _logged_setting_errors():
+            self._open(spider)
+
+    def _open(self, spider: Spider) -> None:
         self.spider = spider
         self.crawl = self.crawl_setting or spider.name
         self.frontier = _open_store(Frontier, self.path, self.memory)

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{
@@ -178,18 +178,50 @@ fn millis(seconds: f64, what: &str) -> PyResult<u64> {
     Ok(if ms == 0 && seconds > 0.0 { 1 } else { ms })
 }
 
+/// A Python `int` of any size, as an `i128`: one past that range is taken as the range's
+/// nearest end, which every range of the functions below refuses, naming the argument
+/// (Python's own conversion raises an `OverflowError` that names none). Anything but an
+/// `int` is a `TypeError`.
+#[derive(Clone, Copy, Debug)]
+struct Int(i128);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Int {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Int> {
+        match obj.extract::<i128>() {
+            Ok(n) => Ok(Int(n)),
+            Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => {
+                Ok(Int(if obj.lt(0)? { i128::MIN } else { i128::MAX }))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl std::fmt::Display for Int {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            i128::MAX => f.write_str("an int of 2**127 - 1 or more"),
+            i128::MIN => f.write_str("an int of -2**127 or less"),
+            n => write!(f, "{n}"),
+        }
+    }
+}
+
 /// An `int` argument from 0 to `max`, or a `ValueError` naming it (Python's own conversion
 /// raises an `OverflowError` that does not say which argument).
-fn count(n: i128, what: &str, max: u64) -> PyResult<u64> {
-    u64::try_from(n)
+fn count(n: Int, what: &str, max: u64) -> PyResult<u64> {
+    let Int(v) = n;
+    u64::try_from(v)
         .ok()
         .filter(|&v| v <= max)
         .ok_or_else(|| PyValueError::new_err(format!("{what} must be from 0 to {max}, not {n}")))
 }
 
 /// An `int` argument from `min` to `max`, or a `ValueError` naming it and its range.
-fn count_from(n: i128, what: &str, min: u64, max: u64) -> PyResult<u64> {
-    u64::try_from(n)
+fn count_from(n: Int, what: &str, min: u64, max: u64) -> PyResult<u64> {
+    u64::try_from(n.0)
         .ok()
         .filter(|&v| (min..=max).contains(&v))
         .ok_or_else(|| {
@@ -198,7 +230,7 @@ fn count_from(n: i128, what: &str, min: u64, max: u64) -> PyResult<u64> {
 }
 
 /// [`count`] as a `usize`.
-fn count_usize(n: i128, what: &str) -> PyResult<usize> {
+fn count_usize(n: Int, what: &str) -> PyResult<usize> {
     Ok(count(n, what, usize::MAX as u64)? as usize)
 }
 
@@ -218,7 +250,7 @@ fn size(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
     if let Ok(n) = obj.extract::<usize>() {
         return Ok(n);
     }
-    if let Ok(n) = obj.extract::<i128>() {
+    if let Ok(n) = obj.extract::<Int>() {
         return Err(PyValueError::new_err(format!(
             "{what} must be a number of bytes from 0 to {}, not {n}",
             usize::MAX
@@ -234,8 +266,8 @@ fn size(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
 
 fn options(
     memory: Option<&Bound<'_, PyAny>>,
-    max_url_len: Option<i128>,
-    seed: Option<i128>,
+    max_url_len: Option<Int>,
+    seed: Option<Int>,
 ) -> PyResult<Options> {
     let mut opts = Options::new();
     if let Some(m) = memory {
@@ -317,8 +349,8 @@ impl Sieve {
         py: Python<'_>,
         path: PathBuf,
         memory: Option<&Bound<'_, PyAny>>,
-        max_url_len: Option<i128>,
-        seed: Option<i128>,
+        max_url_len: Option<Int>,
+        seed: Option<Int>,
     ) -> PyResult<Sieve> {
         let opts = options(memory, max_url_len, seed)?;
         let sieve = detached(py, || {
@@ -378,9 +410,11 @@ impl Sieve {
     }
 
     /// The next URLs of the output after those peeked before, at most `max`, without
-    /// consuming them: a `commit` does, and until then a reopen gives them again.
-    #[pyo3(signature = (max=1000))]
-    fn peek<'py>(&self, py: Python<'py>, max: i128) -> PyResult<Bound<'py, PyList>> {
+    /// consuming them: a `commit` does, and until then a reopen gives them again. The output
+    /// holds the URLs merged so far: those pushed since the last merge come after a `flush`
+    /// (or the merge a full buffer starts on its own).
+    #[pyo3(signature = (max=Int(1000)), text_signature = "($self, max=1000)")]
+    fn peek<'py>(&self, py: Python<'py>, max: Int) -> PyResult<Bound<'py, PyList>> {
         let max = count_usize(max, "max")?;
         let urls = self.with(py, |s| s.frontier_next(max))?;
         texts_list(py, &urls)
@@ -392,9 +426,10 @@ impl Sieve {
         self.with(py, crivello::Sieve::frontier_commit)
     }
 
-    /// `peek` then `commit`: the next URLs of the output, at most `max`, consumed.
-    #[pyo3(signature = (max=1000))]
-    fn pop<'py>(&self, py: Python<'py>, max: i128) -> PyResult<Bound<'py, PyList>> {
+    /// `peek` then `commit`: the next URLs of the output, at most `max`, consumed (the URLs
+    /// merged so far: `flush` first to have every URL pushed).
+    #[pyo3(signature = (max=Int(1000)), text_signature = "($self, max=1000)")]
+    fn pop<'py>(&self, py: Python<'py>, max: Int) -> PyResult<Bound<'py, PyList>> {
         let max = count_usize(max, "max")?;
         let urls = self.with(py, |s| {
             let urls = s.frontier_next(max)?;
@@ -584,8 +619,8 @@ struct Policy {
 #[pymethods]
 impl Policy {
     #[new]
-    #[pyo3(signature = (*, delay=0.0, ratio=0.0, per_queue=1, limit=0))]
-    fn new(delay: f64, ratio: f64, per_queue: i128, limit: i128) -> PyResult<Policy> {
+    #[pyo3(signature = (*, delay=0.0, ratio=0.0, per_queue=Int(1), limit=Int(0)), text_signature = "(*, delay=0.0, ratio=0.0, per_queue=1, limit=0)")]
+    fn new(delay: f64, ratio: f64, per_queue: Int, limit: Int) -> PyResult<Policy> {
         let per_queue = count_from(per_queue, "per_queue", 1, u64::from(u32::MAX))? as u32;
         let limit = count(limit, "limit", u64::MAX)?;
         // Kept as the store keeps them, in whole milliseconds and millionths: the policy
@@ -632,6 +667,19 @@ impl Policy {
             "Policy(delay={}, ratio={}, per_queue={}, limit={})",
             self.delay, self.ratio, self.per_queue, self.limit
         )
+    }
+
+    /// The arguments that make it again: `copy` and `pickle` use them.
+    fn __getnewargs_ex__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("delay", self.delay)?;
+        kwargs.set_item("ratio", self.ratio)?;
+        kwargs.set_item("per_queue", self.per_queue)?;
+        kwargs.set_item("limit", self.limit)?;
+        Ok((PyTuple::empty(py), kwargs))
     }
 }
 
@@ -761,8 +809,8 @@ fn token(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
     if let Ok(l) = obj.cast::<Leased>() {
         return Ok(l.get().token);
     }
-    if let Ok(n) = obj.extract::<i128>() {
-        return u64::try_from(n).map_err(|_| {
+    if let Ok(n) = obj.extract::<Int>() {
+        return u64::try_from(n.0).map_err(|_| {
             PyValueError::new_err(format!(
                 "a lease's token is from 0 to {}, not {n}",
                 u64::MAX
@@ -938,8 +986,8 @@ impl Frontier {
         py: Python<'_>,
         path: PathBuf,
         memory: Option<&Bound<'_, PyAny>>,
-        max_url_len: Option<i128>,
-        seed: Option<i128>,
+        max_url_len: Option<Int>,
+        seed: Option<Int>,
         compress_queues: Option<bool>,
     ) -> PyResult<Frontier> {
         let mut opts = options(memory, max_url_len, seed)?;
@@ -1003,14 +1051,14 @@ impl Frontier {
     /// leaves room for), of `crawl` only (None: every crawl; with `key`, DEFAULT), of the
     /// queue `key` only.
     /// Durable when it returns.
-    #[pyo3(signature = (max_urls=100, *, max_queues=None, per_queue=None, ttl=30.0, crawl=None, key=None))]
+    #[pyo3(signature = (max_urls=Int(100), *, max_queues=None, per_queue=None, ttl=30.0, crawl=None, key=None), text_signature = "($self, max_urls=100, *, max_queues=None, per_queue=None, ttl=30.0, crawl=None, key=None)")]
     #[allow(clippy::too_many_arguments)]
     fn lease<'py>(
         &self,
         py: Python<'py>,
-        max_urls: i128,
-        max_queues: Option<i128>,
-        per_queue: Option<i128>,
+        max_urls: Int,
+        max_queues: Option<Int>,
+        per_queue: Option<Int>,
         ttl: f64,
         crawl: Option<String>,
         key: Option<&Bound<'py, PyAny>>,
@@ -1241,13 +1289,13 @@ impl Frontier {
     /// The queues of `crawl`, in key order from the `start`-th, at most `max`: dicts of key,
     /// waiting, leased, done, next_due (seconds since the epoch, or None), policy (or None),
     /// blocked_until (or None). Flushes first (see `counts`), unless `flush=False`.
-    #[pyo3(signature = (crawl="", *, start=0, max=1000, flush=true))]
+    #[pyo3(signature = (crawl="", *, start=Int(0), max=Int(1000), flush=true), text_signature = "($self, crawl=\"\", *, start=0, max=1000, flush=True)")]
     fn queues<'py>(
         &self,
         py: Python<'py>,
         crawl: &str,
-        start: i128,
-        max: i128,
+        start: Int,
+        max: Int,
         flush: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         let (start, max) = (count_usize(start, "start")?, count_usize(max, "max")?);

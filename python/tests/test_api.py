@@ -581,7 +581,28 @@ def test_misuses_are_refused_with_what_to_do(tmp_path: Path) -> None:
             crivello.Policy(per_queue=n)
     with pytest.raises(ValueError, match="limit must be from 0"):
         crivello.Policy(limit=2**64)
+    # Past 2**127 too (the conversion to 128 bits raised an OverflowError, or a TypeError
+    # that said an int was not one).
+    with pytest.raises(ValueError, match="limit must be from 0.*2\\*\\*127 - 1 or more"):
+        crivello.Policy(limit=2**200)
+    with pytest.raises(ValueError, match="seed must be from 0.*-2\\*\\*127 or less"):
+        crivello.Sieve(tmp_path / "huge", seed=-(2**200))
+    with pytest.raises(ValueError, match="memory must be a number of bytes"):
+        crivello.Sieve(tmp_path / "huge", memory=2**200)
+    assert not (tmp_path / "huge").exists()
+    # A policy is copied and pickled by value.
+    import copy
+    import pickle
+
+    p = crivello.Policy(delay=1.5, ratio=0.25, per_queue=3, limit=2**64 - 1)
+    assert copy.copy(p) == p and pickle.loads(pickle.dumps(p)) == p
     with crivello.Frontier(tmp_path / "nf") as f:
+        with pytest.raises(ValueError, match="token is from 0"):
+            f.done(2**200)
+        with pytest.raises(ValueError, match="max_urls must be from 0"):
+            f.lease(2**300)
+        # The defaults read as numbers.
+        assert "max_urls=100" in (getattr(type(f).lease, "__text_signature__", None) or "")
         for kwargs, name in (
             ({"max_urls": -1}, "max_urls must be from 0"),
             ({"max_queues": -5}, "max_queues must be from 0"),

@@ -339,6 +339,9 @@ def test_bad_settings_stop_the_crawl_at_start_with_what_to_do(site: Site, tmp_pa
     with crivello.Frontier(tmp_path / "store"):
         rc, log, _ = crawl(site, settings(tmp_path / "store", **CRIVELLO))
         assert "is in use by another crawl" in log, log[-3000:]
+        # Said on a line of its own (raised by the scheduler's open), once.
+        said = [l for l in log.splitlines() if "[crivello.scrapy] ERROR:" in l]
+        assert len(said) == 1 and "is in use by another crawl" in said[0], log[-3000:]
     # A store of the other kind.
     with crivello.Sieve(tmp_path / "plain") as s:
         s.push("http://a.test/")
@@ -352,6 +355,7 @@ def test_bad_settings_stop_the_crawl_at_start_with_what_to_do(site: Site, tmp_pa
     alone = {"DUPEFILTER_CLASS": CRIVELLO["DUPEFILTER_CLASS"]}
     rc, log, _ = crawl(site, settings(tmp_path / "frontier", **alone))
     assert "give each use its own directory" in log, log[-3000:]
+    assert "[crivello.scrapy] ERROR:" in log, log[-3000:]
     with crivello.Frontier(tmp_path / "frontier") as f:
         f.flush()
         assert f.counts()["waiting"] == 1

@@ -167,7 +167,8 @@ fn sweep_killed(base: &Path, quiet: bool) {
             &mut std::io::Read::take(&mut owner, OWNER_MARK.len() as u64 + 1),
             &mut said,
         )
-        .is_ok_and(|_| said == OWNER_MARK);
+        // (Empty: the `OWNER` of a build before the line.)
+        .is_ok_and(|_| said == OWNER_MARK || said.is_empty());
         if !marked || owner.try_lock_exclusive().is_err() {
             continue; // not a uniq's, or its uniq is running
         }

@@ -3455,7 +3455,10 @@ impl Core {
         let mut batch_ends: HashMap<u32, u64> = HashMap::new();
         for &(token, took, end, fetch_ended) in items {
             // A lease ends once; its fetch ends once, before the lease does.
-            let Some((seq, was_fetched)) = self.leases.of_token(token).map(|l| (l.seq, l.fetched))
+            let Some((seq, was_fetched, given, queue)) = self
+                .leases
+                .of_token(token)
+                .map(|l| (l.seq, l.fetched, l.given, l.queue))
             else {
                 out.push(false);
                 continue;
@@ -3479,21 +3482,13 @@ impl Core {
             let fetch_said =
                 !matches!(end, End::Fetched) && (was_fetched || fetched.contains(&seq));
             let fetch_ended = if any_earlier && !fetch_said {
-                let (given, queue) = self
-                    .leases
-                    .get(seq)
-                    .map_or((now, None), |l| (l.given, Some(l.queue)));
-                let mut floor = given;
-                if let Some(i) = queue {
-                    let burst_end = self.burst_ends.get(&i).copied().unwrap_or(0);
-                    let batch_end = batch_ends.get(&i).copied().unwrap_or(0);
-                    floor = floor.max(burst_end).max(batch_end);
-                }
+                let i = queue;
+                let burst_end = self.burst_ends.get(&i).copied().unwrap_or(0);
+                let batch_end = batch_ends.get(&i).copied().unwrap_or(0);
+                let floor = given.max(burst_end).max(batch_end);
                 let fetch_ended = fetch_ended.min(now).max(floor.min(now));
-                if let Some(i) = queue {
-                    let last = batch_ends.entry(i).or_insert(fetch_ended);
-                    *last = (*last).max(fetch_ended);
-                }
+                let last = batch_ends.entry(i).or_insert(fetch_ended);
+                *last = (*last).max(fetch_ended);
                 fetch_ended
             } else {
                 now
