@@ -1062,6 +1062,14 @@ fn stats_counts_every_file_of_a_frontier() {
         out.is_empty() && err.contains("the crawl nosuch has no queues (the crawls: DEFAULT)"),
         "{err}"
     );
+    // A name that would not read as itself in the list is quoted.
+    expect(0, &["push", d, "--crawl", " DEFAULT"], b"http://s.test/\n");
+    let (_, err) = expect(0, &["queues", d, "--crawl", "a,b"], b"");
+    assert!(
+        err.contains("the crawl \"a,b\" has no queues (the crawls: \" DEFAULT\", DEFAULT)")
+            || err.contains("the crawl \"a,b\" has no queues (the crawls: DEFAULT, \" DEFAULT\")"),
+        "{err}"
+    );
 }
 
 /// `queues` of a store this user may not write (its lock file cannot be opened for

@@ -226,13 +226,32 @@ pub(super) fn unknown_crawl(frontier: &crivello::Frontier, crawl: &str) -> Resul
         let known = if crawls.is_empty() {
             "none yet".to_owned()
         } else {
-            crawls.join(", ")
+            crawls
+                .iter()
+                .map(|c| shown(c))
+                .collect::<Vec<_>>()
+                .join(", ")
         };
         return Ok(Some(format!(
-            "the crawl {name} has no queues (the crawls: {known}): is its name right?"
+            "the crawl {} has no queues (the crawls: {known}): is its name right?",
+            shown(name)
         )));
     }
     Ok(None)
+}
+
+/// A crawl's name as a note shows it: quoted, with escapes, when it would not read as itself
+/// in a list (spaces at an end, a comma, a quote, a control character, an empty name).
+fn shown(name: &str) -> String {
+    let plain = !name.is_empty()
+        && name.trim() == name
+        && !name.contains([',', '"'])
+        && !name.chars().any(char::is_control);
+    if plain {
+        name.to_owned()
+    } else {
+        format!("{name:?}")
+    }
 }
 
 /// Whether `e` says that another process holds the directory.
