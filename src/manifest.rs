@@ -227,7 +227,7 @@ impl Manifest {
                 at,
                 Corruption::Invalid {
                     field: "manifest version",
-                    expected: "4, 5, 8 to 17 (versions 6 and 7 changed other files)",
+                    expected: "4, 5, 8 to 18 (versions 6 and 7 changed other files)",
                     found: u64::from(version),
                 },
             ));
