@@ -4957,3 +4957,31 @@ fn an_emptied_queue_below_another_crawls_due_one_does_not_hide_an_empty_front() 
     assert_eq!(lease_default(&f), ["http://h1/new"]);
     f.close().unwrap();
 }
+
+/// After an I/O error stopped the frontier, the first policy or limit of the open (which
+/// commits the manifest in this build's version before its entry) answered the disk's error
+/// again ("write MANIFEST.tmp: No space left on device"), trying to write on a store that
+/// had stopped: it is refused as every change is, and nothing is written.
+#[test]
+fn a_stopped_frontier_writes_no_manifest_for_a_policy() {
+    use crivello::storage::sim::FaultKind;
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let f = open(&disk, &clock);
+    push(&f, &["http://a.test/1"]);
+    disk.fail_at(1, FaultKind::NoSpace, true);
+    assert!(f.push("", &[Discovered::url(b"http://a.test/2")]).is_err());
+    let ops = disk.ops();
+    let p = Policy {
+        delay_ms: 5,
+        ..Policy::default()
+    };
+    for r in [
+        f.set_policy("", Some(b"a.test"), p),
+        f.set_policy("", None, p),
+        f.block("", b"a.test", 9_999),
+    ] {
+        assert!(matches!(r, Err(Error::Poisoned)), "{r:?}");
+    }
+    assert_eq!(disk.ops(), ops, "nothing written once stopped");
+}

@@ -88,6 +88,8 @@ impl Sieve {
     /// Commits the manifest changed by `change`, in this build's version, once no flush is
     /// under way; a failure poisons the store.
     fn commit_manifest_with(&mut self, change: impl FnOnce(&mut Manifest)) -> Result<()> {
+        // A store stopped by an earlier error writes nothing more.
+        self.writable()?;
         let r = self.decide().and_then(|()| self.finish_inflight());
         self.poison(r)?;
         let mut m = self.manifest.clone();

@@ -4184,6 +4184,8 @@ impl Core {
     /// or A a record that older builds cannot read: they then refuse the store by its version
     /// instead of reporting damage.
     fn commit_version(&mut self) -> Result<()> {
+        // A frontier stopped by an earlier error writes nothing more, its manifest included.
+        self.writable()?;
         if !self.versioned {
             let r = self.sieve.commit_version();
             if r.is_err() {
