@@ -292,6 +292,21 @@ fn checkpoint_of_store() -> (SimDisk, String, Vec<u8>) {
     (disk, name, original)
 }
 
+/// The store of [`frontier_store`] after its clean close, opened again at an instant of its
+/// own (returned), on a copy of its disk that a later crash image continues.
+fn store_opened_after_its_close() -> (SimDisk, u64, Frontier) {
+    let (disk, _, _) = frontier_store();
+    let img = disk.crash_image(CrashImage::KillProcess);
+    let now = crivello::internals::T0 + 7_000;
+    let f = Frontier::open_with(
+        Arc::new(img.clone()),
+        frontier_corruption_opts(),
+        Arc::new(ManualClock::new(now)),
+    )
+    .expect("open");
+    (img, now, f)
+}
+
 /// A crash image of `img` whose file `name` (of `kind`, its bytes `original`) has the u64 at
 /// `at` set to `value`, the checksums made right again.
 fn with_u64(
@@ -438,15 +453,7 @@ fn a_lowered_next_seq_below_the_records_of_a_run_is_caught_by_hand_outs_and_chec
 /// then the process is killed, so that the open replays their entries.
 #[test]
 fn a_resealed_journal_seq_or_token_at_the_limit_is_refused() {
-    let (disk, _, _) = frontier_store();
-    let img = disk.crash_image(CrashImage::KillProcess);
-    let now = crivello::internals::T0 + 7_000;
-    let f = Frontier::open_with(
-        Arc::new(img.clone()),
-        frontier_corruption_opts(),
-        Arc::new(ManualClock::new(now)),
-    )
-    .expect("open");
+    let (img, now, f) = store_opened_after_its_close();
     let leased = f.lease(4, None, 60_000).expect("lease");
     assert!(leased.len() >= 2, "{} leased", leased.len());
     drop(f);
@@ -486,15 +493,7 @@ fn a_resealed_journal_seq_or_token_at_the_limit_is_refused() {
 /// place).
 #[test]
 fn a_resealed_journal_entry_that_contradicts_the_state_is_named_at_its_frame() {
-    let (disk, _, _) = frontier_store();
-    let img = disk.crash_image(CrashImage::KillProcess);
-    let now = crivello::internals::T0 + 7_000;
-    let f = Frontier::open_with(
-        Arc::new(img.clone()),
-        frontier_corruption_opts(),
-        Arc::new(ManualClock::new(now)),
-    )
-    .expect("open");
+    let (img, now, f) = store_opened_after_its_close();
     let leased = f.lease(4, None, 60_000).expect("lease");
     assert!(f.done(leased[0].token, 0).expect("done"));
     drop(f);
