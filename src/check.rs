@@ -266,7 +266,7 @@ pub(crate) fn check_run_file(st: &dyn Storage, id: u64) -> Result<()> {
     for g in run.groups() {
         let g = g?;
         coverage.walk(&run, &g, &mut cache, |_, rec, offset| {
-            qrun::check_record(run.file(), offset, rec, g.queue, g.crawl)
+            qrun::check_record(run.file(), offset, rec, g.queue, g.crawl).map(drop)
         })?;
     }
     coverage.finish(&run)

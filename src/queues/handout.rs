@@ -62,10 +62,16 @@ impl LeasedRef<'_> {
 }
 
 impl LeasedBatch {
-    /// An empty batch whose URLs get tokens from `first_token` on, leased until `deadline_ms`.
-    pub(crate) fn new(first_token: u64, deadline_ms: u64, capacity: usize) -> LeasedBatch {
+    /// An empty batch whose URLs get tokens from `first_token` on, leased until `deadline_ms`,
+    /// with room for `capacity` URLs of `bytes` bytes in all (keys and metadata included).
+    pub(crate) fn new(
+        first_token: u64,
+        deadline_ms: u64,
+        capacity: usize,
+        bytes: usize,
+    ) -> LeasedBatch {
         LeasedBatch {
-            bytes: Vec::new(),
+            bytes: Vec::with_capacity(bytes),
             items: Vec::with_capacity(capacity),
             crawls: Vec::new(),
             first_token,
@@ -198,7 +204,7 @@ mod tests {
 
     #[test]
     fn a_batch_gives_back_what_was_pushed_with_consecutive_tokens() {
-        let mut b = LeasedBatch::new(7, 1_000, 0);
+        let mut b = LeasedBatch::new(7, 1_000, 0, 0);
         assert!(b.is_empty());
         b.push(b"DEFAULT", b"a.example", b"http://a.example/x", b"");
         b.push(b"news", b"k", b"http://b.example/", b"m=1");

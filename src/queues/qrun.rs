@@ -1202,9 +1202,15 @@ pub(crate) fn check_record(
     record: &[u8],
     queue: u64,
     crawl: u32,
-) -> Result<()> {
+) -> Result<Option<std::ops::Range<usize>>> {
     let r = crate::record::decode(record).map_err(|what| file.corrupt(offset, what))?;
     let key = r.key.unwrap_or_else(|| super::key::default_key(r.url));
+    // Where the key is in the record (its own key's bytes, or its URL's host); none for the
+    // fallback key of a URL without a host, which is not.
+    let span = (key.as_ptr() as usize)
+        .checked_sub(record.as_ptr() as usize)
+        .filter(|&start| start + key.len() <= record.len())
+        .map(|start| start..start + key.len());
     let found = super::key::queue_id(r.crawl, key);
     if r.crawl != crawl {
         return Err(file.corrupt(
@@ -1226,7 +1232,7 @@ pub(crate) fn check_record(
             },
         ));
     }
-    Ok(())
+    Ok(span)
 }
 
 #[cfg(test)]

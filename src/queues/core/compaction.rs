@@ -29,11 +29,11 @@
 use super::super::journal::Entry;
 use super::super::qrun::{check_record, Coverage, Run, RunCoding, RunWriter};
 use super::job::Job;
-use super::Core;
+use super::{Core, CounterHash, CounterSet};
 use crate::error::{Error, Result};
 use crate::names;
 use crate::storage::{Storage, StorageExt};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -46,9 +46,9 @@ struct Consumed {
     /// [`Consumed::by_id`] sorted them: its records below the seq were handed out.
     next: Vec<(u64, u64, u32)>,
     /// The skips of the queues that have some.
-    skips: HashMap<u64, Vec<u64>>,
+    skips: HashMap<u64, Vec<u64>, CounterHash>,
     /// The crawls not deleted: the records they pass go to the archive.
-    live: HashSet<u32>,
+    live: CounterSet<u32>,
 }
 
 /// What a merge wrote.

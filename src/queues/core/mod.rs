@@ -501,6 +501,9 @@ struct Pick {
     /// Taken from the queue's returned records or those to fetch again, not from a run
     /// (whose records were checked against their queue as they were read).
     listed: bool,
+    /// Where the record's key is in it, found when it was checked (a record of a run whose
+    /// key is not the fallback key).
+    key: Option<std::ops::Range<usize>>,
 }
 
 /// How a lease ends.
@@ -545,7 +548,7 @@ pub(crate) struct Core {
     /// The id the next Q run gets.
     next_run: u64,
     crawls: HashMap<Vec<u8>, u32>,
-    crawl_names: HashMap<u32, Vec<u8>>,
+    crawl_names: HashMap<u32, Vec<u8>, CounterHash>,
     /// The id the next new crawl gets: above every id a crawl or a queue ever had, so that a
     /// deleted crawl's id is never reused.
     next_crawl: u32,
@@ -589,18 +592,18 @@ pub(crate) struct Core {
     /// only queues whose burst has had a fetch end and not its last (a burst ends with the
     /// end of the last lease of its queue holding a place; a lease that expires leaves the
     /// burst to the next end), so a few, beside every queue.
-    bursts: HashMap<u32, u64>,
+    bursts: HashMap<u32, u64, CounterHash>,
     /// The latest instant a fetch of the current burst ended, by queue place, for the same
     /// queues as `bursts` (and those whose ended fetches took 0 ms): an end said to be earlier
     /// is taken as then, so that the ratio rule's wait runs from the burst's last end. In
     /// memory only: the leases of a burst found at open count as handed out then.
-    burst_ends: HashMap<u32, u64>,
+    burst_ends: HashMap<u32, u64, CounterHash>,
     /// Whether a call returned expired leases since the last entry 22 (a hand-out's
     /// instant): the next hand-out journals its instant before its leases, so that a replay
     /// returns the same leases first, as the call did.
     expired_unjournaled: bool,
     /// Queues with a live entry in the heap, by crawl.
-    scheduled: HashMap<u32, u64>,
+    scheduled: HashMap<u32, u64, CounterHash>,
     /// Until when (by the clock as it reads, [`Core::now_ms`] aside) a hand-out with an
     /// empty front does not flush first: the last such flush left the front empty (the URLs
     /// pushed went to queues whose fetchers were all out), so the next one waits
@@ -735,7 +738,7 @@ impl Core {
             next_seq: 0,
             next_run: 1,
             crawls: HashMap::from([(b"DEFAULT".to_vec(), 0)]),
-            crawl_names: HashMap::from([(0, b"DEFAULT".to_vec())]),
+            crawl_names: HashMap::from_iter([(0, b"DEFAULT".to_vec())]),
             next_crawl: 1,
             default_policy: Policy::default(),
             policies: HashMap::new(),
@@ -756,10 +759,10 @@ impl Core {
             next_token: 1,
             expiries: BinaryHeap::new(),
             heap: DueHeap::default(),
-            bursts: HashMap::new(),
-            burst_ends: HashMap::new(),
+            bursts: HashMap::default(),
+            burst_ends: HashMap::default(),
             expired_unjournaled: false,
-            scheduled: HashMap::new(),
+            scheduled: HashMap::default(),
             fruitless_until: 0,
             fruitless_gap: 0,
             done: 0,
@@ -992,7 +995,8 @@ impl Core {
         }
         self.next_epoch_if_durable();
         let before = self.writer().end();
-        let mut buf = Vec::new();
+        // Room for an entry of a lease or an end and its record: grown once for a larger one.
+        let mut buf = Vec::with_capacity(512);
         let written = (|| {
             for e in entries {
                 buf.clear();
@@ -1893,7 +1897,10 @@ impl Core {
         let g = self.journal_gen();
         let corrupt = |what| Error::corrupt(&names::j(g), 0, what);
         let r = record::decode(&pick.record).map_err(corrupt)?;
-        let key = r.key.unwrap_or_else(|| default_key(r.url));
+        let key = match &pick.key {
+            Some(span) => &pick.record[span.clone()],
+            None => r.key.unwrap_or_else(|| default_key(r.url)),
+        };
         let name = self
             .crawl_names
             .get(&r.crawl)
@@ -2117,7 +2124,9 @@ impl Core {
         q.due = q.due.max(at.saturating_add(wait));
         self.set_burst(i, if ends { 0 } else { burst });
         if ends {
-            self.burst_ends.remove(&i);
+            if !self.burst_ends.is_empty() {
+                self.burst_ends.remove(&i);
+            }
         } else {
             let last = self.burst_ends.entry(i).or_insert(at);
             *last = (*last).max(at);
@@ -2159,7 +2168,9 @@ impl Core {
     /// Sets them (0: no burst, the queue's entry removed).
     fn set_burst(&mut self, i: u32, ms: u64) {
         if ms == 0 {
-            self.bursts.remove(&i);
+            if !self.bursts.is_empty() {
+                self.bursts.remove(&i);
+            }
         } else {
             self.bursts.insert(i, ms);
         }
@@ -2764,10 +2775,13 @@ impl Core {
         }
         let deadline = now.saturating_add(ttl);
         // The queues to serve, with how many records of each, in the order chosen.
-        let mut chosen: Vec<(u32, u32)> = Vec::new();
+        // Sized for the queues a call commonly serves, so that a call of a thousand queues
+        // does not grow them a dozen times.
+        let room = max_queues.min(4096);
+        let mut chosen: Vec<(u32, u32)> = Vec::with_capacity(room);
         let mut planned = 0;
-        let mut served: Vec<u32> = Vec::new();
-        let mut popped: Vec<u32> = Vec::new();
+        let mut served: Vec<u32> = Vec::with_capacity(room);
+        let mut popped: Vec<u32> = Vec::with_capacity(room);
         // One queue asked by its key: that queue only (of DEFAULT when no crawl is given).
         let mut one = match &req.key {
             None => None,
@@ -2930,7 +2944,9 @@ impl Core {
         // Written (durable before the caller answers, see `commit_deferred`): applied as a
         // replay would apply the entries, the records moved into the
         // leases, and the URLs copied into the batch on the way.
-        let mut out = LeasedBatch::new(first_token, deadline, picked.len());
+        // Each URL, key and metadata comes from its record, which holds them and a few bytes.
+        let bytes = picked.iter().map(|p| p.record.len()).sum();
+        let mut out = LeasedBatch::new(first_token, deadline, picked.len(), bytes);
         for (k, pick) in picked.into_iter().enumerate() {
             if let Err(e) =
                 self.apply_lease_taken(pick, first_token + k as u64, deadline, now, &mut out)
@@ -3098,6 +3114,7 @@ impl Core {
                 queue: i,
                 record: rec.clone(),
                 listed: true,
+                key: None,
             });
             n += 1;
         }
@@ -3111,6 +3128,7 @@ impl Core {
                 queue: i,
                 record: rec.clone(),
                 listed: true,
+                key: None,
             });
             n += 1;
         }
@@ -3225,7 +3243,7 @@ impl Core {
                 // run holds more.)
                 break;
             }
-            check_record(run.file(), offset, rec, self.ids[i as usize], st.crawl)?;
+            let key = check_record(run.file(), offset, rec, self.ids[i as usize], st.crawl)?;
             self.numbered(run, offset, seq)?;
             if self.leases.contains(seq) || !taken.insert(seq) {
                 return Err(run.file().corrupt(
@@ -3242,6 +3260,7 @@ impl Core {
                 queue: i,
                 record: rec.into(),
                 listed: false,
+                key,
             });
             st.next = seq + 1;
             st.n += 1;
@@ -3452,7 +3471,7 @@ impl Core {
         // The latest end given so far in this call, by queue place: kept only when some end
         // is said to be earlier than the call (ends at the call, the common case, need none).
         let any_earlier = items.iter().any(|&(.., e)| e < now);
-        let mut batch_ends: HashMap<u32, u64> = HashMap::new();
+        let mut batch_ends: HashMap<u32, u64, CounterHash> = HashMap::default();
         for &(token, took, end, fetch_ended) in items {
             // A lease ends once; its fetch ends once, before the lease does.
             let Some((seq, was_fetched, given, queue)) = self
