@@ -582,7 +582,7 @@ impl Forwarder {
         let now = now_s();
         let batchable = |i: &pb::UrlItem| {
             matches!(i.item, Some(pb::url_item::Item::Discovered(_)))
-                && i.creation_date + RECENT_S >= now
+                && i.creation_date.saturating_add(RECENT_S) >= now
         };
         let mut runs: Vec<(bool, Vec<pb::UrlItem>)> = Vec::new();
         for item in items {
