@@ -75,6 +75,11 @@ pub fn run(args: CheckArgs) -> Result<()> {
         Err(e) if e.is_corruption() => return Err(damaged(e.into())),
         Err(e) => return Err(e.into()),
     };
+    // Files this user may not read: nothing is known of their bytes, and the store is not
+    // called damaged for it (exit 1, as `stats` and the writers answer).
+    if !report.is_sound() && report.damage.iter().all(not_permitted) {
+        return Err(report.damage.into_iter().next().expect("not sound").into());
+    }
     if !report.is_sound() {
         let all: Vec<String> = report.damage.iter().map(ToString::to_string).collect();
         let source = match report.damage.len() {
@@ -129,4 +134,10 @@ pub fn run(args: CheckArgs) -> Result<()> {
     let mut out = Output::new();
     out.text(&text)?;
     out.flush()
+}
+
+/// Whether `e` is the refusal to read a file (EACCES, EPERM), not a finding of its bytes.
+fn not_permitted(e: &crivello::Error) -> bool {
+    matches!(e, crivello::Error::Io { source, .. }
+        if source.kind() == std::io::ErrorKind::PermissionDenied)
 }

@@ -66,7 +66,7 @@ pub fn run(args: QueuesArgs) -> Result<()> {
                         }
                     );
                 }
-                open_frontier_read_only(&args.dir, args.common.memory)?
+                read_only(&args, None)?
             }
             Err(e) => {
                 return Err(anyhow::Error::new(e).context(format!(
@@ -78,7 +78,11 @@ pub fn run(args: QueuesArgs) -> Result<()> {
         // A full disk, a read-only file system, or a store this user may not write (its lock
         // file made or opened for writing): read from a read-only view, as `stats` does.
         Err(e) if e.is_write_refused() || not_permitted(&e) => {
-            open_frontier_read_only(&args.dir, args.common.memory)?
+            let why = match not_permitted(&e) {
+                true => "this user may not write the store",
+                false => super::cannot_write(&e),
+            };
+            read_only(&args, Some(why))?
         }
         Err(e) => return Err(opening(e, "frontier", &args.dir)),
     };
@@ -107,6 +111,28 @@ pub fn run(args: QueuesArgs) -> Result<()> {
     let _ = std::io::stdout().flush();
     close_after_durable_work(frontier, "the queues are listed");
     Ok(())
+}
+
+/// The frontier through a read-only view, as `stats` reads it. When the store could not be
+/// opened for writing (`why`), a note says how many pushes are left out: they are not in
+/// their queues yet, and moving them needs to write. (After a failed merge the caller said
+/// so.)
+fn read_only(args: &QueuesArgs, why: Option<&str>) -> Result<Frontier> {
+    let frontier = open_frontier_read_only(&args.dir, args.common.memory)?;
+    if let Some(why) = why {
+        let left = frontier.unqueued()?;
+        if left > 0 && !args.common.quiet {
+            eprintln!(
+                "crivello: warning: {left} URL{} pushed (repeats among them counted) {} not in \
+                 {} queues yet and {} not listed: moving them needs to write, and {why}",
+                if left == 1 { "" } else { "s" },
+                if left == 1 { "is" } else { "are" },
+                if left == 1 { "its" } else { "their" },
+                if left == 1 { "is" } else { "are" },
+            );
+        }
+    }
+    Ok(frontier)
 }
 
 /// The policy as `delay=2000ms per-queue=1 limit=0`, or `ratio=0.1 ...`.

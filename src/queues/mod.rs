@@ -1361,6 +1361,14 @@ impl Frontier {
         self.with(core::Core::stats)
     }
 
+    /// URLs pushed that are not in their queues yet: pushed since the last flush (repeats
+    /// among them, which the flush drops, counted), or new and not yet moved into their
+    /// queues. [`Frontier::queues`], [`Frontier::counts`] and [`Frontier::stats`] count the
+    /// URLs in queues only: a flush ([`Frontier::flush_for_reading`]) moves these first.
+    pub fn unqueued(&self) -> Result<u64> {
+        self.with(core::Core::unqueued)
+    }
+
     /// The bytes on disk of the journal's and the checkpoint's files, as they are (spare
     /// journal files and leftovers of a checkpoint included).
     pub fn log_bytes(&self) -> Result<LogBytes> {

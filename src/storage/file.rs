@@ -203,7 +203,10 @@ impl<S: Storage + ?Sized> StorageExt for S {
                     dir: self.describe(),
                 }
             } else {
-                Error::io("lock", &self.describe(), e)
+                // Named by its lock file, which is what failed (a directory in its place, a
+                // file this user may not open for writing).
+                let file = std::path::Path::new(&self.describe()).join(crate::names::LOCK);
+                Error::io("lock", &file.display().to_string(), e)
             }
         })
     }

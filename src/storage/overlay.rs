@@ -88,8 +88,17 @@ impl Storage for Overlay {
     }
 
     fn remove(&self, name: &str) -> io::Result<()> {
-        self.file(name)?;
-        self.changed().insert(name.to_owned(), None);
+        // Without opening it: a file the view removes (a leftover a writer would remove) may
+        // be one this user cannot read.
+        let mut changed = self.changed();
+        let present = match changed.get(name) {
+            Some(f) => f.is_some(),
+            None => self.base.list()?.iter().any(|n| n == name),
+        };
+        if !present {
+            return Err(io::ErrorKind::NotFound.into());
+        }
+        changed.insert(name.to_owned(), None);
         Ok(())
     }
 
@@ -227,5 +236,62 @@ mod tests {
         // Below, nothing changed.
         assert_eq!(disk.content("a").unwrap(), b"0123456789");
         assert_eq!(disk.files(), ["a", "b"]);
+    }
+
+    /// A disk whose file `tmp` this user may not open.
+    #[derive(Debug)]
+    struct Unreadable(SimDisk);
+
+    impl Storage for Unreadable {
+        fn create(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+            self.0.create(name)
+        }
+        fn open(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
+            match name {
+                "tmp" => Err(io::ErrorKind::PermissionDenied.into()),
+                _ => self.0.open(name),
+            }
+        }
+        fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+            self.0.rename(from, to)
+        }
+        fn remove(&self, name: &str) -> io::Result<()> {
+            self.0.remove(name)
+        }
+        fn sync_dir(&self) -> io::Result<()> {
+            self.0.sync_dir()
+        }
+        fn list(&self) -> io::Result<Vec<String>> {
+            self.0.list()
+        }
+        fn lock(&self) -> io::Result<Box<dyn Any + Send + Sync>> {
+            self.0.lock()
+        }
+        fn describe(&self) -> String {
+            self.0.describe()
+        }
+    }
+
+    #[test]
+    fn a_view_removes_a_file_it_may_not_read_and_only_a_file_that_is_there() {
+        let disk = SimDisk::new();
+        disk.create("tmp")
+            .unwrap()
+            .write_all_at(b"left over", 0)
+            .unwrap();
+        let view = Overlay::new(Arc::new(Unreadable(disk.clone())));
+        assert_eq!(
+            view.open("tmp").err().map(|e| e.kind()),
+            Some(io::ErrorKind::PermissionDenied)
+        );
+        view.remove("tmp").unwrap();
+        assert!(view.list().unwrap().is_empty());
+        let again = view.remove("tmp").unwrap_err();
+        assert_eq!(again.kind(), io::ErrorKind::NotFound);
+        assert_eq!(
+            view.remove("never").unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+        assert_eq!(disk.files(), ["tmp"]);
     }
 }

@@ -610,6 +610,16 @@ impl Storage for DirStorage {
                 .truncate(false)
                 .open(path)?
         };
+        // A directory (or another kind of file) in its place: no writer could open it, and a
+        // reader does not call the store sound for what every writer refuses.
+        let kind = f.metadata()?.file_type();
+        if kind.is_dir() {
+            const EISDIR: i32 = 21;
+            return Err(io::Error::from_raw_os_error(EISDIR));
+        }
+        if !kind.is_file() {
+            return Err(io::Error::other("not a regular file"));
+        }
         match f.try_lock_exclusive() {
             Ok(()) => {
                 use std::os::unix::fs::MetadataExt;

@@ -2659,6 +2659,13 @@ impl Core {
         self.sieve.flush_thread_busy() || self.move_busy()
     }
 
+    /// Pushes not in their queues yet: see [`super::Frontier::unqueued`].
+    pub(super) fn unqueued(&mut self) -> Result<u64> {
+        self.poll_move()?;
+        let s = self.sieve.stats()?;
+        Ok(s.buffered + s.unmerged + s.pending)
+    }
+
     /// The queues scheduled, of crawl `only` or of every crawl.
     fn front(&self, only: Option<u32>) -> u64 {
         match only {
