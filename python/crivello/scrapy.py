@@ -172,6 +172,12 @@ def _open_store(kind: Callable[..., Any], path: str, memory: Any) -> Any:
         ) from e
     except (ValueError, TypeError) as e:
         raise SettingError(f"CRIVELLO_MEMORY={memory!r}: {e}") from e
+    except errors.StorageError as e:
+        # A file where the directory should be, a path this user may not create or write.
+        raise SettingError(
+            f"CRIVELLO_DIR={path} cannot hold the store: {e}. Give a directory this user "
+            "may create and write (a new one, or one a crawl made)."
+        ) from e
 
 
 def _slot_of(request: Request) -> str:
@@ -296,6 +302,19 @@ class DupeFilter(RFPDupeFilter):
             memory=settings.get("CRIVELLO_MEMORY", "64M"),
         )
         df.jobdir = bool(settings.get("JOBDIR"))
+        scheduler = settings.get("SCHEDULER")
+        try:
+            ours = issubclass(load_object(scheduler), Scheduler)
+        except Exception:
+            ours = False
+        if not ours:
+            # Another scheduler (Scrapy's own) opens the filter after the engine began to open
+            # the spider, where an error is followed by a cascade of the engine's own: its
+            # store is opened now, while the scheduler is built, so that a locked directory
+            # or a wrong setting stops the crawl with its message alone. (Crivello's scheduler
+            # keeps the fingerprints in its frontier, and the filter opens no store of its
+            # own.)
+            df._open()
         return df
 
     def fingerprint_of(self, request: Request) -> str:
@@ -644,7 +663,7 @@ class Scheduler:
         delay = number("DOWNLOAD_DELAY", 0.0, settings.getfloat)
         per_host = number("CRIVELLO_PER_HOST", 1, settings.getint)
         dupefilter = build_from_crawler(load_object(settings["DUPEFILTER_CLASS"]), crawler)
-        return cls(
+        scheduler = cls(
             crawler,
             dupefilter,
             path,
@@ -656,6 +675,13 @@ class Scheduler:
             batch=settings.getint("CONCURRENT_REQUESTS", 16),
             stats=crawler.stats,
         )
+        # Opened now rather than in `open`: the engine builds the scheduler before it begins
+        # to open the spider, and a store that cannot be opened (locked by another crawl, of
+        # the other kind, a path that cannot be a directory, a memory that is not a size)
+        # then stops the crawl with its message alone, not followed by a cascade of the
+        # engine's own errors.
+        scheduler.frontier = _open_store(Frontier, path, scheduler.memory)
+        return scheduler
 
     # Scrapy's scheduler interface.
 
@@ -666,7 +692,9 @@ class Scheduler:
     def _open(self, spider: Spider) -> None:
         self.spider = spider
         self.crawl = self.crawl_setting or spider.name
-        self.frontier = _open_store(Frontier, self.path, self.memory)
+        if self.frontier is None:
+            # (Built without `from_crawler`, which opens it.)
+            self.frontier = _open_store(Frontier, self.path, self.memory)
         from scrapy import signals
 
         self.crawler.signals.connect(self._downloaded, signal=signals.response_downloaded)

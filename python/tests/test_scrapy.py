@@ -327,6 +327,15 @@ def test_a_request_completed_after_its_lease_ended_is_not_fetched_again(tmp_path
         site.close()
 
 
+def without_cascade(log: str) -> bool:
+    """Whether a crawl stopped at start by a setting said why without the cascade of the
+    engine's own errors that follows a failure once it began to open the spider (a store
+    opened by the scheduler's `open` failed amid tracebacks of the scraper's unassigned slot
+    and of the stats; what Scrapy says of any scheduler it could not build remains)."""
+    cascade = ("Scraper slot not assigned", "Scraper close failure", "CoreStats.spider_closed")
+    return not any(c in log for c in cascade)
+
+
 def test_bad_settings_stop_the_crawl_at_start_with_what_to_do(site: Site, tmp_path: Path) -> None:
     opts = settings(tmp_path / "store", **CRIVELLO)
     del opts["CRIVELLO_DIR"]
@@ -342,6 +351,22 @@ def test_bad_settings_stop_the_crawl_at_start_with_what_to_do(site: Site, tmp_pa
         # Said on a line of its own (raised by the scheduler's open), once.
         said = [l for l in log.splitlines() if "[crivello.scrapy] ERROR:" in l]
         assert len(said) == 1 and "is in use by another crawl" in said[0], log[-3000:]
+        assert rc != 0 and without_cascade(log), log[-3000:]
+        # The filter alone, under Scrapy's own scheduler, the same.
+        rc, log, _ = crawl(
+            site,
+            settings(tmp_path / "store", DUPEFILTER_CLASS=CRIVELLO["DUPEFILTER_CLASS"]),
+        )
+        assert "[crivello.scrapy] ERROR: CRIVELLO_DIR=" in log, log[-3000:]
+        assert "is in use by another crawl" in log, log[-3000:]
+        assert rc != 0 and without_cascade(log), log[-3000:]
+    # A path that cannot be a directory: the store's error was buried in tracebacks.
+    (tmp_path / "a-file").write_text("not a directory")
+    for where in (tmp_path / "a-file", tmp_path / "a-file" / "store"):
+        rc, log, _ = crawl(site, settings(where, **CRIVELLO))
+        said = [l for l in log.splitlines() if "[crivello.scrapy] ERROR:" in l]
+        assert len(said) == 1 and "cannot hold the store" in said[0], log[-3000:]
+        assert rc != 0 and without_cascade(log), log[-3000:]
     # A store of the other kind.
     with crivello.Sieve(tmp_path / "plain") as s:
         s.push("http://a.test/")
@@ -368,6 +393,7 @@ def test_bad_settings_stop_the_crawl_at_start_with_what_to_do(site: Site, tmp_pa
         assert "at least 0.001" in log, log[-3000:]
     rc, log, _ = crawl(site, settings(tmp_path / "m", CRIVELLO_MEMORY="lots", **CRIVELLO))
     assert "CRIVELLO_MEMORY='lots'" in log, log[-3000:]
+    assert rc != 0 and without_cascade(log), log[-3000:]
     # A delay that is not a number: it was taken as 0, the crawl running without one.
     rc, log, _ = crawl(site, settings(tmp_path / "d", DOWNLOAD_DELAY="nan", **CRIVELLO))
     assert "DOWNLOAD_DELAY=nan: a finite number of seconds" in log, log[-3000:]
@@ -416,8 +442,8 @@ def test_a_callback_may_return_one_request_or_a_list(site: Site, tmp_path: Path)
 
 
 def _scheduler(spider_class: type, tmp_path: Path) -> Any:
-    """crivello's scheduler for a crawler of `spider_class`, its store in `tmp_path`, not
-    opened."""
+    """crivello's scheduler for a crawler of `spider_class`, its store in `tmp_path` (opened
+    as Scrapy builds it; the scheduler's `open` not called)."""
     from scrapy.utils.test import get_crawler
 
     from crivello.scrapy import Scheduler
