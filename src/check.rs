@@ -363,10 +363,10 @@ fn check_run(st: &dyn Storage, m: &Manifest, run: &Run, newest: bool) -> Result<
         return Err(Error::corrupt(
             &a_name,
             rep.valid_end,
-            Corruption::OutOfRange {
-                field: "records of the generation, fewer than its run covers",
+            Corruption::Mismatch {
+                field: "records of the generation (at least as many as its run covers)",
+                expected: end,
                 found: rep.records,
-                limit: end,
             },
         ));
     }

@@ -295,7 +295,10 @@ impl fmt::Display for Corruption {
                 field,
                 found,
                 limit,
-            } => write!(f, "{field}: {found}, not below {limit}"),
+            } => write!(
+                f,
+                "{field}: {found}, out of range (it must be below {limit})"
+            ),
             Corruption::Invalid {
                 field,
                 expected,

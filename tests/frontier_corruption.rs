@@ -331,14 +331,17 @@ fn sound(img: &SimDisk) -> bool {
 }
 
 /// Asserts that `check` reports `edited` unsound and that its open refuses file `name` as
-/// damaged, saying that `field` is not below its limit; never a panic.
+/// damaged, saying that `field` is out of its range; never a panic.
 fn assert_out_of_range(edited: SimDisk, name: &str, field: &str) {
     assert!(!sound(&edited), "{name}: {field}: check said sound");
     match frontier_outcome_in(Arc::new(edited)) {
         Err(Error::Corrupt { file, what, .. }) => {
             assert_eq!(file, name);
             let what = what.to_string();
-            assert!(what.contains(field) && what.contains("not below"), "{what}");
+            assert!(
+                what.contains(field) && what.contains("must be below"),
+                "{what}"
+            );
         }
         other => panic!("{name}: {field}: {other:?}"),
     }

@@ -1140,7 +1140,10 @@ mod tests {
             };
             lease.encode(&mut b);
             let e = Entry::decode(&b).unwrap_err().to_string();
-            assert!(e.contains("of a lease") && e.contains("not below"), "{e}");
+            assert!(
+                e.contains("of a lease") && e.contains("must be below"),
+                "{e}"
+            );
             let mut b = Vec::new();
             Entry::Done {
                 seq,
