@@ -53,6 +53,7 @@ import inspect
 import logging
 import math
 import os
+import pathlib
 import pickle
 import sys
 import time
@@ -173,10 +174,19 @@ def _open_store(kind: Callable[..., Any], path: str, memory: Any) -> Any:
     except (ValueError, TypeError) as e:
         raise SettingError(f"CRIVELLO_MEMORY={memory!r}: {e}") from e
     except errors.StorageError as e:
-        # A file where the directory should be, a path this user may not create or write.
+        where = pathlib.Path(path)
+        if not where.is_dir():
+            # A file where the directory should be, a path where none can be made.
+            raise SettingError(
+                f"CRIVELLO_DIR={path} cannot hold the store: {e}. Give a directory this user "
+                "may create and write (a new one, or one a crawl made)."
+            ) from e
+        # The store's directory, whose files could not be read or written (a full disk,
+        # permissions, the disk's error): its crawl is kept, to resume once that is fixed.
         raise SettingError(
-            f"CRIVELLO_DIR={path} cannot hold the store: {e}. Give a directory this user "
-            "may create and write (a new one, or one a crawl made)."
+            f"CRIVELLO_DIR={path}: the store could not be opened: {e}. Fix the cause (free "
+            "some space, check the permissions or the disk), then run the crawl again: it "
+            "resumes from what the store holds."
         ) from e
 
 
@@ -755,7 +765,11 @@ class Scheduler:
 
     def close(self, reason: str) -> None:
         try:
-            if self.frontier is not None and self._failed is None:
+            if self.frontier is not None and self.spider is None:
+                # Built (the store opened) and never opened: no crawl was chosen, and no
+                # lease of this run to give back (the DEFAULT crawl's are another run's).
+                self.frontier.close()
+            elif self.frontier is not None and self._failed is None:
                 self._flush_completions()
                 # Requests leased and not handed to the engine go back at once.
                 self.frontier.release(self.crawl)

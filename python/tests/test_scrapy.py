@@ -459,6 +459,22 @@ def _scheduler(spider_class: type, tmp_path: Path) -> Any:
     return Scheduler.from_crawler(crawler)
 
 
+def test_a_scheduler_closed_unopened_leaves_the_store_as_it_was(tmp_path: Path) -> None:
+    # Scrapy closes a scheduler it built when the spider's start fails before the scheduler
+    # opened: no crawl was chosen, and the DEFAULT crawl's leases (another run's) stay.
+    with crivello.Frontier(tmp_path / "store") as f:
+        f.push(["http://a.test/"])
+        assert len(f.lease(ttl=3600)) == 1
+
+    class Spider(scrapy.Spider):  # type: ignore[misc,name-defined]
+        name = "unopened"
+
+    s = _scheduler(Spider, tmp_path)
+    s.close("shutdown")
+    with crivello.Frontier(tmp_path / "store") as f:
+        assert f.counts()["leased"] == 1
+
+
 def test_requests_keep_their_callback_and_errback_by_name(tmp_path: Path) -> None:
     import pickle
 
