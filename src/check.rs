@@ -359,13 +359,26 @@ fn check_run(st: &dyn Storage, m: &Manifest, run: &Run, newest: bool) -> Result<
         }
         Ok(())
     })?;
-    if rep.records < end || (rep.torn && meta.gen < m.a_gen) {
+    if rep.records < end {
         return Err(Error::corrupt(
             &a_name,
             rep.valid_end,
             Corruption::Mismatch {
                 field: "records of the generation (at least as many as its run covers)",
                 expected: end,
+                found: rep.records,
+            },
+        ));
+    }
+    if rep.torn && meta.gen < m.a_gen {
+        // Older than the generation pushes go on in: its end frame was written before a
+        // later generation's first sync, so a torn end is damage.
+        return Err(Error::corrupt(
+            &a_name,
+            rep.valid_end,
+            Corruption::Invalid {
+                field: "records of the generation, not closed by its end frame",
+                expected: "an end frame after them, as a later generation follows",
                 found: rep.records,
             },
         ));

@@ -1136,7 +1136,7 @@ fn queues_of_a_store_this_user_may_not_write_are_listed() {
         "{out}"
     );
     assert!(
-        err.contains("2 URLs pushed (repeats among them counted) are not in their queues yet and are not listed: moving them needs to write, and this user may not write the store"),
+        err.contains("this listing may lack URLs pushed: 2 pushes (repeats of known URLs among them) are not merged into the queues yet, which needs to write, and this user may not write the store"),
         "{err}"
     );
     let (code, out, err) = as_nobody("stats");

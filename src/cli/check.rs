@@ -78,7 +78,17 @@ pub fn run(args: CheckArgs) -> Result<()> {
     // Files this user may not read: nothing is known of their bytes, and the store is not
     // called damaged for it (exit 1, as `stats` and the writers answer).
     if !report.is_sound() && report.damage.iter().all(not_permitted) {
-        return Err(report.damage.into_iter().next().expect("not sound").into());
+        let mut all = report.damage.into_iter();
+        let first = all.next().expect("not sound");
+        let others: Vec<String> = all.map(|e| e.to_string()).collect();
+        return Err(match others.is_empty() {
+            true => first.into(),
+            false => anyhow::Error::new(first).context(format!(
+                "{} files this user may not read; the others: {}",
+                others.len() + 1,
+                others.join("; ")
+            )),
+        });
     }
     if !report.is_sound() {
         let all: Vec<String> = report.damage.iter().map(ToString::to_string).collect();

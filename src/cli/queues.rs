@@ -119,18 +119,20 @@ pub fn run(args: QueuesArgs) -> Result<()> {
 /// so.)
 fn read_only(args: &QueuesArgs, why: Option<&str>) -> Result<Frontier> {
     let frontier = open_frontier_read_only(&args.dir, args.common.memory)?;
-    if let Some(why) = why {
-        let left = frontier.unqueued()?;
-        if left > 0 && !args.common.quiet {
-            eprintln!(
-                "crivello: warning: {left} URL{} pushed (repeats among them counted) {} not in \
-                 {} queues yet and {} not listed: moving them needs to write, and {why}",
-                if left == 1 { "" } else { "s" },
-                if left == 1 { "is" } else { "are" },
-                if left == 1 { "its" } else { "their" },
-                if left == 1 { "is" } else { "are" },
-            );
+    match why {
+        Some(why) if !args.common.quiet => {
+            let left = frontier.unqueued()?;
+            if left > 0 {
+                eprintln!(
+                    "crivello: warning: this listing may lack URLs pushed: {left} push{} \
+                     (repeats of known URLs among them) {} not merged into the queues yet, \
+                     which needs to write, and {why}",
+                    if left == 1 { "" } else { "es" },
+                    if left == 1 { "is" } else { "are" },
+                );
+            }
         }
+        _ => {}
     }
     Ok(frontier)
 }

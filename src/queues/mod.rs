@@ -1361,10 +1361,11 @@ impl Frontier {
         self.with(core::Core::stats)
     }
 
-    /// URLs pushed that are not in their queues yet: pushed since the last flush (repeats
-    /// among them, which the flush drops, counted), or new and not yet moved into their
-    /// queues. [`Frontier::queues`], [`Frontier::counts`] and [`Frontier::stats`] count the
-    /// URLs in queues only: a flush ([`Frontier::flush_for_reading`]) moves these first.
+    /// Pushes that may not be in their queues yet: those pushed since the last merge
+    /// (repeats of URLs already known among them, which the merge drops), and new URLs
+    /// merged and not yet moved into their queues. [`Frontier::queues`],
+    /// [`Frontier::counts`] and [`Frontier::stats`] count the URLs in queues only: a flush
+    /// ([`Frontier::flush_for_reading`]) moves these first.
     pub fn unqueued(&self) -> Result<u64> {
         self.with(core::Core::unqueued)
     }

@@ -57,6 +57,20 @@ pub struct Stats {
 }
 
 impl Sieve {
+    /// Pushes not merged yet (repeats among them): [`Stats::buffered`] plus
+    /// [`Stats::unmerged`], without the sizes of the files.
+    pub(crate) fn unmerged_pushes(&mut self) -> Result<u64> {
+        let r = self.decide();
+        self.poison(r)?;
+        let _ = self.poll_inflight();
+        let inflight = self.inflight.as_ref().map_or(0, |f| f.pushes);
+        let spilled: u64 = (self.spilled_beside_merge.iter())
+            .map(|r| r.meta().records)
+            .sum();
+        let runs: u64 = self.manifest.runs.iter().map(|r| r.records).sum();
+        Ok(inflight + self.s.len() as u64 + self.absorbed + runs + spilled)
+    }
+
     /// Counts and sizes.
     pub fn stats(&mut self) -> Result<Stats> {
         let r = self.decide();

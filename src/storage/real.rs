@@ -594,6 +594,17 @@ impl Storage for DirStorage {
             "a storage within a store is not locked"
         );
         let path = self.dir.join(crate::names::LOCK);
+        // A directory (or another kind of file) in its place: no writer could open it, and a
+        // reader does not call the store sound for what every writer refuses. Looked at
+        // before it is opened: opening a FIFO to read would wait for a writer.
+        match fs::metadata(&path) {
+            Ok(m) if m.is_dir() => {
+                const EISDIR: i32 = 21;
+                return Err(io::Error::from_raw_os_error(EISDIR));
+            }
+            Ok(m) if !m.is_file() => return Err(io::Error::other("not a regular file")),
+            _ => {}
+        }
         let f = if self.read_only {
             // flock needs no write access. A store without its lock file has had no opener
             // (every opener creates it): there is no one to exclude.
@@ -610,16 +621,6 @@ impl Storage for DirStorage {
                 .truncate(false)
                 .open(path)?
         };
-        // A directory (or another kind of file) in its place: no writer could open it, and a
-        // reader does not call the store sound for what every writer refuses.
-        let kind = f.metadata()?.file_type();
-        if kind.is_dir() {
-            const EISDIR: i32 = 21;
-            return Err(io::Error::from_raw_os_error(EISDIR));
-        }
-        if !kind.is_file() {
-            return Err(io::Error::other("not a regular file"));
-        }
         match f.try_lock_exclusive() {
             Ok(()) => {
                 use std::os::unix::fs::MetadataExt;

@@ -580,10 +580,7 @@ impl Forwarder {
     async fn send(&self, items: Vec<pb::UrlItem>) -> Sent {
         let n = items.len();
         let now = now_s();
-        let batchable = |i: &pb::UrlItem| {
-            matches!(i.item, Some(pb::url_item::Item::Discovered(_)))
-                && i.creation_date.saturating_add(RECENT_S) >= now
-        };
+        let batchable = |i: &pb::UrlItem| batchable(i, now);
         let mut runs: Vec<(bool, Vec<pb::UrlItem>)> = Vec::new();
         for item in items {
             let b = batchable(&item);
@@ -882,6 +879,14 @@ impl Forwarder {
 }
 
 /// Seconds since the epoch.
+/// Whether `item` goes to its owner in a `PutDiscovered` batch at `now` (seconds): a
+/// discovered URL stored [`RECENT_S`] ago at most, the owner's clock giving its creation
+/// instant. Any creation date a client sends is taken (2^64 - 1 too).
+fn batchable(item: &pb::UrlItem, now: u64) -> bool {
+    matches!(item.item, Some(pb::url_item::Item::Discovered(_)))
+        && item.creation_date.saturating_add(RECENT_S) >= now
+}
+
 fn now_s() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -1014,6 +1019,27 @@ mod tests {
     use super::super::log::Level;
     use super::*;
     use crivello::assign::Method;
+
+    #[test]
+    fn any_creation_date_is_taken_when_items_are_grouped() {
+        let item = |created: u64| pb::UrlItem {
+            item: Some(pb::url_item::Item::Discovered(pb::DiscoveredUrlItem {
+                info: Some(pb::UrlInfo {
+                    url: "http://a.test/".into(),
+                    ..Default::default()
+                }),
+            })),
+            creation_date: created,
+            ..Default::default()
+        };
+        let now = 1_000_000;
+        assert!(batchable(&item(now), now));
+        assert!(batchable(&item(now - RECENT_S), now));
+        assert!(!batchable(&item(now - RECENT_S - 1), now));
+        // It overflowed (a panic where overflows are checked).
+        assert!(batchable(&item(u64::MAX), now));
+        assert!(batchable(&item(u64::MAX - 1), now));
+    }
 
     fn known(key: &str, from: &Arc<str>, seq: u64) -> Op {
         Op::Known {

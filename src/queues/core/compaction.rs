@@ -29,7 +29,7 @@
 use super::super::journal::Entry;
 use super::super::qrun::{check_record, Coverage, Run, RunCoding, RunWriter};
 use super::job::Job;
-use super::{Core, CounterHash, CounterSet};
+use super::{Core, CounterSet};
 use crate::error::{Error, Result};
 use crate::names;
 use crate::storage::{Storage, StorageExt};
@@ -46,7 +46,8 @@ struct Consumed {
     /// [`Consumed::by_id`] sorted them: its records below the seq were handed out.
     next: Vec<(u64, u64, u32)>,
     /// The skips of the queues that have some.
-    skips: HashMap<u64, Vec<u64>, CounterHash>,
+    /// (By queue id: SipHash, see [`super::QueueIdSet`].)
+    skips: HashMap<u64, Vec<u64>>,
     /// The crawls not deleted: the records they pass go to the archive.
     live: CounterSet<u32>,
 }

@@ -71,8 +71,15 @@ const CLOSE_CHECKPOINT_MIN: u64 = 256 << 10;
 /// a few bytes may bring 10^5 groups.
 const GROUP_BYTES: u64 = 32;
 
-/// A set of the store's own counters (seqs, queue ids), or of values no caller chooses.
+/// A set of the store's own counters (seqs, tokens, queue places, crawl ids): values no
+/// caller chooses.
 pub(crate) type CounterSet<K> = std::collections::HashSet<K, CounterHash>;
+
+/// A set of queue ids. An id hashes its crawl and key with a seed anyone can read, and the
+/// keys are hosts that crawled pages choose: ids sharing their low bits can be searched for,
+/// and one multiply keeps that sharing in its low bits, the table's buckets. So these take
+/// SipHash with the process's random keys.
+pub(crate) type QueueIdSet = std::collections::HashSet<u64>;
 
 /// The hash of [`CounterSet`]: one multiply per word (FxHash's). Callers choose none of the
 /// keys, so nothing needs SipHash's defence against chosen collisions, which costs several
@@ -471,7 +478,7 @@ impl Queue {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Parts {
     /// The ids of the queues served so far.
-    pub(crate) served: CounterSet<u64>,
+    pub(crate) served: QueueIdSet,
     /// Queues served by an earlier part that a later one took out of the heap: scheduled
     /// again when the hand-out ends. (A hand-out left unfinished leaves them out until one of
     /// their leases ends, which schedules its queue: each has one.)
@@ -576,13 +583,13 @@ pub(crate) struct Core {
     archives: Vec<u64>,
     /// The transfers imported, by the name their sender gave them, each with the ids of the
     /// queues received under it: a queue is received once per transfer.
-    transfers: HashMap<Vec<u8>, CounterSet<u64>>,
+    transfers: HashMap<Vec<u8>, QueueIdSet>,
     /// The deliveries received, by sender: the highest sequence number noted
     /// ([`Core::update`]'s receipts).
     receipts: BTreeMap<Vec<u8>, u64>,
     /// Queues moved to another frontier ([`Core::release`]): left out of exports until they
     /// take records again.
-    released: CounterSet<u64>,
+    released: QueueIdSet,
     leases: Leases,
     /// The token the next lease gets.
     next_token: u64,
@@ -754,7 +761,7 @@ impl Core {
             archives: Vec::new(),
             transfers: HashMap::new(),
             receipts: BTreeMap::new(),
-            released: CounterSet::default(),
+            released: QueueIdSet::default(),
             leases: Leases::default(),
             next_token: 1,
             expiries: BinaryHeap::new(),
@@ -2659,11 +2666,12 @@ impl Core {
         self.sieve.flush_thread_busy() || self.move_busy()
     }
 
-    /// Pushes not in their queues yet: see [`super::Frontier::unqueued`].
+    /// Pushes not in their queues yet: see [`super::Frontier::unqueued`]. (F's records past
+    /// the mover's position, not the durable cursor's, which may lag it after a crash: J
+    /// holds the move.)
     pub(super) fn unqueued(&mut self) -> Result<u64> {
         self.poll_move()?;
-        let s = self.sieve.stats()?;
-        Ok(s.buffered + s.unmerged + s.pending)
+        Ok(self.sieve.unmerged_pushes()? + self.sieve.unread_records())
     }
 
     /// The queues scheduled, of crawl `only` or of every crawl.
@@ -2784,7 +2792,7 @@ impl Core {
         // The queues to serve, with how many records of each, in the order chosen.
         // Sized for the queues a call commonly serves, so that a call of a thousand queues
         // does not grow them a dozen times.
-        let room = max_queues.min(4096);
+        let room = max_queues.min(req.max_urls).min(4096);
         let mut chosen: Vec<(u32, u32)> = Vec::with_capacity(room);
         let mut planned = 0;
         let mut served: Vec<u32> = Vec::with_capacity(room);
@@ -2951,8 +2959,11 @@ impl Core {
         // Written (durable before the caller answers, see `commit_deferred`): applied as a
         // replay would apply the entries, the records moved into the
         // leases, and the URLs copied into the batch on the way.
-        // Each URL, key and metadata comes from its record, which holds them and a few bytes.
-        let bytes = picked.iter().map(|p| p.record.len()).sum();
+        // Each URL, key and metadata comes from its record, which holds them and a few bytes
+        // (a URL's host, its default key, counted again: the batch holds it apart).
+        let bytes = (picked.iter())
+            .map(|p| p.record.len() + p.key.as_ref().map_or(0, |k| k.len()))
+            .sum();
         let mut out = LeasedBatch::new(first_token, deadline, picked.len(), bytes);
         for (k, pick) in picked.into_iter().enumerate() {
             if let Err(e) =
