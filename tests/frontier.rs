@@ -73,6 +73,61 @@ fn each_host_is_served_in_first_appearance_order_one_url_at_a_time() {
     f.close().unwrap();
 }
 
+/// Every hand-out names each URL's queue key, read from its record: its own key, its URL's
+/// host, or the fallback key of a URL without a host (a key that is not in the record, which
+/// the hand-out finds again), from a run and from the records returned after an expiry,
+/// through `lease` and `lease_batch` alike.
+#[test]
+fn a_hand_out_names_each_urls_key_whatever_it_is() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let f = open(&disk, &clock);
+    push(&f, &["urn:isbn:1", "http://h.test/1", "urn:isbn:2"]);
+    let own = [Discovered {
+        key: Some(b"mine"),
+        ..Discovered::url(b"http://o.test/1")
+    }];
+    f.push("", &own).unwrap();
+    let keys_of = |leased: &[crivello::Leased]| {
+        let mut k: Vec<(String, String)> = (leased.iter())
+            .map(|l| {
+                let s = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+                (s(&l.url), s(&l.key))
+            })
+            .collect();
+        k.sort();
+        k
+    };
+    let expected = |fallback: &str| {
+        vec![
+            ("http://h.test/1".to_owned(), "h.test".to_owned()),
+            ("http://o.test/1".to_owned(), "mine".to_owned()),
+            ("urn:isbn:1".to_owned(), fallback.to_owned()),
+        ]
+    };
+    let fallback = String::from_utf8(default_key(b"urn:isbn:1").to_vec()).unwrap();
+    // From the runs.
+    let first = f.lease(100, None, 1_000).unwrap();
+    assert_eq!(keys_of(&first), expected(&fallback));
+    // Expired: from the records returned, through a batch.
+    clock.advance(2_000);
+    let batch = f
+        .lease_batch(&crivello::LeaseRequest {
+            max_queues: 100,
+            ttl_ms: 1_000,
+            ..Default::default()
+        })
+        .unwrap();
+    let mut again: Vec<(String, String)> = (batch.iter())
+        .map(|it| {
+            let s = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+            (s(it.url), s(it.key))
+        })
+        .collect();
+    again.sort();
+    assert_eq!(again, expected(&fallback));
+}
+
 #[test]
 fn push_new_says_exactly_which_urls_are_new_across_flushes_runs_merges_and_reopens() {
     let dir = tempfile::tempdir().unwrap();

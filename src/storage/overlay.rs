@@ -238,40 +238,6 @@ mod tests {
         assert_eq!(disk.files(), ["a", "b"]);
     }
 
-    /// A disk whose file `tmp` this user may not open.
-    #[derive(Debug)]
-    struct Unreadable(SimDisk);
-
-    impl Storage for Unreadable {
-        fn create(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
-            self.0.create(name)
-        }
-        fn open(&self, name: &str) -> io::Result<Arc<dyn StorageFile>> {
-            match name {
-                "tmp" => Err(io::ErrorKind::PermissionDenied.into()),
-                _ => self.0.open(name),
-            }
-        }
-        fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-            self.0.rename(from, to)
-        }
-        fn remove(&self, name: &str) -> io::Result<()> {
-            self.0.remove(name)
-        }
-        fn sync_dir(&self) -> io::Result<()> {
-            self.0.sync_dir()
-        }
-        fn list(&self) -> io::Result<Vec<String>> {
-            self.0.list()
-        }
-        fn lock(&self) -> io::Result<Box<dyn Any + Send + Sync>> {
-            self.0.lock()
-        }
-        fn describe(&self) -> String {
-            self.0.describe()
-        }
-    }
-
     #[test]
     fn a_view_removes_a_file_it_may_not_read_and_only_a_file_that_is_there() {
         let disk = SimDisk::new();
@@ -279,7 +245,8 @@ mod tests {
             .unwrap()
             .write_all_at(b"left over", 0)
             .unwrap();
-        let view = Overlay::new(Arc::new(Unreadable(disk.clone())));
+        disk.set_unreadable("tmp", true);
+        let view = Overlay::new(Arc::new(disk.clone()));
         assert_eq!(
             view.open("tmp").err().map(|e| e.kind()),
             Some(io::ErrorKind::PermissionDenied)

@@ -130,6 +130,8 @@ struct State {
     short_reads: bool,
     /// Files opened with `open_immutable` do not serve their bytes in place.
     no_mapping: bool,
+    /// Files this user may not open (EACCES), by name.
+    unreadable: std::collections::BTreeSet<String>,
     /// Bytes served in place so far.
     mapped_bytes: u64,
     sync_fail_seed: u64,
@@ -365,6 +367,9 @@ impl SimDisk {
             .live
             .get(name)
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        if s.unreadable.contains(name) {
+            return Err(io::ErrorKind::PermissionDenied.into());
+        }
         let mapped =
             (immutable && !s.no_mapping).then(|| s.inodes[ino].live.clone().into_boxed_slice());
         drop(s);
@@ -374,6 +379,16 @@ impl SimDisk {
             name: name.to_owned(),
             mapped,
         }))
+    }
+
+    /// Makes file `name` one this user may not open (`on`), as a file of another owner
+    /// and mode 000 is: its opens fail with EACCES. It may still be renamed and removed.
+    pub fn set_unreadable(&self, name: &str, on: bool) {
+        let mut s = self.lock_state();
+        match on {
+            true => s.unreadable.insert(name.to_owned()),
+            false => s.unreadable.remove(name),
+        };
     }
 
     /// Crash before the `k`-th mutating operation from now on (1 = the next one).
