@@ -517,6 +517,52 @@ fn nonsense_values_are_refused_and_a_url_with_a_tab_can_be_ended() {
     assert!(err.contains("not a directory"), "{err}");
 }
 
+/// `lease`'s own lines end their leases in `done`, whatever their URLs hold: a tab followed
+/// by text that is not seconds, or by a number (the URL's own, not a fetch's time), or a
+/// trailing "\r". A line that is neither a URL leased nor `URL<TAB>SECONDS` still stops the
+/// command, the lines before it ended.
+#[test]
+fn the_lines_lease_prints_end_their_leases_whatever_the_urls_hold() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("f");
+    let d = d.to_str().unwrap();
+    let urls: [&[u8]; 5] = [
+        b"http://a.test/x\ty",
+        b"http://b.test/x\t1.5",
+        b"http://c.test/x\t-1",
+        b"http://d.test/x\r",
+        b"http://e.test/x\ty\r",
+    ];
+    // (`push` removes one "\r" at a line's end: a URL's own is the one before it.)
+    let input: Vec<u8> = urls.iter().flat_map(|u| [*u, b"\r\n"].concat()).collect();
+    expect(0, &["push", d], &input);
+    let (out, _) = expect(0, &["lease", d], b"");
+    let mut printed: Vec<&str> = out.split_terminator('\n').collect();
+    printed.sort_unstable();
+    let mut want: Vec<String> = urls
+        .iter()
+        .map(|u| String::from_utf8(u.to_vec()).unwrap())
+        .collect();
+    want.sort_unstable();
+    assert_eq!(printed, want);
+    let (_, err) = expect(0, &["done", d], out.as_bytes());
+    assert!(!err.contains("not leased"), "{err}");
+    let (out, _) = expect(0, &["stats", d, "--json"], b"");
+    let st: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(st["done"], 5, "{st}");
+    assert_eq!(st["leased"], 0, "{st}");
+    // A line that is no URL leased, whole or before its tab, is malformed still.
+    let (_, err) = expect(1, &["done", d], b"http://a.test/none\nhttp://f.test/\tz\n");
+    assert!(
+        err.contains(
+            "line 2: the time after the tab is not a number of seconds, and the whole line is \
+             no URL leased"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("1 URL was not leased"), "{err}");
+}
+
 /// A fetch said to take ages, or a block past the year 9999, would hold a queue back for
 /// ever: they are refused, naming the line or the option; what a queue holds back for years
 /// still waits, and `lease --wait` waits for it rather than ending as if nothing waited.

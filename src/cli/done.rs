@@ -3,8 +3,9 @@
 //! Each line is `URL` or `URL<TAB>SECONDS`, how long the fetch took (for the ratio rule). The
 //! URLs are done for good, served again after DURATION, or (`--retry`) back in their queue
 //! now, the delay applying; a URL that is not leased changes nothing and is counted on
-//! stderr. Lines are ended in batches, each durable before the next is read: exit 0 means
-//! every line is.
+//! stderr. `lease`'s own line of a URL ends its lease whatever the URL holds (a tab, a
+//! trailing "\r"). Lines are ended in batches, each durable before the next is read: exit 0
+//! means every line is.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -91,6 +92,14 @@ fn note_not_leased(args: &DoneArgs, not_leased: u64) {
     }
 }
 
+/// A line to end: the URL it reads as, the fetch's milliseconds, and the URLs looked for in
+/// turn when that one is not leased (see [`alternatives`]).
+struct Ending {
+    url: Vec<u8>,
+    took: u64,
+    alternatives: Vec<Vec<u8>>,
+}
+
 /// Reads the lines and ends their leases in batches; counts the URLs not leased.
 fn read_and_end(
     args: &DoneArgs,
@@ -99,40 +108,41 @@ fn read_and_end(
     how: Completion,
     not_leased: &mut u64,
 ) -> Result<()> {
-    // Each line's URL, the fetch's milliseconds, and whether a "\r" ended the line (taken
-    // as the "\r" of "\r\n").
-    let mut batch: Vec<(Vec<u8>, u64, bool)> = Vec::with_capacity(BATCH);
-    let mut end = |batch: &mut Vec<(Vec<u8>, u64, bool)>| -> Result<()> {
+    let mut batch: Vec<Ending> = Vec::with_capacity(BATCH);
+    // Ends the batch's lines (durable when it returns): how many were not leased.
+    let mut end = |batch: &mut Vec<Ending>| -> Result<u64> {
         if batch.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let f = match frontier {
             Some(f) => f,
             None => frontier.insert(open_frontier(&args.dir, args.common.memory)?),
         };
-        let items: Vec<(&[u8], u64)> = batch.iter().map(|(u, t, _)| (&u[..], *t)).collect();
+        let items: Vec<(&[u8], u64)> = batch.iter().map(|e| (&e.url[..], e.took)).collect();
         let ended = f.complete_urls(crawl, &items, how)?;
-        // A URL that ends in "\r" itself (`push` removes one "\r" only) is printed by
-        // `lease` as it is: its line read back lost that "\r". Not leased without it, it
-        // is looked for with it.
-        let again: Vec<(Vec<u8>, u64)> = batch
-            .iter()
-            .zip(&ended)
-            .filter(|((_, _, cr), e)| *cr && !**e)
-            .map(|((u, t, _), _)| ([&u[..], b"\r"].concat(), *t))
+        let mut missed: Vec<Vec<Vec<u8>>> = batch
+            .iter_mut()
+            .zip(ended)
+            .filter(|(_, ended)| !ended)
+            .map(|(e, _)| std::mem::take(&mut e.alternatives))
             .collect();
-        let mut missed = ended.iter().filter(|e| !**e).count() - again.len();
-        if !again.is_empty() {
-            let items: Vec<(&[u8], u64)> = again.iter().map(|(u, t)| (&u[..], *t)).collect();
-            missed += f
-                .complete_urls(crawl, &items, how)?
+        // A URL not leased as the line reads is looked for as `lease` may have printed it,
+        // each alternative in turn (a fetch of 0 s: the line's tab is the URL's own).
+        for round in 0.. {
+            let items: Vec<(&[u8], u64)> = missed
                 .iter()
-                .filter(|e| !**e)
-                .count();
+                .filter_map(|alts| alts.get(round).map(|u| (&u[..], 0)))
+                .collect();
+            if items.is_empty() {
+                break;
+            }
+            let mut found = f.complete_urls(crawl, &items, how)?.into_iter();
+            missed.retain(|alts| {
+                alts.get(round).is_none() || !found.next().expect("an answer for each URL")
+            });
         }
-        *not_leased += missed as u64;
         batch.clear();
-        Ok(())
+        Ok(missed.len() as u64)
     };
     let mut buf = Vec::new();
     let limit = args.max_url_len + LINE_EXTRA;
@@ -144,7 +154,7 @@ fn read_and_end(
                 break;
             };
             if let Line::TooLong = line {
-                end(&mut batch)?;
+                *not_leased += end(&mut batch)?;
                 return Err(bad_line(
                     &input,
                     &format!(
@@ -157,9 +167,11 @@ fn read_and_end(
             if cr {
                 buf.pop();
             }
+            let mut alternatives = alternatives(&buf, cr);
+            alternatives.retain(|u| u.len() <= args.max_url_len);
             match parse_line(&buf) {
                 Ok((url, _)) if url.len() > args.max_url_len => {
-                    end(&mut batch)?;
+                    *not_leased += end(&mut batch)?;
                     return Err(bad_line(
                         &input,
                         &format!(
@@ -168,19 +180,56 @@ fn read_and_end(
                         ),
                     ));
                 }
-                // (With seconds after a tab, the URL's own "\r" is before the tab.)
-                Ok((url, took)) => batch.push((url, took, cr && !buf.contains(&b'\t'))),
+                Ok((url, took)) => batch.push(Ending {
+                    url,
+                    took,
+                    alternatives,
+                }),
+                // Not `URL<TAB>SECONDS`: the line may be a URL that holds a tab, as `lease`
+                // prints it. Once the lines before it are ended, it is ended whole if it is
+                // leased; else it is the malformed line it reads as.
+                Err(why) if !alternatives.is_empty() => {
+                    *not_leased += end(&mut batch)?;
+                    let url = alternatives.remove(0);
+                    let mut alone = vec![Ending {
+                        url,
+                        took: 0,
+                        alternatives,
+                    }];
+                    if end(&mut alone)? > 0 {
+                        return Err(bad_line(
+                            &input,
+                            &format!("{why}, and the whole line is no URL leased"),
+                        ));
+                    }
+                }
                 Err(why) => {
-                    end(&mut batch)?;
+                    *not_leased += end(&mut batch)?;
                     return Err(bad_line(&input, why));
                 }
             }
             if batch.len() >= BATCH {
-                end(&mut batch)?;
+                *not_leased += end(&mut batch)?;
             }
         }
     }
-    end(&mut batch)
+    *not_leased += end(&mut batch)?;
+    Ok(())
+}
+
+/// The URLs a line may stand for besides the one [`parse_line`] reads in it, to look for in
+/// turn when that one is not leased: `lease` prints a URL as it is, and `push` keeps a URL's
+/// tabs and all but one trailing "\r". A line that holds a tab: the line whole (its text
+/// after the tab the URL's, not seconds); a line that ended in "\r": the line with it.
+fn alternatives(line: &[u8], cr: bool) -> Vec<Vec<u8>> {
+    let mut alternatives = Vec::new();
+    if line.contains(&b'\t') {
+        alternatives.push(line.to_vec());
+    }
+    if cr {
+        alternatives.push([line, b"\r"].concat());
+    }
+    alternatives
 }
 
 /// The longest fetch a line may give, in seconds: a year.
@@ -188,7 +237,7 @@ const MAX_FETCH_S: f64 = 365.0 * 86_400.0;
 
 /// A line `URL` or `URL<TAB>SECONDS`: the URL and the fetch's milliseconds. The seconds are
 /// after the line's last tab, so that a URL holding a tab (`push` keeps URLs as they are) is
-/// ended by `URL<TAB>SECONDS`.
+/// ended by `URL<TAB>SECONDS`, as by the line alone (see [`alternatives`]).
 fn parse_line(line: &[u8]) -> std::result::Result<(Vec<u8>, u64), &'static str> {
     let (url, took) = match memchr::memrchr(b'\t', line) {
         None => (line, 0),
