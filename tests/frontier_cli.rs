@@ -519,19 +519,25 @@ fn nonsense_values_are_refused_and_a_url_with_a_tab_can_be_ended() {
 
 /// `lease`'s own lines end their leases in `done`, whatever their URLs hold: a tab followed
 /// by text that is not seconds, or by a number (the URL's own, not a fetch's time), or a
-/// trailing "\r". A line that is neither a URL leased nor `URL<TAB>SECONDS` still stops the
-/// command, the lines before it ended.
+/// trailing "\r", in one batch with a line looked for in vain under its one alternative;
+/// a line that reads as another URL leased with its seconds ends that one. A line that is
+/// neither a URL leased nor `URL<TAB>SECONDS` still stops the command, the lines before it
+/// ended.
 #[test]
 fn the_lines_lease_prints_end_their_leases_whatever_the_urls_hold() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("f");
     let d = d.to_str().unwrap();
-    let urls: [&[u8]; 5] = [
+    let urls: [&[u8]; 8] = [
         b"http://a.test/x\ty",
         b"http://b.test/x\t1.5",
         b"http://c.test/x\t-1",
         b"http://d.test/x\r",
         b"http://e.test/x\ty\r",
+        // Found at the second alternative only: the whole line with its "\r".
+        b"http://g.test/x\t5\r",
+        b"http://h.test/x",
+        b"http://i.test/x",
     ];
     // (`push` removes one "\r" at a line's end: a URL's own is the one before it.)
     let input: Vec<u8> = urls.iter().flat_map(|u| [*u, b"\r\n"].concat()).collect();
@@ -545,14 +551,22 @@ fn the_lines_lease_prints_end_their_leases_whatever_the_urls_hold() {
         .collect();
     want.sort_unstable();
     assert_eq!(printed, want);
-    let (_, err) = expect(0, &["done", d], out.as_bytes());
-    assert!(!err.contains("not leased"), "{err}");
+    // `lease`'s lines but h's and i's, and a line of no lease whose one alternative (the
+    // line whole) is no lease either, in one batch.
+    let mut lines: String = out
+        .split_inclusive('\n')
+        .filter(|l| !l.starts_with("http://h.test/") && !l.starts_with("http://i.test/"))
+        .collect();
+    lines.push_str("http://j.test/none\t1\n");
+    let (_, err) = expect(0, &["done", d], lines.as_bytes());
+    assert!(err.contains("1 URL was not leased"), "{err}");
     let (out, _) = expect(0, &["stats", d, "--json"], b"");
     let st: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(st["done"], 5, "{st}");
-    assert_eq!(st["leased"], 0, "{st}");
-    // A line that is no URL leased, whole or before its tab, is malformed still.
-    let (_, err) = expect(1, &["done", d], b"http://a.test/none\nhttp://f.test/\tz\n");
+    assert_eq!(st["done"], 6, "{st}");
+    assert_eq!(st["leased"], 2, "{st}");
+    // A line that is no URL leased, whole or before its tab, is malformed still; the line
+    // before it is ended.
+    let (_, err) = expect(1, &["done", d], b"http://h.test/x\nhttp://f.test/\tz\n");
     assert!(
         err.contains(
             "line 2: the time after the tab is not a number of seconds, and the whole line is \
@@ -560,7 +574,36 @@ fn the_lines_lease_prints_end_their_leases_whatever_the_urls_hold() {
         ),
         "{err}"
     );
-    assert!(err.contains("1 URL was not leased"), "{err}");
+    assert!(!err.contains("not leased:"), "{err}");
+    let (out, _) = expect(0, &["stats", d, "--json"], b"");
+    let st: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(st["done"], 7, "{st}");
+    // Both `U` and `U<TAB>5` leased: the line `U<TAB>5` ends `U`'s lease, a fetch of 5 s.
+    expect(0, &["push", d], b"http://k.test/x\nhttp://k.test/x\t5\n");
+    expect(
+        0,
+        &["policy", d, "--key", "k.test", "--per-queue", "2"],
+        b"",
+    );
+    let (out, _) = expect(0, &["lease", d, "--per-queue", "2"], b"");
+    assert!(
+        out.contains("http://k.test/x\n") && out.contains("http://k.test/x\t5\n"),
+        "{out}"
+    );
+    expect(0, &["done", d], b"http://k.test/x\t5\n");
+    let (out, _) = expect(0, &["queues", d, "--json"], b"");
+    let k = out
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|q| q["key"] == "k.test")
+        .unwrap();
+    assert_eq!(
+        (k["leased"].as_u64(), k["done"].as_u64()),
+        (Some(1), Some(1)),
+        "{k}"
+    );
+    let (_, err) = expect(0, &["done", d], b"http://k.test/x\t5\n");
+    assert!(!err.contains("not leased"), "{err}");
 }
 
 /// A fetch said to take ages, or a block past the year 9999, would hold a queue back for

@@ -26,9 +26,13 @@ pub struct DirStorage {
     /// written to its open files is not acknowledged; after a sync, checked again once
     /// [`PATH_RECHECK_US`] have passed since the last check).
     locked: Arc<Mutex<Option<(u64, u64)>>>,
-    /// When the lock file at the path was last found to be the one locked, in microseconds
-    /// of [`micros`] (0: not since the lock was taken).
+    /// When the last lookup of the lock file at the path that found it to be the one locked
+    /// began, in microseconds of [`micros`] (0: none since the lock was taken).
     path_checked: Arc<AtomicU64>,
+    /// How long after such a lookup a sync skips its own, in microseconds:
+    /// [`PATH_RECHECK_US`] for a store's files, 0 (every sync looks the path up) for the
+    /// files a [`DirStorage::open_within`] keeps beside them.
+    recheck_us: u64,
     /// The directory whose lock file `locked` names: this one, or (a storage made by
     /// [`DirStorage::open_within`]) the store that holds it.
     lock_dir: Option<PathBuf>,
@@ -66,6 +70,7 @@ impl DirStorage {
             read_only: false,
             locked: Arc::default(),
             path_checked: Arc::default(),
+            recheck_us: PATH_RECHECK_US,
             lock_dir: None,
         })
     }
@@ -75,7 +80,8 @@ impl DirStorage {
     /// kept beside a store's own under its lock. As for the store's files, before a file is
     /// created or renamed and after a file is synced, the lock file at `store` must still be
     /// the one found now, so that nothing is acknowledged as written into a store moved
-    /// away, removed or replaced meanwhile. Not to be locked itself.
+    /// away, removed or replaced meanwhile; unlike the store's files, at every sync (these
+    /// are synced seldom). Not to be locked itself.
     pub fn open_within(dir: impl AsRef<Path>, store: impl AsRef<Path>) -> io::Result<DirStorage> {
         let store = store.as_ref();
         let lock = lock_file_id(store)?;
@@ -96,6 +102,7 @@ impl DirStorage {
             read_only: false,
             locked: Arc::new(Mutex::new(Some(lock))),
             path_checked: Arc::default(),
+            recheck_us: 0,
             lock_dir: Some(store),
         };
         storage.still_here()?;
@@ -129,6 +136,7 @@ impl DirStorage {
             read_only: true,
             locked: Arc::default(),
             path_checked: Arc::default(),
+            recheck_us: PATH_RECHECK_US,
             lock_dir: None,
         })
     }
@@ -154,6 +162,7 @@ impl DirStorage {
         let Some(held) = held else {
             return Ok(());
         };
+        let began = micros();
         let now = match fs::metadata(self.lock_dir().join(crate::names::LOCK)) {
             Ok(m) => Some((m.dev(), m.ino())),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -161,7 +170,9 @@ impl DirStorage {
             Err(e) => return Err(e),
         };
         if now == Some(held) {
-            self.path_checked.store(micros(), Ordering::Relaxed);
+            // The path held the lock at an instant after `began`: a lookup that began later
+            // and ended sooner is not undone by this one.
+            self.path_checked.fetch_max(began, Ordering::Relaxed);
             return Ok(());
         }
         Err(io::Error::other(format!(
@@ -172,12 +183,13 @@ impl DirStorage {
         )))
     }
 
-    /// After a sync: [`DirStorage::still_here`], unless the path was found to hold the lock
-    /// less than [`PATH_RECHECK_US`] ago. A path looked up at every sync took an eighth of
-    /// the time of a frontier's hand-outs and completions, each of which syncs its journal.
+    /// After a sync: [`DirStorage::still_here`], unless a lookup that found the lock at the
+    /// path began less than `recheck_us` ago. A path looked up at every sync of a store's
+    /// files took an eighth of the time of a frontier's hand-outs and completions, each of
+    /// which syncs its journal.
     fn still_here_after_sync(&self) -> io::Result<()> {
         let last = self.path_checked.load(Ordering::Relaxed);
-        if last != 0 && micros().saturating_sub(last) < PATH_RECHECK_US {
+        if last != 0 && micros().saturating_sub(last) < self.recheck_us {
             return Ok(());
         }
         self.still_here()
@@ -210,6 +222,7 @@ impl DirStorage {
             read_only: false,
             locked: Arc::default(),
             path_checked: Arc::default(),
+            recheck_us: PATH_RECHECK_US,
             lock_dir: None,
         })
     }
@@ -875,7 +888,7 @@ mod tests {
     }
 
     /// A directory moved away while a file of it is open: a sync within a millisecond of the
-    /// last check of the path is acknowledged (the write is durable where the directory
+    /// last lookup of the path may be acknowledged (the write is durable where the directory
     /// went); a sync after that fails, naming what happened, as does a create, at once.
     #[test]
     fn a_sync_into_a_moved_directory_fails_once_the_path_is_checked_again() {
