@@ -24,7 +24,11 @@ It measures what the benchmark of the issue asks for:
   the default reactor) whose spider follows every link from page 0 (with ``--wait S``,
   each callback first awaits S seconds without blocking, as one that calls another
   service does). ``--sites`` and
-  ``--locality`` shape the site as sites of their own (``SiteGraph``); the server records
+  ``--locality`` shape the site as sites of their own (``SiteGraph``), ``--zipf S`` gives
+  those sites sizes spread as real sites' are (in proportion to ``1 / (h + 1) ** S``), and
+  ``--latency`` makes the server answer each page that long after its request, as a remote
+  server does (without it, every answer is immediate and the crawl is bound by the
+  crawler's processor, whatever the scheduler does with hosts); the server records
   the gaps between two fetches of a host, and a crivello crawl with a gap below the delay
   fails. The rate is pages / seconds from the first response to the spider's close
   (the scheduler's close included); engine start to close is shown too. Repetitions are
@@ -234,6 +238,22 @@ def log_tail(log: Path, lines: int = 30) -> str:
 # The site.
 
 
+def site_starts(pages: int, hosts: int, zipf: float) -> List[int]:
+    """The first page of each site and the end: sites of one size, or (``zipf`` > 0) of sizes
+    in proportion to ``1 / (h + 1) ** zipf``, each at least one page."""
+    if zipf <= 0:
+        return [h * pages // hosts for h in range(hosts + 1)]
+    weights = [1.0 / (h + 1) ** zipf for h in range(hosts)]
+    spare = pages - hosts
+    total = sum(weights)
+    sizes = [1 + int(spare * w / total) for w in weights]
+    sizes[0] += pages - sum(sizes)  # what rounding left over, to the largest
+    starts = [0]
+    for size in sizes:
+        starts.append(starts[-1] + size)
+    return starts
+
+
 class SiteGraph:
     """The synthetic site: page ``i`` on host ``host_of[i]``, linking to 8 pages.
 
@@ -243,13 +263,22 @@ class SiteGraph:
     site's home page, the block a tree of its own (the page at place ``j`` of the block links
     to places ``4j+1 .. 4j+4``), and each home page also links to the home pages of hosts
     ``4h+1 .. 4h+4``, so that a crawl finds new pages of a site many at a time, as a crawl of
-    real sites does. Either way the remaining links of a page (up to 8) are drawn at random,
-    a share ``locality`` of them on the page's own host."""
+    real sites does. The sites are of one size, or with ``zipf`` s > 0 of sizes in
+    proportion to ``1 / (h + 1) ** s`` (host 0, where the crawl starts, the largest; at least
+    one page each), as the sizes of real sites are spread. Either way the remaining links of
+    a page (up to 8) are drawn at random, a share ``locality`` of them on the page's own
+    host."""
 
     LINKS = 8
 
     def __init__(
-        self, pages: int, hosts: int, seed: int, locality: float = 0.0, sites: bool = False
+        self,
+        pages: int,
+        hosts: int,
+        seed: int,
+        locality: float = 0.0,
+        sites: bool = False,
+        zipf: float = 0.0,
     ) -> None:
         if pages < 1:
             raise ValueError("at least one page")
@@ -257,12 +286,14 @@ class SiteGraph:
             raise ValueError("1 to 250 hosts (127.0.0.2 to 127.0.0.251)")
         if sites and pages < hosts:
             raise ValueError("--sites needs at least one page a host")
+        if zipf and not sites:
+            raise ValueError("--zipf shapes the sites of --sites")
         self.pages = pages
         self.hosts = hosts
         self.sites = sites
         rng = random.Random(seed)
         if sites:
-            self.first = [h * pages // hosts for h in range(hosts + 1)]
+            self.first = site_starts(pages, hosts, zipf)
             self.host_of = array("H", bytes(2 * pages))
             for h in range(hosts):
                 for page in range(self.first[h], self.first[h + 1]):
@@ -324,15 +355,21 @@ FILLER = (
 class Site:
     """The site's pages as HTTP responses, and the count of each page's fetches."""
 
-    def __init__(self, graph: SiteGraph, port: int) -> None:
+    def __init__(self, graph: SiteGraph, port: int, latency: float = 0.0) -> None:
         self.graph = graph
         self.port = port
+        # Seconds each answer waits before it is sent, as a remote server's would.
+        self.latency = latency
         self.fetches = array("I", bytes(4 * graph.pages))
         self.bad = 0
         # Each host's last fetch (monotonic seconds), and the gaps between two fetches of a host.
         self.last = [float("-inf")] * graph.hosts
         self.gaps = array("d")
         self.addresses = {graph.address(h): h for h in range(graph.hosts)}
+        # Each host's pages asked for and not answered yet, and the most there were at once
+        # (with --latency; else every answer is sent as its request is read).
+        self.in_flight = [0] * graph.hosts
+        self.most_in_flight = 0
 
     def page(self, host: int, path: bytes) -> Tuple[int, bytes, str]:
         """Status, body and content type of a GET of ``path`` on ``host``."""
@@ -343,6 +380,8 @@ class Site:
                 page = -1
             if 0 <= page < self.graph.pages and self.graph.host_of[page] == host:
                 self.fetches[page] += 1
+                self.in_flight[host] += 1
+                self.most_in_flight = max(self.most_in_flight, self.in_flight[host])
                 now = time.monotonic()
                 if self.last[host] != float("-inf"):
                     self.gaps.append(now - self.last[host])
@@ -355,6 +394,8 @@ class Site:
             self.bad = 0
             self.last = [float("-inf")] * self.graph.hosts
             self.gaps = array("d")
+            self.in_flight = [0] * self.graph.hosts
+            self.most_in_flight = 0
             return 200, b"{}", "application/json"
         self.bad += 1
         return 404, b"not found\n", "text/plain"
@@ -379,6 +420,7 @@ class Site:
             return gaps[min(len(gaps) - 1, int(q * len(gaps)))] if gaps else float("nan")
 
         return {
+            "most_in_flight": self.most_in_flight,
             "gap_min": gap(0.0),
             "gap_median": gap(0.5),
             "gap_p90": gap(0.9),
@@ -437,23 +479,40 @@ class HttpProtocol(asyncio.Protocol):
             status, body, ctype = 405, b"", "text/plain"
         else:
             status, body, ctype = self.site.page(self.host, target)
+        # A page's answer ends its fetch as the server counts them: now, or once sent.
+        page = status == 200 and target.startswith(b"/p/")
         reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed"}[status]
-        self.transport.write(
-            (
-                f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\n"
-                f"Content-Length: {len(body)}\r\n"
-                f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
-            ).encode()
-            + body
-        )
+        answer = (
+            f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\n"
+            f"Content-Length: {len(body)}\r\n"
+            f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
+        ).encode() + body
+        if self.site.latency > 0 and target.startswith(b"/p/"):
+            # Sent later, in the order the requests came (each waits as long), and the
+            # connection closed after it if it is not kept.
+            loop = asyncio.get_running_loop()
+            loop.call_later(self.site.latency, self.send, answer, keep_alive, page)
+            return True
+        if page:
+            self.site.in_flight[self.host] -= 1
+        self.transport.write(answer)
         return keep_alive
+
+    def send(self, answer: bytes, keep_alive: bool, page: bool) -> None:
+        if page:
+            self.site.in_flight[self.host] -= 1
+        if self.transport is None or self.transport.is_closing():
+            return
+        self.transport.write(answer)
+        if not keep_alive:
+            self.close()
 
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
 
 
-async def serve(graph: SiteGraph) -> None:
+async def serve(graph: SiteGraph, latency: float = 0.0) -> None:
     """Listens on every host's address on one port, prints ``PORT <n>``, serves forever."""
     loop = asyncio.get_running_loop()
     addresses = [graph.address(h) for h in range(graph.hosts)]
@@ -461,7 +520,7 @@ async def serve(graph: SiteGraph) -> None:
         with socket.socket() as probe:
             probe.bind((addresses[0], 0))
             port = int(probe.getsockname()[1])
-        site = Site(graph, port)
+        site = Site(graph, port, latency)
         try:
             server = await loop.create_server(
                 lambda: HttpProtocol(site), host=addresses, port=port, backlog=1024
@@ -479,7 +538,14 @@ class Server:
     """The site's server, in its own process."""
 
     def __init__(
-        self, pages: int, hosts: int, seed: int, locality: float, sites: bool
+        self,
+        pages: int,
+        hosts: int,
+        seed: int,
+        locality: float,
+        sites: bool,
+        zipf: float = 0.0,
+        latency: float = 0.0,
     ) -> None:
         cmd = [
             sys.executable,
@@ -489,6 +555,8 @@ class Server:
             f"--hosts={hosts}",
             f"--seed={seed}",
             f"--locality={locality}",
+            f"--zipf={zipf}",
+            f"--latency={latency}",
             *(["--sites"] if sites else []),
         ]
         self.process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
@@ -659,10 +727,13 @@ class CrawlRun:
 
 
 def check_fetches(
-    stats: Dict[str, Any], pages: int, fetched_by_spider: int, delay: float
+    stats: Dict[str, Any], pages: int, fetched_by_spider: int, delay: float, polite: bool
 ) -> str:
-    """What is wrong with a crawl's fetches, or ``""``."""
+    """What is wrong with a crawl's fetches, or ``""``; ``polite``: one fetch of a host at a
+    time is checked (seen at the server with ``--latency`` only)."""
     problems = []
+    if polite and stats["most_in_flight"] > 1:
+        problems.append(f"{stats['most_in_flight']} fetches of one host at once")
     # Two fetches of a host closer than the delay (a millisecond of slack: the server sees
     # the request a little after the crawler sent it, and not always as late).
     if delay > 0 and stats["gap_min"] < delay - 0.001:
@@ -683,8 +754,14 @@ def check_fetches(
 def bench_crawl(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="crivello-bench-", dir=args.workdir))
     mount, fstype, device = filesystem_of(str(work))
+    shape = ", each host a site" if args.sites else ""
+    if args.zipf:
+        sizes = site_starts(args.pages, args.hosts, args.zipf)
+        shape += f" of Zipf sizes (s {args.zipf}: the largest {sizes[1] - sizes[0]} pages)"
+    if args.latency:
+        shape += f", answers after {args.latency} s"
     print(f"crawl: {args.pages} pages on {args.hosts} hosts (seed {args.seed}, locality "
-          f"{args.locality}{', each host a site' if args.sites else ''}), CONCURRENT_REQUESTS {args.concurrency}, 1 per host, "
+          f"{args.locality}{shape}), CONCURRENT_REQUESTS {args.concurrency}, 1 per host, "
           f"DOWNLOAD_DELAY {args.delay} s, callbacks await {args.wait} s, repeat {args.repeat}")
     print(versions())
     print(machine())
@@ -692,7 +769,9 @@ def bench_crawl(args: argparse.Namespace) -> int:
     if fstype in ("tmpfs", "ramfs"):
         print("  warning: a RAM file system; give --workdir on a disk for a fair JOBDIR/crivello")
     started = time.monotonic()
-    server = Server(args.pages, args.hosts, args.seed, args.locality, args.sites)
+    server = Server(
+        args.pages, args.hosts, args.seed, args.locality, args.sites, args.zipf, args.latency
+    )
     start_url = f"http://{SiteGraph.address(0)}:{server.port}/p/0"
     runs: List[CrawlRun] = []
     try:
@@ -754,9 +833,12 @@ def crawl_run(
     engine_seconds = clock["spider_closed"] - clock["engine_started"]
     # crivello's delay is counted from the response, and held at the server (checked);
     # Scrapy's own from the start of the previous download in the crawler, which the server
-    # may see closer (the gaps are shown, not checked).
+    # may see closer (the gaps are shown, not checked). Likewise one fetch of a host at a
+    # time: checked of crivello, shown of the others (Scrapy 2.19's downloader sends every
+    # request queued for a host at once when its delay is 0, CONCURRENT_REQUESTS_PER_DOMAIN
+    # notwithstanding).
     delay = args.delay if kind == "crivello" else 0.0
-    problem = check_fetches(site, args.pages, data["pages"], delay)
+    problem = check_fetches(site, args.pages, data["pages"], delay, kind == "crivello")
     shutil.rmtree(state, ignore_errors=True)
     return CrawlRun(
         rep,
@@ -787,7 +869,7 @@ def print_crawl_table(runs: List[CrawlRun], kinds: Sequence[str]) -> None:
     header = (
         f"{'rep':>3}  {'scheduler':<24} {'pages':>7} {'seconds':>8} {'pages/s':>8} "
         f"{'x default':>9} {'start->close':>12} {'peak RSS':>9} {'CPU s':>7} "
-        f"{'state':>8} {'filtered':>8} {'host gap min/median/p90':>23}  check"
+        f"{'state':>8} {'filtered':>8} {'host gap min/median/p90':>23} {'at once':>7}  check"
     )
     print(header)
     print("-" * len(header))
@@ -799,7 +881,7 @@ def print_crawl_table(runs: List[CrawlRun], kinds: Sequence[str]) -> None:
             f"{ratio} {r.engine_seconds:12.2f} {r.child.max_rss_kib / 1024:6.0f} MiB "
             f"{r.child.cpu_seconds:7.1f} {r.state_bytes / MIB:4.1f} MiB "
             f"{r.stats.get('dupefilter/filtered', 0):>8} "
-            f"{gaps(r.site):>23}  "
+            f"{gaps(r.site):>23} {r.site.get('most_in_flight', '-'):>7}  "
             f"{'ok' if r.checked else 'FAILED: ' + r.problem}"
         )
     print()
@@ -1049,6 +1131,12 @@ def parser() -> argparse.ArgumentParser:
                    help="share of a page's pseudo-random links to its own host (default: 0)")
     c.add_argument("--sites", action="store_true",
                    help="each host a site of its own: a tree of its pages, home pages linked")
+    c.add_argument("--zipf", type=float, default=0.0, metavar="S",
+                   help="with --sites: site sizes in proportion to 1/(h+1)^S, the crawl's "
+                   "first host the largest (default: 0, sites of one size)")
+    c.add_argument("--latency", type=float, default=0.0, metavar="SECONDS",
+                   help="each page answered this long after its request, as by a remote "
+                   "server (default: 0)")
     c.add_argument("--concurrency", type=int, default=32, help="CONCURRENT_REQUESTS")
     c.add_argument("--repeat", type=int, default=1)
     c.add_argument("--log-level", default="WARNING")
@@ -1069,6 +1157,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, required=True)
     s.add_argument("--locality", type=float, required=True)
     s.add_argument("--sites", action="store_true")
+    s.add_argument("--zipf", type=float, default=0.0)
+    s.add_argument("--latency", type=float, default=0.0)
 
     def one(name: str) -> argparse.ArgumentParser:
         o = sub.add_parser(name)
@@ -1094,6 +1184,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "crawl":
+        if args.zipf and not args.sites:
+            parser().error("--zipf shapes the sites of --sites: give both")
+        if args.zipf < 0 or args.latency < 0:
+            parser().error("--zipf and --latency take a number of at least 0")
         if args.profile:
             Path(args.profile).mkdir(parents=True, exist_ok=True)
             args.profile = os.path.abspath(args.profile)
@@ -1101,7 +1195,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command == "memory":
         return bench_memory(args)
     if args.command == "_serve":
-        asyncio.run(serve(SiteGraph(args.pages, args.hosts, args.seed, args.locality, args.sites)))
+        graph = SiteGraph(args.pages, args.hosts, args.seed, args.locality, args.sites, args.zipf)
+        asyncio.run(serve(graph, args.latency))
         return 0
     if args.command == "_crawl-one":
         crawl_one(args)
