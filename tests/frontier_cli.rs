@@ -478,6 +478,19 @@ fn nonsense_values_are_refused_and_a_url_with_a_tab_can_be_ended() {
     ] {
         expect(2, args, b"");
     }
+    // A crawl's name over 1,024 bytes, which no store holds: refused by every subcommand
+    // alike (before, `lease`, `done`, `queues` and `policy` printing took it, exit 0).
+    let long = "c".repeat(1025);
+    for command in [
+        "push", "lease", "done", "queues", "policy", "pause", "resume",
+    ] {
+        let (_, err) = expect(2, &[command, d, "--crawl", &long], b"");
+        assert!(
+            err.contains("a crawl's name is at most 1024 bytes"),
+            "{command}: {err}"
+        );
+    }
+    expect(0, &["queues", d, "--crawl", &"c".repeat(1024)], b"");
     // A done line longer than --max-url-len allows is named, whatever it holds; a negative
     // time says so.
     let mut long = vec![b'x'; (64 << 10) + 100];

@@ -87,7 +87,11 @@ fn note_not_leased(args: &DoneArgs, not_leased: u64) {
         } else {
             "URLs were"
         };
-        let note = format!("crivello: {not_leased} {urls} not leased: nothing changed for them\n");
+        let note = format!(
+            "crivello: {not_leased} {urls} not leased: nothing changed for them (a lease that \
+             expired before its done is one: its URL is handed out again; give `lease` a --ttl \
+             longer than the fetches take)\n"
+        );
         let _ = std::io::stderr().write_all(note.as_bytes());
     }
 }
@@ -158,7 +162,8 @@ fn read_and_end(
                 return Err(bad_line(
                     &input,
                     &format!(
-                        "longer than --max-url-len ({} bytes) allows",
+                        "longer than --max-url-len ({} bytes) allows, with {LINE_EXTRA} bytes \
+                         for a tab and the seconds",
                         args.max_url_len
                     ),
                 ));

@@ -197,9 +197,22 @@ impl QueueCodingArg {
 /// The crawl a frontier's subcommand acts on.
 #[derive(Debug, Clone, Args)]
 pub struct CrawlArg {
-    /// The crawl (a namespace of the frontier: its own URLs and queues).
-    #[arg(long = "crawl", value_name = "ID", default_value = "DEFAULT")]
+    /// The crawl (a namespace of the frontier: its own URLs and queues; at most 1,024 bytes).
+    #[arg(long = "crawl", value_name = "ID", default_value = "DEFAULT", value_parser = parse_crawl)]
     pub crawl: String,
+}
+
+/// A crawl's name: at most [`crivello::queues::MAX_CRAWL_LEN`] bytes, as a frontier takes
+/// them (no store holds a longer one, so every subcommand refuses it alike).
+fn parse_crawl(name: &str) -> std::result::Result<String, String> {
+    if name.len() > crivello::queues::MAX_CRAWL_LEN {
+        return Err(format!(
+            "a crawl's name is at most {} bytes, not {}",
+            crivello::queues::MAX_CRAWL_LEN,
+            name.len()
+        ));
+    }
+    Ok(name.to_owned())
 }
 
 impl CrawlArg {
