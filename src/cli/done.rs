@@ -96,12 +96,35 @@ fn note_not_leased(args: &DoneArgs, not_leased: u64) {
     }
 }
 
-/// A line to end: the URL it reads as, the fetch's milliseconds, and the URLs looked for in
-/// turn when that one is not leased (see [`alternatives`]).
+/// A line to end: the URL it reads as, the fetch's milliseconds, and what the URLs looked for
+/// in turn when that one is not leased are made of (see [`Ending::alternatives`]).
 struct Ending {
     url: Vec<u8>,
     took: u64,
-    alternatives: Vec<Vec<u8>>,
+    /// The line whole, when it holds a tab (else it is `url`).
+    whole: Option<Vec<u8>>,
+    /// Whether a "\r" ended the line (removed, as `push` removes one).
+    cr: bool,
+}
+
+impl Ending {
+    /// The URLs the line may stand for besides `url`, to look for in turn when that one is
+    /// not leased: `lease` prints a URL as it is, and `push` keeps a URL's tabs and all but
+    /// one trailing "\r". A line that holds a tab: the line whole (its text after the tab the
+    /// URL's, not seconds); a line that ended in "\r": the line with it. Made only for a line
+    /// not leased as read, so that a CRLF file copies nothing more.
+    fn alternatives(&self, max_url_len: usize) -> Vec<Vec<u8>> {
+        let line = self.whole.as_deref().unwrap_or(&self.url);
+        let mut alternatives = Vec::new();
+        if self.whole.is_some() {
+            alternatives.push(line.to_vec());
+        }
+        if self.cr {
+            alternatives.push([line, b"\r"].concat());
+        }
+        alternatives.retain(|u| u.len() <= max_url_len);
+        alternatives
+    }
 }
 
 /// Reads the lines and ends their leases in batches; counts the URLs not leased.
@@ -128,7 +151,7 @@ fn read_and_end(
             .iter_mut()
             .zip(ended)
             .filter(|(_, ended)| !ended)
-            .map(|(e, _)| std::mem::take(&mut e.alternatives))
+            .map(|(e, _)| e.alternatives(args.max_url_len))
             .collect();
         // A URL not leased as the line reads is looked for as `lease` may have printed it,
         // each alternative in turn (a fetch of 0 s: the line's tab is the URL's own).
@@ -172,8 +195,7 @@ fn read_and_end(
             if cr {
                 buf.pop();
             }
-            let mut alternatives = alternatives(&buf, cr);
-            alternatives.retain(|u| u.len() <= args.max_url_len);
+            let whole = buf.contains(&b'\t').then(|| buf.clone());
             match parse_line(&buf) {
                 Ok((url, _)) if url.len() > args.max_url_len => {
                     *not_leased += end(&mut batch)?;
@@ -188,18 +210,20 @@ fn read_and_end(
                 Ok((url, took)) => batch.push(Ending {
                     url,
                     took,
-                    alternatives,
+                    whole,
+                    cr,
                 }),
                 // Not `URL<TAB>SECONDS`: the line may be a URL that holds a tab, as `lease`
                 // prints it. Once the lines before it are ended, it is ended whole if it is
                 // leased; else it is the malformed line it reads as.
-                Err(why) if !alternatives.is_empty() => {
+                Err(why) if whole.is_some() && buf.len() <= args.max_url_len => {
                     *not_leased += end(&mut batch)?;
-                    let url = alternatives.remove(0);
+                    // The line whole, then (see `Ending::alternatives`) with its "\r".
                     let mut alone = vec![Ending {
-                        url,
+                        url: buf.clone(),
                         took: 0,
-                        alternatives,
+                        whole: None,
+                        cr,
                     }];
                     if end(&mut alone)? > 0 {
                         return Err(bad_line(
@@ -222,27 +246,12 @@ fn read_and_end(
     Ok(())
 }
 
-/// The URLs a line may stand for besides the one [`parse_line`] reads in it, to look for in
-/// turn when that one is not leased: `lease` prints a URL as it is, and `push` keeps a URL's
-/// tabs and all but one trailing "\r". A line that holds a tab: the line whole (its text
-/// after the tab the URL's, not seconds); a line that ended in "\r": the line with it.
-fn alternatives(line: &[u8], cr: bool) -> Vec<Vec<u8>> {
-    let mut alternatives = Vec::new();
-    if line.contains(&b'\t') {
-        alternatives.push(line.to_vec());
-    }
-    if cr {
-        alternatives.push([line, b"\r"].concat());
-    }
-    alternatives
-}
-
 /// The longest fetch a line may give, in seconds: a year.
 const MAX_FETCH_S: f64 = 365.0 * 86_400.0;
 
 /// A line `URL` or `URL<TAB>SECONDS`: the URL and the fetch's milliseconds. The seconds are
 /// after the line's last tab, so that a URL holding a tab (`push` keeps URLs as they are) is
-/// ended by `URL<TAB>SECONDS`, as by the line alone (see [`alternatives`]).
+/// ended by `URL<TAB>SECONDS`, as by the line alone (see [`Ending::alternatives`]).
 fn parse_line(line: &[u8]) -> std::result::Result<(Vec<u8>, u64), &'static str> {
     let (url, took) = match memchr::memrchr(b'\t', line) {
         None => (line, 0),

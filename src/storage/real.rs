@@ -882,6 +882,14 @@ mod tests {
         );
     }
 
+    /// `err` says the directory was moved, removed or replaced.
+    fn assert_gone(err: &io::Error) {
+        assert!(
+            err.to_string().contains("moved, removed or replaced"),
+            "{err}"
+        );
+    }
+
     /// Waits until a sync checks the path again.
     fn after_recheck() {
         std::thread::sleep(std::time::Duration::from_micros(2 * PATH_RECHECK_US));
@@ -904,24 +912,15 @@ mod tests {
             .create("b")
             .map(|_| ())
             .expect_err("a create, moved away");
-        assert!(
-            err.to_string().contains("moved, removed or replaced"),
-            "{err}"
-        );
+        assert_gone(&err);
         f.write_all_at(b"y", 1).unwrap();
         after_recheck();
         let err = f.sync().expect_err("a sync, moved away");
-        assert!(
-            err.to_string().contains("moved, removed or replaced"),
-            "{err}"
-        );
+        assert_gone(&err);
         assert_eq!(fs::read(moved.join("a")).unwrap(), b"xy");
         // Checked at every sync from then on: it stays refused.
         let err = f.sync().expect_err("the next sync, moved away");
-        assert!(
-            err.to_string().contains("moved, removed or replaced"),
-            "{err}"
-        );
+        assert_gone(&err);
         drop(lock);
     }
 
@@ -950,18 +949,12 @@ mod tests {
         f.write_all_at(b"z", 1).unwrap();
         after_recheck();
         let err = f.sync().expect_err("a sync into a removed directory");
-        assert!(
-            err.to_string().contains("moved, removed or replaced"),
-            "{err}"
-        );
+        assert_gone(&err);
         let err = st
             .open("a")
             .map(|_| ())
             .expect_err("a file of a removed directory");
-        assert!(
-            err.to_string().contains("moved, removed or replaced"),
-            "{err}"
-        );
+        assert_gone(&err);
         drop(lock);
     }
 }
