@@ -345,6 +345,13 @@ pub enum InvalidUrl {
         /// The longest key, [`crate::queues::key::MAX_KEY_LEN`].
         max: usize,
     },
+    /// The URL holds a newline (`\n`), which no URL may hold (RFC 3986 and the WHATWG URL
+    /// standard take none as part of a URL). The command line prints one URL per line, so
+    /// a URL holding one would come out of `pop` or `lease` as two lines.
+    Newline {
+        /// The offset of its first newline.
+        at: usize,
+    },
 }
 
 impl fmt::Display for InvalidUrl {
@@ -358,6 +365,11 @@ impl fmt::Display for InvalidUrl {
                 f,
                 "its queue's key (the text after :// up to the first :, /, ? or &) is {len} \
                  bytes, longer than the maximum of {max}: give it a key of its own"
+            ),
+            InvalidUrl::Newline { at } => write!(
+                f,
+                "it holds a newline (byte {at}), which no URL holds: one URL is one line of \
+                 the command line's output"
             ),
         }
     }

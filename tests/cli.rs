@@ -318,6 +318,41 @@ fn pop_n_then_pop_prints_the_rest_without_repeats_or_skips() {
     contains_all(&stats, &["\"consumed\":10000", "\"pending\":0"]);
 }
 
+/// A URL holding a newline, which a store written before pushes refused them may hold, would
+/// be two lines: `pop` prints and consumes the URLs before it, then stops at it naming it, and
+/// again at every run until the library takes it.
+#[test]
+fn pop_stops_at_a_url_holding_a_newline_after_consuming_those_before_it() {
+    let d = tmp();
+    let dir = d.path().join("sieve");
+    ok(&["push", arg(&dir)], b"http://a/1\nhttp://a/2\n");
+    let mut sieve = crivello::Sieve::open(&dir, crivello::Options::new()).unwrap();
+    assert!(
+        sieve.push(b"http://x/\nhttp://y/").is_err(),
+        "a push refuses it"
+    );
+    // The command line's own entry, which takes lines it split: as an older build pushed it.
+    sieve.push_line(b"http://x/\nhttp://y/").unwrap();
+    sieve.push_line(b"http://a/3").unwrap();
+    sieve.close().unwrap();
+    ok(&["flush", arg(&dir)], b"");
+    for printed in ["http://a/1\nhttp://a/2\n", ""] {
+        let out = run(&["pop", arg(&dir)], b"");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), printed);
+        contains_all(&err, &["holds a newline (byte 9)", "Sieve::frontier_read"]);
+    }
+    let mut sieve = crivello::Sieve::open(&dir, crivello::Options::new()).unwrap();
+    assert_eq!(
+        sieve.frontier_next(1).unwrap(),
+        [b"http://x/\nhttp://y/".to_vec()]
+    );
+    sieve.frontier_commit().unwrap();
+    sieve.close().unwrap();
+    assert_eq!(ok(&["pop", arg(&dir)], b""), b"http://a/3\n");
+}
+
 #[test]
 fn push_strips_crlf_and_reports_invalid_lines_by_file_and_line() {
     let d = tmp();

@@ -5043,3 +5043,64 @@ fn a_stopped_frontier_writes_no_manifest_for_a_policy() {
     }
     assert_eq!(disk.ops(), ops, "nothing written once stopped");
 }
+
+/// A URL holding a newline is refused by every call that brings a URL in, and changes
+/// nothing: the command line prints one URL a line. One that a store written before that
+/// refusal holds (put there by `Sieve::push_line`, which takes lines the command line split)
+/// is still handed out whole, and its lease ends by its token.
+#[test]
+fn a_url_holding_a_newline_is_refused_and_one_already_held_is_still_served() {
+    let disk = SimDisk::new();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let f = open(&disk, &clock);
+    push(&f, &["http://before/"]);
+    let bad = b"http://h/a\nhttp://h/b".as_slice();
+    let newline = |e: Error| {
+        matches!(
+            e,
+            Error::InvalidUrl(crivello::InvalidUrl::Newline { at: 10 })
+        )
+    };
+    assert!(newline(f.push("", &[Discovered::url(bad)]).unwrap_err()));
+    assert!(newline(
+        f.push_new("", &[Discovered::url(b"http://ok/"), Discovered::url(bad)])
+            .unwrap_err()
+    ));
+    let known = crivello::Known {
+        url: bad,
+        key: Some(b"h"),
+        metadata: b"",
+        refetch_ms: 0,
+    };
+    assert!(newline(f.update("", &[known]).unwrap_err()));
+    assert!(newline(f.validate(bad, None).unwrap_err()));
+    assert!(newline(f.validate_update(bad, Some(b"h")).unwrap_err()));
+    assert_eq!(f.status("", None, bad).unwrap(), UrlStatus::Unknown);
+    assert_eq!(
+        f.status("", None, b"http://ok/").unwrap(),
+        UrlStatus::Unknown
+    );
+    assert_eq!(
+        urls(&f.lease(10, None, 60_000).unwrap()),
+        ["http://before/"]
+    );
+    f.close().unwrap();
+
+    // A store that holds one already.
+    let disk = SimDisk::new();
+    let mut sieve = crivello::Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
+    sieve.push_line(bad).unwrap();
+    sieve.push_line(b"http://h/c").unwrap();
+    sieve.close().unwrap();
+    let f = open(&disk, &clock);
+    let leased = f.lease(10, None, 60_000).unwrap();
+    assert_eq!(leased.len(), 1);
+    assert_eq!(leased[0].url, bad);
+    assert_eq!(
+        f.complete(&[(leased[0].token, 0, Completion::Done)])
+            .unwrap(),
+        [true]
+    );
+    assert_eq!(urls(&f.lease(10, None, 60_000).unwrap()), ["http://h/c"]);
+    f.close().unwrap();
+}

@@ -1322,3 +1322,32 @@ fn a_directory_in_the_place_of_the_lock_file_is_named() {
         assert!(err.contains(&said), "{args:?}: {err}");
     }
 }
+
+/// A URL holding a newline, which a store written before pushes refused them may hold, would
+/// be two lines that `done` could not end: `lease` prints the others and names it on stderr.
+#[test]
+fn lease_names_a_leased_url_holding_a_newline_instead_of_printing_two_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("f");
+    expect(
+        0,
+        &["push", d.to_str().unwrap(), "-q"],
+        b"http://h.test/a\n",
+    );
+    let mut sieve = crivello::Sieve::open(&d, crivello::Options::new()).unwrap();
+    assert!(
+        sieve.push(b"http://g.test/x\ny").is_err(),
+        "a push refuses it"
+    );
+    sieve.push_line(b"http://g.test/x\ny").unwrap();
+    sieve.close().unwrap();
+    let d = d.to_str().unwrap();
+    let (out, err) = expect(0, &["lease", d], b"");
+    assert_eq!(out, "http://h.test/a\n");
+    assert!(
+        err.contains("1 URL leased holds a newline") && err.contains("\"http://g.test/x\\ny\""),
+        "{err}"
+    );
+    let (out, _) = expect(0, &["queues", d, "--json"], b"");
+    assert_eq!(out.matches("\"leased\":1").count(), 2, "{out}");
+}

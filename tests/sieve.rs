@@ -247,6 +247,21 @@ fn invalid_urls_are_refused_with_the_reason_and_change_nothing() {
         other => panic!("{other:?}"),
     }
     assert!(sieve.push_batch(&[b"http://b/".as_slice(), b""]).is_err());
+    // A newline, wherever it is: one URL is one line of `pop`'s output.
+    for url in [b"http://c/\n".as_slice(), b"\nhttp:/", b"http:\n//d/"] {
+        let at = url.iter().position(|&b| b == b'\n').unwrap();
+        match sieve.push(url) {
+            Err(Error::InvalidUrl(InvalidUrl::Newline { at: a })) if a == at => {}
+            other => panic!("{url:?}: {other:?}"),
+        }
+        assert!(matches!(
+            sieve.push_new(url),
+            Err(Error::InvalidUrl(InvalidUrl::Newline { .. }))
+        ));
+    }
+    assert!(sieve
+        .push_batch(&[b"http://b/".as_slice(), b"a\rb\nc"])
+        .is_err());
     assert_eq!(disk.ops(), ops, "a refused URL wrote nothing");
     sieve.flush().unwrap();
     assert_eq!(drain(&mut sieve), vec![b"http://a/".to_vec()]);
@@ -254,6 +269,14 @@ fn invalid_urls_are_refused_with_the_reason_and_change_nothing() {
     assert_eq!(st.pushed, 1);
     let msg = Error::InvalidUrl(InvalidUrl::TooLong { len: 15, max: 10 }).to_string();
     assert!(msg.contains("15 bytes") && msg.contains("10"), "{msg}");
+    let msg = Error::InvalidUrl(InvalidUrl::Newline { at: 7 }).to_string();
+    assert!(msg.contains("newline (byte 7)"), "{msg}");
+    // A carriage return, a tab or a NUL byte is taken: only a newline would split a line.
+    for url in [b"http://e/\r".as_slice(), b"http://e/\t", b"http://e/\0"] {
+        sieve.push(url).unwrap();
+    }
+    sieve.flush().unwrap();
+    assert_eq!(drain(&mut sieve).len(), 3);
 }
 
 #[test]
@@ -475,6 +498,10 @@ fn the_frontier_rolls_over_segments_and_deletes_consumed_ones() {
             z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
             z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
             u.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+        }
+        // A URL holds no newline.
+        for b in u.iter_mut().filter(|b| **b == b'\n') {
+            *b = b'n';
         }
         u
     };

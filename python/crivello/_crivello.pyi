@@ -100,7 +100,8 @@ class Sieve:
     def push(self, url: Text) -> None:
         """Pushes one URL."""
     def push_many(self, urls: Iterable[Text]) -> None:
-        """Pushes URLs; if one is invalid, none is pushed."""
+        """Pushes URLs; if one is invalid (empty, too long, holding a newline), none is
+        pushed."""
     def push_new(self, url: Text) -> bool:
         """Pushes `url` unless it was pushed before; returns whether it was new (exact)."""
     def __contains__(self, url: Text, /) -> bool:
@@ -206,8 +207,8 @@ class Frontier:
     ) -> None: ...
     def push(self, items: Iterable[Item], *, crawl: str = "") -> None:
         """Pushes discovered URLs; a URL already seen in the crawl changes nothing. If one
-        item is invalid (an empty or too long URL, a key over 255 bytes or, with none, a
-        URL whose own key is, metadata over 64 MiB), none is pushed. Durable when it
+        item is invalid (an empty or too long URL, one holding a newline, a key over 255
+        bytes or, with none, a URL whose own key is, metadata over 64 MiB), none is pushed. Durable when it
         returns."""
     def push_new(
         self, items: Iterable[Item], *, crawl: str = "", sync: bool = True

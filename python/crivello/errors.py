@@ -33,7 +33,8 @@ class CorruptError(Error):
 
 
 class InvalidUrlError(Error, ValueError):
-    """A URL was refused (empty, or longer than the store's maximum); nothing was changed."""
+    """A URL was refused (empty, longer than the store's maximum, or holding a newline);
+    nothing was changed."""
 
 
 class InvalidOptionError(Error, ValueError):

@@ -221,6 +221,9 @@ def test_each_error_is_its_own_class_with_the_librarys_message(tmp_path: Path) -
             f.push([("http://a.test/", "k" * 100_000)])
         with pytest.raises(crivello.InvalidUrlError, match="give it a key of its own"):
             f.push(["https://a.test#" + "section-" * 40])
+        with pytest.raises(crivello.InvalidUrlError, match=r"newline \(byte 14\)"):
+            f.push(["http://ok.test/", "http://a.test/\nhttp://b.test/"])
+        assert f.stats()["waiting"] == 0
         with pytest.raises(crivello.InvalidOptionError, match="64 MiB") as e:
             f.push([("http://a.test/", "a.test", b"m" * ((64 << 20) + 1))])
         assert e.value.option == "metadata"

@@ -108,10 +108,37 @@ pub fn run(args: LeaseArgs) -> Result<()> {
             // one waits on the pipe.
             close_after_durable_work(frontier, "the URLs below are leased");
             let mut out = Output::new();
+            // A URL holding a newline (pushed before pushes refused them) would be two
+            // lines, which `done` could not end: said, not printed.
+            let mut held = Vec::new();
             for l in &leased {
-                out.line(&l.url)?;
+                match memchr::memchr(b'\n', &l.url) {
+                    Some(_) => held.push(&l.url),
+                    None => out.line(&l.url)?,
+                }
             }
             out.flush()?;
+            if !held.is_empty() {
+                eprintln!(
+                    "crivello: {} URL{} leased hold{} a newline, which one line cannot print, \
+                     and {} not printed (a build that took such URLs pushed {}): end {} \
+                     through the library (`Frontier::complete` of the lease's token), or \
+                     delete {} queue{} (`crivello serve`'s DeleteQueue); the first: {:?}",
+                    held.len(),
+                    if held.len() == 1 { "" } else { "s" },
+                    if held.len() == 1 { "s" } else { "" },
+                    if held.len() == 1 { "is" } else { "are" },
+                    if held.len() == 1 { "it" } else { "them" },
+                    if held.len() == 1 {
+                        "its lease"
+                    } else {
+                        "their leases"
+                    },
+                    if held.len() == 1 { "its" } else { "their" },
+                    if held.len() == 1 { "" } else { "s" },
+                    String::from_utf8_lossy(held[0]),
+                );
+            }
             return Ok(());
         }
         // Nothing due: wait for the next instant something may be, the directory released.

@@ -81,6 +81,16 @@ pub fn run(args: PopArgs) -> Result<()> {
         if let Some(e) = failed {
             return Err(e);
         }
+        if let Err(crivello::Error::InvalidUrl(crivello::InvalidUrl::Newline { at })) = n {
+            // What was printed before it is consumed, then the URL is named.
+            out.flush()?;
+            if pending > 0 {
+                sieve.frontier_commit().with_context(|| context(&args))?;
+            }
+            sieve.close()?;
+            progress.finish();
+            return Err(newline_held(&args.dir, at));
+        }
         let n = n.map_err(|e| match e {
             crivello::Error::WrongMode { .. } => anyhow::Error::new(e),
             e => anyhow::Error::new(e).context(context(&args)),
@@ -147,6 +157,10 @@ fn print_without_consuming(args: &PopArgs, opts: Options, why: crivello::Error) 
         if let Some(e) = failed {
             return Err(e);
         }
+        if let Err(crivello::Error::InvalidUrl(crivello::InvalidUrl::Newline { at })) = n {
+            out.flush()?;
+            return Err(newline_held(&args.dir, at));
+        }
         let n = n.with_context(|| context(args))?;
         if n == 0 {
             break;
@@ -174,4 +188,20 @@ fn print_without_consuming(args: &PopArgs, opts: Options, why: crivello::Error) 
 /// Names the sieve in errors met while reading the frontier.
 fn context(args: &PopArgs) -> String {
     format!("sieve {}", args.dir.display())
+}
+
+/// The error for the frontier's next URL holding a newline (byte `at`), which a store written
+/// before pushes refused them may hold: one line cannot print it.
+fn newline_held(dir: &std::path::Path, at: usize) -> anyhow::Error {
+    super::explained(
+        format!(
+            "sieve {}: the frontier's next URL holds a newline (byte {at}), which one line \
+             cannot print (the URLs before it were printed); a build that took such URLs \
+             pushed it",
+            dir.display()
+        ),
+        "take it through the library, which gives it whole (Python: \
+         `crivello.Sieve(DIR).pop(1)`; Rust: `Sieve::frontier_read`), then run `crivello pop` \
+         again",
+    )
 }

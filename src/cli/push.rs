@@ -116,7 +116,8 @@ impl Sink for SieveSink {
         progress: &mut Progress,
     ) -> Result<Option<InvalidUrl>> {
         progress.line(n, Some(&mut self.0));
-        match self.0.push(url) {
+        // The line holds no newline: split at them.
+        match self.0.push_line(url) {
             Ok(()) => Ok(None),
             Err(crivello::Error::InvalidUrl(why)) => Ok(Some(why)),
             Err(e) => Err(e.into()),

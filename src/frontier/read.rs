@@ -4,7 +4,7 @@
 
 use super::prefetch::Prefetch;
 use super::{open_segment, segments, End, Position, HEADER_LEN};
-use crate::error::{Corruption, Error, Result};
+use crate::error::{Corruption, Error, InvalidUrl, Result};
 use crate::frames::coded::Layout;
 use crate::frames::{Frame, FrameError, FrameReader};
 use crate::names;
@@ -140,8 +140,15 @@ impl Reader {
             } else {
                 let mut text = std::mem::take(&mut self.lines);
                 text.clear();
+                let mut newline = None;
                 for url in frame.records().skip(skip) {
                     if urls >= max_urls || (bytes >= max_bytes && urls > 0) {
+                        break;
+                    }
+                    // A URL holding a newline (pushed before pushes refused them) would be
+                    // two lines: the call ends before it, and fails at it.
+                    if let Some(at) = memchr::memchr(b'\n', url) {
+                        newline = Some(at);
                         break;
                     }
                     text.extend_from_slice(url);
@@ -150,8 +157,15 @@ impl Reader {
                     urls += 1;
                     bytes += url.len();
                 }
-                result = each(&text, taken);
+                result = match newline {
+                    Some(at) if taken == 0 => Err(Error::InvalidUrl(InvalidUrl::Newline { at })),
+                    _ => each(&text, taken),
+                };
                 self.lines = text;
+                if newline.is_some() && result.is_ok() {
+                    self.advance(frame, skip, taken, after);
+                    return Ok(urls);
+                }
             }
             if result.is_err() {
                 urls -= taken;

@@ -1199,6 +1199,7 @@ impl Frontier {
     /// takes no lock.
     pub fn validate_update(&self, url: &[u8], key: Option<&[u8]>) -> Result<()> {
         crate::sieve::validate_url(url, self.max_url_len)?;
+        crate::sieve::refuse_newline(url)?;
         validate_key(key)
     }
 

@@ -38,9 +38,11 @@ impl Sieve {
     /// [`Sieve::frontier_read`] that passes the URLs as text: chunks of whole lines, each URL
     /// followed by a newline, with the number of URLs in each chunk. The fastest way to print
     /// the frontier: most chunks are frames as they were decoded, not copied URL by URL. If
-    /// `each` fails, the read position stays after the last chunk it accepted. URLs that hold
-    /// a newline byte (the library accepts any bytes) come out as they are, so the text is
-    /// then ambiguous: use [`Sieve::frontier_read`] for them.
+    /// `each` fails, the read position stays after the last chunk it accepted. A URL that
+    /// holds a newline, which pushes refuse but a store written before they did may hold,
+    /// would be two lines: a call ends before it, and the next one fails at it with
+    /// [`crate::InvalidUrl::Newline`], the position staying there ([`Sieve::frontier_read`]
+    /// gives it).
     pub fn frontier_read_lines(
         &mut self,
         max_urls: usize,

@@ -25,6 +25,9 @@ def test_bad_items_fail_and_change_nothing_else(server):
             known(pb, "http://good.bad/5", crawl="c" * 1025, ident="long crawl known"),
             pb.URLItem(ID="no item"),
             known(pb, "", ident="empty known"),
+            # A newline: one URL is one line of the command line's `lease` and `pop`.
+            discovered(pb, "http://good.bad/6\nhttp://good.bad/7", ident="newline"),
+            known(pb, "http://good.bad/8\n", ident="newline known"),
             discovered(pb, "http://good.bad/3"),
         ],
     )
@@ -41,6 +44,8 @@ def test_bad_items_fail_and_change_nothing_else(server):
         ("long crawl known", "SKIPPED"),
         ("no item", "SKIPPED"),
         ("empty known", "SKIPPED"),
+        ("newline", "SKIPPED"),
+        ("newline known", "SKIPPED"),
         ("http://good.bad/3", "OK"),
     ]
     assert stats(server, key="good.bad").size == 2
