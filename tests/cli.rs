@@ -351,6 +351,41 @@ fn pop_stops_at_a_url_holding_a_newline_after_consuming_those_before_it() {
     sieve.frontier_commit().unwrap();
     sieve.close().unwrap();
     assert_eq!(ok(&["pop", arg(&dir)], b""), b"http://a/3\n");
+
+    // The URL first of a frame after others (each flush begins a frame): those before it are
+    // consumed all the same, `-n` stopping before it or at it.
+    let dir = d.path().join("later");
+    ok(
+        &["push", arg(&dir)],
+        b"http://a/1\nhttp://a/2\nhttp://a/3\n",
+    );
+    ok(&["flush", arg(&dir)], b"");
+    let mut sieve = crivello::Sieve::open(&dir, crivello::Options::new()).unwrap();
+    sieve.push_line(b"http://x/\ny").unwrap();
+    sieve.push_line(b"http://a/4").unwrap();
+    sieve.close().unwrap();
+    ok(&["flush", arg(&dir)], b"");
+    assert_eq!(ok(&["pop", arg(&dir), "-n", "1"], b""), b"http://a/1\n");
+    for (args, printed) in [
+        (
+            &["pop", arg(&dir), "-n", "3"][..],
+            "http://a/2\nhttp://a/3\n",
+        ),
+        (&["pop", arg(&dir)][..], ""),
+    ] {
+        let out = run(args, b"");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), printed);
+        contains_all(&err, &["holds a newline (byte 9)"]);
+    }
+    let stats = String::from_utf8(ok(&["stats", arg(&dir), "--json"], b"")).unwrap();
+    contains_all(&stats, &["\"consumed\":3"]);
+    let mut sieve = crivello::Sieve::open(&dir, crivello::Options::new()).unwrap();
+    assert_eq!(sieve.frontier_next(1).unwrap(), [b"http://x/\ny".to_vec()]);
+    sieve.frontier_commit().unwrap();
+    sieve.close().unwrap();
+    assert_eq!(ok(&["pop", arg(&dir)], b""), b"http://a/4\n");
 }
 
 #[test]

@@ -5047,7 +5047,7 @@ fn a_stopped_frontier_writes_no_manifest_for_a_policy() {
 /// A URL holding a newline is refused by every call that brings a URL in, and changes
 /// nothing: the command line prints one URL a line. One that a store written before that
 /// refusal holds (put there by `Sieve::push_line`, which takes lines the command line split)
-/// is still handed out whole, and its lease ends by its token.
+/// is still handed out whole, and its lease ends by its token or by an update.
 #[test]
 fn a_url_holding_a_newline_is_refused_and_one_already_held_is_still_served() {
     let disk = SimDisk::new();
@@ -5074,7 +5074,8 @@ fn a_url_holding_a_newline_is_refused_and_one_already_held_is_still_served() {
     };
     assert!(newline(f.update("", &[known]).unwrap_err()));
     assert!(newline(f.validate(bad, None).unwrap_err()));
-    assert!(newline(f.validate_update(bad, Some(b"h")).unwrap_err()));
+    // An update takes one the crawl knows (below): the check without the lock lets it pass.
+    f.validate_update(bad, Some(b"h")).unwrap();
     assert_eq!(f.status("", None, bad).unwrap(), UrlStatus::Unknown);
     assert_eq!(
         f.status("", None, b"http://ok/").unwrap(),
@@ -5102,5 +5103,34 @@ fn a_url_holding_a_newline_is_refused_and_one_already_held_is_still_served() {
         [true]
     );
     assert_eq!(urls(&f.lease(10, None, 60_000).unwrap()), ["http://h/c"]);
+    // An update ends the lease of one it holds (as url-frontier's clients end leases), alone
+    // or beside a URL the crawl does not know yet; one the crawl does not know is refused.
+    let other = b"http://g/d\ne".as_slice();
+    f.close().unwrap();
+    let mut sieve = crivello::Sieve::open_with(Arc::new(disk.clone()), opts()).unwrap();
+    sieve.push_line(other).unwrap();
+    sieve.push_line(b"http://g/f").unwrap();
+    sieve.close().unwrap();
+    let f = open(&disk, &clock);
+    let leased = f.lease(10, None, 60_000).unwrap();
+    assert_eq!(urls(&leased), ["http://g/d\ne"]);
+    let done = |url| crivello::Known {
+        url,
+        key: Some(b"g"),
+        metadata: b"",
+        refetch_ms: 0,
+    };
+    assert!(newline(
+        f.update("", &[done(b"http://g/n\never")]).unwrap_err()
+    ));
+    f.update("", &[done(other), done(b"http://g/new")]).unwrap();
+    assert_eq!(f.status("", Some(b"g"), other).unwrap(), UrlStatus::Done);
+    assert_eq!(
+        f.status("", Some(b"g"), b"http://g/new").unwrap(),
+        UrlStatus::Done
+    );
+    // And one waiting in its queue is taken out of it, done.
+    f.update("", &[done(b"http://g/f")]).unwrap();
+    assert!(f.lease(10, None, 60_000).unwrap().is_empty());
     f.close().unwrap();
 }

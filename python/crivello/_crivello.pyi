@@ -98,7 +98,8 @@ class Sieve:
         seed: Optional[int] = None,
     ) -> None: ...
     def push(self, url: Text) -> None:
-        """Pushes one URL."""
+        """Pushes one URL; an invalid one (empty, too long, holding a newline) raises
+        `InvalidUrlError` and changes nothing."""
     def push_many(self, urls: Iterable[Text]) -> None:
         """Pushes URLs; if one is invalid (empty, too long, holding a newline), none is
         pushed."""

@@ -113,30 +113,28 @@ pub fn run(args: LeaseArgs) -> Result<()> {
             let mut held = Vec::new();
             for l in &leased {
                 match memchr::memchr(b'\n', &l.url) {
-                    Some(_) => held.push(&l.url),
+                    Some(_) => held.push(l),
                     None => out.line(&l.url)?,
                 }
             }
             out.flush()?;
-            if !held.is_empty() {
+            if let Some(first) = held.first() {
+                let one = held.len() == 1;
                 eprintln!(
                     "crivello: {} URL{} leased hold{} a newline, which one line cannot print, \
                      and {} not printed (a build that took such URLs pushed {}): end {} \
-                     through the library (`Frontier::complete` of the lease's token), or \
-                     delete {} queue{} (`crivello serve`'s DeleteQueue); the first: {:?}",
+                     through the library (Rust: `Frontier::complete_urls`; Python, once {} \
+                     ended: `Frontier.lease(key=...)`, then `done`) or `crivello serve` (a \
+                     known item); the first: {:?}, of queue {:?}",
                     held.len(),
-                    if held.len() == 1 { "" } else { "s" },
-                    if held.len() == 1 { "s" } else { "" },
-                    if held.len() == 1 { "is" } else { "are" },
-                    if held.len() == 1 { "it" } else { "them" },
-                    if held.len() == 1 {
-                        "its lease"
-                    } else {
-                        "their leases"
-                    },
-                    if held.len() == 1 { "its" } else { "their" },
-                    if held.len() == 1 { "" } else { "s" },
-                    String::from_utf8_lossy(held[0]),
+                    if one { "" } else { "s" },
+                    if one { "s" } else { "" },
+                    if one { "is" } else { "are" },
+                    if one { "it" } else { "them" },
+                    if one { "its lease" } else { "their leases" },
+                    if one { "the lease" } else { "the leases" },
+                    String::from_utf8_lossy(&first.url),
+                    String::from_utf8_lossy(&first.key),
                 );
             }
             return Ok(());

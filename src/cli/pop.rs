@@ -145,6 +145,7 @@ fn print_without_consuming(args: &PopArgs, opts: Options, why: crivello::Error) 
     let mut progress = Progress::new("pop", args.common.quiet);
     let mut out = Output::new();
     let (mut left, mut printed) = (args.max.unwrap_or(u64::MAX), 0u64);
+    let mut held = None;
     while left > 0 {
         let mut failed = None;
         let n = sieve.frontier_read_lines(BATCH.min(left) as usize, BATCH_BYTES, |text, n| {
@@ -158,8 +159,9 @@ fn print_without_consuming(args: &PopArgs, opts: Options, why: crivello::Error) 
             return Err(e);
         }
         if let Err(crivello::Error::InvalidUrl(crivello::InvalidUrl::Newline { at })) = n {
-            out.flush()?;
-            return Err(newline_held(&args.dir, at));
+            // One line cannot print it: the printing stops there, for the reason below.
+            held = Some(at);
+            break;
         }
         let n = n.with_context(|| context(args))?;
         if n == 0 {
@@ -172,10 +174,17 @@ fn print_without_consuming(args: &PopArgs, opts: Options, why: crivello::Error) 
     drop(sieve);
     progress.finish();
     let reason = cannot_write(&why);
+    let held = match held {
+        Some(at) => format!(
+            " (the next holds a newline, byte {at}, which one line cannot print: it was \
+             not printed)"
+        ),
+        None => String::new(),
+    };
     Err(anyhow::Error::new(why).context(Explained {
         what: format!(
-            "sieve {}: printed the {printed} URLs the frontier holds without consuming them, \
-             as the store cannot be written: {}",
+            "sieve {}: printed the {printed} URLs the frontier holds{held} without consuming \
+             them, as the store cannot be written: {}",
             args.dir.display(),
             reason
         ),
@@ -196,8 +205,8 @@ fn newline_held(dir: &std::path::Path, at: usize) -> anyhow::Error {
     super::explained(
         format!(
             "sieve {}: the frontier's next URL holds a newline (byte {at}), which one line \
-             cannot print (the URLs before it were printed); a build that took such URLs \
-             pushed it",
+             cannot print; a build that took such URLs pushed it (`pop` prints and consumes \
+             the URLs before it, and stops there)",
             dir.display()
         ),
         "take it through the library, which gives it whole (Python: \

@@ -158,7 +158,10 @@ impl Reader {
                     bytes += url.len();
                 }
                 result = match newline {
-                    Some(at) if taken == 0 => Err(Error::InvalidUrl(InvalidUrl::Newline { at })),
+                    // Met first in the call: it fails there. After URLs the call passed (in
+                    // this frame or those before), it ends with them.
+                    Some(at) if urls == 0 => Err(Error::InvalidUrl(InvalidUrl::Newline { at })),
+                    Some(_) if taken == 0 => Ok(()),
                     _ => each(&text, taken),
                 };
                 self.lines = text;

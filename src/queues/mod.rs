@@ -703,7 +703,9 @@ impl Frontier {
     /// A leased URL's lease ends in its own queue whatever key the item gives; a URL that
     /// waits is looked for in the item's key's queue only (give the key it was pushed
     /// with: docs/design.md says why). An invalid URL or key refuses the whole
-    /// batch. Durable when this returns Ok.
+    /// batch, and so does a URL holding a newline that the crawl does not know (one it
+    /// knows, which a store written before pushes refused them may hold, is taken).
+    /// Durable when this returns Ok.
     pub fn update(&self, crawl: &str, items: &[Known<'_>]) -> Result<()> {
         let crawl = crawl_name(crawl);
         self.with(|c| c.update(crawl, items, &[]))
@@ -1189,17 +1191,19 @@ impl Frontier {
     /// takes no lock: it waits for no other call.
     pub fn validate(&self, url: &[u8], key: Option<&[u8]>) -> Result<()> {
         self.validate_update(url, key)?;
+        crate::sieve::refuse_newline(url)?;
         validate_own_key(url, key)
     }
 
     /// Refuses (with the error [`Frontier::update`] would return) a URL or key that an update
     /// would refuse. Unlike a push, an update takes a URL given no key whose own key is over
-    /// [`key::MAX_KEY_LEN`] bytes: a frontier may hold such URLs (moved from a plain sieve's
-    /// output, or pushed by a build before that check), and their leases must still end. It
-    /// takes no lock.
+    /// [`key::MAX_KEY_LEN`] bytes, and a URL holding a newline that its crawl knows: a
+    /// frontier may hold such URLs (moved from a plain sieve's output, or pushed by a build
+    /// before those checks), and their leases must still end. A URL holding a newline passes
+    /// here; [`Frontier::update`] refuses it ([`crate::InvalidUrl::Newline`]) when its crawl
+    /// does not know it. It takes no lock.
     pub fn validate_update(&self, url: &[u8], key: Option<&[u8]>) -> Result<()> {
         crate::sieve::validate_url(url, self.max_url_len)?;
-        crate::sieve::refuse_newline(url)?;
         validate_key(key)
     }
 

@@ -251,6 +251,32 @@ fn commit_known<'a>(
     let mut items = Vec::with_capacity(run.len());
     let mut receipts: Vec<(&str, u64)> = Vec::new();
     let mut senders = Vec::new();
+    // An update of a URL holding a newline is taken only when the crawl knows the URL (a
+    // store written before pushes refused such URLs may hold some, whose transit must end);
+    // refused alone otherwise, so that it does not fail the items committed with it.
+    if run
+        .iter()
+        .any(|op| matches!(op, Op::Known { url, .. } if url.contains('\n')))
+    {
+        for (op, o) in run.iter().zip(out.iter_mut()) {
+            let Op::Known { url, key, .. } = op else {
+                continue;
+            };
+            if o.is_some() || !url.contains('\n') {
+                continue;
+            }
+            let key = key.as_deref().map(str::as_bytes);
+            if let Ok(crivello::UrlStatus::Unknown) = frontier.status(crawl, key, url.as_bytes()) {
+                log!(
+                    log,
+                    Warn,
+                    "refused {:?}: it holds a newline, and crawl {crawl:?} does not know it",
+                    url.chars().take(100).collect::<String>()
+                );
+                *o = Some(Outcome::Refused);
+            }
+        }
+    }
     for (op, o) in run.iter().zip(out.iter_mut()) {
         if o.is_some() {
             continue;

@@ -433,6 +433,8 @@ fn crawl_name(s: &str) -> String {
 }
 
 /// Why an item is refused, if it is: what a push of it (`known`: an update) would answer.
+/// (An update of a URL holding a newline passes, and is refused at its commit when its
+/// crawl does not know the URL.)
 fn refusal(frontier: &Frontier, url: &str, key: Option<&str>, known: bool) -> Option<String> {
     let (url, key) = (url.as_bytes(), key.map(str::as_bytes));
     match known {

@@ -4706,6 +4706,32 @@ impl Core {
             .filter(|(k, it)| last[it.url] == *k)
             .map(|(_, it)| it)
             .collect();
+        // A URL holding a newline is taken only when the crawl knows it (a store written
+        // before pushes refused such URLs may hold some, whose leases must end): it is not
+        // pushed below.
+        let newline = |it: &&super::Known<'_>| memchr::memchr(b'\n', it.url);
+        if items.iter().any(|it| newline(it).is_some()) {
+            let held: Vec<&&super::Known<'_>> =
+                items.iter().filter(|it| newline(it).is_some()).collect();
+            for it in &held {
+                crate::sieve::validate_url(it.url, self.sieve.max_url_len())?;
+                super::validate_key(it.key)?;
+            }
+            let known = match self.crawls.get(crawl) {
+                Some(&id) => {
+                    let seed = record::crawl_seed(self.sieve.seed(), id);
+                    let sigs: Vec<u64> = (held.iter())
+                        .map(|it| crate::signature(it.url, seed))
+                        .collect();
+                    self.sieve.known_signatures(&sigs)?
+                }
+                None => vec![false; held.len()],
+            };
+            if let Some(k) = known.iter().position(|&known| !known) {
+                let at = newline(held[k]).expect("a newline");
+                return Err(Error::InvalidUrl(crate::InvalidUrl::Newline { at }));
+            }
+        }
         // The usual case, a crawler ending its leases, needs no push and no flush.
         let mut now = self.now_ms();
         self.expire(now);
@@ -4713,7 +4739,8 @@ impl Core {
             || self.crawls.get(crawl).is_some_and(|&id| {
                 let seed = record::crawl_seed(self.sieve.seed(), id);
                 items.iter().all(|it| {
-                    self.validate(it.url, it.key).is_ok()
+                    crate::sieve::validate_url(it.url, self.sieve.max_url_len()).is_ok()
+                        && super::validate_key(it.key).is_ok()
                         && self
                             .leases
                             .of_url(id, crate::signature(it.url, seed))
@@ -4725,6 +4752,7 @@ impl Core {
             // skipped).
             let discovered: Vec<super::Discovered<'_>> = items
                 .iter()
+                .filter(|it| newline(it).is_none())
                 .map(|it| super::Discovered {
                     url: it.url,
                     key: it.key,
