@@ -5076,6 +5076,29 @@ fn a_url_holding_a_newline_is_refused_and_one_already_held_is_still_served() {
     assert!(newline(f.validate(bad, None).unwrap_err()));
     // An update takes one the crawl knows (below): the check without the lock lets it pass.
     f.validate_update(bad, Some(b"h")).unwrap();
+    // Nor a key holding one: `crivello queues` prints one queue a line.
+    let key_nl = |e: Error| matches!(&e, Error::InvalidOption { option: "key", reason } if reason.contains("newline (byte 1)"));
+    let keyed = Discovered {
+        url: b"http://k/",
+        key: Some(b"k\nl"),
+        metadata: b"",
+    };
+    assert!(key_nl(f.push("", &[keyed]).unwrap_err()));
+    assert!(key_nl(f.validate(b"http://k/", Some(b"k\nl")).unwrap_err()));
+    assert!(key_nl(
+        f.validate_update(b"http://k/", Some(b"k\nl")).unwrap_err()
+    ));
+    let known_keyed = crivello::Known {
+        url: b"http://before/",
+        key: Some(b"k\nl"),
+        metadata: b"",
+        refetch_ms: 0,
+    };
+    assert!(key_nl(f.update("", &[known_keyed]).unwrap_err()));
+    assert_eq!(
+        f.status("", None, b"http://k/").unwrap(),
+        UrlStatus::Unknown
+    );
     assert_eq!(f.status("", None, bad).unwrap(), UrlStatus::Unknown);
     assert_eq!(
         f.status("", None, b"http://ok/").unwrap(),

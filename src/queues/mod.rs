@@ -1204,6 +1204,7 @@ impl Frontier {
     /// does not know it. It takes no lock.
     pub fn validate_update(&self, url: &[u8], key: Option<&[u8]>) -> Result<()> {
         crate::sieve::validate_url(url, self.max_url_len)?;
+        refuse_newline_key(key)?;
         validate_key(key)
     }
 
@@ -1420,6 +1421,23 @@ pub const MAX_CRAWL_LEN: usize = 1024;
 
 /// Refuses a key longer than [`key::MAX_KEY_LEN`], or empty (None is the URL's own key: a
 /// URL whose own key would be empty goes to `_DEFAULT_`, [`key::default_key`]).
+/// Refuses a key that holds a newline, given with a URL (a push, an update): `crivello
+/// queues` prints one queue a line, its key as it is. (A key that names a queue, in a lease,
+/// a policy or a block, is not refused: a store written before pushes refused them may hold
+/// such keys; an update that gives no key ends a lease in such a queue.)
+fn refuse_newline_key(key: Option<&[u8]>) -> Result<()> {
+    match key.and_then(|k| memchr::memchr(b'\n', k)) {
+        Some(at) => Err(Error::InvalidOption {
+            option: "key",
+            reason: format!(
+                "it holds a newline (byte {at}), which no key holds: `crivello queues` prints \
+                 one queue a line"
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
 fn validate_key(key: Option<&[u8]>) -> Result<()> {
     let reason = match key {
         Some(k) if k.len() > key::MAX_KEY_LEN => {

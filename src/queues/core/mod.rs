@@ -2577,6 +2577,7 @@ impl Core {
     /// Refuses a URL or a key that a push would refuse.
     pub(super) fn validate(&self, url: &[u8], key: Option<&[u8]>) -> Result<()> {
         self.sieve.validate(url)?;
+        super::refuse_newline_key(key)?;
         super::validate_key(key)
     }
 
@@ -4685,6 +4686,7 @@ impl Core {
         }
         for it in items {
             super::validate_metadata(it.metadata)?;
+            super::refuse_newline_key(it.key)?;
         }
         if !receipts.is_empty() {
             // One entry of J holds the updates and their receipts: refused before anything
