@@ -332,7 +332,14 @@ class DupeFilter(RFPDupeFilter):
         ``request_fingerprint``, when it has one)."""
         if self._own_fingerprint:
             fp = self.request_fingerprint(request)
-            return fp.hex() if isinstance(fp, bytes) else str(fp)
+            if isinstance(fp, bytes):
+                return fp.hex()
+            text = str(fp)
+            # The store takes no newline in what it keeps (one entry is one line of the
+            # command line's output): such a fingerprint is kept as the hex of its bytes.
+            if "\n" in text:
+                return text.encode("utf-8", "surrogatepass").hex()
+            return text
         return self.fingerprinter.fingerprint(request).hex()
 
     def open(self) -> None:

@@ -722,6 +722,23 @@ def test_the_duplicate_filter_takes_a_subclasss_own_fingerprint(tmp_path: Path) 
     assert df.request_seen(scrapy.Request("http://a.example/x?2"))
     df.close("finished")
 
+    # A fingerprint holding a newline, which the store takes in no entry, is kept as its
+    # bytes' hex: still a duplicate of itself, still distinct from the others.
+    class ByLines(DupeFilter):
+        def request_fingerprint(self, request: Any) -> str:
+            host, _, rest = request.url.partition("://")[2].partition("/")
+            return host + "\n" + rest.split("?")[0]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        df = ByLines(str(tmp_path / "seen-lines"))
+    assert df.fingerprint_of(scrapy.Request("http://a.example/x?1")) == b"a.example\nx".hex()
+    df.open()
+    assert not df.request_seen(scrapy.Request("http://a.example/x?1"))
+    assert df.request_seen(scrapy.Request("http://a.example/x?2"))
+    assert not df.request_seen(scrapy.Request("http://a.example/y"))
+    df.close("finished")
+
 
 def test_the_duplicate_filter_alone_makes_a_burst_durable_without_more_requests(
     tmp_path: Path,
