@@ -208,8 +208,9 @@ class Frontier:
     ) -> None: ...
     def push(self, items: Iterable[Item], *, crawl: str = "") -> None:
         """Pushes discovered URLs; a URL already seen in the crawl changes nothing. If one
-        item is invalid (an empty or too long URL, one holding a newline, a key over 255
-        bytes or, with none, a URL whose own key is, metadata over 64 MiB), none is pushed. Durable when it
+        item is invalid (an empty or too long URL, a URL or key holding a newline, a key
+        over 255 bytes or, with none, a URL whose own key is, metadata over 64 MiB), none is
+        pushed. Durable when it
         returns."""
     def push_new(
         self, items: Iterable[Item], *, crawl: str = "", sync: bool = True

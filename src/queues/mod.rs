@@ -1192,19 +1192,19 @@ impl Frontier {
     pub fn validate(&self, url: &[u8], key: Option<&[u8]>) -> Result<()> {
         self.validate_update(url, key)?;
         crate::sieve::refuse_newline(url)?;
+        refuse_newline_key(key)?;
         validate_own_key(url, key)
     }
 
     /// Refuses (with the error [`Frontier::update`] would return) a URL or key that an update
     /// would refuse. Unlike a push, an update takes a URL given no key whose own key is over
-    /// [`key::MAX_KEY_LEN`] bytes, and a URL holding a newline that its crawl knows: a
-    /// frontier may hold such URLs (moved from a plain sieve's output, or pushed by a build
-    /// before those checks), and their leases must still end. A URL holding a newline passes
-    /// here; [`Frontier::update`] refuses it ([`crate::InvalidUrl::Newline`]) when its crawl
-    /// does not know it. It takes no lock.
+    /// [`key::MAX_KEY_LEN`] bytes, and a URL or key holding a newline when its crawl knows
+    /// the URL: a frontier may hold such URLs and keys (moved from a plain sieve's output, or
+    /// pushed by a build before those checks), and their leases must still end. A newline
+    /// passes here; [`Frontier::update`] refuses it when the crawl does not know the URL. It
+    /// takes no lock.
     pub fn validate_update(&self, url: &[u8], key: Option<&[u8]>) -> Result<()> {
         crate::sieve::validate_url(url, self.max_url_len)?;
-        refuse_newline_key(key)?;
         validate_key(key)
     }
 
@@ -1419,12 +1419,11 @@ fn crawl_name(crawl: &str) -> &[u8] {
 /// The longest name of a crawl, in bytes (a crawl named by a longer one is not made).
 pub const MAX_CRAWL_LEN: usize = 1024;
 
-/// Refuses a key longer than [`key::MAX_KEY_LEN`], or empty (None is the URL's own key: a
-/// URL whose own key would be empty goes to `_DEFAULT_`, [`key::default_key`]).
-/// Refuses a key that holds a newline, given with a URL (a push, an update): `crivello
-/// queues` prints one queue a line, its key as it is. (A key that names a queue, in a lease,
-/// a policy or a block, is not refused: a store written before pushes refused them may hold
-/// such keys; an update that gives no key ends a lease in such a queue.)
+/// Refuses a key that holds a newline, given with a URL pushed: `crivello queues` prints one
+/// queue a line, its key as it is. (A key that names a queue, in a lease, a policy, a block
+/// or an update, is not refused: a store written before pushes refused them may hold such
+/// keys, whose leases must end; an update refuses one only with a URL its crawl does not
+/// know, which it would push.)
 fn refuse_newline_key(key: Option<&[u8]>) -> Result<()> {
     match key.and_then(|k| memchr::memchr(b'\n', k)) {
         Some(at) => Err(Error::InvalidOption {
@@ -1438,6 +1437,8 @@ fn refuse_newline_key(key: Option<&[u8]>) -> Result<()> {
     }
 }
 
+/// Refuses a key longer than [`key::MAX_KEY_LEN`], or empty (None is the URL's own key: a
+/// URL whose own key would be empty goes to `_DEFAULT_`, [`key::default_key`]).
 fn validate_key(key: Option<&[u8]>) -> Result<()> {
     let reason = match key {
         Some(k) if k.len() > key::MAX_KEY_LEN => {

@@ -28,6 +28,8 @@ def test_bad_items_fail_and_change_nothing_else(server):
             # A newline: one URL is one line of the command line's `lease` and `pop`.
             discovered(pb, "http://good.bad/6\nhttp://good.bad/7", ident="newline"),
             known(pb, "http://good.bad/8\n", ident="newline known"),
+            # Committed in one call with the item above, which the call would refuse whole.
+            known(pb, "http://other.bad/z", ident="known beside"),
             discovered(pb, "http://good.bad/9", key="good\nbad", ident="newline key"),
             discovered(pb, "http://good.bad/3"),
         ],
@@ -47,6 +49,7 @@ def test_bad_items_fail_and_change_nothing_else(server):
         ("empty known", "SKIPPED"),
         ("newline", "SKIPPED"),
         ("newline known", "SKIPPED"),
+        ("known beside", "OK"),
         ("newline key", "SKIPPED"),
         ("http://good.bad/3", "OK"),
     ]

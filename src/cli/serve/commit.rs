@@ -251,41 +251,37 @@ fn commit_known<'a>(
     let mut items = Vec::with_capacity(run.len());
     let mut receipts: Vec<(&str, u64)> = Vec::new();
     let mut senders = Vec::new();
-    // An update of a URL holding a newline is taken only when the crawl knows the URL (a
-    // store written before pushes refused such URLs may hold some, whose transit must end);
-    // refused alone otherwise, so that it does not fail the items committed with it.
-    if run
-        .iter()
-        .any(|op| matches!(op, Op::Known { url, .. } if url.contains('\n')))
-    {
-        for (op, o) in run.iter().zip(out.iter_mut()) {
-            let Op::Known { url, key, .. } = op else {
-                continue;
-            };
-            if o.is_some() || !url.contains('\n') {
-                continue;
-            }
-            let key = key.as_deref().map(str::as_bytes);
-            if let Ok(crivello::UrlStatus::Unknown) = frontier.status(crawl, key, url.as_bytes()) {
-                log!(
-                    log,
-                    Warn,
-                    "refused {:?}: it holds a newline, and crawl {crawl:?} does not know it",
-                    url.chars().take(100).collect::<String>()
-                );
-                *o = Some(Outcome::Refused);
-            }
-        }
-    }
     for (op, o) in run.iter().zip(out.iter_mut()) {
         if o.is_some() {
             continue;
         }
-        if let Some((from, seq)) = op.receipt() {
+        if let Some((from, _)) = op.receipt() {
             if failed.contains(from) {
                 *o = Some(Outcome::Failed);
                 continue;
             }
+        }
+        if let Some(url) = unknown_with_newline(frontier, crawl, op) {
+            // The update would refuse the batch: this item alone is refused. A sender's
+            // numbered item fails instead, and the sender's later ones with it: its receipt
+            // never covers an item that was not applied.
+            log!(
+                log,
+                Warn,
+                "refused a known item of {:?}: it holds a newline in its URL or key, and \
+                 crawl {crawl:?} does not know the URL",
+                url.chars().take(100).collect::<String>()
+            );
+            *o = Some(match op.receipt() {
+                Some((from, _)) => {
+                    failed.insert(from);
+                    Outcome::Failed
+                }
+                None => Outcome::Refused,
+            });
+            continue;
+        }
+        if let Some((from, seq)) = op.receipt() {
             senders.push(from);
             match receipts.iter_mut().find(|(f, _)| *f == from) {
                 Some((_, s)) => *s = (*s).max(seq),
@@ -355,4 +351,23 @@ fn commit_discovered(
             out.fill(Some(Outcome::Failed));
         }
     }
+}
+
+/// The URL of `op` if it is a known item holding a newline in its URL or key whose crawl
+/// does not know the URL: an update takes such an item only of a URL it knows (a store written before
+/// pushes refused newlines may hold some, whose transit must end), and refuses the whole
+/// call otherwise.
+fn unknown_with_newline<'a>(frontier: &Frontier, crawl: &str, op: &'a Op) -> Option<&'a str> {
+    let Op::Known { url, key, .. } = op else {
+        return None;
+    };
+    if !url.contains('\n') && !key.as_deref().is_some_and(|k| k.contains('\n')) {
+        return None;
+    }
+    let key = key.as_deref().map(str::as_bytes);
+    matches!(
+        frontier.status(crawl, key, url.as_bytes()),
+        Ok(crivello::UrlStatus::Unknown)
+    )
+    .then_some(url.as_str())
 }

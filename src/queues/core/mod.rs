@@ -4686,7 +4686,6 @@ impl Core {
         }
         for it in items {
             super::validate_metadata(it.metadata)?;
-            super::refuse_newline_key(it.key)?;
         }
         if !receipts.is_empty() {
             // One entry of J holds the updates and their receipts: refused before anything
@@ -4708,13 +4707,15 @@ impl Core {
             .filter(|(k, it)| last[it.url] == *k)
             .map(|(_, it)| it)
             .collect();
-        // A URL holding a newline is taken only when the crawl knows it (a store written
-        // before pushes refused such URLs may hold some, whose leases must end): it is not
-        // pushed below.
-        let newline = |it: &&super::Known<'_>| memchr::memchr(b'\n', it.url);
-        if items.iter().any(|it| newline(it).is_some()) {
-            let held: Vec<&&super::Known<'_>> =
-                items.iter().filter(|it| newline(it).is_some()).collect();
+        // A URL or key holding a newline is taken only when the crawl knows the URL (a store
+        // written before pushes refused them may hold some, whose leases must end): such an
+        // item is not pushed below.
+        let newline = |it: &&super::Known<'_>| {
+            memchr::memchr(b'\n', it.url).is_some()
+                || it.key.is_some_and(|k| memchr::memchr(b'\n', k).is_some())
+        };
+        if items.iter().any(newline) {
+            let held: Vec<&&super::Known<'_>> = items.iter().filter(|it| newline(it)).collect();
             for it in &held {
                 crate::sieve::validate_url(it.url, self.sieve.max_url_len())?;
                 super::validate_key(it.key)?;
@@ -4725,13 +4726,23 @@ impl Core {
                     let sigs: Vec<u64> = (held.iter())
                         .map(|it| crate::signature(it.url, seed))
                         .collect();
-                    self.sieve.known_signatures(&sigs)?
+                    // A lease says so without a lookup of the sieve's files.
+                    if sigs
+                        .iter()
+                        .all(|&sig| self.leases.of_url(id, sig).is_some())
+                    {
+                        vec![true; sigs.len()]
+                    } else {
+                        self.sieve.known_signatures(&sigs)?
+                    }
                 }
                 None => vec![false; held.len()],
             };
             if let Some(k) = known.iter().position(|&known| !known) {
-                let at = newline(held[k]).expect("a newline");
-                return Err(Error::InvalidUrl(crate::InvalidUrl::Newline { at }));
+                // What a push of it would answer.
+                let it = held[k];
+                crate::sieve::refuse_newline(it.url)?;
+                super::refuse_newline_key(it.key)?;
             }
         }
         // The usual case, a crawler ending its leases, needs no push and no flush.
@@ -4754,7 +4765,7 @@ impl Core {
             // skipped).
             let discovered: Vec<super::Discovered<'_>> = items
                 .iter()
-                .filter(|it| newline(it).is_none())
+                .filter(|it| !newline(it))
                 .map(|it| super::Discovered {
                     url: it.url,
                     key: it.key,
