@@ -354,9 +354,9 @@ fn commit_discovered(
 }
 
 /// The URL of `op` if it is a known item holding a newline in its URL or key whose crawl
-/// does not know the URL: an update takes such an item only of a URL it knows (a store written before
-/// pushes refused newlines may hold some, whose transit must end), and refuses the whole
-/// call otherwise.
+/// does not know the URL: an update takes such an item only of a URL it knows (a store
+/// written before pushes refused newlines may hold some, whose transit must end), and
+/// refuses the whole call otherwise.
 fn unknown_with_newline<'a>(frontier: &Frontier, crawl: &str, op: &'a Op) -> Option<&'a str> {
     let Op::Known { url, key, .. } = op else {
         return None;
