@@ -310,8 +310,9 @@ impl Sieve {
         for u in urls {
             self.validate(u.as_ref())?;
         }
+        // Checked above: no newline is looked for again.
         for u in urls {
-            self.push(u.as_ref())?;
+            self.push_line(u.as_ref())?;
         }
         Ok(())
     }
