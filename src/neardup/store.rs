@@ -293,7 +293,8 @@ impl Store {
     /// budget is `opts`'s: a quarter of it (at least 1 MiB) goes to the sieve of document
     /// ids, the rest to the batches of [`Store::insert`].
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Store> {
-        Store::open_with(Arc::new(DirStorage::open_store(dir.as_ref())?), opts)
+        let storage = Arc::new(DirStorage::open_store(dir.as_ref())?);
+        storage.opened(Store::open_with(storage.clone(), opts))
     }
 
     /// Opens the existing store in `dir` without ever writing to the directory, as

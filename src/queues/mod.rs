@@ -539,8 +539,8 @@ impl Frontier {
         opts: Options,
         clock: Arc<dyn Clock>,
     ) -> Result<Frontier> {
-        let storage = DirStorage::open_store_as(dir.as_ref(), !opts.existing)?;
-        Frontier::open_with(Arc::new(storage), opts, clock)
+        let storage = Arc::new(DirStorage::open_store_as(dir.as_ref(), !opts.existing)?);
+        storage.opened(Frontier::open_with(storage.clone(), opts, clock))
     }
 
     /// Opens the existing frontier in `dir` without ever writing to the directory, as

@@ -145,8 +145,8 @@ impl Sieve {
     /// Opens the sieve in directory `dir`, creating the directory and the sieve if needed,
     /// and recovers from any crash. Takes the directory's exclusive lock.
     pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Sieve> {
-        let storage = DirStorage::open_store_as(dir.as_ref(), !opts.existing)?;
-        Sieve::open_with(Arc::new(storage), opts)
+        let storage = Arc::new(DirStorage::open_store_as(dir.as_ref(), !opts.existing)?);
+        storage.opened(Sieve::open_with(storage.clone(), opts))
     }
 
     /// Opens the existing sieve in `dir` without ever writing to the directory: for

@@ -205,6 +205,22 @@ impl DirStorage {
         }
     }
 
+    /// The result of an open of a store through this storage, once it returned: an error
+    /// naming the directory if the directory at its path is no longer the one the open
+    /// locked (moved away, removed or replaced by another while the open read it: what it
+    /// read may be two stores' files, and a damage it reported is not the store's), else
+    /// `r`. A store opened meanwhile is dropped (it writes nothing there any more).
+    pub(crate) fn opened<T>(&self, r: crate::Result<T>) -> crate::Result<T> {
+        match self.still_here() {
+            Ok(()) => r,
+            Err(e) => Err(crate::Error::io(
+                "open directory",
+                &self.dir.display().to_string(),
+                e,
+            )),
+        }
+    }
+
     /// [`DirStorage::open_store`], or (`create` false) of a directory that must exist.
     pub(crate) fn open_store_as(dir: &Path, create: bool) -> crate::Result<DirStorage> {
         if create {
@@ -893,6 +909,47 @@ mod tests {
     /// Waits until a sync checks the path again.
     fn after_recheck() {
         std::thread::sleep(std::time::Duration::from_micros(2 * PATH_RECHECK_US));
+    }
+
+    /// An open whose directory was replaced by another store's while it read reports that,
+    /// whatever the open made of the two stores' files (a damage, or a store it took for
+    /// sound); an open whose directory stayed gives its own result.
+    #[test]
+    fn an_open_whose_directory_was_replaced_meanwhile_says_so() {
+        let t = tempfile::tempdir().unwrap();
+        let (dir, other, old) = (
+            t.path().join("store"),
+            t.path().join("other"),
+            t.path().join("old"),
+        );
+        let st = DirStorage::open(&dir).unwrap();
+        let lock = st.lock().unwrap();
+        let damage = || -> crate::Result<u32> {
+            Err(crate::Error::corrupt(
+                "MANIFEST",
+                0,
+                crate::error::Corruption::Checksum {
+                    stored: 1,
+                    computed: 2,
+                },
+            ))
+        };
+        assert_eq!(st.opened(Ok(7)).unwrap(), 7);
+        assert!(matches!(
+            st.opened(damage()),
+            Err(crate::Error::Corrupt { .. })
+        ));
+        let o = DirStorage::open(&other).unwrap();
+        let _other_lock = o.lock().unwrap();
+        fs::rename(&dir, &old).unwrap();
+        fs::rename(&other, &dir).unwrap();
+        for r in [st.opened(Ok(7)), st.opened(damage())] {
+            let e = r.unwrap_err();
+            assert!(matches!(e, crate::Error::Io { .. }), "{e}");
+            assert!(e.to_string().contains("moved, removed or replaced"), "{e}");
+            assert!(e.to_string().contains(&dir.display().to_string()), "{e}");
+        }
+        drop(lock);
     }
 
     /// A directory moved away while a file of it is open: a sync within a millisecond of the
