@@ -386,6 +386,20 @@ fn pop_stops_at_a_url_holding_a_newline_after_consuming_those_before_it() {
     sieve.frontier_commit().unwrap();
     sieve.close().unwrap();
     assert_eq!(ok(&["pop", arg(&dir)], b""), b"http://a/4\n");
+
+    // The store's first URL: the first `pop` prints nothing and still makes the store a
+    // plain sieve's, as any first `pop` does (a `lease` after it is refused).
+    let dir = d.path().join("first");
+    let mut sieve = crivello::Sieve::open(&dir, crivello::Options::new()).unwrap();
+    sieve.push_line(b"http://x/\ny").unwrap();
+    sieve.push_line(b"http://a/1").unwrap();
+    sieve.close().unwrap();
+    ok(&["flush", arg(&dir)], b"");
+    let out = run(&["pop", arg(&dir)], b"");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.stdout, b"");
+    let err = fails(1, &["lease", arg(&dir)], b"");
+    contains_all(&err, &["plain sieve"]);
 }
 
 #[test]

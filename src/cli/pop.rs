@@ -82,9 +82,10 @@ pub fn run(args: PopArgs) -> Result<()> {
             return Err(e);
         }
         if let Err(crivello::Error::InvalidUrl(crivello::InvalidUrl::Newline { at })) = n {
-            // What was printed before it is consumed, then the URL is named.
+            // What was printed before it is consumed (the store's mode fixed, as by any
+            // `pop`, when nothing was), then the URL is named.
             out.flush()?;
-            if pending > 0 {
+            if pending > 0 || !committed {
                 sieve.frontier_commit().with_context(|| context(&args))?;
             }
             sieve.close()?;
