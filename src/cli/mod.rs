@@ -557,6 +557,74 @@ pub fn open_frontier_read_only(dir: &Path, memory: usize) -> anyhow::Result<Fron
         .map_err(|e| opening(e, "frontier", dir))
 }
 
+/// Reads the store in `dir` with `read` (through read-only views, without its lock) while
+/// other processes may write it: a read that fails while the store's files change under it
+/// (a writer's checkpoint removed the journal generation the read was about to replay, say)
+/// is read again, a few times, and never reported as damage. A failure is the store's own
+/// only when no file changed during the read and no process holds the lock (a writer that
+/// came and went between the read and the look after it changed a file).
+pub fn read_beside_writers<T>(
+    dir: &Path,
+    command: &str,
+    mut read: impl FnMut() -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let mut before = files_state(dir);
+    let mut tries = 0;
+    loop {
+        let e = match read() {
+            Ok(t) => return Ok(t),
+            Err(e) => e,
+        };
+        let now = files_state(dir);
+        if now == before && !written_by_another(dir) {
+            return Err(e);
+        }
+        tries += 1;
+        if tries == READS_UNDER_WRITER {
+            return Err(e.context(Explained {
+                what: format!(
+                    "{command} {}: another process writes the store, and its files changed \
+                     while they were read",
+                    dir.display()
+                ),
+                todo: format!("run `crivello {command}` again"),
+            }));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        before = files_state(dir);
+    }
+}
+
+/// How many times a store that another process writes is read before the reader gives up.
+const READS_UNDER_WRITER: u32 = 20;
+
+/// Whether another process holds the store's lock (a writer).
+fn written_by_another(dir: &Path) -> bool {
+    std::fs::File::open(dir.join("LOCK")).is_ok_and(|f| f.try_lock_shared().is_err())
+}
+
+/// A file's name, inode, length, and time of last change (seconds, nanoseconds).
+type FileState = (std::ffi::OsString, u64, u64, i64, i64);
+
+/// The store's files as a writer changes them: each one's name, inode, length and time of
+/// last change (a file appended to, rewritten, replaced by a rename, made or removed).
+/// None when the directory cannot be listed.
+fn files_state(dir: &Path) -> Option<Vec<FileState>> {
+    use std::os::unix::fs::MetadataExt;
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir(dir).ok()? {
+        let entry = entry.ok()?;
+        // A file removed between the listing and this look is a change too.
+        let m = match entry.metadata() {
+            Ok(m) => (m.ino(), m.len(), m.mtime(), m.mtime_nsec()),
+            Err(_) => (0, u64::MAX, 0, 0),
+        };
+        all.push((entry.file_name(), m.0, m.1, m.2, m.3));
+    }
+    all.sort_unstable();
+    Some(all)
+}
+
 /// Opens (or creates) the sieve in `dir`.
 pub fn open_sieve(dir: &Path, opts: Options) -> anyhow::Result<Sieve> {
     waiting_for_lock(|| Sieve::open(dir, opts.clone())).map_err(|e| opening(e, "sieve", dir))
@@ -677,5 +745,50 @@ mod tests {
     fn the_definitions_are_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    /// A read beside writers is taken again while the store's files change under it, and
+    /// its failure is given as it is when nothing changed and nobody holds the lock.
+    #[test]
+    fn a_read_is_taken_again_only_when_the_files_changed() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path();
+        std::fs::write(dir.join("j-1.log"), b"x").unwrap();
+        // Damage: read once, reported as it is.
+        let mut calls = 0;
+        let r: anyhow::Result<()> = read_beside_writers(dir, "stats", || {
+            calls += 1;
+            Err(anyhow::anyhow!("j-1.log: corrupt"))
+        });
+        assert_eq!(calls, 1);
+        assert_eq!(r.unwrap_err().to_string(), "j-1.log: corrupt");
+        // A writer removed a file, then appended to another, under the first two reads.
+        let mut calls = 0;
+        let r = read_beside_writers(dir, "stats", || {
+            calls += 1;
+            match calls {
+                1 => {
+                    std::fs::rename(dir.join("j-1.log"), dir.join("j-2.log")).unwrap();
+                    Err(anyhow::anyhow!("j-1.log: missing"))
+                }
+                2 => {
+                    std::fs::write(dir.join("j-2.log"), b"xy").unwrap();
+                    Err(anyhow::anyhow!("j-2.log: torn"))
+                }
+                _ => Ok(7),
+            }
+        });
+        assert_eq!((r.unwrap(), calls), (7, 3));
+        // A writer that never stops changing the files: given up after a few reads, saying
+        // why.
+        let mut calls = 0u32;
+        let r: anyhow::Result<()> = read_beside_writers(dir, "stats", || {
+            calls += 1;
+            std::fs::write(dir.join("j-2.log"), vec![b'x'; calls as usize + 2]).unwrap();
+            Err(anyhow::anyhow!("j-2.log: torn"))
+        });
+        assert_eq!(calls, READS_UNDER_WRITER);
+        let e = format!("{:#}", r.unwrap_err());
+        assert!(e.contains("another process writes the store"), "{e}");
     }
 }

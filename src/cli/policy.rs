@@ -57,8 +57,11 @@ pub fn run(args: PolicyArgs) -> Result<()> {
         .any(|g| g);
     if !given {
         // The policy in force, read without the lock and without writing (as `stats` reads).
-        let frontier = open_frontier_read_only(&args.dir, args.common.memory)?;
-        let text = super::queues::policy_text(&frontier.policy(crawl, key)?);
+        let policy = super::read_beside_writers(&args.dir, "policy", || {
+            let frontier = open_frontier_read_only(&args.dir, args.common.memory)?;
+            Ok(frontier.policy(crawl, key)?)
+        })?;
+        let text = super::queues::policy_text(&policy);
         let mut out = Output::new();
         out.line(text.as_bytes())?;
         return out.flush();

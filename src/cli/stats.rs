@@ -76,42 +76,15 @@ pub struct StatsArgs {
 /// Runs `stats`.
 pub fn run(args: StatsArgs) -> Result<()> {
     if args.dir.join(crivello::neardup::MANIFEST_FILE).is_file() {
-        return print(&args, &neardup_fields(&args)?);
+        let all = super::read_beside_writers(&args.dir, "stats", || neardup_fields(&args))?;
+        return print(&args, &all);
     }
     require_sieve(&args.dir)?;
     // Another process may write the store meanwhile (a server, a push): `stats` takes no
     // lock, so that it never keeps a writer out, and its files may change while it reads
-    // them. A failure then is read again, a few times, and never reported as damage.
-    let mut tries = 0;
-    let all = loop {
-        match gather(&args) {
-            Ok(all) => break all,
-            Err(e) if written_by_another(&args.dir) => {
-                tries += 1;
-                if tries == READS_UNDER_WRITER {
-                    return Err(e.context(super::Explained {
-                        what: format!(
-                            "stats {}: another process writes the store, and its files \
-                             changed while they were read",
-                            args.dir.display()
-                        ),
-                        todo: "run `crivello stats` again".into(),
-                    }));
-                }
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            Err(e) => return Err(e),
-        }
-    };
+    // them.
+    let all = super::read_beside_writers(&args.dir, "stats", || gather(&args))?;
     print(&args, &all)
-}
-
-/// How many times `stats` reads a store that another process writes before it gives up.
-const READS_UNDER_WRITER: u32 = 20;
-
-/// Whether another process holds the store's lock (a writer).
-fn written_by_another(dir: &std::path::Path) -> bool {
-    std::fs::File::open(dir.join("LOCK")).is_ok_and(|f| f.try_lock_shared().is_err())
 }
 
 /// The fields of the store in `dir`, from read-only views: `stats` writes nothing, and
