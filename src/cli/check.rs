@@ -2,7 +2,9 @@
 //! any damage.
 //!
 //! The library's verifier ([`crivello::check`]) reads the manifest, the cursor, every block
-//! of every Z segment, every frontier frame after the cursor and the live write-ahead log.
+//! of every Z segment, every pair of every run waiting for a merge, every frame of F (the
+//! file that holds the cursor from its start, and those after it) and the live write-ahead
+//! log.
 //! A torn tail of the write-ahead log is not damage: it holds pushes that were never
 //! acknowledged before a crash, and the next open drops them; `check` notes it.
 

@@ -4,7 +4,8 @@
 //! URLs are done for good, served again after DURATION, or (`--retry`) back in their queue
 //! now, the delay applying; a URL that is not leased changes nothing and is counted on
 //! stderr. `lease`'s own line of a URL ends its lease whatever the URL holds (a tab, a
-//! trailing "\r"). Lines are ended in batches, each durable before the next is read: exit 0
+//! trailing "\r"), unless both `U` and `U<TAB>SECONDS` are leased: the line of the second
+//! then ends the first's lease, and the second's stays until it expires. Lines are ended in batches, each durable before the next is read: exit 0
 //! means every line is.
 
 use std::io::Write as _;

@@ -150,9 +150,10 @@ enum Command {
     Neardup(neardup::NeardupArgs),
     /// Verify every checksum of the sieve in DIR, without changing it; exit 3 on any damage.
     ///
-    /// Reads the manifest, the cursor, every block of every Z segment, every frontier
-    /// record after the cursor and the write-ahead log, and of a frontier (`lease`, `done`)
-    /// its journal, checkpoint and Q runs too; prints "ok" and a summary when all is well. A
+    /// Reads the manifest, the cursor, every block of every Z segment, every pair of every
+    /// run waiting for a merge, every frame of F (the file that holds the cursor from its
+    /// start, and those after it) and the write-ahead log, and of a frontier (`lease`,
+    /// `done`) its journal, checkpoint and Q runs too; prints "ok" and a summary when all is well. A
     /// torn tail of the write-ahead log or of the journal (changes never acknowledged before
     /// a crash) is noted, not counted as damage.
     Check(check::CheckArgs),

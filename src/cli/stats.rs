@@ -40,8 +40,9 @@ Keys (the same in the text and the JSON output; every value is an unsigned integ
   slots          slots per buffer of S (the in-memory signature buffer) at that budget
   seed           the signature seed (a 64-bit integer)
 
-A frontier (a store that `lease`, `done`, `policy`, `block`, `pause`, `resume` or a
-`push --crawl` has made one) adds:
+A frontier (a store that `lease`, `done`, `policy`, `block`, `pause`, `resume`, a
+`push --crawl` of another crawl than DEFAULT or a `push --compress-queues` has made one)
+adds:
   queues         queues known
   queues_waiting queues with URLs waiting
   waiting        URLs waiting in their queues
