@@ -101,8 +101,22 @@ class Server:
         """kill -9."""
         return self.stop(signal.SIGKILL)
 
+    def caught_up(self, timeout=30):
+        """A cluster node: waits until it hands out, once the other nodes' hand-off logs for
+        it are delivered (or a node down was given up on, 10 s after the start)."""
+        if "--peers" not in self.args:
+            return
+        deadline = time.time() + timeout
+        while True:
+            counts = self.stub.GetStats(self.pb.QueueWithinCrawlParams(local=True)).counts
+            if counts.get("catching_up", 0) == 0:
+                return
+            assert time.time() < deadline, f"still catching up after {timeout} s: {self.log()}"
+            time.sleep(0.05)
+
     def restart(self):
         self.start()
+        self.caught_up()
 
 
 @pytest.fixture
@@ -158,6 +172,10 @@ class Cluster:
                    creds=creds)
             for m in self.names
         ]
+        # Every node started, then each waits for the others (a node hands out nothing until
+        # every other one has answered what its hand-off logs hold for it).
+        for n in self.nodes:
+            n.caught_up()
 
     def __getitem__(self, i):
         return self.nodes[i]

@@ -237,6 +237,57 @@ def test_a_node_that_is_down_gets_its_items_once_when_it_is_back(cluster_factory
     assert served_by_each(c) == {0: [], 1: [], 2: []}
 
 
+def test_a_node_back_hands_out_nothing_before_the_hand_off_logs_kept_for_it(cluster_factory):
+    # Leases run out while their owner is down, and their fetchers put the URLs' updates
+    # through another node: acknowledged OK, they wait in its hand-off log. Before, the owner
+    # back handed every one of them out again at its first GetURLs (the log reached it up to
+    # 5 s later), and an older update delivered late replaced a newer one.
+    c = cluster_factory(3)
+    pb = c[0].pb
+    urls = [f"http://k{i:02}.t/{j}" for j in (1, 2) for i in range(40)]
+    assert {s for _, s in put(c[0], [discovered(pb, u) for u in urls])} == {"OK"}
+    leased = {}
+    for i, n in enumerate(c.nodes):
+        for x in get(n, max_queues=0, delay_requestable=2):
+            leased[x.url] = i
+    victim = max(range(3), key=lambda i: sum(v == i for v in leased.values()))
+    other = (victim + 1) % 3
+    mine = sorted(u for u, i in leased.items() if i == victim)
+    assert len(mine) >= 4, leased
+    done, later = mine[::2], mine[1::2]
+    tomorrow = now_s() + 86400
+    c[victim].kill()
+    items = [known(pb, u, 0) for u in done] + [known(pb, u, tomorrow) for u in later]
+    assert {s for _, s in put(c[other], items)} == {"OK"}
+    time.sleep(2.5)  # the leases' deadlines pass while their owner is down
+    c[victim].start()
+    # At once, while the other nodes' logs are delivered: nothing of those URLs.
+    handed = set()
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        handed |= {x.url for x in get(c[victim], max_queues=0, delay_requestable=60)}
+        counts = c[victim].stub.GetStats(pb.QueueWithinCrawlParams(local=True)).counts
+        if counts.get("catching_up", 0) == 0:
+            break
+        time.sleep(0.01)
+    handed |= {x.url for x in get(c[victim], max_queues=0, delay_requestable=60)}
+    assert not handed & set(mine), sorted(handed & set(mine))
+    # The URLs of their hosts waiting behind them are served: the owner hands out again.
+    assert handed, "nothing handed out once the hand-off logs were delivered"
+    assert "hand-off logs hold nothing for this node" in c[victim].log()
+    for u in done:
+        status = c[victim].stub.GetURLStatus(pb.URLStatusRequest(url=u))
+        assert status.known.refetchable_from_date == 0, u
+    for u in later:
+        status = c[victim].stub.GetURLStatus(pb.URLStatusRequest(url=u))
+        assert status.known.refetchable_from_date == tomorrow, u
+    # A done put on the owner directly now is not replaced by anything delivered late.
+    assert put(c[victim], [known(pb, later[0], 0)]) == [(later[0], "OK")]
+    time.sleep(0.5)
+    status = c[victim].stub.GetURLStatus(pb.URLStatusRequest(url=later[0]))
+    assert status.known.refetchable_from_date == 0
+
+
 def test_nodes_started_with_other_lists_refuse_each_other(cluster_factory, server_factory, tmp_path):
     c = cluster_factory(2)
     pb = c[0].pb

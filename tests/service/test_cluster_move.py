@@ -22,10 +22,12 @@ def node_stats(node):
 
 
 def wait_moved(nodes, timeout=90):
-    """Waits until no node has a move under way."""
+    """Waits until no node has a move under way, and each hands out (the other nodes'
+    hand-off logs for it delivered, or a node down given up on)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if all(node_stats(n).counts.get("moving", 0) == 0 for n in nodes):
+        counts = [node_stats(n).counts for n in nodes]
+        if all(c.get("moving", 0) == 0 and c.get("catching_up", 0) == 0 for c in counts):
             return
         time.sleep(0.2)
     logs = "\n".join(n.log()[-3000:] for n in nodes)

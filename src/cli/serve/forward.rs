@@ -385,6 +385,23 @@ impl Router {
         self.waiting.iter().map(|w| w.load(Ordering::Relaxed)).sum()
     }
 
+    /// Records waiting in this node's hand-off logs for node `node` (of the cluster's list),
+    /// all its lanes; 0 for this node, or outside a cluster.
+    pub fn held_for(&self, node: usize) -> u64 {
+        let Some(cluster) = &self.cluster else {
+            return 0;
+        };
+        // The lanes' counts are those of the other nodes, in the list's order.
+        let k = match node.cmp(&cluster.me) {
+            std::cmp::Ordering::Less => node,
+            std::cmp::Ordering::Equal => return 0,
+            std::cmp::Ordering::Greater => node - 1,
+        };
+        self.waiting
+            .get(k * LANES..(k + 1) * LANES)
+            .map_or(0, |w| w.iter().map(|w| w.load(Ordering::Relaxed)).sum())
+    }
+
     async fn commit(&self, ops: Vec<Op>) -> Option<oneshot::Receiver<Vec<Outcome>>> {
         let (reply, rx) = oneshot::channel();
         // The committing thread gone: nothing of it is durable.

@@ -378,6 +378,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
             }
         };
         let router = Arc::new(router);
+        if let Some((p, m)) = &peers {
+            // Hand-outs wait until the others' hand-off logs for this node are delivered.
+            tokio::spawn(m.clone().catch_up(p.clone()));
+        }
         if !args.lost.is_empty() {
             tokio::spawn(forward::reroute(
                 router.clone(),
@@ -390,8 +394,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let cluster_calls = peers.as_ref().map(|(_, m)| {
             tonic::service::interceptor::InterceptedService::new(
                 tonic::service::interceptor::InterceptedService::new(
-                    cpb::cluster_server::ClusterServer::new(moves::ClusterService(m.clone()))
-                        .max_decoding_message_size(usize::MAX),
+                    cpb::cluster_server::ClusterServer::new(moves::ClusterService(
+                        m.clone(),
+                        router.clone(),
+                    ))
+                    .max_decoding_message_size(usize::MAX),
                     cluster::Check(cluster.clone(), true),
                 ),
                 auth::Bearer::new(token.clone()),

@@ -40,7 +40,7 @@ use super::cluster::{
     settled, write_durably, Cluster, Forwarded, Previous, MOVE_FILE, MOVE_TO_FILE,
 };
 use super::cpb;
-use super::forward::Peers;
+use super::forward::{Peers, Router};
 use super::log::{log, Log};
 
 /// Queues exported at once at most.
@@ -52,6 +52,16 @@ const BYTES_PER_CALL: usize = 64 << 20;
 
 /// The longest wait between two attempts to send.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How long a node that starts waits for another that does not answer `Held` before it
+/// hands out without it ([`Moves::catch_up`]).
+const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
+
+/// How often a node that starts asks again the nodes whose hand-off logs hold records for it.
+const CATCH_UP_EVERY: Duration = Duration::from_millis(100);
+
+/// How long one `Held` call may take.
+const CATCH_UP_CALL: Duration = Duration::from_secs(2);
 
 /// A move under way.
 pub struct Move {
@@ -104,6 +114,9 @@ pub struct Moves {
     learnt: AtomicBool,
     /// Nodes gone for good (`--lost`): a move does not wait for them.
     lost: Mutex<Vec<String>>,
+    /// False from this node's start until every other node has said its hand-off logs hold
+    /// nothing for this node ([`Moves::catch_up`]): meanwhile it hands out nothing.
+    caught_up: AtomicBool,
 }
 
 /// What a new node learnt from the others ([`Moves::learn`]).
@@ -139,7 +152,87 @@ impl Moves {
             fresh: AtomicBool::new(false),
             learnt: AtomicBool::new(true),
             lost: Mutex::new(Vec::new()),
+            caught_up: AtomicBool::new(false),
         })
+    }
+
+    /// Whether this node may hand out URLs: every other node has said that its hand-off
+    /// logs hold nothing for this node (or did not answer within [`CATCH_UP_WAIT`]).
+    pub fn caught_up(&self) -> bool {
+        self.caught_up.load(Ordering::Acquire)
+    }
+
+    /// Run once at the start: asks every other node (but those lost for good) how many
+    /// records its hand-off logs hold for this node (`Held`), again every
+    /// [`CATCH_UP_EVERY`] until each answers none, then lets this node hand out. The items
+    /// the others acknowledged for this node while it was down (a completion, a date to
+    /// fetch again) are applied before any of its URLs is handed out: a URL whose lease ran
+    /// out meanwhile and whose completion waits in another node's log is not handed out
+    /// again, and an update made after the start is not replaced by an older one delivered
+    /// late. A node that does not answer within [`CATCH_UP_WAIT`] of the start (down) is not
+    /// waited for: what its logs hold for this node arrives when it is back.
+    pub async fn catch_up(self: Arc<Self>, peers: Peers) {
+        let started = std::time::Instant::now();
+        let lost = self.lost.lock().expect("not poisoned").clone();
+        let me = peers.cluster.me;
+        let mut left: Vec<usize> = (0..peers.cluster.nodes.len())
+            .filter(|&i| i != me && !lost.contains(&peers.cluster.nodes[i].name))
+            .collect();
+        let mut told = HashSet::new();
+        while !left.is_empty() {
+            let mut next = Vec::new();
+            for i in left {
+                let mut client = peers.cluster_client(i);
+                let call = client.held(peers.request(cpb::HeldRequest {}));
+                match tokio::time::timeout(CATCH_UP_CALL, call).await {
+                    Ok(Ok(r)) if r.get_ref().records == 0 => {}
+                    Ok(Ok(r)) => {
+                        if told.insert(i) {
+                            log!(
+                                self.log,
+                                Info,
+                                "{} records of node {}'s hand-off logs wait for this node: it \
+                                 hands out nothing until they are delivered",
+                                r.get_ref().records,
+                                peers.name(i)
+                            );
+                        }
+                        next.push(i);
+                    }
+                    Ok(Err(s)) if s.code() == tonic::Code::Unimplemented => {
+                        log!(
+                            self.log,
+                            Warn,
+                            "node {} does not tell what its hand-off logs hold for this node (a \
+                             release before the call Held): not waited for",
+                            peers.name(i)
+                        );
+                    }
+                    _ if started.elapsed() >= CATCH_UP_WAIT => {
+                        log!(
+                            self.log,
+                            Warn,
+                            "node {} did not answer within {CATCH_UP_WAIT:?} of the start: this \
+                             node hands out without the items its hand-off logs may hold for \
+                             it, which arrive when it is back (a URL completed through it \
+                             meanwhile may be handed out again)",
+                            peers.name(i)
+                        );
+                    }
+                    _ => next.push(i),
+                }
+            }
+            left = next;
+            if !left.is_empty() {
+                tokio::time::sleep(CATCH_UP_EVERY).await;
+            }
+        }
+        self.caught_up.store(true, Ordering::Release);
+        log!(
+            self.log,
+            Info,
+            "the other nodes' hand-off logs hold nothing for this node: handing out"
+        );
     }
 
     /// Nodes gone for good: a move does not wait for them.
@@ -870,8 +963,8 @@ fn by_bytes(queues: Vec<QueueExport>) -> Vec<Vec<QueueExport>> {
     out
 }
 
-/// The cluster's own calls.
-pub struct ClusterService(pub Arc<Moves>);
+/// The cluster's own calls: the moves, and the router whose hand-off logs `Held` counts.
+pub struct ClusterService(pub Arc<Moves>, pub Arc<Router>);
 
 #[tonic::async_trait]
 impl cpb::cluster_server::Cluster for ClusterService {
@@ -886,6 +979,23 @@ impl cpb::cluster_server::Cluster for ClusterService {
         };
         let imported = self.0.clone().import(&from, request.into_inner()).await?;
         Ok(Response::new(cpb::ImportReply { imported }))
+    }
+
+    async fn held(
+        &self,
+        request: Request<cpb::HeldRequest>,
+    ) -> Result<Response<cpb::HeldReply>, Status> {
+        let Some(Forwarded(from)) = request.extensions().get::<Forwarded>().cloned() else {
+            return Err(Status::permission_denied(
+                "Held is a call between the nodes of a cluster",
+            ));
+        };
+        let nodes = &self.0.cluster.nodes;
+        let records = nodes
+            .iter()
+            .position(|n| n.name == from)
+            .map_or(0, |i| self.1.held_for(i));
+        Ok(Response::new(cpb::HeldReply { records }))
     }
 
     async fn moving(

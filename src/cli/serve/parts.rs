@@ -33,6 +33,17 @@ pub struct Parts {
     next: usize,
 }
 
+impl Parts {
+    /// A hand-out of no URL.
+    pub fn empty() -> Parts {
+        Parts {
+            rx: None,
+            part: LeasedBatch::default(),
+            next: 0,
+        }
+    }
+}
+
 /// The hand-out `handout` as a stream: `first` (its first part, leased already), then the
 /// next parts, leased one ahead of the client on the blocking pool, until the hand-out is
 /// finished, the client goes, or the server stops (`stopping`): then no more is leased.

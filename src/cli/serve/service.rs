@@ -690,6 +690,10 @@ const HANDOFF_RECORDS: &str = "handoff_records";
 /// the node (in a cluster).
 const MOVING: &str = "moving";
 
+/// The count of `GetStats` that is 1 from a node's start until the other nodes' hand-off
+/// logs for it are delivered, while it hands out nothing (in a cluster).
+const CATCHING_UP: &str = "catching_up";
+
 impl Service {
     /// Refuses a delete while a node's hand-off log holds records: delivered after it, they
     /// would bring back what it deleted.
@@ -878,6 +882,7 @@ impl Service {
         }
         if let Some(moves) = &self.moves {
             counts.insert(MOVING.to_owned(), u64::from(moves.moving()));
+            counts.insert(CATCHING_UP.to_owned(), u64::from(!moves.caught_up()));
         }
         Ok(pb::Stats {
             size: c.waiting + c.leased,
@@ -1147,6 +1152,17 @@ impl UrlFrontier for Service {
     ) -> Result<Response<Self::GetURLsStream>, Status> {
         // A node hands out URLs of its own queues only: a host is fetched through its owner.
         let p = r.into_inner();
+        if self.moves.as_ref().is_some_and(|m| !m.caught_up()) {
+            // Just started: the items other nodes kept for this one while it was down come
+            // first (`Moves::catch_up`).
+            log!(
+                self.log,
+                Debug,
+                "GetURLs: nothing handed out until the other nodes' hand-off logs for this \
+                 node are delivered"
+            );
+            return Ok(Response::new(Box::pin(parts::Parts::empty())));
+        }
         let crawl = match p.item {
             Some(pb::get_params::Item::CrawlId(c)) => Some(c),
             Some(pb::get_params::Item::AnyCrawlId(_)) | None => None,
