@@ -175,12 +175,12 @@ impl DirStorage {
             self.path_checked.fetch_max(began, Ordering::Relaxed);
             return Ok(());
         }
-        Err(io::Error::other(format!(
+        Err(io::Error::other(Moved(format!(
             "the directory {} was moved, removed or replaced by another while in use: \
              nothing more is written there (the store is where it was moved to, as last \
              committed)",
             self.lock_dir().display()
-        )))
+        ))))
     }
 
     /// After a sync: [`DirStorage::still_here`], unless a lookup that found the lock at the
@@ -213,6 +213,9 @@ impl DirStorage {
     pub(crate) fn opened<T>(&self, r: crate::Result<T>) -> crate::Result<T> {
         match self.still_here() {
             Ok(()) => r,
+            // The lock file could not be looked up (an I/O error of its own): a failed open
+            // keeps its own error, one that succeeded cannot be trusted.
+            Err(e) if r.is_err() && !is_moved(&e) => r,
             Err(e) => Err(crate::Error::io(
                 "open directory",
                 &self.dir.display().to_string(),
@@ -267,6 +270,23 @@ fn micros() -> u64 {
     u64::try_from(start.elapsed().as_micros())
         .unwrap_or(u64::MAX)
         .saturating_add(1)
+}
+
+/// The error of a directory moved away, removed or replaced while in use (its message).
+#[derive(Debug)]
+struct Moved(String);
+
+impl std::fmt::Display for Moved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Moved {}
+
+/// Whether `e` says that a directory was moved away, removed or replaced while in use.
+fn is_moved(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Moved>())
 }
 
 /// The device and inode of the lock file of the store in `store`: what a

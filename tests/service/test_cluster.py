@@ -274,7 +274,7 @@ def test_a_node_back_hands_out_nothing_before_the_hand_off_logs_kept_for_it(clus
     assert not handed & set(mine), sorted(handed & set(mine))
     # The URLs of their hosts waiting behind them are served: the owner hands out again.
     assert handed, "nothing handed out once the hand-off logs were delivered"
-    assert "hand-off logs hold nothing for this node" in c[victim].log()
+    assert "hand-off logs hold nothing more for this node" in c[victim].log()
     for u in done:
         status = c[victim].stub.GetURLStatus(pb.URLStatusRequest(url=u))
         assert status.known.refetchable_from_date == 0, u
@@ -286,6 +286,52 @@ def test_a_node_back_hands_out_nothing_before_the_hand_off_logs_kept_for_it(clus
     time.sleep(0.5)
     status = c[victim].stub.GetURLStatus(pb.URLStatusRequest(url=later[0]))
     assert status.known.refetchable_from_date == 0
+
+
+def test_a_node_back_waits_for_what_was_held_not_for_a_flow_that_never_stops(cluster_factory):
+    # The owner restarted waits for the records another node's logs held for it at its first
+    # answer, not for those a steady flow of items appends behind them (that node delivers
+    # one record a round and logs what came meanwhile as the next one: its count would never
+    # reach zero while the owner hands out nothing).
+    c = cluster_factory(3)
+    pb = c[0].pb
+    urls = hosts_urls(40, 1, tag="f")
+    assert {s for _, s in put(c[0], [discovered(pb, u) for u in urls])} == {"OK"}
+    owned = {i: [u for u in urls if local_count(n, host_of(u)) == 1] for i, n in enumerate(c.nodes)}
+    victim = max(owned, key=lambda i: len(owned[i]))
+    other = (victim + 1) % 3
+    hosts = sorted({host_of(u) for u in owned[victim]})
+    c[victim].kill()
+    assert {s for _, s in put(c[other], [discovered(pb, f"http://{h}/held") for h in hosts])} == {"OK"}
+    stop = threading.Event()
+
+    def flow(j):
+        k = 0
+        while not stop.is_set():
+            k += 1
+            put(c[other], [discovered(pb, f"http://{h}/flow{j}-{k}") for h in hosts])
+
+    threads = [threading.Thread(target=flow, args=(j,)) for j in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.5)
+        c[victim].start()
+        deadline = time.time() + 20
+        while True:
+            counts = c[victim].stub.GetStats(pb.QueueWithinCrawlParams(local=True)).counts
+            if counts.get("catching_up", 0) == 0:
+                break
+            assert time.time() < deadline, c[victim].log()[-3000:]
+            time.sleep(0.05)
+        # What was held at its first answer is there.
+        for h in hosts:
+            assert local_count(c[victim], h) >= 2, h
+        assert "handing out without" not in c[victim].log()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
 
 
 def test_nodes_started_with_other_lists_refuse_each_other(cluster_factory, server_factory, tmp_path):

@@ -173,8 +173,8 @@ pub struct Router {
     /// The forwarders of node `i` at `i * LANES..(i + 1) * LANES` (`None` for this node),
     /// in a cluster.
     forwarders: Vec<Option<mpsc::Sender<Forward>>>,
-    /// Records waiting in each lane's hand-off log.
-    waiting: Vec<Arc<AtomicU64>>,
+    /// Each lane's hand-off log as the other tasks see it.
+    waiting: Vec<Arc<LaneMarks>>,
     log: Arc<Log>,
     /// The move under way, if any: items of the keys it has not brought yet fail.
     moves: Option<Arc<Moves>>,
@@ -236,7 +236,8 @@ impl Router {
                     );
                 }
                 let (tx, rx) = mpsc::channel(QUEUED_JOBS);
-                let count = Arc::new(AtomicU64::new(handoff.waiting()));
+                let count = Arc::new(LaneMarks::default());
+                count.set(&handoff);
                 waiting.push(count.clone());
                 let f = Forwarder {
                     peer: i,
@@ -382,24 +383,22 @@ impl Router {
 
     /// Records waiting in this node's hand-off logs, all lanes of all nodes.
     pub fn handoff_records(&self) -> u64 {
-        self.waiting.iter().map(|w| w.load(Ordering::Relaxed)).sum()
+        self.waiting.iter().map(|w| w.waiting()).sum()
     }
 
-    /// Records waiting in this node's hand-off logs for node `node` (of the cluster's list),
-    /// all its lanes; 0 for this node, or outside a cluster.
-    pub fn held_for(&self, node: usize) -> u64 {
-        let Some(cluster) = &self.cluster else {
-            return 0;
-        };
-        // The lanes' counts are those of the other nodes, in the list's order.
+    /// The marks of this node's hand-off logs for node `node` (of the cluster's list), lane
+    /// by lane: the seq of the last record appended and of the last delivered. None for
+    /// this node, or outside a cluster.
+    pub fn held_for(&self, node: usize) -> Option<Vec<(u64, u64)>> {
+        let cluster = self.cluster.as_ref()?;
+        // The lanes' marks are those of the other nodes, in the list's order.
         let k = match node.cmp(&cluster.me) {
             std::cmp::Ordering::Less => node,
-            std::cmp::Ordering::Equal => return 0,
+            std::cmp::Ordering::Equal => return None,
             std::cmp::Ordering::Greater => node - 1,
         };
-        self.waiting
-            .get(k * LANES..(k + 1) * LANES)
-            .map_or(0, |w| w.iter().map(|w| w.load(Ordering::Relaxed)).sum())
+        let lanes = self.waiting.get(k * LANES..(k + 1) * LANES)?;
+        Some(lanes.iter().map(|w| w.marks()).collect())
     }
 
     async fn commit(&self, ops: Vec<Op>) -> Option<oneshot::Receiver<Vec<Outcome>>> {
@@ -410,6 +409,36 @@ impl Router {
             .await
             .ok()
             .map(|()| rx)
+    }
+}
+
+/// A lane's hand-off log as the other tasks see it: the seq of its last record appended and
+/// of its last delivered, set by the lane after each change.
+#[derive(Default)]
+pub struct LaneMarks {
+    last: AtomicU64,
+    sent: AtomicU64,
+}
+
+impl LaneMarks {
+    fn set(&self, h: &HandOff) {
+        let (last, sent) = h.marks();
+        self.last.store(last, Ordering::Relaxed);
+        self.sent.store(sent, Ordering::Relaxed);
+    }
+
+    /// The seq of the last record appended, and of the last delivered.
+    fn marks(&self) -> (u64, u64) {
+        (
+            self.last.load(Ordering::Relaxed),
+            self.sent.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Records waiting for delivery.
+    fn waiting(&self) -> u64 {
+        let (last, sent) = self.marks();
+        last.saturating_sub(sent)
     }
 }
 
@@ -513,8 +542,8 @@ struct Forwarder {
     peers: Peers,
     handoff: HandOff,
     log: Arc<Log>,
-    /// Records its hand-off log holds, for [`Router::handoff_records`].
-    waiting: Arc<AtomicU64>,
+    /// Its hand-off log's marks, for [`Router::handoff_records`] and [`Router::held_for`].
+    waiting: Arc<LaneMarks>,
 }
 
 impl Forwarder {
@@ -794,8 +823,7 @@ impl Forwarder {
         } else {
             tokio::task::block_in_place(|| self.handoff.append(&items))
         };
-        self.waiting
-            .store(self.handoff.waiting(), Ordering::Relaxed);
+        self.waiting.set(&self.handoff);
         match written {
             Ok(()) => {
                 log!(
@@ -841,8 +869,7 @@ impl Forwarder {
         match self.send(record.items.clone()).await {
             Sent::All(outcomes) if outcomes.iter().all(|&o| o != Outcome::Failed) => {
                 let noted = tokio::task::block_in_place(|| self.handoff.delivered(&record));
-                self.waiting
-                    .store(self.handoff.waiting(), Ordering::Relaxed);
+                self.waiting.set(&self.handoff);
                 match noted {
                     Ok(()) => {
                         log!(

@@ -149,6 +149,13 @@ impl HandOff {
         self.last - self.sent
     }
 
+    /// The seq of the last record appended, and of the last delivered (both grow across
+    /// truncations and restarts: a record appended by now is delivered once the second
+    /// reaches the first).
+    pub fn marks(&self) -> (u64, u64) {
+        (self.last, self.sent)
+    }
+
     /// Appends `items` as one record and syncs the log: once this returns they are durable.
     pub fn append(&mut self, items: &[pb::UrlItem]) -> io::Result<()> {
         if self.failed {

@@ -63,6 +63,13 @@ const CATCH_UP_EVERY: Duration = Duration::from_millis(100);
 /// How long one `Held` call may take.
 const CATCH_UP_CALL: Duration = Duration::from_secs(2);
 
+/// How long a node that starts waits at most for the records another node's hand-off logs
+/// held for it (a record it refuses is never delivered).
+const CATCH_UP_LIMIT: Duration = Duration::from_secs(60);
+
+/// How often a node that waits for other nodes' hand-off logs says so.
+const CATCH_UP_TELL: Duration = Duration::from_secs(10);
+
 /// A move under way.
 pub struct Move {
     /// The list before it.
@@ -162,53 +169,79 @@ impl Moves {
         self.caught_up.load(Ordering::Acquire)
     }
 
-    /// Run once at the start: asks every other node (but those lost for good) how many
-    /// records its hand-off logs hold for this node (`Held`), again every
-    /// [`CATCH_UP_EVERY`] until each answers none, then lets this node hand out. The items
-    /// the others acknowledged for this node while it was down (a completion, a date to
-    /// fetch again) are applied before any of its URLs is handed out: a URL whose lease ran
-    /// out meanwhile and whose completion waits in another node's log is not handed out
-    /// again, and an update made after the start is not replaced by an older one delivered
-    /// late. A node that does not answer within [`CATCH_UP_WAIT`] of the start (down) is not
-    /// waited for: what its logs hold for this node arrives when it is back.
+    /// Run once at the start: asks every other node (but those lost for good) what its
+    /// hand-off logs hold for this node (`Held`: each lane's last record and last delivered),
+    /// again every [`CATCH_UP_EVERY`], until each has delivered the records its logs held at
+    /// its first answer, then lets this node hand out. The items the others acknowledged for
+    /// this node while it was down (a completion, a date to fetch again) are applied before
+    /// any of its URLs is handed out: a URL whose lease ran out meanwhile and whose
+    /// completion waited in another node's log is not handed out again, and an update made
+    /// once this node hands out is not replaced by an older one delivered late (one put on
+    /// this node while it waits may be: only hand-outs wait). Records appended after that
+    /// first answer are not waited for (a steady flow of items would never let the count
+    /// reach zero). A node that does not answer within [`CATCH_UP_WAIT`] of the start (down)
+    /// is not waited for, nor is one whose records are not all delivered within
+    /// [`CATCH_UP_LIMIT`] (a record this node refuses): what they hold for this node arrives
+    /// later. Each case is logged.
     pub async fn catch_up(self: Arc<Self>, peers: Peers) {
         let started = std::time::Instant::now();
         let lost = self.lost.lock().expect("not poisoned").clone();
         let me = peers.cluster.me;
-        let mut left: Vec<usize> = (0..peers.cluster.nodes.len())
+        // Each node asked, with the last record of each of its lanes to wait for, once known.
+        let mut left: Vec<(usize, Option<Vec<u64>>)> = (0..peers.cluster.nodes.len())
             .filter(|&i| i != me && !lost.contains(&peers.cluster.nodes[i].name))
+            .map(|i| (i, None))
             .collect();
-        let mut told = HashSet::new();
+        let mut skipped = Vec::new();
+        let mut told = std::time::Instant::now();
         while !left.is_empty() {
             let mut next = Vec::new();
-            for i in left {
+            for (i, target) in left {
                 let mut client = peers.cluster_client(i);
                 let call = client.held(peers.request(cpb::HeldRequest {}));
                 match tokio::time::timeout(CATCH_UP_CALL, call).await {
-                    Ok(Ok(r)) if r.get_ref().records == 0 => {}
                     Ok(Ok(r)) => {
-                        if told.insert(i) {
+                        let r = r.into_inner();
+                        let target = target.unwrap_or_else(|| {
+                            let held: u64 = r
+                                .last
+                                .iter()
+                                .zip(&r.sent)
+                                .map(|(l, s)| l.saturating_sub(*s))
+                                .sum();
+                            if held > 0 {
+                                log!(
+                                    self.log,
+                                    Info,
+                                    "{held} records of node {}'s hand-off logs wait for this \
+                                     node: it hands out nothing until they are delivered",
+                                    peers.name(i)
+                                );
+                            }
+                            r.last.clone()
+                        });
+                        let delivered = r.sent.len() == target.len()
+                            && r.sent.iter().zip(&target).all(|(s, t)| s >= t);
+                        if delivered {
+                            continue;
+                        }
+                        if started.elapsed() >= CATCH_UP_LIMIT {
                             log!(
                                 self.log,
-                                Info,
-                                "{} records of node {}'s hand-off logs wait for this node: it \
-                                 hands out nothing until they are delivered",
-                                r.get_ref().records,
+                                Warn,
+                                "node {} has not delivered what its hand-off logs held for \
+                                 this node within {CATCH_UP_LIMIT:?}: handing out without it \
+                                 (a URL completed through it may be handed out again)",
                                 peers.name(i)
                             );
+                            skipped.push(peers.name(i).to_owned());
+                            continue;
                         }
-                        next.push(i);
+                        next.push((i, Some(target)));
                     }
-                    Ok(Err(s)) if s.code() == tonic::Code::Unimplemented => {
-                        log!(
-                            self.log,
-                            Warn,
-                            "node {} does not tell what its hand-off logs hold for this node (a \
-                             release before the call Held): not waited for",
-                            peers.name(i)
-                        );
-                    }
-                    _ if started.elapsed() >= CATCH_UP_WAIT => {
+                    Err(_) | Ok(Err(_))
+                        if started.elapsed() >= CATCH_UP_WAIT && target.is_none() =>
+                    {
                         log!(
                             self.log,
                             Warn,
@@ -218,21 +251,51 @@ impl Moves {
                              meanwhile may be handed out again)",
                             peers.name(i)
                         );
+                        skipped.push(peers.name(i).to_owned());
                     }
-                    _ => next.push(i),
+                    Err(_) | Ok(Err(_)) if started.elapsed() >= CATCH_UP_LIMIT => {
+                        log!(
+                            self.log,
+                            Warn,
+                            "node {} stopped answering before it delivered what its hand-off \
+                             logs held for this node: handing out without it",
+                            peers.name(i)
+                        );
+                        skipped.push(peers.name(i).to_owned());
+                    }
+                    _ => next.push((i, target)),
                 }
             }
             left = next;
             if !left.is_empty() {
+                if told.elapsed() >= CATCH_UP_TELL {
+                    told = std::time::Instant::now();
+                    let names: Vec<&str> = left.iter().map(|(i, _)| peers.name(*i)).collect();
+                    log!(
+                        self.log,
+                        Info,
+                        "hand-outs still wait for the hand-off logs of node(s) {}",
+                        names.join(", ")
+                    );
+                }
                 tokio::time::sleep(CATCH_UP_EVERY).await;
             }
         }
         self.caught_up.store(true, Ordering::Release);
-        log!(
-            self.log,
-            Info,
-            "the other nodes' hand-off logs hold nothing for this node: handing out"
-        );
+        if skipped.is_empty() {
+            log!(
+                self.log,
+                Info,
+                "the other nodes' hand-off logs hold nothing more for this node: handing out"
+            );
+        } else {
+            log!(
+                self.log,
+                Warn,
+                "handing out without waiting any more for node(s) {}",
+                skipped.join(", ")
+            );
+        }
     }
 
     /// Nodes gone for good: a move does not wait for them.
@@ -991,11 +1054,15 @@ impl cpb::cluster_server::Cluster for ClusterService {
             ));
         };
         let nodes = &self.0.cluster.nodes;
-        let records = nodes
+        let marks = nodes
             .iter()
             .position(|n| n.name == from)
-            .map_or(0, |i| self.1.held_for(i));
-        Ok(Response::new(cpb::HeldReply { records }))
+            .and_then(|i| self.1.held_for(i))
+            .unwrap_or_default();
+        Ok(Response::new(cpb::HeldReply {
+            last: marks.iter().map(|m| m.0).collect(),
+            sent: marks.iter().map(|m| m.1).collect(),
+        }))
     }
 
     async fn moving(
