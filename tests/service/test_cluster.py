@@ -274,7 +274,7 @@ def test_a_node_back_hands_out_nothing_before_the_hand_off_logs_kept_for_it(clus
     assert not handed & set(mine), sorted(handed & set(mine))
     # The URLs of their hosts waiting behind them are served: the owner hands out again.
     assert handed, "nothing handed out once the hand-off logs were delivered"
-    assert "hand-off logs hold nothing more for this node" in c[victim].log()
+    assert "delivered what their hand-off logs held for this node" in c[victim].log()
     for u in done:
         status = c[victim].stub.GetURLStatus(pb.URLStatusRequest(url=u))
         assert status.known.refetchable_from_date == 0, u

@@ -121,8 +121,9 @@ pub struct Moves {
     learnt: AtomicBool,
     /// Nodes gone for good (`--lost`): a move does not wait for them.
     lost: Mutex<Vec<String>>,
-    /// False from this node's start until every other node has said its hand-off logs hold
-    /// nothing for this node ([`Moves::catch_up`]): meanwhile it hands out nothing.
+    /// False from this node's start until every other node has delivered what its hand-off
+    /// logs held for this node when first asked, or was given up on ([`Moves::catch_up`]):
+    /// meanwhile it hands out nothing.
     caught_up: AtomicBool,
 }
 
@@ -163,8 +164,9 @@ impl Moves {
         })
     }
 
-    /// Whether this node may hand out URLs: every other node has said that its hand-off
-    /// logs hold nothing for this node (or did not answer within [`CATCH_UP_WAIT`]).
+    /// Whether this node may hand out URLs: every other node has delivered what its
+    /// hand-off logs held for this node when first asked, or was given up on
+    /// ([`CATCH_UP_WAIT`], [`CATCH_UP_LIMIT`]).
     pub fn caught_up(&self) -> bool {
         self.caught_up.load(Ordering::Acquire)
     }
@@ -199,9 +201,10 @@ impl Moves {
             for (i, target) in left {
                 let mut client = peers.cluster_client(i);
                 let call = client.held(peers.request(cpb::HeldRequest {}));
-                match tokio::time::timeout(CATCH_UP_CALL, call).await {
+                let r = tokio::time::timeout(CATCH_UP_CALL, call).await;
+                match &r {
                     Ok(Ok(r)) => {
-                        let r = r.into_inner();
+                        let r = r.get_ref();
                         let target = target.unwrap_or_else(|| {
                             let held: u64 = r
                                 .last
@@ -242,12 +245,16 @@ impl Moves {
                     Err(_) | Ok(Err(_))
                         if started.elapsed() >= CATCH_UP_WAIT && target.is_none() =>
                     {
+                        let why = match &r {
+                            Ok(Err(s)) => format!("refused the call Held ({:?})", s.code()),
+                            _ => "did not answer".to_owned(),
+                        };
                         log!(
                             self.log,
                             Warn,
-                            "node {} did not answer within {CATCH_UP_WAIT:?} of the start: this \
-                             node hands out without the items its hand-off logs may hold for \
-                             it, which arrive when it is back (a URL completed through it \
+                            "node {} {why} within {CATCH_UP_WAIT:?} of the start: this node \
+                             hands out without the items its hand-off logs may hold for it, \
+                             which arrive once it delivers them (a URL completed through it \
                              meanwhile may be handed out again)",
                             peers.name(i)
                         );
@@ -286,7 +293,7 @@ impl Moves {
             log!(
                 self.log,
                 Info,
-                "the other nodes' hand-off logs hold nothing more for this node: handing out"
+                "the other nodes delivered what their hand-off logs held for this node: handing out"
             );
         } else {
             log!(
